@@ -1,0 +1,728 @@
+"""The state adapter port: the seed's write boundaries over one atomic write seam.
+
+Every lifecycle method of the state model (``on_run_start``, ``write_lease``,
+``on_node_complete``…) is concrete here: it describes its writes as
+:class:`Op` values and submits them. Concrete adapters implement one write
+method, :meth:`WorkflowStateAdapter.execute`, which applies a :class:`Unit`
+(a list of ops plus an optional :class:`Guard`) atomically and reports whether
+the guard held, plus the reads.
+
+Several boundary calls made inside ``async with adapter.unit(...)`` become one
+unit and therefore one transaction. That single seam is what group commit,
+the mirror outbox, fault injection and the durability level build on.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
+from contextvars import ContextVar
+from datetime import datetime
+from typing import Any
+
+import msgspec
+
+from ..context import WorkflowContext
+
+__all__ = [
+    "DefinitionRecord",
+    "DelegatingAdapter",
+    "Guard",
+    "Op",
+    "RunEvent",
+    "RunInfo",
+    "SignalRecord",
+    "StartOptions",
+    "SweepResult",
+    "Unit",
+    "WaitRecord",
+    "WorkflowStateAdapter",
+]
+
+# ---------------------------------------------------------------------------
+# Records returned by reads
+# ---------------------------------------------------------------------------
+
+RUN_STATUSES = ("queued", "running", "paused", "success", "error", "cancelled")
+TERMINAL_STATUSES = frozenset({"success", "error", "cancelled"})
+CLAIM_STATES = ("queued", "claimed", "running", "complete", "failed", "abandoned")
+
+
+class RunInfo(msgspec.Struct, frozen=True, kw_only=True):
+    """One ``workflow_runs`` row, typed. Column names are the state model's."""
+
+    id: str
+    template_id: str | None
+    workspace_id: str
+    env: str
+    status: str
+    started_at: datetime | None
+    completed_at: datetime | None = None
+    duration_ms: int | None = None
+    checkpoint_json: dict[str, Any] | None = None
+    error: str | None = None
+    claim_state: str = "running"
+    runner_pool: str | None = None
+    leased_by: str | None = None
+    lease_until: datetime | None = None
+    last_heartbeat: datetime | None = None
+    claim_attempts: int = 0
+    definition_id: str | None = None
+    input_json: Any = None
+    result_json: Any = None
+    start_mode: str = "inline"
+    max_claim_attempts: int = 3
+    workflow_version: int | None = None
+
+    @property
+    def run_id(self) -> str:
+        """Alias of ``id``."""
+        return self.id
+
+    @property
+    def is_terminal(self) -> bool:
+        """True once the run reached ``success``, ``error`` or ``cancelled``."""
+        return self.status in TERMINAL_STATUSES
+
+
+class RunEvent(msgspec.Struct, frozen=True, kw_only=True):
+    """One ``workflow_run_events`` row."""
+
+    id: int
+    run_id: str
+    event_type: str
+    node_id: str | None
+    payload_json: Any
+    created_at: datetime
+
+    @property
+    def payload(self) -> Any:
+        """Alias of ``payload_json``."""
+        return self.payload_json
+
+
+class WaitRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """A registered wake: a run paused on a signal and/or a deadline."""
+
+    run_id: str
+    node_id: str
+    event: str | None
+    deadline: datetime | None
+    created_at: datetime
+
+
+class SignalRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """An undelivered signal in a run's inbox."""
+
+    id: int
+    run_id: str
+    event: str
+    payload: Any
+    created_at: datetime
+
+
+class DefinitionRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """A ``workflow_definitions`` row."""
+
+    id: str
+    name: str
+    version: int
+    code_hash: str
+    created_at: datetime
+
+
+class SweepResult(msgspec.Struct, frozen=True, kw_only=True):
+    """One run the lease sweep acted on."""
+
+    run_id: str
+    leased_by: str | None
+    action: str  # "requeued" or "abandoned"
+
+
+class StartOptions(msgspec.Struct, frozen=True, kw_only=True):
+    """What ``on_run_start`` records besides the context."""
+
+    input: Any = None
+    status: str = "running"
+    claim_state: str = "running"
+    runner_pool: str | None = None
+    definition_id: str | None = None
+    start_mode: str = "inline"
+    max_claim_attempts: int = 3
+
+
+# ---------------------------------------------------------------------------
+# The write seam
+# ---------------------------------------------------------------------------
+
+#: Columns of ``workflow_runs`` an :class:`UpdateRun` may set.
+UPDATABLE_RUN_COLUMNS = frozenset(
+    {
+        "status",
+        "completed_at",
+        "duration_ms",
+        "checkpoint_json",
+        "error",
+        "claim_state",
+        "runner_pool",
+        "leased_by",
+        "lease_until",
+        "last_heartbeat",
+        "result_json",
+        "definition_id",
+        "claim_attempts",
+    }
+)
+#: Columns holding JSON (encoded by the adapter).
+JSON_RUN_COLUMNS = frozenset({"checkpoint_json", "input_json", "result_json"})
+
+
+class Op(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """One write of a unit. ``method`` names the boundary that produced it."""
+
+    method: str
+
+
+class InsertRun(Op, frozen=True, kw_only=True):
+    run_id: str
+    values: dict[str, Any]
+
+
+class UpdateRun(Op, frozen=True, kw_only=True):
+    run_id: str
+    values: dict[str, Any]
+
+
+class InsertEvent(Op, frozen=True, kw_only=True):
+    run_id: str
+    event_type: str
+    node_id: str | None
+    payload: Any
+    created_at: datetime
+
+
+class UpsertSessionVar(Op, frozen=True, kw_only=True):
+    session_id: str
+    key: str
+    value: Any
+    run_id: str | None
+    keep_until: datetime | None
+    updated_at: datetime
+
+
+class DeleteSessionVars(Op, frozen=True, kw_only=True):
+    """Drop the session vars a run created that were not kept past it."""
+
+    run_id: str
+
+
+class InsertWait(Op, frozen=True, kw_only=True):
+    run_id: str
+    node_id: str
+    event: str | None
+    deadline: datetime | None
+    created_at: datetime
+
+
+class DeleteWaits(Op, frozen=True, kw_only=True):
+    run_id: str
+
+
+class InsertSignal(Op, frozen=True, kw_only=True):
+    run_id: str
+    event: str
+    payload: Any
+    created_at: datetime
+
+
+class DeleteSignal(Op, frozen=True, kw_only=True):
+    signal_id: int
+
+
+class InsertOutbox(Op, frozen=True, kw_only=True):
+    run_id: str | None
+    kind: str
+    payload: Any
+    created_at: datetime
+
+
+class Guard(msgspec.Struct, frozen=True, kw_only=True):
+    """The condition a unit needs, checked in the same transaction as its writes.
+
+    Attributes:
+        run_id: The run row the condition is about (it must exist in scope).
+        leased_by: If set, the row's ``leased_by`` must equal it (lease fencing).
+        status_in: If set, the row's ``status`` must be one of these.
+        wait_node: If set, a wait registration for this node must exist
+            (exactly one wake wins it, because the wake deletes it).
+    """
+
+    run_id: str
+    leased_by: str | None = None
+    status_in: tuple[str, ...] | None = None
+    wait_node: str | None = None
+
+
+class Unit(msgspec.Struct, kw_only=True):
+    """Writes that commit together or not at all.
+
+    Attributes:
+        ops: The writes, in order.
+        guard: Condition checked first; when it fails nothing is written.
+        durable: False for writes that carry no durability promise (a
+            ``node_start``): committed in order but without waiting for a flush.
+        held: After execution through :meth:`WorkflowStateAdapter.unit`:
+            whether the guard held and the ops were written.
+    """
+
+    ops: list[Op] = msgspec.field(default_factory=list)
+    guard: Guard | None = None
+    durable: bool = True
+    held: bool | None = None
+
+    @property
+    def methods(self) -> list[str]:
+        """The boundary methods that built this unit, in order."""
+        return [op.method for op in self.ops]
+
+
+_pending: ContextVar[Unit | None] = ContextVar("starflow_pending_unit", default=None)
+
+
+class WorkflowStateAdapter(abc.ABC):
+    """Port to the cold tier, bound to one (``workspace_id``, ``env``).
+
+    Subclasses implement :meth:`execute` and the abstract reads; every
+    lifecycle method of the state model is concrete and goes through
+    :meth:`execute`, so an adapter cannot skip a boundary.
+    """
+
+    #: URL scheme(s) this adapter serves, for ``Starflow.open``.
+    durable: bool = True
+
+    def __init__(self, *, workspace_id: str = "celestial", env: str = "prod") -> None:
+        if not workspace_id or not env:
+            from ..errors import ConfigError
+
+            raise ConfigError(
+                f"workspace_id and env must be non-empty: workspace_id={workspace_id!r}, "
+                f"env={env!r}"
+            )
+        self.workspace_id = workspace_id
+        self.env = env
+
+    # -- lifecycle -----------------------------------------------------------
+
+    async def open(self) -> None:  # noqa: B027 - optional hook
+        """Connect and apply migrations. Called once by ``Starflow.open``."""
+
+    async def close(self) -> None:  # noqa: B027 - optional hook
+        """Release connections."""
+
+    async def __aenter__(self) -> WorkflowStateAdapter:
+        await self.open()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # -- the write seam ------------------------------------------------------
+
+    @abc.abstractmethod
+    async def execute(self, unit: Unit) -> bool:
+        """Apply ``unit`` atomically.
+
+        Returns:
+            True if the guard held (or there was none) and every op was
+            written; False if the guard failed, in which case nothing was.
+
+        Raises:
+            StorageError: the database failed; nothing was written.
+        """
+
+    @asynccontextmanager
+    async def unit(self, *, guard: Guard | None = None, durable: bool = True
+                   ) -> AsyncIterator[Unit]:
+        """Group the boundary calls made inside the block into one atomic unit.
+
+        The unit is executed when the block exits normally; if the block raises,
+        nothing is written. ``unit.held`` tells whether its guard held::
+
+            async with adapter.unit(guard=Guard(run_id=r, leased_by=me)) as u:
+                await adapter.on_node_complete(r, node, output, now=t)
+            if not u.held: ...
+        """
+        outer = _pending.get()
+        if outer is not None:
+            raise RuntimeError("adapter units do not nest")
+        unit = Unit(guard=guard, durable=durable)
+        token = _pending.set(unit)
+        try:
+            yield unit
+        finally:
+            _pending.reset(token)
+        unit.held = await self.execute(unit) if unit.ops or guard is not None else True
+
+    async def _submit(self, op: Op) -> None:
+        pending = _pending.get()
+        if pending is not None:
+            pending.ops.append(op)
+        else:
+            await self.execute(Unit(ops=[op]))
+
+    # -- the state model's write boundaries ----------------------------------
+
+    async def on_run_start(
+        self, run_id: str, ctx: WorkflowContext, options: StartOptions | None = None,
+        *, now: datetime,
+    ) -> None:
+        """INSERT workflow_runs (status running, or queued for workers)."""
+        opts = options or StartOptions()
+        await self._submit(
+            InsertRun(
+                method="on_run_start",
+                run_id=run_id,
+                values={
+                    "template_id": ctx.workflow,
+                    "status": opts.status,
+                    "started_at": now,
+                    "claim_state": opts.claim_state,
+                    "runner_pool": opts.runner_pool,
+                    "definition_id": opts.definition_id,
+                    "input_json": opts.input,
+                    "start_mode": opts.start_mode,
+                    "max_claim_attempts": opts.max_claim_attempts,
+                    "workflow_version": ctx.version,
+                },
+            )
+        )
+
+    async def write_lease(self, run_id: str, runner_id: str, until: datetime,
+                          *, now: datetime) -> None:
+        """UPDATE claim_state, leased_by, lease_until, last_heartbeat."""
+        await self._submit(
+            UpdateRun(
+                method="write_lease",
+                run_id=run_id,
+                values={
+                    "claim_state": "running",
+                    "leased_by": runner_id,
+                    "lease_until": until,
+                    "last_heartbeat": now,
+                },
+            )
+        )
+
+    async def refresh_lease(self, run_id: str, until: datetime, *, now: datetime) -> None:
+        """UPDATE lease_until, last_heartbeat."""
+        await self._submit(
+            UpdateRun(
+                method="refresh_lease",
+                run_id=run_id,
+                values={"lease_until": until, "last_heartbeat": now},
+            )
+        )
+
+    async def on_node_start(self, run_id: str, node_id: str, input: Any,
+                            *, now: datetime) -> None:
+        """INSERT a node_start event."""
+        await self._event("on_node_start", run_id, "node_start", node_id, input, now)
+
+    async def on_node_complete(self, run_id: str, node_id: str, output: Any,
+                               *, now: datetime) -> None:
+        """INSERT a node_complete event."""
+        await self._event("on_node_complete", run_id, "node_complete", node_id, output, now)
+
+    async def on_node_error(self, run_id: str, node_id: str, error: Any,
+                            *, now: datetime) -> None:
+        """INSERT a node_error event (terminal: past the last retry)."""
+        await self._event("on_node_error", run_id, "node_error", node_id, error, now)
+
+    async def save_checkpoint(self, run_id: str, ctx: WorkflowContext) -> None:
+        """UPSERT workflow_runs.checkpoint_json."""
+        await self._submit(
+            UpdateRun(method="save_checkpoint", run_id=run_id,
+                      values={"checkpoint_json": ctx.snapshot()})
+        )
+
+    async def on_run_paused(self, run_id: str, ctx: WorkflowContext, *, now: datetime,
+                            payload: Any = None) -> None:
+        """UPDATE status paused; INSERT a run_paused event."""
+        await self._submit(
+            UpdateRun(method="on_run_paused", run_id=run_id, values={"status": "paused"})
+        )
+        await self._event("on_run_paused", run_id, "run_paused", None, payload, now)
+
+    async def on_run_resumed(self, run_id: str, *, now: datetime, payload: Any = None) -> None:
+        """UPDATE status running, clear checkpoint; INSERT a run_resumed event."""
+        await self._submit(
+            UpdateRun(method="on_run_resumed", run_id=run_id,
+                      values={"status": "running", "checkpoint_json": None})
+        )
+        await self._event("on_run_resumed", run_id, "run_resumed", None, payload, now)
+
+    async def on_run_complete(self, run_id: str, ctx: WorkflowContext, duration_ms: int,
+                              *, now: datetime, result: Any = None) -> None:
+        """UPDATE status success, duration; clear the checkpoint; drop run-scoped session vars."""
+        await self._submit(
+            UpdateRun(
+                method="on_run_complete",
+                run_id=run_id,
+                values={
+                    "status": "success",
+                    "claim_state": "complete",
+                    "completed_at": now,
+                    "duration_ms": duration_ms,
+                    "checkpoint_json": None,
+                    "result_json": result,
+                },
+            )
+        )
+        await self._submit(DeleteSessionVars(method="on_run_complete", run_id=run_id))
+
+    async def on_run_error(self, run_id: str, error: str, *, now: datetime,
+                           duration_ms: int | None = None, status: str = "error",
+                           claim_state: str = "failed") -> None:
+        """UPDATE status error (or cancelled), message; clear the checkpoint."""
+        await self._submit(
+            UpdateRun(
+                method="on_run_error",
+                run_id=run_id,
+                values={
+                    "status": status,
+                    "claim_state": claim_state,
+                    "error": error,
+                    "completed_at": now,
+                    "duration_ms": duration_ms,
+                    "checkpoint_json": None,
+                },
+            )
+        )
+
+    async def clear_lease(self, run_id: str) -> None:
+        """UPDATE clear leased_by + lease_until."""
+        await self._submit(
+            UpdateRun(method="clear_lease", run_id=run_id,
+                      values={"leased_by": None, "lease_until": None})
+        )
+
+    async def record_phase_if_changed(self, run_id: str, ctx: WorkflowContext,
+                                      meta: Mapping[str, Any], *, now: datetime) -> bool:
+        """INSERT a phase event when ``ctx.phase`` differs from ``meta["previous"]``.
+
+        Returns:
+            Whether an event was recorded.
+        """
+        previous = meta.get("previous")
+        if ctx.phase == previous:
+            return False
+        await self._event("record_phase_if_changed", run_id, "phase", None,
+                          {"phase": ctx.phase, "previous": previous}, now)
+        return True
+
+    async def session_set(self, session_id: str, key: str, value: Any, *, now: datetime,
+                          run_id: str | None = None, keep_until: datetime | None = None
+                          ) -> None:
+        """UPSERT workflow_session_vars.
+
+        A var written by a run (``run_id`` set) without ``keep_until`` is dropped
+        when that run completes; with ``keep_until`` it lives until then.
+        """
+        await self._submit(
+            UpsertSessionVar(method="session_set", session_id=session_id, key=key,
+                             value=value, run_id=run_id, keep_until=keep_until,
+                             updated_at=now)
+        )
+
+    @abc.abstractmethod
+    async def session_get(self, session_id: str, key: str, *, now: datetime | None = None
+                          ) -> Any:
+        """SELECT from workflow_session_vars (``None`` if absent or expired)."""
+
+    # -- starflow's additions to the write path ------------------------------
+
+    async def emit_wait_wake(self, run_id: str, node_id: str, event: str | None,
+                             deadline: datetime | None, *, now: datetime) -> None:
+        """Register the wake of a paused run (the state model's emitWaitWake)."""
+        await self._submit(InsertWait(method="emit_wait_wake", run_id=run_id, node_id=node_id,
+                                      event=event, deadline=deadline, created_at=now))
+
+    async def clear_waits(self, run_id: str) -> None:
+        """Remove the run's wake registrations (a wake won, or the run ended)."""
+        await self._submit(DeleteWaits(method="clear_waits", run_id=run_id))
+
+    async def enqueue_signal(self, run_id: str, event: str, payload: Any,
+                             *, now: datetime) -> None:
+        """Add a signal to the run's inbox."""
+        await self._submit(InsertSignal(method="enqueue_signal", run_id=run_id, event=event,
+                                        payload=payload, created_at=now))
+
+    async def consume_signal(self, signal_id: int) -> None:
+        """Remove a delivered signal from the inbox."""
+        await self._submit(DeleteSignal(method="consume_signal", signal_id=signal_id))
+
+    async def update_run(self, run_id: str, method: str, **values: Any) -> None:
+        """Set columns of the run row (queueing, cancelling, results)."""
+        unknown = set(values) - UPDATABLE_RUN_COLUMNS
+        if unknown:
+            raise ValueError(f"not updatable workflow_runs columns: {sorted(unknown)}")
+        await self._submit(UpdateRun(method=method, run_id=run_id, values=values))
+
+    async def record_event(self, run_id: str, event_type: str, node_id: str | None,
+                           payload: Any, *, now: datetime, method: str = "record_event"
+                           ) -> None:
+        """INSERT a run event of any type (``runner_lost``, ``run_cancelled``…)."""
+        await self._event(method, run_id, event_type, node_id, payload, now)
+
+    async def _event(self, method: str, run_id: str, event_type: str, node_id: str | None,
+                     payload: Any, now: datetime) -> None:
+        await self._submit(InsertEvent(method=method, run_id=run_id, event_type=event_type,
+                                       node_id=node_id, payload=payload, created_at=now))
+
+    # -- reads and read-modify-writes ----------------------------------------
+
+    @abc.abstractmethod
+    async def get_run(self, run_id: str) -> RunInfo | None:
+        """The run row, or None if it does not exist in this scope."""
+
+    @abc.abstractmethod
+    async def list_runs(self, *, status: str | None = None, template_id: str | None = None,
+                        since: datetime | None = None, limit: int = 50) -> list[RunInfo]:
+        """Runs in scope, newest first."""
+
+    @abc.abstractmethod
+    async def list_events(self, run_id: str, *, after_id: int = 0) -> list[RunEvent]:
+        """The run's events in order (one query; the journal is rebuilt from it)."""
+
+    @abc.abstractmethod
+    async def list_waits(self, run_id: str) -> list[WaitRecord]:
+        """The run's registered wakes."""
+
+    @abc.abstractmethod
+    async def due_waits(self, now: datetime, *, limit: int = 100) -> list[WaitRecord]:
+        """Wakes whose deadline is at or before ``now``, earliest first."""
+
+    @abc.abstractmethod
+    async def next_deadline(self) -> datetime | None:
+        """The earliest wait deadline in scope, if any."""
+
+    @abc.abstractmethod
+    async def find_signal(self, run_id: str, event: str) -> SignalRecord | None:
+        """The oldest undelivered signal for ``event``."""
+
+    @abc.abstractmethod
+    async def claim_runs(self, runner_id: str, *, pool: str | None, now: datetime,
+                         lease_until: datetime, limit: int = 1) -> list[RunInfo]:
+        """Claim queued runs for ``pool`` (runs with a NULL pool fit every pool).
+
+        In one statement per run: ``claim_state`` running, ``status`` running,
+        ``claim_attempts`` + 1, and the lease. Each queued run is claimed by
+        exactly one caller.
+        """
+
+    @abc.abstractmethod
+    async def expire_old_leases(self, now: datetime, reason: str = "runner_lost"
+                                ) -> list[SweepResult]:
+        """The lease sweep: runs running/paused whose ``lease_until < now``.
+
+        Under their ``max_claim_attempts`` they are requeued; past it they get
+        status error, claim_state abandoned, error ``reason``. Each gets a
+        ``runner_lost`` event. Safe with several sweepers at once.
+        """
+
+    @abc.abstractmethod
+    async def ensure_definition(self, name: str, version: int, code_hash: str,
+                                *, now: datetime) -> str:
+        """The id of the (name, version) definition, inserting it if new."""
+
+    @abc.abstractmethod
+    async def get_definition(self, definition_id: str) -> DefinitionRecord | None:
+        """A definition row by id."""
+
+    @abc.abstractmethod
+    async def expire_session_vars(self, now: datetime) -> int:
+        """Delete session vars whose ``keep_until`` has passed; return how many."""
+
+    @abc.abstractmethod
+    async def get_secret(self, key_id: str, *, now: datetime, create: bool = True
+                         ) -> str | None:
+        """A stored HMAC secret for wake tokens, created on first use if asked."""
+
+
+class DelegatingAdapter(WorkflowStateAdapter):
+    """Base for adapters that wrap another one (spies, fault injection, mirror).
+
+    Every boundary method is inherited, so it reaches :meth:`execute` here,
+    which forwards to the inner adapter; override :meth:`execute` to observe or
+    change units, or any read to observe reads.
+    """
+
+    def __init__(self, inner: WorkflowStateAdapter) -> None:
+        super().__init__(workspace_id=inner.workspace_id, env=inner.env)
+        self.inner = inner
+        self.durable = inner.durable
+
+    async def open(self) -> None:
+        await self.inner.open()
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+    async def execute(self, unit: Unit) -> bool:
+        return await self.inner.execute(unit)
+
+    async def session_get(self, session_id: str, key: str, *, now: datetime | None = None
+                          ) -> Any:
+        return await self.inner.session_get(session_id, key, now=now)
+
+    async def get_run(self, run_id: str) -> RunInfo | None:
+        return await self.inner.get_run(run_id)
+
+    async def list_runs(self, *, status: str | None = None, template_id: str | None = None,
+                        since: datetime | None = None, limit: int = 50) -> list[RunInfo]:
+        return await self.inner.list_runs(status=status, template_id=template_id,
+                                          since=since, limit=limit)
+
+    async def list_events(self, run_id: str, *, after_id: int = 0) -> list[RunEvent]:
+        return await self.inner.list_events(run_id, after_id=after_id)
+
+    async def list_waits(self, run_id: str) -> list[WaitRecord]:
+        return await self.inner.list_waits(run_id)
+
+    async def due_waits(self, now: datetime, *, limit: int = 100) -> list[WaitRecord]:
+        return await self.inner.due_waits(now, limit=limit)
+
+    async def next_deadline(self) -> datetime | None:
+        return await self.inner.next_deadline()
+
+    async def find_signal(self, run_id: str, event: str) -> SignalRecord | None:
+        return await self.inner.find_signal(run_id, event)
+
+    async def claim_runs(self, runner_id: str, *, pool: str | None, now: datetime,
+                         lease_until: datetime, limit: int = 1) -> list[RunInfo]:
+        return await self.inner.claim_runs(runner_id, pool=pool, now=now,
+                                           lease_until=lease_until, limit=limit)
+
+    async def expire_old_leases(self, now: datetime, reason: str = "runner_lost"
+                                ) -> list[SweepResult]:
+        return await self.inner.expire_old_leases(now, reason)
+
+    async def ensure_definition(self, name: str, version: int, code_hash: str,
+                                *, now: datetime) -> str:
+        return await self.inner.ensure_definition(name, version, code_hash, now=now)
+
+    async def get_definition(self, definition_id: str) -> DefinitionRecord | None:
+        return await self.inner.get_definition(definition_id)
+
+    async def expire_session_vars(self, now: datetime) -> int:
+        return await self.inner.expire_session_vars(now)
+
+    async def get_secret(self, key_id: str, *, now: datetime, create: bool = True
+                         ) -> str | None:
+        return await self.inner.get_secret(key_id, now=now, create=create)
+
+
+def ops_of(units: Sequence[Unit]) -> list[str]:
+    """Flatten the boundary method names of several units (for tests and logs)."""
+    return [m for u in units for m in u.methods]

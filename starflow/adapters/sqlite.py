@@ -1,0 +1,625 @@
+"""``LocalWorkflowStateAdapter``: the state model on SQLite through aiosqlite.
+
+One connection, one database thread. Every write (a :class:`Unit`, a claim, a
+sweep pass) is a function run on that thread; writes queued while another
+batch commits are merged into the next transaction (group commit), each inside
+its own SAVEPOINT so one failing unit does not take others down. A batch that
+holds only non-durable units (``node_start``) commits with
+``synchronous=OFF``; the next durable commit flushes the WAL for both.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import uuid
+from collections.abc import Callable
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import anyio
+
+from .. import serde
+from ..clock import format_ts, parse_ts
+from ..errors import ConfigError, StorageError
+from ..migrations import load_migrations
+from .base import (
+    JSON_RUN_COLUMNS,
+    DefinitionRecord,
+    DeleteSessionVars,
+    DeleteSignal,
+    DeleteWaits,
+    InsertEvent,
+    InsertOutbox,
+    InsertRun,
+    InsertSignal,
+    InsertWait,
+    Op,
+    RunEvent,
+    RunInfo,
+    SignalRecord,
+    SweepResult,
+    Unit,
+    UpdateRun,
+    UpsertSessionVar,
+    WaitRecord,
+    WorkflowStateAdapter,
+)
+
+if TYPE_CHECKING:
+    import aiosqlite
+
+__all__ = ["LocalWorkflowStateAdapter"]
+
+T = TypeVar("T")
+WriteFn = Callable[[sqlite3.Connection], Any]
+
+_RUN_COLUMNS = (
+    "id, template_id, workspace_id, env, status, started_at, completed_at, duration_ms, "
+    "checkpoint_json, error, claim_state, runner_pool, leased_by, lease_until, last_heartbeat, "
+    "claim_attempts, definition_id, input_json, result_json, start_mode, max_claim_attempts, "
+    "workflow_version"
+)
+
+
+def _db_value(column: str, value: Any) -> Any:
+    if value is None:
+        return None
+    if column in JSON_RUN_COLUMNS:
+        return serde.encode(value, what=column).decode()
+    if isinstance(value, datetime):
+        return format_ts(value)
+    return value
+
+
+def _ts(value: str | None) -> datetime | None:
+    return parse_ts(value) if value else None
+
+
+def _json(value: str | None) -> Any:
+    return serde.decode(value) if value is not None else None
+
+
+def _run(row: sqlite3.Row) -> RunInfo:
+    return RunInfo(
+        id=row[0],
+        template_id=row[1],
+        workspace_id=row[2],
+        env=row[3],
+        status=row[4],
+        started_at=_ts(row[5]),
+        completed_at=_ts(row[6]),
+        duration_ms=row[7],
+        checkpoint_json=_json(row[8]),
+        error=row[9],
+        claim_state=row[10],
+        runner_pool=row[11],
+        leased_by=row[12],
+        lease_until=_ts(row[13]),
+        last_heartbeat=_ts(row[14]),
+        claim_attempts=row[15],
+        definition_id=row[16],
+        input_json=_json(row[17]),
+        result_json=_json(row[18]),
+        start_mode=row[19],
+        max_claim_attempts=row[20],
+        workflow_version=row[21],
+    )
+
+
+class _Write:
+    """A queued write and the slot its caller waits on."""
+
+    __slots__ = ("durable", "error", "event", "fn", "result")
+
+    def __init__(self, fn: WriteFn, durable: bool) -> None:
+        self.fn = fn
+        self.durable = durable
+        self.event = anyio.Event()
+        self.result: Any = None
+        self.error: BaseException | None = None
+
+
+class LocalWorkflowStateAdapter(WorkflowStateAdapter):
+    """SQLite state adapter (self-hosted, single node, dev, tests).
+
+    Args:
+        path: Database file, or ``":memory:"`` for a private in-memory database.
+        workspace_id: Tenant scope of every query.
+        env: Environment scope of every query.
+        synchronous: ``PRAGMA synchronous`` for durable commits (default FULL).
+        busy_timeout_ms: How long to wait for another process's write lock.
+    """
+
+    def __init__(
+        self,
+        path: str,
+        *,
+        workspace_id: str = "celestial",
+        env: str = "prod",
+        synchronous: str = "FULL",
+        busy_timeout_ms: int = 10_000,
+    ) -> None:
+        super().__init__(workspace_id=workspace_id, env=env)
+        if synchronous.upper() not in {"OFF", "NORMAL", "FULL", "EXTRA"}:
+            raise ConfigError(f"synchronous must be OFF, NORMAL, FULL or EXTRA: {synchronous!r}")
+        self.path = path
+        self.synchronous = synchronous.upper()
+        self.busy_timeout_ms = busy_timeout_ms
+        self._db: aiosqlite.Connection | None = None
+        self._queue: list[_Write] = []
+        self._writing = False
+        self._sync_mode = ""
+
+    @classmethod
+    def from_url(cls, url: str, **kwargs: Any) -> LocalWorkflowStateAdapter:
+        """Build from ``sqlite:///relative.db``, ``sqlite:////abs.db`` or ``memory://``."""
+        if url.startswith("memory://"):
+            return cls(":memory:", **kwargs)
+        if not url.startswith("sqlite://"):
+            raise ConfigError(f"not a sqlite URL: {url!r} (use sqlite:///path.db)")
+        path = url[len("sqlite://"):]
+        if path.startswith("/"):
+            path = path[1:]
+        if not path:
+            raise ConfigError(f"sqlite URL without a path: {url!r} (use sqlite:///path.db)")
+        return cls(path, **kwargs)
+
+    # -- connection ----------------------------------------------------------
+
+    @property
+    def _conn(self) -> aiosqlite.Connection:
+        if self._db is None:
+            raise StorageError("the SQLite adapter is not open: use `async with Starflow.open()`")
+        return self._db
+
+    async def _call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``fn`` with the raw connection on the database thread (one hop)."""
+        conn = self._conn
+
+        def job() -> T:
+            return fn(conn._conn)
+
+        try:
+            return await conn._execute(job)  # type: ignore[no-any-return]
+        except sqlite3.Error as exc:
+            raise StorageError(f"SQLite error: {exc}") from exc
+
+    async def open(self) -> None:
+        if self._db is not None:
+            return
+        import aiosqlite
+
+        try:
+            self._db = await aiosqlite.connect(self.path, isolation_level=None)
+        except sqlite3.Error as exc:
+            raise StorageError(f"cannot open SQLite database {self.path!r}: {exc}") from exc
+
+        def setup(conn: sqlite3.Connection) -> None:
+            conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms)}")
+            if self.path != ":memory:":
+                conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute(f"PRAGMA synchronous = {self.synchronous}")
+            conn.execute("PRAGMA foreign_keys = ON")
+            self._migrate(conn)
+
+        self._sync_mode = self.synchronous
+        await self._call(setup)
+
+    async def close(self) -> None:
+        if self._db is not None:
+            db, self._db = self._db, None
+            await db.close()
+
+    async def migrate(self) -> list[int]:
+        """Apply pending migrations; return the versions applied."""
+        return await self._call(self._migrate)
+
+    @staticmethod
+    def _migrate(conn: sqlite3.Connection) -> list[int]:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            conn.execute(
+                "CREATE TABLE IF NOT EXISTS starflow_migrations ("
+                "version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)"
+            )
+            done = {r[0] for r in conn.execute("SELECT version FROM starflow_migrations")}
+            applied = []
+            for mig in load_migrations("sqlite"):
+                if mig.version in done:
+                    continue
+                for statement in _split_sql(mig.sql):
+                    conn.execute(statement)
+                conn.execute(
+                    "INSERT INTO starflow_migrations (version, name, applied_at) "
+                    "VALUES (?, ?, strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))",
+                    (mig.version, mig.name),
+                )
+                applied.append(mig.version)
+            conn.execute("COMMIT")
+            return applied
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+
+    # -- group-committing writer ---------------------------------------------
+
+    async def _write(self, fn: WriteFn, *, durable: bool = True) -> Any:
+        item = _Write(fn, durable)
+        self._queue.append(item)
+        if self._writing:
+            await item.event.wait()
+        else:
+            self._writing = True
+            try:
+                # Shielded: the leader commits for others too, so its own
+                # cancellation must not strand their writes.
+                with anyio.CancelScope(shield=True):
+                    while self._queue:
+                        batch, self._queue = self._queue, []
+                        try:
+                            await self._call(lambda conn: self._apply_batch(conn, batch))
+                        except BaseException as exc:
+                            for w in batch:
+                                if w.error is None:
+                                    w.error = exc
+                        finally:
+                            for w in batch:
+                                w.event.set()
+            finally:
+                self._writing = False
+        if item.error is not None:
+            if isinstance(item.error, sqlite3.Error):
+                raise StorageError(f"SQLite error: {item.error}") from item.error
+            raise item.error
+        return item.result
+
+    def _apply_batch(self, conn: sqlite3.Connection, batch: list[_Write]) -> None:
+        mode = self.synchronous if any(w.durable for w in batch) else "OFF"
+        if mode != self._sync_mode:
+            conn.execute(f"PRAGMA synchronous = {mode}")
+            self._sync_mode = mode
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            for w in batch:
+                conn.execute("SAVEPOINT unit")
+                try:
+                    w.result = w.fn(conn)
+                except Exception as exc:
+                    conn.execute("ROLLBACK TO unit")
+                    w.error = exc
+                conn.execute("RELEASE unit")
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+
+    async def execute(self, unit: Unit) -> bool:
+        result: bool = await self._write(lambda conn: self._apply_unit(conn, unit),
+                                         durable=unit.durable)
+        return result
+
+    def _apply_unit(self, conn: sqlite3.Connection, unit: Unit) -> bool:
+        if unit.guard is not None:
+            g = unit.guard
+            row = conn.execute(
+                "SELECT leased_by, status FROM workflow_runs "
+                "WHERE id = ? AND workspace_id = ? AND env = ?",
+                (g.run_id, self.workspace_id, self.env),
+            ).fetchone()
+            if row is None:
+                return False
+            if g.leased_by is not None and row[0] != g.leased_by:
+                return False
+            if g.status_in is not None and row[1] not in g.status_in:
+                return False
+            if g.wait_node is not None and conn.execute(
+                "SELECT 1 FROM workflow_waits WHERE run_id = ? AND node_id = ?",
+                (g.run_id, g.wait_node),
+            ).fetchone() is None:
+                return False
+        for op in unit.ops:
+            self._apply_op(conn, op)
+        return True
+
+    def _apply_op(self, conn: sqlite3.Connection, op: Op) -> None:
+        ws, env = self.workspace_id, self.env
+        if isinstance(op, InsertEvent):
+            conn.execute(
+                "INSERT INTO workflow_run_events (run_id, event_type, node_id, payload_json, "
+                "created_at) SELECT ?, ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM workflow_runs "
+                "WHERE id = ? AND workspace_id = ? AND env = ?)",
+                (op.run_id, op.event_type, op.node_id,
+                 None if op.payload is None else serde.encode(op.payload).decode(),
+                 format_ts(op.created_at), op.run_id, ws, env),
+            )
+        elif isinstance(op, UpdateRun):
+            cols = list(op.values)
+            sets = ", ".join(f"{c} = ?" for c in cols)
+            conn.execute(
+                f"UPDATE workflow_runs SET {sets} WHERE id = ? AND workspace_id = ? AND env = ?",
+                (*(_db_value(c, op.values[c]) for c in cols), op.run_id, ws, env),
+            )
+        elif isinstance(op, InsertRun):
+            cols = ["id", "workspace_id", "env", *op.values]
+            conn.execute(
+                f"INSERT INTO workflow_runs ({', '.join(cols)}) "
+                f"VALUES ({', '.join('?' for _ in cols)})",
+                (op.run_id, ws, env, *(_db_value(c, v) for c, v in op.values.items())),
+            )
+        elif isinstance(op, InsertWait):
+            conn.execute(
+                "INSERT OR REPLACE INTO workflow_waits (run_id, node_id, workspace_id, env, "
+                "event, deadline, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (op.run_id, op.node_id, ws, env, op.event,
+                 format_ts(op.deadline) if op.deadline else None, format_ts(op.created_at)),
+            )
+        elif isinstance(op, DeleteWaits):
+            conn.execute(
+                "DELETE FROM workflow_waits WHERE run_id = ? AND workspace_id = ? AND env = ?",
+                (op.run_id, ws, env),
+            )
+        elif isinstance(op, InsertSignal):
+            conn.execute(
+                "INSERT INTO workflow_signals (run_id, workspace_id, env, event, payload_json, "
+                "created_at) VALUES (?, ?, ?, ?, ?, ?)",
+                (op.run_id, ws, env, op.event, serde.encode(op.payload).decode(),
+                 format_ts(op.created_at)),
+            )
+        elif isinstance(op, DeleteSignal):
+            conn.execute(
+                "DELETE FROM workflow_signals WHERE id = ? AND workspace_id = ? AND env = ?",
+                (op.signal_id, ws, env),
+            )
+        elif isinstance(op, UpsertSessionVar):
+            conn.execute(
+                "INSERT INTO workflow_session_vars (workspace_id, env, session_id, key, "
+                "value_json, run_id, keep_until, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
+                "ON CONFLICT (workspace_id, env, session_id, key) DO UPDATE SET "
+                "value_json = excluded.value_json, run_id = excluded.run_id, "
+                "keep_until = excluded.keep_until, updated_at = excluded.updated_at",
+                (ws, env, op.session_id, op.key, serde.encode(op.value).decode(), op.run_id,
+                 format_ts(op.keep_until) if op.keep_until else None,
+                 format_ts(op.updated_at)),
+            )
+        elif isinstance(op, DeleteSessionVars):
+            conn.execute(
+                "DELETE FROM workflow_session_vars WHERE workspace_id = ? AND env = ? "
+                "AND run_id = ? AND keep_until IS NULL",
+                (ws, env, op.run_id),
+            )
+        elif isinstance(op, InsertOutbox):
+            conn.execute(
+                "INSERT INTO mirror_outbox (run_id, kind, payload, created_at, workspace_id, env)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                (op.run_id, op.kind, serde.encode(op.payload).decode(),
+                 format_ts(op.created_at), ws, env),
+            )
+        else:  # pragma: no cover - a new Op type without SQL is a programming error
+            raise TypeError(f"the SQLite adapter cannot apply {type(op).__name__}")
+
+    # -- reads -----------------------------------------------------------------
+
+    async def get_run(self, run_id: str) -> RunInfo | None:
+        def q(conn: sqlite3.Connection) -> RunInfo | None:
+            row = conn.execute(
+                f"SELECT {_RUN_COLUMNS} FROM workflow_runs "
+                "WHERE id = ? AND workspace_id = ? AND env = ?",
+                (run_id, self.workspace_id, self.env),
+            ).fetchone()
+            return _run(row) if row else None
+
+        return await self._call(q)
+
+    async def list_runs(self, *, status: str | None = None, template_id: str | None = None,
+                        since: datetime | None = None, limit: int = 50) -> list[RunInfo]:
+        where = ["workspace_id = ?", "env = ?"]
+        args: list[Any] = [self.workspace_id, self.env]
+        if status is not None:
+            where.append("status = ?")
+            args.append(status)
+        if template_id is not None:
+            where.append("template_id = ?")
+            args.append(template_id)
+        if since is not None:
+            where.append("started_at >= ?")
+            args.append(format_ts(since))
+        args.append(int(limit))
+        sql = (f"SELECT {_RUN_COLUMNS} FROM workflow_runs WHERE {' AND '.join(where)} "
+               "ORDER BY started_at DESC, id LIMIT ?")
+        return await self._call(lambda conn: [_run(r) for r in conn.execute(sql, args)])
+
+    async def list_events(self, run_id: str, *, after_id: int = 0) -> list[RunEvent]:
+        def q(conn: sqlite3.Connection) -> list[RunEvent]:
+            rows = conn.execute(
+                "SELECT e.id, e.run_id, e.event_type, e.node_id, e.payload_json, e.created_at "
+                "FROM workflow_run_events e JOIN workflow_runs r ON r.id = e.run_id "
+                "WHERE e.run_id = ? AND r.workspace_id = ? AND r.env = ? AND e.id > ? "
+                "ORDER BY e.id",
+                (run_id, self.workspace_id, self.env, after_id),
+            )
+            return [
+                RunEvent(id=r[0], run_id=r[1], event_type=r[2], node_id=r[3],
+                         payload_json=_json(r[4]), created_at=parse_ts(r[5]))
+                for r in rows
+            ]
+
+        return await self._call(q)
+
+    async def list_waits(self, run_id: str) -> list[WaitRecord]:
+        return await self._call(lambda conn: [
+            _wait(r) for r in conn.execute(
+                "SELECT run_id, node_id, event, deadline, created_at FROM workflow_waits "
+                "WHERE run_id = ? AND workspace_id = ? AND env = ? ORDER BY created_at",
+                (run_id, self.workspace_id, self.env))
+        ])
+
+    async def due_waits(self, now: datetime, *, limit: int = 100) -> list[WaitRecord]:
+        return await self._call(lambda conn: [
+            _wait(r) for r in conn.execute(
+                "SELECT run_id, node_id, event, deadline, created_at FROM workflow_waits "
+                "WHERE workspace_id = ? AND env = ? AND deadline IS NOT NULL AND deadline <= ? "
+                "ORDER BY deadline LIMIT ?",
+                (self.workspace_id, self.env, format_ts(now), int(limit)))
+        ])
+
+    async def next_deadline(self) -> datetime | None:
+        row = await self._call(lambda conn: conn.execute(
+            "SELECT min(deadline) FROM workflow_waits WHERE workspace_id = ? AND env = ? "
+            "AND deadline IS NOT NULL", (self.workspace_id, self.env)).fetchone())
+        return _ts(row[0]) if row else None
+
+    async def find_signal(self, run_id: str, event: str) -> SignalRecord | None:
+        row = await self._call(lambda conn: conn.execute(
+            "SELECT id, run_id, event, payload_json, created_at FROM workflow_signals "
+            "WHERE run_id = ? AND event = ? AND workspace_id = ? AND env = ? "
+            "ORDER BY id LIMIT 1", (run_id, event, self.workspace_id, self.env)).fetchone())
+        if row is None:
+            return None
+        return SignalRecord(id=row[0], run_id=row[1], event=row[2], payload=_json(row[3]),
+                            created_at=parse_ts(row[4]))
+
+    async def session_get(self, session_id: str, key: str, *, now: datetime | None = None
+                          ) -> Any:
+        row = await self._call(lambda conn: conn.execute(
+            "SELECT value_json, keep_until FROM workflow_session_vars "
+            "WHERE workspace_id = ? AND env = ? AND session_id = ? AND key = ?",
+            (self.workspace_id, self.env, session_id, key)).fetchone())
+        if row is None:
+            return None
+        if now is not None and row[1] is not None and parse_ts(row[1]) <= now:
+            return None
+        return _json(row[0])
+
+    # -- read-modify-writes ----------------------------------------------------
+
+    async def claim_runs(self, runner_id: str, *, pool: str | None, now: datetime,
+                         lease_until: datetime, limit: int = 1) -> list[RunInfo]:
+        def claim(conn: sqlite3.Connection) -> list[RunInfo]:
+            rows = conn.execute(
+                "UPDATE workflow_runs SET claim_state = 'running', status = 'running', "
+                "claim_attempts = claim_attempts + 1, leased_by = ?, lease_until = ?, "
+                "last_heartbeat = ? WHERE id IN ("
+                "  SELECT id FROM workflow_runs WHERE claim_state = 'queued' "
+                "  AND workspace_id = ? AND env = ? AND (runner_pool IS NULL OR runner_pool = ?)"
+                "  ORDER BY started_at LIMIT ?"
+                f") RETURNING {_RUN_COLUMNS}",
+                (runner_id, format_ts(lease_until), format_ts(now), self.workspace_id,
+                 self.env, pool, int(limit)),
+            ).fetchall()
+            return [_run(r) for r in rows]
+
+        result: list[RunInfo] = await self._write(claim)
+        return result
+
+    async def expire_old_leases(self, now: datetime, reason: str = "runner_lost"
+                                ) -> list[SweepResult]:
+        ts = format_ts(now)
+
+        def sweep(conn: sqlite3.Connection) -> list[SweepResult]:
+            rows = conn.execute(
+                "UPDATE workflow_runs SET "
+                "status = CASE WHEN claim_attempts < max_claim_attempts "
+                "  THEN 'queued' ELSE 'error' END, "
+                "claim_state = CASE WHEN claim_attempts < max_claim_attempts "
+                "  THEN 'queued' ELSE 'abandoned' END, "
+                "error = CASE WHEN claim_attempts < max_claim_attempts THEN error ELSE ? END, "
+                "completed_at = CASE WHEN claim_attempts < max_claim_attempts "
+                "  THEN completed_at ELSE ? END, "
+                "lease_until = CASE WHEN claim_attempts < max_claim_attempts "
+                "  THEN NULL ELSE lease_until END "
+                "WHERE workspace_id = ? AND env = ? AND lease_until IS NOT NULL "
+                "AND lease_until < ? AND status IN ('running', 'paused') "
+                "RETURNING id, leased_by, claim_state",
+                (reason, ts, self.workspace_id, self.env, ts),
+            ).fetchall()
+            results = [
+                SweepResult(run_id=r[0], leased_by=r[1],
+                            action="requeued" if r[2] == "queued" else "abandoned")
+                for r in rows
+            ]
+            conn.executemany(
+                "INSERT INTO workflow_run_events (run_id, event_type, node_id, payload_json, "
+                "created_at) VALUES (?, 'runner_lost', NULL, ?, ?)",
+                [(r.run_id, serde.encode({"leased_by": r.leased_by, "action": r.action,
+                                          "reason": reason}).decode(), ts) for r in results],
+            )
+            return results
+
+        result: list[SweepResult] = await self._write(sweep)
+        return result
+
+    async def ensure_definition(self, name: str, version: int, code_hash: str,
+                                *, now: datetime) -> str:
+        def ensure(conn: sqlite3.Connection) -> str:
+            conn.execute(
+                "INSERT INTO workflow_definitions (id, workspace_id, env, name, version, "
+                "code_hash, created_at) VALUES (?, ?, ?, ?, ?, ?, ?) "
+                "ON CONFLICT (workspace_id, env, name, version) DO NOTHING",
+                (str(uuid.uuid4()), self.workspace_id, self.env, name, version, code_hash,
+                 format_ts(now)),
+            )
+            row = conn.execute(
+                "SELECT id FROM workflow_definitions WHERE workspace_id = ? AND env = ? "
+                "AND name = ? AND version = ?", (self.workspace_id, self.env, name, version),
+            ).fetchone()
+            return str(row[0])
+
+        result: str = await self._write(ensure)
+        return result
+
+    async def get_definition(self, definition_id: str) -> DefinitionRecord | None:
+        row = await self._call(lambda conn: conn.execute(
+            "SELECT id, name, version, code_hash, created_at FROM workflow_definitions "
+            "WHERE id = ? AND workspace_id = ? AND env = ?",
+            (definition_id, self.workspace_id, self.env)).fetchone())
+        if row is None:
+            return None
+        return DefinitionRecord(id=row[0], name=row[1], version=row[2], code_hash=row[3],
+                                created_at=parse_ts(row[4]))
+
+    async def expire_session_vars(self, now: datetime) -> int:
+        def gc(conn: sqlite3.Connection) -> int:
+            cur = conn.execute(
+                "DELETE FROM workflow_session_vars WHERE workspace_id = ? AND env = ? "
+                "AND keep_until IS NOT NULL AND keep_until <= ?",
+                (self.workspace_id, self.env, format_ts(now)),
+            )
+            return int(cur.rowcount)
+
+        result: int = await self._write(gc)
+        return result
+
+    async def get_secret(self, key_id: str, *, now: datetime, create: bool = True
+                         ) -> str | None:
+        def get(conn: sqlite3.Connection) -> str | None:
+            row = conn.execute(
+                "SELECT secret FROM starflow_keys WHERE workspace_id = ? AND env = ? "
+                "AND key_id = ?", (self.workspace_id, self.env, key_id)).fetchone()
+            if row is not None or not create:
+                return row[0] if row else None
+            import secrets
+
+            conn.execute(
+                "INSERT OR IGNORE INTO starflow_keys (workspace_id, env, key_id, secret, "
+                "created_at) VALUES (?, ?, ?, ?, ?)",
+                (self.workspace_id, self.env, key_id, secrets.token_hex(32), format_ts(now)),
+            )
+            row = conn.execute(
+                "SELECT secret FROM starflow_keys WHERE workspace_id = ? AND env = ? "
+                "AND key_id = ?", (self.workspace_id, self.env, key_id)).fetchone()
+            return str(row[0])
+
+        result: str | None = await self._write(get)
+        return result
+
+
+def _wait(row: sqlite3.Row) -> WaitRecord:
+    return WaitRecord(run_id=row[0], node_id=row[1], event=row[2], deadline=_ts(row[3]),
+                      created_at=parse_ts(row[4]))
+
+
+def _split_sql(script: str) -> list[str]:
+    """Split a migration into statements (no semicolons inside our literals)."""
+    lines = [ln for ln in script.splitlines() if not ln.strip().startswith("--")]
+    return [s.strip() for s in "\n".join(lines).split(";") if s.strip()]

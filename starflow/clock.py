@@ -1,0 +1,70 @@
+"""The one seam through which the runtime reads time.
+
+Nothing else in ``starflow`` calls ``time.time()``, ``datetime.now()`` or
+``anyio.sleep()``: the engine, heartbeat, sweep and timers all go through a
+:class:`Clock`, so tests can substitute ``starflow_testing.FakeClock``.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Protocol, runtime_checkable
+
+import anyio
+
+__all__ = ["Clock", "SystemClock", "format_ts", "parse_ts"]
+
+_TS_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
+
+
+@runtime_checkable
+class Clock(Protocol):
+    """Source of time for the runtime."""
+
+    def now(self) -> datetime:
+        """Current time, timezone-aware UTC."""
+        ...
+
+    async def sleep(self, seconds: float) -> None:
+        """Suspend the calling task for ``seconds`` of this clock's time."""
+        ...
+
+    async def sleep_until(self, deadline: datetime) -> None:
+        """Suspend the calling task until ``deadline`` on this clock."""
+        ...
+
+
+class SystemClock:
+    """Wall-clock time and real sleeps."""
+
+    def now(self) -> datetime:
+        return datetime.now(UTC)
+
+    async def sleep(self, seconds: float) -> None:
+        await anyio.sleep(max(0.0, seconds))
+
+    async def sleep_until(self, deadline: datetime) -> None:
+        await anyio.sleep(max(0.0, (deadline - self.now()).total_seconds()))
+
+
+def format_ts(ts: datetime) -> str:
+    """Render a timestamp in the one fixed text format used for SQLite and payloads.
+
+    Always UTC, always microseconds, so text order is time order.
+    """
+    if ts.tzinfo is None:
+        raise ValueError(f"naive datetime {ts!r}: starflow stores timezone-aware UTC times only")
+    return ts.astimezone(UTC).strftime(_TS_FORMAT)
+
+
+def parse_ts(text: str) -> datetime:
+    """Parse a timestamp written by :func:`format_ts` (or any ISO-8601 string)."""
+    if text.endswith("Z") and len(text) == 27:
+        return datetime.strptime(text, _TS_FORMAT).replace(tzinfo=UTC)
+    parsed = datetime.fromisoformat(text)
+    return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
+
+
+def seconds(delta: timedelta | float) -> float:
+    """A duration in seconds, accepting a ``timedelta`` or a number."""
+    return delta.total_seconds() if isinstance(delta, timedelta) else float(delta)

@@ -1,0 +1,95 @@
+"""Runtime configuration: a frozen, validated msgspec Struct."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Literal
+
+import msgspec
+
+from .errors import ConfigError
+
+__all__ = ["StarflowConfig"]
+
+
+class StarflowConfig(msgspec.Struct, frozen=True, kw_only=True):
+    """Timing and behaviour of the runtime. Defaults are the state model's numbers.
+
+    Attributes:
+        lease_ttl: How long a runner's lease lasts without a refresh (30 s).
+        heartbeat_interval: How often a running engine refreshes its lease (10 s).
+            Must be shorter than ``lease_ttl``.
+        sweep_interval: How often the lease sweep runs (30 s).
+        max_claim_attempts: Claims a run may use before an expired lease abandons
+            it instead of requeueing it (3).
+        poll_interval: How often workers and the timer loop poll when nothing
+            notifies them (1 s).
+        wake_keys: HMAC keys for wake tokens, ``{key_id: secret}``. The first key
+            signs; all of them verify (rotation). Empty: a per-database key is
+            generated and stored on first use.
+        wake_token_ttl: Lifetime of a wake token when the wait has no deadline (30 days).
+        sqlite_synchronous: SQLite ``PRAGMA synchronous`` for durable commits.
+        postgres_synchronous_commit: Postgres ``synchronous_commit`` for durable commits.
+        storage_retries: How many times a failed boundary write is retried
+            before the runner gives up on the run (the sweep then recovers it).
+        session_var_gc_interval: How often maintenance deletes expired session vars.
+        outbox_retention: How long applied ``mirror_outbox`` rows are kept.
+        drift_sweep_interval: How often the warm tier is hash-compared with cold.
+    """
+
+    lease_ttl: timedelta = timedelta(seconds=30)
+    heartbeat_interval: timedelta = timedelta(seconds=10)
+    sweep_interval: timedelta = timedelta(seconds=30)
+    max_claim_attempts: int = 3
+    poll_interval: timedelta = timedelta(seconds=1)
+    wake_keys: dict[str, str] = msgspec.field(default_factory=dict)
+    wake_token_ttl: timedelta = timedelta(days=30)
+    sqlite_synchronous: Literal["FULL", "NORMAL", "OFF", "EXTRA"] = "FULL"
+    postgres_synchronous_commit: Literal["on", "off", "local", "remote_write", "remote_apply"] = (
+        "on"
+    )
+    storage_retries: int = 3
+    session_var_gc_interval: timedelta = timedelta(seconds=60)
+    outbox_retention: timedelta = timedelta(hours=1)
+    drift_sweep_interval: timedelta = timedelta(seconds=30)
+
+    def __post_init__(self) -> None:
+        problems: list[str] = []
+        for name in (
+            "lease_ttl",
+            "heartbeat_interval",
+            "sweep_interval",
+            "poll_interval",
+            "wake_token_ttl",
+            "session_var_gc_interval",
+            "outbox_retention",
+            "drift_sweep_interval",
+        ):
+            value: timedelta = getattr(self, name)
+            if not isinstance(value, timedelta):
+                problems.append(f"{name} must be a timedelta, got {value!r}")
+            elif value <= timedelta(0):
+                problems.append(f"{name} must be positive: {value.total_seconds():g} s")
+        if (
+            isinstance(self.heartbeat_interval, timedelta)
+            and isinstance(self.lease_ttl, timedelta)
+            and self.heartbeat_interval >= self.lease_ttl
+        ):
+            problems.append(
+                f"heartbeat_interval must be < lease_ttl: "
+                f"{self.heartbeat_interval.total_seconds():g} s >= "
+                f"{self.lease_ttl.total_seconds():g} s"
+            )
+        if self.max_claim_attempts < 1:
+            problems.append(f"max_claim_attempts must be >= 1: {self.max_claim_attempts}")
+        if self.storage_retries < 0:
+            problems.append(f"storage_retries must be >= 0: {self.storage_retries}")
+        for key_id, secret in self.wake_keys.items():
+            if not key_id or ":" in key_id or "." in key_id:
+                problems.append(f"wake key id {key_id!r} must be non-empty without ':' or '.'")
+            if len(secret) < 16:
+                problems.append(f"wake key {key_id!r} is too short: use at least 16 characters")
+        if problems:
+            raise ConfigError(
+                f"invalid StarflowConfig ({len(problems)} problem(s)): " + "; ".join(problems)
+            )

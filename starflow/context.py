@@ -1,0 +1,184 @@
+"""The workflow context: run identity plus user variables, and the contextvar
+that tells decorated functions whether they run inside a workflow.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from contextvars import ContextVar
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from .errors import ReservedKeyError, StarflowError
+
+if TYPE_CHECKING:
+    from .engine import Engine
+
+__all__ = [
+    "RESERVED_KEYS",
+    "RESERVED_PREFIX",
+    "Variables",
+    "WorkflowContext",
+    "context",
+    "current_engine",
+    "current_node",
+]
+
+RESERVED_PREFIX = "__celestial"
+WAIT_KEY = "__celestialWait"
+CHECKOUT_KEY = "__celestialCheckout"
+LEASES_KEY = "__celestialLeases"
+IDEMPOTENCY_KEY = "__celestialIdempotency"
+RESERVED_KEYS = (WAIT_KEY, CHECKOUT_KEY, LEASES_KEY, IDEMPOTENCY_KEY)
+
+
+class Variables(dict[str, Any]):
+    """A dict that refuses user writes to the engine's ``__celestial`` namespace."""
+
+    run_id: str | None = None
+
+    def _check(self, key: object) -> None:
+        if isinstance(key, str) and key.startswith(RESERVED_PREFIX):
+            raise ReservedKeyError(key, run_id=self.run_id)
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        self._check(key)
+        super().__setitem__(key, value)
+
+    def __delitem__(self, key: str) -> None:
+        self._check(key)
+        super().__delitem__(key)
+
+    def setdefault(self, key: str, default: Any = None) -> Any:
+        self._check(key)
+        return super().setdefault(key, default)
+
+    def update(self, *args: Any, **kwargs: Any) -> None:  # type: ignore[override]
+        incoming = dict(*args, **kwargs)
+        for key in incoming:
+            self._check(key)
+        super().update(incoming)
+
+    def __ior__(self, other: Any) -> Variables:  # type: ignore[override]
+        self.update(other)
+        return self
+
+    def pop(self, key: str, *default: Any) -> Any:  # type: ignore[override]
+        self._check(key)
+        return super().pop(key, *default)
+
+    def _engine_set(self, key: str, value: Any) -> None:
+        """Write any key, reserved ones included (engine use only)."""
+        dict.__setitem__(self, key, value)
+
+    def _engine_pop(self, key: str) -> Any:
+        return dict.pop(self, key, None)
+
+
+def _variables(items: Mapping[str, Any] | Iterable[tuple[str, Any]] = ()) -> Variables:
+    v = Variables()
+    dict.update(v, items)
+    return v
+
+
+class WorkflowContext(msgspec.Struct, kw_only=True):
+    """What a running workflow knows about itself; its snapshot is the checkpoint.
+
+    Attributes:
+        run_id: The run's id (``workflow_runs.id``).
+        workflow: The workflow's registered name (``workflow_runs.template_id``).
+        version: The workflow definition's version.
+        workspace_id: Tenant scope.
+        env: Environment scope.
+        variables: User variables. ``variables["phase"]`` (or ``ctx.phase``) is
+            recorded as ``phase`` events when it changes. Keys starting with
+            ``__celestial`` are reserved for the engine.
+    """
+
+    run_id: str
+    workflow: str
+    version: int = 1
+    workspace_id: str = "celestial"
+    env: str = "prod"
+    variables: dict[str, Any] = msgspec.field(default_factory=Variables)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.variables, Variables):
+            self.variables = _variables(self.variables)
+        self.variables.run_id = self.run_id  # type: ignore[attr-defined]
+
+    @property
+    def phase(self) -> Any:
+        """The run's current phase (``variables["phase"]``)."""
+        return self.variables.get("phase")
+
+    @phase.setter
+    def phase(self, value: Any) -> None:
+        self.variables["phase"] = value
+
+    def set(self, key: str, value: Any) -> None:
+        """Set a user variable (``ReservedKeyError`` for ``__celestial…`` keys)."""
+        self.variables[key] = value
+
+    @property
+    def node_id(self) -> str | None:
+        """Inside a step: the step's node id (``step:charge#1``); else ``None``."""
+        return current_node.get()
+
+    @property
+    def idempotency_key(self) -> str:
+        """A key stable across retries and replays: ``run_id:node_id`` inside a step.
+
+        Pass it to external systems (payment APIs, emails) so that a step re-run
+        after a crash does not act twice.
+        """
+        node = current_node.get()
+        return f"{self.run_id}:{node}" if node else self.run_id
+
+    @property
+    def wake_token(self) -> str | None:
+        """The wake token of the wait the run is paused on, if any."""
+        wait = self.variables.get(WAIT_KEY)
+        return wait.get("wake_token") if isinstance(wait, dict) else None
+
+    def snapshot(self) -> dict[str, Any]:
+        """The JSON-ready snapshot stored as ``checkpoint_json``."""
+        return {
+            "run_id": self.run_id,
+            "workflow": self.workflow,
+            "version": self.version,
+            "workspace_id": self.workspace_id,
+            "env": self.env,
+            "variables": dict(self.variables),
+        }
+
+    @classmethod
+    def from_snapshot(cls, data: Mapping[str, Any]) -> WorkflowContext:
+        return cls(
+            run_id=data["run_id"],
+            workflow=data["workflow"],
+            version=data.get("version", 1),
+            workspace_id=data.get("workspace_id", "celestial"),
+            env=data.get("env", "prod"),
+            variables=_variables(data.get("variables") or {}),
+        )
+
+
+current_engine: ContextVar[Engine | None] = ContextVar("starflow_engine", default=None)
+current_node: ContextVar[str | None] = ContextVar("starflow_node", default=None)
+
+
+def context() -> WorkflowContext:
+    """The :class:`WorkflowContext` of the workflow run executing this code.
+
+    Raises:
+        StarflowError: when called outside a workflow run.
+    """
+    engine = current_engine.get()
+    if engine is None:
+        raise StarflowError(
+            "starflow.context() called outside a workflow run: call it from a @workflow "
+            "function or a @step it runs"
+        )
+    return engine.ctx

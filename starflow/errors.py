@@ -1,0 +1,217 @@
+"""Every error starflow raises.
+
+All of them derive from :class:`StarflowError`, carry the ``run_id`` and
+``node_id`` they concern (``None`` when not applicable), and say what to do::
+
+    StarflowError
+    ├── ConfigError               invalid configuration or URL
+    ├── WorkflowDefinitionError   a function that is not a valid workflow / step
+    ├── SerializationError        a value that cannot be stored as JSON
+    ├── ReservedKeyError          a write to a ``__celestial…`` context key
+    ├── NonDeterminismError       replayed code diverged from the recorded history
+    ├── WaitTimeout               a ``wait_for`` deadline passed before its signal
+    ├── StepFailed                a step raised past its last retry
+    ├── LeaseLostError            another runner (or a cancel) took the run
+    ├── RunNotFound               no run with that id in this workspace
+    ├── RunFinished               a signal / resume / cancel for an ended run
+    ├── RunCancelled              the run was cancelled
+    ├── InvalidWakeToken          a forged, expired or used wake token
+    ├── WorkflowFailed            ``Starflow.result`` of a run that ended in error
+    └── StorageError              the database failed (driver errors are wrapped)
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ConfigError",
+    "InvalidWakeToken",
+    "LeaseLostError",
+    "NonDeterminismError",
+    "ReservedKeyError",
+    "RunCancelled",
+    "RunFinished",
+    "RunNotFound",
+    "SerializationError",
+    "StarflowError",
+    "StepFailed",
+    "StorageError",
+    "WaitTimeout",
+    "WorkflowDefinitionError",
+    "WorkflowFailed",
+]
+
+
+class StarflowError(Exception):
+    """Root of every starflow error.
+
+    Attributes:
+        run_id: The run concerned, if any.
+        node_id: The node (step, wait, sleep) concerned, if any.
+    """
+
+    def __init__(
+        self, message: str, *, run_id: str | None = None, node_id: str | None = None
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.run_id = run_id
+        self.node_id = node_id
+
+    def __reduce__(self) -> tuple[object, ...]:  # keep picklable with keyword args
+        return (_rebuild, (type(self), self.message, dict(self.__dict__)))
+
+
+def _rebuild(cls: type[StarflowError], message: str, state: dict[str, object]) -> StarflowError:
+    err = cls.__new__(cls)
+    Exception.__init__(err, message)
+    err.__dict__.update(state)
+    return err
+
+
+class ConfigError(StarflowError):
+    """A configuration value, URL or option is invalid."""
+
+
+class WorkflowDefinitionError(StarflowError):
+    """A function is not a valid workflow or step, or is not registered."""
+
+
+class SerializationError(StarflowError):
+    """A value cannot be encoded to, or decoded from, the JSON stored in the database."""
+
+
+class ReservedKeyError(StarflowError):
+    """User code wrote a context variable in the engine's ``__celestial`` namespace."""
+
+    def __init__(self, key: str, *, run_id: str | None = None) -> None:
+        super().__init__(
+            f"context variable {key!r} is reserved: keys starting with '__celestial' belong "
+            "to the engine; rename it",
+            run_id=run_id,
+        )
+        self.key = key
+
+
+class NonDeterminismError(StarflowError):
+    """Replayed workflow code did not match the recorded history.
+
+    Attributes:
+        recorded: What the history holds at this node.
+        current: What the code did this time.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        run_id: str | None = None,
+        node_id: str | None = None,
+        recorded: str | None = None,
+        current: str | None = None,
+    ) -> None:
+        super().__init__(message, run_id=run_id, node_id=node_id)
+        self.recorded = recorded
+        self.current = current
+
+
+class WaitTimeout(StarflowError):
+    """A ``wait_for`` with a timeout reached its deadline before a signal came."""
+
+
+class StepFailed(StarflowError):
+    """A step raised an exception past its last retry.
+
+    The same error is raised live and on replay, so workflow code that catches
+    it behaves identically both times.
+
+    Attributes:
+        error_type: Qualified name of the original exception type.
+        error_message: ``str()`` of the original exception.
+        attempts: How many attempts were made.
+    """
+
+    def __init__(
+        self,
+        error_type: str,
+        error_message: str,
+        *,
+        run_id: str | None = None,
+        node_id: str | None = None,
+        attempts: int = 1,
+    ) -> None:
+        super().__init__(
+            f"step {node_id} failed after {attempts} attempt(s): {error_type}: {error_message}",
+            run_id=run_id,
+            node_id=node_id,
+        )
+        self.error_type = error_type
+        self.error_message = error_message
+        self.attempts = attempts
+
+
+class LeaseLostError(StarflowError):
+    """This runner no longer holds the run's lease; it stopped driving the run."""
+
+
+class RunNotFound(StarflowError):
+    """No run with this id exists in the adapter's workspace and environment."""
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__(
+            f"run {run_id} not found in this workspace/env: check the id, the database URL "
+            "and the workspace_id/env the app was opened with",
+            run_id=run_id,
+        )
+
+
+class RunFinished(StarflowError):
+    """A signal, resume or cancel reached a run that has already ended.
+
+    Attributes:
+        status: The run's final status.
+    """
+
+    def __init__(self, run_id: str, status: str, action: str) -> None:
+        super().__init__(
+            f"cannot {action} run {run_id}: it has already ended with status {status!r}",
+            run_id=run_id,
+        )
+        self.status = status
+
+
+class RunCancelled(StarflowError):
+    """The run was cancelled with ``Starflow.cancel``."""
+
+
+class InvalidWakeToken(StarflowError):
+    """A wake token failed verification; nothing was written.
+
+    Attributes:
+        reason: One of ``malformed``, ``bad_signature``, ``unknown_key``,
+            ``expired``, ``wrong_workspace``, ``already_used``, ``wrong_wait``,
+            ``not_found``.
+    """
+
+    def __init__(
+        self, reason: str, detail: str, *, run_id: str | None = None, node_id: str | None = None
+    ) -> None:
+        super().__init__(f"invalid wake token ({reason}): {detail}", run_id=run_id, node_id=node_id)
+        self.reason = reason
+
+
+class WorkflowFailed(StarflowError):
+    """``Starflow.result`` of a run that ended with status ``error`` or ``cancelled``.
+
+    Attributes:
+        status: ``error`` or ``cancelled``.
+        error: The error message stored on the run row.
+    """
+
+    def __init__(self, run_id: str, status: str, error: str | None) -> None:
+        super().__init__(f"run {run_id} ended with status {status!r}: {error}", run_id=run_id)
+        self.status = status
+        self.error = error
+
+
+class StorageError(StarflowError):
+    """The database failed; the driver's exception is chained as ``__cause__``."""

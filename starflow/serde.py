@@ -1,0 +1,79 @@
+"""JSON codec for everything starflow stores: msgspec, decoding by annotation.
+
+Values go into the database as JSON. Anything msgspec can encode is accepted
+(builtins, dataclasses, msgspec Structs, attrs classes, enums, datetimes,
+UUIDs, Decimals…); on the way back a value is converted to the annotated type,
+so a step annotated ``-> Receipt`` returns a ``Receipt``, not a dict.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any, TypeVar
+
+import msgspec
+
+from .errors import SerializationError
+
+__all__ = ["args_hash", "convert", "decode", "encode", "to_builtins"]
+
+T = TypeVar("T")
+
+_encoder = msgspec.json.Encoder(order="deterministic")
+_decoder = msgspec.json.Decoder()
+
+
+def to_builtins(value: Any, *, what: str, run_id: str | None = None,
+                node_id: str | None = None) -> Any:
+    """Convert ``value`` to JSON-compatible builtins, or raise :class:`SerializationError`."""
+    try:
+        return msgspec.to_builtins(value, order="deterministic")
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise SerializationError(
+            f"{what} cannot be stored as JSON: {exc}. Use builtins, dataclasses, "
+            "msgspec Structs or other msgspec-supported types",
+            run_id=run_id,
+            node_id=node_id,
+        ) from exc
+
+
+def encode(value: Any, *, what: str = "value", run_id: str | None = None,
+           node_id: str | None = None) -> bytes:
+    """Encode ``value`` as deterministic JSON bytes."""
+    try:
+        return _encoder.encode(value)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise SerializationError(
+            f"{what} cannot be stored as JSON: {exc}. Use builtins, dataclasses, "
+            "msgspec Structs or other msgspec-supported types",
+            run_id=run_id,
+            node_id=node_id,
+        ) from exc
+
+
+def decode(data: bytes | str, *, what: str = "stored value") -> Any:
+    """Decode JSON to builtins."""
+    try:
+        return _decoder.decode(data)
+    except msgspec.DecodeError as exc:
+        raise SerializationError(f"{what} is not valid JSON: {exc}") from exc
+
+
+def convert(value: Any, type_: Any, *, what: str = "stored value",
+            run_id: str | None = None, node_id: str | None = None) -> Any:
+    """Convert decoded builtins to ``type_`` (``Any`` / missing annotation: unchanged)."""
+    if type_ is Any or type_ is None or type_ is type(None) and value is None:
+        return value
+    try:
+        return msgspec.convert(value, type_, strict=False)
+    except (msgspec.ValidationError, TypeError) as exc:
+        raise SerializationError(
+            f"{what} does not match the annotated type {type_!r}: {exc}",
+            run_id=run_id,
+            node_id=node_id,
+        ) from exc
+
+
+def args_hash(args: Any) -> str:
+    """Stable short hash of already-converted step arguments."""
+    return hashlib.sha256(_encoder.encode(args)).hexdigest()[:16]

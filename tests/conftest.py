@@ -1,0 +1,90 @@
+"""Shared fixtures: the anyio backend and the adapter matrix."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from starflow.adapters import adapter_from_url
+from starflow.adapters.base import WorkflowStateAdapter
+
+POSTGRES_URL = os.environ.get(
+    "STARFLOW_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test"
+)
+#: Set in CI: a missing PostgreSQL fails the suite instead of skipping.
+REQUIRE_POSTGRES = bool(os.environ.get("STARFLOW_REQUIRE_POSTGRES"))
+
+_pg_checked: bool | None = None
+
+
+def postgres_available() -> bool:
+    """Whether the test PostgreSQL answers (checked once per session)."""
+    global _pg_checked
+    if _pg_checked is None:
+        import socket
+
+        try:
+            with socket.create_connection(("127.0.0.1", 5432), timeout=1):
+                _pg_checked = True
+        except OSError:
+            _pg_checked = False
+    return _pg_checked
+
+
+def require_postgres() -> None:
+    """Skip (locally) or fail (in CI) when PostgreSQL is not reachable."""
+    if postgres_available():
+        return
+    if REQUIRE_POSTGRES:
+        pytest.fail(f"PostgreSQL is required in CI but not reachable at {POSTGRES_URL}")
+    pytest.skip(f"no PostgreSQL at {POSTGRES_URL} (set STARFLOW_TEST_POSTGRES_URL)")
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def adapter_url(kind: str, tmp_path: Path) -> str:
+    if kind == "memory":
+        return "memory://"
+    if kind == "sqlite":
+        return f"sqlite:///{tmp_path / 'starflow.db'}"
+    if kind == "postgres":
+        require_postgres()
+        return POSTGRES_URL
+    if kind == "null":
+        return "null://"
+    raise ValueError(kind)
+
+
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
+def adapter_kind(request: pytest.FixtureRequest) -> str:
+    """Every durable adapter kind."""
+    return str(request.param)
+
+
+@pytest.fixture
+def workspace_id() -> str:
+    """A fresh tenant per test: isolation on a shared PostgreSQL comes from tenancy."""
+    return f"ws-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def db_url(adapter_kind: str, tmp_path: Path) -> str:
+    return adapter_url(adapter_kind, tmp_path)
+
+
+@pytest.fixture
+async def adapter(db_url: str, workspace_id: str) -> AsyncIterator[WorkflowStateAdapter]:
+    """An open adapter of each durable kind, scoped to a fresh workspace."""
+    a = adapter_from_url(db_url, workspace_id=workspace_id)
+    await a.open()
+    try:
+        yield a
+    finally:
+        await a.close()
