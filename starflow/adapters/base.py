@@ -23,6 +23,7 @@ from typing import Any
 
 import msgspec
 
+from ..clock import Clock
 from ..context import WorkflowContext
 
 __all__ = [
@@ -319,6 +320,17 @@ class WorkflowStateAdapter(abc.ABC):
 
     async def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections."""
+
+    async def migrate(self) -> list[int]:
+        """Apply pending migrations; return the versions applied (none by default)."""
+        return []
+
+    async def wait_for_work(self, clock: Clock, timeout: float) -> None:
+        """Return when queued runs may be claimable, or after ``timeout`` clock seconds.
+
+        The default polls; PostgreSQL overrides it with ``LISTEN/NOTIFY``.
+        """
+        await clock.sleep(timeout)
 
     async def __aenter__(self) -> WorkflowStateAdapter:
         await self.open()
@@ -668,6 +680,12 @@ class DelegatingAdapter(WorkflowStateAdapter):
 
     async def close(self) -> None:
         await self.inner.close()
+
+    async def migrate(self) -> list[int]:
+        return await self.inner.migrate()
+
+    async def wait_for_work(self, clock: Clock, timeout: float) -> None:
+        await self.inner.wait_for_work(clock, timeout)
 
     async def execute(self, unit: Unit) -> bool:
         return await self.inner.execute(unit)
