@@ -17,6 +17,7 @@ All of them derive from :class:`StarflowError`, carry the ``run_id`` and
     ├── RunCancelled              the run was cancelled
     ├── InvalidWakeToken          a forged, expired or used wake token
     ├── WorkflowFailed            ``Starflow.result`` of a run that ended in error
+    ├── ResultTimeout             ``Starflow.result(timeout=…)`` gave up waiting
     └── StorageError              the database failed (driver errors are wrapped)
 """
 
@@ -28,6 +29,7 @@ __all__ = [
     "LeaseLostError",
     "NonDeterminismError",
     "ReservedKeyError",
+    "ResultTimeout",
     "RunCancelled",
     "RunFinished",
     "RunNotFound",
@@ -211,6 +213,10 @@ class WorkflowFailed(StarflowError):
         super().__init__(f"run {run_id} ended with status {status!r}: {error}", run_id=run_id)
         self.status = status
         self.error = error
+
+
+class ResultTimeout(StarflowError, TimeoutError):
+    """``Starflow.result`` waited ``timeout`` and the run had not ended; it goes on."""
 
 
 class StorageError(StarflowError):

@@ -1,0 +1,76 @@
+"""starflow: durable execution for Python.
+
+Write workflows as ``async def`` functions decorated with :func:`workflow`;
+mark the calls worth recording with :func:`step`; pause durably with
+:func:`wait_for` and :func:`sleep`. Open a database with :class:`Starflow`.
+"""
+
+from __future__ import annotations
+
+from .adapters.base import RunEvent, RunInfo, WorkflowStateAdapter
+from .app import Starflow
+from .clock import Clock, SystemClock
+from .config import StarflowConfig
+from .context import WorkflowContext, context
+from .decorators import RetryPolicy, step, workflow
+from .errors import (
+    ConfigError,
+    InvalidWakeToken,
+    LeaseLostError,
+    NonDeterminismError,
+    ReservedKeyError,
+    ResultTimeout,
+    RunCancelled,
+    RunFinished,
+    RunNotFound,
+    SerializationError,
+    StarflowError,
+    StepFailed,
+    StorageError,
+    WaitTimeout,
+    WorkflowDefinitionError,
+    WorkflowFailed,
+)
+from .runner import RunHandle
+from .session import session_get, session_set
+from .waits import now, sleep, wait_for
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Clock",
+    "ConfigError",
+    "InvalidWakeToken",
+    "LeaseLostError",
+    "NonDeterminismError",
+    "ReservedKeyError",
+    "ResultTimeout",
+    "RetryPolicy",
+    "RunCancelled",
+    "RunEvent",
+    "RunFinished",
+    "RunHandle",
+    "RunInfo",
+    "RunNotFound",
+    "SerializationError",
+    "Starflow",
+    "StarflowConfig",
+    "StarflowError",
+    "StepFailed",
+    "StorageError",
+    "SystemClock",
+    "WaitTimeout",
+    "WorkflowContext",
+    "WorkflowDefinitionError",
+    "WorkflowFailed",
+    "WorkflowStateAdapter",
+    "__version__",
+    "context",
+    "now",
+    "session_get",
+    "session_set",
+    "sleep",
+    "step",
+    "wait_for",
+    "workflow",
+]

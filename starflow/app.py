@@ -1,0 +1,256 @@
+"""``Starflow``: the application object users open, run workflows with and query."""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import Awaitable, Callable
+from datetime import datetime, timedelta
+from typing import Any, ParamSpec, TypeVar
+
+import anyio
+import structlog
+
+from .adapters import adapter_from_url
+from .adapters.base import RunEvent, RunInfo, WorkflowStateAdapter
+from .clock import Clock, SystemClock
+from .config import StarflowConfig
+from .decorators import definition_of
+from .errors import ConfigError, ResultTimeout, RunNotFound, WorkflowFailed
+from .maintenance import Maintenance
+from .runner import RunHandle, Runner
+from .waits import Keyring
+from .worker import Worker
+
+__all__ = ["Starflow"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+log = structlog.get_logger("starflow")
+
+DEFAULT_URL = "sqlite:///starflow.db"
+
+
+class Starflow:
+    """A connection to one workflow database, scoped to (``workspace_id``, ``env``).
+
+    Open it with ``async with Starflow.open(url) as sf:``. While open, unless
+    ``maintenance=False``, it runs the lease sweep and fires durable timers in
+    the background.
+    """
+
+    def __init__(self, adapter: WorkflowStateAdapter, *, config: StarflowConfig | None = None,
+                 clock: Clock | None = None, maintenance: bool = True,
+                 runner_id: str | None = None) -> None:
+        self.adapter = adapter
+        self.config = config or StarflowConfig()
+        self.clock: Clock = clock or SystemClock()
+        self._maintenance_enabled = maintenance
+        self._runner_id = runner_id
+        self._runner: Runner | None = None
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._maintenance: Maintenance | None = None
+
+    @classmethod
+    def open(
+        cls,
+        url: str | None = None,
+        *,
+        workspace_id: str = "celestial",
+        env: str = "prod",
+        config: StarflowConfig | None = None,
+        clock: Clock | None = None,
+        warm: str | None = None,
+        maintenance: bool = True,
+        adapter: WorkflowStateAdapter | None = None,
+    ) -> Starflow:
+        """Describe an application; use the result as an async context manager.
+
+        Args:
+            url: ``sqlite:///path.db``, ``postgresql://…``, ``memory://`` or
+                ``null://``. Default: ``$STARFLOW_DATABASE_URL``, then
+                ``sqlite:///starflow.db``.
+            workspace_id: Tenant scope of every read and write.
+            env: Environment scope of every read and write.
+            config: Timing and behaviour (:class:`StarflowConfig`).
+            clock: Time source (``starflow_testing.FakeClock`` in tests).
+            warm: ``"memory://"`` or ``"redis://…"``: mirror state to a warm tier.
+            maintenance: Run the lease sweep and durable timers in this process.
+            adapter: A ready state adapter instead of ``url``.
+        """
+        config = config or StarflowConfig()
+        if not isinstance(config, StarflowConfig):
+            raise ConfigError(f"config must be a StarflowConfig, got {type(config).__name__}")
+        if adapter is None:
+            url = url or os.environ.get("STARFLOW_DATABASE_URL") or DEFAULT_URL
+            options: dict[str, Any] = {}
+            scheme = url.split(":", 1)[0].lower()
+            if scheme in ("sqlite",):
+                options["synchronous"] = config.sqlite_synchronous
+            elif scheme in ("postgresql", "postgres"):
+                options["synchronous_commit"] = config.postgres_synchronous_commit
+            adapter = adapter_from_url(url, workspace_id=workspace_id, env=env, **options)
+        if warm is not None:
+            from .adapters.mirroring import mirror
+
+            adapter = mirror(adapter, warm)
+        return cls(adapter, config=config, clock=clock, maintenance=maintenance)
+
+    # -- lifecycle -----------------------------------------------------------------
+
+    async def __aenter__(self) -> Starflow:
+        await self.adapter.open()
+        try:
+            keyring = await self._keyring()
+            self._runner = Runner(self.adapter, clock=self.clock, config=self.config,
+                                  keyring=keyring, runner_id=self._runner_id)
+            self._tg = await anyio.create_task_group().__aenter__()
+            if self._maintenance_enabled:
+                self._maintenance = Maintenance(self._runner, poll=self._shared_database)
+                self._tg.start_soon(self._maintenance.run)
+        except BaseException:
+            await self.adapter.close()
+            raise
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        try:
+            if self._tg is not None:
+                self._tg.cancel_scope.cancel()
+                await self._tg.__aexit__(None, None, None)
+        finally:
+            self._tg = None
+            self._runner = None
+            await self.adapter.close()
+
+    @property
+    def _shared_database(self) -> bool:
+        path = getattr(self.adapter, "path", None)
+        return path != ":memory:" and self.adapter.durable
+
+    async def _keyring(self) -> Keyring:
+        if self.config.wake_keys:
+            return Keyring(self.config.wake_keys)
+        secret = await self.adapter.get_secret("default", now=self.clock.now())
+        return Keyring({"default": secret or secrets.token_hex(32)})
+
+    @property
+    def runner(self) -> Runner:
+        """This process's runner (open the app first)."""
+        if self._runner is None:
+            raise ConfigError("this Starflow is not open: use `async with Starflow.open(...)`")
+        return self._runner
+
+    @property
+    def runner_id(self) -> str:
+        return self.runner.runner_id
+
+    # -- starting runs -------------------------------------------------------------
+
+    async def run(self, wf: Callable[P, Awaitable[R]], /, *args: P.args, **kwargs: P.kwargs
+                  ) -> RunHandle:
+        """Start a run and drive it here until it succeeds, fails or pauses.
+
+        Pass ``run_id=`` (a UUID string) to make the start idempotent: a second
+        call with the same id returns the existing run.
+        """
+        run_id = kwargs.pop("run_id", None)
+        definition = definition_of(wf)
+        return await self.runner.start(definition, args, kwargs, run_id=run_id,  # type: ignore[arg-type]
+                                       inline=True)
+
+    async def start(self, wf: Callable[P, Awaitable[R]], /, *args: P.args, **kwargs: P.kwargs
+                    ) -> RunHandle:
+        """Queue a run for workers (``claim_state`` queued); returns at once.
+
+        Keyword-only options: ``run_id=`` (idempotent start), ``pool=`` (only
+        workers of that pool claim it).
+        """
+        run_id = kwargs.pop("run_id", None)
+        pool = kwargs.pop("pool", None)
+        definition = definition_of(wf)
+        return await self.runner.start(definition, args, kwargs, run_id=run_id,  # type: ignore[arg-type]
+                                       inline=False, pool=pool)  # type: ignore[arg-type]
+
+    # -- waking runs ---------------------------------------------------------------
+
+    async def signal(self, run_id: str, event: str, payload: Any = None) -> RunHandle:
+        """Deliver a signal. A run paused on ``event`` wakes: inline runs are driven
+        here until they pause again or end, worker runs go back to the queue. A
+        signal for a run not yet waiting is kept until it waits.
+
+        Raises:
+            RunNotFound: no such run.
+            RunFinished: the run has ended.
+            SerializationError: the payload is not JSON-encodable (nothing written).
+        """
+        return await self.runner.signal(run_id, event, payload)
+
+    async def resume(self, wake_token: str, payload: Any = None) -> RunHandle:
+        """Wake the wait a token was issued for, with ``payload``.
+
+        Raises:
+            InvalidWakeToken: forged, expired, used, or for another wait (nothing written).
+        """
+        return await self.runner.resume(wake_token, payload)
+
+    async def cancel(self, run_id: str) -> RunHandle:
+        """Cancel a run: a paused or queued run at once, a running one at its next boundary."""
+        return await self.runner.cancel(run_id)
+
+    # -- queries -------------------------------------------------------------------
+
+    async def get_run(self, run_id: str) -> RunInfo:
+        """The ``workflow_runs`` row (read cold)."""
+        run = await self.adapter.get_run(run_id)
+        if run is None:
+            raise RunNotFound(run_id)
+        return run
+
+    async def list_runs(self, status: str | None = None, template_id: str | None = None,
+                        limit: int = 50, since: datetime | None = None) -> list[RunInfo]:
+        """Runs newest first, optionally filtered."""
+        return await self.adapter.list_runs(status=status, template_id=template_id,
+                                            since=since, limit=limit)
+
+    async def events(self, run_id: str) -> list[RunEvent]:
+        """The run's ``workflow_run_events`` rows in order."""
+        if await self.adapter.get_run(run_id) is None:
+            raise RunNotFound(run_id)
+        return await self.adapter.list_events(run_id)
+
+    async def result(self, run_id: str, timeout: timedelta | float | None = None) -> Any:
+        """Wait until the run ends and return its value, decoded to the annotated type.
+
+        Raises:
+            WorkflowFailed: the run ended with ``error`` or ``cancelled``.
+            ResultTimeout: ``timeout`` passed first (the run goes on).
+        """
+        runner = self.runner
+        limit = timeout.total_seconds() if isinstance(timeout, timedelta) else timeout
+        deadline = None if limit is None else self.clock.now() + timedelta(seconds=limit)
+        poll = self.config.poll_interval.total_seconds()
+        while True:
+            run = await self.get_run(run_id)
+            if run.status == "success":
+                return runner.decode_result(run)
+            if run.status in ("error", "cancelled"):
+                raise WorkflowFailed(run_id, run.status, run.error)
+            now = self.clock.now()
+            if deadline is not None and now >= deadline:
+                raise ResultTimeout(
+                    f"run {run_id} is still {run.status} after {limit:g} s; it goes on",
+                    run_id=run_id)
+            wait = poll if deadline is None else min(poll, (deadline - now).total_seconds())
+            await runner.wait_settled(wait)
+
+    async def sweep(self) -> int:
+        """Run one lease-sweep pass now; returns how many runs it requeued or abandoned."""
+        return await self.runner.sweep()
+
+    def worker(self, pool: str | None = None, concurrency: int = 16,
+               maintenance: bool = False) -> Worker:
+        """A worker that claims runs queued for ``pool``; ``await worker.run()``."""
+        mt = Maintenance(self.runner, poll=self._shared_database) if maintenance else None
+        return Worker(self.runner, pool=pool, concurrency=concurrency, maintenance=mt)

@@ -1,0 +1,314 @@
+"""``@workflow`` and ``@step``: definitions, validation and the registry.
+
+Decorated functions keep their signature (wrapt) and, called outside a
+workflow run, are plain async functions. Inside a run, a step call goes
+through the engine, which records it or returns its recorded outcome.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import typing
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any, ParamSpec, TypeVar, overload
+
+import wrapt
+
+from .context import current_engine, current_node
+from .errors import WorkflowDefinitionError
+
+__all__ = [
+    "RetryPolicy",
+    "StepDefinition",
+    "WorkflowDefinition",
+    "registry",
+    "step",
+    "workflow",
+]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How a step is retried before its failure is recorded.
+
+    Attributes:
+        max_attempts: Total attempts, the first included (1: no retry).
+        initial_interval: Delay before the second attempt.
+        backoff_coefficient: Each further delay is the previous one times this.
+        maximum_interval: Upper bound of a delay.
+        non_retryable: Exception types that are recorded at once, without retry.
+    """
+
+    max_attempts: int = 1
+    initial_interval: timedelta = timedelta(seconds=1)
+    backoff_coefficient: float = 2.0
+    maximum_interval: timedelta = timedelta(seconds=100)
+    non_retryable: tuple[type[BaseException], ...] = ()
+
+    def __post_init__(self) -> None:
+        problems = []
+        if not isinstance(self.max_attempts, int) or self.max_attempts < 1:
+            problems.append(f"max_attempts must be an int >= 1: {self.max_attempts!r}")
+        if not isinstance(self.initial_interval, timedelta) or self.initial_interval < timedelta():
+            problems.append(f"initial_interval must be a timedelta >= 0: {self.initial_interval!r}")
+        if not isinstance(self.maximum_interval, timedelta) or (
+            isinstance(self.initial_interval, timedelta)
+            and self.maximum_interval < self.initial_interval
+        ):
+            problems.append(
+                f"maximum_interval must be a timedelta >= initial_interval: "
+                f"{self.maximum_interval!r}"
+            )
+        if self.backoff_coefficient < 1:
+            problems.append(f"backoff_coefficient must be >= 1: {self.backoff_coefficient!r}")
+        if problems:
+            raise WorkflowDefinitionError(
+                f"invalid RetryPolicy ({len(problems)} problem(s)): " + "; ".join(problems)
+            )
+
+    def delay(self, attempt: int) -> float:
+        """Seconds to wait after failed attempt number ``attempt`` (1-based)."""
+        base = self.initial_interval.total_seconds() * self.backoff_coefficient ** (attempt - 1)
+        return min(base, self.maximum_interval.total_seconds())
+
+    def retryable(self, exc: BaseException) -> bool:
+        return not isinstance(exc, self.non_retryable)
+
+
+def _return_type(fn: Callable[..., Any]) -> Any:
+    try:
+        hints = typing.get_type_hints(fn)
+    except Exception:
+        return Any
+    return hints.get("return", Any)
+
+
+def _code_hash(fn: Callable[..., Any]) -> str:
+    try:
+        source = inspect.getsource(fn).encode()
+    except (OSError, TypeError):
+        code = getattr(fn, "__code__", None)
+        source = code.co_code if code is not None else repr(fn).encode()
+    return hashlib.sha256(source).hexdigest()[:16]
+
+
+@dataclass
+class StepDefinition:
+    """A ``@step`` function and its options."""
+
+    fn: Callable[..., Awaitable[Any]]
+    name: str
+    retry: RetryPolicy
+    pool: str | None = None
+    _return_type: Any = field(default=None, repr=False)
+
+    @property
+    def return_type(self) -> Any:
+        if self._return_type is None:
+            self._return_type = _return_type(self.fn)
+        return self._return_type
+
+
+@dataclass
+class WorkflowDefinition:
+    """A ``@workflow`` function and its options."""
+
+    fn: Callable[..., Awaitable[Any]]
+    name: str
+    version: int
+    max_claim_attempts: int | None
+    pool: str | None
+    code_hash: str
+    signature: inspect.Signature
+    _return_type: Any = field(default=None, repr=False)
+
+    @property
+    def return_type(self) -> Any:
+        if self._return_type is None:
+            self._return_type = _return_type(self.fn)
+        return self._return_type
+
+
+class _Registry:
+    """Workflow definitions known to this process, by name and version."""
+
+    def __init__(self) -> None:
+        self._by_key: dict[tuple[str, int], WorkflowDefinition] = {}
+
+    def add(self, definition: WorkflowDefinition) -> None:
+        self._by_key[(definition.name, definition.version)] = definition
+
+    def get(self, name: str, version: int | None = None) -> WorkflowDefinition | None:
+        if version is not None:
+            return self._by_key.get((name, version))
+        versions = [v for (n, v) in self._by_key if n == name]
+        return self._by_key[(name, max(versions))] if versions else None
+
+    def versions(self, name: str) -> list[int]:
+        return sorted(v for (n, v) in self._by_key if n == name)
+
+    def names(self) -> list[str]:
+        return sorted({n for (n, _) in self._by_key})
+
+
+registry = _Registry()
+
+
+def _problems_for(fn: object, kind: str) -> list[str]:
+    problems = []
+    if not callable(fn):
+        problems.append(f"@{kind} decorates a function, got {fn!r}")
+    elif not inspect.iscoroutinefunction(fn):
+        problems.append(f"@{kind} functions must be `async def` ({getattr(fn, '__qualname__', fn)})")
+    return problems
+
+
+def _fail(kind: str, fn: object, problems: list[str]) -> None:
+    label = getattr(fn, "__qualname__", repr(fn))
+    raise WorkflowDefinitionError(
+        f"Invalid {kind} {label} for {len(problems)} reason(s): " + "; ".join(problems)
+    )
+
+
+@overload
+def workflow(fn: Callable[P, Awaitable[R]], /) -> Callable[P, Awaitable[R]]: ...
+@overload
+def workflow(
+    *, name: str | None = None, version: int = 1, max_claim_attempts: int | None = None,
+    pool: str | None = None,
+) -> Callable[[Callable[P, Awaitable[R]]], Callable[P, Awaitable[R]]]: ...
+
+
+def workflow(
+    fn: Any = None,
+    /,
+    *,
+    name: str | None = None,
+    version: int = 1,
+    max_claim_attempts: int | None = None,
+    pool: str | None = None,
+) -> Any:
+    """Declare an ``async def`` function as a durable workflow.
+
+    Args:
+        name: Registered name (``workflow_runs.template_id``); the function's
+            name by default.
+        version: Definition version; new runs use the newest registered one,
+            running and paused runs keep theirs.
+        max_claim_attempts: Claims before an expired lease abandons the run
+            (default: ``StarflowConfig.max_claim_attempts``).
+        pool: Runner pool that serves runs started with ``Starflow.start``
+            (default: any pool).
+    """
+
+    def decorate(func: Callable[..., Awaitable[Any]]) -> Any:
+        problems = _problems_for(func, "workflow")
+        wf_name = name if name is not None else getattr(func, "__name__", "")
+        if not isinstance(wf_name, str) or not wf_name.strip():
+            problems.append(f"name must be a non-empty string: {wf_name!r}")
+        if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+            problems.append(f"version must be an int >= 1: {version!r}")
+        if max_claim_attempts is not None and (
+            not isinstance(max_claim_attempts, int) or max_claim_attempts < 1
+        ):
+            problems.append(f"max_claim_attempts must be an int >= 1: {max_claim_attempts!r}")
+        if problems:
+            _fail("workflow", func, problems)
+        definition = WorkflowDefinition(
+            fn=func,
+            name=wf_name,
+            version=version,
+            max_claim_attempts=max_claim_attempts,
+            pool=pool,
+            code_hash=_code_hash(func),
+            signature=inspect.signature(func),
+        )
+        registry.add(definition)
+
+        @wrapt.decorator  # type: ignore[misc]
+        async def wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+            return await wrapped(*args, **kwargs)
+
+        wrapped = wrapper(func)
+        wrapped.__starflow_workflow__ = definition
+        return wrapped
+
+    if fn is not None:
+        return decorate(fn)
+    return decorate
+
+
+@overload
+def step(fn: Callable[P, Awaitable[R]], /) -> Callable[P, Awaitable[R]]: ...
+@overload
+def step(
+    *, name: str | None = None, retry: RetryPolicy | None = None, pool: str | None = None,
+) -> Callable[[Callable[P, Awaitable[R]]], Callable[P, Awaitable[R]]]: ...
+
+
+def step(
+    fn: Any = None,
+    /,
+    *,
+    name: str | None = None,
+    retry: RetryPolicy | None = None,
+    pool: str | None = None,
+) -> Any:
+    """Declare an ``async def`` function as a recorded step.
+
+    Inside a workflow run its outcome is written before the workflow moves on
+    and, on replay, returned without calling it again. Outside a run it is a
+    plain async function.
+
+    Args:
+        name: Name used in the node id (``step:<name>#<n>``); the function's
+            qualified name by default.
+        retry: Retry policy; default one attempt.
+        pool: Dispatch the step to workers of this pool (worker jobs).
+    """
+
+    def decorate(func: Callable[..., Awaitable[Any]]) -> Any:
+        problems = _problems_for(func, "step")
+        step_name = name if name is not None else getattr(func, "__qualname__", "")
+        if not isinstance(step_name, str) or not step_name.strip():
+            problems.append(f"name must be a non-empty string: {step_name!r}")
+        elif "#" in step_name:
+            problems.append(f"name must not contain '#': {step_name!r}")
+        if retry is not None and not isinstance(retry, RetryPolicy):
+            problems.append(f"retry must be a RetryPolicy, got {retry!r}")
+        if problems:
+            _fail("step", func, problems)
+        definition = StepDefinition(fn=func, name=step_name, retry=retry or RetryPolicy(),
+                                    pool=pool)
+
+        @wrapt.decorator  # type: ignore[misc]
+        async def wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+            engine = current_engine.get()
+            if engine is None or current_node.get() is not None:
+                return await wrapped(*args, **kwargs)
+            return await engine.run_step(definition, wrapped, args, kwargs)
+
+        wrapped = wrapper(func)
+        wrapped.__starflow_step__ = definition
+        return wrapped
+
+    if fn is not None:
+        return decorate(fn)
+    return decorate
+
+
+def definition_of(wf: object) -> WorkflowDefinition:
+    """The :class:`WorkflowDefinition` behind a ``@workflow`` function."""
+    definition = getattr(wf, "__starflow_workflow__", None)
+    if not isinstance(definition, WorkflowDefinition):
+        raise WorkflowDefinitionError(
+            f"{getattr(wf, '__qualname__', wf)!r} is not a workflow: decorate it with "
+            "@starflow.workflow"
+        )
+    return definition

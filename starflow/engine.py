@@ -1,0 +1,531 @@
+"""One :class:`Engine` per run execution: boundaries, replay, heartbeat, finalize.
+
+The engine runs the workflow body with the run's journal. Every durable
+operation (step, wait, sleep) gets a node id; recorded ones return their
+recorded outcome, new ones write their boundary through the state adapter,
+awaited, guarded by this runner's lease. A heartbeat refreshes the lease; if
+another runner (or a cancel) took the run, the body is cancelled and nothing
+more is written.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Literal
+
+import anyio
+import anyio.lowlevel
+import structlog
+
+from . import serde
+from .adapters.base import Guard, WorkflowStateAdapter
+from .clock import Clock, format_ts
+from .config import StarflowConfig
+from .context import WAIT_KEY, WorkflowContext, current_engine, current_node
+from .decorators import StepDefinition, WorkflowDefinition
+from .errors import (
+    NonDeterminismError,
+    SerializationError,
+    StarflowError,
+    StepFailed,
+    StorageError,
+    WaitTimeout,
+)
+from .replay import Journal, NodeRecord, node_id
+from .waits import Keyring, WakeClaims
+
+__all__ = ["Engine", "Outcome", "PendingWait", "Runtime"]
+
+log = structlog.get_logger("starflow.engine")
+
+OutcomeStatus = Literal["success", "error", "paused", "lease_lost", "storage", "cancelled"]
+
+
+@dataclass
+class Runtime:
+    """What an engine needs from the application."""
+
+    adapter: WorkflowStateAdapter
+    clock: Clock
+    config: StarflowConfig
+    runner_id: str
+    keyring: Keyring
+
+
+@dataclass(frozen=True)
+class PendingWait:
+    """The wait a run paused on."""
+
+    node_id: str
+    event: str | None
+    deadline: datetime | None
+    wake_token: str
+
+
+@dataclass
+class Outcome:
+    """How one execution of a run ended."""
+
+    status: OutcomeStatus
+    result: Any = None
+    error: str | None = None
+    exception: BaseException | None = None
+    wait: PendingWait | None = None
+
+
+class _Suspend(BaseException):
+    """Unwinds the workflow body at a durable wait (not catchable by ``except Exception``)."""
+
+    def __init__(self, wait: PendingWait) -> None:
+        super().__init__(wait.node_id)
+        self.wait = wait
+
+
+class _Abort(BaseException):
+    """Unwinds the workflow body when this runner must stop writing."""
+
+    def __init__(self, reason: Literal["lease_lost", "storage"], cause: BaseException | None = None
+                 ) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.cause = cause
+
+
+def _error_info(exc: BaseException) -> dict[str, Any]:
+    return {"type": f"{type(exc).__module__}.{type(exc).__qualname__}", "message": str(exc)}
+
+
+def _find(group: BaseException, kind: type[BaseException]) -> BaseException | None:
+    if isinstance(group, kind):
+        return group
+    if isinstance(group, BaseExceptionGroup):
+        for exc in group.exceptions:
+            found = _find(exc, kind)
+            if found is not None:
+                return found
+    return None
+
+
+@dataclass
+class Engine:
+    """Drives one execution of one run (a first run, a resume or a replay)."""
+
+    runtime: Runtime
+    definition: WorkflowDefinition
+    ctx: WorkflowContext
+    journal: Journal
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    started_at: datetime
+    _counters: dict[tuple[str, str | None], int] = field(default_factory=dict)
+    _last_time: datetime | None = None
+    _replaying: bool = True
+    _suspending: bool = False
+    _body_scope: anyio.CancelScope | None = None
+    _lease_lost: bool = False
+    node_status: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self._last_time = self.started_at
+        self._replaying = bool(self.journal.nodes)
+        self._log = log.bind(run_id=self.run_id, runner_id=self.runtime.runner_id,
+                             workspace=self.ctx.workspace_id, workflow=self.definition.name)
+
+    @property
+    def run_id(self) -> str:
+        return self.ctx.run_id
+
+    @property
+    def adapter(self) -> WorkflowStateAdapter:
+        return self.runtime.adapter
+
+    @property
+    def _guard(self) -> Guard:
+        return Guard(run_id=self.run_id, leased_by=self.runtime.runner_id, status_in=("running",))
+
+    # -- time --------------------------------------------------------------------
+
+    def now(self) -> datetime:
+        """Deterministic time: the latest boundary this execution passed."""
+        assert self._last_time is not None
+        return self._last_time
+
+    def _advance(self, ts: datetime | None) -> None:
+        if ts is not None and (self._last_time is None or ts > self._last_time):
+            self._last_time = ts
+
+    # -- writes ------------------------------------------------------------------
+
+    async def _commit(self, build: Callable[[datetime], Awaitable[None]], *,
+                      durable: bool = True, guard: Guard | None = None) -> datetime:
+        """Write one unit guarded by this runner's lease; retry storage failures.
+
+        Returns the timestamp the unit was written with.
+        """
+        clock = self.runtime.clock
+        retries = self.runtime.config.storage_retries
+        for attempt in range(retries + 1):
+            ts = clock.now()
+            try:
+                async with self.adapter.unit(guard=guard or self._guard, durable=durable) as unit:
+                    await build(ts)
+            except StorageError as exc:
+                if attempt == retries:
+                    self._log.error("boundary write failed; giving the run up to the sweep",
+                                    error=str(exc), attempts=attempt + 1)
+                    raise _Abort("storage", exc) from exc
+                self._log.warning("boundary write failed; retrying", error=str(exc),
+                                  attempt=attempt + 1)
+                await clock.sleep(min(0.05 * 2**attempt, 2.0))
+                continue
+            if not unit.held:
+                self._lease_lost = True
+                raise _Abort("lease_lost")
+            # Every engine unit records the phase if it changed (see _phase).
+            self.journal.last_phase = self.ctx.phase
+            return ts
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _phase(self, ts: datetime) -> None:
+        """Add a phase event to the unit being built if the phase changed."""
+        if self.ctx.phase != self.journal.last_phase:
+            await self.adapter.record_phase_if_changed(
+                self.run_id, self.ctx, {"previous": self.journal.last_phase}, now=ts)
+
+    # -- determinism -------------------------------------------------------------
+
+    def _next_id(self, kind: str, name: str | None) -> str:
+        key = (kind, name)
+        n = self._counters.get(key, 0) + 1
+        self._counters[key] = n
+        return node_id(kind, name, n)
+
+    async def _check_frontier(self, nid: str, what: str) -> None:
+        """A new node may run only once every recorded node has been replayed.
+
+        Concurrent branches replay at different speeds, so before declaring
+        divergence the engine lets other tasks run while they make progress.
+        """
+        if not self._replaying:
+            return
+        stalls = 0
+        seen = len(self.journal.consumed)
+        while True:
+            pending = self.journal.unconsumed()
+            if not pending:
+                self._replaying = False
+                return
+            if stalls >= 3:
+                raise NonDeterminismError(
+                    f"run {self.run_id}: the code reached new node {nid} ({what}) while the "
+                    f"history still holds {', '.join(pending[:5])} not reached by this replay; "
+                    "the workflow code changed under a running or paused run. Revert the change, "
+                    "bump the workflow version, or guard it with starflow.patched()",
+                    run_id=self.run_id, node_id=nid, recorded=pending[0], current=nid,
+                )
+            await anyio.lowlevel.cancel_shielded_checkpoint()
+            now_seen = len(self.journal.consumed)
+            stalls = 0 if now_seen != seen else stalls + 1
+            seen = now_seen
+
+    def _check_recorded(self, rec: NodeRecord, kind: str, name: str, h: str | None) -> None:
+        if rec.kind is not None and (rec.kind != kind or rec.name != name):
+            raise NonDeterminismError(
+                f"run {self.run_id}: node {rec.node_id} was recorded as {rec.kind} {rec.name!r} "
+                f"but the code now calls {kind} {name!r}",
+                run_id=self.run_id, node_id=rec.node_id,
+                recorded=f"{rec.kind}:{rec.name}", current=f"{kind}:{name}",
+            )
+        if h is not None and rec.args_hash is not None and rec.args_hash != h:
+            raise NonDeterminismError(
+                f"run {self.run_id}: step {rec.node_id} was recorded with arguments hash "
+                f"{rec.args_hash} but is now called with {h}: its arguments changed",
+                run_id=self.run_id, node_id=rec.node_id, recorded=rec.args_hash, current=h,
+            )
+
+    def _guard_suspending(self) -> None:
+        if self._suspending:
+            raise _Suspend(self._pending_wait)  # type: ignore[has-type]
+
+    # -- steps -------------------------------------------------------------------
+
+    async def run_step(self, sdef: StepDefinition, fn: Callable[..., Awaitable[Any]],
+                       args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """Execute or replay one step call."""
+        self._guard_suspending()
+        nid = self._next_id("step", sdef.name)
+        encoded = serde.to_builtins({"args": list(args), "kwargs": kwargs},
+                                    what=f"arguments of step {sdef.name}", run_id=self.run_id,
+                                    node_id=nid)
+        h = serde.args_hash(encoded)
+        rec = self.journal.get(nid)
+        if rec is not None:
+            self._check_recorded(rec, "step", sdef.name, h)
+            self.journal.consume(nid)
+            if rec.status == "complete":
+                self._advance(rec.recorded_at)
+                return serde.convert(rec.output, sdef.return_type,
+                                     what=f"recorded output of {nid}", run_id=self.run_id,
+                                     node_id=nid)
+            if rec.status == "error":
+                self._advance(rec.recorded_at)
+                err = rec.error or {}
+                raise StepFailed(str(err.get("type")), str(err.get("message")),
+                                 run_id=self.run_id, node_id=nid,
+                                 attempts=int(err.get("attempts", 1)))
+        else:
+            await self._check_frontier(nid, f"step {sdef.name!r}")
+        self._guard_suspending()
+
+        async def start(ts: datetime) -> None:
+            await self._phase(ts)
+            await self.adapter.on_node_start(
+                self.run_id, nid,
+                {"kind": "step", "name": sdef.name, "args_hash": h, "input": encoded}, now=ts)
+
+        await self._commit(start, durable=False)
+        self.node_status[nid] = "running"
+        policy = sdef.retry
+        clock = self.runtime.clock
+        attempt = 0
+        while True:
+            attempt += 1
+            token = current_node.set(nid)
+            try:
+                result = await fn(*args, **kwargs)
+            except Exception as exc:
+                if attempt < policy.max_attempts and policy.retryable(exc):
+                    self._log.info("step failed; retrying", node_id=nid, attempt=attempt,
+                                   error=repr(exc))
+                    await clock.sleep(policy.delay(attempt))
+                    continue
+                info = {**_error_info(exc), "attempts": attempt}
+
+                async def failed(ts: datetime, info: dict[str, Any] = info) -> None:
+                    await self.adapter.on_node_error(self.run_id, nid, {"error": info}, now=ts)
+                    await self._phase(ts)
+
+                ts = await self._commit(failed)
+                self._advance(ts)
+                self.node_status[nid] = "error"
+                self.journal.record(NodeRecord(node_id=nid, kind="step", name=sdef.name,
+                                               args_hash=h, status="error", error=info,
+                                               recorded_at=ts))
+                raise StepFailed(info["type"], info["message"], run_id=self.run_id,
+                                 node_id=nid, attempts=attempt) from exc
+            finally:
+                current_node.reset(token)
+            break
+        output = serde.to_builtins(result, what=f"return value of step {sdef.name}",
+                                   run_id=self.run_id, node_id=nid)
+
+        async def complete(ts: datetime) -> None:
+            await self.adapter.on_node_complete(self.run_id, nid, {"output": output}, now=ts)
+            await self._phase(ts)
+
+        ts = await self._commit(complete)
+        self._advance(ts)
+        self.node_status[nid] = "complete"
+        self.journal.record(NodeRecord(node_id=nid, kind="step", name=sdef.name, args_hash=h,
+                                       status="complete", output=output, recorded_at=ts))
+        return serde.convert(output, sdef.return_type, what=f"output of {nid}",
+                             run_id=self.run_id, node_id=nid)
+
+    # -- waits -------------------------------------------------------------------
+
+    async def wait(self, event: str | None, timeout: timedelta | None, type_: Any) -> Any:
+        """``wait_for`` (event set) or ``sleep`` (event None)."""
+        self._guard_suspending()
+        kind = "wait" if event is not None else "sleep"
+        nid = self._next_id(kind, event)
+        rec = self.journal.get(nid)
+        if rec is not None and rec.finished:
+            self.journal.consume(nid)
+            self._advance(rec.recorded_at)
+            if rec.status == "error":
+                raise WaitTimeout(
+                    f"run {self.run_id}: wait {nid} timed out before {event!r} was signalled",
+                    run_id=self.run_id, node_id=nid)
+            return serde.convert(rec.output, type_, what=f"payload of {nid}",
+                                 run_id=self.run_id, node_id=nid)
+        if rec is not None:
+            self.journal.consume(nid)
+        else:
+            await self._check_frontier(nid, f"{kind} {event!r}" if event else "sleep")
+        self._guard_suspending()
+        if event is not None:
+            signal = await self.adapter.find_signal(self.run_id, event)
+            if signal is not None:
+                async def deliver(ts: datetime) -> None:
+                    await self.adapter.consume_signal(signal.id)
+                    await self.adapter.on_node_complete(
+                        self.run_id, nid, {"output": signal.payload, "via": "signal"}, now=ts)
+                    await self._phase(ts)
+
+                ts = await self._commit(deliver)
+                self._advance(ts)
+                self.journal.record(NodeRecord(node_id=nid, kind=kind, name=event,
+                                               status="complete", output=signal.payload,
+                                               recorded_at=ts))
+                return serde.convert(signal.payload, type_, what=f"payload of {nid}",
+                                     run_id=self.run_id, node_id=nid)
+        deadline = self.now() + timeout if timeout is not None else None
+        expiry = deadline + timedelta(days=1) if deadline is not None else (
+            self.runtime.clock.now() + self.runtime.config.wake_token_ttl)
+        token = self.runtime.keyring.sign(WakeClaims(
+            r=self.run_id, n=nid, w=self.ctx.workspace_id, e=self.ctx.env,
+            x=math.ceil(expiry.timestamp())))
+        pending = PendingWait(node_id=nid, event=event, deadline=deadline, wake_token=token)
+        # enterDurableWait steps 1-2 (in memory); the engine writes steps 3-6.
+        self.ctx.variables._engine_set(WAIT_KEY, {  # type: ignore[attr-defined]
+            "status": "pending", "node_id": nid, "event": event,
+            "deadline": format_ts(deadline) if deadline else None, "wake_token": token,
+        })
+        self.node_status[nid] = "waiting"
+        self._pending_wait = pending
+        self._suspending = True
+        raise _Suspend(pending)
+
+    # -- the run -----------------------------------------------------------------
+
+    async def _heartbeat(self) -> None:
+        cfg = self.runtime.config
+        clock = self.runtime.clock
+        while True:
+            await clock.sleep(cfg.heartbeat_interval.total_seconds())
+            ts = clock.now()
+            try:
+                async with self.adapter.unit(guard=self._guard) as unit:
+                    await self.adapter.refresh_lease(self.run_id, ts + cfg.lease_ttl, now=ts)
+            except StarflowError as exc:
+                # A transient blip must not fail a healthy run; if it lasts past
+                # the TTL, the sweep treats this runner as lost.
+                self._log.warning("lease refresh failed", error=str(exc))
+                continue
+            if not unit.held:
+                self._log.warning("lease lost: another runner or a cancel took the run")
+                self._lease_lost = True
+                if self._body_scope is not None:
+                    self._body_scope.cancel()
+                return
+
+    async def _body(self) -> Outcome:
+        with anyio.CancelScope() as scope:
+            self._body_scope = scope
+            try:
+                value = await self.definition.fn(*self.args, **self.kwargs)
+            except BaseException as exc:
+                suspend = _find(exc, _Suspend)
+                abort = _find(exc, _Abort)
+                if isinstance(abort, _Abort):
+                    return Outcome(abort.reason, exception=abort.cause)
+                if isinstance(suspend, _Suspend):
+                    return Outcome("paused", wait=suspend.wait)
+                if isinstance(exc, anyio.get_cancelled_exc_class()) or not isinstance(
+                    exc, Exception
+                ):
+                    raise
+                return Outcome("error", error=f"{type(exc).__name__}: {exc}", exception=exc)
+            pending = self.journal.unconsumed()
+            if pending:
+                exc2 = NonDeterminismError(
+                    f"run {self.run_id}: the workflow returned without reaching recorded "
+                    f"node(s) {', '.join(pending[:5])}: the code changed under the run",
+                    run_id=self.run_id, node_id=pending[0], recorded=pending[0], current=None)
+                return Outcome("error", error=f"NonDeterminismError: {exc2}", exception=exc2)
+            return Outcome("success", result=value)
+        return Outcome("lease_lost")
+
+    async def execute(self) -> Outcome:
+        """Run the body with a heartbeat, then write the final boundary."""
+        token = current_engine.set(self)
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._heartbeat)
+                try:
+                    outcome = await self._body()
+                finally:
+                    tg.cancel_scope.cancel()
+            if self._lease_lost and outcome.status not in ("lease_lost", "storage"):
+                outcome = Outcome("lease_lost")
+            return await self._finalize(outcome)
+        except anyio.get_cancelled_exc_class():
+            with anyio.CancelScope(shield=True):
+                await self._release()
+            raise
+        finally:
+            current_engine.reset(token)
+
+    async def _release(self) -> None:
+        """Hand the run back to the queue when this execution is cancelled from outside."""
+        if self._lease_lost:
+            return
+        ts = self.runtime.clock.now()
+        try:
+            async with self.adapter.unit(guard=self._guard) as unit:
+                await self.adapter.update_run(self.run_id, "release_lease", status="queued",
+                                              claim_state="queued", leased_by=None,
+                                              lease_until=None)
+            if unit.held:
+                self._log.info("run released to the queue", at=format_ts(ts))
+        except StarflowError as exc:
+            self._log.warning("could not release the lease; the sweep will", error=str(exc))
+
+    def _duration_ms(self, ts: datetime) -> int:
+        return max(0, int((ts - self.started_at).total_seconds() * 1000))
+
+    async def _finalize(self, outcome: Outcome) -> Outcome:
+        try:
+            if outcome.status == "success":
+                try:
+                    result = serde.to_builtins(outcome.result, what="the workflow's return value",
+                                               run_id=self.run_id)
+                except SerializationError as exc:
+                    outcome = Outcome("error", error=f"SerializationError: {exc}", exception=exc)
+                else:
+                    async def complete(ts: datetime) -> None:
+                        await self._phase(ts)
+                        await self.adapter.on_run_complete(
+                            self.run_id, self.ctx, self._duration_ms(ts), now=ts, result=result)
+                        await self.adapter.clear_lease(self.run_id)
+
+                    await self._commit(complete)
+                    return Outcome("success", result=result)
+            if outcome.status == "error":
+                message = outcome.error or "error"
+
+                async def failed(ts: datetime) -> None:
+                    await self._phase(ts)
+                    await self.adapter.on_run_error(self.run_id, message, now=ts,
+                                                    duration_ms=self._duration_ms(ts))
+                    await self.adapter.clear_lease(self.run_id)
+
+                await self._commit(failed)
+                return outcome
+            if outcome.status == "paused":
+                wait = outcome.wait
+                assert wait is not None
+                payload = {"node_id": wait.node_id, "event": wait.event,
+                           "deadline": format_ts(wait.deadline) if wait.deadline else None,
+                           "wake_token": wait.wake_token}
+
+                async def pause(ts: datetime) -> None:
+                    # enterDurableWait 3-6, then finalizeRun's clearLease: one atomic
+                    # unit, so the wake can never be visible before the checkpoint.
+                    await self.adapter.on_run_paused(self.run_id, self.ctx, now=ts,
+                                                     payload=payload)
+                    await self.adapter.save_checkpoint(self.run_id, self.ctx)
+                    await self.adapter.record_phase_if_changed(
+                        self.run_id, self.ctx, {"previous": self.journal.last_phase}, now=ts)
+                    await self.adapter.emit_wait_wake(self.run_id, wait.node_id, wait.event,
+                                                      wait.deadline, now=ts)
+                    await self.adapter.clear_lease(self.run_id)
+
+                await self._commit(pause)
+                return outcome
+            return outcome
+        except _Abort as abort:
+            return Outcome(abort.reason, exception=abort.cause)

@@ -1,0 +1,136 @@
+"""Server background tasks: the lease sweep, durable timers, session-var GC.
+
+The state model's starflow-server runs the sweep once at boot and then every
+``sweep_interval``; starflow runs these loops in ``Starflow.open`` (unless
+``maintenance=False``), in ``starflow server``, or in a worker started with
+``maintenance=True``. Every action is guarded in the database, so several
+processes may run maintenance against one database at once.
+"""
+
+from __future__ import annotations
+
+import anyio
+import structlog
+
+from .errors import StarflowError
+from .runner import Runner
+
+__all__ = ["Maintenance"]
+
+log = structlog.get_logger("starflow.maintenance")
+
+
+class Maintenance:
+    """The background loops of one process.
+
+    Args:
+        runner: The process's runner.
+        poll: Whether to poll the database for timers registered by other
+            processes (off for a private in-memory database).
+    """
+
+    def __init__(self, runner: Runner, *, poll: bool = True) -> None:
+        self.runner = runner
+        self.poll = poll
+        self._firing: set[tuple[str, str]] = set()
+        self.sweeps = 0
+
+    async def run(self) -> None:
+        """Run every loop until cancelled."""
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._sweep_loop)
+            tg.start_soon(self._timer_loop)
+            tg.start_soon(self._session_gc_loop)
+
+    async def sweep_once(self) -> int:
+        self.runner.busy += 1
+        try:
+            return await self.runner.sweep()
+        finally:
+            self.runner.busy -= 1
+            self.sweeps += 1
+
+    async def _sweep_loop(self) -> None:
+        interval = self.runner.config.sweep_interval.total_seconds()
+        while True:
+            try:
+                await self.sweep_once()
+            except StarflowError as exc:
+                log.error("lease sweep failed", error=str(exc))
+            await self.runner.clock.sleep(interval)
+
+    async def fire_due(self, tg: anyio.abc.TaskGroup) -> int:
+        """Start a wake for every due timer not already being fired."""
+        due = await self.runner.due_timers()
+        started = 0
+        for wait in due:
+            key = (wait.run_id, wait.node_id)
+            if key in self._firing:
+                continue
+            self._firing.add(key)
+            self.runner.busy += 1
+            started += 1
+            tg.start_soon(self._fire, wait, key)
+        return started
+
+    async def _fire(self, wait: object, key: tuple[str, str]) -> None:
+        from .adapters.base import WaitRecord
+
+        assert isinstance(wait, WaitRecord)
+        try:
+            await self.runner.fire_timer(wait)
+        except StarflowError as exc:
+            log.error("timer wake failed", run_id=wait.run_id, node_id=wait.node_id,
+                      error=str(exc))
+        finally:
+            self._firing.discard(key)
+            self.runner.busy -= 1
+            self.runner.notify_timers()
+
+    async def _timer_loop(self) -> None:
+        runner = self.runner
+        clock = runner.clock
+        poll = runner.config.poll_interval.total_seconds()
+        async with anyio.create_task_group() as tg:
+            while True:
+                changed = runner.timers_changed
+                try:
+                    await self.fire_due(tg)
+                    nxt = await runner.adapter.next_deadline()
+                except StarflowError as exc:
+                    log.error("timer pass failed", error=str(exc))
+                    nxt = None
+                now = clock.now()
+                delay: float | None = None
+                if nxt is not None:
+                    delay = max(0.0, (nxt - now).total_seconds())
+                if self.poll:
+                    delay = poll if delay is None else min(delay, poll)
+                if delay is not None and delay <= 0 and nxt is not None and nxt <= now:
+                    # Everything due is in flight; wait for a change instead of spinning.
+                    delay = poll if self.poll else None
+                await self._sleep_or_change(changed, delay)
+
+    async def _sleep_or_change(self, changed: anyio.Event, delay: float | None) -> None:
+        async with anyio.create_task_group() as tg:
+            if delay is not None:
+                async def sleeper() -> None:
+                    await self.runner.clock.sleep(delay)
+                    tg.cancel_scope.cancel()
+
+                tg.start_soon(sleeper)
+            await changed.wait()
+            tg.cancel_scope.cancel()
+
+    async def _session_gc_loop(self) -> None:
+        interval = self.runner.config.session_var_gc_interval.total_seconds()
+        while True:
+            await self.runner.clock.sleep(interval)
+            try:
+                removed = await self.runner.adapter.expire_session_vars(self.runner.clock.now())
+            except StarflowError as exc:
+                log.error("session-var GC failed", error=str(exc))
+                continue
+            if removed:
+                log.info("expired session vars removed", count=removed)
+

@@ -1,0 +1,481 @@
+"""The runner: starts, wakes and drives runs in this process.
+
+Shared by the application API (``sf.run``, ``sf.signal``, ``sf.resume``), the
+maintenance loops (timers, sweep) and workers (claims). It owns this process's
+runner identity, the active engines and the wake logic, which is the only
+place a paused run becomes running again.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import socket
+import typing
+import uuid
+from typing import Any
+
+import anyio
+import msgspec
+import structlog
+
+from . import serde
+from .adapters.base import Guard, RunInfo, StartOptions, WaitRecord, WorkflowStateAdapter
+from .clock import Clock
+from .config import StarflowConfig
+from .context import WAIT_KEY, WorkflowContext
+from .decorators import WorkflowDefinition, registry
+from .engine import Engine, Outcome, Runtime
+from .errors import (
+    InvalidWakeToken,
+    RunFinished,
+    RunNotFound,
+    StarflowError,
+    StorageError,
+    WorkflowDefinitionError,
+)
+from .replay import Journal
+from .waits import Keyring
+
+__all__ = ["RunHandle", "Runner", "new_runner_id"]
+
+log = structlog.get_logger("starflow.runner")
+
+ACTIVE_STATUSES = ("queued", "running", "paused")
+
+
+class RunHandle(msgspec.Struct, frozen=True, kw_only=True):
+    """Where a run stands after ``run``, ``start``, ``signal`` or ``resume`` returned.
+
+    Attributes:
+        run_id: The run's id.
+        status: ``queued``, ``running``, ``paused``, ``success``, ``error`` or
+            ``cancelled``.
+        result: The workflow's return value when ``status == "success"``.
+        error: The error message when ``status`` is ``error`` or ``cancelled``.
+        waiting_for: The signal name the run is paused on (``None`` for a sleep).
+        wake_token: While paused: a bearer token for ``Starflow.resume``.
+    """
+
+    run_id: str
+    status: str
+    result: Any = None
+    error: str | None = None
+    waiting_for: str | None = None
+    wake_token: str | None = None
+
+
+def new_runner_id() -> str:
+    """An opaque identity for this process's runner: host, pid and a random suffix."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+def _validate_run_id(run_id: str | None) -> str:
+    if run_id is None:
+        return str(uuid.uuid4())
+    try:
+        return str(uuid.UUID(str(run_id)))
+    except ValueError:
+        raise StarflowError(
+            f"run_id must be a UUID (it is workflow_runs.id): {run_id!r}; omit it to get one, "
+            "or derive one with uuid.uuid5(namespace, your_key)",
+            run_id=str(run_id),
+        ) from None
+
+
+class Runner:
+    """Starts, wakes and drives runs for one adapter in this process."""
+
+    def __init__(self, adapter: WorkflowStateAdapter, *, clock: Clock, config: StarflowConfig,
+                 keyring: Keyring, runner_id: str | None = None) -> None:
+        self.adapter = adapter
+        self.clock = clock
+        self.config = config
+        self.keyring = keyring
+        self.runner_id = runner_id or new_runner_id()
+        self.runtime = Runtime(adapter=adapter, clock=clock, config=config,
+                               runner_id=self.runner_id, keyring=keyring)
+        self.engines: dict[str, Engine] = {}
+        self.busy = 0
+        self._settled = anyio.Event()
+        self.timers_changed = anyio.Event()
+        self._definition_ids: dict[tuple[str, int], str] = {}
+        self._log = log.bind(runner_id=self.runner_id, workspace=adapter.workspace_id)
+
+    # -- notifications -------------------------------------------------------------
+
+    def notify_timers(self) -> None:
+        """Tell the timer loop a new deadline was registered in this process."""
+        self.timers_changed.set()
+        self.timers_changed = anyio.Event()
+
+    def notify_settled(self) -> None:
+        """Wake everything waiting for a run in this process to change."""
+        self._settled.set()
+        self._settled = anyio.Event()
+
+    @property
+    def settled(self) -> anyio.Event:
+        return self._settled
+
+    # -- definitions and inputs ----------------------------------------------------
+
+    async def definition_id(self, definition: WorkflowDefinition) -> str:
+        key = (definition.name, definition.version)
+        cached = self._definition_ids.get(key)
+        if cached is None:
+            cached = await self.adapter.ensure_definition(
+                definition.name, definition.version, definition.code_hash, now=self.clock.now())
+            self._definition_ids[key] = cached
+        return cached
+
+    @staticmethod
+    def encode_input(definition: WorkflowDefinition, args: tuple[Any, ...],
+                     kwargs: dict[str, Any]) -> dict[str, Any]:
+        """Check arguments against the signature and encode them; raise before any write."""
+        try:
+            definition.signature.bind(*args, **kwargs)
+        except TypeError as exc:
+            raise WorkflowDefinitionError(
+                f"bad arguments for workflow {definition.name!r}: {exc}") from exc
+        encoded: dict[str, Any] = serde.to_builtins(
+            {"args": list(args), "kwargs": kwargs},
+            what=f"arguments of workflow {definition.name!r}")
+        return encoded
+
+    @staticmethod
+    def decode_input(definition: WorkflowDefinition, data: Any
+                     ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """Rebuild call arguments, each converted to its annotated type."""
+        data = data or {}
+        args = list(data.get("args", []))
+        kwargs = dict(data.get("kwargs", {}))
+        try:
+            hints = typing.get_type_hints(definition.fn)
+        except Exception:
+            hints = {}
+        params = [p for p in definition.signature.parameters.values()
+                  if p.kind in (inspect.Parameter.POSITIONAL_ONLY,
+                                inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+        for i, value in enumerate(args):
+            if i < len(params) and params[i].name in hints:
+                args[i] = serde.convert(value, hints[params[i].name],
+                                        what=f"argument {params[i].name!r}")
+        for name, value in kwargs.items():
+            if name in hints:
+                kwargs[name] = serde.convert(value, hints[name], what=f"argument {name!r}")
+        return tuple(args), kwargs
+
+    def resolve(self, run: RunInfo) -> WorkflowDefinition:
+        """The registered definition a run started with."""
+        name = run.template_id or ""
+        definition = registry.get(name, run.workflow_version)
+        if definition is None:
+            known = registry.versions(name)
+            raise WorkflowDefinitionError(
+                f"run {run.id} needs workflow {name!r} version {run.workflow_version}, which "
+                f"is not registered in this process (registered versions: {known or 'none'}): "
+                "import the module that defines it",
+                run_id=run.id,
+            )
+        return definition
+
+    def decode_result(self, run: RunInfo) -> Any:
+        definition = registry.get(run.template_id or "", run.workflow_version)
+        if definition is None:
+            return run.result_json
+        return serde.convert(run.result_json, definition.return_type,
+                             what=f"result of run {run.id}", run_id=run.id)
+
+    # -- handles -------------------------------------------------------------------
+
+    async def handle(self, run_id: str) -> RunHandle:
+        run = await self.adapter.get_run(run_id)
+        if run is None:
+            raise RunNotFound(run_id)
+        return self.handle_of(run)
+
+    def handle_of(self, run: RunInfo) -> RunHandle:
+        waiting_for = token = None
+        if run.status == "paused" and run.checkpoint_json:
+            wait = (run.checkpoint_json.get("variables") or {}).get(WAIT_KEY) or {}
+            waiting_for = wait.get("event")
+            token = wait.get("wake_token")
+        result = self.decode_result(run) if run.status == "success" else None
+        return RunHandle(run_id=run.id, status=run.status, result=result, error=run.error,
+                         waiting_for=waiting_for, wake_token=token)
+
+    # -- starting ------------------------------------------------------------------
+
+    async def start(self, definition: WorkflowDefinition, args: tuple[Any, ...],
+                    kwargs: dict[str, Any], *, run_id: str | None, inline: bool,
+                    pool: str | None = None) -> RunHandle:
+        """Record a new run (idempotent on ``run_id``) and, inline, drive it."""
+        rid = _validate_run_id(run_id)
+        encoded = self.encode_input(definition, args, kwargs)
+        if run_id is not None:
+            existing = await self.adapter.get_run(rid)
+            if existing is not None:
+                return self.handle_of(existing)
+        def_id = await self.definition_id(definition)
+        now = self.clock.now()
+        ctx = WorkflowContext(run_id=rid, workflow=definition.name, version=definition.version,
+                              workspace_id=self.adapter.workspace_id, env=self.adapter.env)
+        options = StartOptions(
+            input=encoded,
+            status="running" if inline else "queued",
+            claim_state="running" if inline else "queued",
+            runner_pool=pool if pool is not None else definition.pool,
+            definition_id=def_id,
+            start_mode="inline" if inline else "queued",
+            max_claim_attempts=definition.max_claim_attempts or self.config.max_claim_attempts,
+        )
+        try:
+            async with self.adapter.unit() as unit:
+                await self.adapter.on_run_start(rid, ctx, options, now=now)
+                if inline:
+                    await self.adapter.write_lease(rid, self.runner_id,
+                                                   now + self.config.lease_ttl, now=now)
+        except StorageError:
+            existing = await self.adapter.get_run(rid) if run_id is not None else None
+            if existing is not None:  # lost a race to start the same run id
+                return self.handle_of(existing)
+            raise
+        assert unit.held
+        self._log.debug("run started", run_id=rid, workflow=definition.name,
+                       mode=options.start_mode)
+        if not inline:
+            self.notify_settled()
+            return RunHandle(run_id=rid, status="queued")
+        run_args, run_kwargs = self.decode_input(definition, encoded)
+        engine = Engine(runtime=self.runtime, definition=definition, ctx=ctx, journal=Journal(),
+                        args=run_args, kwargs=run_kwargs, started_at=now)
+        outcome = await self._execute(engine)
+        return await self.settle(rid, outcome)
+
+    # -- driving -------------------------------------------------------------------
+
+    async def _execute(self, engine: Engine) -> Outcome:
+        self.busy += 1
+        self.engines[engine.run_id] = engine
+        try:
+            return await engine.execute()
+        finally:
+            self.engines.pop(engine.run_id, None)
+            self.busy -= 1
+            self.notify_settled()
+
+    async def drive(self, run: RunInfo) -> RunHandle:
+        """Replay a run this runner holds the lease of, until it pauses or ends."""
+        definition = self.resolve(run)
+        events = await self.adapter.list_events(run.id)
+        journal = Journal.from_events(events, started_at=run.started_at)
+        ctx = WorkflowContext(run_id=run.id, workflow=definition.name,
+                              version=definition.version,
+                              workspace_id=self.adapter.workspace_id, env=self.adapter.env)
+        args, kwargs = self.decode_input(definition, run.input_json)
+        engine = Engine(runtime=self.runtime, definition=definition, ctx=ctx, journal=journal,
+                        args=args, kwargs=kwargs, started_at=run.started_at or self.clock.now())
+        outcome = await self._execute(engine)
+        return await self.settle(run.id, outcome)
+
+    async def settle(self, run_id: str, outcome: Outcome) -> RunHandle:
+        """Turn an execution's outcome into a handle; deliver a signal that raced a pause."""
+        if outcome.status == "success":
+            run = await self.adapter.get_run(run_id)
+            if run is not None:
+                return self.handle_of(run)
+            return RunHandle(run_id=run_id, status="success", result=outcome.result)
+        if outcome.status == "paused" and outcome.wait is not None:
+            wait = outcome.wait
+            if wait.deadline is not None:
+                self.notify_timers()
+            if wait.event is not None:
+                # A signal that arrived after wait_for looked at the inbox but before
+                # the pause committed would otherwise sit there: deliver it now.
+                woke = await self.deliver(run_id, wait.event)
+                if woke is not None:
+                    return woke
+            return RunHandle(run_id=run_id, status="paused", waiting_for=wait.event,
+                             wake_token=wait.wake_token)
+        if outcome.status == "storage":
+            raise StorageError(
+                f"run {run_id} could not record its progress ({outcome.exception}); it keeps "
+                "its lease until it expires, then the sweep hands it to another runner",
+                run_id=run_id,
+            ) from outcome.exception
+        if outcome.status == "error":
+            return RunHandle(run_id=run_id, status="error", error=outcome.error)
+        return await self.handle(run_id)
+
+    # -- waking --------------------------------------------------------------------
+
+    async def wake(self, run: RunInfo, node_id: str, *, via: str, output: Any = None,
+                   timed_out: bool = False, signal_id: int | None = None) -> RunHandle | None:
+        """Resume a paused run at ``node_id``; ``None`` if another wake won the race.
+
+        Reads cold: the run row and its checkpoint. One unit records the wake
+        payload, ``on_run_resumed`` and either this runner's lease (inline runs,
+        driven here) or the queue (worker runs).
+        """
+        checkpoint = run.checkpoint_json or {}
+        wait = (checkpoint.get("variables") or {}).get(WAIT_KEY) or {}
+        if wait and wait.get("node_id") != node_id:
+            return None
+        inline = run.start_mode == "inline"
+        now = self.clock.now()
+        guard = Guard(run_id=run.id, status_in=("paused",), wait_node=node_id)
+        async with self.adapter.unit(guard=guard) as unit:
+            if signal_id is not None:
+                await self.adapter.consume_signal(signal_id)
+            if timed_out:
+                await self.adapter.on_node_error(run.id, node_id, {"error": {
+                    "type": "starflow.errors.WaitTimeout",
+                    "message": f"{node_id} timed out"}}, now=now)
+            else:
+                await self.adapter.on_node_complete(run.id, node_id,
+                                                    {"output": output, "via": via}, now=now)
+            await self.adapter.clear_waits(run.id)
+            await self.adapter.on_run_resumed(run.id, now=now,
+                                              payload={"node_id": node_id, "via": via})
+            if inline:
+                await self.adapter.write_lease(run.id, self.runner_id,
+                                               now + self.config.lease_ttl, now=now)
+            else:
+                await self.adapter.update_run(run.id, "requeue", status="queued",
+                                              claim_state="queued")
+        if not unit.held:
+            return None
+        self._log.debug("run resumed", run_id=run.id, node_id=node_id, via=via)
+        if not inline:
+            self.notify_settled()
+            return RunHandle(run_id=run.id, status="queued")
+        fresh = await self.adapter.get_run(run.id)
+        assert fresh is not None
+        return await self.drive(fresh)
+
+    async def deliver(self, run_id: str, event: str) -> RunHandle | None:
+        """Wake the run if it is paused on ``event`` and a signal for it is queued."""
+        for _ in range(3):
+            run = await self.adapter.get_run(run_id)
+            if run is None or run.status != "paused":
+                return None
+            waits = await self.adapter.list_waits(run_id)
+            wait = next((w for w in waits if w.event == event), None)
+            if wait is None:
+                return None
+            signal = await self.adapter.find_signal(run_id, event)
+            if signal is None:
+                return None
+            handle = await self.wake(run, wait.node_id, via="signal", output=signal.payload,
+                                     signal_id=signal.id)
+            if handle is not None:
+                return handle
+        return None
+
+    async def signal(self, run_id: str, event: str, payload: Any) -> RunHandle:
+        if not isinstance(event, str) or not event:
+            raise StarflowError(f"signal event must be a non-empty string: {event!r}",
+                                run_id=run_id)
+        encoded = serde.to_builtins(payload, what=f"payload of signal {event!r}", run_id=run_id)
+        run = await self.adapter.get_run(run_id)
+        if run is None:
+            raise RunNotFound(run_id)
+        if run.is_terminal:
+            raise RunFinished(run_id, run.status, "signal")
+        now = self.clock.now()
+        async with self.adapter.unit(guard=Guard(run_id=run_id, status_in=ACTIVE_STATUSES)
+                                     ) as unit:
+            await self.adapter.enqueue_signal(run_id, event, encoded, now=now)
+        if not unit.held:
+            ended = await self.handle(run_id)
+            raise RunFinished(run_id, ended.status, "signal")
+        self._log.debug("signal queued", run_id=run_id, signal=event)
+        handle = await self.deliver(run_id, event)
+        return handle if handle is not None else await self.handle(run_id)
+
+    async def resume(self, token: str, payload: Any) -> RunHandle:
+        claims = self.keyring.verify(token, workspace_id=self.adapter.workspace_id,
+                                     env=self.adapter.env, now=self.clock.now())
+        encoded = serde.to_builtins(payload, what="resume payload", run_id=claims.r)
+        run = await self.adapter.get_run(claims.r)
+        if run is None:
+            raise InvalidWakeToken("not_found", f"run {claims.r} does not exist in this scope",
+                                   run_id=claims.r, node_id=claims.n)
+        if run.is_terminal:
+            raise InvalidWakeToken("already_used", f"run {run.id} has ended ({run.status})",
+                                   run_id=run.id, node_id=claims.n)
+        waits = await self.adapter.list_waits(run.id)
+        if not any(w.node_id == claims.n for w in waits):
+            events = await self.adapter.list_events(run.id)
+            used = any(e.node_id == claims.n and e.event_type in ("node_complete", "node_error")
+                       for e in events)
+            raise InvalidWakeToken(
+                "already_used" if used else "wrong_wait",
+                f"run {run.id} is not waiting at {claims.n}"
+                + (": that wait was already woken" if used else ""),
+                run_id=run.id, node_id=claims.n)
+        handle = await self.wake(run, claims.n, via="token", output=encoded)
+        if handle is None:
+            raise InvalidWakeToken("already_used", f"another wake of {claims.n} won the race",
+                                   run_id=run.id, node_id=claims.n)
+        return handle
+
+    async def fire_timer(self, wait: WaitRecord) -> RunHandle | None:
+        """Fire one due wait: a sleep completes, a wait_for times out."""
+        run = await self.adapter.get_run(wait.run_id)
+        if run is None or run.status != "paused":
+            return None
+        return await self.wake(run, wait.node_id, via="timer", timed_out=wait.event is not None)
+
+    async def due_timers(self) -> list[WaitRecord]:
+        return await self.adapter.due_waits(self.clock.now())
+
+    async def cancel(self, run_id: str) -> RunHandle:
+        run = await self.adapter.get_run(run_id)
+        if run is None:
+            raise RunNotFound(run_id)
+        if run.is_terminal:
+            raise RunFinished(run_id, run.status, "cancel")
+        now = self.clock.now()
+        async with self.adapter.unit(guard=Guard(run_id=run_id, status_in=ACTIVE_STATUSES)
+                                     ) as unit:
+            await self.adapter.on_run_error(run_id, "cancelled", now=now, status="cancelled",
+                                            claim_state="failed")
+            await self.adapter.clear_lease(run_id)
+            await self.adapter.clear_waits(run_id)
+            await self.adapter.record_event(run_id, "run_cancelled", None,
+                                            {"previous_status": run.status}, now=now,
+                                            method="cancel")
+        if not unit.held:
+            ended = await self.handle(run_id)
+            raise RunFinished(run_id, ended.status, "cancel")
+        engine = self.engines.get(run_id)
+        if engine is not None and engine._body_scope is not None:
+            engine._lease_lost = True
+            engine._body_scope.cancel()
+        self._log.info("run cancelled", run_id=run_id)
+        self.notify_settled()
+        return await self.handle(run_id)
+
+    async def sweep(self) -> int:
+        """One pass of the lease sweep; returns how many runs it acted on."""
+        results = await self.adapter.expire_old_leases(self.clock.now())
+        for r in results:
+            self._log.warning("runner lost", run_id=r.run_id, leased_by=r.leased_by,
+                              action=r.action)
+        if results:
+            self.notify_settled()
+        return len(results)
+
+    async def wait_settled(self, seconds: float) -> None:
+        """Return when a run changes in this process, or after ``seconds`` of clock time."""
+        event = self._settled
+        async with anyio.create_task_group() as tg:
+            async def timeout() -> None:
+                await self.clock.sleep(seconds)
+                tg.cancel_scope.cancel()
+
+            tg.start_soon(timeout)
+            await event.wait()
+            tg.cancel_scope.cancel()

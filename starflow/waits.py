@@ -1,0 +1,158 @@
+"""``wait_for``, ``sleep`` and ``now`` for workflow code, and HMAC wake tokens.
+
+A wait that is not already satisfied pauses the run durably: the engine
+writes the state model's ``enterDurableWait`` sequence (run paused,
+checkpoint, phase) and only then registers the wake. The process may exit;
+a signal, a token or a timer wakes the run, which replays to this point and
+returns the delivered payload.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+from collections.abc import Mapping
+from datetime import datetime, timedelta
+from typing import Any, TypeVar, overload
+
+import msgspec
+
+from .context import current_engine
+from .errors import InvalidWakeToken, StarflowError
+
+__all__ = ["Keyring", "WakeClaims", "now", "sleep", "wait_for"]
+
+T = TypeVar("T")
+
+
+def _engine(what: str) -> Any:
+    engine = current_engine.get()
+    if engine is None:
+        raise StarflowError(
+            f"starflow.{what}() called outside a workflow run: call it from a @workflow function"
+        )
+    return engine
+
+
+@overload
+async def wait_for(event: str, *, timeout: timedelta | None = None) -> Any: ...
+@overload
+async def wait_for(event: str, *, timeout: timedelta | None = None, type: type[T]) -> T: ...
+
+
+async def wait_for(event: str, *, timeout: timedelta | None = None, type: Any = Any) -> Any:
+    """Wait durably for a signal named ``event`` and return its payload.
+
+    A signal sent before the run reaches this wait is kept and delivered here.
+
+    Args:
+        event: The signal name (``Starflow.signal(run_id, event, payload)``).
+        timeout: Give up after this long: raises :class:`~starflow.WaitTimeout`.
+        type: Convert the payload to this type (a dataclass, Struct…).
+
+    Raises:
+        WaitTimeout: the timeout passed before the signal.
+    """
+    if not isinstance(event, str) or not event or "#" in event:
+        raise StarflowError(f"wait_for event must be a non-empty string without '#': {event!r}")
+    if timeout is not None and (not isinstance(timeout, timedelta) or timeout <= timedelta()):
+        raise StarflowError(f"wait_for timeout must be a positive timedelta: {timeout!r}")
+    return await _engine("wait_for").wait(event, timeout, type)
+
+
+async def sleep(duration: timedelta) -> None:
+    """Sleep durably: the run pauses, and a timer wakes it after ``duration``.
+
+    Unlike ``asyncio.sleep`` no process needs to stay alive meanwhile.
+    """
+    if not isinstance(duration, timedelta) or duration < timedelta():
+        raise StarflowError(f"sleep duration must be a timedelta >= 0: {duration!r}")
+    await _engine("sleep").wait(None, duration, Any)
+
+
+def now() -> datetime:
+    """Deterministic current time for workflow code.
+
+    The time of the run's latest recorded boundary (start, step completion,
+    wake): the same value on every replay. Use it instead of
+    ``datetime.now()`` in workflow code; steps may read real time freely.
+    """
+    return _engine("now").now()  # type: ignore[no-any-return]
+
+
+# ---------------------------------------------------------------------------
+# Wake tokens
+# ---------------------------------------------------------------------------
+
+_PREFIX = "sfw1"
+
+
+class WakeClaims(msgspec.Struct, frozen=True):
+    """What a wake token asserts."""
+
+    r: str  # run id
+    n: str  # node id
+    w: str  # workspace
+    e: str  # env
+    x: int  # expiry, unix seconds
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def _unb64(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+class Keyring:
+    """HMAC-SHA256 keys: the first signs, all verify (rotation)."""
+
+    def __init__(self, keys: Mapping[str, str]) -> None:
+        if not keys:
+            raise StarflowError("a wake-token keyring needs at least one key")
+        self._keys = {kid: secret.encode() for kid, secret in keys.items()}
+        self.signing_kid = next(iter(keys))
+
+    def sign(self, claims: WakeClaims) -> str:
+        body = _b64(msgspec.json.encode(claims))
+        head = f"{_PREFIX}.{self.signing_kid}.{body}"
+        mac = hmac.new(self._keys[self.signing_kid], head.encode(), hashlib.sha256).digest()
+        return f"{head}.{_b64(mac)}"
+
+    def verify(self, token: str, *, workspace_id: str, env: str, now: datetime) -> WakeClaims:
+        """Check signature, scope and expiry in constant time per key.
+
+        Raises:
+            InvalidWakeToken: with reason ``malformed``, ``unknown_key``,
+                ``bad_signature``, ``wrong_workspace`` or ``expired``.
+        """
+        if not isinstance(token, str):
+            raise InvalidWakeToken("malformed", "a wake token is a string")
+        parts = token.split(".")
+        if len(parts) != 4 or parts[0] != _PREFIX:
+            raise InvalidWakeToken("malformed", "not a starflow wake token (sfw1.kid.body.mac)")
+        _, kid, body, mac_text = parts
+        key = self._keys.get(kid)
+        if key is None:
+            raise InvalidWakeToken("unknown_key", f"no key {kid!r} in the keyring")
+        try:
+            mac = _unb64(mac_text)
+        except (ValueError, TypeError) as exc:
+            raise InvalidWakeToken("malformed", "signature is not base64url") from exc
+        expected = hmac.new(key, f"{_PREFIX}.{kid}.{body}".encode(), hashlib.sha256).digest()
+        if not hmac.compare_digest(mac, expected):
+            raise InvalidWakeToken("bad_signature", "signature does not match: forged or altered")
+        try:
+            claims = msgspec.json.decode(_unb64(body), type=WakeClaims)
+        except (ValueError, TypeError, msgspec.DecodeError) as exc:
+            raise InvalidWakeToken("malformed", "token body is unreadable") from exc
+        if claims.w != workspace_id or claims.e != env:
+            raise InvalidWakeToken("wrong_workspace",
+                                   f"token belongs to {claims.w}/{claims.e}, not {workspace_id}/{env}",
+                                   run_id=claims.r, node_id=claims.n)
+        if now.timestamp() >= claims.x:
+            raise InvalidWakeToken("expired", "the token's expiry has passed",
+                                   run_id=claims.r, node_id=claims.n)
+        return claims
