@@ -185,6 +185,13 @@ class Op(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     method: str
 
 
+class Mark(Op, frozen=True, kw_only=True):
+    """A boundary call that had nothing to write (e.g. an unchanged phase).
+
+    Adapters ignore it; it keeps the call visible to wrappers that observe units.
+    """
+
+
 class InsertRun(Op, frozen=True, kw_only=True):
     run_id: str
     values: dict[str, Any]
@@ -284,9 +291,17 @@ class Unit(msgspec.Struct, kw_only=True):
 
     @property
     def methods(self) -> list[str]:
-        """The boundary methods that built this unit, in order."""
-        return [op.method for op in self.ops]
+        """The boundary methods that built this unit, in call order (one entry per call)."""
+        names: list[str] = []
+        for op in self.ops:
+            if not names or names[-1] != op.method or op.method in _MULTI_CALL:
+                names.append(op.method)
+        return names
 
+
+#: Boundaries that emit one op per call, so repeated names are separate calls.
+_MULTI_CALL = frozenset({"on_node_start", "on_node_complete", "on_node_error", "record_event",
+                         "consume_signal", "enqueue_signal", "session_set"})
 
 _pending: ContextVar[Unit | None] = ContextVar("starflow_pending_unit", default=None)
 
@@ -528,6 +543,7 @@ class WorkflowStateAdapter(abc.ABC):
         """
         previous = meta.get("previous")
         if ctx.phase == previous:
+            await self._submit(Mark(method="record_phase_if_changed"))
             return False
         await self._event("record_phase_if_changed", run_id, "phase", None,
                           {"phase": ctx.phase, "previous": previous}, now)

@@ -33,6 +33,7 @@ from .base import (
     InsertRun,
     InsertSignal,
     InsertWait,
+    Mark,
     Op,
     RunEvent,
     RunInfo,
@@ -388,6 +389,8 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
                 "AND run_id = ? AND keep_until IS NULL",
                 (ws, env, op.run_id),
             )
+        elif isinstance(op, Mark):
+            pass
         elif isinstance(op, InsertOutbox):
             conn.execute(
                 "INSERT INTO mirror_outbox (run_id, kind, payload, created_at, workspace_id, env)"

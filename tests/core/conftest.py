@@ -1,0 +1,58 @@
+"""Fixtures for the core runtime tests: an app over each durable adapter, and a spy."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from starflow import Starflow
+from starflow.adapters import adapter_from_url
+from starflow.adapters.base import DelegatingAdapter, Unit, WorkflowStateAdapter
+
+
+class SpyAdapter(DelegatingAdapter):
+    """Records every unit written through it (the boundary calls, grouped by transaction)."""
+
+    def __init__(self, inner: WorkflowStateAdapter) -> None:
+        super().__init__(inner)
+        self.units: list[list[str]] = []
+        self.fail: dict[str, int] = {}
+
+    async def execute(self, unit: Unit) -> bool:
+        for method in unit.methods:
+            if self.fail.get(method, 0) > 0:
+                self.fail[method] -= 1
+                from starflow.errors import StorageError
+
+                raise StorageError(f"injected failure in {method}")
+        held = await self.inner.execute(unit)
+        if held:
+            self.units.append(unit.methods)
+        return held
+
+    @property
+    def calls(self) -> list[str]:
+        return [m for u in self.units for m in u]
+
+
+@pytest.fixture
+async def spy(db_url: str, workspace_id: str) -> AsyncIterator[SpyAdapter]:
+    yield SpyAdapter(adapter_from_url(db_url, workspace_id=workspace_id))
+
+
+@pytest.fixture
+async def sf(spy: SpyAdapter) -> AsyncIterator[Starflow]:
+    """An open app over a spying adapter; maintenance off so only the test writes."""
+    async with Starflow(spy, maintenance=False) as app:
+        yield app
+
+
+def unit_calls(spy: SpyAdapter) -> list[list[str]]:
+    """The spy's units, without definition bookkeeping."""
+    return [u for u in spy.units if u]
+
+
+def strip(value: Any) -> Any:
+    return value

@@ -1,0 +1,204 @@
+"""Bad input gets a clear StarflowError subclass, and nothing is written."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+
+import pytest
+
+import starflow
+from starflow import (
+    ConfigError,
+    ReservedKeyError,
+    RunFinished,
+    RunNotFound,
+    SerializationError,
+    Starflow,
+    StarflowConfig,
+    WorkflowDefinitionError,
+    step,
+    wait_for,
+    workflow,
+)
+
+from .conftest import SpyAdapter
+
+
+class Opaque:
+    """Not JSON-encodable."""
+
+
+@step
+async def give_opaque() -> object:
+    return Opaque()
+
+
+@workflow(name="bad-input-echo")
+async def echo(value: object) -> object:
+    return value
+
+
+@workflow(name="bad-input-opaque-step")
+async def opaque_step() -> object:
+    return await give_opaque()
+
+
+@workflow(name="bad-input-waits")
+async def waits() -> object:
+    return await wait_for("go")
+
+
+async def test_non_serializable_argument(sf: Starflow, spy: SpyAdapter) -> None:
+    """An argument that cannot be stored is rejected before the run exists."""
+    with pytest.raises(SerializationError, match="arguments of workflow 'bad-input-echo'"):
+        await sf.run(echo, Opaque())
+    assert await sf.list_runs() == []
+    assert spy.calls == []
+
+
+async def test_non_serializable_step_return(sf: Starflow, spy: SpyAdapter) -> None:
+    """A step result that cannot be stored fails the run; no node_complete is written."""
+    handle = await sf.run(opaque_step)
+    assert handle.status == "error"
+    assert "SerializationError" in (handle.error or "")
+    types = [e.event_type for e in await sf.events(handle.run_id)]
+    assert "node_complete" not in types
+
+
+async def test_non_serializable_workflow_result(sf: Starflow) -> None:
+    """A workflow result that cannot be stored ends the run in error with that cause."""
+    handle = await sf.run(echo, "fine")
+    assert handle.status == "success"
+
+    @workflow(name="bad-input-result")
+    async def returns_opaque() -> object:
+        return Opaque()
+
+    handle = await sf.run(returns_opaque)
+    assert handle.status == "error" and "SerializationError" in (handle.error or "")
+    run = await sf.get_run(handle.run_id)
+    assert run.result_json is None
+
+
+async def test_non_serializable_signal_payload(sf: Starflow, spy: SpyAdapter) -> None:
+    """A signal payload that cannot be stored writes nothing, and the run keeps waiting."""
+    handle = await sf.run(waits)
+    spy.units.clear()
+    with pytest.raises(SerializationError):
+        await sf.signal(handle.run_id, "go", Opaque())
+    assert spy.calls == []
+    assert (await sf.get_run(handle.run_id)).status == "paused"
+
+
+async def test_unknown_run_id(sf: Starflow, spy: SpyAdapter) -> None:
+    """Every run-scoped call names the missing run."""
+    missing = str(uuid.uuid4())
+    for call in (sf.get_run(missing), sf.signal(missing, "go"), sf.cancel(missing),
+                 sf.events(missing), sf.result(missing)):
+        with pytest.raises(RunNotFound, match=missing) as info:
+            await call
+        assert info.value.run_id == missing
+    assert spy.calls == []
+
+
+async def test_signal_to_finished_run(sf: Starflow, spy: SpyAdapter) -> None:
+    """A signal for an ended run raises RunFinished and queues nothing."""
+    handle = await sf.run(echo, 1)
+    spy.units.clear()
+    with pytest.raises(RunFinished, match="already ended with status 'success'") as info:
+        await sf.signal(handle.run_id, "go", 1)
+    assert info.value.status == "success"
+    with pytest.raises(RunFinished):
+        await sf.cancel(handle.run_id)
+    assert spy.calls == []
+
+
+async def test_reserved_key_in_workflow(sf: Starflow) -> None:
+    """A user write of a __celestial key fails the run with ReservedKeyError's message."""
+
+    @workflow(name="bad-input-reserved")
+    async def reserved() -> None:
+        starflow.context().variables["__celestialWait"] = "mine"
+
+    handle = await sf.run(reserved)
+    assert handle.status == "error"
+    assert "ReservedKeyError" in (handle.error or "") and "__celestialWait" in (handle.error or "")
+
+
+def test_reserved_key_every_write_path() -> None:
+    """Item assignment, update, setdefault, pop, |= and ctx.set all refuse reserved keys."""
+    ctx = starflow.WorkflowContext(run_id="r", workflow="w")
+    attempts = [
+        lambda: ctx.variables.__setitem__("__celestialX", 1),
+        lambda: ctx.variables.update({"__celestialX": 1}),
+        lambda: ctx.variables.setdefault("__celestialX", 1),
+        lambda: ctx.variables.pop("__celestialX", None),
+        lambda: ctx.set("__celestialLeases", 1),
+    ]
+    for attempt in attempts:
+        with pytest.raises(ReservedKeyError):
+            attempt()
+    with pytest.raises(ReservedKeyError):
+        ctx.variables |= {"__celestialIdempotency": 1}
+    assert dict(ctx.variables) == {}
+
+
+async def test_workflow_not_decorated(sf: Starflow, spy: SpyAdapter) -> None:
+    """Running a plain function says to decorate it; nothing is written."""
+
+    async def plain() -> None:
+        return None
+
+    with pytest.raises(WorkflowDefinitionError, match="decorate it with @starflow.workflow"):
+        await sf.run(plain)
+    assert spy.calls == [] and await sf.list_runs() == []
+
+
+async def test_wrong_arguments(sf: Starflow, spy: SpyAdapter) -> None:
+    """Arguments that do not fit the signature are rejected before anything is written."""
+    with pytest.raises(WorkflowDefinitionError, match="bad arguments"):
+        await sf.run(echo, 1, 2)
+    assert spy.calls == []
+
+
+async def test_bad_run_id(sf: Starflow, spy: SpyAdapter) -> None:
+    """A run id that is not a UUID is rejected up front."""
+    with pytest.raises(starflow.StarflowError, match="run_id must be a UUID"):
+        await sf.run(echo, 1, run_id="order-1")
+    assert spy.calls == []
+
+
+def test_invalid_definitions_report_every_problem() -> None:
+    """Decoration validates and lists all reasons at once."""
+
+    def sync_fn() -> None:
+        return None
+
+    with pytest.raises(WorkflowDefinitionError, match=r"for 3 reason\(s\)") as info:
+        workflow(name="", version=0)(sync_fn)
+    assert "async def" in str(info.value)
+    with pytest.raises(WorkflowDefinitionError, match="must not contain '#'"):
+        step(name="a#b")(give_opaque.__wrapped__)
+
+
+def test_invalid_config() -> None:
+    """Config errors name the parameter and its value."""
+    with pytest.raises(ConfigError, match="heartbeat_interval must be < lease_ttl: 40 s >= 30 s"):
+        StarflowConfig(heartbeat_interval=timedelta(seconds=40))
+    with pytest.raises(ConfigError, match="sweep_interval must be positive"):
+        StarflowConfig(sweep_interval=timedelta(0))
+
+
+def test_bad_url() -> None:
+    """An unknown scheme says which ones exist."""
+    with pytest.raises(ConfigError, match="sqlite:///path.db"):
+        Starflow.open("mysql://x")
+
+
+async def test_step_outside_a_run_is_a_plain_function() -> None:
+    """Decorated functions keep working as plain async functions outside a run."""
+    assert await echo(3) == 3
+    assert isinstance(await give_opaque(), Opaque)
+    with pytest.raises(starflow.StarflowError, match="outside a workflow run"):
+        await wait_for("x")

@@ -1,0 +1,42 @@
+"""A run paused in one process is resumed and finished by another process."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from starflow import Starflow
+
+HERE = Path(__file__).parent
+
+
+def _run(args: list[str], log: Path) -> str:
+    env = {**os.environ, "STARFLOW_TEST_CALL_LOG": str(log),
+           "PYTHONPATH": os.pathsep.join([str(HERE), *sys.path])}
+    proc = subprocess.run([sys.executable, str(HERE / "crossproc_app.py"), *args],
+                          capture_output=True, text=True, env=env, timeout=60, check=False)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.strip().splitlines()[-1]
+
+
+async def test_pause_in_one_process_resume_in_another(tmp_path: Path) -> None:
+    """Process A starts and pauses; process B signals, replays and completes; no step re-runs."""
+    url = f"sqlite:///{tmp_path / 'shared.db'}"
+    log = tmp_path / "calls.log"
+    run_id, status = _run([url, "start", "widget"], log).split()
+    assert status == "paused"
+    out = _run([url, "signal", run_id, "ada"], log)
+    assert out.startswith(f"{run_id} success")
+    calls = log.read_text().splitlines()
+    assert [c.split(":")[0] for c in calls] == ["reserve", "ship"]  # reserve never ran twice
+    pid_a, pid_b = calls[0].split(":")[2], calls[1].split(":")[2]
+    assert pid_a != pid_b
+    async with Starflow.open(url, maintenance=False) as sf:
+        run = await sf.get_run(run_id)
+        assert run.status == "success" and run.checkpoint_json is None
+        assert run.result_json == {"reserve": "reserved-widget", "ship": "shipped-widget-by-ada"}
+        types = [e.event_type for e in await sf.events(run_id)]
+        assert types.count("node_start") == 2
+        assert "run_paused" in types and "run_resumed" in types

@@ -1,0 +1,139 @@
+"""Replay: recorded outcomes come back typed, finished steps never re-run, divergence is caught."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import msgspec
+import pytest
+
+from starflow import NonDeterminismError, StepFailed, Starflow, step, wait_for, workflow
+from starflow.decorators import registry
+
+
+@dataclass
+class Receipt:
+    id: str
+    cents: int
+
+
+class Shipment(msgspec.Struct):
+    tracking: str
+
+
+calls: dict[str, int] = {}
+
+
+def _count(name: str) -> None:
+    calls[name] = calls.get(name, 0) + 1
+
+
+@step
+async def charge(order_id: str, cents: int) -> Receipt:
+    _count("charge")
+    return Receipt(id=f"r-{order_id}", cents=cents)
+
+
+@step
+async def ship(order_id: str) -> Shipment:
+    _count("ship")
+    return Shipment(tracking=f"t-{order_id}")
+
+
+@step
+async def refuse() -> None:
+    _count("refuse")
+    raise PermissionError("card declined")
+
+
+@workflow(name="replay-order")
+async def order(order_id: str) -> dict[str, object]:
+    receipt = await charge(order_id, 1999)
+    assert isinstance(receipt, Receipt)
+    try:
+        await refuse()
+    except StepFailed as exc:
+        refused = exc.error_type
+    await wait_for("go")
+    receipt_again = receipt
+    shipment = await ship(order_id)
+    assert isinstance(shipment, Shipment)
+    return {"receipt": receipt_again.id, "tracking": shipment.tracking, "refused": refused}
+
+
+async def test_recorded_steps_are_not_rerun_and_decode_to_their_types(sf: Starflow) -> None:
+    """After resume, charge and refuse replay from the journal as Receipt / StepFailed."""
+    calls.clear()
+    handle = await sf.run(order, "o1")
+    assert handle.status == "paused"
+    assert calls == {"charge": 1, "refuse": 1}
+    done = await sf.signal(handle.run_id, "go")
+    assert done.status == "success"
+    assert done.result == {"receipt": "r-o1", "tracking": "t-o1",
+                           "refused": "builtins.PermissionError"}
+    assert calls == {"charge": 1, "refuse": 1, "ship": 1}
+
+
+async def test_result_is_decoded_to_the_annotated_return_type(sf: Starflow) -> None:
+    """sf.result converts the stored JSON to the workflow's return annotation."""
+
+    @workflow(name="replay-typed-result")
+    async def typed() -> Receipt:
+        return await charge("x", 5)
+
+    handle = await sf.run(typed)
+    assert await sf.result(handle.run_id) == Receipt(id="r-x", cents=5)
+
+
+async def test_different_step_at_recorded_node(sf: Starflow) -> None:
+    """New code that inserts a step before a recorded wait is caught on replay."""
+
+    @workflow(name="replay-changing", version=1)
+    async def v1() -> str:
+        await charge("c", 1)
+        await wait_for("go")
+        return "done"
+
+    handle = await sf.run(v1)
+    assert handle.status == "paused"
+
+    @workflow(name="replay-changing", version=1)
+    async def v1_changed() -> str:
+        await charge("c", 1)
+        await ship("inserted")  # a new step in the middle
+        await wait_for("go")
+        return "done"
+
+    try:
+        calls.clear()
+        done = await sf.signal(handle.run_id, "go")
+        assert done.status == "error"
+        assert "NonDeterminismError" in (done.error or "")
+        assert "step:ship#1" in (done.error or "") and "wait:go#1" in (done.error or "")
+        assert "ship" not in calls  # the new step never ran
+    finally:
+        registry.add(v1.__starflow_workflow__)  # type: ignore[attr-defined]
+
+
+async def test_changed_arguments_at_recorded_node(sf: Starflow) -> None:
+    """A recorded step called with different arguments names the node and both hashes."""
+    amount = {"cents": 1}
+
+    @workflow(name="replay-args")
+    async def wf() -> None:
+        await charge("a", amount["cents"])
+        await wait_for("go")
+
+    handle = await sf.run(wf)
+    amount["cents"] = 2
+    done = await sf.signal(handle.run_id, "go")
+    assert done.status == "error"
+    assert "step:charge#1" in (done.error or "") and "arguments" in (done.error or "")
+
+
+def test_nondeterminism_error_carries_ids() -> None:
+    """The error type exposes the node and the recorded vs current values."""
+    err = NonDeterminismError("x", run_id="r", node_id="step:a#1", recorded="a", current="b")
+    assert (err.run_id, err.node_id, err.recorded, err.current) == ("r", "step:a#1", "a", "b")
+    with pytest.raises(NonDeterminismError):
+        raise err
