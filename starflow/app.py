@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 from typing import Any, ParamSpec, TypeVar
 
 import anyio
-import structlog
+from .logs import get_logger
 
 from .adapters import adapter_from_url
 from .adapters.base import RunEvent, RunInfo, WorkflowStateAdapter
@@ -27,7 +27,7 @@ __all__ = ["Starflow"]
 P = ParamSpec("P")
 R = TypeVar("R")
 
-log = structlog.get_logger("starflow")
+log = get_logger("starflow")
 
 DEFAULT_URL = "sqlite:///starflow.db"
 

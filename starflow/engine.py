@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 import anyio
 import anyio.lowlevel
-import structlog
+from .logs import get_logger
 
 from . import serde
 from .adapters.base import Guard, WorkflowStateAdapter
@@ -39,7 +39,7 @@ from .waits import Keyring, WakeClaims
 
 __all__ = ["Engine", "Outcome", "PendingWait", "Runtime"]
 
-log = structlog.get_logger("starflow.engine")
+log = get_logger("starflow.engine")
 
 OutcomeStatus = Literal["success", "error", "paused", "lease_lost", "storage", "cancelled"]
 

@@ -10,14 +10,14 @@ processes may run maintenance against one database at once.
 from __future__ import annotations
 
 import anyio
-import structlog
+from .logs import get_logger
 
 from .errors import StarflowError
 from .runner import Runner
 
 __all__ = ["Maintenance"]
 
-log = structlog.get_logger("starflow.maintenance")
+log = get_logger("starflow.maintenance")
 
 
 class Maintenance:

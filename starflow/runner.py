@@ -17,7 +17,7 @@ from typing import Any
 
 import anyio
 import msgspec
-import structlog
+from .logs import get_logger
 
 from . import serde
 from .adapters.base import Guard, RunInfo, StartOptions, WaitRecord, WorkflowStateAdapter
@@ -39,7 +39,7 @@ from .waits import Keyring
 
 __all__ = ["RunHandle", "Runner", "new_runner_id"]
 
-log = structlog.get_logger("starflow.runner")
+log = get_logger("starflow.runner")
 
 ACTIVE_STATUSES = ("queued", "running", "paused")
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import anyio
-import structlog
+from .logs import get_logger
 
 from .adapters.base import RunInfo
 from .errors import StarflowError
@@ -12,7 +12,7 @@ from .runner import Runner
 
 __all__ = ["Worker"]
 
-log = structlog.get_logger("starflow.worker")
+log = get_logger("starflow.worker")
 
 
 class Worker:

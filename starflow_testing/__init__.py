@@ -1,0 +1,1 @@
+"""starflow_testing: test harness for starflow workflows."""
