@@ -1,0 +1,52 @@
+"""The public API is exactly what __all__ lists, sorted; nothing leaks."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+
+@pytest.mark.parametrize("module_name", ["starflow", "starflow_testing"])
+def test_all_is_sorted_and_importable(module_name: str) -> None:
+    """__all__ is sorted, has no duplicates, and every name exists."""
+    module = importlib.import_module(module_name)
+    names = list(module.__all__)
+    assert names == sorted(names)
+    assert len(set(names)) == len(names)
+    for name in names:
+        assert hasattr(module, name), name
+
+
+def test_starflow_core_names_are_public() -> None:
+    """The names DESIGN.md fixes are all exported."""
+    import starflow
+
+    required = {"workflow", "step", "wait_for", "sleep", "now", "context", "Starflow",
+                "StarflowConfig", "RetryPolicy", "WorkflowContext", "RunHandle", "RunInfo",
+                "RunEvent", "StarflowError", "NonDeterminismError", "WaitTimeout",
+                "LeaseLostError", "ReservedKeyError", "SerializationError", "InvalidWakeToken",
+                "RunNotFound", "RunFinished", "WorkflowFailed"}
+    assert required <= set(starflow.__all__)
+
+
+def test_errors_derive_from_starflow_error() -> None:
+    """Every exported exception is a StarflowError."""
+    import starflow
+
+    for name in starflow.__all__:
+        obj = getattr(starflow, name)
+        if isinstance(obj, type) and issubclass(obj, BaseException):
+            assert issubclass(obj, starflow.StarflowError), name
+
+
+def test_importing_starflow_does_not_import_drivers() -> None:
+    """Drivers load lazily: a fresh interpreter importing starflow has no asyncpg/redis."""
+    import subprocess
+    import sys
+
+    code = ("import sys, starflow; "
+            "print(sorted(m for m in ('asyncpg', 'aiosqlite', 'redis') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.strip()
+    assert out == "[]"

@@ -1,0 +1,16 @@
+"""Must FAIL mypy: wrong argument types to decorated functions are caught."""
+
+from __future__ import annotations
+
+from starflow import step
+
+
+@step
+async def add(a: int, b: int) -> int:
+    return a + b
+
+
+async def misuse() -> None:
+    await add("one", 2)
+    result: str = await add(1, 2)
+    _ = result
