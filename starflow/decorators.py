@@ -81,12 +81,15 @@ class RetryPolicy:
         return not isinstance(exc, self.non_retryable)
 
 
-def _return_type(fn: Callable[..., Any]) -> Any:
+def _hints(fn: Callable[..., Any]) -> dict[str, Any]:
     try:
-        hints = typing.get_type_hints(fn)
-    except Exception:
-        return Any
-    return hints.get("return", Any)
+        return typing.get_type_hints(fn)
+    except Exception:  # unresolvable forward references: treat as unannotated
+        return {}
+
+
+def _return_type(fn: Callable[..., Any]) -> Any:
+    return _hints(fn).get("return", Any)
 
 
 def _code_hash(fn: Callable[..., Any]) -> str:
@@ -126,13 +129,18 @@ class WorkflowDefinition:
     pool: str | None
     code_hash: str
     signature: inspect.Signature
-    _return_type: Any = field(default=None, repr=False)
+    _hints: dict[str, Any] | None = field(default=None, repr=False)
+
+    @property
+    def hints(self) -> dict[str, Any]:
+        """Resolved annotations of the workflow function (cached)."""
+        if self._hints is None:
+            self._hints = _hints(self.fn)
+        return self._hints
 
     @property
     def return_type(self) -> Any:
-        if self._return_type is None:
-            self._return_type = _return_type(self.fn)
-        return self._return_type
+        return self.hints.get("return", Any)
 
 
 class _Registry:
@@ -140,6 +148,7 @@ class _Registry:
 
     def __init__(self) -> None:
         self._by_key: dict[tuple[str, int], WorkflowDefinition] = {}
+        self._steps: dict[str, StepDefinition] = {}
 
     def add(self, definition: WorkflowDefinition) -> None:
         self._by_key[(definition.name, definition.version)] = definition
@@ -155,6 +164,14 @@ class _Registry:
 
     def names(self) -> list[str]:
         return sorted({n for (n, _) in self._by_key})
+
+    def add_step(self, definition: StepDefinition) -> None:
+        """Register a step that runs on a worker pool, so job workers find it by name."""
+        self._steps[definition.name] = definition
+
+    def get_step(self, name: str) -> StepDefinition | None:
+        """The pool step registered under ``name`` (``None`` if this process lacks it)."""
+        return self._steps.get(name)
 
 
 registry = _Registry()
@@ -284,8 +301,13 @@ def step(
             problems.append(f"retry must be a RetryPolicy, got {retry!r}")
         if problems:
             _fail("step", func, problems)
+        if pool is not None and (not isinstance(pool, str) or not pool.strip()):
+            problems.append(f"pool must be a non-empty string: {pool!r}")
+            _fail("step", func, problems)
         definition = StepDefinition(fn=func, name=step_name, retry=retry or RetryPolicy(),
                                     pool=pool)
+        if pool is not None:
+            registry.add_step(definition)
 
         @wrapt.decorator  # type: ignore[misc]
         async def wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:

@@ -41,7 +41,8 @@ __all__ = ["Engine", "Outcome", "PendingWait", "Runtime"]
 
 log = get_logger("starflow.engine")
 
-OutcomeStatus = Literal["success", "error", "paused", "lease_lost", "storage", "cancelled"]
+OutcomeStatus = Literal["success", "error", "paused", "lease_lost", "storage", "cancelled",
+                        "released"]
 
 
 @dataclass
@@ -74,6 +75,7 @@ class Outcome:
     error: str | None = None
     exception: BaseException | None = None
     wait: PendingWait | None = None
+    definition: WorkflowDefinition | None = None
 
 
 class _Suspend(BaseException):
@@ -87,8 +89,8 @@ class _Suspend(BaseException):
 class _Abort(BaseException):
     """Unwinds the workflow body when this runner must stop writing."""
 
-    def __init__(self, reason: Literal["lease_lost", "storage"], cause: BaseException | None = None
-                 ) -> None:
+    def __init__(self, reason: Literal["lease_lost", "storage", "released"],
+                 cause: BaseException | None = None) -> None:
         super().__init__(reason)
         self.reason = reason
         self.cause = cause
@@ -127,6 +129,9 @@ class Engine:
     _body_scope: anyio.CancelScope | None = None
     _lease_lost: bool = False
     node_status: dict[str, str] = field(default_factory=dict)
+    #: Asked before each new step starts: True hands the run back to the queue
+    #: there (a draining worker), so the step runs once, on the next runner.
+    should_yield: Callable[[], bool] | None = None
 
     def __post_init__(self) -> None:
         self._last_time = self.started_at
@@ -279,6 +284,8 @@ class Engine:
         else:
             await self._check_frontier(nid, f"step {sdef.name!r}")
         self._guard_suspending()
+        if self.should_yield is not None and self.should_yield():
+            raise _Abort("released")
 
         async def start(ts: datetime) -> None:
             await self._phase(ts)
@@ -451,6 +458,8 @@ class Engine:
                     tg.cancel_scope.cancel()
             if self._lease_lost and outcome.status not in ("lease_lost", "storage"):
                 outcome = Outcome("lease_lost")
+            if outcome.status == "released":
+                await self._release()
             return await self._finalize(outcome)
         except anyio.get_cancelled_exc_class():
             with anyio.CancelScope(shield=True):
@@ -493,7 +502,7 @@ class Engine:
                         await self.adapter.clear_lease(self.run_id)
 
                     await self._commit(complete)
-                    return Outcome("success", result=result)
+                    return Outcome("success", result=result, definition=self.definition)
             if outcome.status == "error":
                 message = outcome.error or "error"
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 import inspect
 import os
 import socket
-import typing
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -150,10 +150,7 @@ class Runner:
         data = data or {}
         args = list(data.get("args", []))
         kwargs = dict(data.get("kwargs", {}))
-        try:
-            hints = typing.get_type_hints(definition.fn)
-        except Exception:
-            hints = {}
+        hints = definition.hints
         params = [p for p in definition.signature.parameters.values()
                   if p.kind in (inspect.Parameter.POSITIONAL_ONLY,
                                 inspect.Parameter.POSITIONAL_OR_KEYWORD)]
@@ -265,9 +262,29 @@ class Runner:
             self.busy -= 1
             self.notify_settled()
 
-    async def drive(self, run: RunInfo) -> RunHandle:
-        """Replay a run this runner holds the lease of, until it pauses or ends."""
+    async def drive(self, run: RunInfo, *, should_yield: Callable[[], bool] | None = None
+                    ) -> RunHandle:
+        """Replay a run this runner holds the lease of, until it pauses or ends.
+
+        A run a worker just claimed (``claim_state`` claimed) moves to running
+        here, guarded by the lease; if the lease is gone already (a cancel, or
+        the sweep after a long stall) nothing runs. ``should_yield`` is asked
+        before each new step: True hands the run back to the queue there.
+
+        Raises:
+            WorkflowDefinitionError: the run's workflow (name and version) is not
+                registered in this process; nothing was written.
+        """
         definition = self.resolve(run)
+        if run.claim_state == "claimed":
+            now = self.clock.now()
+            async with self.adapter.unit(guard=Guard(run_id=run.id, leased_by=self.runner_id,
+                                                     status_in=("running",))) as unit:
+                await self.adapter.write_lease(run.id, self.runner_id,
+                                               now + self.config.lease_ttl, now=now)
+            if not unit.held:
+                self._log.warning("claimed run lost before it started", run_id=run.id)
+                return await self.handle(run.id)
         events = await self.adapter.list_events(run.id)
         journal = Journal.from_events(events, started_at=run.started_at)
         ctx = WorkflowContext(run_id=run.id, workflow=definition.name,
@@ -275,17 +292,35 @@ class Runner:
                               workspace_id=self.adapter.workspace_id, env=self.adapter.env)
         args, kwargs = self.decode_input(definition, run.input_json)
         engine = Engine(runtime=self.runtime, definition=definition, ctx=ctx, journal=journal,
-                        args=args, kwargs=kwargs, started_at=run.started_at or self.clock.now())
+                        args=args, kwargs=kwargs, started_at=run.started_at or self.clock.now(),
+                        should_yield=should_yield)
         outcome = await self._execute(engine)
         return await self.settle(run.id, outcome)
+
+    async def release(self, run_id: str, reason: str) -> bool:
+        """Hand a run this runner holds back to the queue (another runner may take it).
+
+        Guarded by the lease: returns False, writing nothing, if this runner no
+        longer holds it. ``claim_attempts`` is left as it is: it counts claims.
+        """
+        async with self.adapter.unit(guard=Guard(run_id=run_id, leased_by=self.runner_id,
+                                                 status_in=("running",))) as unit:
+            await self.adapter.update_run(run_id, "release_lease", status="queued",
+                                          claim_state="queued", leased_by=None,
+                                          lease_until=None)
+        if unit.held:
+            self._log.info("run released to the queue", run_id=run_id, reason=reason)
+            self.notify_settled()
+        return bool(unit.held)
 
     async def settle(self, run_id: str, outcome: Outcome) -> RunHandle:
         """Turn an execution's outcome into a handle; deliver a signal that raced a pause."""
         if outcome.status == "success":
-            run = await self.adapter.get_run(run_id)
-            if run is not None:
-                return self.handle_of(run)
-            return RunHandle(run_id=run_id, status="success", result=outcome.result)
+            engine_def = outcome.definition
+            result = outcome.result if engine_def is None else serde.convert(
+                outcome.result, engine_def.return_type, what=f"result of run {run_id}",
+                run_id=run_id)
+            return RunHandle(run_id=run_id, status="success", result=result)
         if outcome.status == "paused" and outcome.wait is not None:
             wait = outcome.wait
             if wait.deadline is not None:

@@ -31,6 +31,8 @@ __all__ = [
     "DelegatingAdapter",
     "Guard",
     "Op",
+    "OutboxLag",
+    "OutboxRow",
     "RunEvent",
     "RunInfo",
     "SignalRecord",
@@ -139,6 +141,32 @@ class SweepResult(msgspec.Struct, frozen=True, kw_only=True):
     run_id: str
     leased_by: str | None
     action: str  # "requeued" or "abandoned"
+
+
+class OutboxRow(msgspec.Struct, frozen=True, kw_only=True):
+    """One ``mirror_outbox`` row: a projection waiting for (or pushed to) the warm tier."""
+
+    id: int
+    run_id: str | None
+    kind: str
+    payload: Any
+    created_at: datetime
+    applied_at: datetime | None = None
+
+
+class OutboxLag(msgspec.Struct, frozen=True, kw_only=True):
+    """Unapplied ``mirror_outbox`` rows by age (the drift signal).
+
+    Attributes:
+        pending: ``count(*) WHERE applied_at IS NULL`` in scope.
+        oldest_created_at: ``created_at`` of the oldest pending row.
+        older_than: For each age edge asked for (seconds, ascending), how many
+            pending rows are at least that old.
+    """
+
+    pending: int
+    oldest_created_at: datetime | None
+    older_than: tuple[int, ...] = ()
 
 
 class StartOptions(msgspec.Struct, frozen=True, kw_only=True):
@@ -677,6 +705,24 @@ class WorkflowStateAdapter(abc.ABC):
                          ) -> str | None:
         """A stored HMAC secret for wake tokens, created on first use if asked."""
 
+    # -- the mirror outbox (read by the drainer) -------------------------------
+
+    @abc.abstractmethod
+    async def pending_outbox(self, *, limit: int = 500) -> list[OutboxRow]:
+        """Unapplied ``mirror_outbox`` rows in scope, in ``id`` order (oldest first)."""
+
+    @abc.abstractmethod
+    async def mark_outbox_applied(self, ids: Sequence[int], *, now: datetime) -> int:
+        """Set ``applied_at = now`` on these rows (in scope, still unapplied); return how many."""
+
+    @abc.abstractmethod
+    async def prune_outbox(self, applied_before: datetime) -> int:
+        """Delete rows in scope applied before ``applied_before``; return how many."""
+
+    @abc.abstractmethod
+    async def outbox_lag(self, now: datetime, edges: Sequence[float] = ()) -> OutboxLag:
+        """Count unapplied rows in scope, and how many are older than each edge (seconds)."""
+
 
 class DelegatingAdapter(WorkflowStateAdapter):
     """Base for adapters that wrap another one (spies, fault injection, mirror).
@@ -755,6 +801,18 @@ class DelegatingAdapter(WorkflowStateAdapter):
     async def get_secret(self, key_id: str, *, now: datetime, create: bool = True
                          ) -> str | None:
         return await self.inner.get_secret(key_id, now=now, create=create)
+
+    async def pending_outbox(self, *, limit: int = 500) -> list[OutboxRow]:
+        return await self.inner.pending_outbox(limit=limit)
+
+    async def mark_outbox_applied(self, ids: Sequence[int], *, now: datetime) -> int:
+        return await self.inner.mark_outbox_applied(ids, now=now)
+
+    async def prune_outbox(self, applied_before: datetime) -> int:
+        return await self.inner.prune_outbox(applied_before)
+
+    async def outbox_lag(self, now: datetime, edges: Sequence[float] = ()) -> OutboxLag:
+        return await self.inner.outbox_lag(now, edges)
 
 
 def ops_of(units: Sequence[Unit]) -> list[str]:

@@ -7,11 +7,14 @@ never be resumed, and queries find no runs.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
 from .base import (
     DefinitionRecord,
+    OutboxLag,
+    OutboxRow,
     RunEvent,
     RunInfo,
     SignalRecord,
@@ -81,3 +84,15 @@ class NullWorkflowStateAdapter(WorkflowStateAdapter):
     async def get_secret(self, key_id: str, *, now: datetime, create: bool = True
                          ) -> str | None:
         return None
+
+    async def pending_outbox(self, *, limit: int = 500) -> list[OutboxRow]:
+        return []
+
+    async def mark_outbox_applied(self, ids: Sequence[int], *, now: datetime) -> int:
+        return 0
+
+    async def prune_outbox(self, applied_before: datetime) -> int:
+        return 0
+
+    async def outbox_lag(self, now: datetime, edges: Sequence[float] = ()) -> OutboxLag:
+        return OutboxLag(pending=0, oldest_created_at=None, older_than=tuple(0 for _ in edges))

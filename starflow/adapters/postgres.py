@@ -59,6 +59,8 @@ from .base import (
     InsertWait,
     Mark,
     Op,
+    OutboxLag,
+    OutboxRow,
     RunEvent,
     RunInfo,
     SignalRecord,
@@ -822,6 +824,53 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
             if secret is None:  # another process created it first: theirs wins
                 secret = await conn.fetchval(select, self.workspace_id, self.env, key_id)
         return secret
+
+    # -- the mirror outbox -------------------------------------------------------
+
+    async def pending_outbox(self, *, limit: int = 500) -> list[OutboxRow]:
+        async with self._connection("pending_outbox") as conn:
+            rows = await conn.fetch(
+                "SELECT id, run_id, kind, payload, created_at FROM mirror_outbox "
+                "WHERE workspace_id = $1 AND env = $2 AND applied_at IS NULL "
+                "ORDER BY id LIMIT $3",
+                self.workspace_id, self.env, int(limit),
+            )
+        return [OutboxRow(id=r[0], run_id=r[1], kind=r[2], payload=r[3], created_at=r[4])
+                for r in rows]
+
+    async def mark_outbox_applied(self, ids: Sequence[int], *, now: datetime) -> int:
+        if not ids:
+            return 0
+        async with self._connection("mark_outbox_applied") as conn:
+            status: str = await conn.execute(
+                "UPDATE mirror_outbox SET applied_at = $1 WHERE id = ANY($2::bigint[]) "
+                "AND workspace_id = $3 AND env = $4 AND applied_at IS NULL",
+                now, [int(i) for i in ids], self.workspace_id, self.env,
+            )
+        return int(status.rsplit(" ", 1)[-1])
+
+    async def prune_outbox(self, applied_before: datetime) -> int:
+        async with self._connection("prune_outbox") as conn:
+            status: str = await conn.execute(
+                "DELETE FROM mirror_outbox WHERE workspace_id = $1 AND env = $2 "
+                "AND applied_at IS NOT NULL AND applied_at < $3",
+                self.workspace_id, self.env, applied_before,
+            )
+        return int(status.rsplit(" ", 1)[-1])
+
+    async def outbox_lag(self, now: datetime, edges: Sequence[float] = ()) -> OutboxLag:
+        buckets = "".join(
+            f", count(*) FILTER (WHERE created_at <= $3 - make_interval(secs => ${i + 4}))"
+            for i in range(len(edges)))
+        async with self._connection("outbox_lag") as conn:
+            row = await conn.fetchrow(
+                f"SELECT count(*), min(created_at){buckets} FROM mirror_outbox "
+                "WHERE workspace_id = $1 AND env = $2 AND applied_at IS NULL",
+                self.workspace_id, self.env, *((now, *map(float, edges)) if edges else ()),
+            )
+        assert row is not None
+        return OutboxLag(pending=int(row[0]), oldest_created_at=row[1],
+                         older_than=tuple(int(c) for c in row[2:]))
 
     # -- waiting for work ------------------------------------------------------
 

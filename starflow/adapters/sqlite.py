@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import sqlite3
 import uuid
-from collections.abc import Callable
-from datetime import datetime
+from collections.abc import Callable, Sequence
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
@@ -35,6 +35,8 @@ from .base import (
     InsertWait,
     Mark,
     Op,
+    OutboxLag,
+    OutboxRow,
     RunEvent,
     RunInfo,
     SignalRecord,
@@ -615,6 +617,56 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
 
         result: str | None = await self._write(get)
         return result
+
+    # -- the mirror outbox -------------------------------------------------------
+
+    async def pending_outbox(self, *, limit: int = 500) -> list[OutboxRow]:
+        return await self._call(lambda conn: [
+            OutboxRow(id=r[0], run_id=r[1], kind=r[2], payload=_json(r[3]),
+                      created_at=parse_ts(r[4]))
+            for r in conn.execute(
+                "SELECT id, run_id, kind, payload, created_at FROM mirror_outbox "
+                "WHERE workspace_id = ? AND env = ? AND applied_at IS NULL ORDER BY id LIMIT ?",
+                (self.workspace_id, self.env, int(limit)))
+        ])
+
+    async def mark_outbox_applied(self, ids: Sequence[int], *, now: datetime) -> int:
+        if not ids:
+            return 0
+        marks = ", ".join("?" for _ in ids)
+
+        def mark(conn: sqlite3.Connection) -> int:
+            cur = conn.execute(
+                f"UPDATE mirror_outbox SET applied_at = ? WHERE id IN ({marks}) "
+                "AND workspace_id = ? AND env = ? AND applied_at IS NULL",
+                (format_ts(now), *(int(i) for i in ids), self.workspace_id, self.env),
+            )
+            return int(cur.rowcount)
+
+        result: int = await self._write(mark)
+        return result
+
+    async def prune_outbox(self, applied_before: datetime) -> int:
+        def prune(conn: sqlite3.Connection) -> int:
+            cur = conn.execute(
+                "DELETE FROM mirror_outbox WHERE workspace_id = ? AND env = ? "
+                "AND applied_at IS NOT NULL AND applied_at < ?",
+                (self.workspace_id, self.env, format_ts(applied_before)),
+            )
+            return int(cur.rowcount)
+
+        result: int = await self._write(prune)
+        return result
+
+    async def outbox_lag(self, now: datetime, edges: Sequence[float] = ()) -> OutboxLag:
+        cutoffs = [format_ts(now - timedelta(seconds=e)) for e in edges]
+        buckets = "".join(", sum(CASE WHEN created_at <= ? THEN 1 ELSE 0 END)" for _ in cutoffs)
+        row = await self._call(lambda conn: conn.execute(
+            f"SELECT count(*), min(created_at){buckets} FROM mirror_outbox "
+            "WHERE workspace_id = ? AND env = ? AND applied_at IS NULL",
+            (*cutoffs, self.workspace_id, self.env)).fetchone())
+        return OutboxLag(pending=int(row[0]), oldest_created_at=_ts(row[1]),
+                         older_than=tuple(int(c or 0) for c in row[2:]))
 
 
 def _wait(row: sqlite3.Row) -> WaitRecord:
