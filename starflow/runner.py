@@ -377,8 +377,11 @@ class Runner:
                 await self.adapter.write_lease(run.id, self.runner_id,
                                                now + self.config.lease_ttl, now=now)
             else:
+                # A wake is progress, not a failure: claim attempts count the claims
+                # since the run last reached a boundary, so a long-lived run that
+                # waits many times is not abandoned after its first lost runner.
                 await self.adapter.update_run(run.id, "requeue", status="queued",
-                                              claim_state="queued")
+                                              claim_state="queued", claim_attempts=0)
         if not unit.held:
             return None
         self._log.debug("run resumed", run_id=run.id, node_id=node_id, via=via)
@@ -392,15 +395,15 @@ class Runner:
     async def deliver(self, run_id: str, event: str) -> RunHandle | None:
         """Wake the run if it is paused on ``event`` and a signal for it is queued."""
         for _ in range(3):
+            signal = await self.adapter.find_signal(run_id, event)
+            if signal is None:
+                return None
             run = await self.adapter.get_run(run_id)
             if run is None or run.status != "paused":
                 return None
             waits = await self.adapter.list_waits(run_id)
             wait = next((w for w in waits if w.event == event), None)
             if wait is None:
-                return None
-            signal = await self.adapter.find_signal(run_id, event)
-            if signal is None:
                 return None
             handle = await self.wake(run, wait.node_id, via="signal", output=signal.payload,
                                      signal_id=signal.id)
