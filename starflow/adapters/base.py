@@ -15,7 +15,7 @@ the mirror outbox, fault injection and the durability level build on.
 from __future__ import annotations
 
 import abc
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
 from datetime import datetime
@@ -669,12 +669,19 @@ class WorkflowStateAdapter(abc.ABC):
 
     @abc.abstractmethod
     async def claim_runs(self, runner_id: str, *, pool: str | None, now: datetime,
-                         lease_until: datetime, limit: int = 1) -> list[RunInfo]:
+                         lease_until: datetime, limit: int = 1,
+                         workflows: Collection[str] | None = None) -> list[RunInfo]:
         """Claim queued runs for ``pool`` (runs with a NULL pool fit every pool).
 
-        In one statement per run: ``claim_state`` running, ``status`` running,
-        ``claim_attempts`` + 1, and the lease. Each queued run is claimed by
-        exactly one caller.
+        In one statement: ``claim_state`` claimed, ``status`` running,
+        ``claim_attempts`` + 1, and the lease, so a runner that dies right after
+        claiming is swept like any other. The runner then moves ``claim_state``
+        to running with a guarded :meth:`write_lease` when it starts the engine.
+        Each queued run is claimed by exactly one caller.
+
+        Args:
+            workflows: If set, only runs whose ``template_id`` is one of these
+                names (the workflows registered in the claiming process).
         """
 
     @abc.abstractmethod
@@ -780,9 +787,11 @@ class DelegatingAdapter(WorkflowStateAdapter):
         return await self.inner.find_signal(run_id, event)
 
     async def claim_runs(self, runner_id: str, *, pool: str | None, now: datetime,
-                         lease_until: datetime, limit: int = 1) -> list[RunInfo]:
+                         lease_until: datetime, limit: int = 1,
+                         workflows: Collection[str] | None = None) -> list[RunInfo]:
         return await self.inner.claim_runs(runner_id, pool=pool, now=now,
-                                           lease_until=lease_until, limit=limit)
+                                           lease_until=lease_until, limit=limit,
+                                           workflows=workflows)
 
     async def expire_old_leases(self, now: datetime, reason: str = "runner_lost"
                                 ) -> list[SweepResult]:

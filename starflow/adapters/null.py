@@ -7,7 +7,7 @@ never be resumed, and queries find no runs.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -62,7 +62,8 @@ class NullWorkflowStateAdapter(WorkflowStateAdapter):
         return None
 
     async def claim_runs(self, runner_id: str, *, pool: str | None, now: datetime,
-                         lease_until: datetime, limit: int = 1) -> list[RunInfo]:
+                         lease_until: datetime, limit: int = 1,
+                         workflows: Collection[str] | None = None) -> list[RunInfo]:
         return []
 
     async def expire_old_leases(self, now: datetime, reason: str = "runner_lost"

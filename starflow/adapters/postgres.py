@@ -31,7 +31,7 @@ import hashlib
 import re
 import secrets
 import uuid
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Collection, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -107,12 +107,13 @@ WITH picked AS (
     WHERE claim_state = 'queued'
       AND (runner_pool IS NULL OR runner_pool = $3)
       AND workspace_id = $1 AND env = $2
+      AND ($8::text[] IS NULL OR template_id = ANY($8::text[]))
     ORDER BY started_at
     LIMIT $4
     FOR UPDATE SKIP LOCKED
 )
 UPDATE workflow_runs r SET
-    claim_state = 'running',
+    claim_state = 'claimed',
     status = 'running',
     claim_attempts = r.claim_attempts + 1,
     leased_by = $5,
@@ -758,10 +759,14 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
     # -- read-modify-writes ----------------------------------------------------
 
     async def claim_runs(self, runner_id: str, *, pool: str | None, now: datetime,
-                         lease_until: datetime, limit: int = 1) -> list[RunInfo]:
+                         lease_until: datetime, limit: int = 1,
+                         workflows: Collection[str] | None = None) -> list[RunInfo]:
+        names = sorted(set(workflows)) if workflows is not None else None
+        if names is not None and not names:
+            return []
         async with self._connection("claim_runs") as conn:
             rows = await conn.fetch(CLAIM_SQL, self.workspace_id, self.env, pool, int(limit),
-                                    runner_id, lease_until, now)
+                                    runner_id, lease_until, now, names)
         runs = [_run(r) for r in rows]
         # UPDATE … RETURNING has no order; hand runs out oldest first, like SQLite.
         runs.sort(key=lambda r: (r.started_at is not None, r.started_at, r.id))

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import sqlite3
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -499,20 +499,29 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
     # -- read-modify-writes ----------------------------------------------------
 
     async def claim_runs(self, runner_id: str, *, pool: str | None, now: datetime,
-                         lease_until: datetime, limit: int = 1) -> list[RunInfo]:
+                         lease_until: datetime, limit: int = 1,
+                         workflows: Collection[str] | None = None) -> list[RunInfo]:
+        names = sorted(set(workflows)) if workflows is not None else None
+        if names is not None and not names:
+            return []
+        only = f" AND template_id IN ({', '.join('?' for _ in names)})" if names else ""
+
         def claim(conn: sqlite3.Connection) -> list[RunInfo]:
             rows = conn.execute(
-                "UPDATE workflow_runs SET claim_state = 'running', status = 'running', "
+                "UPDATE workflow_runs SET claim_state = 'claimed', status = 'running', "
                 "claim_attempts = claim_attempts + 1, leased_by = ?, lease_until = ?, "
                 "last_heartbeat = ? WHERE id IN ("
                 "  SELECT id FROM workflow_runs WHERE claim_state = 'queued' "
                 "  AND workspace_id = ? AND env = ? AND (runner_pool IS NULL OR runner_pool = ?)"
-                "  ORDER BY started_at LIMIT ?"
+                f"{only} ORDER BY started_at LIMIT ?"
                 f") RETURNING {_RUN_COLUMNS}",
                 (runner_id, format_ts(lease_until), format_ts(now), self.workspace_id,
-                 self.env, pool, int(limit)),
+                 self.env, pool, *(names or ()), int(limit)),
             ).fetchall()
-            return [_run(r) for r in rows]
+            # RETURNING has no guaranteed order: hand runs out oldest first.
+            runs = [_run(r) for r in rows]
+            runs.sort(key=lambda r: (r.started_at is not None, r.started_at, r.id))
+            return runs
 
         result: list[RunInfo] = await self._write(claim)
         return result

@@ -351,7 +351,7 @@ class TestClaim:
         assert [r.id for r in claimed] == [run_id]
         for run in (claimed[0], await adapter.get_run(run_id)):
             assert run is not None
-            assert (run.status, run.claim_state, run.claim_attempts) == ("running", "running", 1)
+            assert (run.status, run.claim_state, run.claim_attempts) == ("running", "claimed", 1)
             assert (run.leased_by, run.lease_until, run.last_heartbeat) == (
                 "w-1", at(31), at(1))
         assert await adapter.claim_runs("w-2", pool=None, now=at(2), lease_until=at(32)) == []
