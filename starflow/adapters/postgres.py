@@ -38,11 +38,11 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import anyio
-from ..logs import get_logger
 
 from .. import serde
 from ..clock import Clock
 from ..errors import ConfigError, SerializationError, StarflowError, StorageError
+from ..logs import get_logger
 from ..migrations import load_migrations
 from .base import (
     JSON_RUN_COLUMNS,
@@ -331,6 +331,8 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
         self._listener: asyncpg.Connection | None = None
         self._listen_lock = anyio.Lock()
         self._work = anyio.Event()
+        self._inflight = 0
+        self._idle_event: anyio.Event | None = None
 
     # -- connection ----------------------------------------------------------
 
@@ -442,9 +444,30 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
                 "the PostgreSQL adapter is not open: use `async with Starflow.open()` "
                 "or `await adapter.open()`"
             )
-        with self._translate(action, run_id):
-            async with pool.acquire() as conn:
-                yield conn
+        self._busy_enter()
+        try:
+            with self._translate(action, run_id):
+                async with pool.acquire() as conn:
+                    yield conn
+        finally:
+            self._busy_exit()
+
+    # A task awaiting a query looks blocked to the event loop (it waits on a
+    # socket); this counter tells test harnesses driving a fake clock otherwise.
+    def _busy_enter(self) -> None:
+        if self._inflight == 0:
+            self._idle_event = anyio.Event()
+        self._inflight += 1
+
+    def _busy_exit(self) -> None:
+        self._inflight -= 1
+        if self._inflight == 0 and self._idle_event is not None:
+            self._idle_event.set()
+
+    async def idle(self) -> None:
+        """Return once no query is in flight (at once, without yielding, if none is)."""
+        while self._inflight > 0 and self._idle_event is not None:
+            await self._idle_event.wait()
 
     # -- migrations ----------------------------------------------------------
 
@@ -912,6 +935,7 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
                 return
             import asyncpg
 
+            self._busy_enter()
             try:
                 conn = await asyncpg.connect(self.url, server_settings=self._server_settings)
                 await conn.add_listener(self.channel, self._on_notify)
@@ -920,6 +944,8 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
                     raise
                 log.warning("postgres_listen_failed", error=str(exc), channel=self.channel)
                 return
+            finally:
+                self._busy_exit()
             conn.add_termination_listener(self._on_listener_lost)
             self._listener = conn
             # Anything committed before LISTEN took effect may have been missed.
