@@ -571,12 +571,10 @@ class TestIdle:
     """idle() tells a fake-clock harness that a query is still in flight."""
 
     async def test_idle(self, pg: PostgresWorkflowStateAdapter) -> None:
-        from anyio.testing import wait_all_tasks_blocked
-
         await pg.idle()  # nothing in flight: returns at once
         async with anyio.create_task_group() as tg:
             tg.start_soon(pg.get_run, str(uuid.uuid4()))
-            await wait_all_tasks_blocked()  # the query task waits on its socket
+            await anyio.wait_all_tasks_blocked()  # the query task waits on its socket
             assert pg._inflight == 1
             await pg.idle()
             assert pg._inflight == 0
