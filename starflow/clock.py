@@ -7,12 +7,13 @@ Nothing else in ``starflow`` calls ``time.time()``, ``datetime.now()`` or
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime, timedelta
 from typing import Protocol, runtime_checkable
 
 import anyio
 
-__all__ = ["Clock", "SystemClock", "format_ts", "parse_ts"]
+__all__ = ["Clock", "SystemClock", "format_ts", "monotonic", "parse_ts"]
 
 _TS_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
 
@@ -68,3 +69,12 @@ def parse_ts(text: str) -> datetime:
 def seconds(delta: timedelta | float) -> float:
     """A duration in seconds, accepting a ``timedelta`` or a number."""
     return delta.total_seconds() if isinstance(delta, timedelta) else float(delta)
+
+
+def monotonic() -> float:
+    """Real elapsed-time seconds for measuring latency (metrics), never for runtime decisions.
+
+    Deliberately not a :class:`Clock` method: a step's measured latency is
+    real even under ``FakeClock``.
+    """
+    return time.perf_counter()

@@ -18,9 +18,8 @@ from typing import Any, Literal
 
 import anyio
 import anyio.lowlevel
-from .logs import get_logger
 
-from . import serde
+from . import logs, observability, serde
 from .adapters.base import Guard, WorkflowStateAdapter
 from .clock import Clock, format_ts
 from .config import StarflowConfig
@@ -34,6 +33,7 @@ from .errors import (
     StorageError,
     WaitTimeout,
 )
+from .logs import get_logger
 from .replay import Journal, NodeRecord, node_id
 from .waits import Keyring, WakeClaims
 
@@ -259,9 +259,14 @@ class Engine:
 
     async def run_step(self, sdef: StepDefinition, fn: Callable[..., Awaitable[Any]],
                        args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        """Execute or replay one step call."""
+        """Execute or replay one step call; every log inside it carries its node id."""
         self._guard_suspending()
         nid = self._next_id("step", sdef.name)
+        with logs.bound(run_id=self.run_id, node_id=nid):
+            return await self._run_step(sdef, fn, args, kwargs, nid)
+
+    async def _run_step(self, sdef: StepDefinition, fn: Callable[..., Awaitable[Any]],
+                        args: tuple[Any, ...], kwargs: dict[str, Any], nid: str) -> Any:
         encoded = serde.to_builtins({"args": list(args), "kwargs": kwargs},
                                     what=f"arguments of step {sdef.name}", run_id=self.run_id,
                                     node_id=nid)
@@ -302,7 +307,8 @@ class Engine:
             attempt += 1
             token = current_node.set(nid)
             try:
-                result = await fn(*args, **kwargs)
+                with observability.current().step_attempt(self.run_id, nid, sdef.name, attempt):
+                    result = await fn(*args, **kwargs)
             except Exception as exc:
                 if attempt < policy.max_attempts and policy.retryable(exc):
                     self._log.info("step failed; retrying", node_id=nid, attempt=attempt,
@@ -343,7 +349,8 @@ class Engine:
 
     # -- waits -------------------------------------------------------------------
 
-    async def wait(self, event: str | None, timeout: timedelta | None, type_: Any) -> Any:
+    async def wait(self, event: str | None, timeout: timedelta | None,  # noqa: ASYNC109
+                   type_: Any) -> Any:
         """``wait_for`` (event set) or ``sleep`` (event None)."""
         self._guard_suspending()
         kind = "wait" if event is not None else "sleep"
@@ -411,8 +418,11 @@ class Engine:
                 # A transient blip must not fail a healthy run; if it lasts past
                 # the TTL, the sweep treats this runner as lost.
                 self._log.warning("lease refresh failed", error=str(exc))
+                observability.current().lease_refreshed(False)
                 continue
-            if not unit.held:
+            if unit.held:
+                observability.current().lease_refreshed(True)
+            else:
                 self._log.warning("lease lost: another runner or a cancel took the run")
                 self._lease_lost = True
                 if self._body_scope is not None:
@@ -447,7 +457,23 @@ class Engine:
         return Outcome("lease_lost")
 
     async def execute(self) -> Outcome:
-        """Run the body with a heartbeat, then write the final boundary."""
+        """Run the body with a heartbeat, then write the final boundary.
+
+        Traced and metered through :mod:`starflow.observability` when enabled.
+        """
+        obs = observability.current()
+        scope = observability.RunScope(
+            run_id=self.run_id, workflow=self.definition.name, version=self.definition.version,
+            runner_id=self.runtime.runner_id, workspace=self.ctx.workspace_id, env=self.ctx.env,
+            replay=bool(self.journal.nodes))
+        with obs.execution(scope) as execution:
+            outcome = await self._execute()
+            execution.finish(outcome.status, outcome.error)
+            if outcome.status == "lease_lost":
+                obs.lease_lost()
+            return outcome
+
+    async def _execute(self) -> Outcome:
         token = current_engine.set(self)
         try:
             async with anyio.create_task_group() as tg:

@@ -10,13 +10,17 @@ touching the application's structlog configuration. Call
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+from collections.abc import Iterator, Mapping
+from contextvars import ContextVar
+from types import MappingProxyType
 from typing import Any
 
 import structlog
 
-__all__ = ["Logger", "configure_logging", "get_logger", "set_level"]
+__all__ = ["Logger", "bound", "configure_logging", "get_logger", "set_level"]
 
 _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING,
            "error": logging.ERROR, "critical": logging.CRITICAL}
@@ -32,6 +36,29 @@ def _parse(level: str | int) -> int:
 
 
 _state = {"level": _parse(os.environ.get("STARFLOW_LOG_LEVEL", "warning"))}
+
+#: Values bound by :func:`bound` for the current task (merged into starflow's events).
+_scope: ContextVar[Mapping[str, Any]] = ContextVar(
+    "starflow_log_scope", default=MappingProxyType({}))
+
+
+@contextlib.contextmanager
+def bound(**values: Any) -> Iterator[None]:
+    """Bind ``values`` to every log event emitted inside the block.
+
+    starflow's own events get them directly; the application's structlog
+    events get them through ``structlog.contextvars`` (merged by
+    ``merge_contextvars``, which structlog's default configuration and
+    :func:`configure_logging` include). The engine binds ``run_id`` and
+    ``node_id`` around each step, so a log line in a step says which one.
+    """
+    token = _scope.set({**_scope.get(), **values})
+    tokens = structlog.contextvars.bind_contextvars(**values)
+    try:
+        yield
+    finally:
+        structlog.contextvars.reset_contextvars(**tokens)
+        _scope.reset(token)
 
 
 def set_level(level: str | int) -> None:
@@ -58,7 +85,9 @@ class Logger:
     def _emit(self, level: int, method: str, event: str, values: dict[str, Any]) -> None:
         if level < _state["level"]:
             return
-        logger = structlog.get_logger(self._name).bind(logger=self._name, **self._ctx)
+        scope = _scope.get()
+        ctx = {**scope, **self._ctx} if scope else self._ctx
+        logger = structlog.get_logger(self._name).bind(logger=self._name, **ctx)
         getattr(logger, method)(event, **values)
 
     def debug(self, event: str, **values: Any) -> None:

@@ -17,9 +17,8 @@ from typing import Any
 
 import anyio
 import msgspec
-from .logs import get_logger
 
-from . import serde
+from . import observability, serde
 from .adapters.base import Guard, RunInfo, StartOptions, WaitRecord, WorkflowStateAdapter
 from .clock import Clock
 from .config import StarflowConfig
@@ -34,6 +33,7 @@ from .errors import (
     StorageError,
     WorkflowDefinitionError,
 )
+from .logs import get_logger
 from .replay import Journal
 from .waits import Keyring
 
@@ -499,9 +499,11 @@ class Runner:
     async def sweep(self) -> int:
         """One pass of the lease sweep; returns how many runs it acted on."""
         results = await self.adapter.expire_old_leases(self.clock.now())
+        obs = observability.current()
         for r in results:
             self._log.warning("runner lost", run_id=r.run_id, leased_by=r.leased_by,
                               action=r.action)
+            obs.sweep_action(r.action)
         if results:
             self.notify_settled()
         return len(results)

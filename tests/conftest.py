@@ -26,9 +26,12 @@ def postgres_available() -> bool:
     global _pg_checked
     if _pg_checked is None:
         import socket
+        from urllib.parse import urlsplit
 
+        parts = urlsplit(POSTGRES_URL)
         try:
-            with socket.create_connection(("127.0.0.1", 5432), timeout=1):
+            with socket.create_connection((parts.hostname or "127.0.0.1", parts.port or 5432),
+                                          timeout=1):
                 _pg_checked = True
         except OSError:
             _pg_checked = False
