@@ -246,7 +246,9 @@ class TestMetrics:
                 tg.start_soon(drive)
                 await gates["started"].wait()
                 with anyio.fail_after(10):
-                    while sample(registry, "starflow_lease_refreshes_total", result="ok") < 2:
+                    # Polling a metric: there is no event to wait on.
+                    while sample(  # noqa: ASYNC110
+                            registry, "starflow_lease_refreshes_total", result="ok") < 2:
                         await anyio.sleep(0.001)
                 (run,) = await sf.list_runs()
                 await sf.cancel(run.id)
@@ -260,13 +262,12 @@ class TestMetrics:
         """A run whose lease expired is counted by the sweep action taken."""
         clock = OffsetClock()
         clock.offset = -timedelta(hours=1)  # the run's lease expires an hour ago
-        async with app(clock) as sf:
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(sf.run, hold)
-                await gates["started"].wait()
-                clock.offset = timedelta()
-                assert await sf.sweep() == 1
-                gates["release"].set()  # the step ends; its write finds the lease gone
+        async with app(clock) as sf, anyio.create_task_group() as tg:
+            tg.start_soon(sf.run, hold)
+            await gates["started"].wait()
+            clock.offset = timedelta()
+            assert await sf.sweep() == 1
+            gates["release"].set()  # the step ends; its write finds the lease gone
         actions = sum(sample(registry, "starflow_sweep_actions_total", action=a)
                       for a in ("requeued", "abandoned"))
         assert actions == 1
