@@ -31,9 +31,10 @@ from .errors import (
     WorkflowDefinitionError,
     WorkflowFailed,
 )
+from .jobs import JobWorker
 from .runner import RunHandle
 from .session import session_get, session_set
-from .waits import now, sleep, wait_for
+from .waits import now, patched, sleep, wait_for, wake_token
 
 __version__ = "0.1.0"
 
@@ -41,6 +42,7 @@ __all__ = [
     "Clock",
     "ConfigError",
     "InvalidWakeToken",
+    "JobWorker",
     "LeaseLostError",
     "NonDeterminismError",
     "ReservedKeyError",
@@ -67,10 +69,12 @@ __all__ = [
     "__version__",
     "context",
     "now",
+    "patched",
     "session_get",
     "session_set",
     "sleep",
     "step",
     "wait_for",
+    "wake_token",
     "workflow",
 ]

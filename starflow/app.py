@@ -17,6 +17,7 @@ from .clock import Clock, SystemClock
 from .config import StarflowConfig
 from .decorators import definition_of
 from .errors import ConfigError, ResultTimeout, RunNotFound, WorkflowFailed
+from .jobs import JobWorker
 from .maintenance import Maintenance
 from .runner import RunHandle, Runner
 from .waits import Keyring
@@ -244,6 +245,49 @@ class Starflow:
                     run_id=run_id)
             wait = poll if deadline is None else min(poll, (deadline - now).total_seconds())
             await runner.wait_settled(wait)
+
+    # -- session variables ---------------------------------------------------------
+
+    async def session_get(self, session_id: str, key: str) -> Any:
+        """Read a session variable from outside a workflow (``None`` if absent or expired).
+
+        Inside a workflow use :func:`starflow.session_get`, which is recorded.
+        """
+        return await self.adapter.session_get(session_id, key, now=self.clock.now())
+
+    async def session_set(self, session_id: str, key: str, value: Any, *,
+                          keep_until: datetime | None = None) -> None:
+        """Write a session variable from outside a workflow.
+
+        Written here it belongs to no run: it lives until ``keep_until`` (then
+        maintenance deletes it), or, without one, until overwritten.
+
+        Raises:
+            StarflowError: ``keep_until`` is naive.
+            SerializationError: the value is not JSON-encodable (nothing written).
+        """
+        from . import serde
+        from .errors import StarflowError
+
+        if keep_until is not None and keep_until.tzinfo is None:
+            raise StarflowError(f"keep_until must be timezone-aware: {keep_until!r}")
+        encoded = serde.to_builtins(value, what=f"session var {session_id}/{key}")
+        async with self.adapter.unit():
+            await self.adapter.session_set(session_id, key, encoded, now=self.clock.now(),
+                                           keep_until=keep_until)
+
+    # -- worker jobs -----------------------------------------------------------------
+
+    def job_worker(self, pool: str, concurrency: int = 4, *,
+                   worker_id: str | None = None) -> JobWorker:
+        """A job worker for ``@step(pool=...)`` steps of ``pool``; ``await jw.run()``.
+
+        Args:
+            pool: The pool served.
+            concurrency: Jobs run at once.
+            worker_id: Identity recorded as the jobs' ``leased_by``.
+        """
+        return JobWorker(self.runner, pool=pool, concurrency=concurrency, worker_id=worker_id)
 
     async def sweep(self) -> int:
         """Run one lease-sweep pass now; returns how many runs it requeued or abandoned."""

@@ -138,9 +138,25 @@ class WorkflowContext(msgspec.Struct, kw_only=True):
 
     @property
     def wake_token(self) -> str | None:
-        """The wake token of the wait the run is paused on, if any."""
+        """The wake token of the wait the run is paused on, if any.
+
+        A running workflow has not reached its next wait yet: to hand a token
+        to an external system before waiting, use :meth:`wake_token_for`.
+        """
         wait = self.variables.get(WAIT_KEY)
         return wait.get("wake_token") if isinstance(wait, dict) else None
+
+    def wake_token_for(self, event: str, *, timeout: Any = None) -> str:
+        """The wake token of the next ``wait_for(event)`` of this run (see
+        :func:`starflow.wake_token`)."""
+        from .waits import wake_token
+
+        engine = current_engine.get()
+        if engine is None or engine.ctx is not self:
+            raise StarflowError(
+                "wake_token_for() needs the running workflow: call it on starflow.context() "
+                f"inside run {self.run_id}", run_id=self.run_id)
+        return wake_token(event, timeout=timeout)
 
     def snapshot(self) -> dict[str, Any]:
         """The JSON-ready snapshot stored as ``checkpoint_json``."""

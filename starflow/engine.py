@@ -11,19 +11,20 @@ more is written.
 from __future__ import annotations
 
 import math
+import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Literal
+from typing import Any, Literal, NoReturn
 
 import anyio
 import anyio.lowlevel
 
 from . import logs, observability, serde
-from .adapters.base import Guard, WorkflowStateAdapter
+from .adapters.base import Guard, JobSpec, WorkflowStateAdapter
 from .clock import Clock, format_ts
 from .config import StarflowConfig
-from .context import WAIT_KEY, WorkflowContext, current_engine, current_node
+from .context import IDEMPOTENCY_KEY, WAIT_KEY, WorkflowContext, current_engine, current_node
 from .decorators import StepDefinition, WorkflowDefinition
 from .errors import (
     NonDeterminismError,
@@ -64,6 +65,8 @@ class PendingWait:
     event: str | None
     deadline: datetime | None
     wake_token: str
+    #: Set when the wait is on a worker job (a ``@step(pool=...)`` call).
+    job: JobSpec | None = None
 
 
 @dataclass
@@ -129,6 +132,10 @@ class Engine:
     _body_scope: anyio.CancelScope | None = None
     _lease_lost: bool = False
     node_status: dict[str, str] = field(default_factory=dict)
+    #: ``patched()`` answers of this execution, by change id.
+    _patches: dict[str, bool] = field(default_factory=dict)
+    #: Patch markers decided but not yet written (they ride on the next unit).
+    _markers: list[tuple[str, str]] = field(default_factory=list)
     #: Asked before each new step starts: True hands the run back to the queue
     #: there (a draining worker), so the step runs once, on the next runner.
     should_yield: Callable[[], bool] | None = None
@@ -172,12 +179,19 @@ class Engine:
         """
         clock = self.runtime.clock
         retries = self.runtime.config.storage_retries
+        # Patch markers decided since the last boundary commit with this one, before
+        # its own writes: the history then shows the marker ahead of the new path.
+        markers, self._markers = self._markers, []
         for attempt in range(retries + 1):
             ts = clock.now()
             try:
                 async with self.adapter.unit(guard=guard or self._guard, durable=durable) as unit:
                     await build(ts)
             except StorageError as exc:
+                    for marker_id, change_id in markers:
+                        await self.adapter.on_node_complete(
+                            self.run_id, marker_id,
+                            {"output": True, "kind": "patch", "name": change_id}, now=ts)
                 if attempt == retries:
                     self._log.error("boundary write failed; giving the run up to the sweep",
                                     error=str(exc), attempts=attempt + 1)
@@ -253,7 +267,59 @@ class Engine:
 
     def _guard_suspending(self) -> None:
         if self._suspending:
-            raise _Suspend(self._pending_wait)  # type: ignore[has-type]
+    def patched(self, change_id: str) -> bool:
+        """``starflow.patched``: whether this run takes the new path of a code change.
+
+        True (and a ``patch:<change_id>#1`` marker is recorded with the next
+        boundary) when the run reaches this point for the first time with this
+        code, or when its history holds the marker. False when the history
+        already goes past this point without the marker: old code ran here, so
+        the old path is replayed. The answer is fixed for the whole execution.
+        """
+        known = self._patches.get(change_id)
+        if known is not None:
+            return known
+        nid = node_id("patch", change_id, 1)
+        rec = self.journal.get(nid)
+        if rec is not None:
+            self.journal.consume(nid)
+            result = True
+        elif self._replaying and self.journal.unconsumed():
+            result = False
+        else:
+            # Nothing recorded lies ahead: this is the run's frontier.
+            self._replaying = False
+            self.journal.record(NodeRecord(node_id=nid, kind="patch", name=change_id,
+                                           status="complete", output=True))
+            self._markers.append((nid, change_id))
+            result = True
+        self._patches[change_id] = result
+        self._log.debug("patch decided", change_id=change_id, patched=result)
+        return result
+
+    def next_wait_id(self, event: str | None) -> str:
+        """The node id the next ``wait_for(event)`` (``sleep`` for None) will get."""
+        kind = "wait" if event is not None else "sleep"
+        return node_id(kind, event, self._counters.get((kind, event), 0) + 1)
+
+    def wake_token_for(self, event: str | None, timeout: timedelta | None = None) -> str:
+        """The wake token of the next ``wait_for(event)``, before the run reaches it.
+
+        Deterministic for a given history and signing key: its expiry derives
+        from :meth:`now` (``timeout`` + 1 day, or ``wake_token_ttl``).
+        """
+        nid = self.next_wait_id(event)
+        base = self.now()
+        expiry = (base + timeout + timedelta(days=1) if timeout is not None
+                  else base + self.runtime.config.wake_token_ttl)
+        return self._sign(nid, expiry)
+
+    def _sign(self, nid: str, expiry: datetime) -> str:
+        return self.runtime.keyring.sign(WakeClaims(
+            r=self.run_id, n=nid, w=self.ctx.workspace_id, e=self.ctx.env,
+            x=math.ceil(expiry.timestamp())))
+
+            raise _Suspend(self._pending_wait)
 
     # -- steps -------------------------------------------------------------------
 
@@ -293,6 +359,8 @@ class Engine:
             raise _Abort("released")
 
         async def start(ts: datetime) -> None:
+        if sdef.pool is not None:
+            self._dispatch(sdef, nid, h, encoded)
             await self._phase(ts)
             await self.adapter.on_node_start(
                 self.run_id, nid,
@@ -349,6 +417,42 @@ class Engine:
 
     # -- waits -------------------------------------------------------------------
 
+    def _dispatch(self, sdef: StepDefinition, nid: str, h: str, encoded: Any) -> NoReturn:
+        """Hand a ``@step(pool=...)`` call to that pool's job workers and wait durably.
+
+        The job row is written in the pause unit, after the wait registration,
+        so no worker can finish the job before the run is paused on it.
+        """
+        assert sdef.pool is not None
+        key = f"{self.run_id}:{nid}"
+        keys = dict(self.ctx.variables.get(IDEMPOTENCY_KEY) or {})
+        keys[nid] = key
+        self.ctx.variables._engine_set(IDEMPOTENCY_KEY, keys)  # type: ignore[attr-defined]
+        job = JobSpec(
+            id=str(uuid.uuid5(uuid.NAMESPACE_URL, f"starflow-job:{key}")),
+            run_id=self.run_id, node_id=nid, pool=sdef.pool, step_name=sdef.name,
+            idempotency_key=key, input=encoded, args_hash=h,
+            max_attempts=self.runtime.config.max_claim_attempts,
+        )
+        expiry = self.runtime.clock.now() + self.runtime.config.wake_token_ttl
+        self._suspend(nid, None, None, expiry, job=job)
+
+    def _suspend(self, nid: str, event: str | None, deadline: datetime | None,
+                 expiry: datetime, job: JobSpec | None = None) -> NoReturn:
+        token = self._sign(nid, expiry)
+        pending = PendingWait(node_id=nid, event=event, deadline=deadline, wake_token=token,
+                              job=job)
+        # enterDurableWait steps 1-2 (in memory); the engine writes steps 3-6.
+        self.ctx.variables._engine_set(WAIT_KEY, {  # type: ignore[attr-defined]
+            "status": "pending", "node_id": nid, "event": event,
+            "deadline": format_ts(deadline) if deadline else None, "wake_token": token,
+            **({"job_id": job.id} if job is not None else {}),
+        })
+        self.node_status[nid] = "waiting"
+        self._pending_wait = pending
+        self._suspending = True
+        raise _Suspend(pending)
+
     async def wait(self, event: str | None, timeout: timedelta | None,  # noqa: ASYNC109
                    type_: Any) -> Any:
         """``wait_for`` (event set) or ``sleep`` (event None)."""
@@ -389,19 +493,7 @@ class Engine:
         deadline = self.now() + timeout if timeout is not None else None
         expiry = deadline + timedelta(days=1) if deadline is not None else (
             self.runtime.clock.now() + self.runtime.config.wake_token_ttl)
-        token = self.runtime.keyring.sign(WakeClaims(
-            r=self.run_id, n=nid, w=self.ctx.workspace_id, e=self.ctx.env,
-            x=math.ceil(expiry.timestamp())))
-        pending = PendingWait(node_id=nid, event=event, deadline=deadline, wake_token=token)
-        # enterDurableWait steps 1-2 (in memory); the engine writes steps 3-6.
-        self.ctx.variables._engine_set(WAIT_KEY, {  # type: ignore[attr-defined]
-            "status": "pending", "node_id": nid, "event": event,
-            "deadline": format_ts(deadline) if deadline else None, "wake_token": token,
-        })
-        self.node_status[nid] = "waiting"
-        self._pending_wait = pending
-        self._suspending = True
-        raise _Suspend(pending)
+        self._suspend(nid, event, deadline, expiry)
 
     # -- the run -----------------------------------------------------------------
 
@@ -559,8 +651,19 @@ class Engine:
                                                       wait.deadline, now=ts)
                     await self.adapter.clear_lease(self.run_id)
 
+                job = wait.job
+                if job is not None:
+                    payload["job_id"] = job.id
                 await self._commit(pause)
                 return outcome
+                    if job is not None:
+                        await self.adapter.on_node_start(
+                            self.run_id, job.node_id,
+                            {"kind": "step", "name": job.step_name, "args_hash": job.args_hash,
+                             "input": job.input, "pool": job.pool, "job_id": job.id}, now=ts)
             return outcome
         except _Abort as abort:
             return Outcome(abort.reason, exception=abort.cause)
+                    if job is not None:
+                        # The worker job is the wake registration of this wait: last.
+                        await self.adapter.insert_job(job, now=ts)

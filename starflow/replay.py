@@ -77,6 +77,9 @@ class Journal:
                 rec.status = "complete"
                 rec.output = payload.get("output")
                 rec.recorded_at = ev.created_at
+                if rec.kind is None and payload.get("kind") == "patch":
+                    rec.kind = "patch"  # a starflow.patched() marker
+                    rec.name = payload.get("name")
             elif ev.event_type == "node_error":
                 rec.status = "error"
                 rec.error = payload.get("error") or {}
@@ -90,8 +93,15 @@ class Journal:
         self.consumed.add(nid)
 
     def unconsumed(self) -> list[str]:
-        """Recorded nodes this execution has not reached yet, in record order."""
-        return [n for n in self.nodes if n not in self.consumed]
+        """Recorded nodes this execution has not reached yet, in record order.
+
+        ``patched()`` markers are left out: once every run that predates a
+        patch has ended, its ``if patched(...)`` may be removed from the code,
+        and the markers that remain in newer histories must not count as
+        divergence.
+        """
+        return [n for n, rec in self.nodes.items()
+                if n not in self.consumed and rec.kind != "patch"]
 
     def record(self, rec: NodeRecord) -> None:
         """Add a node recorded by this execution (it counts as consumed)."""

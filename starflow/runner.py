@@ -12,14 +12,23 @@ import inspect
 import os
 import socket
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from datetime import datetime
 from typing import Any
 
 import anyio
 import msgspec
 
 from . import observability, serde
-from .adapters.base import Guard, RunInfo, StartOptions, WaitRecord, WorkflowStateAdapter
+from .adapters.base import (
+    DefinitionRecord,
+    Guard,
+    RunEvent,
+    RunInfo,
+    StartOptions,
+    WaitRecord,
+    WorkflowStateAdapter,
+)
 from .clock import Clock
 from .config import StarflowConfig
 from .context import WAIT_KEY, WorkflowContext
@@ -70,6 +79,23 @@ def new_runner_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
+def _next_wait_event(node_id: str, events: list[RunEvent]) -> str | None:
+    """The event of ``wait:<event>#n`` if that is the next wait on it the run will reach.
+
+    The run has finished ``n - 1`` waits on ``<event>`` and not this one; any
+    other node (a later occurrence, a sleep, a step) gives None.
+    """
+    kind, _, rest = node_id.partition(":")
+    event, sep, occurrence = rest.rpartition("#")
+    if kind != "wait" or not sep or not event or not occurrence.isdigit():
+        return None
+    prefix = f"wait:{event}#"
+    finished = {e.node_id for e in events
+                if e.node_id is not None and e.node_id.startswith(prefix)
+                and e.event_type in ("node_complete", "node_error")}
+    return event if int(occurrence) == len(finished) + 1 else None
+
+
 def _validate_run_id(run_id: str | None) -> str:
     if run_id is None:
         return str(uuid.uuid4())
@@ -100,6 +126,7 @@ class Runner:
         self._settled = anyio.Event()
         self.timers_changed = anyio.Event()
         self._definition_ids: dict[tuple[str, int], str] = {}
+        self._definition_rows: dict[str, DefinitionRecord] = {}
         self._log = log.bind(runner_id=self.runner_id, workspace=adapter.workspace_id)
 
     # -- notifications -------------------------------------------------------------
@@ -163,18 +190,42 @@ class Runner:
                 kwargs[name] = serde.convert(value, hints[name], what=f"argument {name!r}")
         return tuple(args), kwargs
 
-    def resolve(self, run: RunInfo) -> WorkflowDefinition:
-        """The registered definition a run started with."""
-        name = run.template_id or ""
-        definition = registry.get(name, run.workflow_version)
+    async def resolve(self, run: RunInfo) -> WorkflowDefinition:
+        """The registered definition a run started with (never a newer version).
+
+        By the run's ``definition_id`` (its ``workflow_definitions`` row gives
+        name and version); for a run without one, by ``template_id`` and
+        ``workflow_version``; a run with no version at all (written before
+        versions were recorded) takes the oldest registered version.
+
+        Raises:
+            WorkflowDefinitionError: that name and version are not registered in
+                this process; nothing was written.
+        """
+        name, version, code_hash = run.template_id or "", run.workflow_version, None
+        if run.definition_id is not None:
+            record = self._definition_rows.get(run.definition_id)
+            if record is None:
+                record = await self.adapter.get_definition(run.definition_id)
+                if record is not None:  # rows never change: cache them
+                    self._definition_rows[run.definition_id] = record
+            if record is not None:
+                name, version, code_hash = record.name, record.version, record.code_hash
+        known = registry.versions(name)
+        if version is None and known:
+            version = known[0]
+        definition = registry.get(name, version) if version is not None else None
         if definition is None:
-            known = registry.versions(name)
             raise WorkflowDefinitionError(
-                f"run {run.id} needs workflow {name!r} version {run.workflow_version}, which "
-                f"is not registered in this process (registered versions: {known or 'none'}): "
-                "import the module that defines it",
+                f"run {run.id} needs workflow {name!r} version {version}, which is not "
+                f"registered in this process (registered versions: {known or 'none'}): keep "
+                f"the code of version {version} deployed (and imported) until its runs have "
+                "ended",
                 run_id=run.id,
             )
+        if code_hash is not None and code_hash != definition.code_hash:
+            self._log.info("workflow code changed since its definition was recorded; replay "
+                           "checks determinism", run_id=run.id, workflow=name, version=version)
         return definition
 
     def decode_result(self, run: RunInfo) -> Any:
@@ -207,7 +258,11 @@ class Runner:
     async def start(self, definition: WorkflowDefinition, args: tuple[Any, ...],
                     kwargs: dict[str, Any], *, run_id: str | None, inline: bool,
                     pool: str | None = None) -> RunHandle:
-        """Record a new run (idempotent on ``run_id``) and, inline, drive it."""
+        """Record a new run (idempotent on ``run_id``) and, inline, drive it.
+
+        A new run takes the newest registered version of the workflow's name.
+        """
+        definition = registry.get(definition.name) or definition
         rid = _validate_run_id(run_id)
         encoded = self.encode_input(definition, args, kwargs)
         if run_id is not None:
@@ -275,7 +330,7 @@ class Runner:
             WorkflowDefinitionError: the run's workflow (name and version) is not
                 registered in this process; nothing was written.
         """
-        definition = self.resolve(run)
+        definition = await self.resolve(run)
         if run.claim_state == "claimed":
             now = self.clock.now()
             async with self.adapter.unit(guard=Guard(run_id=run.id, leased_by=self.runner_id,
@@ -346,24 +401,37 @@ class Runner:
     # -- waking --------------------------------------------------------------------
 
     async def wake(self, run: RunInfo, node_id: str, *, via: str, output: Any = None,
-                   timed_out: bool = False, signal_id: int | None = None) -> RunHandle | None:
+                   timed_out: bool = False, signal_id: int | None = None,
+                   error: dict[str, Any] | None = None,
+                   also: Callable[[datetime], Awaitable[None]] | None = None,
+                   drive: bool = True) -> RunHandle | None:
         """Resume a paused run at ``node_id``; ``None`` if another wake won the race.
 
         Reads cold: the run row and its checkpoint. One unit records the wake
-        payload, ``on_run_resumed`` and either this runner's lease (inline runs,
-        driven here) or the queue (worker runs).
+        payload (or ``error``, recorded as the node's failure), ``on_run_resumed``
+        and either this runner's lease (inline runs, driven here) or the queue
+        (worker runs, and inline runs when ``drive`` is False). ``also`` adds
+        writes to that unit (a job worker's job outcome).
         """
         checkpoint = run.checkpoint_json or {}
         wait = (checkpoint.get("variables") or {}).get(WAIT_KEY) or {}
         if wait and wait.get("node_id") != node_id:
             return None
-        inline = run.start_mode == "inline"
+        inline = run.start_mode == "inline" and drive
+        if inline:
+            # Driven here: fail before writing if this process lacks the run's version.
+            await self.resolve(run)
         now = self.clock.now()
         guard = Guard(run_id=run.id, status_in=("paused",), wait_node=node_id)
         async with self.adapter.unit(guard=guard) as unit:
             if signal_id is not None:
                 await self.adapter.consume_signal(signal_id)
-            if timed_out:
+            if also is not None:
+                await also(now)
+            if error is not None:
+                await self.adapter.on_node_error(run.id, node_id, {"error": error, "via": via},
+                                                 now=now)
+            elif timed_out:
                 await self.adapter.on_node_error(run.id, node_id, {"error": {
                     "type": "starflow.errors.WaitTimeout",
                     "message": f"{node_id} timed out"}}, now=now)
@@ -448,6 +516,9 @@ class Runner:
             events = await self.adapter.list_events(run.id)
             used = any(e.node_id == claims.n and e.event_type in ("node_complete", "node_error")
                        for e in events)
+            early = None if used else _next_wait_event(claims.n, events)
+            if early is not None:
+                return await self._resume_early(run, claims.n, early, encoded)
             raise InvalidWakeToken(
                 "already_used" if used else "wrong_wait",
                 f"run {run.id} is not waiting at {claims.n}"
@@ -458,6 +529,26 @@ class Runner:
             raise InvalidWakeToken("already_used", f"another wake of {claims.n} won the race",
                                    run_id=run.id, node_id=claims.n)
         return handle
+
+    async def _resume_early(self, run: RunInfo, node_id: str, event: str, payload: Any
+                            ) -> RunHandle:
+        """A token for the wait the run will reach next (``starflow.wake_token``) came
+        before the run got there: keep its payload in the inbox, like a signal sent
+        early, so that wait returns it."""
+        if await self.adapter.find_signal(run.id, event) is not None:
+            raise InvalidWakeToken(
+                "already_used", f"a wake for {node_id} is already queued for run {run.id}",
+                run_id=run.id, node_id=node_id)
+        now = self.clock.now()
+        async with self.adapter.unit(guard=Guard(run_id=run.id, status_in=ACTIVE_STATUSES)
+                                     ) as unit:
+            await self.adapter.enqueue_signal(run.id, event, payload, now=now)
+        if not unit.held:
+            raise InvalidWakeToken("already_used", f"run {run.id} has ended",
+                                   run_id=run.id, node_id=node_id)
+        self._log.debug("early wake kept for the next wait", run_id=run.id, node_id=node_id)
+        handle = await self.deliver(run.id, event)
+        return handle if handle is not None else await self.handle(run.id)
 
     async def fire_timer(self, wait: WaitRecord) -> RunHandle | None:
         """Fire one due wait: a sleep completes, a wait_for times out."""

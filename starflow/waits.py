@@ -21,7 +21,8 @@ import msgspec
 from .context import current_engine
 from .errors import InvalidWakeToken, StarflowError
 
-__all__ = ["Keyring", "WakeClaims", "now", "sleep", "wait_for"]
+__all__ = ["Keyring", "WakeClaims", "now", "patched", "redact_wake_tokens", "sleep", "wait_for",
+           "wake_token"]
 
 T = TypeVar("T")
 
@@ -81,6 +82,70 @@ def now() -> datetime:
     return _engine("now").now()  # type: ignore[no-any-return]
 
 
+def patched(change_id: str) -> bool:
+    """Guard a change to workflow code so runs that started before it keep replaying.
+
+    ::
+
+        if starflow.patched("send-sms"):
+            await send_sms(order_id)      # new code path
+        else:
+            await send_email(order_id)    # what the old code did
+
+    Returns True for a run that reaches this point for the first time with this
+    code (and records a ``patch:<change_id>#1`` marker with its next boundary),
+    and on every replay of such a run. Returns False when the run's history
+    already went past this point without the marker: the old code ran there,
+    so the old path must be replayed. Once no run older than the patch is left,
+    delete the ``else`` branch and the ``patched()`` call; markers left in
+    histories are ignored. Call it from workflow code, not from steps.
+
+    Raises:
+        StarflowError: outside a workflow run, or a bad ``change_id``.
+    """
+    if not isinstance(change_id, str) or not change_id or "#" in change_id:
+        raise StarflowError(f"patched() change_id must be a non-empty string without '#': "
+                            f"{change_id!r}")
+    return _engine("patched").patched(change_id)  # type: ignore[no-any-return]
+
+
+def wake_token(event: str, *, timeout: timedelta | None = None) -> str:
+    """The wake token of the next ``wait_for(event)``, before the run reaches that wait.
+
+    Hand it to an external system from a step; that system later calls
+    ``Starflow.resume(token, payload)`` and the wait returns ``payload``. A
+    resume that arrives before the run reaches the wait is kept and delivered
+    there (like an early signal). Compute it inside the step that sends it:
+    a token passed as a step *argument* is part of the step's recorded
+    argument hash, which changes if the signing key is rotated.
+
+    Args:
+        event: The event the workflow will wait on.
+        timeout: The ``timeout`` that wait will use: the token expires one day
+            after it (default: ``StarflowConfig.wake_token_ttl``).
+
+    Raises:
+        StarflowError: outside a workflow run, or a bad event name.
+    """
+    if not isinstance(event, str) or not event or "#" in event:
+        raise StarflowError(f"wake_token event must be a non-empty string without '#': {event!r}")
+    return _engine("wake_token").wake_token_for(event, timeout)  # type: ignore[no-any-return]
+
+
+def redact_wake_tokens(value: Any) -> Any:
+    """A copy of ``value`` with every ``wake_token`` entry replaced by ``"[redacted]"``.
+
+    Wake tokens are bearer secrets: the warm tier, dashboards and logs show
+    payloads (``run_paused`` events, checkpoints) through this.
+    """
+    if isinstance(value, Mapping):
+        return {k: ("[redacted]" if k == "wake_token" and v is not None
+                    else redact_wake_tokens(v)) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [redact_wake_tokens(v) for v in value]
+    return value
+
+
 # ---------------------------------------------------------------------------
 # Wake tokens
 # ---------------------------------------------------------------------------
@@ -137,12 +202,12 @@ class Keyring:
         key = self._keys.get(kid)
         if key is None:
             raise InvalidWakeToken("unknown_key", f"no key {kid!r} in the keyring")
-        try:
-            mac = _unb64(mac_text)
-        except (ValueError, TypeError) as exc:
-            raise InvalidWakeToken("malformed", "signature is not base64url") from exc
         expected = hmac.new(key, f"{_PREFIX}.{kid}.{body}".encode(), hashlib.sha256).digest()
-        if not hmac.compare_digest(mac, expected):
+        # Compare the canonical text, not decoded bytes: base64 decoding ignores
+        # stray characters and the unused low bits of the last one, so several
+        # spellings decode to one MAC and a mutated token would still verify.
+        if not hmac.compare_digest(mac_text.encode("utf-8", "surrogatepass"),
+                                   _b64(expected).encode()):
             raise InvalidWakeToken("bad_signature", "signature does not match: forged or altered")
         try:
             claims = msgspec.json.decode(_unb64(body), type=WakeClaims)

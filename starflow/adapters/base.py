@@ -30,6 +30,8 @@ __all__ = [
     "DefinitionRecord",
     "DelegatingAdapter",
     "Guard",
+    "JobRecord",
+    "JobSpec",
     "Op",
     "OutboxLag",
     "OutboxRow",
@@ -141,6 +143,58 @@ class SweepResult(msgspec.Struct, frozen=True, kw_only=True):
     run_id: str
     leased_by: str | None
     action: str  # "requeued" or "abandoned"
+
+
+class JobSpec(msgspec.Struct, frozen=True, kw_only=True):
+    """A worker job a ``@step(pool=...)`` call dispatches (a ``worker_jobs`` row to insert).
+
+    Attributes:
+        id: The job id (a UUID derived from the idempotency key).
+        run_id: The run waiting on the job.
+        node_id: The step's node id (``step:render#1``); the run waits there.
+        pool: Worker pool that serves it.
+        step_name: Registered name of the step function.
+        idempotency_key: ``run_id:node_id``; unique, so a job is never dispatched twice.
+        input: The encoded call arguments ``{"args": [...], "kwargs": {...}}``.
+        args_hash: Hash of ``input`` (recorded on the step's ``node_start``).
+        max_attempts: Claims the job may use before a lost worker fails it.
+    """
+
+    id: str
+    run_id: str
+    node_id: str
+    pool: str
+    step_name: str
+    idempotency_key: str
+    input: Any
+    args_hash: str | None = None
+    max_attempts: int = 3
+
+
+class JobRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """One ``worker_jobs`` row.
+
+    ``status`` is ``queued``, ``claimed`` (a worker holds the lease),
+    ``complete`` or ``failed``.
+    """
+
+    id: str
+    run_id: str
+    node_id: str
+    pool: str
+    step_name: str
+    idempotency_key: str
+    input: Any
+    status: str
+    attempts: int
+    max_attempts: int
+    leased_by: str | None
+    lease_until: datetime | None
+    last_heartbeat: datetime | None
+    result: Any
+    error: Any
+    created_at: datetime
+    completed_at: datetime | None
 
 
 class OutboxRow(msgspec.Struct, frozen=True, kw_only=True):
@@ -281,6 +335,23 @@ class InsertOutbox(Op, frozen=True, kw_only=True):
     kind: str
     payload: Any
     created_at: datetime
+
+
+class InsertJob(Op, frozen=True, kw_only=True):
+    """Insert a ``worker_jobs`` row; a second insert with the same idempotency key is a no-op."""
+
+    job: JobSpec
+    created_at: datetime
+
+
+class FinishJob(Op, frozen=True, kw_only=True):
+    """Record a job's outcome (only while it is queued or claimed) and drop its lease."""
+
+    job_id: str
+    status: str  # complete | failed
+    result: Any
+    error: Any
+    completed_at: datetime
 
 
 class Guard(msgspec.Struct, frozen=True, kw_only=True):
@@ -539,7 +610,8 @@ class WorkflowStateAdapter(abc.ABC):
     async def on_run_error(self, run_id: str, error: str, *, now: datetime,
                            duration_ms: int | None = None, status: str = "error",
                            claim_state: str = "failed") -> None:
-        """UPDATE status error (or cancelled), message; clear the checkpoint."""
+        """UPDATE status error (or cancelled), message; clear the checkpoint; drop
+        run-scoped session vars (an ended run's vars would otherwise live forever)."""
         await self._submit(
             UpdateRun(
                 method="on_run_error",
@@ -563,6 +635,7 @@ class WorkflowStateAdapter(abc.ABC):
         )
 
     async def record_phase_if_changed(self, run_id: str, ctx: WorkflowContext,
+        await self._submit(DeleteSessionVars(method="on_run_error", run_id=run_id))
                                       meta: Mapping[str, Any], *, now: datetime) -> bool:
         """INSERT a phase event when ``ctx.phase`` differs from ``meta["previous"]``.
 
@@ -627,6 +700,18 @@ class WorkflowStateAdapter(abc.ABC):
 
     async def record_event(self, run_id: str, event_type: str, node_id: str | None,
                            payload: Any, *, now: datetime, method: str = "record_event"
+    async def insert_job(self, job: JobSpec, *, now: datetime) -> None:
+        """INSERT a ``worker_jobs`` row (status queued); no-op if its key exists."""
+        await self._submit(InsertJob(method="insert_job", job=job, created_at=now))
+
+    async def finish_job(self, job_id: str, *, status: str, result: Any = None,
+                         error: Any = None, now: datetime) -> None:
+        """Record a job's outcome (``complete`` or ``failed``) unless it already has one."""
+        if status not in ("complete", "failed"):
+            raise ValueError(f"job status must be 'complete' or 'failed': {status!r}")
+        await self._submit(FinishJob(method="finish_job", job_id=job_id, status=status,
+                                     result=result, error=error, completed_at=now))
+
                            ) -> None:
         """INSERT a run event of any type (``runner_lost``, ``run_cancelled``…)."""
         await self._event(method, run_id, event_type, node_id, payload, now)
@@ -721,6 +806,32 @@ class WorkflowStateAdapter(abc.ABC):
     @abc.abstractmethod
     async def mark_outbox_applied(self, ids: Sequence[int], *, now: datetime) -> int:
         """Set ``applied_at = now`` on these rows (in scope, still unapplied); return how many."""
+    # -- worker jobs (ADR-047 §8) ---------------------------------------------
+
+    @abc.abstractmethod
+    async def claim_jobs(self, worker_id: str, *, pool: str, now: datetime,
+                         lease_until: datetime, limit: int = 1) -> list[JobRecord]:
+        """Claim jobs of ``pool``: queued ones, and claimed ones whose lease expired.
+
+        In one statement: status claimed, ``attempts`` + 1, ``leased_by``,
+        ``lease_until``, ``last_heartbeat``. Each job is claimed by exactly one
+        caller at a time; oldest first.
+        """
+
+    @abc.abstractmethod
+    async def heartbeat_job(self, job_id: str, worker_id: str, *, now: datetime,
+                            lease_until: datetime) -> bool:
+        """Extend a claimed job's lease; False (nothing written) if ``worker_id`` lost it."""
+
+    @abc.abstractmethod
+    async def get_job(self, job_id: str) -> JobRecord | None:
+        """A job row by id, in scope."""
+
+    @abc.abstractmethod
+    async def list_jobs(self, *, run_id: str | None = None, status: str | None = None,
+                        limit: int = 100) -> list[JobRecord]:
+        """Jobs in scope, oldest first, optionally for one run or in one status."""
+
 
     @abc.abstractmethod
     async def prune_outbox(self, applied_before: datetime) -> int:
@@ -822,6 +933,23 @@ class DelegatingAdapter(WorkflowStateAdapter):
 
     async def outbox_lag(self, now: datetime, edges: Sequence[float] = ()) -> OutboxLag:
         return await self.inner.outbox_lag(now, edges)
+
+    async def claim_jobs(self, worker_id: str, *, pool: str, now: datetime,
+                         lease_until: datetime, limit: int = 1) -> list[JobRecord]:
+        return await self.inner.claim_jobs(worker_id, pool=pool, now=now,
+                                           lease_until=lease_until, limit=limit)
+
+    async def heartbeat_job(self, job_id: str, worker_id: str, *, now: datetime,
+                            lease_until: datetime) -> bool:
+        return await self.inner.heartbeat_job(job_id, worker_id, now=now,
+                                              lease_until=lease_until)
+
+    async def get_job(self, job_id: str) -> JobRecord | None:
+        return await self.inner.get_job(job_id)
+
+    async def list_jobs(self, *, run_id: str | None = None, status: str | None = None,
+                        limit: int = 100) -> list[JobRecord]:
+        return await self.inner.list_jobs(run_id=run_id, status=status, limit=limit)
 
 
 def ops_of(units: Sequence[Unit]) -> list[str]:

@@ -13,6 +13,7 @@ from typing import Any
 
 from .base import (
     DefinitionRecord,
+    JobRecord,
     OutboxLag,
     OutboxRow,
     RunEvent,
@@ -85,6 +86,21 @@ class NullWorkflowStateAdapter(WorkflowStateAdapter):
     async def get_secret(self, key_id: str, *, now: datetime, create: bool = True
                          ) -> str | None:
         return None
+
+    async def claim_jobs(self, worker_id: str, *, pool: str, now: datetime,
+                         lease_until: datetime, limit: int = 1) -> list[JobRecord]:
+        return []
+
+    async def heartbeat_job(self, job_id: str, worker_id: str, *, now: datetime,
+                            lease_until: datetime) -> bool:
+        return False
+
+    async def get_job(self, job_id: str) -> JobRecord | None:
+        return None
+
+    async def list_jobs(self, *, run_id: str | None = None, status: str | None = None,
+                        limit: int = 100) -> list[JobRecord]:
+        return []
 
     async def pending_outbox(self, *, limit: int = 500) -> list[OutboxRow]:
         return []

@@ -51,12 +51,15 @@ from .base import (
     DeleteSessionVars,
     DeleteSignal,
     DeleteWaits,
+    FinishJob,
     Guard,
     InsertEvent,
+    InsertJob,
     InsertOutbox,
     InsertRun,
     InsertSignal,
     InsertWait,
+    JobRecord,
     Mark,
     Op,
     OutboxLag,
@@ -249,6 +252,22 @@ def _run(row: Any) -> RunInfo:
         start_mode=row[19],
         max_claim_attempts=row[20],
         workflow_version=row[21],
+    )
+
+
+_JOB_COLUMNS = (
+    "id, run_id, node_id, pool, step_name, idempotency_key, input_json, status, attempts, "
+    "max_attempts, leased_by, lease_until, last_heartbeat, result_json, error_json, "
+    "created_at, completed_at"
+)
+
+
+def _job(row: Any) -> JobRecord:
+    return JobRecord(
+        id=row[0], run_id=row[1], node_id=row[2], pool=row[3], step_name=row[4],
+        idempotency_key=row[5], input=row[6], status=row[7], attempts=row[8],
+        max_attempts=row[9], leased_by=row[10], lease_until=row[11], last_heartbeat=row[12],
+        result=row[13], error=row[14], created_at=row[15], completed_at=row[16],
     )
 
 
@@ -573,6 +592,27 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
                 "AND run_id = $3 AND keep_until IS NULL",
                 (ws, env, _require_uuid(op.run_id, "run id")),
             )
+        if isinstance(op, InsertJob):
+            job = op.job
+            # Announces work too: job workers of the pool wait on the same channel.
+            return self._notifying(
+                "INSERT INTO worker_jobs (id, workspace_id, env, run_id, node_id, pool, "
+                "step_name, idempotency_key, input_json, status, max_attempts, created_at) "
+                "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'queued', $10, $11) "
+                "ON CONFLICT DO NOTHING",
+                (_require_uuid(job.id, "job id"), ws, env, _require_uuid(job.run_id, "run id"),
+                 job.node_id, job.pool, job.step_name, job.idempotency_key, job.input,
+                 job.max_attempts, op.created_at),
+            )
+        if isinstance(op, FinishJob):
+            return (
+                "UPDATE worker_jobs SET status = $1, result_json = $2, error_json = $3, "
+                "completed_at = $4, leased_by = NULL, lease_until = NULL "
+                "WHERE id = $5 AND workspace_id = $6 AND env = $7 "
+                "AND status IN ('queued', 'claimed')",
+                (op.status, op.result, op.error, op.completed_at,
+                 _require_uuid(op.job_id, "job id"), ws, env),
+            )
         if isinstance(op, InsertOutbox):
             return (
                 "INSERT INTO mirror_outbox (run_id, kind, payload, created_at, workspace_id, env)"
@@ -852,6 +892,68 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
             if secret is None:  # another process created it first: theirs wins
                 secret = await conn.fetchval(select, self.workspace_id, self.env, key_id)
         return secret
+
+    # -- worker jobs -------------------------------------------------------------
+
+    async def claim_jobs(self, worker_id: str, *, pool: str, now: datetime,
+                         lease_until: datetime, limit: int = 1) -> list[JobRecord]:
+        async with self._connection("claim_jobs") as conn:
+            rows = await conn.fetch(
+                "UPDATE worker_jobs SET status = 'claimed', attempts = attempts + 1, "
+                "leased_by = $1, lease_until = $2, last_heartbeat = $3 WHERE id IN ("
+                "  SELECT id FROM worker_jobs WHERE workspace_id = $4 AND env = $5 "
+                "  AND pool = $6 AND (status = 'queued' OR (status = 'claimed' "
+                "  AND lease_until < $3)) ORDER BY created_at, id LIMIT $7 "
+                "  FOR UPDATE SKIP LOCKED"
+                f") RETURNING {_JOB_COLUMNS}",
+                worker_id, lease_until, now, self.workspace_id, self.env, pool, int(limit),
+            )
+        jobs = [_job(r) for r in rows]
+        jobs.sort(key=lambda j: (j.created_at, j.id))
+        return jobs
+
+    async def heartbeat_job(self, job_id: str, worker_id: str, *, now: datetime,
+                            lease_until: datetime) -> bool:
+        jid = _uuid_or_none(job_id)
+        if jid is None:
+            return False
+        async with self._connection("heartbeat_job") as conn:
+            status: str = await conn.execute(
+                "UPDATE worker_jobs SET lease_until = $1, last_heartbeat = $2 WHERE id = $3 "
+                "AND workspace_id = $4 AND env = $5 AND status = 'claimed' AND leased_by = $6",
+                lease_until, now, jid, self.workspace_id, self.env, worker_id,
+            )
+        return status.rsplit(" ", 1)[-1] == "1"
+
+    async def get_job(self, job_id: str) -> JobRecord | None:
+        jid = _uuid_or_none(job_id)
+        if jid is None:
+            return None
+        async with self._connection("get_job") as conn:
+            row = await conn.fetchrow(
+                f"SELECT {_JOB_COLUMNS} FROM worker_jobs WHERE id = $1 AND workspace_id = $2 "
+                "AND env = $3", jid, self.workspace_id, self.env)
+        return _job(row) if row is not None else None
+
+    async def list_jobs(self, *, run_id: str | None = None, status: str | None = None,
+                        limit: int = 100) -> list[JobRecord]:
+        where = ["workspace_id = $1", "env = $2"]
+        args: list[Any] = [self.workspace_id, self.env]
+        if run_id is not None:
+            rid = _uuid_or_none(run_id)
+            if rid is None:
+                return []
+            args.append(rid)
+            where.append(f"run_id = ${len(args)}")
+        if status is not None:
+            args.append(status)
+            where.append(f"status = ${len(args)}")
+        args.append(int(limit))
+        async with self._connection("list_jobs") as conn:
+            rows = await conn.fetch(
+                f"SELECT {_JOB_COLUMNS} FROM worker_jobs WHERE {' AND '.join(where)} "
+                f"ORDER BY created_at, id LIMIT ${len(args)}", *args)
+        return [_job(r) for r in rows]
 
     # -- the mirror outbox -------------------------------------------------------
 

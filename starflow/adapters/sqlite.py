@@ -28,11 +28,14 @@ from .base import (
     DeleteSessionVars,
     DeleteSignal,
     DeleteWaits,
+    FinishJob,
     InsertEvent,
+    InsertJob,
     InsertOutbox,
     InsertRun,
     InsertSignal,
     InsertWait,
+    JobRecord,
     Mark,
     Op,
     OutboxLag,
@@ -422,6 +425,27 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
         args: list[Any] = [self.workspace_id, self.env]
         if status is not None:
             where.append("status = ?")
+        elif isinstance(op, InsertJob):
+            job = op.job
+            conn.execute(
+                "INSERT INTO worker_jobs (id, workspace_id, env, run_id, node_id, pool, "
+                "step_name, idempotency_key, input_json, status, max_attempts, created_at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'queued', ?, ?) "
+                "ON CONFLICT DO NOTHING",
+                (job.id, ws, env, job.run_id, job.node_id, job.pool, job.step_name,
+                 job.idempotency_key, serde.encode(job.input).decode(), job.max_attempts,
+                 format_ts(op.created_at)),
+            )
+        elif isinstance(op, FinishJob):
+            conn.execute(
+                "UPDATE worker_jobs SET status = ?, result_json = ?, error_json = ?, "
+                "completed_at = ?, leased_by = NULL, lease_until = NULL "
+                "WHERE id = ? AND workspace_id = ? AND env = ? "
+                "AND status IN ('queued', 'claimed')",
+                (op.status, serde.encode(op.result).decode(),
+                 None if op.error is None else serde.encode(op.error).decode(),
+                 format_ts(op.completed_at), op.job_id, ws, env),
+            )
             args.append(status)
         if template_id is not None:
             where.append("template_id = ?")
@@ -656,6 +680,65 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
         return result
 
     async def prune_outbox(self, applied_before: datetime) -> int:
+    # -- worker jobs -------------------------------------------------------------
+
+    async def claim_jobs(self, worker_id: str, *, pool: str, now: datetime,
+                         lease_until: datetime, limit: int = 1) -> list[JobRecord]:
+        ts = format_ts(now)
+
+        def claim(conn: sqlite3.Connection) -> list[JobRecord]:
+            rows = conn.execute(
+                "UPDATE worker_jobs SET status = 'claimed', attempts = attempts + 1, "
+                "leased_by = ?, lease_until = ?, last_heartbeat = ? WHERE id IN ("
+                "  SELECT id FROM worker_jobs WHERE workspace_id = ? AND env = ? AND pool = ?"
+                "  AND (status = 'queued' OR (status = 'claimed' AND lease_until < ?))"
+                "  ORDER BY created_at, id LIMIT ?"
+                f") RETURNING {_JOB_COLUMNS}",
+                (worker_id, format_ts(lease_until), ts, self.workspace_id, self.env, pool, ts,
+                 int(limit)),
+            ).fetchall()
+            jobs = [_job(r) for r in rows]
+            jobs.sort(key=lambda j: (j.created_at, j.id))
+            return jobs
+
+        result: list[JobRecord] = await self._write(claim)
+        return result
+
+    async def heartbeat_job(self, job_id: str, worker_id: str, *, now: datetime,
+                            lease_until: datetime) -> bool:
+        def beat(conn: sqlite3.Connection) -> bool:
+            cur = conn.execute(
+                "UPDATE worker_jobs SET lease_until = ?, last_heartbeat = ? WHERE id = ? "
+                "AND workspace_id = ? AND env = ? AND status = 'claimed' AND leased_by = ?",
+                (format_ts(lease_until), format_ts(now), job_id, self.workspace_id, self.env,
+                 worker_id),
+            )
+            return cur.rowcount == 1
+
+        result: bool = await self._write(beat)
+        return result
+
+    async def get_job(self, job_id: str) -> JobRecord | None:
+        row = await self._call(lambda conn: conn.execute(
+            f"SELECT {_JOB_COLUMNS} FROM worker_jobs WHERE id = ? AND workspace_id = ? "
+            "AND env = ?", (job_id, self.workspace_id, self.env)).fetchone())
+        return _job(row) if row else None
+
+    async def list_jobs(self, *, run_id: str | None = None, status: str | None = None,
+                        limit: int = 100) -> list[JobRecord]:
+        where = ["workspace_id = ?", "env = ?"]
+        args: list[Any] = [self.workspace_id, self.env]
+        if run_id is not None:
+            where.append("run_id = ?")
+            args.append(run_id)
+        if status is not None:
+            where.append("status = ?")
+            args.append(status)
+        args.append(int(limit))
+        sql = (f"SELECT {_JOB_COLUMNS} FROM worker_jobs WHERE {' AND '.join(where)} "
+               "ORDER BY created_at, id LIMIT ?")
+        return await self._call(lambda conn: [_job(r) for r in conn.execute(sql, args)])
+
         def prune(conn: sqlite3.Connection) -> int:
             cur = conn.execute(
                 "DELETE FROM mirror_outbox WHERE workspace_id = ? AND env = ? "
@@ -687,3 +770,20 @@ def _split_sql(script: str) -> list[str]:
     """Split a migration into statements (no semicolons inside our literals)."""
     lines = [ln for ln in script.splitlines() if not ln.strip().startswith("--")]
     return [s.strip() for s in "\n".join(lines).split(";") if s.strip()]
+_JOB_COLUMNS = (
+    "id, run_id, node_id, pool, step_name, idempotency_key, input_json, status, attempts, "
+    "max_attempts, leased_by, lease_until, last_heartbeat, result_json, error_json, "
+    "created_at, completed_at"
+)
+
+
+def _job(row: sqlite3.Row) -> JobRecord:
+    return JobRecord(
+        id=row[0], run_id=row[1], node_id=row[2], pool=row[3], step_name=row[4],
+        idempotency_key=row[5], input=_json(row[6]), status=row[7], attempts=row[8],
+        max_attempts=row[9], leased_by=row[10], lease_until=_ts(row[11]),
+        last_heartbeat=_ts(row[12]), result=_json(row[13]), error=_json(row[14]),
+        created_at=parse_ts(row[15]), completed_at=_ts(row[16]),
+    )
+
+
