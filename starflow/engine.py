@@ -186,12 +186,12 @@ class Engine:
             ts = clock.now()
             try:
                 async with self.adapter.unit(guard=guard or self._guard, durable=durable) as unit:
-                    await build(ts)
-            except StorageError as exc:
                     for marker_id, change_id in markers:
                         await self.adapter.on_node_complete(
                             self.run_id, marker_id,
                             {"output": True, "kind": "patch", "name": change_id}, now=ts)
+                    await build(ts)
+            except StorageError as exc:
                 if attempt == retries:
                     self._log.error("boundary write failed; giving the run up to the sweep",
                                     error=str(exc), attempts=attempt + 1)
@@ -265,8 +265,6 @@ class Engine:
                 run_id=self.run_id, node_id=rec.node_id, recorded=rec.args_hash, current=h,
             )
 
-    def _guard_suspending(self) -> None:
-        if self._suspending:
     def patched(self, change_id: str) -> bool:
         """``starflow.patched``: whether this run takes the new path of a code change.
 
@@ -319,6 +317,8 @@ class Engine:
             r=self.run_id, n=nid, w=self.ctx.workspace_id, e=self.ctx.env,
             x=math.ceil(expiry.timestamp())))
 
+    def _guard_suspending(self) -> None:
+        if self._suspending:
             raise _Suspend(self._pending_wait)
 
     # -- steps -------------------------------------------------------------------
@@ -357,10 +357,10 @@ class Engine:
         self._guard_suspending()
         if self.should_yield is not None and self.should_yield():
             raise _Abort("released")
-
-        async def start(ts: datetime) -> None:
         if sdef.pool is not None:
             self._dispatch(sdef, nid, h, encoded)
+
+        async def start(ts: datetime) -> None:
             await self._phase(ts)
             await self.adapter.on_node_start(
                 self.run_id, nid,
@@ -415,8 +415,6 @@ class Engine:
         return serde.convert(output, sdef.return_type, what=f"output of {nid}",
                              run_id=self.run_id, node_id=nid)
 
-    # -- waits -------------------------------------------------------------------
-
     def _dispatch(self, sdef: StepDefinition, nid: str, h: str, encoded: Any) -> NoReturn:
         """Hand a ``@step(pool=...)`` call to that pool's job workers and wait durably.
 
@@ -452,6 +450,8 @@ class Engine:
         self._pending_wait = pending
         self._suspending = True
         raise _Suspend(pending)
+
+    # -- waits -------------------------------------------------------------------
 
     async def wait(self, event: str | None, timeout: timedelta | None,  # noqa: ASYNC109
                    type_: Any) -> Any:
@@ -638,8 +638,16 @@ class Engine:
                 payload = {"node_id": wait.node_id, "event": wait.event,
                            "deadline": format_ts(wait.deadline) if wait.deadline else None,
                            "wake_token": wait.wake_token}
+                job = wait.job
+                if job is not None:
+                    payload["job_id"] = job.id
 
                 async def pause(ts: datetime) -> None:
+                    if job is not None:
+                        await self.adapter.on_node_start(
+                            self.run_id, job.node_id,
+                            {"kind": "step", "name": job.step_name, "args_hash": job.args_hash,
+                             "input": job.input, "pool": job.pool, "job_id": job.id}, now=ts)
                     # enterDurableWait 3-6, then finalizeRun's clearLease: one atomic
                     # unit, so the wake can never be visible before the checkpoint.
                     await self.adapter.on_run_paused(self.run_id, self.ctx, now=ts,
@@ -649,21 +657,13 @@ class Engine:
                         self.run_id, self.ctx, {"previous": self.journal.last_phase}, now=ts)
                     await self.adapter.emit_wait_wake(self.run_id, wait.node_id, wait.event,
                                                       wait.deadline, now=ts)
-                    await self.adapter.clear_lease(self.run_id)
-
-                job = wait.job
-                if job is not None:
-                    payload["job_id"] = job.id
-                await self._commit(pause)
-                return outcome
-                    if job is not None:
-                        await self.adapter.on_node_start(
-                            self.run_id, job.node_id,
-                            {"kind": "step", "name": job.step_name, "args_hash": job.args_hash,
-                             "input": job.input, "pool": job.pool, "job_id": job.id}, now=ts)
-            return outcome
-        except _Abort as abort:
-            return Outcome(abort.reason, exception=abort.cause)
                     if job is not None:
                         # The worker job is the wake registration of this wait: last.
                         await self.adapter.insert_job(job, now=ts)
+                    await self.adapter.clear_lease(self.run_id)
+
+                await self._commit(pause)
+                return outcome
+            return outcome
+        except _Abort as abort:
+            return Outcome(abort.reason, exception=abort.cause)

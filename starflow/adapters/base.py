@@ -626,6 +626,7 @@ class WorkflowStateAdapter(abc.ABC):
                 },
             )
         )
+        await self._submit(DeleteSessionVars(method="on_run_error", run_id=run_id))
 
     async def clear_lease(self, run_id: str) -> None:
         """UPDATE clear leased_by + lease_until."""
@@ -635,7 +636,6 @@ class WorkflowStateAdapter(abc.ABC):
         )
 
     async def record_phase_if_changed(self, run_id: str, ctx: WorkflowContext,
-        await self._submit(DeleteSessionVars(method="on_run_error", run_id=run_id))
                                       meta: Mapping[str, Any], *, now: datetime) -> bool:
         """INSERT a phase event when ``ctx.phase`` differs from ``meta["previous"]``.
 
@@ -691,15 +691,6 @@ class WorkflowStateAdapter(abc.ABC):
         """Remove a delivered signal from the inbox."""
         await self._submit(DeleteSignal(method="consume_signal", signal_id=signal_id))
 
-    async def update_run(self, run_id: str, method: str, **values: Any) -> None:
-        """Set columns of the run row (queueing, cancelling, results)."""
-        unknown = set(values) - UPDATABLE_RUN_COLUMNS
-        if unknown:
-            raise ValueError(f"not updatable workflow_runs columns: {sorted(unknown)}")
-        await self._submit(UpdateRun(method=method, run_id=run_id, values=values))
-
-    async def record_event(self, run_id: str, event_type: str, node_id: str | None,
-                           payload: Any, *, now: datetime, method: str = "record_event"
     async def insert_job(self, job: JobSpec, *, now: datetime) -> None:
         """INSERT a ``worker_jobs`` row (status queued); no-op if its key exists."""
         await self._submit(InsertJob(method="insert_job", job=job, created_at=now))
@@ -712,6 +703,15 @@ class WorkflowStateAdapter(abc.ABC):
         await self._submit(FinishJob(method="finish_job", job_id=job_id, status=status,
                                      result=result, error=error, completed_at=now))
 
+    async def update_run(self, run_id: str, method: str, **values: Any) -> None:
+        """Set columns of the run row (queueing, cancelling, results)."""
+        unknown = set(values) - UPDATABLE_RUN_COLUMNS
+        if unknown:
+            raise ValueError(f"not updatable workflow_runs columns: {sorted(unknown)}")
+        await self._submit(UpdateRun(method=method, run_id=run_id, values=values))
+
+    async def record_event(self, run_id: str, event_type: str, node_id: str | None,
+                           payload: Any, *, now: datetime, method: str = "record_event"
                            ) -> None:
         """INSERT a run event of any type (``runner_lost``, ``run_cancelled``…)."""
         await self._event(method, run_id, event_type, node_id, payload, now)
@@ -797,15 +797,6 @@ class WorkflowStateAdapter(abc.ABC):
                          ) -> str | None:
         """A stored HMAC secret for wake tokens, created on first use if asked."""
 
-    # -- the mirror outbox (read by the drainer) -------------------------------
-
-    @abc.abstractmethod
-    async def pending_outbox(self, *, limit: int = 500) -> list[OutboxRow]:
-        """Unapplied ``mirror_outbox`` rows in scope, in ``id`` order (oldest first)."""
-
-    @abc.abstractmethod
-    async def mark_outbox_applied(self, ids: Sequence[int], *, now: datetime) -> int:
-        """Set ``applied_at = now`` on these rows (in scope, still unapplied); return how many."""
     # -- worker jobs (ADR-047 §8) ---------------------------------------------
 
     @abc.abstractmethod
@@ -832,6 +823,15 @@ class WorkflowStateAdapter(abc.ABC):
                         limit: int = 100) -> list[JobRecord]:
         """Jobs in scope, oldest first, optionally for one run or in one status."""
 
+    # -- the mirror outbox (read by the drainer) -------------------------------
+
+    @abc.abstractmethod
+    async def pending_outbox(self, *, limit: int = 500) -> list[OutboxRow]:
+        """Unapplied ``mirror_outbox`` rows in scope, in ``id`` order (oldest first)."""
+
+    @abc.abstractmethod
+    async def mark_outbox_applied(self, ids: Sequence[int], *, now: datetime) -> int:
+        """Set ``applied_at = now`` on these rows (in scope, still unapplied); return how many."""
 
     @abc.abstractmethod
     async def prune_outbox(self, applied_before: datetime) -> int:
@@ -922,18 +922,6 @@ class DelegatingAdapter(WorkflowStateAdapter):
                          ) -> str | None:
         return await self.inner.get_secret(key_id, now=now, create=create)
 
-    async def pending_outbox(self, *, limit: int = 500) -> list[OutboxRow]:
-        return await self.inner.pending_outbox(limit=limit)
-
-    async def mark_outbox_applied(self, ids: Sequence[int], *, now: datetime) -> int:
-        return await self.inner.mark_outbox_applied(ids, now=now)
-
-    async def prune_outbox(self, applied_before: datetime) -> int:
-        return await self.inner.prune_outbox(applied_before)
-
-    async def outbox_lag(self, now: datetime, edges: Sequence[float] = ()) -> OutboxLag:
-        return await self.inner.outbox_lag(now, edges)
-
     async def claim_jobs(self, worker_id: str, *, pool: str, now: datetime,
                          lease_until: datetime, limit: int = 1) -> list[JobRecord]:
         return await self.inner.claim_jobs(worker_id, pool=pool, now=now,
@@ -950,6 +938,18 @@ class DelegatingAdapter(WorkflowStateAdapter):
     async def list_jobs(self, *, run_id: str | None = None, status: str | None = None,
                         limit: int = 100) -> list[JobRecord]:
         return await self.inner.list_jobs(run_id=run_id, status=status, limit=limit)
+
+    async def pending_outbox(self, *, limit: int = 500) -> list[OutboxRow]:
+        return await self.inner.pending_outbox(limit=limit)
+
+    async def mark_outbox_applied(self, ids: Sequence[int], *, now: datetime) -> int:
+        return await self.inner.mark_outbox_applied(ids, now=now)
+
+    async def prune_outbox(self, applied_before: datetime) -> int:
+        return await self.inner.prune_outbox(applied_before)
+
+    async def outbox_lag(self, now: datetime, edges: Sequence[float] = ()) -> OutboxLag:
+        return await self.inner.outbox_lag(now, edges)
 
 
 def ops_of(units: Sequence[Unit]) -> list[str]:

@@ -396,6 +396,27 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
             )
         elif isinstance(op, Mark):
             pass
+        elif isinstance(op, InsertJob):
+            job = op.job
+            conn.execute(
+                "INSERT INTO worker_jobs (id, workspace_id, env, run_id, node_id, pool, "
+                "step_name, idempotency_key, input_json, status, max_attempts, created_at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'queued', ?, ?) "
+                "ON CONFLICT DO NOTHING",
+                (job.id, ws, env, job.run_id, job.node_id, job.pool, job.step_name,
+                 job.idempotency_key, serde.encode(job.input).decode(), job.max_attempts,
+                 format_ts(op.created_at)),
+            )
+        elif isinstance(op, FinishJob):
+            conn.execute(
+                "UPDATE worker_jobs SET status = ?, result_json = ?, error_json = ?, "
+                "completed_at = ?, leased_by = NULL, lease_until = NULL "
+                "WHERE id = ? AND workspace_id = ? AND env = ? "
+                "AND status IN ('queued', 'claimed')",
+                (op.status, serde.encode(op.result).decode(),
+                 None if op.error is None else serde.encode(op.error).decode(),
+                 format_ts(op.completed_at), op.job_id, ws, env),
+            )
         elif isinstance(op, InsertOutbox):
             conn.execute(
                 "INSERT INTO mirror_outbox (run_id, kind, payload, created_at, workspace_id, env)"
@@ -425,27 +446,6 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
         args: list[Any] = [self.workspace_id, self.env]
         if status is not None:
             where.append("status = ?")
-        elif isinstance(op, InsertJob):
-            job = op.job
-            conn.execute(
-                "INSERT INTO worker_jobs (id, workspace_id, env, run_id, node_id, pool, "
-                "step_name, idempotency_key, input_json, status, max_attempts, created_at) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'queued', ?, ?) "
-                "ON CONFLICT DO NOTHING",
-                (job.id, ws, env, job.run_id, job.node_id, job.pool, job.step_name,
-                 job.idempotency_key, serde.encode(job.input).decode(), job.max_attempts,
-                 format_ts(op.created_at)),
-            )
-        elif isinstance(op, FinishJob):
-            conn.execute(
-                "UPDATE worker_jobs SET status = ?, result_json = ?, error_json = ?, "
-                "completed_at = ?, leased_by = NULL, lease_until = NULL "
-                "WHERE id = ? AND workspace_id = ? AND env = ? "
-                "AND status IN ('queued', 'claimed')",
-                (op.status, serde.encode(op.result).decode(),
-                 None if op.error is None else serde.encode(op.error).decode(),
-                 format_ts(op.completed_at), op.job_id, ws, env),
-            )
             args.append(status)
         if template_id is not None:
             where.append("template_id = ?")
@@ -651,35 +651,6 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
         result: str | None = await self._write(get)
         return result
 
-    # -- the mirror outbox -------------------------------------------------------
-
-    async def pending_outbox(self, *, limit: int = 500) -> list[OutboxRow]:
-        return await self._call(lambda conn: [
-            OutboxRow(id=r[0], run_id=r[1], kind=r[2], payload=_json(r[3]),
-                      created_at=parse_ts(r[4]))
-            for r in conn.execute(
-                "SELECT id, run_id, kind, payload, created_at FROM mirror_outbox "
-                "WHERE workspace_id = ? AND env = ? AND applied_at IS NULL ORDER BY id LIMIT ?",
-                (self.workspace_id, self.env, int(limit)))
-        ])
-
-    async def mark_outbox_applied(self, ids: Sequence[int], *, now: datetime) -> int:
-        if not ids:
-            return 0
-        marks = ", ".join("?" for _ in ids)
-
-        def mark(conn: sqlite3.Connection) -> int:
-            cur = conn.execute(
-                f"UPDATE mirror_outbox SET applied_at = ? WHERE id IN ({marks}) "
-                "AND workspace_id = ? AND env = ? AND applied_at IS NULL",
-                (format_ts(now), *(int(i) for i in ids), self.workspace_id, self.env),
-            )
-            return int(cur.rowcount)
-
-        result: int = await self._write(mark)
-        return result
-
-    async def prune_outbox(self, applied_before: datetime) -> int:
     # -- worker jobs -------------------------------------------------------------
 
     async def claim_jobs(self, worker_id: str, *, pool: str, now: datetime,
@@ -739,6 +710,35 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
                "ORDER BY created_at, id LIMIT ?")
         return await self._call(lambda conn: [_job(r) for r in conn.execute(sql, args)])
 
+    # -- the mirror outbox -------------------------------------------------------
+
+    async def pending_outbox(self, *, limit: int = 500) -> list[OutboxRow]:
+        return await self._call(lambda conn: [
+            OutboxRow(id=r[0], run_id=r[1], kind=r[2], payload=_json(r[3]),
+                      created_at=parse_ts(r[4]))
+            for r in conn.execute(
+                "SELECT id, run_id, kind, payload, created_at FROM mirror_outbox "
+                "WHERE workspace_id = ? AND env = ? AND applied_at IS NULL ORDER BY id LIMIT ?",
+                (self.workspace_id, self.env, int(limit)))
+        ])
+
+    async def mark_outbox_applied(self, ids: Sequence[int], *, now: datetime) -> int:
+        if not ids:
+            return 0
+        marks = ", ".join("?" for _ in ids)
+
+        def mark(conn: sqlite3.Connection) -> int:
+            cur = conn.execute(
+                f"UPDATE mirror_outbox SET applied_at = ? WHERE id IN ({marks}) "
+                "AND workspace_id = ? AND env = ? AND applied_at IS NULL",
+                (format_ts(now), *(int(i) for i in ids), self.workspace_id, self.env),
+            )
+            return int(cur.rowcount)
+
+        result: int = await self._write(mark)
+        return result
+
+    async def prune_outbox(self, applied_before: datetime) -> int:
         def prune(conn: sqlite3.Connection) -> int:
             cur = conn.execute(
                 "DELETE FROM mirror_outbox WHERE workspace_id = ? AND env = ? "
@@ -761,15 +761,6 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
                          older_than=tuple(int(c or 0) for c in row[2:]))
 
 
-def _wait(row: sqlite3.Row) -> WaitRecord:
-    return WaitRecord(run_id=row[0], node_id=row[1], event=row[2], deadline=_ts(row[3]),
-                      created_at=parse_ts(row[4]))
-
-
-def _split_sql(script: str) -> list[str]:
-    """Split a migration into statements (no semicolons inside our literals)."""
-    lines = [ln for ln in script.splitlines() if not ln.strip().startswith("--")]
-    return [s.strip() for s in "\n".join(lines).split(";") if s.strip()]
 _JOB_COLUMNS = (
     "id, run_id, node_id, pool, step_name, idempotency_key, input_json, status, attempts, "
     "max_attempts, leased_by, lease_until, last_heartbeat, result_json, error_json, "
@@ -787,3 +778,12 @@ def _job(row: sqlite3.Row) -> JobRecord:
     )
 
 
+def _wait(row: sqlite3.Row) -> WaitRecord:
+    return WaitRecord(run_id=row[0], node_id=row[1], event=row[2], deadline=_ts(row[3]),
+                      created_at=parse_ts(row[4]))
+
+
+def _split_sql(script: str) -> list[str]:
+    """Split a migration into statements (no semicolons inside our literals)."""
+    lines = [ln for ln in script.splitlines() if not ln.strip().startswith("--")]
+    return [s.strip() for s in "\n".join(lines).split(";") if s.strip()]
