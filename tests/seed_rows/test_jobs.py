@@ -1,0 +1,118 @@
+"""Worker jobs: @step(pool=...) dispatches to job workers; leases, failure, reclaim."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+
+import anyio
+
+from starflow import Starflow, StepFailed, step, workflow
+from starflow.context import IDEMPOTENCY_KEY
+from starflow.jobs import current_job
+
+from .conftest import FakeClock, unique
+
+POOL = f"gpu-{uuid.uuid4().hex[:6]}"
+seen_keys: list[str] = []
+
+
+@step(name="jobs_render", pool=POOL)
+async def render(x: int) -> int:
+    job = current_job()
+    assert job is not None
+    seen_keys.append(job.idempotency_key)
+    return x * 2
+
+
+@step(name="jobs_explode", pool=POOL)
+async def explode(x: int) -> int:
+    raise ValueError(f"cannot render {x}")
+
+
+def render_workflow() -> object:
+    @workflow(name=unique("render"))
+    async def wf(x: int) -> int:
+        return await render(x) + 1
+
+    return wf
+
+
+class TestDispatch:
+    """The workflow writes a job, waits durably, and resumes with the job's result."""
+
+    async def test_dispatch_and_completion(self, sf: Starflow) -> None:
+        seen_keys.clear()
+        h = await sf.run(render_workflow(), 20)  # type: ignore[arg-type]
+        assert h.status == "paused" and h.waiting_for is None and h.wake_token
+        jobs = await sf.adapter.list_jobs(run_id=h.run_id)
+        key = f"{h.run_id}:step:jobs_render#1"
+        assert [(j.status, j.pool, j.idempotency_key) for j in jobs] == [("queued", POOL, key)]
+        run = await sf.get_run(h.run_id)
+        assert run.checkpoint_json is not None
+        assert run.checkpoint_json["variables"][IDEMPOTENCY_KEY] == {"step:jobs_render#1": key}
+
+        assert await sf.job_worker(POOL).work_once() == 1
+        assert await sf.result(h.run_id) == 41
+        job = await sf.adapter.get_job(jobs[0].id)
+        assert job is not None and (job.status, job.result, job.attempts) == ("complete", 40, 1)
+        assert seen_keys == [key]
+        assert await sf.job_worker(POOL).work_once() == 0  # nothing left, nothing re-run
+
+    async def test_failure_raises_step_failed(self, sf: Starflow) -> None:
+        @workflow(name=unique("explode"))
+        async def wf(x: int) -> str:
+            try:
+                await explode(x)
+            except StepFailed as exc:
+                return f"{exc.node_id}|{exc.error_type}|{exc.error_message}"
+            return "unreachable"
+
+        h = await sf.run(wf, 7)
+        assert await sf.job_worker(POOL).work_once() == 1
+        assert await sf.result(h.run_id) == (
+            "step:jobs_explode#1|builtins.ValueError|cannot render 7")
+        (job,) = await sf.adapter.list_jobs(run_id=h.run_id)
+        assert job.status == "failed" and job.error["type"] == "builtins.ValueError"
+
+    async def test_worker_loop_serves_jobs(self, sf: Starflow) -> None:
+        worker = sf.job_worker(POOL, concurrency=2)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(worker.run)
+            h = await sf.run(render_workflow(), 1)  # type: ignore[arg-type]
+            assert await sf.result(h.run_id) == 3
+            worker.stop()
+        assert worker.completed == 1
+
+
+class TestLeases:
+    """A job whose worker dies is claimed again once its lease has expired."""
+
+    async def test_dead_workers_job_is_reclaimed(self, sf: Starflow, clock: FakeClock) -> None:
+        h = await sf.run(render_workflow(), 5)  # type: ignore[arg-type]
+        now = clock.now()
+        (claimed,) = await sf.adapter.claim_jobs("dead-worker", pool=POOL, now=now,
+                                                 lease_until=now + sf.config.lease_ttl)
+        live = sf.job_worker(POOL)
+        assert await live.work_once() == 0  # leased by the dead worker
+        clock.advance(sf.config.lease_ttl + timedelta(seconds=1))
+        assert await live.work_once() == 1
+        assert await sf.result(h.run_id) == 11
+        job = await sf.adapter.get_job(claimed.id)
+        assert job is not None and (job.status, job.attempts, job.leased_by) == (
+            "complete", 2, None)
+        # The dead worker cannot extend a lease it lost.
+        assert not await sf.adapter.heartbeat_job(claimed.id, "dead-worker", now=clock.now(),
+                                                  lease_until=clock.now())
+
+    async def test_job_that_keeps_losing_workers_fails(self, sf: Starflow,
+                                                       clock: FakeClock) -> None:
+        h = await sf.run(render_workflow(), 5)  # type: ignore[arg-type]
+        for i in range(sf.config.max_claim_attempts):
+            now = clock.now()
+            assert await sf.adapter.claim_jobs(f"dead-{i}", pool=POOL, now=now,
+                                               lease_until=now + sf.config.lease_ttl)
+            clock.advance(sf.config.lease_ttl + timedelta(seconds=1))
+        assert await sf.job_worker(POOL).work_once() == 1
+        run = await sf.get_run(h.run_id)
+        assert run.status == "error" and "WorkerLost" in (run.error or "")
