@@ -80,9 +80,16 @@ class TestQuickstart:
         assert "'tracking': 'TRACK-O-1'" in out
 
 
-@pytest.mark.parametrize("name", sorted(p.name for p in EXAMPLES.glob("*.py")))
-def test_every_example_is_covered(name: str) -> None:
-    """Each example file has a test here or in a colleague's test module."""
-    covered = {"saga.py", "fan_out.py", "long_sleep.py", "quickstart.py"}
-    text = "".join(p.read_text() for p in Path(__file__).parent.rglob("test_*.py"))
-    assert name in covered or name in text, f"examples/{name} has no test"
+#: Examples whose output a class above checks.
+CHECKED = {"saga.py", "fan_out.py", "long_sleep.py", "quickstart.py"}
+
+
+@pytest.mark.parametrize(
+    "name", sorted(p.name for p in EXAMPLES.glob("*.py") if p.name not in CHECKED))
+def test_other_examples_run(name: str, tmp_path: Path) -> None:
+    """Every other example at least runs to completion and prints something.
+
+    Examples without an output check in this module get this smoke run, so a
+    broken example never passes unnoticed (their own tests may check more).
+    """
+    assert run_example(name, tmp_path).strip()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
+from collections.abc import Iterator, MutableMapping
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -337,7 +337,7 @@ class TestLogBinding:
     """Logs inside a step carry its run_id and node_id."""
 
     @pytest.fixture
-    def captured(self) -> Iterator[list[dict[str, Any]]]:
+    def captured(self) -> Iterator[list[MutableMapping[str, Any]]]:
         capture = structlog.testing.LogCapture()
         structlog.configure(processors=[structlog.contextvars.merge_contextvars, capture])
         try:
@@ -346,7 +346,7 @@ class TestLogBinding:
             structlog.reset_defaults()
 
     async def test_user_logs_in_a_step_carry_node_id(
-            self, captured: list[dict[str, Any]]) -> None:
+            self, captured: list[MutableMapping[str, Any]]) -> None:
         """structlog calls in step code get run_id and node_id; none leaks past the step."""
         async with app() as sf:
             handle = await sf.run(compute, 3)
@@ -355,7 +355,8 @@ class TestLogBinding:
         assert entry["node_id"] == "step:obs-add#1"
         assert structlog.contextvars.get_contextvars() == {}
 
-    def test_starflow_logger_merges_bound_values(self, captured: list[dict[str, Any]]) -> None:
+    def test_starflow_logger_merges_bound_values(
+            self, captured: list[MutableMapping[str, Any]]) -> None:
         """starflow's own events inside bound() carry the bound values."""
         from starflow.logs import get_level, set_level
 
