@@ -10,6 +10,13 @@ same SQL go out as one pipelined ``executemany``. A unit that is a single
 unguarded durable op is one statement and one round trip. Non-durable units
 (``node_start``) commit with ``SET LOCAL synchronous_commit = off``.
 
+The engine's hot units (``node_start``, ``node_complete``, run start and end,
+lease refresh) are fused into one statement, one round trip: the guard is a
+``FOR NO KEY UPDATE`` CTE and every write a data-modifying CTE conditioned on
+it (see :func:`_fuse`); a non-durable one sets ``synchronous_commit`` off with
+``set_config(..., true)``, for its own implicit transaction only. Writes to one
+run row within a unit are merged first (a statement cannot update a row twice).
+
 Concurrent units are not merged into one transaction (as the SQLite adapter
 does): PostgreSQL already flushes the WAL of concurrent commits together, and
 merging on one connection serializes every round trip behind a single
@@ -508,9 +515,7 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
         Raises ConfigError (before anything is written) for a malformed run id.
         """
         plan: list[_Statement] = []
-        for op in unit.ops:
-            if isinstance(op, Mark):  # a boundary call with nothing to write
-                continue
+        for op in _merge_run_writes(unit.ops):
             sql, args = self._op_sql(op)
             if plan and plan[-1].sql == sql:
                 plan[-1].args.append(args)
@@ -649,11 +654,17 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
         if not plan and guard is None:
             return True
         run_id = guard.run_id if guard is not None else _first_run_id(unit.ops)
+        fused = None if guard is not None and guard.wait_node is not None else _fuse(
+            plan, guard, unit.durable, self.workspace_id, self.env)
         async with self._connection(_describe(unit), run_id) as conn:
             if guard is None and len(plan) == 1 and unit.durable:
                 # One statement (even pipelined) is its own atomic transaction.
                 await _run_statement(conn, plan[0])
                 return True
+            if fused is not None:
+                # Guard, writes and (non-durable) synchronous_commit in one
+                # statement: one round trip, its own implicit transaction.
+                return bool(await conn.fetchval(fused.sql, *fused.args[0]))
             await conn.execute("BEGIN" if unit.durable
                                else "BEGIN; SET LOCAL synchronous_commit TO off")
             try:
@@ -1073,6 +1084,122 @@ def _columns(values: dict[str, Any], allowed: frozenset[str] | set[str]) -> list
     if bad:
         raise ValueError(f"not writable workflow_runs columns: {sorted(bad)}")
     return cols
+
+
+def _merge_run_writes(ops: Sequence[Op]) -> list[Op]:
+    """The unit's ops with writes to one run row merged, ``Mark`` ops dropped.
+
+    An ``UpdateRun`` of a run is folded into the earlier ``InsertRun`` or
+    ``UpdateRun`` of the same run (later values win) when no op in between
+    writes ``workflow_runs``: the other ops only test that the row exists, so
+    the result is the same, with one statement fewer, and the unit can become
+    one statement (a statement cannot update a row twice).
+    """
+    merged: list[Op] = []
+    row: dict[str, int] = {}  # run id -> index in merged of its pending row write
+    for op in ops:
+        if isinstance(op, Mark):  # a boundary call with nothing to write
+            continue
+        if isinstance(op, UpdateRun):
+            at = row.get(op.run_id)
+            if at is not None:
+                prev = merged[at]
+                assert isinstance(prev, InsertRun | UpdateRun)
+                merged[at] = type(prev)(method=prev.method, run_id=prev.run_id,
+                                        values={**prev.values, **op.values})
+                continue
+        if isinstance(op, InsertRun | UpdateRun):
+            row = {op.run_id: len(merged)}
+        merged.append(op)
+    return merged
+
+
+#: Statements that can take ``AND EXISTS (SELECT 1 FROM g)`` at their end.
+_FUSABLE = re.compile(r"^(UPDATE (\w+) SET |DELETE FROM (\w+) |INSERT INTO (workflow_run_events) "
+                      r"\(.*\) SELECT .* WHERE EXISTS \(SELECT 1 FROM workflow_runs [^)]*\)$)",
+                      re.DOTALL)
+_PARAM = re.compile(r"\$(\d+)")
+
+
+def _fuse(plan: Sequence[_Statement], guard: Guard | None, durable: bool, workspace_id: str,
+          env: str) -> _Statement | None:
+    """One statement doing the guard and every write of the plan, or None if it cannot.
+
+    ``WITH g AS (SELECT … FOR NO KEY UPDATE)`` locks the run row and rechecks
+    the guard on its newest version (READ COMMITTED re-evaluation); each write
+    becomes a data-modifying CTE that runs only ``WHERE EXISTS (SELECT 1 FROM
+    g)``; the result is whether the guard held. A non-durable unit sets
+    ``synchronous_commit`` off with ``set_config(…, true)``: for its own
+    transaction only. Writes of one statement share a snapshot and run in no
+    defined order, so only plans that write each table once, one row set each,
+    are fused (no pipelined ``executemany``, no notifying writes).
+    """
+    if not plan or any(len(st.args) != 1 for st in plan):
+        return None
+    leased = guard is not None and guard.leased_by is not None
+    status = guard is not None and guard.status_in is not None
+    key = (tuple(st.sql for st in plan), guard is not None, leased, status, durable)
+    sql = _FUSED.get(key, "")
+    if sql == "":
+        sql = _fused_sql(plan, guard is not None, leased, status, durable)
+        if len(_FUSED) >= 1024:  # shapes are few; this only bounds a pathological caller
+            _FUSED.clear()
+        _FUSED[key] = sql
+    if sql is None:
+        return None
+    args: list[Any] = []
+    if guard is not None:
+        args = [guard.run_id, workspace_id, env]
+        if leased:
+            args.append(guard.leased_by)
+        if status:
+            args.append(list(guard.status_in or ()))
+    for st in plan:
+        args.extend(st.args[0])
+    return _Statement(sql, tuple(args))
+
+
+#: Fused SQL by plan shape (``None``: that shape cannot be fused).
+_FUSED: dict[tuple[Any, ...], str | None] = {}
+
+
+def _fused_sql(plan: Sequence[_Statement], guarded: bool, leased: bool, status: bool,
+               durable: bool) -> str | None:
+    tables: set[str] = set()
+    for st in plan:
+        m = _FUSABLE.match(st.sql)
+        if m is None:
+            return None
+        table = m.group(2) or m.group(3) or m.group(4)
+        if table in tables:
+            return None
+        tables.add(table)
+    ctes: list[str] = []
+    cond = ""
+    n = 0
+    if guarded:
+        where = ["id = $1", "workspace_id = $2", "env = $3"]
+        n = 3
+        if leased:
+            n += 1
+            where.append(f"leased_by = ${n}")
+        if status:
+            n += 1
+            where.append(f"status = ANY(${n}::text[])")
+        ctes.append(f"g AS (SELECT 1 FROM workflow_runs WHERE {' AND '.join(where)} "
+                    "FOR NO KEY UPDATE)")
+        cond = " AND EXISTS (SELECT 1 FROM g)"
+    for i, st in enumerate(plan):
+        offset = n
+
+        def shift(m: re.Match[str], offset: int = offset) -> str:
+            return f"${int(m.group(1)) + offset}"
+
+        ctes.append(f"w{i} AS ({_PARAM.sub(shift, st.sql)}{cond})")
+        n += len(st.args[0])
+    result = "(SELECT count(*) FROM g)" if guarded else "1"
+    sync = "" if durable else ", set_config('synchronous_commit', 'off', true)"
+    return f"WITH {', '.join(ctes)} SELECT {result}{sync}"
 
 
 def _first_run_id(ops: Sequence[Op]) -> str | None:
