@@ -294,7 +294,19 @@ class Starflow:
         return await self.runner.sweep()
 
     def worker(self, pool: str | None = None, concurrency: int = 16,
-               maintenance: bool = False) -> Worker:
-        """A worker that claims runs queued for ``pool``; ``await worker.run()``."""
-        mt = Maintenance(self.runner, poll=self._shared_database) if maintenance else None
-        return Worker(self.runner, pool=pool, concurrency=concurrency, maintenance=mt)
+               maintenance: bool = False, grace: float = 30.0) -> Worker:
+        """A worker that claims runs queued for ``pool``; ``await worker.run()``.
+
+        Args:
+            pool: Claim runs queued for this pool (and runs queued for any pool).
+            concurrency: Most runs driven at once.
+            maintenance: Also run the lease sweep and durable timers (unless this
+                app already runs them, ``Starflow.open(maintenance=True)``).
+            grace: Seconds ``worker.stop()`` waits for active runs to finish or
+                reach a step boundary before cancelling and releasing them.
+        """
+        mt = None
+        if maintenance and self._maintenance is None:
+            mt = Maintenance(self.runner, poll=self._shared_database)
+        return Worker(self.runner, pool=pool, concurrency=concurrency, maintenance=mt,
+                      grace=grace)

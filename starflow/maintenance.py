@@ -35,10 +35,15 @@ class Maintenance:
         self._firing: set[tuple[str, str]] = set()
         self.sweeps = 0
 
-    async def run(self) -> None:
-        """Run every loop until cancelled."""
+    async def run(self, *, sweep_now: bool = True) -> None:
+        """Run every loop until cancelled.
+
+        Args:
+            sweep_now: Run the boot-time sweep pass first (False when the caller,
+                a worker, just ran it before claiming).
+        """
         async with anyio.create_task_group() as tg:
-            tg.start_soon(self._sweep_loop)
+            tg.start_soon(self._sweep_loop, sweep_now)
             tg.start_soon(self._timer_loop)
             tg.start_soon(self._session_gc_loop)
 
@@ -50,8 +55,10 @@ class Maintenance:
             self.runner.busy -= 1
             self.sweeps += 1
 
-    async def _sweep_loop(self) -> None:
+    async def _sweep_loop(self, sweep_now: bool = True) -> None:
         interval = self.runner.config.sweep_interval.total_seconds()
+        if not sweep_now:
+            await self.runner.clock.sleep(interval)
         while True:
             try:
                 await self.sweep_once()

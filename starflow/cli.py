@@ -1,0 +1,409 @@
+"""The ``starflow`` command.
+
+Subcommands are :class:`Command` objects registered with :func:`command`; a
+command group (``starflow runs list``) is a command with children. Each
+handler is an ``async`` function taking the parsed arguments and returning
+the exit code. To add one::
+
+    @command("cancel", help="cancel a run", args=[app_args, db_args],
+             configure=lambda p: p.add_argument("run_id"))
+    async def _cancel(ns: argparse.Namespace) -> int:
+        async with open_app(ns) as sf:
+            await sf.cancel(ns.run_id)
+        return 0
+
+Errors users can fix (a bad ``--app``, an unreachable database, an unknown
+run) print one line on stderr and exit non-zero, never a traceback; set
+``STARFLOW_TRACEBACK=1`` to see one anyway.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import inspect
+import os
+import signal
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any, NoReturn
+
+import anyio
+
+from .errors import ConfigError, StarflowError
+
+__all__ = ["Command", "CommandError", "app_args", "command", "db_args", "main", "open_app"]
+
+#: Exit codes: 0 success, 1 a runtime failure, 2 bad input (usage).
+EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
+
+
+class CommandError(Exception):
+    """A failure to report as one line on stderr, with an exit code."""
+
+    def __init__(self, message: str, code: int = EXIT_FAILURE) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class _Parser(argparse.ArgumentParser):
+    """An argparse parser whose errors are one line, not usage plus a message."""
+
+    def error(self, message: str) -> NoReturn:
+        where = self.prog.removeprefix("starflow").strip()
+        raise CommandError(f"{where + ': ' if where else ''}{message} "
+                           f"(see {self.prog} --help)", EXIT_USAGE)
+
+
+# ---------------------------------------------------------------------------
+# Command registry
+# ---------------------------------------------------------------------------
+
+Handler = Callable[[argparse.Namespace], Awaitable[int]]
+Configure = Callable[[argparse.ArgumentParser], None]
+
+
+@dataclass
+class Command:
+    """One subcommand, or a group of them (``children``, no handler)."""
+
+    name: str
+    help: str
+    handler: Handler | None = None
+    configure: list[Configure] = field(default_factory=list)
+    children: dict[str, Command] = field(default_factory=dict)
+
+    def add_to(self, subparsers: Any) -> None:
+        parser = subparsers.add_parser(self.name, help=self.help, description=self.help)
+        for conf in self.configure:
+            conf(parser)
+        if self.children:
+            sub = parser.add_subparsers(dest=f"_{self.name}_command", metavar="COMMAND",
+                                        parser_class=_Parser)
+            sub.required = True
+            for child in self.children.values():
+                child.add_to(sub)
+        else:
+            parser.set_defaults(_handler=self.handler)
+
+
+_COMMANDS: dict[str, Command] = {}
+
+
+def command(name: str, *, help: str, args: Sequence[Configure] = (),
+            configure: Configure | None = None, group: str | None = None
+            ) -> Callable[[Handler], Handler]:
+    """Register ``starflow NAME`` (or ``starflow GROUP NAME``) with its handler.
+
+    Args:
+        name: The subcommand name.
+        help: One line for ``--help``.
+        args: Shared option sets (:data:`app_args`, :data:`db_args`).
+        configure: Adds the command's own arguments to its parser.
+        group: Register under this command group (created on first use).
+    """
+    def register(handler: Handler) -> Handler:
+        confs = [*args, *([configure] if configure else [])]
+        cmd = Command(name=name, help=help, handler=handler, configure=confs)
+        if group is None:
+            _COMMANDS[name] = cmd
+        else:
+            parent = _COMMANDS.setdefault(group, Command(name=group, help=f"{group} commands"))
+            parent.children[name] = cmd
+        return handler
+
+    return register
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``starflow`` parser with every registered subcommand."""
+    from . import __version__
+
+    parser = _Parser(prog="starflow", description="starflow: durable execution for Python.")
+    parser.add_argument("--version", action="version", version=f"starflow {__version__}")
+    parser.add_argument("--log-level", default=None, metavar="LEVEL",
+                        help="debug, info, warning or error (default: $STARFLOW_LOG_LEVEL "
+                             "or info for long-running commands)")
+    parser.add_argument("--log-format", choices=("console", "json"), default="console",
+                        help="log lines on stderr as console text or JSON (default console)")
+    sub = parser.add_subparsers(dest="_command", metavar="COMMAND", parser_class=_Parser)
+    sub.required = True
+    for cmd in _COMMANDS.values():
+        cmd.add_to(sub)
+    return parser
+
+
+# ---------------------------------------------------------------------------
+# Shared options and the app they describe
+# ---------------------------------------------------------------------------
+
+
+def app_args(parser: argparse.ArgumentParser) -> None:
+    """``--app module:attr``: user code that registers workflows (and maybe builds the app)."""
+    parser.add_argument(
+        "--app", metavar="MODULE[:ATTR]",
+        help="import MODULE (registering its workflows); ATTR, if given, is a Starflow "
+             "instance or a zero-argument factory returning one")
+
+
+def db_args(parser: argparse.ArgumentParser) -> None:
+    """``--db``, ``--workspace``, ``--env``: where the runs live."""
+    parser.add_argument("--db", metavar="URL",
+                        help="database URL (default: the app's, else $STARFLOW_DATABASE_URL)")
+    parser.add_argument("--workspace", metavar="ID", default=None,
+                        help="workspace_id scope (default: the app's, else celestial)")
+    parser.add_argument("--env", default=None, help="env scope (default: the app's, else prod)")
+
+
+def load_app_object(spec: str) -> Any:
+    """Import ``module[:attr]``; return the attribute (or None for a bare module)."""
+    module_name, _, attr = spec.partition(":")
+    if not module_name or (":" in spec and not attr) or ":" in attr:
+        raise CommandError(f"--app must be MODULE or MODULE:ATTR, got {spec!r}", EXIT_USAGE)
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())  # like `python -m`: the app module sits beside you
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name and module_name.startswith(exc.name):
+            raise CommandError(f"--app {spec}: no module named {exc.name!r} (is it on "
+                               "PYTHONPATH, or run from its directory?)", EXIT_USAGE) from exc
+        raise CommandError(f"--app {spec}: importing {module_name!r} failed: {exc}") from exc
+    except StarflowError as exc:
+        raise CommandError(f"--app {spec}: {exc}") from exc
+    except Exception as exc:
+        raise CommandError(f"--app {spec}: importing {module_name!r} raised "
+                           f"{type(exc).__name__}: {exc}") from exc
+    if not attr:
+        return None
+    obj: Any = module
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise CommandError(f"--app {spec}: module {module_name!r} has no attribute "
+                               f"{attr!r}", EXIT_USAGE)
+        obj = getattr(obj, part)
+    return obj
+
+
+async def resolve_app(ns: argparse.Namespace, *, maintenance: bool = False) -> Any:
+    """The :class:`~starflow.Starflow` (not yet open) the arguments describe."""
+    from .app import Starflow
+
+    obj = load_app_object(ns.app) if getattr(ns, "app", None) else None
+    if obj is not None and not isinstance(obj, Starflow):
+        if not callable(obj):
+            raise CommandError(f"--app {ns.app}: expected a Starflow instance or a "
+                               f"zero-argument factory, got {type(obj).__name__}", EXIT_USAGE)
+        try:
+            made = obj()
+            if inspect.isawaitable(made):
+                made = await made
+        except StarflowError as exc:
+            raise CommandError(f"--app {ns.app}: the factory failed: {exc}") from exc
+        except Exception as exc:
+            raise CommandError(f"--app {ns.app}: the factory raised "
+                               f"{type(exc).__name__}: {exc}") from exc
+        if made is not None and not isinstance(made, Starflow):
+            raise CommandError(f"--app {ns.app}: the factory returned "
+                               f"{type(made).__name__}, not a Starflow", EXIT_USAGE)
+        obj = made
+    db = getattr(ns, "db", None)
+    workspace = getattr(ns, "workspace", None)
+    env = getattr(ns, "env", None)
+    if obj is not None and db is None and workspace is None and env is None:
+        # The user's app as configured, with this process's maintenance choice.
+        return Starflow(obj.adapter, config=obj.config, clock=obj.clock,
+                        maintenance=maintenance)
+    url = db or os.environ.get("STARFLOW_DATABASE_URL")
+    if obj is not None and url is None:
+        raise CommandError("--workspace/--env need a database: pass --db URL too", EXIT_USAGE)
+    if url is None:
+        raise CommandError("no database: pass --db URL or set STARFLOW_DATABASE_URL "
+                           "(e.g. sqlite:///starflow.db or postgresql://user@host/db)",
+                           EXIT_USAGE)
+    kwargs: dict[str, Any] = {}
+    if obj is not None:
+        kwargs = {"config": obj.config, "clock": obj.clock,
+                  "workspace_id": obj.adapter.workspace_id, "env": obj.adapter.env}
+    if workspace is not None:
+        kwargs["workspace_id"] = workspace
+    if env is not None:
+        kwargs["env"] = env
+    try:
+        return Starflow.open(url, maintenance=maintenance, **kwargs)
+    except StarflowError as exc:
+        raise CommandError(str(exc), EXIT_USAGE) from exc
+
+
+@asynccontextmanager
+async def open_app(ns: argparse.Namespace, *, maintenance: bool = False
+                   ) -> AsyncIterator[Any]:
+    """Open the app the arguments describe (``async with open_app(ns) as sf``)."""
+    sf = await resolve_app(ns, maintenance=maintenance)
+    async with sf:
+        yield sf
+
+
+async def _on_signals(first: Callable[[], None], again: Callable[[], None]) -> None:
+    """Call ``first`` on the first SIGTERM/SIGINT, ``again`` on each later one."""
+    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        seen = 0
+        async for signum in signals:
+            seen += 1
+            _say(f"received {signal.Signals(signum).name}"
+                 + ("; draining (send again to stop now)" if seen == 1 else "; stopping now"))
+            (first if seen == 1 else again)()
+
+
+def _say(message: str) -> None:
+    sys.stderr.write(f"starflow: {message}\n")
+    sys.stderr.flush()
+
+
+# ---------------------------------------------------------------------------
+# Subcommands
+# ---------------------------------------------------------------------------
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1: {value}")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if value < 0 or value != value:
+        raise argparse.ArgumentTypeError(f"must be >= 0 seconds: {text}")
+    return value
+
+
+def _worker_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--pool", default=None,
+                        help="claim runs queued for this pool (and runs with no pool)")
+    parser.add_argument("--concurrency", type=_positive_int, default=16, metavar="N",
+                        help="most runs driven at once (default 16)")
+    parser.add_argument("--maintenance", action="store_true",
+                        help="also run the lease sweep and durable timers in this process")
+    parser.add_argument("--grace", type=_seconds, default=30.0, metavar="SECONDS",
+                        help="on SIGTERM/SIGINT, how long active runs may go on before they "
+                             "are cancelled and handed back to the queue (default 30)")
+
+
+@command("worker", help="claim queued runs and drive them until SIGTERM/SIGINT",
+         args=[app_args, db_args], configure=_worker_args)
+async def _worker(ns: argparse.Namespace) -> int:
+    if not ns.app:
+        raise CommandError("starflow worker needs --app MODULE[:ATTR]: the module that "
+                           "defines your workflows", EXIT_USAGE)
+    async with open_app(ns) as sf:
+        worker = sf.worker(pool=ns.pool, concurrency=ns.concurrency,
+                           maintenance=ns.maintenance, grace=ns.grace)
+        from .decorators import registry
+
+        _say(f"worker {sf.runner_id} serving {', '.join(registry.names()) or 'no workflows'}"
+             f" (pool {ns.pool or 'any'}, concurrency {ns.concurrency}"
+             f"{', maintenance' if ns.maintenance else ''})")
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_on_signals, worker.stop, lambda: worker.stop(0))
+            await worker.run()
+            tg.cancel_scope.cancel()
+        _say(f"worker stopped: {worker.completed} run execution(s), "
+             f"{worker.released} handed back to the queue")
+    return EXIT_OK
+
+
+@command("server", help="run the lease sweep and durable timers until SIGTERM/SIGINT",
+         args=[app_args, db_args])
+async def _server(ns: argparse.Namespace) -> int:
+    from .maintenance import Maintenance
+
+    async with open_app(ns) as sf:
+        maintenance = Maintenance(sf.runner, poll=True)
+        _say(f"server {sf.runner_id}: lease sweep every "
+             f"{sf.config.sweep_interval.total_seconds():g} s, durable timers")
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_on_signals, tg.cancel_scope.cancel, tg.cancel_scope.cancel)
+            await maintenance.run()
+    _say("server stopped")
+    return EXIT_OK
+
+
+@command("migrate", help="apply pending database migrations", args=[app_args, db_args])
+async def _migrate(ns: argparse.Namespace) -> int:
+    sf = await resolve_app(ns)
+    adapter = sf.adapter
+    await adapter.open()  # applies pending migrations under the adapter's lock
+    try:
+        late = await adapter.migrate()
+    finally:
+        await adapter.close()
+    sys.stdout.write(f"migrations applied; schema up to date"
+                     f"{f' (also {late})' if late else ''}\n")
+    return EXIT_OK
+
+
+@command("sweep", help="run one lease-sweep pass now and print how many runs it recovered",
+         args=[app_args, db_args])
+async def _sweep(ns: argparse.Namespace) -> int:
+    async with open_app(ns) as sf:
+        count = await sf.sweep()
+    sys.stdout.write(f"{count} run(s) requeued or abandoned\n")
+    return EXIT_OK
+
+
+# ---------------------------------------------------------------------------
+# Entry point
+# ---------------------------------------------------------------------------
+
+
+def _configure_logging(level: str | None, fmt: str, long_running: bool) -> None:
+    """Logs go to stderr (stdout is for command output), plain text unless a terminal."""
+    import structlog
+
+    from .logs import configure_logging
+
+    chosen = level or os.environ.get("STARFLOW_LOG_LEVEL") or ("info" if long_running
+                                                               else "warning")
+    try:
+        configure_logging(chosen, json=fmt == "json")
+    except ValueError as exc:
+        raise CommandError(f"--log-level: {exc}", EXIT_USAGE) from exc
+    processors = list(structlog.get_config()["processors"])
+    if fmt == "console" and not sys.stderr.isatty():
+        processors[-1] = structlog.dev.ConsoleRenderer(colors=False)
+    structlog.configure(processors=processors,
+                        logger_factory=structlog.PrintLoggerFactory(sys.stderr))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``starflow`` with ``argv`` (default ``sys.argv[1:]``); return the exit code."""
+    try:
+        ns = build_parser().parse_args(argv)
+        _configure_logging(ns.log_level, ns.log_format, ns._command in ("worker", "server"))
+        handler: Handler = ns._handler
+        return anyio.run(handler, ns)
+    except CommandError as exc:
+        _say(str(exc))
+        return exc.code
+    except (ConfigError, StarflowError) as exc:
+        if os.environ.get("STARFLOW_TRACEBACK"):
+            raise
+        _say(f"{type(exc).__name__}: {exc}")
+        return EXIT_FAILURE
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:
+        if os.environ.get("STARFLOW_TRACEBACK"):
+            raise
+        _say(f"unexpected {type(exc).__name__}: {exc} (set STARFLOW_TRACEBACK=1 for details)")
+        return EXIT_FAILURE

@@ -1,0 +1,210 @@
+"""Helpers for the worker tests: a fake clock, a probing adapter, worker processes."""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, Protocol
+
+import anyio
+import anyio.lowlevel
+
+from starflow.adapters.base import DelegatingAdapter, RunInfo, SweepResult, Unit
+
+HERE = Path(__file__).parent
+ROOT = HERE.parent.parent
+START = datetime(2030, 1, 1, tzinfo=UTC)
+
+
+@dataclass(order=True)
+class _Sleeper:
+    deadline: datetime
+    seq: int
+    event: anyio.Event = field(compare=False)
+
+
+class LocalFakeClock:
+    """A minimal :class:`starflow.Clock` whose time moves only through :meth:`advance`.
+
+    Stand-in until ``starflow_testing.FakeClock`` lands; the tests synchronise
+    on database writes (:class:`Probe`), not on the clock.
+    """
+
+    def __init__(self, start: datetime = START) -> None:
+        self._now = start
+        self._sleepers: list[_Sleeper] = []
+        self._seq = itertools.count()
+
+    def now(self) -> datetime:
+        return self._now
+
+    async def sleep(self, seconds: float) -> None:
+        await self.sleep_until(self._now + timedelta(seconds=max(0.0, seconds)))
+
+    async def sleep_until(self, deadline: datetime) -> None:
+        if deadline <= self._now:
+            await anyio.lowlevel.checkpoint()
+            return
+        sleeper = _Sleeper(deadline, next(self._seq), anyio.Event())
+        heapq.heappush(self._sleepers, sleeper)
+        await sleeper.event.wait()
+
+    async def advance(self, delta: timedelta | float) -> None:
+        """Move time forward, waking sleepers in deadline order."""
+        seconds = delta.total_seconds() if isinstance(delta, timedelta) else float(delta)
+        target = self._now + timedelta(seconds=seconds)
+        # Let tasks about to sleep register first (a task waiting on a database
+        # thread counts as blocked: the tests also wait on the writes they expect).
+        await anyio.wait_all_tasks_blocked()
+        while self._sleepers and self._sleepers[0].deadline <= target:
+            sleeper = heapq.heappop(self._sleepers)
+            self._now = max(self._now, sleeper.deadline)
+            sleeper.event.set()
+            await anyio.wait_all_tasks_blocked()
+        self._now = target
+        await anyio.wait_all_tasks_blocked()
+
+
+class FakeTime(Protocol):
+    """What the tests need from a fake clock (both implementations have it)."""
+
+    def now(self) -> datetime: ...
+
+    async def sleep(self, seconds: float) -> None: ...
+
+    async def sleep_until(self, deadline: datetime) -> None: ...
+
+    async def advance(self, delta: timedelta | float) -> None: ...
+
+
+def make_clock() -> FakeTime:
+    """``starflow_testing.FakeClock`` if the harness has it, else the local stand-in."""
+    if os.environ.get("STARFLOW_TEST_LOCAL_CLOCK"):
+        return LocalFakeClock()
+    try:
+        from starflow_testing import FakeClock
+    except ImportError:
+        return LocalFakeClock()
+    clock: FakeTime = FakeClock(START)
+    return clock
+
+
+class Probe(DelegatingAdapter):
+    """Records units, claims and sweep passes, and lets a test await a condition."""
+
+    def __init__(self, inner: Any) -> None:
+        super().__init__(inner)
+        self.units: list[tuple[list[str], bool | None]] = []
+        self.sweeps: list[tuple[datetime, list[SweepResult]]] = []
+        self.claims: list[tuple[str, list[str]]] = []
+        self._changed = anyio.Event()
+
+    def _bump(self) -> None:
+        self._changed.set()
+        self._changed = anyio.Event()
+
+    async def execute(self, unit: Unit) -> bool:
+        held = await self.inner.execute(unit)
+        self.units.append((unit.methods, held))
+        self._bump()
+        return held
+
+    async def claim_runs(self, runner_id: str, *, pool: str | None, now: datetime,
+                         lease_until: datetime, limit: int = 1,
+                         workflows: Any = None) -> list[RunInfo]:
+        got = await self.inner.claim_runs(runner_id, pool=pool, now=now,
+                                          lease_until=lease_until, limit=limit,
+                                          workflows=workflows)
+        self.claims.append((runner_id, [r.id for r in got]))
+        self._bump()
+        return got
+
+    async def expire_old_leases(self, now: datetime, reason: str = "runner_lost"
+                                ) -> list[SweepResult]:
+        got = await self.inner.expire_old_leases(now, reason)
+        self.sweeps.append((now, got))
+        self._bump()
+        return got
+
+    def count(self, method: str, held: bool | None = True) -> int:
+        return sum(1 for methods, h in self.units if method in methods
+                   and (held is None or h == held))
+
+    async def until(self, predicate: Callable[[], bool], what: str = "condition",
+                    limit: float = 10.0) -> None:
+        """Wait (bounded in real time, never sleeping) until ``predicate()`` holds."""
+        with anyio.fail_after(limit):
+            while not predicate():
+                changed = self._changed
+                with anyio.move_on_after(0.05):
+                    await changed.wait()
+
+    async def at_least(self, value: Callable[[], int], n: int, limit: float = 10.0) -> None:
+        """Wait until ``value() >= n``."""
+        await self.until(lambda: value() >= n, limit=limit)
+
+    async def until_run(self, run_id: str, predicate: Callable[[RunInfo], bool],
+                        limit: float = 10.0) -> RunInfo:
+        """Wait until the run row satisfies ``predicate``; return it."""
+        with anyio.fail_after(limit):
+            while True:
+                run = await self.inner.get_run(run_id)
+                if run is not None and predicate(run):
+                    return run
+                changed = self._changed
+                with anyio.move_on_after(0.05):
+                    await changed.wait()
+
+
+# -- worker processes -----------------------------------------------------------------
+
+
+def process_env(**extra: str) -> dict[str, str]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), str(ROOT)]),
+           "STARFLOW_LOG_LEVEL": "info", **extra}
+    env.pop("STARFLOW_TRACEBACK", None)
+    return env
+
+
+def spawn_worker(url: str, log: Path, *args: str, app: str = "apps:make_app",
+                 **env: str) -> subprocess.Popen[bytes]:
+    """``python -m starflow worker --app … --db url`` with output appended to ``log``."""
+    out = log.open("ab")
+    try:
+        return subprocess.Popen(
+            [sys.executable, "-m", "starflow", "worker", "--app", app, "--db", url, *args],
+            stdout=out, stderr=subprocess.STDOUT, env=process_env(**env), cwd=str(HERE))
+    finally:
+        out.close()
+
+
+def cli(*args: str, timeout: float = 30, **env: str) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m starflow ARGS`` to completion."""
+    return subprocess.run([sys.executable, "-m", "starflow", *args], capture_output=True,
+                          text=True, env=process_env(**env), cwd=str(HERE), timeout=timeout,
+                          check=False)
+
+
+def stop(procs: list[subprocess.Popen[bytes]]) -> None:
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGKILL)
+    for p in procs:
+        p.wait(timeout=10)
+
+
+def side_effects(path: Path) -> Iterator[tuple[str, float, int]]:
+    """The side-effect log: (idempotency key, wall time, pid) per step execution."""
+    if not path.exists():
+        return
+    for line in path.read_text().splitlines():
+        key, ts, pid = line.split("\t")
+        yield key, float(ts), int(pid)

@@ -1,0 +1,207 @@
+"""Claims: the claim path, exactly-once claiming, pools, unregistered workflows, requeues."""
+
+from __future__ import annotations
+
+from contextlib import AsyncExitStack
+from datetime import timedelta
+
+import anyio
+import msgspec
+import structlog.testing
+
+from starflow import WorkflowContext
+from starflow.adapters.base import StartOptions
+from starflow.worker import Worker
+
+from . import flows
+from .conftest import CONFIG, OpenApp
+from .support import FakeTime, Probe
+
+
+async def claim_all(worker: Worker) -> None:
+    """Claim and drive until the queue is empty and this worker is idle (no polling)."""
+    async with anyio.create_task_group() as tg:
+        while True:
+            settled = worker.runner.settled
+            n = await worker.claim_once(tg)
+            if n == 0:
+                if worker.active == 0:
+                    return
+                await settled.wait()
+
+
+async def queue_raw(probe: Probe, workflow: str, version: int, clock: FakeTime) -> str:
+    """Queue a run row directly, as another deployment would."""
+    import uuid
+
+    run_id = str(uuid.uuid4())
+    ctx = WorkflowContext(run_id=run_id, workflow=workflow, version=version,
+                          workspace_id=probe.workspace_id, env=probe.env)
+    await probe.on_run_start(run_id, ctx, StartOptions(
+        input={"args": ["x"], "kwargs": {}}, status="queued", claim_state="queued",
+        start_mode="queued"), now=clock.now())
+    return run_id
+
+
+class TestClaimPath:
+    """queued -> claimed -> running -> complete, one claim attempt."""
+
+    async def test_states_along_the_claim_path(self, open_app: OpenApp) -> None:
+        """The claim marks the run claimed; the engine's guarded write_lease makes it running."""
+        async with open_app() as (sf, probe):
+            handle = await sf.start(flows.one_step, "a")
+            assert handle.status == "queued"
+            run = await sf.get_run(handle.run_id)
+            assert (run.status, run.claim_state, run.claim_attempts) == ("queued", "queued", 0)
+            now = sf.clock.now()
+            [claimed] = await sf.adapter.claim_runs(sf.runner_id, pool=None, now=now,
+                                                    lease_until=now + timedelta(seconds=30))
+            assert (claimed.status, claimed.claim_state, claimed.claim_attempts) == (
+                "running", "claimed", 1)
+            assert claimed.leased_by == sf.runner_id
+            done = await sf.runner.drive(claimed)
+            assert done.status == "success" and done.result == "a"
+            run = await sf.get_run(handle.run_id)
+            assert (run.status, run.claim_state, run.claim_attempts) == ("success", "complete", 1)
+            assert (run.leased_by, run.lease_until) == (None, None)
+            assert probe.units[-4][0] == ["write_lease"]  # claimed -> running, guarded
+
+    async def test_cancelled_between_claim_and_start(self, open_app: OpenApp) -> None:
+        """A run cancelled after its claim but before its engine started never starts."""
+        async with open_app() as (sf, _):
+            handle = await sf.start(flows.one_step, "b")
+            now = sf.clock.now()
+            [claimed] = await sf.adapter.claim_runs(sf.runner_id, pool=None, now=now,
+                                                    lease_until=now + timedelta(seconds=30))
+            await sf.cancel(handle.run_id)
+            out = await sf.runner.drive(claimed)
+            assert out.status == "cancelled"
+            assert flows.EXECUTED == []
+
+
+class TestExactlyOnce:
+    """Several workers (own runner, own connection) claim each queued run exactly once."""
+
+    async def test_n_workers_m_runs(self, open_app: OpenApp) -> None:
+        async with AsyncExitStack() as stack:
+            apps = [await stack.enter_async_context(open_app()) for _ in range(5)]
+            starter = apps[0][0]
+            run_ids = [(await starter.start(flows.one_step, f"r{i}")).run_id for i in range(40)]
+            workers = [sf.worker(concurrency=3) for sf, _ in apps]
+            async with anyio.create_task_group() as tg:
+                for w in workers:
+                    tg.start_soon(claim_all, w)
+            claims = [(sf.runner_id, rid) for sf, probe in apps for _, ids in probe.claims
+                      for rid in ids]
+            assert sorted(rid for _, rid in claims) == sorted(run_ids)  # once each
+            for sf, _ in apps[:1]:
+                for run_id in run_ids:
+                    run = await sf.get_run(run_id)
+                    assert (run.status, run.claim_state, run.claim_attempts) == (
+                        "success", "complete", 1)
+            assert len(flows.EXECUTED) == len(set(flows.EXECUTED)) == 40
+
+    async def test_pool_affinity(self, open_app: OpenApp) -> None:
+        """A pool's worker takes its pool's runs and unpooled ones, never another pool's."""
+        async with open_app() as (sf, _):
+            anyone = (await sf.start(flows.one_step, "any")).run_id
+            # pool= is a keyword option of start(), outside the workflow's signature.
+            gpu = (await sf.start(flows.one_step, "gpu", pool="gpu")).run_id  # type: ignore[call-arg]
+            cpu = (await sf.start(flows.one_step, "cpu", pool="cpu")).run_id  # type: ignore[call-arg]
+            await claim_all(sf.worker(pool="gpu"))
+            assert {r: (await sf.get_run(r)).status for r in (anyone, gpu, cpu)} == {
+                anyone: "success", gpu: "success", cpu: "queued"}
+            await claim_all(sf.worker(pool=None))
+            assert (await sf.get_run(cpu)).status == "queued"
+            await claim_all(sf.worker(pool="cpu"))
+            assert (await sf.get_run(cpu)).status == "success"
+
+
+class TestUnregistered:
+    """Runs of workflows this process does not have are left for a worker that has them."""
+
+    async def test_unknown_workflow_is_never_claimed(self, open_app: OpenApp,
+                                                     clock: FakeTime) -> None:
+        async with open_app() as (sf, probe):
+            run_id = await queue_raw(probe, "wt-lives-elsewhere", 1, clock)
+            await claim_all(sf.worker())
+            run = await sf.get_run(run_id)
+            assert (run.status, run.claim_state, run.claim_attempts, run.leased_by) == (
+                "queued", "queued", 0, None)
+
+    async def test_unknown_version_is_released_and_logged(self, open_app: OpenApp,
+                                                         clock: FakeTime) -> None:
+        async with open_app() as (sf, probe):
+            run_id = await queue_raw(probe, "wt-one-step", 7, clock)
+            worker = sf.worker()
+            with structlog.testing.capture_logs() as logs:
+                async with anyio.create_task_group() as tg:
+                    assert await worker.claim_once(tg) == 1
+            run = await sf.get_run(run_id)
+            assert (run.status, run.claim_state, run.leased_by, run.lease_until) == (
+                "queued", "queued", None, None)
+            assert run.claim_attempts == 1  # it counts claims
+            assert worker.released == 1
+            assert flows.EXECUTED == []
+            assert any(e["event"].startswith("claimed a run this process cannot execute")
+                       and e["run_id"] == run_id for e in logs)
+
+
+class TestRequeue:
+    """Wakes of worker-served runs go back to the queue, and a worker finishes them."""
+
+    async def test_signal_requeues_for_workers(self, open_app: OpenApp) -> None:
+        async with open_app() as (sf, probe):
+            run_id = (await sf.start(flows.signal_flow, "s")).run_id
+            worker = sf.worker()
+            await claim_all(worker)
+            assert (await sf.get_run(run_id)).status == "paused"
+            handle = await sf.signal(run_id, "go", {"by": "ada"})
+            assert handle.status == "queued"  # not driven in the caller
+            run = await sf.get_run(run_id)
+            assert (run.claim_state, run.leased_by) == ("queued", None)
+            await claim_all(worker)
+            assert await sf.result(run_id) == "s-ada"
+            assert sum(len(ids) for _, ids in probe.claims) == 2
+            assert flows.EXECUTED.count(f"{run_id}:step:note#1") == 1
+
+    async def test_durable_timer_fires_in_a_worker_deployment(
+            self, open_app: OpenApp, clock: FakeTime) -> None:
+        """A worker with maintenance fires the sleep; the run is requeued and finished."""
+        config = msgspec.structs.replace(CONFIG, poll_interval=timedelta(minutes=10))
+        async with open_app(config) as (starter, _), open_app(config) as (host, probe):
+            run_id = (await starter.start(flows.sleep_flow, "t")).run_id
+            worker = host.worker(maintenance=True)
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(worker.run)
+                await probe.until_run(run_id, lambda r: r.status == "paused")
+                for _ in range(30):  # the timer loop may re-arm a little late: keep going
+                    await clock.advance(timedelta(minutes=10))
+                    run = await probe.inner.get_run(run_id)
+                    if run is not None and run.status != "paused":
+                        break
+                await probe.until_run(run_id, lambda r: r.status == "success")
+                await worker.drain()
+            assert await starter.result(run_id) == "t-woke"
+            events = await starter.events(run_id)
+            paused, resumed = (next(e.created_at for e in events if e.event_type == kind)
+                               for kind in ("run_paused", "run_resumed"))
+            assert resumed - paused >= timedelta(hours=1)
+
+    async def test_boot_sweep_runs_before_the_first_claim(
+            self, open_app: OpenApp, clock: FakeTime) -> None:
+        """A worker starting up requeues orphans of a dead runner first, then takes them."""
+        async with open_app() as (sf, probe):
+            run_id = (await sf.start(flows.one_step, "orphan")).run_id
+            past = clock.now() - timedelta(seconds=60)
+            await sf.adapter.claim_runs("dead-runner", pool=None, now=past,
+                                        lease_until=past + timedelta(seconds=30))
+            worker = sf.worker()
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(worker.run)
+                await probe.until_run(run_id, lambda r: r.status == "success")
+                await worker.drain()
+            assert probe.sweeps and probe.sweeps[0][1][0].run_id == run_id
+            events = [e.event_type for e in await sf.events(run_id)]
+            assert events[0] == "runner_lost"
+            assert (await sf.get_run(run_id)).claim_attempts == 2
