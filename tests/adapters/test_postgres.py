@@ -99,7 +99,7 @@ class TestSchema:
         for ts in ("started_at", "completed_at", "lease_until", "last_heartbeat"):
             assert cols[ts][0] == "timestamp with time zone"
         # The seed's int, widened by 023 so runs longer than 24.8 days fit.
-    assert cols["duration_ms"][0] == "bigint"
+        assert cols["duration_ms"][0] == "bigint"
         assert cols["checkpoint_json"][0] == "jsonb"
         assert cols["claim_state"] == ("text", "NO", "'running'::text")
         assert cols["claim_attempts"] == ("integer", "NO", "0")
