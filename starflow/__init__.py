@@ -28,6 +28,7 @@ from .errors import (
     StepFailed,
     StorageError,
     WaitTimeout,
+    WarmTierError,
     WorkflowDefinitionError,
     WorkflowFailed,
 )
@@ -35,6 +36,8 @@ from .jobs import JobWorker
 from .runner import RunHandle
 from .session import session_get, session_set
 from .waits import now, patched, sleep, wait_for, wake_token
+from .warm.base import LiveRun
+from .warm.progress import progress
 
 __version__ = "0.1.0"
 
@@ -44,6 +47,7 @@ __all__ = [
     "InvalidWakeToken",
     "JobWorker",
     "LeaseLostError",
+    "LiveRun",
     "NonDeterminismError",
     "ReservedKeyError",
     "ResultTimeout",
@@ -62,6 +66,7 @@ __all__ = [
     "StorageError",
     "SystemClock",
     "WaitTimeout",
+    "WarmTierError",
     "WorkflowContext",
     "WorkflowDefinitionError",
     "WorkflowFailed",
@@ -70,6 +75,7 @@ __all__ = [
     "context",
     "now",
     "patched",
+    "progress",
     "session_get",
     "session_set",
     "sleep",

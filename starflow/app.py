@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import secrets
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import datetime, timedelta
 from typing import Any, ParamSpec, TypeVar
 
@@ -13,6 +13,7 @@ from .logs import get_logger
 
 from .adapters import adapter_from_url
 from .adapters.base import RunEvent, RunInfo, WorkflowStateAdapter
+from .adapters.mirroring import find_mirror
 from .clock import Clock, SystemClock
 from .config import StarflowConfig
 from .decorators import definition_of
@@ -21,6 +22,8 @@ from .jobs import JobWorker
 from .maintenance import Maintenance
 from .runner import RunHandle, Runner
 from .waits import Keyring
+from .warm.base import LiveRun, WarmTier, live_run
+from .warm.drainer import OutboxStatus, outbox_status
 from .worker import Worker
 
 __all__ = ["Starflow"]
@@ -95,7 +98,7 @@ class Starflow:
         if warm is not None:
             from .adapters.mirroring import mirror
 
-            adapter = mirror(adapter, warm)
+            adapter = mirror(adapter, warm, clock=clock)
         return cls(adapter, config=config, clock=clock, maintenance=maintenance)
 
     # -- lifecycle -----------------------------------------------------------------
@@ -245,6 +248,56 @@ class Starflow:
                     run_id=run_id)
             wait = poll if deadline is None else min(poll, (deadline - now).total_seconds())
             await runner.wait_settled(wait)
+
+    # -- the warm tier (live views: a hint, never the authority) --------------------
+
+    @property
+    def warm(self) -> WarmTier | None:
+        """The warm tier this app mirrors to (``Starflow.open(warm=...)``), if any."""
+        mirror = find_mirror(self.adapter)
+        return mirror.warm if mirror is not None else None
+
+    def _require_warm(self, what: str) -> WarmTier:
+        warm = self.warm
+        if warm is None:
+            raise ConfigError(
+                f"{what} reads the warm tier, and this Starflow has none: open it with "
+                "Starflow.open(..., warm='memory://') or warm='redis://localhost:6379/0'")
+        return warm
+
+    async def watch(self, run_id: str) -> AsyncIterator[LiveRun]:
+        """Live status of a run, pushed from the warm tier, until it ends.
+
+        Yields the current state, then a new :class:`~starflow.warm.LiveRun` after
+        each change (changes may be coalesced; the last state is always seen), and
+        stops after a terminal status. It may lag cold by a second or two: to act
+        on a run's state (resume, bill, audit) read :meth:`get_run`.
+
+        Raises:
+            ConfigError: no warm tier is configured.
+            WarmTierError: the warm tier failed while watching.
+        """
+        warm = self._require_warm("watch()")
+        async for state in warm.subscribe(run_id):
+            live = live_run(state)
+            yield live
+            if live.is_terminal:
+                return
+
+    async def live_runs(self) -> list[LiveRun]:
+        """Runs not yet ended, from the warm tier (newest first; up to ~2 s stale)."""
+        warm = self._require_warm("live_runs()")
+        runs = [live_run(s) for s in await warm.live_runs()]
+        return sorted(runs, key=lambda r: (r.started_at is not None, r.started_at, r.id),
+                      reverse=True)
+
+    async def outbox_status(self) -> OutboxStatus:
+        """The mirror outbox's lag gauge (pending rows by age, ok / warn / page) and,
+        when this process drains it, the drainer's counters."""
+        drainer = self._maintenance.drainer if self._maintenance is not None else None
+        warm = self.warm
+        return await outbox_status(self.adapter, self.clock.now(), drainer,
+                                   warm=warm.url if warm is not None else None)
 
     # -- session variables ---------------------------------------------------------
 

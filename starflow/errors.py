@@ -18,7 +18,8 @@ All of them derive from :class:`StarflowError`, carry the ``run_id`` and
     ├── InvalidWakeToken          a forged, expired or used wake token
     ├── WorkflowFailed            ``Starflow.result`` of a run that ended in error
     ├── ResultTimeout             ``Starflow.result(timeout=…)`` gave up waiting
-    └── StorageError              the database failed (driver errors are wrapped)
+    ├── StorageError              the database failed (driver errors are wrapped)
+    └── WarmTierError             the warm tier (Redis…) failed; cold state is unaffected
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ __all__ = [
     "StepFailed",
     "StorageError",
     "WaitTimeout",
+    "WarmTierError",
     "WorkflowDefinitionError",
     "WorkflowFailed",
 ]
@@ -221,3 +223,8 @@ class ResultTimeout(StarflowError, TimeoutError):
 
 class StorageError(StarflowError):
     """The database failed; the driver's exception is chained as ``__cause__``."""
+
+
+class WarmTierError(StarflowError):
+    """The warm tier (live-state overlay) failed. Cold state, the authority, is
+    unaffected: the outbox keeps the changes and the drainer retries."""

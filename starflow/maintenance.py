@@ -1,4 +1,5 @@
-"""Server background tasks: the lease sweep, durable timers, session-var GC.
+"""Server background tasks: the lease sweep, durable timers, session-var GC, and
+(with a warm tier) the outbox drainer and drift sweep.
 
 The state model's starflow-server runs the sweep once at boot and then every
 ``sweep_interval``; starflow runs these loops in ``Starflow.open`` (unless
@@ -12,8 +13,10 @@ from __future__ import annotations
 import anyio
 from .logs import get_logger
 
+from .adapters.mirroring import find_mirror
 from .errors import StarflowError
 from .runner import Runner
+from .warm.drainer import OutboxDrainer
 
 __all__ = ["Maintenance"]
 
@@ -34,6 +37,11 @@ class Maintenance:
         self.poll = poll
         self._firing: set[tuple[str, str]] = set()
         self.sweeps = 0
+        #: The outbox drainer and drift sweep, when the adapter mirrors to a warm tier.
+        self.drainer: OutboxDrainer | None = None
+        mirror = find_mirror(runner.adapter)
+        if mirror is not None:
+            self.drainer = OutboxDrainer(mirror, clock=runner.clock, config=runner.config)
 
     async def run(self, *, sweep_now: bool = True) -> None:
         """Run every loop until cancelled.
@@ -46,6 +54,8 @@ class Maintenance:
             tg.start_soon(self._sweep_loop, sweep_now)
             tg.start_soon(self._timer_loop)
             tg.start_soon(self._session_gc_loop)
+            if self.drainer is not None:
+                tg.start_soon(self.drainer.run)
 
     async def sweep_once(self) -> int:
         self.runner.busy += 1

@@ -1001,7 +1001,8 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
 
     async def outbox_lag(self, now: datetime, edges: Sequence[float] = ()) -> OutboxLag:
         buckets = "".join(
-            f", count(*) FILTER (WHERE created_at <= $3 - make_interval(secs => ${i + 4}))"
+            f", count(*) FILTER (WHERE created_at <= $3::timestamptz "
+            f"- make_interval(secs => ${i + 4}::float8))"
             for i in range(len(edges)))
         async with self._connection("outbox_lag") as conn:
             row = await conn.fetchrow(

@@ -1,0 +1,222 @@
+"""``MirroringWorkflowStateAdapter``: the cold tier plus a same-transaction outbox.
+
+The mirror wraps the cold adapter; it does not replace it. To every unit it
+executes it appends one ``InsertOutbox`` op per state change (``run``,
+``event`` or ``session_var``), so the ``mirror_outbox`` row commits in the same
+transaction as the cold write: a unit whose guard fails, or whose write
+raises, leaves neither. It never talks to the warm tier on the write path: the
+drainer (:mod:`starflow.warm.drainer`) pushes outbox rows to it in the
+background, so a warm tier that is down costs lag, never a run.
+
+Every outbox payload is a self-contained projection (see
+:mod:`starflow.warm.base`) with wake tokens redacted: they are bearer secrets
+and the warm tier is a dashboard-facing store.
+
+Two cold writes do not go through :meth:`execute`: a claim and a lease-sweep
+pass are read-modify-writes of the adapter. Their outbox rows are written in
+a second transaction right after them; a crash in between is caught by the
+drift sweep.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+import msgspec
+
+from ..clock import Clock, SystemClock, format_ts
+from ..errors import WarmTierError
+from ..logs import get_logger
+from ..warm import warm_from_url
+from ..warm.base import WarmTier, event_row, redact, run_columns
+from .base import (
+    DelegatingAdapter,
+    DeleteSessionVars,
+    InsertEvent,
+    InsertOutbox,
+    InsertRun,
+    Op,
+    RunInfo,
+    SweepResult,
+    Unit,
+    UpdateRun,
+    UpsertSessionVar,
+    WorkflowStateAdapter,
+)
+
+__all__ = ["MirroringWorkflowStateAdapter", "find_mirror", "mirror", "outbox_ops"]
+
+log = get_logger("starflow.mirror")
+
+_RUN_DEFAULTS: dict[str, Any] = {
+    f.name: (None if f.default is msgspec.NODEFAULT else f.default)
+    for f in msgspec.structs.fields(RunInfo)
+}
+
+OUTBOX_METHOD = "mirror_outbox"
+
+
+def _outbox(run_id: str | None, kind: str, payload: dict[str, Any], now: datetime
+            ) -> InsertOutbox:
+    return InsertOutbox(method=OUTBOX_METHOD, run_id=run_id, kind=kind, payload=payload,
+                        created_at=now)
+
+
+def outbox_ops(ops: list[Op], *, now: datetime, workspace_id: str, env: str
+               ) -> list[InsertOutbox]:
+    """The outbox rows mirroring ``ops``: one per state change, secrets redacted."""
+    rows: list[InsertOutbox] = []
+    for op in ops:
+        if isinstance(op, InsertRun):
+            columns = {**_RUN_DEFAULTS, **op.values, "id": op.run_id,
+                       "workspace_id": workspace_id, "env": env}
+            rows.append(_outbox(op.run_id, "run", {
+                "run_id": op.run_id, "op": "insert", "columns": run_columns(columns)}, now))
+        elif isinstance(op, UpdateRun):
+            rows.append(_outbox(op.run_id, "run", {
+                "run_id": op.run_id, "op": "update", "columns": run_columns(op.values)}, now))
+        elif isinstance(op, InsertEvent):
+            rows.append(_outbox(op.run_id, "event", {
+                "run_id": op.run_id,
+                "event": event_row({"event_type": op.event_type, "node_id": op.node_id,
+                                    "payload": op.payload, "created_at": op.created_at}),
+            }, now))
+        elif isinstance(op, UpsertSessionVar):
+            rows.append(_outbox(op.run_id, "session_var", {
+                "op": "set", "session_id": op.session_id, "key": op.key,
+                "value": redact(msgspec.to_builtins(op.value)), "run_id": op.run_id,
+                "keep_until": format_ts(op.keep_until) if op.keep_until else None,
+            }, now))
+        elif isinstance(op, DeleteSessionVars):
+            rows.append(_outbox(op.run_id, "session_var",
+                                {"op": "delete_run", "run_id": op.run_id}, now))
+    return rows
+
+
+class MirroringWorkflowStateAdapter(DelegatingAdapter):
+    """Cold adapter + ``mirror_outbox`` enqueue; the warm tier is fed by the drainer.
+
+    Args:
+        inner: The cold adapter (the authority).
+        warm: The warm tier the drainer feeds.
+        clock: Time source for outbox ``created_at`` (the runtime's clock).
+    """
+
+    def __init__(self, inner: WorkflowStateAdapter, warm: WarmTier, *,
+                 clock: Clock | None = None) -> None:
+        super().__init__(inner)
+        self.warm = warm
+        self.clock: Clock = clock or SystemClock()
+        self._listeners: list[Callable[[], None]] = []
+
+    # -- lifecycle -------------------------------------------------------------
+
+    async def open(self) -> None:
+        await self.inner.open()
+        try:
+            await self.warm.open()
+        except WarmTierError as exc:
+            # Cold is the authority: the app opens; the outbox holds changes until
+            # the warm tier answers.
+            log.warning("warm tier unreachable at open; changes wait in the outbox",
+                        warm=self.warm.url, error=str(exc))
+
+    async def close(self) -> None:
+        try:
+            await self.warm.close()
+        finally:
+            await self.inner.close()
+
+    def on_commit(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call ``callback`` after each unit that wrote outbox rows commits.
+
+        Returns:
+            A function that removes the callback.
+        """
+        self._listeners.append(callback)
+        return lambda: self._listeners.remove(callback)
+
+    def _committed(self) -> None:
+        for callback in list(self._listeners):
+            callback()
+
+    # -- the write seam --------------------------------------------------------
+
+    async def execute(self, unit: Unit) -> bool:
+        rows = outbox_ops(unit.ops, now=self.clock.now(), workspace_id=self.workspace_id,
+                          env=self.env)
+        if not rows:
+            return await self.inner.execute(unit)
+        # A copy: the caller's unit keeps describing the boundaries it built.
+        mirrored = Unit(ops=[*unit.ops, *rows], guard=unit.guard, durable=unit.durable)
+        held = await self.inner.execute(mirrored)
+        if held:
+            self._committed()
+        return held
+
+    async def _enqueue(self, rows: list[InsertOutbox]) -> None:
+        if rows:
+            await self.inner.execute(Unit(ops=list(rows)))
+            self._committed()
+
+    # -- read-modify-writes outside the seam -------------------------------------
+
+    async def claim_runs(self, *args: Any, **kwargs: Any) -> list[RunInfo]:
+        runs: list[RunInfo] = await self.inner.claim_runs(*args, **kwargs)
+        now = self.clock.now()
+        await self._enqueue([
+            _outbox(r.id, "run", {"run_id": r.id, "op": "insert", "columns": run_columns(r)},
+                    now)
+            for r in runs
+        ])
+        return runs
+
+    async def expire_old_leases(self, *args: Any, **kwargs: Any) -> list[SweepResult]:
+        results: list[SweepResult] = await self.inner.expire_old_leases(*args, **kwargs)
+        if not results:
+            return results
+        now: datetime = kwargs.get("now", args[0] if args else self.clock.now())
+        reason: str = kwargs.get("reason", args[1] if len(args) > 1 else "runner_lost")
+        rows: list[InsertOutbox] = []
+        ts = self.clock.now()
+        for r in results:
+            run = await self.inner.get_run(r.run_id)
+            if run is not None:
+                rows.append(_outbox(r.run_id, "run", {
+                    "run_id": r.run_id, "op": "insert", "columns": run_columns(run)}, ts))
+            rows.append(_outbox(r.run_id, "event", {
+                "run_id": r.run_id,
+                "event": event_row({"event_type": "runner_lost", "node_id": None,
+                                    "payload": {"leased_by": r.leased_by, "action": r.action,
+                                                "reason": reason},
+                                    "created_at": now}),
+            }, ts))
+        await self._enqueue(rows)
+        return results
+
+
+def mirror(adapter: WorkflowStateAdapter, url: str | WarmTier, *,
+           clock: Clock | None = None) -> MirroringWorkflowStateAdapter:
+    """Wrap ``adapter`` so every cold write also enqueues its warm projection.
+
+    Args:
+        adapter: The cold adapter.
+        url: ``memory://``, ``memory://name`` or ``redis://…`` (or a ready
+            :class:`~starflow.warm.WarmTier`), scoped like ``adapter``.
+        clock: The runtime's clock.
+    """
+    warm = url if isinstance(url, WarmTier) else warm_from_url(
+        url, workspace_id=adapter.workspace_id, env=adapter.env)
+    return MirroringWorkflowStateAdapter(adapter, warm, clock=clock)
+
+
+def find_mirror(adapter: WorkflowStateAdapter) -> MirroringWorkflowStateAdapter | None:
+    """The mirror in a chain of wrapping adapters (spies, fault injection…), if any."""
+    seen: WorkflowStateAdapter | None = adapter
+    while seen is not None:
+        if isinstance(seen, MirroringWorkflowStateAdapter):
+            return seen
+        seen = seen.inner if isinstance(seen, DelegatingAdapter) else None
+    return None

@@ -1,0 +1,138 @@
+"""Warm-tier fixtures: a small fake clock, the warm tier matrix (memory, Redis), helpers.
+
+``starflow_testing.FakeClock`` had not landed when these tests were written;
+:class:`FakeClock` here implements :class:`starflow.clock.Clock` with just
+what they need (time moves only through :meth:`FakeClock.advance`).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import os
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import UTC, datetime, timedelta
+
+import anyio
+import anyio.lowlevel
+import pytest
+
+from starflow.warm import WarmTier, warm_from_url
+
+REDIS_URL = os.environ.get("STARFLOW_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+#: Set in CI: a missing Redis fails the Redis leg instead of skipping it.
+REQUIRE_REDIS = bool(os.environ.get("STARFLOW_REQUIRE_REDIS"))
+
+_redis_checked: bool | None = None
+
+
+def redis_available() -> bool:
+    global _redis_checked
+    if _redis_checked is None:
+        import socket
+        from urllib.parse import urlsplit
+
+        parts = urlsplit(REDIS_URL)
+        try:
+            with socket.create_connection((parts.hostname or "127.0.0.1", parts.port or 6379),
+                                          timeout=1):
+                _redis_checked = True
+        except OSError:
+            _redis_checked = False
+    return _redis_checked
+
+
+def require_redis() -> None:
+    """Skip (locally) or fail (STARFLOW_REQUIRE_REDIS set, as in CI) without Redis."""
+    if redis_available():
+        return
+    if REQUIRE_REDIS:
+        pytest.fail(f"Redis is required (STARFLOW_REQUIRE_REDIS) but not reachable at "
+                    f"{REDIS_URL}")
+    pytest.skip(f"no Redis at {REDIS_URL} (set STARFLOW_TEST_REDIS_URL)")
+
+
+class FakeClock:
+    """A :class:`starflow.clock.Clock` whose time moves only through :meth:`advance`."""
+
+    def __init__(self, start: datetime = datetime(2030, 1, 1, tzinfo=UTC)) -> None:
+        self._now = start
+        self._sleepers: list[tuple[datetime, int, anyio.Event]] = []
+        self._seq = itertools.count()
+
+    def now(self) -> datetime:
+        return self._now
+
+    async def sleep(self, seconds: float) -> None:
+        await self.sleep_until(self._now + timedelta(seconds=max(0.0, seconds)))
+
+    async def sleep_until(self, deadline: datetime) -> None:
+        if deadline <= self._now:
+            await anyio.lowlevel.checkpoint()
+            return
+        event = anyio.Event()
+        heapq.heappush(self._sleepers, (deadline, next(self._seq), event))
+        await event.wait()
+
+    async def advance(self, seconds: float) -> None:
+        """Move time forward, waking every sleeper whose deadline is reached."""
+        self._now += timedelta(seconds=seconds)
+        while self._sleepers and self._sleepers[0][0] <= self._now:
+            heapq.heappop(self._sleepers)[2].set()
+        for _ in range(50):
+            await anyio.lowlevel.checkpoint()
+
+
+async def eventually(predicate: Callable[[], Awaitable[bool]], *, what: str,
+                     limit: float = 10.0) -> None:
+    """Yield to other tasks (no sleeping) until ``predicate()`` holds.
+
+    ``limit`` is a real-time safety net only: database calls finish on driver
+    threads, so the loop checks between scheduler passes.
+    """
+    with anyio.fail_after(limit):
+        while not await predicate():
+            await anyio.lowlevel.checkpoint()
+    assert await predicate(), what
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture(params=["memory", "redis"])
+def warm_kind(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def warm_url(warm_kind: str) -> str:
+    if warm_kind == "redis":
+        require_redis()
+        return REDIS_URL
+    return f"memory://test-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+async def redis_cleanup(warm_kind: str) -> AsyncIterator[list[str]]:
+    """Workspaces whose Redis keys are deleted after the test."""
+    workspaces: list[str] = []
+    yield workspaces
+    if warm_kind != "redis" or not workspaces:
+        return
+    import redis.asyncio as aioredis
+
+    client = aioredis.Redis.from_url(REDIS_URL)
+    try:
+        for ws in workspaces:
+            keys = [k async for k in client.scan_iter(match=f"starflow:{ws}:*")]
+            if keys:
+                await client.delete(*keys)
+    finally:
+        await client.aclose()
+
+
+def open_warm(url: str, workspace_id: str, env: str = "prod") -> WarmTier:
+    return warm_from_url(url, workspace_id=workspace_id, env=env)
