@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import heapq
 import itertools
 import os
@@ -22,6 +23,22 @@ from starflow.adapters.base import DelegatingAdapter, RunInfo, SweepResult, Unit
 HERE = Path(__file__).parent
 ROOT = HERE.parent.parent
 START = datetime(2030, 1, 1, tzinfo=UTC)
+
+
+async def _all_blocked() -> None:
+    """Return once every other asyncio task waits on an unfinished future.
+
+    (``anyio.wait_all_tasks_blocked`` does the same with real-time polls, too
+    slow for hundreds of clock steps.) A task waiting on a database thread
+    counts as blocked: the tests also wait for the writes they expect.
+    """
+    me = asyncio.current_task()
+    for _ in range(10_000):
+        await anyio.lowlevel.checkpoint()
+        if all(task is me or task.done()
+               or ((w := getattr(task, "_fut_waiter", None)) is not None and not w.done())
+               for task in asyncio.all_tasks()):
+            return
 
 
 @dataclass(order=True)
@@ -63,14 +80,14 @@ class LocalFakeClock:
         target = self._now + timedelta(seconds=seconds)
         # Let tasks about to sleep register first (a task waiting on a database
         # thread counts as blocked: the tests also wait on the writes they expect).
-        await anyio.wait_all_tasks_blocked()
+        await _all_blocked()
         while self._sleepers and self._sleepers[0].deadline <= target:
             sleeper = heapq.heappop(self._sleepers)
             self._now = max(self._now, sleeper.deadline)
             sleeper.event.set()
-            await anyio.wait_all_tasks_blocked()
+            await _all_blocked()
         self._now = target
-        await anyio.wait_all_tasks_blocked()
+        await _all_blocked()
 
 
 class FakeTime(Protocol):
