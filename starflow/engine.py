@@ -183,6 +183,8 @@ class Engine:
         # its own writes: the history then shows the marker ahead of the new path.
         markers, self._markers = self._markers, []
         for attempt in range(retries + 1):
+            if self._lease_lost:  # killed, cancelled or taken over: write nothing more
+                raise _Abort("lease_lost")
             ts = clock.now()
             try:
                 async with self.adapter.unit(guard=guard or self._guard, durable=durable) as unit:
@@ -520,6 +522,17 @@ class Engine:
                 if self._body_scope is not None:
                     self._body_scope.cancel()
                 return
+
+    def kill(self) -> None:
+        """Stop this execution as if its process had died (SIGKILL); for test harnesses.
+
+        The body is cancelled and nothing more is written: no final boundary,
+        no release to the queue, the lease is left as it is. Once it expires,
+        the sweep recovers the run like any run whose runner was lost.
+        """
+        self._lease_lost = True
+        if self._body_scope is not None:
+            self._body_scope.cancel()
 
     async def _body(self) -> Outcome:
         with anyio.CancelScope() as scope:

@@ -1,1 +1,34 @@
-"""starflow_testing: test harness for starflow workflows."""
+"""starflow_testing: test workflows on fake time, with faults and replays.
+
+- :class:`WorkflowEnvironment`: a Starflow application on a :class:`FakeClock`
+  with an embedded worker, the sweep and timers, and automatic time skipping.
+- :class:`FakeClock`: the :class:`starflow.Clock` tests move by hand.
+- :class:`FaultInjectingAdapter`: fail or hang the N-th call of any adapter method.
+- :class:`Replayer`: replay recorded histories against the current code.
+- :func:`capture_logs`: assert on starflow's structlog events.
+- The pytest plugin (``starflow_testing.pytest_plugin``, loaded automatically):
+  fixtures ``starflow_env`` and ``fake_clock``.
+"""
+
+from __future__ import annotations
+
+from starflow.history import RunHistory, export_run, load_history, read_history
+
+from .clock import FakeClock
+from .environment import WorkflowEnvironment
+from .faults import FaultInjectingAdapter
+from .logs import capture_logs
+from .replayer import Replayer, ReplayResult
+
+__all__ = [
+    "FakeClock",
+    "FaultInjectingAdapter",
+    "ReplayResult",
+    "Replayer",
+    "RunHistory",
+    "WorkflowEnvironment",
+    "capture_logs",
+    "export_run",
+    "load_history",
+    "read_history",
+]

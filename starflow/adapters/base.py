@@ -446,6 +446,15 @@ class WorkflowStateAdapter(abc.ABC):
         """
         await clock.sleep(timeout)
 
+    async def idle(self) -> None:  # noqa: B027 - optional hook
+        """Return once no call of this adapter is waiting on the database.
+
+        Test harnesses use it to tell "every task is blocked" from "a query is in
+        flight on a driver thread or socket". Implementations must return
+        without yielding when nothing is in flight. The default (no tracking)
+        returns at once.
+        """
+
     async def __aenter__(self) -> WorkflowStateAdapter:
         await self.open()
         return self
@@ -866,6 +875,9 @@ class DelegatingAdapter(WorkflowStateAdapter):
 
     async def wait_for_work(self, clock: Clock, timeout: float) -> None:
         await self.inner.wait_for_work(clock, timeout)
+
+    async def idle(self) -> None:
+        await self.inner.idle()
 
     async def execute(self, unit: Unit) -> bool:
         return await self.inner.execute(unit)

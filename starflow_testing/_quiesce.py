@@ -1,0 +1,67 @@
+"""Knowing when the event loop has nothing left to do.
+
+``anyio.wait_all_tasks_blocked`` is not enough for a database-backed runtime:
+a task awaiting an aiosqlite query (answered from a thread) or an asyncpg
+reply (from a socket) looks blocked while its query is in flight. The
+environment therefore waits for "every other task blocked *and* the adapter
+idle" at one instant, looping until both hold together.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+import anyio
+import anyio.lowlevel
+
+__all__ = ["quiesce", "wait_all_tasks_blocked"]
+
+
+def _asyncio_all_blocked() -> bool:
+    """True if every asyncio task but the current one waits on an unfinished future."""
+    me = asyncio.current_task()
+    for task in asyncio.all_tasks():
+        if task is me or task.done():
+            continue
+        waiter = getattr(task, "_fut_waiter", None)
+        if waiter is None or waiter.done():
+            return False
+    return True
+
+
+def _on_asyncio() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
+async def wait_all_tasks_blocked() -> None:
+    """Return once every other task is blocked (without the real-time polls of anyio's)."""
+    await quiesce(None)
+
+
+async def quiesce(idle: Callable[[], Awaitable[None]] | None) -> None:
+    """Return once every other task is blocked and ``idle()`` returned without waiting.
+
+    Args:
+        idle: The adapter's :meth:`~starflow.WorkflowStateAdapter.idle`; it must
+            return without yielding when no database call is in flight.
+    """
+    if not _on_asyncio():
+        while True:
+            await anyio.wait_all_tasks_blocked()
+            if idle is None:
+                return
+            await idle()
+            await anyio.wait_all_tasks_blocked()
+            return
+    while True:
+        await anyio.lowlevel.checkpoint()
+        if idle is not None:
+            await idle()
+        # No await between idle() returning and this check: both hold at once.
+        if _asyncio_all_blocked():
+            return

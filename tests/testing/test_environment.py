@@ -1,0 +1,250 @@
+"""WorkflowEnvironment: time skipping, the embedded worker, killed runners and the sweep."""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime, timedelta
+
+import anyio
+import pytest
+
+import starflow
+from starflow import ResultTimeout, StarflowConfig, WaitTimeout, sleep, step, wait_for, workflow
+from starflow_testing import WorkflowEnvironment
+
+T0 = datetime(2030, 1, 1, tzinfo=UTC)
+
+
+@step
+async def t_env_greet(name: str) -> str:
+    return f"hello {name}"
+
+
+@step
+async def t_env_wall_clock() -> str:
+    # Step code may read real time; in an environment it reads the fake time.
+    return datetime.now(UTC).isoformat()
+
+
+@workflow(name="t_env_month")
+async def month_long(name: str) -> dict[str, str]:
+    greeting = await t_env_greet(name)
+    await sleep(timedelta(days=30))
+    seen = await t_env_wall_clock()
+    try:
+        await wait_for("approval", timeout=timedelta(days=2))
+        decision = "approved"
+    except WaitTimeout:
+        decision = "timed out"
+    return {"greeting": greeting, "decision": decision, "seen": seen}
+
+
+class TestTimeSkipping:
+    """Durable waits are skipped while a test awaits a result."""
+
+    async def test_thirty_day_sleep_and_wait_timeout(self, env_adapter: str) -> None:
+        """A 30-day sleep and a 2-day wait timeout finish in well under a second."""
+        async with WorkflowEnvironment(adapter=env_adapter) as env:
+            wall = anyio.current_time()  # the event loop's real clock
+            handle = await env.run(month_long, "ada")
+            assert handle.status == "paused"
+            result = await env.result(handle.run_id)
+            elapsed = anyio.current_time() - wall
+            assert elapsed < 1.0, elapsed
+            assert result["greeting"] == "hello ada"
+            assert result["decision"] == "timed out"
+            assert result["seen"] == (T0 + timedelta(days=30)).isoformat()
+            assert env.now() == T0 + timedelta(days=32)
+            events = await env.events(handle.run_id)
+            sleep_done = next(e for e in events if e.node_id == "sleep#1"
+                              and e.event_type == "node_complete")
+            first = events[0]
+            assert sleep_done.created_at - first.created_at == timedelta(days=30)
+            timeout = next(e for e in events if e.node_id == "wait:approval#1")
+            assert timeout.event_type == "node_error"
+            assert timeout.created_at == T0 + timedelta(days=32)
+            assert (await env.get_run(handle.run_id)).status == "success"
+
+    async def test_no_skipping_while_nobody_awaits(self) -> None:
+        """Without an awaiting caller, fake time stays where it is."""
+        async with WorkflowEnvironment() as env:
+            handle = await env.run(month_long, "bob")
+            await env.quiesce()
+            assert env.now() == T0
+            assert (await env.get_run(handle.run_id)).status == "paused"
+
+    async def test_time_skipping_off(self) -> None:
+        """With time_skipping=False, only advance() moves time, sleeper by sleeper."""
+
+        @workflow(name="t_env_short")
+        async def short() -> str:
+            await sleep(timedelta(minutes=2))
+            try:
+                return str(await wait_for("approval", timeout=timedelta(minutes=1)))
+            except WaitTimeout:
+                return "timed out"
+
+        async with WorkflowEnvironment(time_skipping=False) as env:
+            handle = await env.run(short)
+            await env.run_until_idle()
+            assert env.now() == T0
+            assert (await env.get_run(handle.run_id)).status == "paused"  # on the sleep
+            await env.advance(timedelta(minutes=2) - timedelta(microseconds=1))
+            events = await env.events(handle.run_id)
+            assert not [e for e in events
+                        if e.node_id == "sleep#1" and e.event_type != "node_start"]
+            await env.advance(timedelta(microseconds=1))
+            events = await env.events(handle.run_id)
+            done = [e for e in events if e.node_id == "sleep#1"]
+            assert [e.created_at for e in done] == [T0 + timedelta(minutes=2)]
+            await env.advance(timedelta(minutes=1))
+            assert await env.result(handle.run_id) == "timed out"
+
+    async def test_signal_before_timeout(self) -> None:
+        """A signal sent while the run sleeps is delivered at its wait."""
+        async with WorkflowEnvironment() as env:
+            handle = await env.run(month_long, "dee")
+            await env.signal(handle.run_id, "approval", {"ok": True})
+            result = await env.result(handle.run_id)
+            assert result["decision"] == "approved"
+            assert env.now() == T0 + timedelta(days=30)
+
+    async def test_result_of_a_run_nobody_can_wake(self) -> None:
+        """result() says so instead of hanging when only a signal could help."""
+
+        @workflow(name="t_env_forever")
+        async def forever() -> None:
+            await wait_for("never")
+
+        async with WorkflowEnvironment() as env:
+            handle = await env.run(forever)
+            start = time.monotonic()
+            with pytest.raises(ResultTimeout, match="cannot make progress"):
+                await env.result(handle.run_id)
+            assert time.monotonic() - start < 5
+
+
+@step
+async def t_env_double(x: int) -> int:
+    return 2 * x
+
+
+@workflow(name="t_env_queued")
+async def queued(x: int) -> int:
+    y = await t_env_double(x)
+    await sleep(timedelta(hours=1))
+    return await t_env_double(y)
+
+
+class TestWorker:
+    """Queued runs progress through the embedded worker."""
+
+    async def test_run_until_idle_drives_queued_runs(self, env_adapter: str) -> None:
+        """run_until_idle() claims, drives and skips timers until every run ended."""
+        async with WorkflowEnvironment(adapter=env_adapter) as env:
+            handles = [await env.start(queued, i) for i in range(3)]
+            await env.run_until_idle()
+            for i, handle in enumerate(handles):
+                run = await env.get_run(handle.run_id)
+                assert run.status == "success", run
+                assert await env.result(handle.run_id) == 4 * i
+            assert env.now() == T0 + timedelta(hours=1)
+
+    async def test_result_of_a_queued_run(self) -> None:
+        """result() of a queued run waits for the worker and skips its timer."""
+        async with WorkflowEnvironment() as env:
+            handle = await env.start(queued, 5)
+            assert handle.status == "queued"
+            assert await env.result(handle.run_id) == 20
+
+
+_gates: dict[str, tuple[anyio.Event, anyio.Event]] = {}
+_calls: dict[str, int] = {}
+
+
+@step
+async def t_env_blocking(key: str) -> str:
+    _calls[key] = _calls.get(key, 0) + 1
+    started, release = _gates[key]
+    started.set()
+    await release.wait()
+    return "done"
+
+
+@workflow(name="t_env_lease_once", max_claim_attempts=1)
+async def lease_once(key: str) -> str:
+    return await t_env_blocking(key)
+
+
+@workflow(name="t_env_lease_retry")
+async def lease_retry(key: str) -> str:
+    return await t_env_blocking(key)
+
+
+def _gate(key: str) -> tuple[anyio.Event, anyio.Event]:
+    _gates[key] = (anyio.Event(), anyio.Event())
+    _calls[key] = 0
+    return _gates[key]
+
+
+class TestKilledRunner:
+    """A killed runner keeps its lease until the sweep finds it, at the exact tick."""
+
+    CONFIG = StarflowConfig(lease_ttl=timedelta(seconds=30),
+                            sweep_interval=timedelta(seconds=30))
+
+    async def test_sweep_abandons_at_the_right_tick(self, env_adapter: str) -> None:
+        """Lease 30 s, sweep every 30 s: running at 59.999999 s, runner_lost at 60 s."""
+        started, _ = _gate("once")
+        async with WorkflowEnvironment(adapter=env_adapter, config=self.CONFIG) as env:
+            handle = await env.start(lease_once, "once")
+            await started.wait()
+            run = await env.get_run(handle.run_id)
+            assert run.lease_until == T0 + timedelta(seconds=30)
+            await env.kill_runner(handle.run_id)
+
+            await env.advance(timedelta(seconds=60) - timedelta(microseconds=1))
+            run = await env.get_run(handle.run_id)
+            assert run.status == "running"
+            assert run.lease_until == T0 + timedelta(seconds=30)  # never refreshed again
+            assert run.leased_by is not None
+            assert not [e for e in await env.events(handle.run_id)
+                        if e.event_type == "runner_lost"]
+
+            await env.advance(timedelta(microseconds=1))
+            run = await env.get_run(handle.run_id)
+            assert (run.status, run.claim_state, run.error) == ("error", "abandoned",
+                                                                "runner_lost")
+            lost = [e for e in await env.events(handle.run_id) if e.event_type == "runner_lost"]
+            assert len(lost) == 1
+            assert lost[0].created_at == T0 + timedelta(seconds=60)
+
+    async def test_sweep_requeues_and_another_claim_finishes(self, env_adapter: str) -> None:
+        """Under max_claim_attempts the sweep requeues; the run then completes."""
+        started, release = _gate("retry")
+        async with WorkflowEnvironment(adapter=env_adapter, config=self.CONFIG) as env:
+            handle = await env.start(lease_retry, "retry")
+            await started.wait()
+            await env.kill_runner(handle.run_id)
+
+            await env.advance(timedelta(seconds=60) - timedelta(microseconds=1))
+            run = await env.get_run(handle.run_id)
+            assert (run.status, run.claim_attempts) == ("running", 1)
+            assert _calls["retry"] == 1
+
+            await env.advance(timedelta(microseconds=1))
+            lost = [e for e in await env.events(handle.run_id) if e.event_type == "runner_lost"]
+            assert [e.payload["action"] for e in lost] == ["requeued"]
+            assert lost[0].created_at == T0 + timedelta(seconds=60)
+            run = await env.get_run(handle.run_id)
+            assert run.claim_attempts == 2  # claimed again at once by the worker
+            assert _calls["retry"] == 2  # the step is at-least-once across the crash
+            release.set()
+            assert await env.result(handle.run_id) == "done"
+
+    async def test_kill_a_run_that_is_not_executing(self) -> None:
+        """kill_runner() refuses a run no engine of the environment drives."""
+        async with WorkflowEnvironment() as env:
+            handle = await env.run(month_long, "eve")
+            with pytest.raises(starflow.StarflowError, match="not executing"):
+                await env.kill_runner(handle.run_id)
