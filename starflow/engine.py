@@ -145,6 +145,9 @@ class Engine:
         self._replaying = bool(self.journal.nodes)
         self._log = log.bind(run_id=self.run_id, runner_id=self.runtime.runner_id,
                              workspace=self.ctx.workspace_id, workflow=self.definition.name)
+        # Every boundary of this execution carries the same guard: build it once.
+        self._lease_guard = Guard(run_id=self.run_id, leased_by=self.runtime.runner_id,
+                                  status_in=("running",))
 
     @property
     def run_id(self) -> str:
@@ -156,7 +159,7 @@ class Engine:
 
     @property
     def _guard(self) -> Guard:
-        return Guard(run_id=self.run_id, leased_by=self.runtime.runner_id, status_in=("running",))
+        return self._lease_guard
 
     # -- time --------------------------------------------------------------------
 

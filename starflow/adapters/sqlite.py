@@ -10,6 +10,7 @@ holds only non-durable units (``node_start``) commits with
 
 from __future__ import annotations
 
+import functools
 import sqlite3
 import uuid
 from collections.abc import Callable, Collection, Sequence
@@ -120,7 +121,8 @@ class _Write:
     def __init__(self, fn: WriteFn, durable: bool) -> None:
         self.fn = fn
         self.durable = durable
-        self.event = anyio.Event()
+        # Created only by a follower that has to wait: the leader never does.
+        self.event: anyio.Event | None = None
         self.result: Any = None
         self.error: BaseException | None = None
 
@@ -189,7 +191,7 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
 
         self._busy_enter()
         try:
-            return await conn._execute(job)  # type: ignore[no-any-return]
+            return await conn._execute(job)  # type: ignore[no-any-return,no-untyped-call]
         except sqlite3.Error as exc:
             raise StorageError(f"SQLite error: {exc}") from exc
         finally:
@@ -284,6 +286,7 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
     async def _write_queued(self, item: _Write) -> Any:
         self._queue.append(item)
         if self._writing:
+            item.event = anyio.Event()
             await item.event.wait()
         else:
             self._writing = True
@@ -294,14 +297,15 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
                     while self._queue:
                         batch, self._queue = self._queue, []
                         try:
-                            await self._call(lambda conn: self._apply_batch(conn, batch))
+                            await self._call(functools.partial(self._apply_batch, batch=batch))
                         except BaseException as exc:
                             for w in batch:
                                 if w.error is None:
                                     w.error = exc
                         finally:
                             for w in batch:
-                                w.event.set()
+                                if w.event is not None:
+                                    w.event.set()
             finally:
                 self._writing = False
         if item.error is not None:
@@ -316,6 +320,21 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
             conn.execute(f"PRAGMA synchronous = {mode}")
             self._sync_mode = mode
         conn.execute("BEGIN IMMEDIATE")
+        if len(batch) == 1:
+            # Alone in its transaction: no savepoint needed, a failure rolls back.
+            w = batch[0]
+            try:
+                w.result = w.fn(conn)
+            except Exception as exc:
+                w.error = exc
+                conn.execute("ROLLBACK")
+                return
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+            return
         try:
             for w in batch:
                 conn.execute("SAVEPOINT unit")

@@ -1,0 +1,330 @@
+"""The write path's cost model (issue #6): counted, never timed.
+
+* at most one flush per durable transition: SQLite commits are traced and the
+  ``synchronous`` level in force at each is checked; on PostgreSQL each engine
+  unit is one statement, non-durable ones turn ``synchronous_commit`` off for
+  their own transaction only, and prepared statements are reused;
+* group commit releases each awaiting boundary only once its own batch committed;
+* resuming a run replays its journal from one query, in O(steps).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import sys
+import threading
+import uuid
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import anyio
+import pytest
+
+import starflow
+from starflow import Starflow, StarflowConfig, step, workflow
+from starflow.adapters.base import DelegatingAdapter, Guard, StartOptions, WorkflowStateAdapter
+from starflow.adapters.sqlite import LocalWorkflowStateAdapter
+from starflow.context import WorkflowContext
+from tests.conftest import POSTGRES_URL, require_postgres
+
+T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
+STARFLOW_DIR = str(Path(starflow.__file__).resolve().parent)
+
+
+@step
+async def add_one(x: int) -> int:
+    return x + 1
+
+
+@workflow(name="write-path-three-steps")
+async def three_steps(x: int) -> int:
+    return await add_one(await add_one(await add_one(x)))
+
+
+@workflow(name="write-path-long")
+async def long_run(n: int) -> int:
+    x = 0
+    for _ in range(n):
+        x = await add_one(x)
+    await starflow.wait_for("go")
+    return x
+
+
+class _CountingAdapter(DelegatingAdapter):
+    """Counts the reads a resume makes."""
+
+    def __init__(self, inner: WorkflowStateAdapter) -> None:
+        super().__init__(inner)
+        self.list_events_calls = 0
+
+    async def list_events(self, run_id: str, *, after_id: int = 0) -> list[Any]:
+        self.list_events_calls += 1
+        return await super().list_events(run_id, after_id=after_id)
+
+
+async def _traced(adapter: LocalWorkflowStateAdapter) -> list[str]:
+    statements: list[str] = []
+
+    def install(conn: sqlite3.Connection) -> None:
+        conn.set_trace_callback(statements.append)
+
+    await adapter._call(install)
+    return statements
+
+
+class TestSqliteFlushes:
+    """A three-step run commits five times with a flush and three times (node_start) without."""
+
+    async def test_commits_and_sync_levels(self, tmp_path: Path) -> None:
+        adapter = LocalWorkflowStateAdapter(str(tmp_path / "w.db"), workspace_id="flushes")
+        async with Starflow(adapter, maintenance=False) as sf:
+            await sf.run(three_steps, 0)  # definition row, warm caches
+            statements = await _traced(adapter)
+            handle = await sf.run(three_steps, 1)
+            assert handle.status == "success" and handle.result == 4
+            await adapter._call(lambda conn: conn.set_trace_callback(None))
+        # PRAGMA synchronous is per connection, not per transaction: replay the
+        # trace to know the level each COMMIT ran under.
+        level = adapter.synchronous
+        transactions: list[tuple[str, list[str]]] = []
+        current: list[str] = []
+        for sql in statements:
+            text = sql.strip().upper()
+            if text.startswith("PRAGMA SYNCHRONOUS"):
+                level = text.split("=")[1].strip()
+            elif text.startswith("INSERT") or text.startswith("UPDATE") or text.startswith(
+                    "DELETE"):
+                current.append(text.split("(")[0].split(" SET ")[0])
+            elif text == "COMMIT":
+                transactions.append((level, current))
+                current = []
+        flushed = [t for t in transactions if t[0] in ("FULL", "EXTRA", "NORMAL")]
+        unflushed = [t for t in transactions if t[0] == "OFF"]
+        # start, three node_complete, end: one flush each; three node_start: none.
+        assert len(flushed) == 5, transactions
+        assert len(unflushed) == 3, transactions
+        assert all(len(ops) == 1 for _, ops in unflushed)
+        assert adapter.synchronous == "FULL"  # fully durable by default
+
+    async def test_configurable_level(self, tmp_path: Path) -> None:
+        url = f"sqlite:///{tmp_path / 'n.db'}"
+        async with Starflow.open(url, config=StarflowConfig(sqlite_synchronous="NORMAL"),
+                                 maintenance=False) as sf:
+            adapter = sf.adapter
+            while isinstance(adapter, DelegatingAdapter):
+                adapter = adapter.inner
+            assert isinstance(adapter, LocalWorkflowStateAdapter)
+            assert adapter.synchronous == "NORMAL"
+        assert StarflowConfig().sqlite_synchronous == "FULL"
+        assert StarflowConfig().postgres_synchronous_commit == "on"
+
+
+class TestGroupCommit:
+    """Units queued while a batch commits go into the next one and are released after it."""
+
+    async def test_release_after_own_commit(self, tmp_path: Path) -> None:
+        adapter = LocalWorkflowStateAdapter(str(tmp_path / "g.db"), workspace_id="group")
+        log: list[tuple[str, Any]] = []
+        gate = threading.Event()
+        original = adapter._apply_batch
+        batches = 0
+
+        def apply_batch(conn: sqlite3.Connection, batch: list[Any]) -> None:
+            nonlocal batches
+            batches += 1
+            if batches == 1:
+                assert gate.wait(10), "the test never opened the gate"
+            original(conn, batch)
+            # Runs on the database thread right after COMMIT returned.
+            log.append(("committed", [id(w) for w in batch]))
+
+        adapter._apply_batch = apply_batch  # type: ignore[method-assign]
+        await adapter.open()
+        try:
+            ids = [str(uuid.uuid4()) for _ in range(8)]
+            for rid in ids:
+                ctx = WorkflowContext(run_id=rid, workflow="w", version=1,
+                                      workspace_id="group", env="prod")
+                gate.set()
+                await adapter.on_run_start(rid, ctx, StartOptions(), now=T0)
+            batches = 0
+            gate.clear()
+            original_write = adapter._write_queued
+
+            async def write_queued(item: Any) -> Any:
+                result = await original_write(item)
+                log.append(("released", id(item)))
+                return result
+
+            adapter._write_queued = write_queued  # type: ignore[method-assign]
+
+            async def boundary(rid: str) -> None:
+                async with adapter.unit(guard=Guard(run_id=rid)) as unit:
+                    await adapter.on_node_complete(rid, "step:a#1", {"output": 1}, now=T0)
+                assert unit.held
+
+            async with anyio.create_task_group() as tg:
+                for rid in ids:
+                    tg.start_soon(boundary, rid)
+                # Every task is parked: the first batch is stuck in the gate, the
+                # other seven are queued behind it.
+                await anyio.wait_all_tasks_blocked()
+                assert len(adapter._queue) == len(ids) - 1
+                assert not [e for e in log if e[0] == "released"]
+                gate.set()
+        finally:
+            await adapter.close()
+        committed_at: dict[int, int] = {}
+        for index, (kind, value) in enumerate(log):
+            if kind == "committed":
+                for item in value:
+                    committed_at[item] = index
+        released = [(index, value) for index, (kind, value) in enumerate(log)
+                    if kind == "released"]
+        assert len(released) == len(ids)
+        for index, item in released:
+            assert committed_at[item] < index, "a boundary was released before its commit"
+        assert batches == 2  # one alone, then the seven that queued behind it together
+        for rid in ids:
+            assert [e.event_type for e in await _events(tmp_path / "g.db", rid)] == [
+                "node_complete"]
+
+
+async def _events(path: Path, run_id: str) -> list[Any]:
+    async with LocalWorkflowStateAdapter(str(path), workspace_id="group") as adapter:
+        return await adapter.list_events(run_id)
+
+
+def _count_lines(fn: Any) -> Any:
+    """Run ``fn()`` (a coroutine function) counting lines executed in starflow's package."""
+    counter = [0]
+
+    def local(frame: FrameType, event: str, arg: Any) -> Any:
+        if event == "line":
+            counter[0] += 1
+        return local
+
+    def global_trace(frame: FrameType, event: str, arg: Any) -> Any:
+        if frame.f_code.co_filename.startswith(STARFLOW_DIR):
+            return local
+        return None
+
+    async def run() -> Any:
+        sys.settrace(global_trace)
+        threading.settrace(global_trace)
+        try:
+            return await fn()
+        finally:
+            sys.settrace(None)
+            threading.settrace(None)
+
+    return run, counter
+
+
+class TestResumeScaling:
+    """Resuming a run with 10,000 recorded steps costs ten times one with 1,000, not 100."""
+
+    @pytest.fixture
+    async def app(self) -> AsyncIterator[tuple[Starflow, _CountingAdapter]]:
+        counting = _CountingAdapter(LocalWorkflowStateAdapter(":memory:", workspace_id="scale"))
+        async with Starflow(counting, maintenance=False) as sf:
+            yield sf, counting
+
+    async def _resume_cost(self, sf: Starflow, counting: _CountingAdapter, n: int) -> int:
+        handle = await sf.run(long_run, n)
+        assert handle.status == "paused"
+        counting.list_events_calls = 0
+        run, counter = _count_lines(lambda: sf.signal(handle.run_id, "go"))
+        resumed = await run()
+        assert resumed.status == "success" and resumed.result == n
+        assert counting.list_events_calls == 1  # the whole journal in one query
+        return int(counter[0])
+
+    async def test_linear(self, app: tuple[Starflow, _CountingAdapter]) -> None:
+        sf, counting = app
+        small = await self._resume_cost(sf, counting, 1_000)
+        large = await self._resume_cost(sf, counting, 10_000)
+        # O(steps): ~10x; O(steps^2) would be ~100x.
+        assert large / small < 13, (small, large)
+
+
+@pytest.mark.postgres
+class TestPostgresRoundTrips:
+    """Each engine unit is one statement; node_start's turns synchronous_commit off locally."""
+
+    @pytest.fixture
+    async def pg(self, workspace_id: str) -> AsyncIterator[Any]:
+        require_postgres()
+        from starflow.adapters.postgres import PostgresWorkflowStateAdapter
+
+        adapter = PostgresWorkflowStateAdapter(POSTGRES_URL, workspace_id=workspace_id,
+                                               min_size=1, max_size=1)
+        await adapter.open()
+        try:
+            yield adapter
+        finally:
+            await adapter.close()
+
+    async def test_one_statement_per_unit(self, pg: Any, monkeypatch: pytest.MonkeyPatch
+                                          ) -> None:
+        import asyncpg
+
+        sent: list[str] = []
+        for name in ("execute", "executemany", "fetch", "fetchrow", "fetchval"):
+            original = getattr(asyncpg.Connection, name)
+
+            def spy(self: Any, query: str, *args: Any, _original: Any = original,
+                    **kwargs: Any) -> Any:
+                sent.append(query)
+                return _original(self, query, *args, **kwargs)
+
+            monkeypatch.setattr(asyncpg.Connection, name, spy)
+        async with Starflow(pg, maintenance=False) as sf:
+            await sf.run(three_steps, 0)
+            sent.clear()
+            handle = await sf.run(three_steps, 1)
+        assert handle.status == "success"
+        # start, 3 x (node_start, node_complete), end
+        assert len(sent) == 8, sent
+        off = [q for q in sent if "set_config('synchronous_commit', 'off', true)" in q]
+        assert len(off) == 3  # the three node_start units, and only they
+        assert not any(q.strip().upper() in ("BEGIN", "COMMIT") for q in sent)
+
+    async def test_local_setting_does_not_leak(self, pg: Any) -> None:
+        async with pg._pool.acquire() as conn:
+            inside = await conn.fetchval(
+                "WITH c AS (SELECT set_config('synchronous_commit', 'off', true) AS v) "
+                "SELECT current_setting('synchronous_commit') FROM c")
+            after = await conn.fetchval("SHOW synchronous_commit")
+        assert (inside, after) == ("off", "on")
+
+    async def test_prepared_statements_reused(self, pg: Any) -> None:
+        async with Starflow(pg, maintenance=False) as sf:
+            for i in range(3):
+                await sf.run(three_steps, i)
+            async with pg._pool.acquire() as conn:
+                before = await conn.fetchval("SELECT count(*) FROM pg_prepared_statements")
+            for i in range(20):
+                await sf.run(three_steps, i)
+            async with pg._pool.acquire() as conn:
+                after = await conn.fetchval("SELECT count(*) FROM pg_prepared_statements")
+        assert after == before  # asyncpg's statement cache: no statement prepared twice
+
+    async def test_guard_fails_in_one_statement(self, pg: Any) -> None:
+        rid = str(uuid.uuid4())
+        ctx = WorkflowContext(run_id=rid, workflow="w", version=1,
+                              workspace_id=pg.workspace_id, env=pg.env)
+        async with pg.unit() as unit:
+            await pg.on_run_start(rid, ctx, StartOptions(), now=T0)
+            await pg.write_lease(rid, "runner-a", T0 + timedelta(seconds=30), now=T0)
+        for durable in (True, False):
+            async with pg.unit(guard=Guard(run_id=rid, leased_by="runner-b",
+                                           status_in=("running",)), durable=durable) as unit:
+                await pg.on_node_start(rid, "step:x#1", None, now=T0)
+            assert unit.held is False
+        assert [e.event_type for e in await pg.list_events(rid)] == []
+        run = await pg.get_run(rid)
+        assert run is not None and run.leased_by == "runner-a" and run.claim_state == "running"
