@@ -216,7 +216,7 @@ async def resolve_app(ns: argparse.Namespace, *, maintenance: bool = False) -> A
         # The user's app as configured, with this process's maintenance choice.
         return Starflow(obj.adapter, config=obj.config, clock=obj.clock,
                         maintenance=maintenance)
-    url = db or os.environ.get("STARFLOW_DATABASE_URL")
+    url = db or os.environ.get("STARFLOW_DATABASE_URL") or None
     if obj is not None and url is None:
         raise CommandError("--workspace/--env need a database: pass --db URL too", EXIT_USAGE)
     if url is None:

@@ -25,7 +25,7 @@ ROOT = HERE.parent.parent
 START = datetime(2030, 1, 1, tzinfo=UTC)
 
 
-async def _all_blocked() -> None:
+async def all_blocked() -> None:
     """Return once every other asyncio task waits on an unfinished future.
 
     (``anyio.wait_all_tasks_blocked`` does the same with real-time polls, too
@@ -80,14 +80,14 @@ class LocalFakeClock:
         target = self._now + timedelta(seconds=seconds)
         # Let tasks about to sleep register first (a task waiting on a database
         # thread counts as blocked: the tests also wait on the writes they expect).
-        await _all_blocked()
+        await all_blocked()
         while self._sleepers and self._sleepers[0].deadline <= target:
             sleeper = heapq.heappop(self._sleepers)
             self._now = max(self._now, sleeper.deadline)
             sleeper.event.set()
-            await _all_blocked()
+            await all_blocked()
         self._now = target
-        await _all_blocked()
+        await all_blocked()
 
 
 class FakeTime(Protocol):
