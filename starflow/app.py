@@ -280,6 +280,8 @@ class Starflow:
         warm = self._require_warm("watch()")
         async for state in warm.subscribe(run_id):
             live = live_run(state)
+            if live is None:
+                continue  # a damaged projection: the drift sweep will repair it
             yield live
             if live.is_terminal:
                 return
@@ -287,7 +289,7 @@ class Starflow:
     async def live_runs(self) -> list[LiveRun]:
         """Runs not yet ended, from the warm tier (newest first; up to ~2 s stale)."""
         warm = self._require_warm("live_runs()")
-        runs = [live_run(s) for s in await warm.live_runs()]
+        runs = [r for r in map(live_run, await warm.live_runs()) if r is not None]
         return sorted(runs, key=lambda r: (r.started_at is not None, r.started_at, r.id),
                       reverse=True)
 

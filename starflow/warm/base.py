@@ -159,9 +159,21 @@ def state_hash(columns: Mapping[str, Any] | None, events: Iterable[Mapping[str, 
     return hashlib.sha256(msgspec.json.encode(doc, order="sorted")).hexdigest()
 
 
-def live_run(state: Mapping[str, Any]) -> LiveRun:
-    """Decode a tier's state dict (columns + ``progress``/``last_event``/``event_count``)."""
-    return msgspec.convert(dict(state), LiveRun)
+_LIVE_FALLBACKS: dict[str, Any] = {"template_id": None, "workspace_id": "", "env": "",
+                                   "status": "unknown", "started_at": None}
+
+
+def live_run(state: Mapping[str, Any]) -> LiveRun | None:
+    """Decode a tier's state dict (columns + ``progress``/``last_event``/``event_count``).
+
+    The warm tier is a hint and may hold a partial or damaged projection (the
+    drift sweep repairs it): missing columns get neutral values, and a state
+    that cannot be decoded gives ``None`` instead of failing the live view.
+    """
+    try:
+        return msgspec.convert({**_LIVE_FALLBACKS, **state}, LiveRun)
+    except msgspec.ValidationError:
+        return None
 
 
 def is_terminal(status: Any) -> bool:

@@ -156,9 +156,7 @@ class RedisWarmTier(WarmTier):
     async def apply(self, batch: Sequence[Projection]) -> None:
         if not batch:
             return
-        async with self._errors("apply"):
-            client = self.client
-            pipe = client.pipeline(transaction=False)
+        async with self._errors("apply"), self.client.pipeline(transaction=False) as pipe:
             for p in batch:
                 await self._queue(pipe, p)
             await pipe.execute()
@@ -204,8 +202,7 @@ class RedisWarmTier(WarmTier):
         await self._script(keys=self._run_keys(run_id), args=[json.dumps(arg)], client=pipe)
 
     async def put_progress(self, run_id: str, node_id: str, data: Any) -> None:
-        async with self._errors("put_progress"):
-            pipe = self.client.pipeline(transaction=True)
+        async with self._errors("put_progress"), self.client.pipeline(transaction=True) as pipe:
             pipe.hset(self._k("progress", run_id), node_id, _dumps(redact(data)))
             pipe.publish(self._k("watch", run_id), run_id)
             await pipe.execute()
@@ -215,8 +212,7 @@ class RedisWarmTier(WarmTier):
     async def _states(self, run_ids: Sequence[str]) -> list[dict[str, Any] | None]:
         if not run_ids:
             return []
-        async with self._errors("get_run"):
-            pipe = self.client.pipeline(transaction=False)
+        async with self._errors("get_run"), self.client.pipeline(transaction=False) as pipe:
             for run_id in run_ids:
                 pipe.hgetall(self._k("run", run_id))
                 pipe.hgetall(self._k("progress", run_id))
@@ -267,8 +263,7 @@ class RedisWarmTier(WarmTier):
     async def hashes(self, run_ids: Sequence[str]) -> dict[str, str | None]:
         if not run_ids:
             return {}
-        async with self._errors("hashes"):
-            pipe = self.client.pipeline(transaction=False)
+        async with self._errors("hashes"), self.client.pipeline(transaction=False) as pipe:
             for run_id in run_ids:
                 pipe.hgetall(self._k("run", run_id))
                 pipe.lrange(self._k("events", run_id), 0, -1)
