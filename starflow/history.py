@@ -12,6 +12,7 @@ from typing import Any
 
 import msgspec
 
+from . import serde
 from .adapters.base import RunEvent, RunInfo, WorkflowStateAdapter
 from .context import WAIT_KEY
 from .errors import RunNotFound, SerializationError
@@ -86,7 +87,8 @@ async def export_run(adapter: WorkflowStateAdapter, run_id: str) -> dict[str, An
     ``starflow runs export`` writes; :func:`load_history` reads it back.
     """
     history = _redacted(await read_history(adapter, run_id))
-    data: dict[str, Any] = msgspec.to_builtins(history)
+    data: dict[str, Any] = serde.to_builtins(history, what=f"history of run {run_id}",
+                                             run_id=run_id)
     return data
 
 

@@ -8,6 +8,7 @@ so a step annotated ``-> Receipt`` returns a ``Receipt``, not a dict.
 
 from __future__ import annotations
 
+import datetime as _dt
 import hashlib
 from typing import Any, TypeVar
 
@@ -19,7 +20,26 @@ __all__ = ["args_hash", "convert", "decode", "encode", "to_builtins"]
 
 T = TypeVar("T")
 
-_encoder = msgspec.json.Encoder(order="deterministic")
+
+def _enc_hook(obj: Any) -> Any:
+    # msgspec encodes datetime, date and time but not their subclasses, such as
+    # freezegun's FakeDatetime (what datetime.now() returns under a test
+    # environment) or pendulum's: store them as the ISO text msgspec would write.
+    if isinstance(obj, _dt.date | _dt.time):
+        return obj.isoformat()
+    raise NotImplementedError(f"Encoding objects of type {type(obj).__name__} is unsupported")
+
+
+_encoder = msgspec.json.Encoder(order="deterministic", enc_hook=_enc_hook)
+
+
+def _stdlib_time_type(type_: Any) -> Any:
+    # An annotation resolved while freezegun patches a module names FakeDatetime;
+    # msgspec converts only to the stdlib class, which is in its MRO.
+    if (isinstance(type_, type) and issubclass(type_, _dt.date | _dt.time)
+            and type_.__module__ != "datetime"):
+        return next((c for c in type_.__mro__ if c.__module__ == "datetime"), type_)
+    return type_
 _decoder = msgspec.json.Decoder()
 
 
@@ -27,7 +47,7 @@ def to_builtins(value: Any, *, what: str, run_id: str | None = None,
                 node_id: str | None = None) -> Any:
     """Convert ``value`` to JSON-compatible builtins, or raise :class:`SerializationError`."""
     try:
-        return msgspec.to_builtins(value, order="deterministic")
+        return msgspec.to_builtins(value, order="deterministic", enc_hook=_enc_hook)
     except (TypeError, ValueError, OverflowError) as exc:
         raise SerializationError(
             f"{what} cannot be stored as JSON: {exc}. Use builtins, dataclasses, "
@@ -64,6 +84,7 @@ def convert(value: Any, type_: Any, *, what: str = "stored value",
     """Convert decoded builtins to ``type_`` (``Any`` / missing annotation: unchanged)."""
     if type_ is Any or type_ is None or type_ is type(None) and value is None:
         return value
+    type_ = _stdlib_time_type(type_)
     try:
         return msgspec.convert(value, type_, strict=False)
     except (msgspec.ValidationError, TypeError) as exc:

@@ -248,3 +248,25 @@ class TestKilledRunner:
             handle = await env.run(month_long, "eve")
             with pytest.raises(starflow.StarflowError, match="not executing"):
                 await env.kill_runner(handle.run_id)
+
+
+@step
+async def t_env_stamp() -> datetime:
+    return datetime.now(UTC)
+
+
+@workflow(name="t_env_stamp_flow")
+async def stamp_flow() -> datetime:
+    return await t_env_stamp()
+
+
+class TestWallClockValues:
+    """Values made from the patched wall clock can be stored (regression)."""
+
+    async def test_step_returning_datetime_now(self) -> None:
+        """freezegun's FakeDatetime is stored like a datetime (serde enc_hook)."""
+        async with WorkflowEnvironment() as env:
+            await env.advance(timedelta(seconds=7))
+            handle = await env.run(stamp_flow)
+            assert handle.status == "success"
+            assert await env.result(handle.run_id) == T0 + timedelta(seconds=7)
