@@ -93,3 +93,15 @@ def test_other_examples_run(name: str, tmp_path: Path) -> None:
     broken example never passes unnoticed (their own tests may check more).
     """
     assert run_example(name, tmp_path).strip()
+
+
+class TestLiveWatch:
+    """examples/live_watch.py: progress and status pushed from the warm tier, then the result."""
+
+    def test_watches_the_run_to_its_end(self, tmp_path: Path) -> None:
+        """The watcher sees step progress and the final success; the result is read cold."""
+        out = run_example("live_watch.py", tmp_path)
+        assert "progress=4/4" in out
+        assert "live: status=success" in out
+        assert "result (read cold): {'total': 40}" in out
+        assert "outbox: pending=0 level=ok" in out

@@ -33,6 +33,7 @@ from ..clock import Clock
 from ..config import StarflowConfig
 from ..errors import StarflowError, StorageError, WarmTierError
 from ..logs import get_logger
+from ..observability import set_outbox_lag
 from .base import Projection, event_row, is_terminal, run_columns, state_hash
 
 if TYPE_CHECKING:
@@ -58,8 +59,7 @@ LAG_BUCKETS: tuple[tuple[str, float], ...] = (
     ("lt_1s", 0.0),
     ("1s_2s", 1.0),
     ("2s_30s", 2.0),
-    ("30s_5m", 30.0),
-    ("ge_5m", 300.0),
+    ("gt_30s", 30.0),
 )
 
 BATCH_SIZE = 500
@@ -77,7 +77,8 @@ class OutboxStatus(msgspec.Struct, frozen=True, kw_only=True):
     Attributes:
         pending: Unapplied outbox rows in this workspace/env.
         oldest_age_seconds: Age of the oldest unapplied row (0 when none).
-        buckets: Unapplied rows by age bucket (see :data:`LAG_BUCKETS`).
+        buckets: Unapplied rows by age bucket (see :data:`LAG_BUCKETS`; the same
+            labels as ``starflow.observability.OUTBOX_AGE_BUCKETS``).
         level: ``ok``, ``warn`` (lag > 2 s) or ``page`` (lag > 30 s).
         warm: The warm tier's URL (no credentials), if this process has one.
         warm_healthy: Whether the last drain attempt reached the warm tier
@@ -313,6 +314,7 @@ class OutboxDrainer:
     async def check_lag(self) -> OutboxStatus:
         """Read the gauge and log: warning past 2 s of lag, error (page) past 30 s."""
         status = await self.status()
+        set_outbox_lag(status.buckets)  # the Prometheus gauge, when metrics are enabled
         now = self.clock.now()
         level = status.level
         repeat = self._level_logged_at is None or (

@@ -96,7 +96,7 @@ class TestWarmTierDown:
         page = next(e for e in logs if e["event"].startswith("outbox lag past 30 s"))
         assert page["log_level"] == "error" and page["pending"] == pending
         status = await sf.outbox_status()
-        assert status.level == "page" and status.buckets["30s_5m"] == pending
+        assert status.level == "page" and status.buckets["gt_30s"] == pending
         assert status.warm_healthy is False and "injected" in (status.last_error or "")
         assert tier.failures >= 2  # it kept retrying
 
@@ -134,3 +134,11 @@ async def _outbox_rows(sf: Starflow) -> int:
     assert isinstance(cold, LocalWorkflowStateAdapter)
     row = await cold._call(lambda c: c.execute("SELECT count(*) FROM mirror_outbox").fetchone())
     return int(row[0])
+
+
+def test_lag_buckets_match_the_metrics_gauge() -> None:
+    """outbox_status buckets use the labels the Prometheus outbox-lag gauge expects."""
+    from starflow.observability import OUTBOX_AGE_BUCKETS
+    from starflow.warm.drainer import LAG_BUCKETS
+
+    assert tuple(label for label, _ in LAG_BUCKETS) == OUTBOX_AGE_BUCKETS
