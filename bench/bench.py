@@ -1,17 +1,30 @@
-"""starflow benchmarks: every figure printed next to its floor measured in the same run.
+"""starflow benchmark suite: each figure next to a floor or baseline measured in the same run.
 
-    python bench/bench.py [--db sqlite|postgres|all] [--n 300] [--json out.json]
+    python bench/bench.py                         # everything, default sizes (a few minutes)
+    python bench/bench.py --only sequential,sweep --db sqlite
+    python bench/bench.py --n 1000 --sweep-runs 1000000 --resume-steps 50000   # bigger
 
-Figures:
-- raw commit rate: single-row INSERT+COMMIT through the bare driver (sqlite3,
-  asyncpg), same durability settings as starflow's defaults;
-- sequential three-step workflows per second, and the floor
-  raw_commit_rate / (steps + 2) (one durable commit per step, plus start and
-  end); the ratio is starflow / floor;
-- 50 runs in flight in one process: workflows per second, and its ratio to
-  the sequential figure of the same run (group commit at work).
-No number here is asserted in tests: the suite stays correct on a slow
-machine, this tells how fast.
+Legs (``--only``, comma separated; ``--db`` picks the databases):
+
+- ``sequential``: the raw commit rate of the bare driver (single-row INSERT in
+  a BEGIN/COMMIT, into a logged table, starflow's default durability) and
+  sequential three-step workflows/s against ``raw / (steps + 2)``;
+- ``inflight``: 50 runs in flight in one process, against sequential;
+- ``workers``: PostgreSQL only: 4 worker processes draining queued runs, against
+  sequential and against 50 in flight in one process;
+- ``signal``: signal-to-continue latency p50/p95 (``sf.signal`` of a paused run
+  until it has finished), inline, and through a worker (PostgreSQL, woken by
+  LISTEN/NOTIFY), against the latency of the three raw commits on that path;
+- ``resume``: resuming a run with 10,000 recorded steps, against the single
+  query that loads its journal;
+- ``sweep``: one lease-sweep pass over 100,000 runs with 1,000 expired, against
+  the same pass over 1,000 runs that are all expired;
+- ``memory``: RSS of a worker process driving 1,000 runs asleep inside a step
+  with 10,000 paused runs in the database, against the same process idle.
+
+The table goes to stdout and the figures to ``--json`` (default
+``bench-results.json``). No figure is asserted in tests: the suite stays
+correct on a slow machine, this tells how fast.
 """
 
 from __future__ import annotations
@@ -21,19 +34,36 @@ import json
 import os
 import platform
 import sqlite3
+import statistics
+import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import anyio
 
-from starflow import Starflow, step, workflow
+if __package__ in (None, ""):  # run as a script: make `starflow` importable from the checkout
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import starflow
+import starflow.logs
+from starflow import Starflow, StarflowConfig, step, workflow
+from starflow.adapters.base import DelegatingAdapter, WorkflowStateAdapter
 
 STEPS = 3
 POSTGRES_URL = os.environ.get("STARFLOW_BENCH_POSTGRES_URL",
                               "postgresql://postgres@127.0.0.1:5432/test")
+HERE = Path(__file__).resolve()
+
+
+# ---------------------------------------------------------------------------
+# Workflows
+# ---------------------------------------------------------------------------
 
 
 @step
@@ -56,37 +86,117 @@ async def three_steps(x: int) -> int:
     return await s3(await s2(await s1(x)))
 
 
-def raw_sqlite_rate(path: str, n: int) -> float:
+@workflow(name="bench-signal")
+async def wait_then_step(x: int) -> int:
+    got = await starflow.wait_for("go", type=int)
+    return await s1(x + got)
+
+
+@workflow(name="bench-long")
+async def long_run(n: int) -> int:
+    x = 0
+    for _ in range(n):
+        x = await s1(x)
+    await starflow.wait_for("go")
+    return x
+
+
+@workflow(name="bench-parked")
+async def parked(x: int) -> int:
+    await starflow.wait_for("never")
+    return x
+
+
+ASLEEP = {"count": 0, "target": 0}
+ALL_ASLEEP: list[anyio.Event] = []
+
+
+@step
+async def nap(x: int) -> int:
+    ASLEEP["count"] += 1
+    if ASLEEP["count"] == ASLEEP["target"] and ALL_ASLEEP:
+        ALL_ASLEEP[0].set()
+    await anyio.sleep(3600)  # user code: held in memory by the worker
+    return x
+
+
+@workflow(name="bench-asleep")
+async def asleep(x: int) -> int:
+    return await nap(x)
+
+
+# ---------------------------------------------------------------------------
+# Helpers
+# ---------------------------------------------------------------------------
+
+
+def url_for(kind: str, tmp: str, name: str = "starflow.db") -> str:
+    return f"sqlite:///{os.path.join(tmp, name)}" if kind == "sqlite" else POSTGRES_URL
+
+
+def new_workspace(tag: str) -> str:
+    return f"bench-{tag}-{uuid.uuid4().hex[:10]}"
+
+
+def inner(adapter: WorkflowStateAdapter) -> WorkflowStateAdapter:
+    while isinstance(adapter, DelegatingAdapter):
+        adapter = adapter.inner
+    return adapter
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def raw_sqlite_latencies(path: str, n: int) -> list[float]:
+    """Single-row INSERT + COMMIT through sqlite3: WAL, synchronous=FULL (starflow's default)."""
     conn = sqlite3.connect(path, isolation_level=None)
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA synchronous=FULL")
     conn.execute("CREATE TABLE IF NOT EXISTS raw (id INTEGER PRIMARY KEY, payload TEXT)")
-    t0 = time.perf_counter()
+    out = []
     for i in range(n):
+        t0 = time.perf_counter()
         conn.execute("BEGIN")
         conn.execute("INSERT INTO raw (payload) VALUES (?)", (f"row-{i}",))
         conn.execute("COMMIT")
-    elapsed = time.perf_counter() - t0
+        out.append(time.perf_counter() - t0)
     conn.close()
-    return n / elapsed
+    return out
 
 
-async def raw_postgres_rate(url: str, n: int) -> float:
+async def raw_postgres_latencies(url: str, n: int) -> list[float]:
+    """Single-row INSERT + COMMIT through asyncpg into a logged table.
+
+    A TEMP table is not WAL-logged, so its commits are never flushed: the
+    floor must use an ordinary table to cost what a durable commit costs.
+    """
     import asyncpg
 
     conn = await asyncpg.connect(url)
+    table = f"bench_raw_{uuid.uuid4().hex[:10]}"
+    out = []
     try:
-        await conn.execute("CREATE TEMP TABLE raw (id bigserial PRIMARY KEY, payload text)")
-        t0 = time.perf_counter()
+        await conn.execute(f"CREATE TABLE {table} (id bigserial PRIMARY KEY, payload text)")
         for i in range(n):
+            t0 = time.perf_counter()
             async with conn.transaction():
-                await conn.execute("INSERT INTO raw (payload) VALUES ($1)", f"row-{i}")
-        return n / (time.perf_counter() - t0)
+                await conn.execute(f"INSERT INTO {table} (payload) VALUES ($1)", f"row-{i}")
+            out.append(time.perf_counter() - t0)
+        return out
     finally:
+        await conn.execute(f"DROP TABLE IF EXISTS {table}")
         await conn.close()
 
 
-async def _timed(n: int, fn: Callable[[int], Awaitable[Any]], concurrency: int) -> float:
+async def raw_latencies(kind: str, tmp: str, n: int) -> list[float]:
+    if kind == "sqlite":
+        return raw_sqlite_latencies(os.path.join(tmp, f"raw-{uuid.uuid4().hex[:6]}.db"), n)
+    return await raw_postgres_latencies(POSTGRES_URL, n)
+
+
+async def timed_rate(n: int, fn: Callable[[int], Awaitable[Any]], concurrency: int) -> float:
     t0 = time.perf_counter()
     if concurrency == 1:
         for i in range(n):
@@ -104,67 +214,416 @@ async def _timed(n: int, fn: Callable[[int], Awaitable[Any]], concurrency: int) 
     return n / (time.perf_counter() - t0)
 
 
-async def workflow_rates(url: str, n: int, workspace: str) -> tuple[float, float]:
-    async with Starflow.open(url, workspace_id=workspace, maintenance=False) as sf:
+async def drop_workspace(kind: str, workspace: str) -> None:
+    """Delete a scratch workspace's rows from the shared PostgreSQL database."""
+    if kind != "postgres":
+        return  # SQLite files live in a temporary directory
+    import asyncpg
+
+    conn = await asyncpg.connect(POSTGRES_URL)
+    try:
+        await conn.execute(
+            "DELETE FROM workflow_run_events WHERE run_id IN "
+            "(SELECT id FROM workflow_runs WHERE workspace_id = $1)", workspace)
+        for table in ("workflow_waits", "workflow_signals", "worker_jobs",
+                      "workflow_session_vars", "mirror_outbox", "workflow_runs"):
+            await conn.execute(f"DELETE FROM {table} WHERE workspace_id = $1", workspace)
+    finally:
+        await conn.close()
+
+
+def fast_config() -> StarflowConfig:
+    """Settings for building fixtures only (never for a measured figure)."""
+    return StarflowConfig(sqlite_synchronous="OFF", postgres_synchronous_commit="off")
+
+
+# ---------------------------------------------------------------------------
+# Legs
+# ---------------------------------------------------------------------------
+
+
+async def leg_throughput(kind: str, tmp: str, n: int, rows: list[dict[str, Any]],
+                         inflight: bool) -> dict[str, float]:
+    raw = await raw_latencies(kind, tmp, n * 3)
+    raw_rate = len(raw) / sum(raw)
+    floor = raw_rate / (STEPS + 2)
+    async with Starflow.open(url_for(kind, tmp), workspace_id=new_workspace("seq"),
+                             maintenance=False) as sf:
         async def run(i: int) -> None:
             handle = await sf.run(three_steps, i)
             assert handle.status == "success", handle
 
-        await _timed(10, run, 1)  # warm-up: connections, definition row
-        sequential = await _timed(n, run, 1)
-        concurrent = await _timed(n * 2, run, 50)
-    return sequential, concurrent
+        await timed_rate(20, run, 1)  # warm-up: connections, definition row
+        seq = await timed_rate(n, run, 1)
+        conc = await timed_rate(n * 2, run, 50) if inflight else None
+    rows.append({"db": kind, "figure": "raw INSERT+COMMIT", "value": raw_rate,
+                 "unit": "commits/s", "baseline": None, "baseline_name": "", "ratio": None})
+    rows.append({"db": kind, "figure": "sequential 3-step workflows", "value": seq,
+                 "unit": "wf/s", "baseline": floor, "baseline_name": "raw/(steps+2)",
+                 "ratio": seq / floor, "target": ">= 0.8"})
+    if conc is not None:
+        rows.append({"db": kind, "figure": "50 in flight, one process", "value": conc,
+                     "unit": "wf/s", "baseline": seq, "baseline_name": "sequential",
+                     "ratio": conc / seq, "target": ">= 5"})
+    return {"raw": raw_rate, "seq": seq, "conc": conc or 0.0}
 
 
-async def bench_db(kind: str, n: int) -> dict[str, Any]:
-    workspace = f"bench-{os.getpid()}-{int(time.time())}"
+def _worker_main(url: str, workspace: str, concurrency: int) -> None:
+    """Entry point of a worker subprocess (``--_worker``)."""
+    async def main() -> None:
+        async with Starflow.open(url, workspace_id=workspace, maintenance=False) as sf:
+            worker = sf.worker(concurrency=concurrency)
+            print("ready", flush=True)
+            await worker.run()
+
+    anyio.run(main)
+
+
+async def leg_workers(tmp: str, n: int, processes: int, base: dict[str, float],
+                      rows: list[dict[str, Any]]) -> None:
+    workspace = new_workspace("workers")
+    command = [sys.executable, str(HERE), "--_worker", POSTGRES_URL, workspace, "16"]
+    procs = [await anyio.to_thread.run_sync(
+        lambda: subprocess.Popen(command, stdout=subprocess.PIPE, text=True))
+        for _ in range(processes)]
+    try:
+        for p in procs:
+            assert p.stdout is not None
+            line = await anyio.to_thread.run_sync(p.stdout.readline)
+            assert line.strip() == "ready", line
+        async with Starflow.open(POSTGRES_URL, workspace_id=workspace, maintenance=False) as sf:
+            t0 = time.perf_counter()
+            ids = []
+            for i in range(n):
+                ids.append((await sf.start(three_steps, i)).run_id)
+            pg = inner(sf.adapter)
+            pool = pg._pool  # type: ignore[attr-defined]
+            while True:
+                async with pool.acquire() as conn:
+                    left = await conn.fetchval(
+                        "SELECT count(*) FROM workflow_runs WHERE workspace_id = $1 "
+                        "AND status <> 'success'", workspace)
+                if left == 0:
+                    break
+                await anyio.sleep(0.005)
+            rate = n / (time.perf_counter() - t0)
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            await anyio.to_thread.run_sync(p.wait)
+    await drop_workspace("postgres", workspace)
+    rows.append({"db": "postgres", "figure": f"{processes} worker processes (queued runs)",
+                 "value": rate, "unit": "wf/s", "baseline": base["seq"],
+                 "baseline_name": "sequential", "ratio": rate / base["seq"], "target": ">= 5"})
+    if base.get("conc"):
+        rows.append({"db": "postgres", "figure": f"{processes} worker processes vs 50 in flight",
+                     "value": rate, "unit": "wf/s", "baseline": base["conc"],
+                     "baseline_name": "50 in flight", "ratio": rate / base["conc"]})
+
+
+async def leg_signal(kind: str, tmp: str, n: int, rows: list[dict[str, Any]]) -> None:
+    raw = await raw_latencies(kind, tmp, 300)
+    # On the path: the wake unit, node_complete and the end unit are durable
+    # (node_start is not); the floor is three raw commits.
+    floor = 3 * statistics.median(raw)
+    config = StarflowConfig(poll_interval=timedelta(milliseconds=50))
+    async with Starflow.open(url_for(kind, tmp), workspace_id=new_workspace("signal"),
+                             maintenance=False, config=config) as sf:
+        inline: list[float] = []
+        for i in range(n + 5):
+            handle = await sf.run(wait_then_step, i)
+            assert handle.status == "paused", handle
+            t0 = time.perf_counter()
+            done = await sf.signal(handle.run_id, "go", 1)
+            elapsed = time.perf_counter() - t0
+            assert done.status == "success", done
+            if i >= 5:
+                inline.append(elapsed)
+        for label, values in (("inline", inline),):
+            for q in (0.5, 0.95):
+                v = pct(values, q)
+                rows.append({"db": kind, "figure": f"signal-to-finish {label} p{int(q * 100)}",
+                             "value": v * 1e3, "unit": "ms", "baseline": floor * 1e3,
+                             "baseline_name": "3 raw commits", "ratio": floor / v})
+        if kind != "postgres":
+            return
+        through: list[float] = []
+        worker = sf.worker(concurrency=8)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(worker.run)
+            for i in range(n + 5):
+                handle = await sf.start(wait_then_step, i)
+                # Another task (the worker) moves the run: poll its row.
+                while (await sf.get_run(handle.run_id)).status != "paused":  # noqa: ASYNC110
+                    await anyio.sleep(0.002)
+                t0 = time.perf_counter()
+                await sf.signal(handle.run_id, "go", 1)
+                assert await sf.result(handle.run_id, timeout=30) == i + 2
+                if i >= 5:
+                    through.append(time.perf_counter() - t0)
+            worker.stop()
+        for q in (0.5, 0.95):
+            v = pct(through, q)
+            rows.append({"db": kind, "figure": f"signal-to-finish via worker p{int(q * 100)}",
+                         "value": v * 1e3, "unit": "ms", "baseline": floor * 1e3,
+                         "baseline_name": "3 raw commits", "ratio": floor / v})
+
+
+async def leg_resume(kind: str, tmp: str, steps: int, rows: list[dict[str, Any]]) -> None:
+    url = url_for(kind, tmp, "resume.db")
+    workspace = new_workspace("resume")
+    # Build the history fast (no flushes); measure with the default durability.
+    async with Starflow.open(url, workspace_id=workspace, maintenance=False,
+                             config=fast_config()) as sf:
+        handle = await sf.run(long_run, steps)
+        assert handle.status == "paused", handle
+    async with Starflow.open(url, workspace_id=workspace, maintenance=False) as sf:
+        t0 = time.perf_counter()
+        events = await sf.adapter.list_events(handle.run_id)
+        load = time.perf_counter() - t0
+        assert len(events) >= 2 * steps
+        t0 = time.perf_counter()
+        done = await sf.signal(handle.run_id, "go")
+        resume = time.perf_counter() - t0
+        assert done.status == "success" and done.result == steps, done
+    await drop_workspace(kind, workspace)
+    rows.append({"db": kind, "figure": f"resume of a {steps:,}-step run", "value": resume * 1e3,
+                 "unit": "ms", "baseline": load * 1e3, "baseline_name": "journal query",
+                 "ratio": load / resume, "per_step_us": resume / steps * 1e6})
+
+
+async def _fill_runs(kind: str, sf: Starflow, total: int, expired: int) -> None:
+    """Insert ``total`` runs of which ``expired`` hold a lease that ran out."""
+    now = datetime.now(UTC)
+    past, future = now - timedelta(minutes=5), now + timedelta(hours=1)
+    adapter = inner(sf.adapter)
+    ws, env = adapter.workspace_id, adapter.env
+    rows: list[tuple[str, str, str, str | None, datetime | None]] = []
+    for i in range(total):
+        if i < expired:
+            rows.append((str(uuid.uuid4()), "running", "running", "gone", past))
+        elif i % 2:
+            rows.append((str(uuid.uuid4()), "running", "running", "alive", future))
+        else:
+            rows.append((str(uuid.uuid4()), "success", "complete", None, None))
     if kind == "sqlite":
-        tmp = tempfile.mkdtemp()
-        raw = raw_sqlite_rate(os.path.join(tmp, "raw.db"), n * 3)
-        url = f"sqlite:///{os.path.join(tmp, 'starflow.db')}"
+        from starflow.clock import format_ts
+
+        def insert(conn: sqlite3.Connection) -> None:
+            conn.execute("BEGIN")
+            conn.executemany(
+                "INSERT INTO workflow_runs (id, workspace_id, env, template_id, status, "
+                "started_at, claim_state, leased_by, lease_until) VALUES (?, ?, ?, 'bench', ?, ?,"
+                " ?, ?, ?)",
+                [(r[0], ws, env, r[1], format_ts(now), r[2], r[3],
+                  format_ts(r[4]) if r[4] else None) for r in rows])
+            conn.execute("COMMIT")
+
+        await adapter._call(insert)  # type: ignore[attr-defined]
     else:
-        raw = await raw_postgres_rate(POSTGRES_URL, n * 3)
-        url = POSTGRES_URL
-    seq, conc = await workflow_rates(url, n, workspace)
-    floor = raw / (STEPS + 2)
-    return {
-        "db": kind,
-        "raw_commit_rate": raw,
-        "floor_workflows_per_s": floor,
-        "sequential_workflows_per_s": seq,
-        "sequential_steps_per_s": seq * STEPS,
-        "sequential_ratio_to_floor": seq / floor,
-        "concurrent50_workflows_per_s": conc,
-        "concurrent50_ratio_to_sequential": conc / seq,
-    }
+        import asyncpg
+
+        # A plain connection: the adapter's pool maps uuid to text, COPY needs binary.
+        conn = await asyncpg.connect(POSTGRES_URL)
+        try:
+            await conn.copy_records_to_table(
+                "workflow_runs",
+                columns=["id", "workspace_id", "env", "template_id", "status", "started_at",
+                         "claim_state", "leased_by", "lease_until"],
+                records=[(uuid.UUID(r[0]), ws, env, "bench", r[1], now, r[2], r[3], r[4])
+                         for r in rows])
+            await conn.execute("ANALYZE workflow_runs")
+        finally:
+            await conn.close()
 
 
-def print_table(rows: list[dict[str, Any]]) -> None:
-    print(f"machine: {platform.machine()} {os.cpu_count()} cores, Python {platform.python_version()}")
-    header = (f"{'db':<9}{'raw commit/s':>14}{'floor wf/s':>12}{'seq wf/s':>10}"
-              f"{'seq steps/s':>13}{'seq/floor':>11}{'50-flight wf/s':>16}{'50/seq':>8}")
-    print(header)
+async def leg_sweep(kind: str, tmp: str, total: int, expired: int,
+                    rows: list[dict[str, Any]]) -> None:
+    results = {}
+    for label, size in (("small", expired), ("large", total)):
+        workspace = new_workspace("sweep")
+        try:
+            async with Starflow.open(url_for(kind, tmp, f"sweep-{label}.db"),
+                                     workspace_id=workspace, maintenance=False) as sf:
+                await _fill_runs(kind, sf, size, expired)
+                t0 = time.perf_counter()
+                swept = await sf.sweep()
+                results[label] = time.perf_counter() - t0
+                assert swept == expired, (swept, expired)
+        finally:
+            await drop_workspace(kind, workspace)
+    rows.append({"db": kind, "figure": f"sweep: {expired:,} expired of {total:,} runs",
+                 "value": results["large"] * 1e3, "unit": "ms",
+                 "baseline": results["small"] * 1e3,
+                 "baseline_name": f"{expired:,} expired of {expired:,}",
+                 "ratio": results["small"] / results["large"]})
+
+
+def _rss_kb() -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def _memory_main(url: str, workspace: str, running: int) -> None:
+    """Entry point of the memory-measuring worker subprocess (``--_memory``)."""
+    async def main() -> None:
+        async with Starflow.open(url, workspace_id=workspace, maintenance=False) as sf:
+            worker = sf.worker(concurrency=running)
+            await anyio.sleep(0.2)
+            idle = _rss_kb()
+            print(json.dumps({"ready": True}), flush=True)
+            ASLEEP["target"] = running
+            ALL_ASLEEP.append(anyio.Event())
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(worker.run)
+                await ALL_ASLEEP[0].wait()
+                await anyio.sleep(0.5)
+                print(json.dumps({"idle_kb": idle, "busy_kb": _rss_kb()}), flush=True)
+                os._exit(0)  # the runs stay leased in a scratch workspace; nothing to drain
+
+    anyio.run(main)
+
+
+async def leg_memory(kind: str, tmp: str, running: int, paused: int,
+                     rows: list[dict[str, Any]]) -> None:
+    url = url_for(kind, tmp, "memory.db")
+    workspace = new_workspace("memory")
+    async with Starflow.open(url, workspace_id=workspace, maintenance=False,
+                             config=fast_config()) as sf:
+        async def park(i: int) -> None:
+            assert (await sf.run(parked, i)).status == "paused"
+
+        await timed_rate(paused, park, 50)
+        command = [sys.executable, str(HERE), "--_memory", url, workspace, str(running)]
+        proc = await anyio.to_thread.run_sync(
+            lambda: subprocess.Popen(command, stdout=subprocess.PIPE, text=True))
+        try:
+            assert proc.stdout is not None
+            first = await anyio.to_thread.run_sync(proc.stdout.readline)
+            assert json.loads(first).get("ready"), first
+            for i in range(running):
+                await sf.start(asleep, i)
+            line = await anyio.to_thread.run_sync(proc.stdout.readline)
+            figures = json.loads(line)
+        finally:
+            proc.kill()
+            await anyio.to_thread.run_sync(proc.wait)
+    busy, idle = figures["busy_kb"], figures["idle_kb"]
+    await drop_workspace(kind, workspace)
+    rows.append({"db": kind, "figure": f"worker RSS, {running:,} asleep + {paused:,} paused",
+                 "value": busy / 1024, "unit": "MiB", "baseline": idle / 1024,
+                 "baseline_name": "same worker idle", "ratio": busy / idle,
+                 "per_run_kb": (busy - idle) / running})
+
+
+# ---------------------------------------------------------------------------
+# Report
+# ---------------------------------------------------------------------------
+
+
+def machine() -> dict[str, Any]:
+    model = ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    info = {"nproc": os.cpu_count(), "cpu": model, "python": platform.python_version(),
+            "sqlite": sqlite3.sqlite_version, "platform": platform.platform(),
+            "load_avg": os.getloadavg(), "date": datetime.now(UTC).isoformat(timespec="seconds")}
+    return info
+
+
+async def postgres_version() -> str | None:
+    try:
+        import asyncpg
+
+        conn = await asyncpg.connect(POSTGRES_URL)
+        try:
+            return str(await conn.fetchval("SHOW server_version"))
+        finally:
+            await conn.close()
+    except Exception:
+        return None
+
+
+def print_table(info: dict[str, Any], rows: list[dict[str, Any]]) -> None:
+    print(f"machine: {info['nproc']} cores, {info['cpu']}, Python {info['python']}, "
+          f"SQLite {info['sqlite']}, PostgreSQL {info.get('postgres') or 'n/a'}, "
+          f"load {info['load_avg'][0]:.2f}")
+    print(f"{'db':<9}{'figure':<48}{'value':>12} {'unit':<10}{'baseline':>11} "
+          f"{'(baseline is)':<26}{'ratio':>7}")
     for r in rows:
-        print(f"{r['db']:<9}{r['raw_commit_rate']:>14.0f}{r['floor_workflows_per_s']:>12.0f}"
-              f"{r['sequential_workflows_per_s']:>10.0f}{r['sequential_steps_per_s']:>13.0f}"
-              f"{r['sequential_ratio_to_floor']:>11.2f}{r['concurrent50_workflows_per_s']:>16.0f}"
-              f"{r['concurrent50_ratio_to_sequential']:>8.2f}")
+        base = "" if r["baseline"] is None else f"{r['baseline']:.2f}"
+        ratio = "" if r["ratio"] is None else f"{r['ratio']:.2f}"
+        print(f"{r['db']:<9}{r['figure']:<48}{r['value']:>12.2f} {r['unit']:<10}{base:>11} "
+              f"{r['baseline_name']:<26}{ratio:>7}")
+
+
+LEGS = ("sequential", "inflight", "workers", "signal", "resume", "sweep", "memory")
 
 
 async def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--db", choices=["sqlite", "postgres", "all"], default="all")
+    parser.add_argument("--only", default=",".join(LEGS),
+                        help=f"comma-separated legs: {', '.join(LEGS)}")
     parser.add_argument("--n", type=int, default=300, help="sequential workflows per leg")
-    parser.add_argument("--json", help="also write the figures to this file")
+    parser.add_argument("--workers", type=int, default=4, help="worker processes (postgres)")
+    parser.add_argument("--worker-runs", type=int, default=2000)
+    parser.add_argument("--signals", type=int, default=100, help="signals per latency leg")
+    parser.add_argument("--resume-steps", type=int, default=10_000)
+    parser.add_argument("--sweep-runs", type=int, default=100_000)
+    parser.add_argument("--sweep-expired", type=int, default=1_000)
+    parser.add_argument("--asleep", type=int, default=1_000, help="runs asleep in a worker")
+    parser.add_argument("--paused", type=int, default=10_000, help="paused runs (memory leg)")
+    parser.add_argument("--json", default="bench-results.json",
+                        help="write the figures here ('' to skip)")
     args = parser.parse_args(argv)
+    starflow.logs.set_level("error")  # the sweep leg loses 1,000 runners on purpose
+    legs = [leg.strip() for leg in args.only.split(",") if leg.strip()]
+    unknown = set(legs) - set(LEGS)
+    if unknown:
+        parser.error(f"unknown legs: {sorted(unknown)}")
     kinds = ["sqlite", "postgres"] if args.db == "all" else [args.db]
-    rows = [await bench_db(kind, args.n) for kind in kinds]
-    print_table(rows)
+    info = machine()
+    info["postgres"] = await postgres_version() if "postgres" in kinds else None
+    info["command"] = " ".join([Path(sys.executable).name, "bench/bench.py", *argv])
+    rows: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for kind in kinds:
+            base: dict[str, float] = {}
+            if "sequential" in legs or "inflight" in legs or "workers" in legs:
+                base = await leg_throughput(kind, tmp, args.n, rows, "inflight" in legs)
+            if "workers" in legs and kind == "postgres":
+                await leg_workers(tmp, args.worker_runs, args.workers, base, rows)
+            if "signal" in legs:
+                await leg_signal(kind, tmp, args.signals, rows)
+            if "resume" in legs:
+                await leg_resume(kind, tmp, args.resume_steps, rows)
+            if "sweep" in legs:
+                await leg_sweep(kind, tmp, args.sweep_runs, args.sweep_expired, rows)
+            if "memory" in legs:
+                await leg_memory(kind, tmp, args.asleep, args.paused, rows)
+    info["load_avg_end"] = os.getloadavg()
+    print_table(info, rows)
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(rows, f, indent=2)
+        await anyio.Path(args.json).write_text(
+            json.dumps({"machine": info, "figures": rows}, indent=2, default=str))
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(anyio.run(main, sys.argv[1:]))
+    if len(sys.argv) > 1 and sys.argv[1] == "--_worker":
+        _worker_main(sys.argv[2], sys.argv[3], int(sys.argv[4]))
+    elif len(sys.argv) > 1 and sys.argv[1] == "--_memory":
+        _memory_main(sys.argv[2], sys.argv[3], int(sys.argv[4]))
+    else:
+        sys.exit(anyio.run(main, sys.argv[1:]))
