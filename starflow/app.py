@@ -17,7 +17,7 @@ from .adapters.mirroring import find_mirror
 from .clock import Clock, SystemClock
 from .config import StarflowConfig
 from .decorators import definition_of
-from .errors import ConfigError, ResultTimeout, RunNotFound, WorkflowFailed
+from .errors import ConfigError, ResultTimeout, RunCancelled, RunNotFound, WorkflowFailed
 from .jobs import JobWorker
 from .maintenance import Maintenance
 from .runner import RunHandle, Runner
@@ -228,7 +228,8 @@ class Starflow:
         """Wait until the run ends and return its value, decoded to the annotated type.
 
         Raises:
-            WorkflowFailed: the run ended with ``error`` or ``cancelled``.
+            WorkflowFailed: the run ended with ``error``.
+            RunCancelled: the run was cancelled (a ``WorkflowFailed``).
             ResultTimeout: ``timeout`` passed first (the run goes on).
         """
         runner = self.runner
@@ -239,7 +240,9 @@ class Starflow:
             run = await self.get_run(run_id)
             if run.status == "success":
                 return runner.decode_result(run)
-            if run.status in ("error", "cancelled"):
+            if run.status == "cancelled":
+                raise RunCancelled(run_id, run.error)
+            if run.status == "error":
                 raise WorkflowFailed(run_id, run.status, run.error)
             now = self.clock.now()
             if deadline is not None and now >= deadline:

@@ -14,9 +14,9 @@ All of them derive from :class:`StarflowError`, carry the ``run_id`` and
     ├── LeaseLostError            another runner (or a cancel) took the run
     ├── RunNotFound               no run with that id in this workspace
     ├── RunFinished               a signal / resume / cancel for an ended run
-    ├── RunCancelled              the run was cancelled
     ├── InvalidWakeToken          a forged, expired or used wake token
     ├── WorkflowFailed            ``Starflow.result`` of a run that ended in error
+    │   └── RunCancelled          … or was cancelled
     ├── ResultTimeout             ``Starflow.result(timeout=…)`` gave up waiting
     ├── StorageError              the database failed (driver errors are wrapped)
     └── WarmTierError             the warm tier (Redis…) failed; cold state is unaffected
@@ -183,10 +183,6 @@ class RunFinished(StarflowError):
         self.status = status
 
 
-class RunCancelled(StarflowError):
-    """The run was cancelled with ``Starflow.cancel``."""
-
-
 class InvalidWakeToken(StarflowError):
     """A wake token failed verification; nothing was written.
 
@@ -215,6 +211,13 @@ class WorkflowFailed(StarflowError):
         super().__init__(f"run {run_id} ended with status {status!r}: {error}", run_id=run_id)
         self.status = status
         self.error = error
+
+
+class RunCancelled(WorkflowFailed):
+    """``Starflow.result`` of a run that was cancelled with ``Starflow.cancel``."""
+
+    def __init__(self, run_id: str, error: str | None = "cancelled") -> None:
+        super().__init__(run_id, "cancelled", error)
 
 
 class ResultTimeout(StarflowError, TimeoutError):

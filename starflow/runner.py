@@ -36,6 +36,7 @@ from .decorators import WorkflowDefinition, registry
 from .engine import Engine, Outcome, Runtime
 from .errors import (
     InvalidWakeToken,
+    LeaseLostError,
     RunFinished,
     RunNotFound,
     StarflowError,
@@ -396,7 +397,13 @@ class Runner:
             ) from outcome.exception
         if outcome.status == "error":
             return RunHandle(run_id=run_id, status="error", error=outcome.error)
-        return await self.handle(run_id)
+        handle = await self.handle(run_id)
+        if outcome.status == "lease_lost" and handle.status != "cancelled":
+            raise LeaseLostError(
+                f"run {run_id} is no longer leased by this runner ({self.runner_id}): another "
+                f"runner or the sweep took it over and it goes on there (now {handle.status})",
+                run_id=run_id)
+        return handle
 
     # -- waking --------------------------------------------------------------------
 

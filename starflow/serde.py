@@ -48,7 +48,7 @@ def to_builtins(value: Any, *, what: str, run_id: str | None = None,
     """Convert ``value`` to JSON-compatible builtins, or raise :class:`SerializationError`."""
     try:
         return msgspec.to_builtins(value, order="deterministic", enc_hook=_enc_hook)
-    except (TypeError, ValueError, OverflowError) as exc:
+    except (TypeError, ValueError, OverflowError, NotImplementedError) as exc:
         raise SerializationError(
             f"{what} cannot be stored as JSON: {exc}. Use builtins, dataclasses, "
             "msgspec Structs or other msgspec-supported types",
@@ -62,7 +62,7 @@ def encode(value: Any, *, what: str = "value", run_id: str | None = None,
     """Encode ``value`` as deterministic JSON bytes."""
     try:
         return _encoder.encode(value)
-    except (TypeError, ValueError, OverflowError) as exc:
+    except (TypeError, ValueError, OverflowError, NotImplementedError) as exc:
         raise SerializationError(
             f"{what} cannot be stored as JSON: {exc}. Use builtins, dataclasses, "
             "msgspec Structs or other msgspec-supported types",

@@ -202,3 +202,13 @@ async def test_step_outside_a_run_is_a_plain_function() -> None:
     assert isinstance(await give_opaque(), Opaque)
     with pytest.raises(starflow.StarflowError, match="outside a workflow run"):
         await wait_for("x")
+
+
+async def test_result_of_a_cancelled_run(sf: Starflow) -> None:
+    """sf.result raises RunCancelled, a WorkflowFailed, for a cancelled run."""
+    handle = await sf.run(waits)
+    cancelled = await sf.cancel(handle.run_id)
+    assert cancelled.status == "cancelled"
+    with pytest.raises(starflow.RunCancelled) as info:
+        await sf.result(handle.run_id)
+    assert isinstance(info.value, starflow.WorkflowFailed) and info.value.status == "cancelled"

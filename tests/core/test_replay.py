@@ -137,3 +137,26 @@ def test_nondeterminism_error_carries_ids() -> None:
     assert (err.run_id, err.node_id, err.recorded, err.current) == ("r", "step:a#1", "a", "b")
     with pytest.raises(NonDeterminismError):
         raise err
+
+
+async def test_inline_caller_learns_its_lease_was_taken(sf: Starflow) -> None:
+    """A runner whose lease another runner took stops and raises LeaseLostError."""
+    import starflow as sf_mod
+    from starflow.adapters.base import Guard
+
+    @step
+    async def steal() -> None:
+        ctx = sf_mod.context()
+        async with sf.adapter.unit(guard=Guard(run_id=ctx.run_id)) as unit:
+            await sf.adapter.update_run(ctx.run_id, "test", leased_by="someone-else")
+        assert unit.held
+
+    @workflow(name="replay-stolen")
+    async def stolen() -> None:
+        await steal()
+        await charge("never", 1)
+
+    calls.clear()
+    with pytest.raises(sf_mod.LeaseLostError, match="no longer leased by this runner"):
+        await sf.run(stolen)
+    assert "charge" not in calls
