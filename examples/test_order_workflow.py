@@ -1,7 +1,7 @@
 """A user's tests for an order workflow, written with starflow's pytest plugin.
 
 Run with ``pytest examples/test_order_workflow.py`` (anyio's pytest plugin in
-auto mode, as in this repository's configuration). The ``starflow_env``
+auto mode, as in this repository's configuration) or ``python`` on this file. The ``starflow_env``
 fixture comes from ``starflow_testing.pytest_plugin``, which pytest loads
 automatically once starflow is installed.
 """
@@ -94,3 +94,13 @@ async def test_history_still_replays(starflow_env: WorkflowEnvironment) -> None:
 async def test_fake_clock_fixture(fake_clock: FakeClock) -> None:
     await fake_clock.advance(timedelta(minutes=5))
     assert fake_clock.now() == datetime(2030, 1, 1, 0, 5, tzinfo=UTC)
+
+
+if __name__ == "__main__":
+    # `python examples/test_order_workflow.py` runs these tests with pytest (in a fresh
+    # interpreter: this one has imported starflow_testing before pytest could rewrite it).
+    import subprocess
+    import sys
+
+    raise SystemExit(subprocess.call([sys.executable, "-m", "pytest", "-q", "-p", "anyio",
+                                      "-p", "no:cacheprovider", __file__]))
