@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 import anyio
 import anyio.abc
 
@@ -61,6 +63,8 @@ class Worker:
         self._stopped = anyio.Event()
         self._running = False
         self._backoff = False
+        #: When the grace period of a drain began (clock time), once it has.
+        self.draining_since: datetime | None = None
         self._log = log.bind(runner_id=runner.runner_id, pool=pool)
 
     @property
@@ -209,7 +213,7 @@ class Worker:
     async def _grace_period(self, runs: anyio.CancelScope) -> None:
         """Cancel the runs still active ``grace`` seconds after the drain began."""
         clock = self.runner.clock
-        began = clock.now()
+        began = self.draining_since = clock.now()
         while True:
             remaining = self.grace - (clock.now() - began).total_seconds()
             if remaining <= 0:

@@ -29,7 +29,7 @@ def _reset_flows() -> Iterator[None]:
     flows.reset()
 
 
-@pytest.fixture(params=["sqlite"])
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """A database shared by every app of the test (SQLite file; PostgreSQL leg)."""
     if request.param == "postgres":

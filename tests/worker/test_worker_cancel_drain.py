@@ -94,7 +94,8 @@ class TestDrain:
                 tg.start_soon(worker.run)
                 await flows.started("g").wait()
                 worker.stop()
-                await all_blocked()  # the drain has begun: the grace period runs from now
+                await probe.until(lambda: worker.draining_since is not None, "the drain")
+                await all_blocked()  # its timer is set
                 await clock.advance(timedelta(seconds=4))
                 assert worker.active == 1  # still within the grace period
                 await clock.advance(timedelta(seconds=1))
