@@ -1,24 +1,23 @@
-"""Warm-tier fixtures: a small fake clock, the warm tier matrix (memory, Redis), helpers.
+"""Warm-tier fixtures: the fake clock, the warm tier matrix (memory, Redis), helpers.
 
-``starflow_testing.FakeClock`` had not landed when these tests were written;
-:class:`FakeClock` here implements :class:`starflow.clock.Clock` with just
-what they need (time moves only through :meth:`FakeClock.advance`).
+Time is ``starflow_testing.FakeClock``: it moves only through ``advance``, so
+no test sleeps.
 """
 
 from __future__ import annotations
 
-import heapq
-import itertools
 import os
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
-from datetime import UTC, datetime, timedelta
 
 import anyio
 import anyio.lowlevel
 import pytest
 
 from starflow.warm import WarmTier, warm_from_url
+from starflow_testing import FakeClock
+
+__all__ = ["FakeClock", "eventually", "open_warm", "require_redis"]
 
 REDIS_URL = os.environ.get("STARFLOW_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
 #: Set in CI: a missing Redis fails the Redis leg instead of skipping it.
@@ -51,37 +50,6 @@ def require_redis() -> None:
         pytest.fail(f"Redis is required (STARFLOW_REQUIRE_REDIS) but not reachable at "
                     f"{REDIS_URL}")
     pytest.skip(f"no Redis at {REDIS_URL} (set STARFLOW_TEST_REDIS_URL)")
-
-
-class FakeClock:
-    """A :class:`starflow.clock.Clock` whose time moves only through :meth:`advance`."""
-
-    def __init__(self, start: datetime = datetime(2030, 1, 1, tzinfo=UTC)) -> None:
-        self._now = start
-        self._sleepers: list[tuple[datetime, int, anyio.Event]] = []
-        self._seq = itertools.count()
-
-    def now(self) -> datetime:
-        return self._now
-
-    async def sleep(self, seconds: float) -> None:
-        await self.sleep_until(self._now + timedelta(seconds=max(0.0, seconds)))
-
-    async def sleep_until(self, deadline: datetime) -> None:
-        if deadline <= self._now:
-            await anyio.lowlevel.checkpoint()
-            return
-        event = anyio.Event()
-        heapq.heappush(self._sleepers, (deadline, next(self._seq), event))
-        await event.wait()
-
-    async def advance(self, seconds: float) -> None:
-        """Move time forward, waking every sleeper whose deadline is reached."""
-        self._now += timedelta(seconds=seconds)
-        while self._sleepers and self._sleepers[0][0] <= self._now:
-            heapq.heappop(self._sleepers)[2].set()
-        for _ in range(50):
-            await anyio.lowlevel.checkpoint()
 
 
 async def eventually(predicate: Callable[[], Awaitable[bool]], *, what: str,
