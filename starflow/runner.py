@@ -463,8 +463,11 @@ class Runner:
         if not inline:
             self.notify_settled()
             return RunHandle(run_id=run.id, status="queued")
-        fresh = await self.adapter.get_run(run.id)
-        assert fresh is not None
+        # The unit above held, so the row is what it wrote: no need to read it back.
+        fresh = msgspec.structs.replace(
+            run, status="running", claim_state="running", checkpoint_json=None,
+            leased_by=self.runner_id, lease_until=now + self.config.lease_ttl,
+            last_heartbeat=now)
         return await self.drive(fresh)
 
     async def deliver(self, run_id: str, event: str) -> RunHandle | None:
