@@ -105,3 +105,17 @@ class TestLiveWatch:
         assert "live: status=success" in out
         assert "result (read cold): {'total': 40}" in out
         assert "outbox: pending=0 level=ok" in out
+
+
+class TestWorkerDeployment:
+    """examples/worker_deployment.py: queued runs, a signal requeue, a swept lost runner."""
+
+    def test_workers_finish_every_run(self, tmp_path: Path) -> None:
+        """Every queued run ships; the lost runner's run is swept, requeued and finished."""
+        out = run_example("worker_deployment.py", tmp_path)
+        assert "queued: 4 runs, status queued" in out
+        for i in range(3):
+            assert f"o-{i} shipped by standard" in out
+        assert "signalled: the run is queued for a worker again" in out
+        assert "o-vip shipped by courier" in out and "o-lost shipped by standard" in out
+        assert "recovered run: runner_lost (requeued, was leased by crashed-worker)" in out
