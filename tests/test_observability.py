@@ -23,6 +23,7 @@ from starflow import (
     wait_for,
     workflow,
 )
+import starflow
 from starflow import observability as obs
 from starflow.logs import bound, get_logger
 
@@ -262,8 +263,12 @@ class TestMetrics:
         """A run whose lease expired is counted by the sweep action taken."""
         clock = OffsetClock()
         clock.offset = -timedelta(hours=1)  # the run's lease expires an hour ago
+        async def run_and_lose_lease(sf: Starflow) -> None:
+            with pytest.raises(starflow.LeaseLostError):
+                await sf.run(hold)
+
         async with app(clock) as sf, anyio.create_task_group() as tg:
-            tg.start_soon(sf.run, hold)
+            tg.start_soon(run_and_lose_lease, sf)
             await gates["started"].wait()
             clock.offset = timedelta()
             assert await sf.sweep() == 1
