@@ -9,7 +9,6 @@ from datetime import datetime, timedelta
 from typing import Any, ParamSpec, TypeVar
 
 import anyio
-from .logs import get_logger
 
 from .adapters import adapter_from_url
 from .adapters.base import RunEvent, RunInfo, WorkflowStateAdapter
@@ -19,6 +18,7 @@ from .config import StarflowConfig
 from .decorators import definition_of
 from .errors import ConfigError, ResultTimeout, RunCancelled, RunNotFound, WorkflowFailed
 from .jobs import JobWorker
+from .logs import get_logger
 from .maintenance import Maintenance
 from .runner import RunHandle, Runner
 from .waits import Keyring
@@ -130,8 +130,7 @@ class Starflow:
 
     @property
     def _shared_database(self) -> bool:
-        path = getattr(self.adapter, "path", None)
-        return path != ":memory:" and self.adapter.durable
+        return self.adapter.shared
 
     async def _keyring(self) -> Keyring:
         if self.config.wake_keys:
@@ -237,6 +236,7 @@ class Starflow:
         deadline = None if limit is None else self.clock.now() + timedelta(seconds=limit)
         poll = self.config.poll_interval.total_seconds()
         while True:
+            settled = runner.settled  # taken before the read: a change after it wakes us
             run = await self.get_run(run_id)
             if run.status == "success":
                 return runner.decode_result(run)
@@ -250,7 +250,7 @@ class Starflow:
                     f"run {run_id} is still {run.status} after {limit:g} s; it goes on",
                     run_id=run_id)
             wait = poll if deadline is None else min(poll, (deadline - now).total_seconds())
-            await runner.wait_settled(wait)
+            await runner.wait_settled(wait, settled)
 
     # -- the warm tier (live views: a hint, never the authority) --------------------
 

@@ -54,17 +54,17 @@ class Variables(dict[str, Any]):
         self._check(key)
         return super().setdefault(key, default)
 
-    def update(self, *args: Any, **kwargs: Any) -> None:  # type: ignore[override]
+    def update(self, *args: Any, **kwargs: Any) -> None:
         incoming = dict(*args, **kwargs)
         for key in incoming:
             self._check(key)
         super().update(incoming)
 
-    def __ior__(self, other: Any) -> Variables:  # type: ignore[override]
+    def __ior__(self, other: Any) -> Variables:  # type: ignore[override,misc]
         self.update(other)
         return self
 
-    def pop(self, key: str, *default: Any) -> Any:  # type: ignore[override]
+    def pop(self, key: str, *default: Any) -> Any:
         self._check(key)
         return super().pop(key, *default)
 
@@ -106,7 +106,7 @@ class WorkflowContext(msgspec.Struct, kw_only=True):
     def __post_init__(self) -> None:
         if not isinstance(self.variables, Variables):
             self.variables = _variables(self.variables)
-        self.variables.run_id = self.run_id  # type: ignore[attr-defined]
+        self.variables.run_id = self.run_id
 
     @property
     def phase(self) -> Any:

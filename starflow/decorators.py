@@ -182,7 +182,8 @@ def _problems_for(fn: object, kind: str) -> list[str]:
     if not callable(fn):
         problems.append(f"@{kind} decorates a function, got {fn!r}")
     elif not inspect.iscoroutinefunction(fn):
-        problems.append(f"@{kind} functions must be `async def` ({getattr(fn, '__qualname__', fn)})")
+        label = getattr(fn, "__qualname__", fn)
+        problems.append(f"@{kind} functions must be `async def` ({label})")
     return problems
 
 
@@ -248,11 +249,11 @@ def workflow(
         )
         registry.add(definition)
 
-        @wrapt.decorator  # type: ignore[misc]
+        @wrapt.decorator
         async def wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
             return await wrapped(*args, **kwargs)
 
-        wrapped = wrapper(func)
+        wrapped: Any = wrapper(func)
         wrapped.__starflow_workflow__ = definition
         return wrapped
 
@@ -309,14 +310,14 @@ def step(
         if pool is not None:
             registry.add_step(definition)
 
-        @wrapt.decorator  # type: ignore[misc]
+        @wrapt.decorator
         async def wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
             engine = current_engine.get()
             if engine is None or current_node.get() is not None:
                 return await wrapped(*args, **kwargs)
             return await engine.run_step(definition, wrapped, args, kwargs)
 
-        wrapped = wrapper(func)
+        wrapped: Any = wrapper(func)
         wrapped.__starflow_step__ = definition
         return wrapped
 

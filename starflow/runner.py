@@ -609,9 +609,13 @@ class Runner:
             self.notify_settled()
         return len(results)
 
-    async def wait_settled(self, seconds: float) -> None:
-        """Return when a run changes in this process, or after ``seconds`` of clock time."""
-        event = self._settled
+    async def wait_settled(self, seconds: float, event: anyio.Event | None = None) -> None:
+        """Return when a run changes in this process, or after ``seconds`` of clock time.
+
+        Pass the ``settled`` event taken *before* reading the state being waited
+        on, so a change in between is not missed.
+        """
+        event = event or self._settled
         async with anyio.create_task_group() as tg:
             async def timeout() -> None:
                 await self.clock.sleep(seconds)

@@ -215,7 +215,8 @@ class Keyring:
             raise InvalidWakeToken("malformed", "token body is unreadable") from exc
         if claims.w != workspace_id or claims.e != env:
             raise InvalidWakeToken("wrong_workspace",
-                                   f"token belongs to {claims.w}/{claims.e}, not {workspace_id}/{env}",
+                                   f"token belongs to {claims.w}/{claims.e}, "
+                                   f"not {workspace_id}/{env}",
                                    run_id=claims.r, node_id=claims.n)
         if now.timestamp() >= claims.x:
             raise InvalidWakeToken("expired", "the token's expiry has passed",

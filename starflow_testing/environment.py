@@ -364,7 +364,7 @@ class WorkflowEnvironment:
         """``Starflow.cancel``."""
         return await self.app.cancel(run_id)
 
-    async def result(self, run_id: str, timeout: timedelta | float | None = None  # noqa: ASYNC109
+    async def result(self, run_id: str, timeout: timedelta | float | None = None
                      ) -> Any:
         """``Starflow.result``, skipping time while the run waits on timers.
 

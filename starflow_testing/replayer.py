@@ -102,7 +102,7 @@ class _ReplayEngine(Engine):
             self.nondeterminism = self.nondeterminism or exc
             raise
 
-    async def wait(self, event: str | None, timeout: Any, type_: Any) -> Any:  # noqa: ASYNC109
+    async def wait(self, event: str | None, timeout: Any, type_: Any) -> Any:
         try:
             return await super().wait(event, timeout, type_)
         except NonDeterminismError as exc:

@@ -439,6 +439,11 @@ class WorkflowStateAdapter(abc.ABC):
         """Apply pending migrations; return the versions applied (none by default)."""
         return []
 
+    @property
+    def shared(self) -> bool:
+        """Whether other processes may write this database (so background loops poll it)."""
+        return self.durable
+
     async def wait_for_work(self, clock: Clock, timeout: float) -> None:
         """Return when queued runs may be claimable, or after ``timeout`` clock seconds.
 
@@ -872,6 +877,10 @@ class DelegatingAdapter(WorkflowStateAdapter):
 
     async def migrate(self) -> list[int]:
         return await self.inner.migrate()
+
+    @property
+    def shared(self) -> bool:
+        return self.inner.shared
 
     async def wait_for_work(self, clock: Clock, timeout: float) -> None:
         await self.inner.wait_for_work(clock, timeout)

@@ -160,6 +160,11 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
         self._inflight = 0
         self._idle_event: anyio.Event | None = None
 
+    @property
+    def shared(self) -> bool:
+        """A private ``:memory:`` database is seen by this process only."""
+        return self.path != ":memory:"
+
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> LocalWorkflowStateAdapter:
         """Build from ``sqlite:///relative.db``, ``sqlite:////abs.db`` or ``memory://``."""

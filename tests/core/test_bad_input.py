@@ -150,7 +150,7 @@ async def test_workflow_not_decorated(sf: Starflow, spy: SpyAdapter) -> None:
     async def plain() -> None:
         return None
 
-    with pytest.raises(WorkflowDefinitionError, match="decorate it with @starflow.workflow"):
+    with pytest.raises(WorkflowDefinitionError, match=r"decorate it with @starflow\.workflow"):
         await sf.run(plain)
     assert spy.calls == [] and await sf.list_runs() == []
 
@@ -192,7 +192,7 @@ def test_invalid_config() -> None:
 
 def test_bad_url() -> None:
     """An unknown scheme says which ones exist."""
-    with pytest.raises(ConfigError, match="sqlite:///path.db"):
+    with pytest.raises(ConfigError, match=r"sqlite:///path\.db"):
         Starflow.open("mysql://x")
 
 

@@ -90,7 +90,7 @@ class TestCrashRecovery:
         assert late == []
         assert kills >= 3 and lost >= 1  # the kills did hit running runs
         reruns = len(executions) - len(completed)
-        print(f"crash test: {kills} kills, {lost} runner_lost, {reruns} at-least-once "  # noqa: T201
+        print(f"crash test: {kills} kills, {lost} runner_lost, {reruns} at-least-once "
               f"re-executions, {elapsed:.1f} s")
 
 
