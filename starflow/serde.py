@@ -82,7 +82,7 @@ def decode(data: bytes | str, *, what: str = "stored value") -> Any:
 def convert(value: Any, type_: Any, *, what: str = "stored value",
             run_id: str | None = None, node_id: str | None = None) -> Any:
     """Convert decoded builtins to ``type_`` (``Any`` / missing annotation: unchanged)."""
-    if type_ is Any or type_ is None or type_ is type(None) and value is None:
+    if type_ is Any or type_ is None or (type_ is type(None) and value is None):
         return value
     type_ = _stdlib_time_type(type_)
     try:

@@ -13,6 +13,7 @@ import anyio
 import pytest
 import structlog
 
+import starflow
 from starflow import (
     ConfigError,
     RetryPolicy,
@@ -23,7 +24,6 @@ from starflow import (
     wait_for,
     workflow,
 )
-import starflow
 from starflow import observability as obs
 from starflow.logs import bound, get_logger
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import msgspec
 import pytest
 
-from starflow import NonDeterminismError, StepFailed, Starflow, step, wait_for, workflow
+from starflow import NonDeterminismError, Starflow, StepFailed, step, wait_for, workflow
 from starflow.decorators import registry
 
 
