@@ -159,9 +159,7 @@ class Starflow:
         call with the same id returns the existing run.
         """
         run_id = kwargs.pop("run_id", None)
-        definition = definition_of(wf)
-        return await self.runner.start(definition, args, kwargs, run_id=run_id,  # type: ignore[arg-type]
-                                       inline=True)
+        return await self.options(run_id=run_id).run(wf, *args, **kwargs)  # type: ignore[arg-type]
 
     async def start(self, wf: Callable[P, Awaitable[R]], /, *args: P.args, **kwargs: P.kwargs
                     ) -> RunHandle:
@@ -172,9 +170,18 @@ class Starflow:
         """
         run_id = kwargs.pop("run_id", None)
         pool = kwargs.pop("pool", None)
-        definition = definition_of(wf)
-        return await self.runner.start(definition, args, kwargs, run_id=run_id,  # type: ignore[arg-type]
-                                       inline=False, pool=pool)  # type: ignore[arg-type]
+        return await self.options(run_id=run_id, pool=pool).start(  # type: ignore[arg-type]
+            wf, *args, **kwargs)
+
+    def options(self, *, run_id: str | None = None, pool: str | None = None) -> RunOptions:
+        """Start options that type checkers see: ``sf.options(run_id=i).run(wf, x)``.
+
+        ``sf.run(wf, x, run_id=i)`` works too, but a type checker cannot check
+        ``run_id=`` / ``pool=`` there (they share the call with the workflow's
+        own keyword arguments), and a workflow parameter with one of those names
+        needs ``options``.
+        """
+        return RunOptions(self, run_id=run_id, pool=pool)
 
     # -- waking runs ---------------------------------------------------------------
 
@@ -368,3 +375,26 @@ class Starflow:
             mt = Maintenance(self.runner, poll=self._shared_database)
         return Worker(self.runner, pool=pool, concurrency=concurrency, maintenance=mt,
                       grace=grace)
+
+
+class RunOptions:
+    """Options for one start; made by :meth:`Starflow.options`."""
+
+    def __init__(self, app: Starflow, *, run_id: str | None, pool: str | None) -> None:
+        self._app = app
+        self.run_id = run_id
+        self.pool = pool
+
+    async def run(self, wf: Callable[P, Awaitable[R]], /, *args: P.args, **kwargs: P.kwargs
+                  ) -> RunHandle:
+        """Like :meth:`Starflow.run`, with these options."""
+        if self.pool is not None:
+            raise ConfigError("pool= applies to queued runs: use .start(), not .run()")
+        return await self._app.runner.start(definition_of(wf), args, kwargs,
+                                            run_id=self.run_id, inline=True)
+
+    async def start(self, wf: Callable[P, Awaitable[R]], /, *args: P.args, **kwargs: P.kwargs
+                    ) -> RunHandle:
+        """Like :meth:`Starflow.start`, with these options."""
+        return await self._app.runner.start(definition_of(wf), args, kwargs,
+                                            run_id=self.run_id, inline=False, pool=self.pool)

@@ -458,7 +458,7 @@ class Engine:
 
     # -- waits -------------------------------------------------------------------
 
-    async def wait(self, event: str | None, timeout: timedelta | None,  # noqa: ASYNC109
+    async def wait(self, event: str | None, timeout: timedelta | None,
                    type_: Any) -> Any:
         """``wait_for`` (event set) or ``sleep`` (event None)."""
         self._guard_suspending()
@@ -527,11 +527,12 @@ class Engine:
                 return
 
     def kill(self) -> None:
-        """Stop this execution as if its process had died (SIGKILL); for test harnesses.
+        """Stop this execution at once, writing nothing more.
 
-        The body is cancelled and nothing more is written: no final boundary,
-        no release to the queue, the lease is left as it is. Once it expires,
-        the sweep recovers the run like any run whose runner was lost.
+        The body is cancelled: no final boundary, no release to the queue, the
+        lease is left as it is. Used when the run was cancelled or reclaimed
+        elsewhere, and by test harnesses to simulate SIGKILL (once the lease
+        expires, the sweep recovers the run like any run whose runner was lost).
         """
         self._lease_lost = True
         if self._body_scope is not None:

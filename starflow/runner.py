@@ -590,9 +590,8 @@ class Runner:
             ended = await self.handle(run_id)
             raise RunFinished(run_id, ended.status, "cancel")
         engine = self.engines.get(run_id)
-        if engine is not None and engine._body_scope is not None:
-            engine._lease_lost = True
-            engine._body_scope.cancel()
+        if engine is not None:
+            engine.kill()
         self._log.info("run cancelled", run_id=run_id)
         self.notify_settled()
         return await self.handle(run_id)

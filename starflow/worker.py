@@ -158,9 +158,7 @@ class Worker:
         runner = self.runner
         while (stale := runner.engines.get(run_id)) is not None:
             self._log.warning("stopping a stale execution of a reclaimed run", run_id=run_id)
-            stale._lease_lost = True
-            if stale._body_scope is not None:
-                stale._body_scope.cancel()
+            stale.kill()
             await runner.settled.wait()
 
     # -- the loop ------------------------------------------------------------------

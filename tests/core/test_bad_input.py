@@ -212,3 +212,14 @@ async def test_result_of_a_cancelled_run(sf: Starflow) -> None:
     with pytest.raises(starflow.RunCancelled) as info:
         await sf.result(handle.run_id)
     assert isinstance(info.value, starflow.WorkflowFailed) and info.value.status == "cancelled"
+
+
+async def test_options_start_is_idempotent(sf: Starflow) -> None:
+    """sf.options(run_id=...) starts once; the second call returns the same run."""
+    rid = str(uuid.uuid4())
+    first = await sf.options(run_id=rid).run(echo, 1)
+    second = await sf.options(run_id=rid).run(echo, 2)
+    assert first.run_id == second.run_id == rid and second.result == 1
+    assert len(await sf.list_runs()) == 1
+    with pytest.raises(ConfigError, match="pool= applies to queued runs"):
+        await sf.options(pool="gpu").run(echo, 1)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from starflow import step
+from starflow import Starflow, step
 
 
 @step
@@ -14,3 +14,7 @@ async def misuse() -> None:
     await add("one", 2)
     result: str = await add(1, 2)
     _ = result
+
+
+async def misuse_options(sf: "Starflow") -> None:
+    await sf.options(run_id="x").run(add, "one", 2)

@@ -21,3 +21,9 @@ async def use(sf: Starflow) -> None:
     run_id: str = handle.run_id
     value: str = await typed(2)
     _ = (run_id, value)
+
+
+async def use_options(sf: Starflow) -> None:
+    handle = await sf.options(run_id="6f1c2b1e-8a51-4a3e-9a57-0f1e2d3c4b5a").run(typed, 1)
+    queued = await sf.options(pool="gpu").start(typed, 2)
+    _ = (handle.status, queued.status)

@@ -31,3 +31,5 @@ def test_wrong_arguments_are_type_errors() -> None:
     assert proc.returncode == 1
     assert 'Argument 1 to "add" has incompatible type "str"' in proc.stdout
     assert 'Incompatible types in assignment (expression has type "int"' in proc.stdout
+    assert proc.stdout.count('Argument 1 to "run" of "RunOptions"') == 0  # wf is fine
+    assert proc.stdout.count('incompatible type "str"; expected "int"') == 2
