@@ -16,5 +16,5 @@ async def misuse() -> None:
     _ = result
 
 
-async def misuse_options(sf: "Starflow") -> None:
+async def misuse_options(sf: Starflow) -> None:
     await sf.options(run_id="x").run(add, "one", 2)
