@@ -15,7 +15,7 @@ the mirror outbox, fault injection and the durability level build on.
 from __future__ import annotations
 
 import abc
-from collections.abc import AsyncIterator, Collection, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
 from datetime import datetime
@@ -402,6 +402,10 @@ class Unit(msgspec.Struct, kw_only=True):
 _MULTI_CALL = frozenset({"on_node_start", "on_node_complete", "on_node_error", "record_event",
                          "consume_signal", "enqueue_signal", "session_set"})
 
+#: Extra ops for a claim / sweep transaction, computed from what it changed.
+AfterClaim = Callable[[list[RunInfo]], list[Op]]
+AfterSweep = Callable[[list[SweepResult]], list[Op]]
+
 _pending: ContextVar[Unit | None] = ContextVar("starflow_pending_unit", default=None)
 
 
@@ -438,6 +442,9 @@ class WorkflowStateAdapter(abc.ABC):
     async def migrate(self) -> list[int]:
         """Apply pending migrations; return the versions applied (none by default)."""
         return []
+
+    #: The migration versions :meth:`open` applied (``starflow migrate`` reports them).
+    applied_migrations: tuple[int, ...] = ()
 
     @property
     def shared(self) -> bool:
@@ -769,8 +776,12 @@ class WorkflowStateAdapter(abc.ABC):
     @abc.abstractmethod
     async def claim_runs(self, runner_id: str, *, pool: str | None, now: datetime,
                          lease_until: datetime, limit: int = 1,
-                         workflows: Collection[str] | None = None) -> list[RunInfo]:
+                         workflows: Collection[str] | None = None,
+                         after: AfterClaim | None = None) -> list[RunInfo]:
         """Claim queued runs for ``pool`` (runs with a NULL pool fit every pool).
+
+        ``after``, if given, maps the claimed runs to more ops written in the
+        same transaction (the mirror's outbox rows).
 
         In one statement: ``claim_state`` claimed, ``status`` running,
         ``claim_attempts`` + 1, and the lease, so a runner that dies right after
@@ -784,9 +795,12 @@ class WorkflowStateAdapter(abc.ABC):
         """
 
     @abc.abstractmethod
-    async def expire_old_leases(self, now: datetime, reason: str = "runner_lost"
-                                ) -> list[SweepResult]:
+    async def expire_old_leases(self, now: datetime, reason: str = "runner_lost",
+                                *, after: AfterSweep | None = None) -> list[SweepResult]:
         """The lease sweep: runs running/paused whose ``lease_until < now``.
+
+        ``after``, if given, maps the results to more ops written in the same
+        transaction (the mirror's outbox rows).
 
         Under their ``max_claim_attempts`` they are requeued; past it they get
         status error, claim_state abandoned, error ``reason``. Each gets a
@@ -920,14 +934,15 @@ class DelegatingAdapter(WorkflowStateAdapter):
 
     async def claim_runs(self, runner_id: str, *, pool: str | None, now: datetime,
                          lease_until: datetime, limit: int = 1,
-                         workflows: Collection[str] | None = None) -> list[RunInfo]:
+                         workflows: Collection[str] | None = None,
+                         after: AfterClaim | None = None) -> list[RunInfo]:
         return await self.inner.claim_runs(runner_id, pool=pool, now=now,
-                                           lease_until=lease_until, limit=limit,
+                                           lease_until=lease_until, limit=limit, after=after,
                                            workflows=workflows)
 
-    async def expire_old_leases(self, now: datetime, reason: str = "runner_lost"
-                                ) -> list[SweepResult]:
-        return await self.inner.expire_old_leases(now, reason)
+    async def expire_old_leases(self, now: datetime, reason: str = "runner_lost",
+                                *, after: AfterSweep | None = None) -> list[SweepResult]:
+        return await self.inner.expire_old_leases(now, reason, after=after)
 
     async def ensure_definition(self, name: str, version: int, code_hash: str,
                                 *, now: datetime) -> str:

@@ -13,14 +13,14 @@ Every outbox payload is a self-contained projection (see
 and the warm tier is a dashboard-facing store.
 
 Two cold writes do not go through :meth:`execute`: a claim and a lease-sweep
-pass are read-modify-writes of the adapter. Their outbox rows are written in
-a second transaction right after them; a crash in between is caught by the
-drift sweep.
+pass are read-modify-writes of the adapter. They take an ``after`` hook, and
+the mirror's outbox rows for them are written through it, in the same
+transaction as the claim or the sweep.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from datetime import datetime
 from typing import Any
 
@@ -32,6 +32,8 @@ from ..logs import get_logger
 from ..warm import warm_from_url
 from ..warm.base import WarmTier, event_row, redact, run_columns
 from .base import (
+    AfterClaim,
+    AfterSweep,
     DelegatingAdapter,
     DeleteSessionVars,
     InsertEvent,
@@ -156,46 +158,57 @@ class MirroringWorkflowStateAdapter(DelegatingAdapter):
             self._committed()
         return held
 
-    async def _enqueue(self, rows: list[InsertOutbox]) -> None:
-        if rows:
-            await self.inner.execute(Unit(ops=list(rows)))
-            self._committed()
 
     # -- read-modify-writes outside the seam -------------------------------------
 
-    async def claim_runs(self, *args: Any, **kwargs: Any) -> list[RunInfo]:
-        runs: list[RunInfo] = await self.inner.claim_runs(*args, **kwargs)
-        now = self.clock.now()
-        await self._enqueue([
-            _outbox(r.id, "run", {"run_id": r.id, "op": "insert", "columns": run_columns(r)},
-                    now)
-            for r in runs
-        ])
+    async def claim_runs(self, runner_id: str, *, pool: str | None, now: datetime,
+                         lease_until: datetime, limit: int = 1,
+                         workflows: Collection[str] | None = None,
+                         after: AfterClaim | None = None) -> list[RunInfo]:
+        ts = self.clock.now()
+
+        def outbox(runs: list[RunInfo]) -> list[Op]:
+            ops: list[Op] = list(after(runs)) if after is not None else []
+            return [*ops, *(
+                _outbox(r.id, "run", {"run_id": r.id, "op": "insert",
+                                      "columns": run_columns(r)}, ts)
+                for r in runs)]
+
+        runs = await self.inner.claim_runs(runner_id, pool=pool, now=now,
+                                           lease_until=lease_until, limit=limit,
+                                           workflows=workflows, after=outbox)
+        if runs:
+            self._committed()
         return runs
 
-    async def expire_old_leases(self, *args: Any, **kwargs: Any) -> list[SweepResult]:
-        results: list[SweepResult] = await self.inner.expire_old_leases(*args, **kwargs)
-        if not results:
-            return results
-        now: datetime = kwargs.get("now", args[0] if args else self.clock.now())
-        reason: str = kwargs.get("reason", args[1] if len(args) > 1 else "runner_lost")
-        rows: list[InsertOutbox] = []
+    async def expire_old_leases(self, now: datetime, reason: str = "runner_lost",
+                                *, after: AfterSweep | None = None) -> list[SweepResult]:
         ts = self.clock.now()
-        for r in results:
-            run = await self.inner.get_run(r.run_id)
-            if run is not None:
-                rows.append(_outbox(r.run_id, "run", {
-                    "run_id": r.run_id, "op": "insert", "columns": run_columns(run)}, ts))
-            rows.append(_outbox(r.run_id, "event", {
-                "run_id": r.run_id,
-                "event": event_row({"event_type": "runner_lost", "node_id": None,
-                                    "payload": {"leased_by": r.leased_by, "action": r.action,
-                                                "reason": reason},
-                                    "created_at": now}),
-            }, ts))
-        await self._enqueue(rows)
-        return results
 
+        def outbox(results: list[SweepResult]) -> list[Op]:
+            ops: list[Op] = list(after(results)) if after is not None else []
+            for r in results:
+                # Self-contained: the sweep's outcome is fully known from its action.
+                columns: dict[str, Any] = (
+                    {"status": "queued", "claim_state": "queued", "lease_until": None}
+                    if r.action == "requeued" else
+                    {"status": "error", "claim_state": "abandoned", "error": reason,
+                     "completed_at": now})
+                ops.append(_outbox(r.run_id, "run", {
+                    "run_id": r.run_id, "op": "update", "columns": run_columns(columns)}, ts))
+                ops.append(_outbox(r.run_id, "event", {
+                    "run_id": r.run_id,
+                    "event": event_row({"event_type": "runner_lost", "node_id": None,
+                                        "payload": {"leased_by": r.leased_by,
+                                                    "action": r.action, "reason": reason},
+                                        "created_at": now}),
+                }, ts))
+            return ops
+
+        results = await self.inner.expire_old_leases(now, reason, after=outbox)
+        if results:
+            self._committed()
+        return results
 
 def mirror(adapter: WorkflowStateAdapter, url: str | WarmTier, *,
            clock: Clock | None = None) -> MirroringWorkflowStateAdapter:

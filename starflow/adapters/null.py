@@ -12,6 +12,8 @@ from datetime import datetime
 from typing import Any
 
 from .base import (
+    AfterClaim,
+    AfterSweep,
     DefinitionRecord,
     JobRecord,
     OutboxLag,
@@ -64,11 +66,12 @@ class NullWorkflowStateAdapter(WorkflowStateAdapter):
 
     async def claim_runs(self, runner_id: str, *, pool: str | None, now: datetime,
                          lease_until: datetime, limit: int = 1,
-                         workflows: Collection[str] | None = None) -> list[RunInfo]:
+                         workflows: Collection[str] | None = None,
+                         after: AfterClaim | None = None) -> list[RunInfo]:
         return []
 
-    async def expire_old_leases(self, now: datetime, reason: str = "runner_lost"
-                                ) -> list[SweepResult]:
+    async def expire_old_leases(self, now: datetime, reason: str = "runner_lost",
+                                *, after: AfterSweep | None = None) -> list[SweepResult]:
         return []
 
     async def ensure_definition(self, name: str, version: int, code_hash: str,

@@ -54,6 +54,8 @@ from ..migrations import load_migrations
 from .base import (
     JSON_RUN_COLUMNS,
     UPDATABLE_RUN_COLUMNS,
+    AfterClaim,
+    AfterSweep,
     DefinitionRecord,
     DeleteSessionVars,
     DeleteSignal,
@@ -395,7 +397,7 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
                 server_settings=self._server_settings,
             )
         try:
-            await self.migrate()
+            self.applied_migrations = tuple(await self.migrate())
         except BaseException:
             await self.close()
             raise
@@ -834,26 +836,38 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
 
     async def claim_runs(self, runner_id: str, *, pool: str | None, now: datetime,
                          lease_until: datetime, limit: int = 1,
-                         workflows: Collection[str] | None = None) -> list[RunInfo]:
+                         workflows: Collection[str] | None = None,
+                         after: AfterClaim | None = None) -> list[RunInfo]:
         names = sorted(set(workflows)) if workflows is not None else None
         if names is not None and not names:
             return []
+        args = (self.workspace_id, self.env, pool, int(limit), runner_id, lease_until, now,
+                names)
         async with self._connection("claim_runs") as conn:
-            rows = await conn.fetch(CLAIM_SQL, self.workspace_id, self.env, pool, int(limit),
-                                    runner_id, lease_until, now, names)
-        runs = [_run(r) for r in rows]
-        # UPDATE … RETURNING has no order; hand runs out oldest first, like SQLite.
-        runs.sort(key=lambda r: (r.started_at is not None, r.started_at, r.id))
+            if after is None:
+                rows = await conn.fetch(CLAIM_SQL, *args)
+                runs = _claimed(rows)
+            else:
+                async with conn.transaction():
+                    runs = _claimed(await conn.fetch(CLAIM_SQL, *args))
+                    await self._apply_after(conn, after(runs) if runs else [])
         return runs
 
-    async def expire_old_leases(self, now: datetime, reason: str = "runner_lost"
-                                ) -> list[SweepResult]:
+    async def _apply_after(self, conn: asyncpg.Connection, ops: list[Op]) -> None:
+        """Write ``ops`` on ``conn`` inside the caller's transaction."""
+        for statement in self._plan(Unit(ops=ops)):
+            await _run_statement(conn, statement)
+
+    async def expire_old_leases(self, now: datetime, reason: str = "runner_lost",
+                                *, after: AfterSweep | None = None) -> list[SweepResult]:
+        args = (self.workspace_id, self.env, reason, now, self.channel)
         async with self._connection("expire_old_leases") as conn:
-            rows = await conn.fetch(SWEEP_SQL, self.workspace_id, self.env, reason, now,
-                                    self.channel)
-        return [SweepResult(run_id=r[0], leased_by=r[1],
-                            action="requeued" if r[2] == "queued" else "abandoned")
-                for r in rows]
+            if after is None:
+                return _swept(await conn.fetch(SWEEP_SQL, *args))
+            async with conn.transaction():
+                results = _swept(await conn.fetch(SWEEP_SQL, *args))
+                await self._apply_after(conn, after(results) if results else [])
+        return results
 
     async def ensure_definition(self, name: str, version: int, code_hash: str,
                                 *, now: datetime) -> str:
@@ -1016,7 +1030,7 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
 
     # -- waiting for work ------------------------------------------------------
 
-    async def wait_for_work(self, clock: Clock, timeout: float) -> None:  # noqa: ASYNC109
+    async def wait_for_work(self, clock: Clock, timeout: float) -> None:
         """Return on a NOTIFY of claimable work in this scope, or after ``timeout``.
 
         A notification that arrived since the previous call makes this return
@@ -1247,3 +1261,16 @@ async def _migrate(conn: asyncpg.Connection) -> list[int]:
                                mig.version, mig.name)
             applied.append(mig.version)
     return applied
+
+
+def _claimed(rows: Sequence[asyncpg.Record]) -> list[RunInfo]:
+    runs = [_run(r) for r in rows]
+    # UPDATE … RETURNING has no order; hand runs out oldest first, like SQLite.
+    runs.sort(key=lambda r: (r.started_at is not None, r.started_at, r.id))
+    return runs
+
+
+def _swept(rows: Sequence[asyncpg.Record]) -> list[SweepResult]:
+    return [SweepResult(run_id=r[0], leased_by=r[1],
+                        action="requeued" if r[2] == "queued" else "abandoned")
+            for r in rows]

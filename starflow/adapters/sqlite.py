@@ -25,6 +25,8 @@ from ..errors import ConfigError, StorageError
 from ..migrations import load_migrations
 from .base import (
     JSON_RUN_COLUMNS,
+    AfterClaim,
+    AfterSweep,
     DefinitionRecord,
     DeleteSessionVars,
     DeleteSignal,
@@ -237,7 +239,7 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
                 conn.execute("PRAGMA journal_mode = WAL")
             conn.execute(f"PRAGMA synchronous = {self.synchronous}")
             conn.execute("PRAGMA foreign_keys = ON")
-            self._migrate(conn)
+            self.applied_migrations = tuple(self._migrate(conn))
 
         self._sync_mode = self.synchronous
         await self._call(setup)
@@ -579,7 +581,8 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
 
     async def claim_runs(self, runner_id: str, *, pool: str | None, now: datetime,
                          lease_until: datetime, limit: int = 1,
-                         workflows: Collection[str] | None = None) -> list[RunInfo]:
+                         workflows: Collection[str] | None = None,
+                         after: AfterClaim | None = None) -> list[RunInfo]:
         names = sorted(set(workflows)) if workflows is not None else None
         if names is not None and not names:
             return []
@@ -590,8 +593,11 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
                 "UPDATE workflow_runs SET claim_state = 'claimed', status = 'running', "
                 "claim_attempts = claim_attempts + 1, leased_by = ?, lease_until = ?, "
                 "last_heartbeat = ? WHERE id IN ("
+                # Unary + keeps the planner off the (workspace, started_at) index,
+                # which would walk every run of the workspace: the partial
+                # queued index holds only what can be claimed.
                 "  SELECT id FROM workflow_runs WHERE claim_state = 'queued' "
-                "  AND workspace_id = ? AND env = ? AND (runner_pool IS NULL OR runner_pool = ?)"
+                "  AND +workspace_id = ? AND +env = ? AND (runner_pool IS NULL OR runner_pool = ?)"
                 f"{only} ORDER BY started_at LIMIT ?"
                 f") RETURNING {_RUN_COLUMNS}",
                 (runner_id, format_ts(lease_until), format_ts(now), self.workspace_id,
@@ -600,13 +606,16 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
             # RETURNING has no guaranteed order: hand runs out oldest first.
             runs = [_run(r) for r in rows]
             runs.sort(key=lambda r: (r.started_at is not None, r.started_at, r.id))
+            if after is not None and runs:
+                for op in after(runs):
+                    self._apply_op(conn, op)
             return runs
 
         result: list[RunInfo] = await self._write(claim)
         return result
 
-    async def expire_old_leases(self, now: datetime, reason: str = "runner_lost"
-                                ) -> list[SweepResult]:
+    async def expire_old_leases(self, now: datetime, reason: str = "runner_lost",
+                                *, after: AfterSweep | None = None) -> list[SweepResult]:
         ts = format_ts(now)
 
         def sweep(conn: sqlite3.Connection) -> list[SweepResult]:
@@ -621,7 +630,9 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
                 "  THEN completed_at ELSE ? END, "
                 "lease_until = CASE WHEN claim_attempts < max_claim_attempts "
                 "  THEN NULL ELSE lease_until END "
-                "WHERE workspace_id = ? AND env = ? AND lease_until IS NOT NULL "
+                # Unary +: search the partial lease index (only leased runs), not
+                # every run of the workspace.
+                "WHERE +workspace_id = ? AND +env = ? AND lease_until IS NOT NULL "
                 "AND lease_until < ? AND status IN ('running', 'paused') "
                 "RETURNING id, leased_by, claim_state",
                 (reason, ts, self.workspace_id, self.env, ts),
@@ -637,6 +648,9 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
                 [(r.run_id, serde.encode({"leased_by": r.leased_by, "action": r.action,
                                           "reason": reason}).decode(), ts) for r in results],
             )
+            if after is not None and results:
+                for op in after(results):
+                    self._apply_op(conn, op)
             return results
 
         result: list[SweepResult] = await self._write(sweep)

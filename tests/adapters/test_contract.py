@@ -20,8 +20,12 @@ from starflow.adapters import adapter_from_url
 from starflow.adapters.base import (
     Guard,
     InsertEvent,
+    InsertOutbox,
     InsertRun,
+    Op,
+    RunInfo,
     StartOptions,
+    SweepResult,
     Unit,
     UpdateRun,
     WorkflowStateAdapter,
@@ -409,6 +413,54 @@ class TestClaim:
             run = await adapter.get_run(run_id)
             assert run is not None
             assert (run.claim_attempts, run.leased_by) == (1, worker)
+
+
+class TestAfterHooks:
+    """Extra ops of a claim or a sweep commit in the same transaction, or not at all."""
+
+    @staticmethod
+    def outbox(run_id: str) -> InsertOutbox:
+        return InsertOutbox(method="test", run_id=run_id, kind="run",
+                            payload={"run_id": run_id}, created_at=at(1))
+
+    async def test_claim_after_ops_commit_with_the_claim(self, adapter: WorkflowStateAdapter
+                                                         ) -> None:
+        run_id = await queued(adapter)
+        got = await adapter.claim_runs("w", pool=None, now=at(1), lease_until=at(31),
+                                       after=lambda runs: [self.outbox(r.id) for r in runs])
+        assert [r.id for r in got] == [run_id]
+        assert [row.run_id for row in await adapter.pending_outbox()] == [run_id]
+
+    async def test_failing_after_rolls_the_claim_back(self, adapter: WorkflowStateAdapter
+                                                      ) -> None:
+        run_id = await queued(adapter)
+
+        def boom(runs: list[RunInfo]) -> list[Op]:
+            raise RuntimeError("after failed")
+
+        with pytest.raises(RuntimeError, match="after failed"):
+            await adapter.claim_runs("w", pool=None, now=at(1), lease_until=at(31), after=boom)
+        run = await adapter.get_run(run_id)
+        assert run is not None and (run.claim_state, run.claim_attempts) == ("queued", 0)
+        assert await adapter.pending_outbox() == []
+
+    async def test_failing_after_rolls_the_sweep_back(self, adapter: WorkflowStateAdapter
+                                                      ) -> None:
+        run_id = await queued(adapter)
+        await adapter.claim_runs("w", pool=None, now=at(1), lease_until=at(31))
+
+        def boom(results: list[SweepResult]) -> list[Op]:
+            raise RuntimeError("after failed")
+
+        with pytest.raises(RuntimeError, match="after failed"):
+            await adapter.expire_old_leases(at(40), after=boom)
+        run = await adapter.get_run(run_id)
+        assert run is not None and run.leased_by == "w" and run.status == "running"
+        assert [e.event_type for e in await adapter.list_events(run_id)] == []
+        swept = await adapter.expire_old_leases(
+            at(40), after=lambda results: [self.outbox(r.run_id) for r in results])
+        assert [r.run_id for r in swept] == [run_id]
+        assert [row.run_id for row in await adapter.pending_outbox()] == [run_id]
 
 
 class TestSweep:

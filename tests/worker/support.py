@@ -136,17 +136,17 @@ class Probe(DelegatingAdapter):
 
     async def claim_runs(self, runner_id: str, *, pool: str | None, now: datetime,
                          lease_until: datetime, limit: int = 1,
-                         workflows: Any = None) -> list[RunInfo]:
+                         workflows: Any = None, after: Any = None) -> list[RunInfo]:
         got = await self.inner.claim_runs(runner_id, pool=pool, now=now,
                                           lease_until=lease_until, limit=limit,
-                                          workflows=workflows)
+                                          workflows=workflows, after=after)
         self.claims.append((runner_id, [r.id for r in got]))
         self._bump()
         return got
 
-    async def expire_old_leases(self, now: datetime, reason: str = "runner_lost"
-                                ) -> list[SweepResult]:
-        got = await self.inner.expire_old_leases(now, reason)
+    async def expire_old_leases(self, now: datetime, reason: str = "runner_lost",
+                                *, after: Any = None) -> list[SweepResult]:
+        got = await self.inner.expire_old_leases(now, reason, after=after)
         self.sweeps.append((now, got))
         self._bump()
         return got
