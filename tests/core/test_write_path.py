@@ -328,3 +328,28 @@ class TestPostgresRoundTrips:
         assert [e.event_type for e in await pg.list_events(rid)] == []
         run = await pg.get_run(rid)
         assert run is not None and run.leased_by == "runner-a" and run.claim_state == "running"
+
+
+class TestSqlitePlans:
+    """Claim and sweep search the partial indexes, not every run of the workspace."""
+
+    async def test_claim_and_sweep_use_partial_indexes(self, tmp_path: Path) -> None:
+        adapter = LocalWorkflowStateAdapter(str(tmp_path / "p.db"), workspace_id="plans")
+        async with adapter:
+            statements = await _traced(adapter)
+            await adapter.claim_runs("me", pool=None, now=T0, lease_until=T0, limit=5)
+            await adapter.expire_old_leases(T0)
+            await adapter._call(lambda conn: conn.set_trace_callback(None))
+            updates = [s for s in statements if s.lstrip().upper().startswith("UPDATE")]
+            assert len(updates) == 2, statements
+            plans = []
+            for sql in updates:
+                def explain(conn: sqlite3.Connection, sql: str = sql) -> list[Any]:
+                    return conn.execute("EXPLAIN QUERY PLAN " + sql).fetchall()
+
+                rows = await adapter._call(explain)
+                plans.append(" ".join(str(r[3]) for r in rows))
+        claim, sweep = plans
+        assert "idx_workflow_runs_claim_pool" in claim, claim
+        assert "idx_workflow_runs_lease_until" in sweep, sweep
+        assert "idx_workflow_runs_workspace_started" not in claim + sweep
