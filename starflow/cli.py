@@ -128,6 +128,8 @@ def build_parser() -> argparse.ArgumentParser:
                              "or info for long-running commands)")
     parser.add_argument("--log-format", choices=("console", "json"), default="console",
                         help="log lines on stderr as console text or JSON (default console)")
+    from . import cli_ops  # noqa: F401 - registers runs, signal, resume, cancel, outbox, replay
+
     sub = parser.add_subparsers(dest="_command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
     for cmd in _COMMANDS.values():
@@ -187,8 +189,35 @@ def load_app_object(spec: str) -> Any:
     return obj
 
 
-async def resolve_app(ns: argparse.Namespace, *, maintenance: bool = False) -> Any:
-    """The :class:`~starflow.Starflow` (not yet open) the arguments describe."""
+def _missing_sqlite_file(url: str) -> str | None:
+    """The path of a ``sqlite:///`` URL whose file does not exist (else None)."""
+    if not url.startswith("sqlite://"):
+        return None
+    path = url[len("sqlite://"):]
+    path = path[1:] if path.startswith("/") else path
+    if not path or path == ":memory:" or os.path.exists(path):
+        return None
+    return path
+
+
+def redact_url(url: str) -> str:
+    """``url`` without its password (for messages)."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+async def resolve_app(ns: argparse.Namespace, *, maintenance: bool = False,
+                      must_exist: bool = False) -> Any:
+    """The :class:`~starflow.Starflow` (not yet open) the arguments describe.
+
+    ``must_exist``: refuse a ``sqlite:///`` path with no file behind it rather
+    than create an empty database (commands that only read or wake runs).
+    """
     from .app import Starflow
 
     obj = load_app_object(ns.app) if getattr(ns, "app", None) else None
@@ -223,6 +252,10 @@ async def resolve_app(ns: argparse.Namespace, *, maintenance: bool = False) -> A
         raise CommandError("no database: pass --db URL or set STARFLOW_DATABASE_URL "
                            "(e.g. sqlite:///starflow.db or postgresql://user@host/db)",
                            EXIT_USAGE)
+    missing = _missing_sqlite_file(url) if must_exist else None
+    if missing is not None:
+        raise CommandError(f"no SQLite database at {missing}: check --db (or "
+                           "$STARFLOW_DATABASE_URL), or create it with starflow migrate")
     kwargs: dict[str, Any] = {}
     if obj is not None:
         kwargs = {"config": obj.config, "clock": obj.clock,
@@ -238,10 +271,10 @@ async def resolve_app(ns: argparse.Namespace, *, maintenance: bool = False) -> A
 
 
 @asynccontextmanager
-async def open_app(ns: argparse.Namespace, *, maintenance: bool = False
-                   ) -> AsyncIterator[Any]:
+async def open_app(ns: argparse.Namespace, *, maintenance: bool = False,
+                   must_exist: bool = False) -> AsyncIterator[Any]:
     """Open the app the arguments describe (``async with open_app(ns) as sf``)."""
-    sf = await resolve_app(ns, maintenance=maintenance)
+    sf = await resolve_app(ns, maintenance=maintenance, must_exist=must_exist)
     async with sf:
         yield sf
 
@@ -340,15 +373,27 @@ async def _server(ns: argparse.Namespace) -> int:
 
 @command("migrate", help="apply pending database migrations", args=[app_args, db_args])
 async def _migrate(ns: argparse.Namespace) -> int:
+    from .adapters.base import DelegatingAdapter
+    from .migrations import load_migrations
+
     sf = await resolve_app(ns)
     adapter = sf.adapter
+    base = adapter
+    while isinstance(base, DelegatingAdapter):  # the mirror, fault injection: the real one
+        base = base.inner
+    where = getattr(ns, "db", None) or os.environ.get("STARFLOW_DATABASE_URL") or "--app's"
+    _say(f"migrating {redact_url(where)} database …")
     await adapter.open()  # applies pending migrations under the adapter's lock
     try:
-        late = await adapter.migrate()
+        applied = [*base.applied_migrations, *await adapter.migrate()]
     finally:
         await adapter.close()
-    sys.stdout.write(f"migrations applied; schema up to date"
-                     f"{f' (also {late})' if late else ''}\n")
+    names = {m.version: m.name for dialect in ("sqlite", "postgres")
+             for m in load_migrations(dialect)}
+    for version in applied:
+        sys.stdout.write(f"applied {version:03d} {names.get(version, '')}".rstrip() + "\n")
+    sys.stdout.write(f"{len(applied)} migration(s) applied; schema up to date\n"
+                     if applied else "schema up to date (nothing to apply)\n")
     return EXIT_OK
 
 
