@@ -78,3 +78,27 @@ def monotonic() -> float:
     real even under ``FakeClock``.
     """
     return time.perf_counter()
+
+
+async def wait_event(clock: Clock, event: anyio.Event, seconds: float | None) -> bool:
+    """Wait until ``event`` is set or ``seconds`` of ``clock`` time pass.
+
+    Args:
+        seconds: The limit; ``None`` waits for the event only.
+
+    Returns:
+        Whether the event was set.
+    """
+    if seconds is None:
+        await event.wait()
+        return True
+    with anyio.CancelScope() as scope:
+        async with anyio.create_task_group() as tg:
+            async def limit() -> None:
+                await clock.sleep(seconds)
+                scope.cancel()
+
+            tg.start_soon(limit)
+            await event.wait()
+            tg.cancel_scope.cancel()
+    return event.is_set()

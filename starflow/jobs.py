@@ -156,22 +156,7 @@ class JobWorker:
         self._log.info("job worker stopped", completed=self.completed)
 
     async def _idle(self) -> None:
-        runner = self.runner
-        settled = runner.settled
-        async with anyio.create_task_group() as tg:
-            async def poll() -> None:
-                await runner.adapter.wait_for_work(
-                    runner.clock, runner.config.poll_interval.total_seconds())
-                tg.cancel_scope.cancel()
-
-            async def stopped() -> None:
-                await self._stopping.wait()
-                tg.cancel_scope.cancel()
-
-            tg.start_soon(poll)
-            tg.start_soon(stopped)
-            await settled.wait()
-            tg.cancel_scope.cancel()
+        await self.runner.wait_for_work(self._stopping)
 
     # -- one job -----------------------------------------------------------------
 

@@ -11,10 +11,11 @@ processes may run maintenance against one database at once.
 from __future__ import annotations
 
 import anyio
-from .logs import get_logger
 
 from .adapters.mirroring import find_mirror
+from .clock import wait_event
 from .errors import StarflowError
+from .logs import get_logger
 from .runner import Runner
 from .warm.drainer import OutboxDrainer
 
@@ -129,15 +130,7 @@ class Maintenance:
                 await self._sleep_or_change(changed, delay)
 
     async def _sleep_or_change(self, changed: anyio.Event, delay: float | None) -> None:
-        async with anyio.create_task_group() as tg:
-            if delay is not None:
-                async def sleeper() -> None:
-                    await self.runner.clock.sleep(delay)
-                    tg.cancel_scope.cancel()
-
-                tg.start_soon(sleeper)
-            await changed.wait()
-            tg.cancel_scope.cancel()
+        await wait_event(self.runner.clock, changed, delay)
 
     async def _session_gc_loop(self) -> None:
         interval = self.runner.config.session_var_gc_interval.total_seconds()

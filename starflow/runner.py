@@ -29,7 +29,7 @@ from .adapters.base import (
     WaitRecord,
     WorkflowStateAdapter,
 )
-from .clock import Clock
+from .clock import Clock, wait_event
 from .config import StarflowConfig
 from .context import WAIT_KEY, WorkflowContext
 from .decorators import WorkflowDefinition, registry
@@ -614,12 +614,22 @@ class Runner:
         Pass the ``settled`` event taken *before* reading the state being waited
         on, so a change in between is not missed.
         """
-        event = event or self._settled
+        await wait_event(self.clock, event or self._settled, seconds)
+
+    async def wait_for_work(self, stopping: anyio.Event) -> None:
+        """Return when work may be claimable: a NOTIFY or a poll interval, a run
+        settling in this process, or ``stopping`` being set."""
         async with anyio.create_task_group() as tg:
-            async def timeout() -> None:
-                await self.clock.sleep(seconds)
+            async def poll() -> None:
+                await self.adapter.wait_for_work(self.clock,
+                                                 self.config.poll_interval.total_seconds())
                 tg.cancel_scope.cancel()
 
-            tg.start_soon(timeout)
-            await event.wait()
+            async def stopped() -> None:
+                await stopping.wait()
+                tg.cancel_scope.cancel()
+
+            tg.start_soon(poll)
+            tg.start_soon(stopped)
+            await self.settled.wait()
             tg.cancel_scope.cancel()

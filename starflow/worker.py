@@ -8,6 +8,7 @@ import anyio
 import anyio.abc
 
 from .adapters.base import RunInfo
+from .clock import wait_event
 from .decorators import registry
 from .errors import ConfigError, StarflowError, WorkflowDefinitionError
 from .logs import get_logger
@@ -216,44 +217,14 @@ class Worker:
             remaining = self.grace - (clock.now() - began).total_seconds()
             if remaining <= 0:
                 break
-            hurry = self._hurry
-            async with anyio.create_task_group() as tg:
-                async def sleeper(tg: anyio.abc.TaskGroup = tg, s: float = remaining) -> None:
-                    await clock.sleep(s)
-                    tg.cancel_scope.cancel()
-
-                tg.start_soon(sleeper)
-                await hurry.wait()
-                tg.cancel_scope.cancel()
+            await wait_event(clock, self._hurry, remaining)
         self._log.warning("grace period over; cancelling active runs and releasing them",
                           active=sorted(self._driving))
         runs.cancel()
 
     async def _pause(self, seconds: float) -> None:
         """Sleep ``seconds`` of clock time unless the worker is stopped first."""
-        async with anyio.create_task_group() as tg:
-            async def sleeper() -> None:
-                await self.runner.clock.sleep(seconds)
-                tg.cancel_scope.cancel()
-
-            tg.start_soon(sleeper)
-            await self._stopping.wait()
-            tg.cancel_scope.cancel()
+        await wait_event(self.runner.clock, self._stopping, seconds)
 
     async def _idle(self) -> None:
-        runner = self.runner
-        settled = runner.settled
-        async with anyio.create_task_group() as tg:
-            async def poll() -> None:
-                await runner.adapter.wait_for_work(
-                    runner.clock, runner.config.poll_interval.total_seconds())
-                tg.cancel_scope.cancel()
-
-            async def stopped() -> None:
-                await self._stopping.wait()
-                tg.cancel_scope.cancel()
-
-            tg.start_soon(poll)
-            tg.start_soon(stopped)
-            await settled.wait()
-            tg.cancel_scope.cancel()
+        await self.runner.wait_for_work(self._stopping)

@@ -29,7 +29,7 @@ import anyio
 import msgspec
 
 from ..adapters.base import OutboxRow, WorkflowStateAdapter
-from ..clock import Clock
+from ..clock import Clock, wait_event
 from ..config import StarflowConfig
 from ..errors import StarflowError, StorageError, WarmTierError
 from ..logs import get_logger
@@ -223,14 +223,7 @@ class OutboxDrainer:
                     self._wake = anyio.Event()
 
     async def _wait(self, event: anyio.Event, seconds: float) -> None:
-        async with anyio.create_task_group() as tg:
-            async def timeout() -> None:
-                await self.clock.sleep(seconds)
-                tg.cancel_scope.cancel()
-
-            tg.start_soon(timeout)
-            await event.wait()
-            tg.cancel_scope.cancel()
+        await wait_event(self.clock, event, seconds)
 
     async def _sweep_loop(self) -> None:
         interval = self.config.drift_sweep_interval.total_seconds()
