@@ -1,0 +1,234 @@
+"""``starflow runs list/show/events/export`` and ``starflow replay``."""
+
+from __future__ import annotations
+
+import io
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import anyio
+
+from starflow import Starflow
+from starflow.cli_ops import Progress, parse_since
+from starflow.history import load_history
+
+from .support import APP, Cli, Seeded
+
+
+class TestRunsList:
+    """A table for people, stable JSON for scripts, and the filters."""
+
+    def test_table(self, cli: Cli, seeded: Seeded) -> None:
+        result = cli("runs", "list", "--db", seeded.url)
+        assert result.code == 0, result.err
+        header, *rows = result.out.splitlines()
+        assert header.split() == ["ID", "WORKFLOW", "STATUS", "STARTED", "DURATION", "ERROR"]
+        assert len(rows) == 4
+        assert sum("paused" in r for r in rows) == 3
+        # Columns are aligned: every row starts its STATUS at the header's offset.
+        at = header.index("STATUS")
+        assert all(r[at:].split()[0] in ("paused", "success") for r in rows)
+
+    def test_json_keys_and_filters(self, cli: Cli, seeded: Seeded) -> None:
+        result = cli("runs", "list", "--db", seeded.url, "--json")
+        runs = json.loads(result.out)
+        assert {r["id"] for r in runs} == {*seeded.paused, seeded.done}
+        assert set(runs[0]) == {"id", "workflow", "version", "status", "claim_state",
+                                "start_mode", "runner_pool", "started_at", "completed_at",
+                                "duration_ms", "error"}
+        assert all(r["started_at"].endswith("Z") for r in runs)
+        only = json.loads(cli("runs", "list", "--db", seeded.url, "--json",
+                              "--status", "success").out)
+        assert [r["id"] for r in only] == [seeded.done]
+        assert only[0]["workflow"] == "cli_quick" and only[0]["completed_at"].endswith("Z")
+        orders = json.loads(cli("runs", "list", "--db", seeded.url, "--json",
+                                "--template", "cli_order", "--limit", "2").out)
+        assert len(orders) == 2 and all(r["workflow"] == "cli_order" for r in orders)
+
+    def test_since(self, cli: Cli, seeded: Seeded) -> None:
+        recent = json.loads(cli("runs", "list", "--db", seeded.url, "--json",
+                                "--since", "1h").out)
+        assert len(recent) == 4
+        future = (datetime.now(UTC) + timedelta(days=1)).date().isoformat()
+        result = cli("runs", "list", "--db", seeded.url, "--since", future)
+        assert result.code == 0 and result.out == "" and "no runs match" in result.err
+
+    def test_parse_since(self) -> None:
+        now = datetime(2030, 1, 2, 12, tzinfo=UTC)
+        assert parse_since("2h", now) == now - timedelta(hours=2)
+        assert parse_since("3d", now) == now - timedelta(days=3)
+        assert parse_since("90s", now) == now - timedelta(seconds=90)
+        assert parse_since("2030-01-01", now) == datetime(2030, 1, 1, tzinfo=UTC)
+        assert parse_since("2030-01-01T05:00+02:00", now) == datetime(2030, 1, 1, 3,
+                                                                      tzinfo=UTC)
+
+    def test_empty_database(self, cli: Cli, tmp_path: Path) -> None:
+        url = f"sqlite:///{tmp_path / 'empty.db'}"
+        assert cli("migrate", "--db", url).code == 0
+        assert json.loads(cli("runs", "list", "--db", url, "--json").out) == []
+
+
+class TestRunsShow:
+    """The row's key fields and a timeline with each node's duration; no wake token."""
+
+    def test_paused_run(self, cli: Cli, seeded: Seeded) -> None:
+        run_id = seeded.paused[0]
+        result = cli("runs", "show", run_id, "--db", seeded.url)
+        assert result.code == 0, result.err
+        out = result.out
+        assert f"run          {run_id}" in out
+        assert "cli_order v1" in out and "paused" in out
+        assert "waiting on   approval at wait:approval#1" in out
+        timeline = out[out.index("timeline"):].splitlines()
+        assert timeline[1].split() == ["OFFSET", "EVENT", "NODE", "TOOK"]
+        events = [line.split() for line in timeline[2:]]
+        assert [e[1] for e in events] == ["node_start", "node_complete", "run_paused"]
+        assert all(e[0].startswith("+") for e in events)
+        assert events[1][2] == "step:cli_charge#1"
+        assert events[1][3].endswith("s")  # the step's duration
+        assert seeded.tokens[run_id] not in out
+
+    def test_json_timeline_durations(self, cli: Cli, seeded: Seeded) -> None:
+        run_id = seeded.paused[1]
+        assert cli("signal", run_id, "approval", "--payload", '{"ok": true}', "--db",
+                   seeded.url, "--app", APP).code == 0
+        data = json.loads(cli("runs", "show", run_id, "--db", seeded.url, "--json").out)
+        assert set(data) == {"run", "timeline"}
+        assert data["run"]["status"] == "success"
+        assert data["run"]["result"] == {"ok": True, "receipt": "receipt-o-1"}
+        by_node = {(r["event_type"], r["node_id"]): r for r in data["timeline"]}
+        wait = by_node[("node_complete", "wait:approval#1")]
+        assert wait["duration_ms"] is not None and wait["duration_ms"] >= 0
+        assert data["timeline"][0]["offset_ms"] >= 0
+        assert all(r["at"].endswith("Z") for r in data["timeline"])
+
+    def test_checkpoint_token_never_shown(self, cli: Cli, seeded: Seeded) -> None:
+        run_id = seeded.paused[2]
+        out = cli("runs", "show", run_id, "--db", seeded.url, "--json").out
+        assert seeded.tokens[run_id] not in out
+        assert json.loads(out)["run"]["waiting"] == {"node_id": "wait:approval#1",
+                                                     "event": "approval", "deadline": None}
+
+    def test_unknown_run(self, cli: Cli, seeded: Seeded) -> None:
+        line = cli.fails("runs", "show", "no-such-run", "--db", seeded.url)
+        assert "RunNotFound" in line and "no-such-run" in line and "check the id" in line
+
+
+class TestRunsEvents:
+    """Every event in order, payloads with wake tokens redacted."""
+
+    def test_table_and_json(self, cli: Cli, seeded: Seeded) -> None:
+        run_id = seeded.paused[0]
+        table = cli("runs", "events", run_id, "--db", seeded.url)
+        assert table.code == 0
+        assert table.out.splitlines()[0].split() == ["ID", "AT", "EVENT", "NODE", "PAYLOAD"]
+        events = json.loads(cli("runs", "events", run_id, "--db", seeded.url, "--json").out)
+        assert [e["event_type"] for e in events] == ["node_start", "node_complete",
+                                                    "run_paused"]
+        assert set(events[0]) == {"id", "run_id", "event_type", "node_id", "created_at",
+                                  "payload"}
+        assert events[2]["payload"]["wake_token"] == "[redacted]"
+        for out in (table.out, json.dumps(events)):
+            assert seeded.tokens[run_id] not in out
+
+
+class TestExportAndReplay:
+    """Exports load in the Replayer; `replay` is a pre-deploy determinism check."""
+
+    def test_export_one_to_stdout(self, cli: Cli, seeded: Seeded) -> None:
+        run_id = seeded.paused[0]
+        result = cli("runs", "export", run_id, "--db", seeded.url)
+        assert result.code == 0, result.err
+        history = load_history(result.out)
+        assert history.run_id == run_id and len(history.events) == 3
+        assert seeded.tokens[run_id] not in result.out
+
+    def test_export_all_then_replay(self, cli: Cli, seeded: Seeded, tmp_path: Path) -> None:
+        target = tmp_path / "histories.json"
+        result = cli("runs", "export", "--all", "--db", seeded.url, "-o", str(target))
+        assert result.code == 0, result.err
+        assert result.err.strip() == f"exported 4 run(s) to {target}"
+        exported = json.loads(target.read_text())
+        assert isinstance(exported, list) and len(exported) == 4
+        assert {load_history(h).run_id for h in exported} == {*seeded.paused, seeded.done}
+        replay = cli("replay", str(target), "--app", APP)
+        assert replay.code == 0, replay.err
+        assert "4 run(s) replay cleanly" in replay.err
+        rows = json.loads(cli("replay", str(target), "--app", APP, "--json").out)
+        assert all(r["ok"] for r in rows)
+        assert {r["outcome"] for r in rows} == {"paused", "success"}
+
+    def test_export_filters(self, cli: Cli, seeded: Seeded, tmp_path: Path) -> None:
+        target = tmp_path / "paused.json"
+        assert cli("runs", "export", "--all", "--status", "paused", "--template", "cli_order",
+                   "--db", seeded.url, "-o", str(target)).code == 0
+        assert {h["run"]["id"] for h in json.loads(target.read_text())} == set(seeded.paused)
+
+    def test_replay_detects_nondeterminism(self, cli: Cli, seeded: Seeded,
+                                           tmp_path: Path) -> None:
+        """A history whose step was called with other arguments than the code calls now."""
+        run_id = seeded.paused[0]
+        history = json.loads(cli("runs", "export", run_id, "--db", seeded.url).out)
+        for event in history["events"]:
+            if event["event_type"] == "node_start":
+                event["payload_json"]["args_hash"] = "0000000000000000"
+        target = tmp_path / "changed.json"
+        target.write_text(json.dumps(history))
+        result = cli("replay", str(target), "--app", APP)
+        assert result.code == 1
+        assert "nondeterminism" in result.out and "NonDeterminismError" in result.out
+        assert result.err.strip().splitlines()[-1].startswith(
+            "starflow: 1 of 1 run(s) would fail on this code (1 non-deterministic)")
+
+    def test_unknown_run_writes_no_file(self, cli: Cli, seeded: Seeded, tmp_path: Path) -> None:
+        target = tmp_path / "out.json"
+        line = cli.fails("runs", "export", seeded.paused[0], "nope", "--db", seeded.url,
+                         "-o", str(target))
+        assert "RunNotFound" in line
+        assert not target.exists()
+
+    def test_progress_on_a_terminal_only(self) -> None:
+        class Tty(io.StringIO):
+            def isatty(self) -> bool:
+                return True
+
+        tty, pipe = Tty(), io.StringIO()
+        for stream in (tty, pipe):
+            progress = Progress("exporting", 3, stream)
+            for _ in range(3):
+                progress.step()
+            progress.close()
+        assert tty.getvalue().endswith("] 3/3\n") and "\r" in tty.getvalue()
+        assert pipe.getvalue() == ""
+
+    def test_bad_replay_input(self, cli: Cli, tmp_path: Path) -> None:
+        assert "needs --app" in cli.fails("replay", "x.json", code=2)
+        assert "cannot read" in cli.fails("replay", str(tmp_path / "missing.json"),
+                                          "--app", APP, code=2)
+        bad = tmp_path / "bad.json"
+        bad.write_text("{not json")
+        assert "not valid JSON" in cli.fails("replay", str(bad), "--app", APP)
+        other = tmp_path / "other.json"
+        other.write_text('{"hello": 1}')
+        assert "not a starflow run history" in cli.fails("replay", str(other), "--app",
+                                                         APP)
+
+    def test_export_usage(self, cli: Cli, seeded: Seeded) -> None:
+        assert "not both or neither" in cli.fails("runs", "export", "--db", seeded.url, code=2)
+        assert "go with --all" in cli.fails("runs", "export", seeded.done, "--status",
+                                            "success", "--db", seeded.url, code=2)
+
+
+async def _statuses(url: str) -> dict[str, str]:
+    async with Starflow.open(url, maintenance=False) as sf:
+        return {r.id: r.status for r in await sf.list_runs(limit=100)}
+
+
+def test_reads_write_nothing(cli: Cli, seeded: Seeded) -> None:
+    """list/show/events/export leave the runs as they were."""
+    before = anyio.run(_statuses, seeded.url)
+    for args in (["runs", "list"], ["runs", "show", seeded.paused[0]],
+                 ["runs", "events", seeded.paused[0]], ["runs", "export", "--all"]):
+        assert cli(*args, "--db", seeded.url).code == 0
+    assert anyio.run(_statuses, seeded.url) == before

@@ -1,0 +1,138 @@
+"""``starflow signal``, ``resume`` and ``cancel``: each bad input is one line, nothing written."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import anyio
+import pytest
+
+from starflow import Starflow
+from starflow.decorators import registry
+
+from .support import APP, Cli, Seeded
+
+
+async def _state(url: str, run_id: str) -> tuple[str, int, bool]:
+    """(status, number of events, whether an undelivered approval signal is queued)."""
+    async with Starflow.open(url, maintenance=False) as sf:
+        run = await sf.get_run(run_id)
+        events = await sf.events(run_id)
+        queued = await sf.adapter.find_signal(run_id, "approval")
+        return run.status, len(events), queued is not None
+
+
+def state(seeded: Seeded, run_id: str) -> tuple[str, int, bool]:
+    return anyio.run(_state, seeded.url, run_id)
+
+
+@pytest.fixture
+def unregistered(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """This process has not imported the tests' workflows (like a bare `starflow` call)."""
+    kept = {k: v for k, v in registry._by_key.items() if not k[0].startswith("cli_")}
+    monkeypatch.setattr(registry, "_by_key", kept)
+    yield
+
+
+class TestSignal:
+    """A signal wakes the run; the CLI drives an inline run when it has its code."""
+
+    def test_signal_drives_inline_run(self, cli: Cli, seeded: Seeded) -> None:
+        run_id = seeded.paused[0]
+        result = cli("signal", run_id, "approval", "--payload", '{"ok": true}',
+                     "--db", seeded.url, "--app", APP)
+        assert result.code == 0, result.err
+        assert result.out == f"signal 'approval' sent to run {run_id}: now success\n"
+        assert state(seeded, run_id)[0] == "success"
+
+    def test_json(self, cli: Cli, seeded: Seeded) -> None:
+        run_id = seeded.paused[0]
+        result = cli("signal", run_id, "approval", "--payload", '{"ok": false}',
+                     "--db", seeded.url, "--app", APP, "--json")
+        data = json.loads(result.out)
+        assert data == {"run_id": run_id, "status": "success", "waiting_for": None,
+                        "error": None, "result": {"ok": False, "receipt": "receipt-o-0"}}
+
+    def test_inline_run_without_its_code(self, cli: Cli, seeded: Seeded,
+                                         unregistered: None) -> None:
+        run_id = seeded.paused[0]
+        before = state(seeded, run_id)
+        line = cli.fails("signal", run_id, "approval", "--payload", '{"ok": true}',
+                         "--db", seeded.url)
+        assert "pass --app MODULE" in line and "'cli_order' v1" in line
+        assert state(seeded, run_id) == before  # not even the signal was kept
+
+    def test_bad_payload(self, cli: Cli, seeded: Seeded) -> None:
+        run_id = seeded.paused[0]
+        before = state(seeded, run_id)
+        line = cli.fails("signal", run_id, "approval", "--payload", "{ok: true}",
+                         "--db", seeded.url, "--app", APP, code=2)
+        assert "--payload: not valid JSON" in line and "--payload '{\"ok\": true}'" in line
+        assert state(seeded, run_id) == before
+
+    def test_unknown_run(self, cli: Cli, seeded: Seeded) -> None:
+        line = cli.fails("signal", "no-such-run", "approval", "--db", seeded.url)
+        assert line.startswith("starflow: RunNotFound: run no-such-run not found")
+
+    def test_finished_run(self, cli: Cli, seeded: Seeded) -> None:
+        before = state(seeded, seeded.done)
+        line = cli.fails("signal", seeded.done, "approval", "--db", seeded.url)
+        assert "RunFinished" in line and "already ended with status 'success'" in line
+        assert state(seeded, seeded.done) == before
+
+
+class TestResume:
+    """A wake token resumes its wait; the token is never echoed back."""
+
+    def test_resume(self, cli: Cli, seeded: Seeded) -> None:
+        run_id = seeded.paused[1]
+        token = seeded.tokens[run_id]
+        result = cli("resume", token, "--payload", '{"ok": true}', "--db", seeded.url,
+                     "--app", APP)
+        assert result.code == 0, result.err
+        assert result.out == f"resumed run {run_id}: now success\n"
+        assert token not in result.out + result.err
+        again = cli.fails("resume", token, "--db", seeded.url, "--app", APP)
+        assert "invalid wake token (already_used)" in again and token not in again
+
+    def test_invalid_token(self, cli: Cli, seeded: Seeded) -> None:
+        run_id = seeded.paused[1]
+        before = state(seeded, run_id)
+        forged = seeded.tokens[run_id][:-4] + "AAAA"
+        line = cli.fails("resume", forged, "--db", seeded.url, "--app", APP)
+        assert "invalid wake token" in line and "check the whole token was copied" in line
+        assert forged not in line
+        assert "malformed" in cli.fails("resume", "garbage", "--db", seeded.url)
+        assert state(seeded, run_id) == before
+
+    def test_inline_run_without_its_code(self, cli: Cli, seeded: Seeded,
+                                         unregistered: None) -> None:
+        run_id = seeded.paused[1]
+        before = state(seeded, run_id)
+        line = cli.fails("resume", seeded.tokens[run_id], "--db", seeded.url)
+        assert "pass --app MODULE" in line
+        assert state(seeded, run_id) == before
+
+    def test_bad_payload(self, cli: Cli, seeded: Seeded) -> None:
+        run_id = seeded.paused[1]
+        before = state(seeded, run_id)
+        assert "not valid JSON" in cli.fails("resume", seeded.tokens[run_id], "--payload",
+                                             "[1,", "--db", seeded.url, code=2)
+        assert state(seeded, run_id) == before
+
+
+class TestCancel:
+    """A paused run is cancelled at once; a finished one cannot be."""
+
+    def test_cancel(self, cli: Cli, seeded: Seeded) -> None:
+        run_id = seeded.paused[2]
+        result = cli("cancel", run_id, "--db", seeded.url)
+        assert result.code == 0, result.err
+        assert result.out == f"cancelled run {run_id}: now cancelled\n"
+        assert state(seeded, run_id)[0] == "cancelled"
+        line = cli.fails("cancel", run_id, "--db", seeded.url)
+        assert "cannot cancel run" in line and "'cancelled'" in line
+
+    def test_unknown_run(self, cli: Cli, seeded: Seeded) -> None:
+        assert "RunNotFound" in cli.fails("cancel", "nope", "--db", seeded.url)
