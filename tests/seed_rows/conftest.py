@@ -14,37 +14,7 @@ import pytest
 from starflow import Starflow, StarflowConfig
 from starflow.adapters import adapter_from_url
 from starflow.adapters.base import WorkflowStateAdapter
-
-
-class FakeClock:
-    """A small :class:`starflow.Clock` whose time moves only through :meth:`advance`."""
-
-    def __init__(self, start: datetime = datetime(2030, 1, 1, tzinfo=UTC)) -> None:
-        self._now = start
-        self._sleepers: list[tuple[datetime, anyio.Event]] = []
-
-    def now(self) -> datetime:
-        return self._now
-
-    async def sleep(self, seconds: float) -> None:
-        await self.sleep_until(self._now + timedelta(seconds=max(0.0, seconds)))
-
-    async def sleep_until(self, deadline: datetime) -> None:
-        if deadline <= self._now:
-            await anyio.lowlevel.checkpoint()
-            return
-        event = anyio.Event()
-        self._sleepers.append((deadline, event))
-        await event.wait()
-
-    def advance(self, delta: timedelta) -> None:
-        """Move time forward and wake every sleeper now due."""
-        self._now += delta
-        due = [s for s in self._sleepers if s[0] <= self._now]
-        self._sleepers = [s for s in self._sleepers if s[0] > self._now]
-        for _, event in due:
-            event.set()
-
+from starflow_testing import FakeClock
 
 KEYS = {"k1": "a-test-secret-of-enough-length"}
 
@@ -67,7 +37,7 @@ async def eventually(check: Callable[[], Any], adapter: WorkflowStateAdapter,
 
 @pytest.fixture
 def clock() -> FakeClock:
-    return FakeClock()
+    return FakeClock(datetime(2030, 1, 1, tzinfo=UTC))
 
 
 @pytest.fixture

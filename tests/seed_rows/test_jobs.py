@@ -10,8 +10,9 @@ import anyio
 from starflow import Starflow, StepFailed, step, workflow
 from starflow.context import IDEMPOTENCY_KEY
 from starflow.jobs import current_job
+from starflow_testing import FakeClock
 
-from .conftest import FakeClock, unique
+from .conftest import unique
 
 POOL = f"gpu-{uuid.uuid4().hex[:6]}"
 seen_keys: list[str] = []
@@ -95,7 +96,7 @@ class TestLeases:
                                                  lease_until=now + sf.config.lease_ttl)
         live = sf.job_worker(POOL)
         assert await live.work_once() == 0  # leased by the dead worker
-        clock.advance(sf.config.lease_ttl + timedelta(seconds=1))
+        await clock.advance(sf.config.lease_ttl + timedelta(seconds=1))
         assert await live.work_once() == 1
         assert await sf.result(h.run_id) == 11
         job = await sf.adapter.get_job(claimed.id)
@@ -112,7 +113,7 @@ class TestLeases:
             now = clock.now()
             assert await sf.adapter.claim_jobs(f"dead-{i}", pool=POOL, now=now,
                                                lease_until=now + sf.config.lease_ttl)
-            clock.advance(sf.config.lease_ttl + timedelta(seconds=1))
+            await clock.advance(sf.config.lease_ttl + timedelta(seconds=1))
         assert await sf.job_worker(POOL).work_once() == 1
         run = await sf.get_run(h.run_id)
         assert run.status == "error" and "WorkerLost" in (run.error or "")

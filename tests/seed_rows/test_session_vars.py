@@ -10,8 +10,9 @@ import starflow
 from starflow import Starflow, StarflowConfig, wait_for, workflow
 from starflow.adapters import adapter_from_url
 from starflow.maintenance import Maintenance
+from starflow_testing import FakeClock
 
-from .conftest import FakeClock, eventually, unique
+from .conftest import eventually, unique
 
 
 def vars_workflow(keep_until: datetime, fail: bool = False) -> object:
@@ -47,7 +48,7 @@ class TestLifetime:
         wf = vars_workflow(clock.now() + timedelta(minutes=5))
         h = await sf.run(wf, "s2")  # type: ignore[arg-type]
         await sf.signal(h.run_id, "go")
-        clock.advance(timedelta(minutes=6))
+        await clock.advance(timedelta(minutes=6))
         assert await sf.session_get("s2", "profile") is None  # expired: not served
         assert await sf.adapter.session_get("s2", "profile") == "kept"  # row still there
         assert await sf.adapter.expire_session_vars(clock.now()) == 1
@@ -57,7 +58,7 @@ class TestLifetime:
         await sf.session_set("app", "flag", [1, 2])
         assert await sf.session_get("app", "flag") == [1, 2]
         await sf.session_set("app", "tmp", "x", keep_until=clock.now() + timedelta(seconds=5))
-        clock.advance(timedelta(seconds=6))
+        await clock.advance(timedelta(seconds=6))
         assert await sf.session_get("app", "tmp") is None
         assert await sf.session_get("app", "flag") == [1, 2]
         with pytest.raises(starflow.StarflowError, match="timezone-aware"):
@@ -82,7 +83,7 @@ class TestGarbageCollection:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(Maintenance(sf.runner, poll=False)._session_gc_loop)
                 await anyio.wait_all_tasks_blocked()
-                clock.advance(timedelta(seconds=61))
+                await clock.advance(timedelta(seconds=61))
 
                 async def gone() -> bool:
                     return await sf.adapter.session_get("gc", "k") is None

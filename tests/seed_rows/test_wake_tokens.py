@@ -122,7 +122,7 @@ class TestRejections:
 
     async def test_expired(self, sf: Starflow, clock: FakeClock) -> None:
         run_id, token = await self._paused(sf)
-        clock.advance(timedelta(hours=2))  # wake_token_ttl is 1 h in these tests
+        await clock.advance(timedelta(hours=2))  # wake_token_ttl is 1 h in these tests
         await self._rejects(sf, run_id, token, {"expired"})
 
     async def test_already_used(self, sf: Starflow) -> None:

@@ -11,9 +11,10 @@ import pytest
 
 from starflow import Clock, Starflow, StarflowConfig
 from starflow.adapters import adapter_from_url
+from starflow_testing import FakeClock
 
 from . import flows
-from .support import FakeTime, Probe, make_clock
+from .support import Probe, make_clock
 
 #: The state model's numbers, on a fake clock.
 CONFIG = StarflowConfig(lease_ttl=timedelta(seconds=30), heartbeat_interval=timedelta(seconds=10),
@@ -41,7 +42,7 @@ def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 
 @pytest.fixture
-def clock() -> FakeTime:
+def clock() -> FakeClock:
     return make_clock()
 
 

@@ -3,22 +3,20 @@
 from __future__ import annotations
 
 import asyncio
-import heapq
-import itertools
 import os
 import signal
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import anyio
 import anyio.lowlevel
 
 from starflow.adapters.base import DelegatingAdapter, RunInfo, SweepResult, Unit
+from starflow_testing import FakeClock
 
 HERE = Path(__file__).parent
 ROOT = HERE.parent.parent
@@ -41,77 +39,9 @@ async def all_blocked() -> None:
             return
 
 
-@dataclass(order=True)
-class _Sleeper:
-    deadline: datetime
-    seq: int
-    event: anyio.Event = field(compare=False)
-
-
-class LocalFakeClock:
-    """A minimal :class:`starflow.Clock` whose time moves only through :meth:`advance`.
-
-    Stand-in until ``starflow_testing.FakeClock`` lands; the tests synchronise
-    on database writes (:class:`Probe`), not on the clock.
-    """
-
-    def __init__(self, start: datetime = START) -> None:
-        self._now = start
-        self._sleepers: list[_Sleeper] = []
-        self._seq = itertools.count()
-
-    def now(self) -> datetime:
-        return self._now
-
-    async def sleep(self, seconds: float) -> None:
-        await self.sleep_until(self._now + timedelta(seconds=max(0.0, seconds)))
-
-    async def sleep_until(self, deadline: datetime) -> None:
-        if deadline <= self._now:
-            await anyio.lowlevel.checkpoint()
-            return
-        sleeper = _Sleeper(deadline, next(self._seq), anyio.Event())
-        heapq.heappush(self._sleepers, sleeper)
-        await sleeper.event.wait()
-
-    async def advance(self, delta: timedelta | float) -> None:
-        """Move time forward, waking sleepers in deadline order."""
-        seconds = delta.total_seconds() if isinstance(delta, timedelta) else float(delta)
-        target = self._now + timedelta(seconds=seconds)
-        # Let tasks about to sleep register first (a task waiting on a database
-        # thread counts as blocked: the tests also wait on the writes they expect).
-        await all_blocked()
-        while self._sleepers and self._sleepers[0].deadline <= target:
-            sleeper = heapq.heappop(self._sleepers)
-            self._now = max(self._now, sleeper.deadline)
-            sleeper.event.set()
-            await all_blocked()
-        self._now = target
-        await all_blocked()
-
-
-class FakeTime(Protocol):
-    """What the tests need from a fake clock (both implementations have it)."""
-
-    def now(self) -> datetime: ...
-
-    async def sleep(self, seconds: float) -> None: ...
-
-    async def sleep_until(self, deadline: datetime) -> None: ...
-
-    async def advance(self, delta: timedelta | float) -> None: ...
-
-
-def make_clock() -> FakeTime:
-    """``starflow_testing.FakeClock`` if the harness has it, else the local stand-in."""
-    if os.environ.get("STARFLOW_TEST_LOCAL_CLOCK"):
-        return LocalFakeClock()
-    try:
-        from starflow_testing import FakeClock
-    except ImportError:
-        return LocalFakeClock()
-    clock: FakeTime = FakeClock(START)
-    return clock
+def make_clock() -> FakeClock:
+    """A fresh ``starflow_testing.FakeClock`` at the tests' start time."""
+    return FakeClock(START)
 
 
 class Probe(DelegatingAdapter):

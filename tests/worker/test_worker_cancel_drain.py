@@ -8,10 +8,11 @@ import anyio
 import pytest
 
 from starflow import RunFinished
+from starflow_testing import FakeClock
 
 from . import flows
 from .conftest import OpenApp
-from .support import FakeTime, all_blocked
+from .support import all_blocked
 
 
 class TestCancel:
@@ -86,7 +87,7 @@ class TestDrain:
             assert flows.EXECUTED.count(f"{run_id}:step:gated#1") == 1
 
     async def test_grace_expiry_cancels_and_releases(self, open_app: OpenApp,
-                                                     clock: FakeTime) -> None:
+                                                     clock: FakeClock) -> None:
         async with open_app() as (sf, probe):
             run_id = (await sf.start(flows.gated_flow, "g")).run_id
             worker = sf.worker(grace=5)

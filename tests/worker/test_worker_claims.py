@@ -12,10 +12,11 @@ import structlog.testing
 from starflow import WorkflowContext
 from starflow.adapters.base import StartOptions
 from starflow.worker import Worker
+from starflow_testing import FakeClock
 
 from . import flows
 from .conftest import CONFIG, OpenApp
-from .support import FakeTime, Probe
+from .support import Probe
 
 
 async def claim_all(worker: Worker) -> None:
@@ -30,7 +31,7 @@ async def claim_all(worker: Worker) -> None:
                 await settled.wait()
 
 
-async def queue_raw(probe: Probe, workflow: str, version: int, clock: FakeTime) -> str:
+async def queue_raw(probe: Probe, workflow: str, version: int, clock: FakeClock) -> str:
     """Queue a run row directly, as another deployment would."""
     import uuid
 
@@ -121,7 +122,7 @@ class TestUnregistered:
     """Runs of workflows this process does not have are left for a worker that has them."""
 
     async def test_unknown_workflow_is_never_claimed(self, open_app: OpenApp,
-                                                     clock: FakeTime) -> None:
+                                                     clock: FakeClock) -> None:
         async with open_app() as (sf, probe):
             run_id = await queue_raw(probe, "wt-lives-elsewhere", 1, clock)
             await claim_all(sf.worker())
@@ -130,7 +131,7 @@ class TestUnregistered:
                 "queued", "queued", 0, None)
 
     async def test_unknown_version_is_released_and_logged(self, open_app: OpenApp,
-                                                         clock: FakeTime) -> None:
+                                                         clock: FakeClock) -> None:
         async with open_app() as (sf, probe):
             run_id = await queue_raw(probe, "wt-one-step", 7, clock)
             worker = sf.worker()
@@ -166,7 +167,7 @@ class TestRequeue:
             assert flows.EXECUTED.count(f"{run_id}:step:note#1") == 1
 
     async def test_durable_timer_fires_in_a_worker_deployment(
-            self, open_app: OpenApp, clock: FakeTime) -> None:
+            self, open_app: OpenApp, clock: FakeClock) -> None:
         """A worker with maintenance fires the sleep; the run is requeued and finished."""
         config = msgspec.structs.replace(CONFIG, poll_interval=timedelta(minutes=10))
         async with open_app(config) as (starter, _), open_app(config) as (host, probe):
@@ -189,7 +190,7 @@ class TestRequeue:
             assert resumed - paused >= timedelta(hours=1)
 
     async def test_boot_sweep_runs_before_the_first_claim(
-            self, open_app: OpenApp, clock: FakeTime) -> None:
+            self, open_app: OpenApp, clock: FakeClock) -> None:
         """A worker starting up requeues orphans of a dead runner first, then takes them."""
         async with open_app() as (sf, probe):
             run_id = (await sf.start(flows.one_step, "orphan")).run_id

@@ -8,10 +8,11 @@ import anyio
 
 from starflow.adapters.base import Guard
 from starflow.maintenance import Maintenance
+from starflow_testing import FakeClock
 
 from . import flows
 from .conftest import CONFIG, OpenApp
-from .support import FakeTime, Probe
+from .support import Probe
 
 TTL = CONFIG.lease_ttl
 
@@ -20,7 +21,7 @@ class TestFencing:
     """A runner whose lease was taken over can write nothing and stops the run."""
 
     async def test_takeover_fences_the_old_runner(self, open_app: OpenApp,
-                                                  clock: FakeTime) -> None:
+                                                  clock: FakeClock) -> None:
         async with open_app(runner_id="runner-a") as (a, pa), \
                 open_app(runner_id="runner-b") as (b, pb):
             run_id = (await a.start(flows.gated_flow, "f")).run_id
@@ -61,7 +62,7 @@ class TestFencing:
             assert flows.EXECUTED.count(f"{run_id}:step:gated#1") == 2  # at-least-once
 
     async def test_heartbeat_finds_the_lease_taken_and_cancels_the_body(
-            self, open_app: OpenApp, clock: FakeTime) -> None:
+            self, open_app: OpenApp, clock: FakeClock) -> None:
         async with open_app(runner_id="runner-a") as (a, pa), \
                 open_app(runner_id="runner-b") as (_, pb):
             run_id = (await a.start(flows.gated_flow, "h")).run_id
@@ -86,7 +87,7 @@ class TestFencing:
 class TestSweepOutcomes:
     """Requeue under max_claim_attempts; past it, the seed's exact outcome."""
 
-    async def expire(self, probe: Probe, clock: FakeTime, run_id: str) -> str:
+    async def expire(self, probe: Probe, clock: FakeClock, run_id: str) -> str:
         now = clock.now()
         [run] = await probe.claim_runs("dead", pool=None, now=now, lease_until=now + TTL)
         assert run.id == run_id
@@ -94,7 +95,7 @@ class TestSweepOutcomes:
         [swept] = await probe.expire_old_leases(clock.now())
         return swept.action
 
-    async def test_default_three_claims(self, open_app: OpenApp, clock: FakeTime) -> None:
+    async def test_default_three_claims(self, open_app: OpenApp, clock: FakeClock) -> None:
         async with open_app() as (sf, probe):
             run_id = (await sf.start(flows.one_step, "x")).run_id
             actions = [await self.expire(probe, clock, run_id) for _ in range(3)]
@@ -105,7 +106,7 @@ class TestSweepOutcomes:
             lost = [e for e in await sf.events(run_id) if e.event_type == "runner_lost"]
             assert [e.payload["action"] for e in lost] == ["requeued", "requeued", "abandoned"]
 
-    async def test_per_workflow_max(self, open_app: OpenApp, clock: FakeTime) -> None:
+    async def test_per_workflow_max(self, open_app: OpenApp, clock: FakeClock) -> None:
         async with open_app() as (sf, probe):
             run_id = (await sf.start(flows.once_flow, "y")).run_id
             assert (await sf.get_run(run_id)).max_claim_attempts == 1
@@ -114,7 +115,7 @@ class TestSweepOutcomes:
             assert (run.status, run.claim_state, run.error) == ("error", "abandoned",
                                                                  "runner_lost")
 
-    async def test_two_sweepers_at_once(self, open_app: OpenApp, clock: FakeTime) -> None:
+    async def test_two_sweepers_at_once(self, open_app: OpenApp, clock: FakeClock) -> None:
         """Two sweeps on one database (two connections): each expired run is swept once."""
         async with open_app() as (a, pa), open_app() as (_, pb):
             run_ids = [(await a.start(flows.one_step, f"z{i}")).run_id for i in range(12)]
@@ -138,7 +139,7 @@ class TestSweepOutcomes:
 class TestSweepTiming:
     """Under a fake clock: swept within one interval past expiry, never before."""
 
-    async def test_boundary(self, open_app: OpenApp, clock: FakeTime) -> None:
+    async def test_boundary(self, open_app: OpenApp, clock: FakeClock) -> None:
         async with open_app() as (sf, probe):
             run_id = (await sf.start(flows.one_step, "b")).run_id
             now = clock.now()
@@ -150,7 +151,7 @@ class TestSweepTiming:
             assert (await sf.get_run(run_id)).status == "queued"
 
     async def test_maintenance_sweeps_within_one_interval(
-            self, open_app: OpenApp, clock: FakeTime) -> None:
+            self, open_app: OpenApp, clock: FakeClock) -> None:
         async with open_app() as (sf, probe):
             maintenance = Maintenance(sf.runner)
             interval = CONFIG.sweep_interval.total_seconds()
@@ -178,7 +179,7 @@ class TestSweepTiming:
                        if at < swept_at and not results)
 
     async def test_paused_run_is_never_swept(self, open_app: OpenApp,
-                                             clock: FakeTime) -> None:
+                                             clock: FakeClock) -> None:
         async with open_app() as (sf, probe):
             run_id = (await sf.start(flows.signal_flow, "p")).run_id
             from .test_worker_claims import claim_all
@@ -199,7 +200,7 @@ class TestSweepTiming:
             assert "runner_lost" not in [e.event_type for e in await sf.events(run_id)]
 
     async def test_healthy_run_with_heartbeats_is_never_swept(
-            self, open_app: OpenApp, clock: FakeTime) -> None:
+            self, open_app: OpenApp, clock: FakeClock) -> None:
         async with open_app() as (sf, probe):
             run_id = (await sf.start(flows.gated_flow, "hb")).run_id
             worker = sf.worker(maintenance=True)
