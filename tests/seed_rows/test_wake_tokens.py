@@ -14,8 +14,9 @@ import starflow
 from starflow import InvalidWakeToken, Starflow, StarflowConfig, step, wait_for, workflow
 from starflow.adapters import adapter_from_url
 from starflow.waits import Keyring, WakeClaims, redact_wake_tokens
+from starflow_testing import FakeClock
 
-from .conftest import KEYS, FakeClock, unique
+from .conftest import KEYS, unique
 
 outbox: list[str] = []
 
