@@ -14,14 +14,13 @@ import msgspec
 
 from . import serde
 from .adapters.base import RunEvent, RunInfo, WorkflowStateAdapter
-from .context import WAIT_KEY
 from .errors import RunNotFound, SerializationError
+from .waits import redact_wake_tokens
 
 __all__ = ["HISTORY_FORMAT", "RunHistory", "export_run", "load_history", "read_history"]
 
 #: The ``format`` field of every export; bumped when the layout changes.
 HISTORY_FORMAT = "starflow.run-history/1"
-_REDACTED = "<redacted>"
 
 
 class RunHistory(msgspec.Struct, frozen=True, kw_only=True):
@@ -43,27 +42,12 @@ class RunHistory(msgspec.Struct, frozen=True, kw_only=True):
         return self.run.id
 
 
-def _redact_wait(variables: Any) -> Any:
-    if not isinstance(variables, dict) or not isinstance(variables.get(WAIT_KEY), dict):
-        return variables
-    wait = dict(variables[WAIT_KEY])
-    if wait.get("wake_token"):
-        wait["wake_token"] = _REDACTED
-    return {**variables, WAIT_KEY: wait}
-
-
 def _redacted(history: RunHistory) -> RunHistory:
     run = history.run
-    if isinstance(run.checkpoint_json, dict):
-        checkpoint = dict(run.checkpoint_json)
-        checkpoint["variables"] = _redact_wait(checkpoint.get("variables"))
-        run = msgspec.structs.replace(run, checkpoint_json=checkpoint)
-    events = []
-    for ev in history.events:
-        payload = ev.payload_json
-        if isinstance(payload, dict) and payload.get("wake_token"):
-            ev = msgspec.structs.replace(ev, payload_json={**payload, "wake_token": _REDACTED})
-        events.append(ev)
+    if run.checkpoint_json is not None:
+        run = msgspec.structs.replace(run, checkpoint_json=redact_wake_tokens(run.checkpoint_json))
+    events = [msgspec.structs.replace(ev, payload_json=redact_wake_tokens(ev.payload_json))
+              for ev in history.events]
     return RunHistory(run=run, events=events, format=history.format)
 
 

@@ -21,8 +21,17 @@ import msgspec
 from .context import current_engine
 from .errors import InvalidWakeToken, StarflowError
 
-__all__ = ["Keyring", "WakeClaims", "now", "patched", "redact_wake_tokens", "sleep", "wait_for",
-           "wake_token"]
+__all__ = [
+    "REDACTED",
+    "Keyring",
+    "WakeClaims",
+    "now",
+    "patched",
+    "redact_wake_tokens",
+    "sleep",
+    "wait_for",
+    "wake_token",
+]
 
 T = TypeVar("T")
 
@@ -132,6 +141,10 @@ def wake_token(event: str, *, timeout: timedelta | None = None) -> str:
     return _engine("wake_token").wake_token_for(event, timeout)  # type: ignore[no-any-return]
 
 
+#: What a redacted wake token reads as.
+REDACTED = "[redacted]"
+
+
 def redact_wake_tokens(value: Any) -> Any:
     """A copy of ``value`` with every ``wake_token`` entry replaced by ``"[redacted]"``.
 
@@ -139,7 +152,7 @@ def redact_wake_tokens(value: Any) -> Any:
     payloads (``run_paused`` events, checkpoints) through this.
     """
     if isinstance(value, Mapping):
-        return {k: ("[redacted]" if k == "wake_token" and v is not None
+        return {k: (REDACTED if k == "wake_token" and v is not None
                     else redact_wake_tokens(v)) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [redact_wake_tokens(v) for v in value]

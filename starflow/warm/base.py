@@ -45,6 +45,7 @@ import msgspec
 
 from ..adapters.base import TERMINAL_STATUSES, RunEvent, RunInfo
 from ..clock import format_ts
+from ..waits import REDACTED, redact_wake_tokens
 
 __all__ = [
     "REDACTED",
@@ -59,8 +60,6 @@ __all__ = [
 ]
 
 #: What a wake token (a bearer secret) becomes in anything sent to the warm tier.
-REDACTED = "[redacted]"
-_SECRET_KEYS = frozenset({"wake_token"})
 
 #: ``workflow_runs`` columns mirrored to the warm tier, in RunInfo order.
 RUN_FIELDS: tuple[str, ...] = RunInfo.__struct_fields__
@@ -105,14 +104,8 @@ class LiveRun(RunInfo, frozen=True, kw_only=True):
 # ---------------------------------------------------------------------------
 
 
-def redact(value: Any) -> Any:
-    """A copy of ``value`` with every ``wake_token`` replaced by :data:`REDACTED`."""
-    if isinstance(value, Mapping):
-        return {k: (REDACTED if k in _SECRET_KEYS and v is not None else redact(v))
-                for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [redact(v) for v in value]
-    return value
+#: Wake tokens are bearer secrets: every warm projection goes through this.
+redact = redact_wake_tokens
 
 
 def _canonical(value: Any) -> Any:
