@@ -443,7 +443,7 @@ def _report(handle: Any, verb: str, as_json: bool) -> None:
     _write(f"{verb} run {handle.run_id}: now {where}\n")
 
 
-def _needs_app(run: RunInfo, exc: WorkflowDefinitionError) -> CommandError:
+def _needs_app(run: RunInfo) -> CommandError:
     return CommandError(
         f"run {run.id} was started inline, so the command that wakes it drives it, and "
         f"workflow {run.template_id!r} v{run.workflow_version} is not registered here: pass "
@@ -467,7 +467,7 @@ async def _signal(ns: argparse.Namespace) -> int:
             try:  # it would be driven here: refuse before writing if its code is missing
                 await sf.runner.resolve(run)
             except WorkflowDefinitionError as exc:
-                raise _needs_app(run, exc) from exc
+                raise _needs_app(run) from exc
         handle = await sf.signal(ns.run_id, ns.event, ns.payload)
     _report(handle, f"signal {ns.event!r} sent to", ns.json)
     return EXIT_OK
@@ -494,7 +494,7 @@ async def _resume(ns: argparse.Namespace) -> int:
             run = await sf.get_run(exc.run_id) if exc.run_id else None
             if run is None:
                 raise
-            raise _needs_app(run, exc) from exc
+            raise _needs_app(run) from exc
     _report(handle, "resumed", ns.json)
     return EXIT_OK
 
