@@ -143,6 +143,7 @@ class TestExportAndReplay:
         history = load_history(result.out)
         assert history.run_id == run_id and len(history.events) == 3
         assert seeded.tokens[run_id] not in result.out
+        assert history.events[-1].payload_json["wake_token"] == "[redacted]"
 
     def test_export_all_then_replay(self, cli: Cli, seeded: Seeded, tmp_path: Path) -> None:
         target = tmp_path / "histories.json"
