@@ -1,0 +1,108 @@
+"""Leases and heartbeats as the state model's lease section says, and racing wakes."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from datetime import timedelta
+
+import anyio
+import pytest
+
+from starflow import Starflow, StarflowConfig, step, wait_for, workflow
+from starflow.adapters import adapter_from_url
+from starflow_testing import FakeClock, FaultInjectingAdapter, capture_logs
+
+gate: dict[str, anyio.Event] = {}
+
+
+@step
+async def slow_step() -> str:
+    gate["started"].set()
+    await gate["release"].wait()
+    return "done"
+
+
+@workflow(name="leases-slow")
+async def slow() -> str:
+    return await slow_step()
+
+
+@workflow(name="leases-wait")
+async def waits() -> object:
+    return await wait_for("go")
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+async def faulty(db_url: str, workspace_id: str) -> FaultInjectingAdapter:
+    # refresh_lease calls 1 and 2 fail: a blip shorter than the TTL.
+    return FaultInjectingAdapter(adapter_from_url(db_url, workspace_id=workspace_id),
+                                 fail={"refresh_lease": {1, 2}})
+
+
+@pytest.fixture
+async def sf(faulty: FaultInjectingAdapter, clock: FakeClock) -> AsyncIterator[Starflow]:
+    async with Starflow(faulty, clock=clock, maintenance=False) as app:
+        yield app
+
+
+class TestHeartbeat:
+    """The engine refreshes its lease every 10 s; failures are logged, never raised."""
+
+    async def test_refresh_every_interval_and_failures_only_logged(
+        self, sf: Starflow, clock: FakeClock, faulty: FaultInjectingAdapter
+    ) -> None:
+        """Two failed refreshes (20 s) stay within the 30 s TTL; the run finishes."""
+        gate["started"], gate["release"] = anyio.Event(), anyio.Event()
+        start = clock.now()
+        with capture_logs("warning") as logs:
+            async with anyio.create_task_group() as tg:
+                result: dict[str, object] = {}
+
+                async def run() -> None:
+                    result["handle"] = await sf.run(slow)
+
+                tg.start_soon(run)
+                await gate["started"].wait()
+                runs = await sf.list_runs()
+                assert runs[0].lease_until == start + timedelta(seconds=30)
+                await clock.advance(timedelta(seconds=20))  # refreshes 1 and 2 fail
+                run_row = await sf.get_run(runs[0].id)
+                assert run_row.lease_until == start + timedelta(seconds=30)
+                await clock.advance(timedelta(seconds=10))  # refresh 3 succeeds at 30 s
+                run_row = await sf.get_run(runs[0].id)
+                assert run_row.lease_until == start + timedelta(seconds=60)
+                assert run_row.last_heartbeat == start + timedelta(seconds=30)
+                gate["release"].set()
+        handle = result["handle"]
+        assert getattr(handle, "status", None) == "success"
+        failures = [e for e in logs if e["event"] == "lease refresh failed"]
+        assert len(failures) == 2
+        done = await sf.get_run(runs[0].id)
+        assert done.leased_by is None and done.lease_until is None  # cleared on terminal
+
+
+async def test_two_racing_signals_wake_the_run_once(db_url: str, workspace_id: str) -> None:
+    """Two signals for one wait: exactly one resumes the run; the other stays queued."""
+    async with Starflow.open(db_url, workspace_id=workspace_id, maintenance=False,
+                             config=StarflowConfig()) as sf:
+        handle = await sf.run(waits)
+        assert handle.status == "paused"
+        results = []
+
+        async def send(payload: int) -> None:
+            results.append(await sf.signal(handle.run_id, "go", payload))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(send, 1)
+            tg.start_soon(send, 2)
+        run = await sf.get_run(handle.run_id)
+        assert run.status == "success" and run.result_json in (1, 2)
+        events = await sf.events(handle.run_id)
+        assert [e.event_type for e in events].count("run_resumed") == 1
+        leftover = await sf.adapter.find_signal(handle.run_id, "go")
+        assert leftover is not None and leftover.payload == 3 - run.result_json
