@@ -35,15 +35,34 @@ async def crossproc(item: str) -> dict[str, str]:
     return {"reserve": r, "ship": s}
 
 
+async def work_until(sf: Starflow, run_id: str, statuses: set[str]) -> str:
+    """Run a worker in this process until the run reaches one of ``statuses``."""
+    worker = sf.worker(concurrency=4)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(worker.run)
+        while (status := (await sf.get_run(run_id)).status) not in statuses:
+            await sf.runner.wait_settled(0.05)
+        worker.stop()
+    return status
+
+
 async def main(argv: list[str]) -> None:
-    url, action = argv[0], argv[1]
-    async with Starflow.open(url, maintenance=False) as sf:
+    url, workspace, action = argv[0], argv[1], argv[2]
+    async with Starflow.open(url, workspace_id=workspace, maintenance=False) as sf:
         if action == "start":
-            handle = await sf.run(crossproc, argv[2])
+            handle = await sf.run(crossproc, argv[3])
             print(handle.run_id, handle.status)
         elif action == "signal":
-            handle = await sf.signal(argv[2], "approve", {"by": argv[3]})
+            handle = await sf.signal(argv[3], "approve", {"by": argv[4]})
             print(handle.run_id, handle.status, handle.result)
+        elif action == "start-queued":
+            # Queued for workers; this process's worker drives it to the wait.
+            handle = await sf.start(crossproc, argv[3])
+            print(handle.run_id, await work_until(sf, handle.run_id, {"paused"}))
+        elif action == "signal-and-work":
+            handle = await sf.signal(argv[3], "approve", {"by": argv[4]})
+            assert handle.status == "queued", handle  # worker runs go back to the queue
+            print(handle.run_id, await work_until(sf, handle.run_id, {"success", "error"}))
 
 
 if __name__ == "__main__":
