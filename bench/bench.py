@@ -264,8 +264,9 @@ async def leg_throughput(kind: str, tmp: str, n: int, rows: list[dict[str, Any]]
     raw_n = seq_n = conc_n = 0
     seq_ratios: list[float] = []
     conc_ratios: list[float] = []
+    workspace = new_workspace("seq")
     try:
-        async with Starflow.open(url_for(kind, tmp), workspace_id=new_workspace("seq"),
+        async with Starflow.open(url_for(kind, tmp), workspace_id=workspace,
                                  maintenance=False) as sf:
             async def run(i: int) -> None:
                 handle = await sf.run(three_steps, i)
@@ -289,6 +290,7 @@ async def leg_throughput(kind: str, tmp: str, n: int, rows: list[dict[str, Any]]
                     conc_ratios.append(c_rate / s_rate)
     finally:
         await raw.close()
+        await drop_workspace(kind, workspace)
     raw_rate, seq = raw_n / raw_time, seq_n / seq_time
     rows.append({"db": kind, "figure": "raw INSERT+COMMIT", "value": raw_rate,
                  "unit": "commits/s", "baseline": None, "baseline_name": "", "ratio": None})
@@ -372,7 +374,16 @@ async def leg_signal(kind: str, tmp: str, n: int, rows: list[dict[str, Any]]) ->
     # and the end unit (node_start is not); the floor is four raw commits.
     floor = 4 * statistics.median(raw)
     config = StarflowConfig(poll_interval=timedelta(milliseconds=50))
-    async with Starflow.open(url_for(kind, tmp), workspace_id=new_workspace("signal"),
+    workspace = new_workspace("signal")
+    try:
+        await _signal_latencies(kind, tmp, n, floor, config, workspace, rows)
+    finally:
+        await drop_workspace(kind, workspace)
+
+
+async def _signal_latencies(kind: str, tmp: str, n: int, floor: float, config: StarflowConfig,
+                            workspace: str, rows: list[dict[str, Any]]) -> None:
+    async with Starflow.open(url_for(kind, tmp), workspace_id=workspace,
                              maintenance=False, config=config) as sf:
         inline: list[float] = []
         for i in range(n + 5):
