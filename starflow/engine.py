@@ -139,6 +139,9 @@ class Engine:
     #: Asked before each new step starts: True hands the run back to the queue
     #: there (a draining worker), so the step runs once, on the next runner.
     should_yield: Callable[[], bool] | None = None
+    #: A worker's claim left the run ``claimed``: the first boundary unit also
+    #: writes the lease that moves it to ``running`` (one commit instead of two).
+    claimed: bool = False
 
     def __post_init__(self) -> None:
         self._last_time = self.started_at
@@ -191,6 +194,10 @@ class Engine:
             ts = clock.now()
             try:
                 async with self.adapter.unit(guard=guard or self._guard, durable=durable) as unit:
+                    if self.claimed:
+                        await self.adapter.write_lease(
+                            self.run_id, self.runtime.runner_id,
+                            ts + self.runtime.config.lease_ttl, now=ts)
                     for marker_id, change_id in markers:
                         await self.adapter.on_node_complete(
                             self.run_id, marker_id,
@@ -210,6 +217,7 @@ class Engine:
                 raise _Abort("lease_lost")
             # Every engine unit records the phase if it changed (see _phase).
             self.journal.last_phase = self.ctx.phase
+            self.claimed = False
             return ts
         raise AssertionError("unreachable")  # pragma: no cover
 

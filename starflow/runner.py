@@ -323,24 +323,16 @@ class Runner:
         """Replay a run this runner holds the lease of, until it pauses or ends.
 
         A run a worker just claimed (``claim_state`` claimed) moves to running
-        here, guarded by the lease; if the lease is gone already (a cancel, or
-        the sweep after a long stall) nothing runs. ``should_yield`` is asked
-        before each new step: True hands the run back to the queue there.
+        with the engine's first boundary unit, guarded by the lease; if the
+        lease is gone already (a cancel, or the sweep after a long stall) that
+        unit writes nothing and no step runs. ``should_yield`` is asked before
+        each new step: True hands the run back to the queue there.
 
         Raises:
             WorkflowDefinitionError: the run's workflow (name and version) is not
                 registered in this process; nothing was written.
         """
         definition = await self.resolve(run)
-        if run.claim_state == "claimed":
-            now = self.clock.now()
-            async with self.adapter.unit(guard=Guard(run_id=run.id, leased_by=self.runner_id,
-                                                     status_in=("running",))) as unit:
-                await self.adapter.write_lease(run.id, self.runner_id,
-                                               now + self.config.lease_ttl, now=now)
-            if not unit.held:
-                self._log.warning("claimed run lost before it started", run_id=run.id)
-                return await self.handle(run.id)
         events = await self.adapter.list_events(run.id)
         journal = Journal.from_events(events, started_at=run.started_at)
         ctx = WorkflowContext(run_id=run.id, workflow=definition.name,
@@ -349,7 +341,7 @@ class Runner:
         args, kwargs = self.decode_input(definition, run.input_json)
         engine = Engine(runtime=self.runtime, definition=definition, ctx=ctx, journal=journal,
                         args=args, kwargs=kwargs, started_at=run.started_at or self.clock.now(),
-                        should_yield=should_yield)
+                        should_yield=should_yield, claimed=run.claim_state == "claimed")
         outcome = await self._execute(engine)
         return await self.settle(run.id, outcome)
 

@@ -65,7 +65,8 @@ class TestClaimPath:
             run = await sf.get_run(handle.run_id)
             assert (run.status, run.claim_state, run.claim_attempts) == ("success", "complete", 1)
             assert (run.leased_by, run.lease_until) == (None, None)
-            assert probe.units[-4][0] == ["write_lease"]  # claimed -> running, guarded
+            # claimed -> running rides on the first boundary unit, guarded by the lease
+            assert probe.units[-3][0] == ["write_lease", "on_node_start"]
 
     async def test_cancelled_between_claim_and_start(self, open_app: OpenApp) -> None:
         """A run cancelled after its claim but before its engine started never starts."""
