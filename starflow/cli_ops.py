@@ -25,6 +25,7 @@ from .cli import (
     EXIT_OK,
     EXIT_USAGE,
     CommandError,
+    _positive_int,
     app_args,
     command,
     db_args,
@@ -127,16 +128,6 @@ def parse_since(text: str, now: datetime) -> datetime:
 def _since_arg(text: str) -> str:
     parse_since(text, datetime(2000, 1, 1, tzinfo=UTC))  # validate now; resolve on the clock
     return text
-
-
-def _limit(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1: {value}")
-    return value
 
 
 def _payload(text: str) -> Any:
@@ -255,7 +246,7 @@ def _ms(value: float | None, sign: str = "") -> str | None:
 
 def _list_args(parser: argparse.ArgumentParser) -> None:
     _filters(parser)
-    parser.add_argument("--limit", type=_limit, default=50, metavar="N",
+    parser.add_argument("--limit", type=_positive_int, default=50, metavar="N",
                         help="at most N runs, newest first (default 50)")
     _json_flag(parser)
 

@@ -18,33 +18,44 @@ POSTGRES_URL = os.environ.get(
 #: Set in CI: a missing PostgreSQL fails the suite instead of skipping.
 REQUIRE_POSTGRES = bool(os.environ.get("STARFLOW_REQUIRE_POSTGRES"))
 
-_pg_checked: bool | None = None
+_reachable: dict[str, bool] = {}
 
 
-def postgres_available() -> bool:
-    """Whether the test PostgreSQL answers (checked once per session)."""
-    global _pg_checked
-    if _pg_checked is None:
+def service_available(url: str, default_port: int) -> bool:
+    """Whether something answers at ``url``'s host and port (checked once per session)."""
+    if url not in _reachable:
         import socket
         from urllib.parse import urlsplit
 
-        parts = urlsplit(POSTGRES_URL)
+        parts = urlsplit(url)
         try:
-            with socket.create_connection((parts.hostname or "127.0.0.1", parts.port or 5432),
-                                          timeout=1):
-                _pg_checked = True
+            with socket.create_connection(
+                    (parts.hostname or "127.0.0.1", parts.port or default_port), timeout=1):
+                _reachable[url] = True
         except OSError:
-            _pg_checked = False
-    return _pg_checked
+            _reachable[url] = False
+    return _reachable[url]
+
+
+def require_service(name: str, url: str, default_port: int, *, required: bool,
+                    url_variable: str) -> None:
+    """Skip (locally) or fail (when ``required``, as in CI) if the service is unreachable."""
+    if service_available(url, default_port):
+        return
+    if required:
+        pytest.fail(f"{name} is required in CI but not reachable at {url}")
+    pytest.skip(f"no {name} at {url} (set {url_variable})")
+
+
+def postgres_available() -> bool:
+    """Whether the test PostgreSQL answers."""
+    return service_available(POSTGRES_URL, 5432)
 
 
 def require_postgres() -> None:
     """Skip (locally) or fail (in CI) when PostgreSQL is not reachable."""
-    if postgres_available():
-        return
-    if REQUIRE_POSTGRES:
-        pytest.fail(f"PostgreSQL is required in CI but not reachable at {POSTGRES_URL}")
-    pytest.skip(f"no PostgreSQL at {POSTGRES_URL} (set STARFLOW_TEST_POSTGRES_URL)")
+    require_service("PostgreSQL", POSTGRES_URL, 5432, required=REQUIRE_POSTGRES,
+                    url_variable="STARFLOW_TEST_POSTGRES_URL")
 
 
 @pytest.fixture

@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import anyio
 import anyio.lowlevel
 import pytest
+from conftest import require_service, service_available  # the suite's root conftest
 
 from starflow.warm import WarmTier, warm_from_url
 from starflow_testing import FakeClock
@@ -23,33 +24,14 @@ REDIS_URL = os.environ.get("STARFLOW_TEST_REDIS_URL", "redis://127.0.0.1:6379/15
 #: Set in CI: a missing Redis fails the Redis leg instead of skipping it.
 REQUIRE_REDIS = bool(os.environ.get("STARFLOW_REQUIRE_REDIS"))
 
-_redis_checked: bool | None = None
-
-
 def redis_available() -> bool:
-    global _redis_checked
-    if _redis_checked is None:
-        import socket
-        from urllib.parse import urlsplit
-
-        parts = urlsplit(REDIS_URL)
-        try:
-            with socket.create_connection((parts.hostname or "127.0.0.1", parts.port or 6379),
-                                          timeout=1):
-                _redis_checked = True
-        except OSError:
-            _redis_checked = False
-    return _redis_checked
+    return service_available(REDIS_URL, 6379)
 
 
 def require_redis() -> None:
     """Skip (locally) or fail (STARFLOW_REQUIRE_REDIS set, as in CI) without Redis."""
-    if redis_available():
-        return
-    if REQUIRE_REDIS:
-        pytest.fail(f"Redis is required (STARFLOW_REQUIRE_REDIS) but not reachable at "
-                    f"{REDIS_URL}")
-    pytest.skip(f"no Redis at {REDIS_URL} (set STARFLOW_TEST_REDIS_URL)")
+    require_service("Redis", REDIS_URL, 6379, required=REQUIRE_REDIS,
+                    url_variable="STARFLOW_TEST_REDIS_URL")
 
 
 async def eventually(predicate: Callable[[], Awaitable[bool]], *, what: str,
