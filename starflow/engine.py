@@ -99,8 +99,10 @@ class _Abort(BaseException):
         self.cause = cause
 
 
-def _error_info(exc: BaseException) -> dict[str, Any]:
-    return {"type": f"{type(exc).__module__}.{type(exc).__qualname__}", "message": str(exc)}
+def error_info(exc: BaseException, attempts: int) -> dict[str, Any]:
+    """How a step failure is recorded: qualified type, message, attempts made."""
+    return {"type": f"{type(exc).__module__}.{type(exc).__qualname__}", "message": str(exc),
+            "attempts": attempts}
 
 
 def _find(group: BaseException, kind: type[BaseException]) -> BaseException | None:
@@ -396,7 +398,7 @@ class Engine:
                                    error=repr(exc))
                     await clock.sleep(policy.delay(attempt))
                     continue
-                info = {**_error_info(exc), "attempts": attempt}
+                info = error_info(exc, attempt)
 
                 async def failed(ts: datetime, info: dict[str, Any] = info) -> None:
                     await self.adapter.on_node_error(self.run_id, nid, {"error": info}, now=ts)

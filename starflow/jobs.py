@@ -31,6 +31,7 @@ import anyio.abc
 from . import serde
 from .adapters.base import JobRecord
 from .decorators import StepDefinition, registry
+from .engine import error_info
 from .errors import StarflowError
 from .logs import get_logger
 from .runner import Runner
@@ -55,34 +56,13 @@ class _LeaseLost(Exception):
     pass
 
 
-def _error_info(exc: BaseException, attempts: int) -> dict[str, Any]:
-    return {"type": f"{type(exc).__module__}.{type(exc).__qualname__}", "message": str(exc),
-            "attempts": attempts}
-
-
 def _decode_args(sdef: StepDefinition, data: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
     """Rebuild the step's call arguments, each converted to its annotated type."""
-    data = data or {}
-    args = list(data.get("args", []))
-    kwargs = dict(data.get("kwargs", {}))
     try:
         hints = typing.get_type_hints(sdef.fn)
     except Exception:  # unresolvable forward references: pass values as stored
         hints = {}
-    import inspect
-
-    params = [p for p in inspect.signature(sdef.fn).parameters.values()
-              if p.kind in (inspect.Parameter.POSITIONAL_ONLY,
-                            inspect.Parameter.POSITIONAL_OR_KEYWORD)]
-    for i, value in enumerate(args):
-        if i < len(params) and params[i].name in hints:
-            args[i] = serde.convert(value, hints[params[i].name],
-                                    what=f"argument {params[i].name!r} of step {sdef.name}")
-    for name, value in kwargs.items():
-        if name in hints:
-            kwargs[name] = serde.convert(value, hints[name],
-                                         what=f"argument {name!r} of step {sdef.name}")
-    return tuple(args), kwargs
+    return serde.convert_call(sdef.fn, hints, data, what=f"step {sdef.name}")
 
 
 class JobWorker:
@@ -185,7 +165,7 @@ class JobWorker:
                 return
             except Exception as exc:
                 attempts = getattr(exc, "_starflow_attempts", 1)
-                await self._post(job, error=_error_info(exc, attempts))
+                await self._post(job, error=error_info(exc, attempts))
                 return
             await self._post(job, result=result)
         except StarflowError as exc:
@@ -259,7 +239,7 @@ class JobWorker:
                 output = serde.to_builtins(result, what=f"return value of step {job.step_name}",
                                            run_id=job.run_id, node_id=job.node_id)
             except StarflowError as exc:
-                error = _error_info(exc, 1)
+                error = error_info(exc, 1)
         status = "complete" if error is None else "failed"
 
         async def finish(ts: Any) -> None:

@@ -8,7 +8,6 @@ place a paused run becomes running again.
 
 from __future__ import annotations
 
-import inspect
 import os
 import socket
 import uuid
@@ -175,21 +174,8 @@ class Runner:
     def decode_input(definition: WorkflowDefinition, data: Any
                      ) -> tuple[tuple[Any, ...], dict[str, Any]]:
         """Rebuild call arguments, each converted to its annotated type."""
-        data = data or {}
-        args = list(data.get("args", []))
-        kwargs = dict(data.get("kwargs", {}))
-        hints = definition.hints
-        params = [p for p in definition.signature.parameters.values()
-                  if p.kind in (inspect.Parameter.POSITIONAL_ONLY,
-                                inspect.Parameter.POSITIONAL_OR_KEYWORD)]
-        for i, value in enumerate(args):
-            if i < len(params) and params[i].name in hints:
-                args[i] = serde.convert(value, hints[params[i].name],
-                                        what=f"argument {params[i].name!r}")
-        for name, value in kwargs.items():
-            if name in hints:
-                kwargs[name] = serde.convert(value, hints[name], what=f"argument {name!r}")
-        return tuple(args), kwargs
+        return serde.convert_call(definition.fn, definition.hints, data,
+                                  what=f"workflow {definition.name!r}")
 
     async def resolve(self, run: RunInfo) -> WorkflowDefinition:
         """The registered definition a run started with (never a newer version).

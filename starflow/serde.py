@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import datetime as _dt
 import hashlib
+import inspect
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 import msgspec
 
 from .errors import SerializationError
 
-__all__ = ["args_hash", "convert", "decode", "encode", "to_builtins"]
+__all__ = ["args_hash", "convert", "convert_call", "decode", "encode", "to_builtins"]
 
 T = TypeVar("T")
 
@@ -43,18 +45,25 @@ def _stdlib_time_type(type_: Any) -> Any:
 _decoder = msgspec.json.Decoder()
 
 
+#: What msgspec raises for a value it cannot encode (enc_hook refusals included).
+_REFUSALS = (TypeError, ValueError, OverflowError, NotImplementedError)
+
+
+def _refused(what: str, exc: BaseException, run_id: str | None, node_id: str | None
+             ) -> SerializationError:
+    return SerializationError(
+        f"{what} cannot be stored as JSON: {exc}. Use builtins, dataclasses, "
+        "msgspec Structs or other msgspec-supported types",
+        run_id=run_id, node_id=node_id)
+
+
 def to_builtins(value: Any, *, what: str, run_id: str | None = None,
                 node_id: str | None = None) -> Any:
     """Convert ``value`` to JSON-compatible builtins, or raise :class:`SerializationError`."""
     try:
         return msgspec.to_builtins(value, order="deterministic", enc_hook=_enc_hook)
-    except (TypeError, ValueError, OverflowError, NotImplementedError) as exc:
-        raise SerializationError(
-            f"{what} cannot be stored as JSON: {exc}. Use builtins, dataclasses, "
-            "msgspec Structs or other msgspec-supported types",
-            run_id=run_id,
-            node_id=node_id,
-        ) from exc
+    except _REFUSALS as exc:
+        raise _refused(what, exc, run_id, node_id) from exc
 
 
 def encode(value: Any, *, what: str = "value", run_id: str | None = None,
@@ -62,13 +71,8 @@ def encode(value: Any, *, what: str = "value", run_id: str | None = None,
     """Encode ``value`` as deterministic JSON bytes."""
     try:
         return _encoder.encode(value)
-    except (TypeError, ValueError, OverflowError, NotImplementedError) as exc:
-        raise SerializationError(
-            f"{what} cannot be stored as JSON: {exc}. Use builtins, dataclasses, "
-            "msgspec Structs or other msgspec-supported types",
-            run_id=run_id,
-            node_id=node_id,
-        ) from exc
+    except _REFUSALS as exc:
+        raise _refused(what, exc, run_id, node_id) from exc
 
 
 def decode(data: bytes | str, *, what: str = "stored value") -> Any:
@@ -98,3 +102,26 @@ def convert(value: Any, type_: Any, *, what: str = "stored value",
 def args_hash(args: Any) -> str:
     """Stable short hash of already-converted step arguments."""
     return hashlib.sha256(_encoder.encode(args)).hexdigest()[:16]
+
+
+def convert_call(fn: Callable[..., Any], hints: Mapping[str, Any], data: Any, *, what: str
+                 ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """Rebuild call arguments stored as ``{"args": [...], "kwargs": {...}}``.
+
+    Each value is converted to its parameter's annotation in ``hints``; values
+    of unannotated parameters stay as stored.
+    """
+    data = data or {}
+    args = list(data.get("args", []))
+    kwargs = dict(data.get("kwargs", {}))
+    params = [p for p in inspect.signature(fn).parameters.values()
+              if p.kind in (inspect.Parameter.POSITIONAL_ONLY,
+                            inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+    for i, value in enumerate(args):
+        if i < len(params) and params[i].name in hints:
+            args[i] = convert(value, hints[params[i].name],
+                              what=f"argument {params[i].name!r} of {what}")
+    for name, value in kwargs.items():
+        if name in hints:
+            kwargs[name] = convert(value, hints[name], what=f"argument {name!r} of {what}")
+    return tuple(args), kwargs
