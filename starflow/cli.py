@@ -447,6 +447,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_FAILURE
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # The reader went away (`starflow runs show … | head`): stop quietly, and
+        # keep the interpreter from complaining when it flushes stdout at exit.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_OK
     except Exception as exc:
         if os.environ.get("STARFLOW_TRACEBACK"):
             raise

@@ -191,3 +191,15 @@ def test_runs_list_on_postgres(cli: Cli) -> None:
                                             "--since", "1h").out)] == [quick]
     table = cli(*base)
     assert table.code == 0 and paused in table.out and "cli_order v1" in table.out
+
+
+def test_closed_stdout_is_not_an_error(tmp_path: Path) -> None:
+    """`starflow … | head` closing the pipe early ends quietly with exit 0."""
+    script = ("import sys, starflow.cli as c\n"
+              "def boom(ns): raise BrokenPipeError(32, 'Broken pipe')\n"
+              "c.anyio.run = lambda handler, ns: boom(ns)\n"
+              "sys.exit(c.main(['sweep', '--db', sys.argv[1]]))\n")
+    proc = subprocess.run([sys.executable, "-c", script, f"sqlite:///{tmp_path / 'x.db'}"],
+                          capture_output=True, text=True, check=False, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""
