@@ -543,7 +543,16 @@ class Runner:
         run = await self.adapter.get_run(wait.run_id)
         if run is None or run.status != "paused":
             return None
-        return await self.wake(run, wait.node_id, via="timer", timed_out=wait.event is not None)
+        drive = True
+        if run.start_mode == "inline":
+            try:
+                await self.resolve(run)
+            except WorkflowDefinitionError:
+                # A maintenance process without the workflow's code (`starflow server`
+                # without --app): hand the woken run to the workers instead.
+                drive = False
+        return await self.wake(run, wait.node_id, via="timer", timed_out=wait.event is not None,
+                               drive=drive)
 
     async def due_timers(self) -> list[WaitRecord]:
         return await self.adapter.due_waits(self.clock.now())

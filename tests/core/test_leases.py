@@ -106,3 +106,38 @@ async def test_two_racing_signals_wake_the_run_once(db_url: str, workspace_id: s
         assert [e.event_type for e in events].count("run_resumed") == 1
         leftover = await sf.adapter.find_signal(handle.run_id, "go")
         assert leftover is not None and leftover.payload == 3 - run.result_json
+
+
+async def test_timer_in_a_process_without_the_code_hands_the_run_to_workers(
+        db_url: str, workspace_id: str) -> None:
+    """A maintenance process that lacks the workflow requeues the woken inline run."""
+    from datetime import timedelta as td
+
+    from starflow import sleep
+    from starflow.decorators import registry
+
+    @workflow(name="leases-sleeper")
+    async def sleeper() -> str:
+        await sleep(td(seconds=5))
+        return "woke"
+
+    clock = FakeClock()
+    async with Starflow.open(db_url, workspace_id=workspace_id, clock=clock,
+                             maintenance=False) as sf:
+        handle = await sf.run(sleeper)
+        assert handle.status == "paused"
+        await clock.advance(td(seconds=6))
+        [due] = await sf.runner.due_timers()
+        definition = sleeper.__starflow_workflow__  # type: ignore[attr-defined]
+        registry._by_key.pop((definition.name, definition.version))
+        try:
+            assert await sf.runner.fire_timer(due) is not None
+            run = await sf.get_run(handle.run_id)
+            assert (run.status, run.claim_state, run.leased_by) == ("queued", "queued", None)
+        finally:
+            registry.add(definition)
+        worker = sf.worker()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(worker.run)
+            assert await sf.result(handle.run_id) == "woke"
+            worker.stop()
