@@ -89,6 +89,9 @@ if TYPE_CHECKING:
 
 __all__ = ["PostgresWorkflowStateAdapter"]
 
+#: Seconds a worker's LISTEN connection may take to open (shielded from cancellation).
+LISTEN_CONNECT_TIMEOUT = 10.0
+
 log = get_logger("starflow.adapters.postgres")
 
 SYNCHRONOUS_COMMIT_LEVELS = frozenset({"on", "off", "local", "remote_write", "remote_apply"})
@@ -1087,8 +1090,16 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
 
             self._busy_enter()
             try:
-                conn = await asyncpg.connect(self.url, server_settings=self._server_settings)
-                await conn.add_listener(self.channel, self._on_notify)
+                # Shielded (and bounded): asyncpg cancelled half-way through a connect
+                # or a LISTEN leaks the socket and reports connection_lost errors.
+                with anyio.CancelScope(shield=True):
+                    conn = await asyncpg.connect(self.url, server_settings=self._server_settings,
+                                                 timeout=LISTEN_CONNECT_TIMEOUT)
+                    try:
+                        await conn.add_listener(self.channel, self._on_notify)
+                    except BaseException:
+                        conn.terminate()
+                        raise
             except Exception as exc:
                 if not _is_driver_error(exc):
                     raise

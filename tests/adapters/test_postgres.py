@@ -603,3 +603,26 @@ class TestDurability:
                 assert await conn.fetchval("SHOW synchronous_commit") == "local"
         finally:
             await adapter.close()
+
+
+async def test_cancelled_listener_setup_leaks_no_connection(workspace_id: str) -> None:
+    """Cancelling wait_for_work while LISTEN is being set up closes the half-made socket."""
+    import gc
+    import warnings
+
+    from conftest import POSTGRES_URL, require_postgres
+
+    from starflow.adapters.postgres import PostgresWorkflowStateAdapter
+    from starflow.clock import SystemClock
+
+    require_postgres()
+    for _ in range(5):
+        adapter = PostgresWorkflowStateAdapter(POSTGRES_URL, workspace_id=workspace_id)
+        await adapter.open()
+        with anyio.move_on_after(0.0005):  # real time on purpose: cut the connect short
+            await adapter.wait_for_work(SystemClock(), 1)
+        await adapter.close()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ResourceWarning)
+        gc.collect()
+    assert not [w for w in caught if issubclass(w.category, ResourceWarning)]
