@@ -209,6 +209,16 @@ class Starflow:
         """Cancel a run: a paused or queued run at once, a running one at its next boundary."""
         return await self.runner.cancel(run_id)
 
+    async def retry(self, run_id: str) -> RunHandle:
+        """Run a run that ended in ``error`` again from its recorded history.
+
+        Use it after deploying a fix for what failed it (a ``NonDeterminismError``
+        after an incompatible deploy, a bug in the workflow body, a runner lost
+        too often): recorded steps are not run again. Inline runs are driven
+        here until they pause or end; worker runs go back to the queue.
+        """
+        return await self.runner.retry(run_id)
+
     # -- queries -------------------------------------------------------------------
 
     async def get_run(self, run_id: str) -> RunInfo:

@@ -499,6 +499,22 @@ async def _cancel(ns: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+@command("retry", group="runs",
+         help="run a run that ended in error again from its recorded history (after a fix)",
+         args=[app_args, db_args], configure=_show_args)
+async def _retry(ns: argparse.Namespace) -> int:
+    async with open_app(ns, must_exist=True) as sf:
+        try:
+            handle = await sf.retry(ns.run_id)
+        except WorkflowDefinitionError as exc:
+            run = await sf.get_run(exc.run_id) if exc.run_id else None
+            if run is None:
+                raise
+            raise _needs_app(run) from exc
+    _report(handle, "retried", ns.json)
+    return EXIT_OK
+
+
 # ---------------------------------------------------------------------------
 # outbox status
 # ---------------------------------------------------------------------------

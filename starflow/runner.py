@@ -557,6 +557,59 @@ class Runner:
     async def due_timers(self) -> list[WaitRecord]:
         return await self.adapter.due_waits(self.clock.now())
 
+    async def retry(self, run_id: str) -> RunHandle:
+        """Run a failed run again from its recorded history, with the code deployed now.
+
+        For runs that ended in ``error`` because of the workflow code or the
+        runtime (a ``NonDeterminismError`` after a bad deploy, an exception in the
+        workflow body, a runner lost past ``max_claim_attempts``): the history
+        is kept, so recorded steps are not run again. A step that failed past
+        its retries is part of the history and fails again. Inline runs are
+        driven here; worker runs go back to the queue.
+
+        Raises:
+            RunNotFound: no such run.
+            RunFinished: the run succeeded or was cancelled.
+            StarflowError: the run has not ended.
+        """
+        run = await self.adapter.get_run(run_id)
+        if run is None:
+            raise RunNotFound(run_id)
+        if run.status in ("success", "cancelled"):
+            raise RunFinished(run_id, run.status, "retry")
+        if run.status != "error":
+            raise StarflowError(
+                f"run {run_id} is still {run.status}: only a run that ended in error can be "
+                "retried", run_id=run_id)
+        inline = run.start_mode == "inline"
+        if inline:
+            await self.resolve(run)  # fail before writing if this process lacks the code
+        now = self.clock.now()
+        async with self.adapter.unit(guard=Guard(run_id=run_id, status_in=("error",))) as unit:
+            await self.adapter.record_event(run_id, "run_retried", None,
+                                            {"previous_error": run.error}, now=now,
+                                            method="retry")
+            if inline:
+                await self.adapter.update_run(run_id, "retry", status="running",
+                                              claim_state="running", error=None,
+                                              completed_at=None, duration_ms=None)
+                await self.adapter.write_lease(run_id, self.runner_id,
+                                               now + self.config.lease_ttl, now=now)
+            else:
+                await self.adapter.update_run(run_id, "retry", status="queued",
+                                              claim_state="queued", error=None,
+                                              completed_at=None, duration_ms=None,
+                                              claim_attempts=0)
+        if not unit.held:  # another retry won, or the row changed under us
+            return await self.handle(run_id)
+        self._log.info("run retried", run_id=run_id, previous_error=run.error)
+        if not inline:
+            self.notify_settled()
+            return RunHandle(run_id=run_id, status="queued")
+        fresh = await self.adapter.get_run(run_id)
+        assert fresh is not None
+        return await self.drive(fresh)
+
     async def cancel(self, run_id: str) -> RunHandle:
         run = await self.adapter.get_run(run_id)
         if run is None:

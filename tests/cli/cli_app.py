@@ -20,3 +20,15 @@ async def cli_order(order_id: str) -> dict[str, object]:
 @workflow(name="cli_quick", version=1)
 async def cli_quick(n: int) -> int:
     return n * 2
+
+
+#: Flip to False to "deploy the fix" for cli_flaky.
+BODY_BUG = {"on": True}
+
+
+@workflow(name="cli_flaky", version=1)
+async def cli_flaky(order_id: str) -> str:
+    receipt = await cli_charge(order_id)
+    if BODY_BUG["on"]:
+        raise RuntimeError("a bug in the workflow body")
+    return receipt

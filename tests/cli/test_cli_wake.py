@@ -11,6 +11,7 @@ import pytest
 from starflow import Starflow
 from starflow.decorators import registry
 
+from . import cli_app
 from .support import APP, Cli, Seeded
 
 
@@ -136,3 +137,24 @@ class TestCancel:
 
     def test_unknown_run(self, cli: Cli, seeded: Seeded) -> None:
         assert "RunNotFound" in cli.fails("cancel", "nope", "--db", seeded.url)
+
+
+class TestRetry:
+    """`starflow runs retry` runs a failed run again from its history."""
+
+    def test_retry_after_a_fix(self, cli: Cli, seeded: Seeded) -> None:
+        async def fail_one() -> str:
+            async with Starflow.open(seeded.url, maintenance=False) as sf:
+                handle = await sf.run(cli_app.cli_flaky, "r-1")
+                assert handle.status == "error"
+                return handle.run_id
+
+        cli_app.BODY_BUG["on"] = True
+        run_id = anyio.run(fail_one)
+        line = cli.fails("runs", "retry", seeded.done, "--db", seeded.url, "--app", APP)
+        assert "cannot retry run" in line and "'success'" in line
+        cli_app.BODY_BUG["on"] = False
+        result = cli("runs", "retry", run_id, "--db", seeded.url, "--app", APP)
+        assert result.code == 0, result.err
+        assert result.out == f"retried run {run_id}: now success\n"
+        assert state(seeded, run_id)[0] == "success"

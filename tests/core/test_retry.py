@@ -1,0 +1,113 @@
+"""sf.retry: a run that ended in error runs again from its recorded history."""
+
+from __future__ import annotations
+
+import uuid
+
+import anyio
+import pytest
+
+from starflow import RunFinished, RunNotFound, Starflow, StarflowError, step, wait_for, workflow
+from starflow.decorators import registry
+
+calls: dict[str, int] = {}
+bug = {"present": True}
+
+
+@step
+async def reserve(item: str) -> str:
+    calls["reserve"] = calls.get("reserve", 0) + 1
+    return f"reserved-{item}"
+
+
+@workflow(name="retry-buggy")
+async def buggy(item: str) -> str:
+    reserved = await reserve(item)
+    if bug["present"]:
+        raise KeyError("a bug in the workflow body")
+    return reserved
+
+
+@workflow(name="retry-waits")
+async def waits() -> str:
+    await reserve("w")
+    await wait_for("go")
+    return "done"
+
+
+class TestRetry:
+    """Retry replays the history with the code deployed now; nothing recorded re-runs."""
+
+    async def test_fixed_body_bug(self, sf: Starflow) -> None:
+        """A body exception fails the run; after the fix, retry finishes it."""
+        calls.clear()
+        bug["present"] = True
+        handle = await sf.run(buggy, "x")
+        assert handle.status == "error" and "KeyError" in (handle.error or "")
+        bug["present"] = False
+        done = await sf.retry(handle.run_id)
+        assert done.status == "success" and done.result == "reserved-x"
+        assert calls == {"reserve": 1}
+        run = await sf.get_run(handle.run_id)
+        assert (run.status, run.error, run.claim_state) == ("success", None, "complete")
+        types = [e.event_type for e in await sf.events(handle.run_id)]
+        assert types.count("run_retried") == 1 and types.count("node_start") == 1
+
+    async def test_after_a_nondeterministic_deploy_is_reverted(self, sf: Starflow) -> None:
+        """An incompatible deploy fails a resumed run; reverting and retrying finishes it."""
+        calls.clear()
+        handle = await sf.run(waits)
+        original = waits.__starflow_workflow__  # type: ignore[attr-defined]
+
+        @workflow(name="retry-waits")
+        async def changed() -> str:
+            await reserve("w")
+            await reserve("inserted")
+            await wait_for("go")
+            return "done"
+
+        try:
+            failed = await sf.signal(handle.run_id, "go")
+            assert failed.status == "error" and "NonDeterminismError" in (failed.error or "")
+        finally:
+            registry.add(original)  # the fix: redeploy compatible code
+        done = await sf.retry(handle.run_id)
+        assert done.status == "success" and done.result == "done"
+        assert calls == {"reserve": 1}
+
+    async def test_only_failed_runs(self, sf: Starflow) -> None:
+        """Successful, cancelled, active and unknown runs are refused; nothing written."""
+        bug["present"] = False
+        ok = await sf.run(buggy, "y")
+        paused = await sf.run(waits)
+        before = [len(await sf.events(r)) for r in (ok.run_id, paused.run_id)]
+        with pytest.raises(RunFinished, match="cannot retry"):
+            await sf.retry(ok.run_id)
+        with pytest.raises(StarflowError, match="still paused"):
+            await sf.retry(paused.run_id)
+        missing = str(uuid.uuid4())
+        with pytest.raises(RunNotFound):
+            await sf.retry(missing)
+        await sf.cancel(paused.run_id)
+        with pytest.raises(RunFinished, match="cancelled"):
+            await sf.retry(paused.run_id)
+        after = [len(await sf.events(r)) for r in (ok.run_id, paused.run_id)]
+        assert after[0] == before[0] and after[1] == before[1] + 1  # only the cancel event
+
+    async def test_worker_run_goes_back_to_the_queue(self, sf: Starflow) -> None:
+        """A queued-mode run is requeued with fresh claim attempts and a worker ends it."""
+        calls.clear()
+        bug["present"] = True
+        handle = await sf.start(buggy, "z")
+        worker = sf.worker()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(worker.run)
+            while (await sf.get_run(handle.run_id)).status != "error":
+                await sf.runner.wait_settled(0.05)
+            bug["present"] = False
+            again = await sf.retry(handle.run_id)
+            assert again.status == "queued"
+            assert (await sf.get_run(handle.run_id)).claim_attempts == 0
+            assert await sf.result(handle.run_id) == "reserved-z"
+            worker.stop()
+        assert calls == {"reserve": 1}
