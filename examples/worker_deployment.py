@@ -60,13 +60,18 @@ CONFIG = StarflowConfig(lease_ttl=timedelta(seconds=2), heartbeat_interval=timed
                         poll_interval=timedelta(seconds=0.1))
 
 
+#: Tenants share one database; each deployment works in its own workspace.
+WORKSPACE = os.environ.get("STARFLOW_WORKSPACE", "celestial")
+
+
 def make_app() -> Starflow:
     """The factory ``starflow worker --app worker_deployment:make_app`` calls."""
-    return Starflow.open(os.environ.get("STARFLOW_DATABASE_URL"), config=CONFIG)
+    return Starflow.open(os.environ.get("STARFLOW_DATABASE_URL"), workspace_id=WORKSPACE,
+                         config=CONFIG)
 
 
 async def main(url: str) -> None:
-    async with Starflow.open(url, config=CONFIG) as sf:
+    async with Starflow.open(url, workspace_id=WORKSPACE, config=CONFIG) as sf:
         # A worker that claimed a run and then died: its lease ran out long ago.
         lost = (await sf.start(fulfil, "o-lost", False)).run_id
         past = sf.clock.now() - timedelta(minutes=1)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
@@ -12,9 +13,10 @@ import pytest
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 
-def run_example(name: str, tmp_path: Path) -> str:
-    """Run ``examples/<name>`` with a private SQLite database; return its stdout."""
-    env = {**os.environ, "STARFLOW_DATABASE_URL": f"sqlite:///{tmp_path / 'starflow.db'}"}
+def run_example(name: str, tmp_path: Path, url: str | None = None) -> str:
+    """Run ``examples/<name>`` (a private SQLite database unless ``url``); return its stdout."""
+    env = {**os.environ,
+           "STARFLOW_DATABASE_URL": url or f"sqlite:///{tmp_path / 'starflow.db'}"}
     proc = subprocess.run([sys.executable, str(EXAMPLES / name)], capture_output=True,
                           text=True, timeout=90, env=env, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -110,9 +112,18 @@ class TestLiveWatch:
 class TestWorkerDeployment:
     """examples/worker_deployment.py: queued runs, a signal requeue, a swept lost runner."""
 
-    def test_workers_finish_every_run(self, tmp_path: Path) -> None:
+    @pytest.mark.parametrize("db", ["sqlite", "postgres"])
+    def test_workers_finish_every_run(self, tmp_path: Path, db: str,
+                                      monkeypatch: pytest.MonkeyPatch) -> None:
         """Every queued run ships; the lost runner's run is swept, requeued and finished."""
-        out = run_example("worker_deployment.py", tmp_path)
+        if db == "postgres":
+            from conftest import POSTGRES_URL, require_postgres
+
+            require_postgres()
+            monkeypatch.setenv("STARFLOW_WORKSPACE", f"example-{uuid.uuid4().hex[:12]}")
+            out = run_example("worker_deployment.py", tmp_path, url=POSTGRES_URL)
+        else:
+            out = run_example("worker_deployment.py", tmp_path)
         assert "queued: 4 runs, status queued" in out
         for i in range(3):
             assert f"o-{i} shipped by standard" in out
