@@ -21,6 +21,7 @@ the workflow need not be, unless the worker should also drive inline runs.
 
 from __future__ import annotations
 
+import inspect
 import typing
 from contextvars import ContextVar
 from typing import Any
@@ -62,7 +63,8 @@ def _decode_args(sdef: StepDefinition, data: Any) -> tuple[tuple[Any, ...], dict
         hints = typing.get_type_hints(sdef.fn)
     except Exception:  # unresolvable forward references: pass values as stored
         hints = {}
-    return serde.convert_call(sdef.fn, hints, data, what=f"step {sdef.name}")
+    return serde.convert_call(inspect.signature(sdef.fn), hints, data,
+                              what=f"step {sdef.name}")
 
 
 class JobWorker:

@@ -174,7 +174,7 @@ class Runner:
     def decode_input(definition: WorkflowDefinition, data: Any
                      ) -> tuple[tuple[Any, ...], dict[str, Any]]:
         """Rebuild call arguments, each converted to its annotated type."""
-        return serde.convert_call(definition.fn, definition.hints, data,
+        return serde.convert_call(definition.signature, definition.hints, data,
                                   what=f"workflow {definition.name!r}")
 
     async def resolve(self, run: RunInfo) -> WorkflowDefinition:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import datetime as _dt
 import hashlib
 import inspect
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any, TypeVar
 
 import msgspec
@@ -104,8 +104,8 @@ def args_hash(args: Any) -> str:
     return hashlib.sha256(_encoder.encode(args)).hexdigest()[:16]
 
 
-def convert_call(fn: Callable[..., Any], hints: Mapping[str, Any], data: Any, *, what: str
-                 ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+def convert_call(signature: inspect.Signature, hints: Mapping[str, Any], data: Any, *,
+                 what: str) -> tuple[tuple[Any, ...], dict[str, Any]]:
     """Rebuild call arguments stored as ``{"args": [...], "kwargs": {...}}``.
 
     Each value is converted to its parameter's annotation in ``hints``; values
@@ -114,7 +114,7 @@ def convert_call(fn: Callable[..., Any], hints: Mapping[str, Any], data: Any, *,
     data = data or {}
     args = list(data.get("args", []))
     kwargs = dict(data.get("kwargs", {}))
-    params = [p for p in inspect.signature(fn).parameters.values()
+    params = [p for p in signature.parameters.values()
               if p.kind in (inspect.Parameter.POSITIONAL_ONLY,
                             inspect.Parameter.POSITIONAL_OR_KEYWORD)]
     for i, value in enumerate(args):
