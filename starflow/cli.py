@@ -89,6 +89,11 @@ class Command:
             parser.set_defaults(_handler=self.handler)
 
 
+#: One-line descriptions of command groups, for `starflow --help`.
+_GROUP_HELP = {
+    "runs": "list, show, export and retry runs",
+    "outbox": "the warm tier's mirror outbox",
+}
 _COMMANDS: dict[str, Command] = {}
 
 
@@ -110,7 +115,8 @@ def command(name: str, *, help: str, args: Sequence[Configure] = (),
         if group is None:
             _COMMANDS[name] = cmd
         else:
-            parent = _COMMANDS.setdefault(group, Command(name=group, help=f"{group} commands"))
+            parent = _COMMANDS.setdefault(
+                group, Command(name=group, help=_GROUP_HELP.get(group, f"{group} commands")))
             parent.children[name] = cmd
         return handler
 
