@@ -110,6 +110,7 @@ class Starflow:
             self._runner = Runner(self.adapter, clock=self.clock, config=self.config,
                                   keyring=keyring, runner_id=self._runner_id)
             self._tg = await anyio.create_task_group().__aenter__()
+            await self._tg.start(self._runner.heartbeats.run)
             if self._maintenance_enabled:
                 self._maintenance = Maintenance(self._runner, poll=self._shared_database)
                 self._tg.start_soon(self._maintenance.run)

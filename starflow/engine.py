@@ -10,6 +10,7 @@ more is written.
 
 from __future__ import annotations
 
+import heapq
 import math
 import uuid
 from collections.abc import Awaitable, Callable
@@ -18,11 +19,12 @@ from datetime import datetime, timedelta
 from typing import Any, Literal, NoReturn
 
 import anyio
+import anyio.abc
 import anyio.lowlevel
 
 from . import logs, observability, serde
 from .adapters.base import Guard, JobSpec, WorkflowStateAdapter
-from .clock import Clock, format_ts
+from .clock import Clock, format_ts, wait_event
 from .config import StarflowConfig
 from .context import IDEMPOTENCY_KEY, WAIT_KEY, WorkflowContext, current_engine, current_node
 from .decorators import StepDefinition, WorkflowDefinition
@@ -55,6 +57,9 @@ class Runtime:
     config: StarflowConfig
     runner_id: str
     keyring: Keyring
+    #: The runner's shared heartbeat loop; engines fall back to their own task
+    #: when it is absent or not running.
+    heartbeats: Heartbeats | None = None
 
 
 @dataclass(frozen=True)
@@ -133,6 +138,7 @@ class Engine:
     _suspending: bool = False
     _body_scope: anyio.CancelScope | None = None
     _lease_lost: bool = False
+    _body_done: bool = False
     node_status: dict[str, str] = field(default_factory=dict)
     #: ``patched()`` answers of this execution, by change id.
     _patches: dict[str, bool] = field(default_factory=dict)
@@ -512,28 +518,36 @@ class Engine:
 
     # -- the run -----------------------------------------------------------------
 
-    async def _heartbeat(self) -> None:
+    async def refresh_lease_once(self) -> bool:
+        """One heartbeat: refresh the lease. False once the lease is found lost.
+
+        A transient storage blip is logged, not raised: a healthy run must not
+        fail for it; if it lasts past the TTL, the sweep treats this runner as lost.
+        """
         cfg = self.runtime.config
-        clock = self.runtime.clock
+        ts = self.runtime.clock.now()
+        try:
+            async with self.adapter.unit(guard=self._guard) as unit:
+                await self.adapter.refresh_lease(self.run_id, ts + cfg.lease_ttl, now=ts)
+        except StarflowError as exc:
+            self._log.warning("lease refresh failed", error=str(exc))
+            observability.current().lease_refreshed(False)
+            return True
+        if unit.held:
+            observability.current().lease_refreshed(True)
+            return True
+        if self._body_done:
+            return False  # raced the run's own final write, which cleared the lease
+        self._log.warning("lease lost: another runner or a cancel took the run")
+        self.kill()
+        return False
+
+    async def _heartbeat(self) -> None:
+        """This engine's own heartbeat, when the runner runs no shared loop."""
+        interval = self.runtime.config.heartbeat_interval.total_seconds()
         while True:
-            await clock.sleep(cfg.heartbeat_interval.total_seconds())
-            ts = clock.now()
-            try:
-                async with self.adapter.unit(guard=self._guard) as unit:
-                    await self.adapter.refresh_lease(self.run_id, ts + cfg.lease_ttl, now=ts)
-            except StarflowError as exc:
-                # A transient blip must not fail a healthy run; if it lasts past
-                # the TTL, the sweep treats this runner as lost.
-                self._log.warning("lease refresh failed", error=str(exc))
-                observability.current().lease_refreshed(False)
-                continue
-            if unit.held:
-                observability.current().lease_refreshed(True)
-            else:
-                self._log.warning("lease lost: another runner or a cancel took the run")
-                self._lease_lost = True
-                if self._body_scope is not None:
-                    self._body_scope.cancel()
+            await self.runtime.clock.sleep(interval)
+            if not await self.refresh_lease_once():
                 return
 
     def kill(self) -> None:
@@ -595,12 +609,21 @@ class Engine:
     async def _execute(self) -> Outcome:
         token = current_engine.set(self)
         try:
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(self._heartbeat)
+            shared = self.runtime.heartbeats
+            if shared is not None and shared.running:
+                shared.add(self)
                 try:
                     outcome = await self._body()
                 finally:
-                    tg.cancel_scope.cancel()
+                    self._body_done = True
+                    shared.remove(self)
+            else:
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(self._heartbeat)
+                    try:
+                        outcome = await self._body()
+                    finally:
+                        tg.cancel_scope.cancel()
             if self._lease_lost and outcome.status not in ("lease_lost", "storage"):
                 outcome = Outcome("lease_lost")
             if outcome.status == "released":
@@ -694,3 +717,61 @@ class Engine:
             return outcome
         except _Abort as abort:
             return Outcome(abort.reason, exception=abort.cause)
+
+
+class Heartbeats:
+    """One task that refreshes the lease of every engine of a runner.
+
+    Each engine is refreshed ``heartbeat_interval`` after it started and then
+    after each refresh, exactly as with a task per engine, without the cost of
+    starting and cancelling a task for every run execution. While no engine
+    runs, the loop holds no timer (so a fake clock has nothing to skip to).
+    """
+
+    def __init__(self, clock: Clock, config: StarflowConfig) -> None:
+        self._clock = clock
+        self._interval = config.heartbeat_interval
+        self._due: list[tuple[datetime, int, Engine]] = []
+        self._active: set[int] = set()
+        self._seq = 0
+        self._changed = anyio.Event()
+        self.running = False
+
+    def add(self, engine: Engine) -> None:
+        """Start refreshing ``engine``'s lease."""
+        self._active.add(id(engine))
+        self._schedule(engine)
+
+    def remove(self, engine: Engine) -> None:
+        """Stop refreshing ``engine``'s lease (its entry is dropped when due)."""
+        self._active.discard(id(engine))
+
+    def _schedule(self, engine: Engine) -> None:
+        self._seq += 1
+        heapq.heappush(self._due, (self._clock.now() + self._interval, self._seq, engine))
+        self._changed.set()
+
+    async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+                  ) -> None:
+        """Refresh due leases until cancelled (``await tg.start(heartbeats.run)``)."""
+        self.running = True
+        task_status.started()
+        try:
+            async with anyio.create_task_group() as tg:
+                while True:
+                    now = self._clock.now()
+                    while self._due and self._due[0][0] <= now:
+                        _, _, engine = heapq.heappop(self._due)
+                        if id(engine) in self._active:
+                            tg.start_soon(self._refresh, engine)
+                    changed = self._changed
+                    delay = ((self._due[0][0] - now).total_seconds() if self._due else None)
+                    await wait_event(self._clock, changed, delay)
+                    if changed.is_set():
+                        self._changed = anyio.Event()
+        finally:
+            self.running = False
+
+    async def _refresh(self, engine: Engine) -> None:
+        if await engine.refresh_lease_once() and id(engine) in self._active:
+            self._schedule(engine)

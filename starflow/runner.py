@@ -32,7 +32,7 @@ from .clock import Clock, wait_event
 from .config import StarflowConfig
 from .context import WAIT_KEY, WorkflowContext
 from .decorators import WorkflowDefinition, registry
-from .engine import Engine, Outcome, Runtime
+from .engine import Engine, Heartbeats, Outcome, Runtime
 from .errors import (
     InvalidWakeToken,
     LeaseLostError,
@@ -119,8 +119,12 @@ class Runner:
         self.config = config
         self.keyring = keyring
         self.runner_id = runner_id or new_runner_id()
+        #: One task refreshes every engine's lease; run it with ``heartbeats.run()``
+        #: (the application does). Without it each engine runs its own heartbeat.
+        self.heartbeats = Heartbeats(clock, config)
         self.runtime = Runtime(adapter=adapter, clock=clock, config=config,
-                               runner_id=self.runner_id, keyring=keyring)
+                               runner_id=self.runner_id, keyring=keyring,
+                               heartbeats=self.heartbeats)
         self.engines: dict[str, Engine] = {}
         self.busy = 0
         self._settled = anyio.Event()

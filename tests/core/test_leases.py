@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from datetime import timedelta
 
 import anyio
 import pytest
 
-from starflow import Starflow, StarflowConfig, step, wait_for, workflow
+from starflow import RunInfo, Starflow, StarflowConfig, step, wait_for, workflow
 from starflow.adapters import adapter_from_url
 from starflow_testing import FakeClock, FaultInjectingAdapter, capture_logs
 
@@ -30,6 +30,16 @@ async def slow() -> str:
 @workflow(name="leases-wait")
 async def waits() -> object:
     return await wait_for("go")
+
+
+async def row_when(sf: Starflow, run_id: str, check: Callable[[RunInfo], bool]) -> RunInfo:
+    """The run row once ``check`` holds: a write the clock released may still be in
+    flight on a network driver (each read is itself a round trip, so this waits)."""
+    for _ in range(500):
+        run = await sf.get_run(run_id)
+        if check(run):
+            return run
+    raise AssertionError(f"run {run_id} never satisfied the check: {run}")
 
 
 @pytest.fixture
@@ -74,7 +84,8 @@ class TestHeartbeat:
                 run_row = await sf.get_run(runs[0].id)
                 assert run_row.lease_until == start + timedelta(seconds=30)
                 await clock.advance(timedelta(seconds=10))  # refresh 3 succeeds at 30 s
-                run_row = await sf.get_run(runs[0].id)
+                run_row = await row_when(sf, runs[0].id,
+                                         lambda r: r.lease_until != start + timedelta(seconds=30))
                 assert run_row.lease_until == start + timedelta(seconds=60)
                 assert run_row.last_heartbeat == start + timedelta(seconds=30)
                 gate["release"].set()
@@ -141,3 +152,71 @@ async def test_timer_in_a_process_without_the_code_hands_the_run_to_workers(
             tg.start_soon(worker.run)
             assert await sf.result(handle.run_id) == "woke"
             worker.stop()
+
+
+class TestSharedHeartbeat:
+    """One runner task refreshes every engine's lease on the engine's own schedule."""
+
+    async def test_staggered_runs_refresh_on_their_own_schedules(
+            self, db_url: str, workspace_id: str) -> None:
+        """Runs started 4 s apart are refreshed 10 s after their own start, then every 10 s."""
+        clock = FakeClock()
+        gate["started"], gate["release"] = anyio.Event(), anyio.Event()
+        async with Starflow.open(db_url, workspace_id=workspace_id, clock=clock,
+                                 maintenance=False) as sf:
+            assert sf.runner.heartbeats.running
+            t0 = clock.now()
+            handles: list[object] = []
+            async with anyio.create_task_group() as tg:
+                async def run() -> None:
+                    handles.append(await sf.run(slow))
+
+                tg.start_soon(run)
+                await gate["started"].wait()
+                gate["started"] = anyio.Event()
+                await clock.advance(timedelta(seconds=4))
+                tg.start_soon(run)
+                await gate["started"].wait()
+                first, second = sorted(await sf.list_runs(), key=lambda r: r.started_at)
+                await clock.advance(timedelta(seconds=6))   # t0 + 10 s: the first refreshes
+                a = await row_when(sf, first.id, lambda r: r.last_heartbeat != t0)
+                b = await sf.get_run(second.id)
+                assert a.last_heartbeat == t0 + timedelta(seconds=10)
+                assert b.last_heartbeat == t0 + timedelta(seconds=4)
+                await clock.advance(timedelta(seconds=4))   # t0 + 14 s: the second refreshes
+                b = await row_when(sf, second.id,
+                                   lambda r: r.last_heartbeat != t0 + timedelta(seconds=4))
+                assert b.last_heartbeat == t0 + timedelta(seconds=14)
+                assert b.lease_until == t0 + timedelta(seconds=44)
+                gate["release"].set()
+            assert [getattr(h, "status", None) for h in handles] == ["success", "success"]
+
+    async def test_without_the_shared_loop_each_engine_beats_itself(
+            self, db_url: str, workspace_id: str) -> None:
+        """A Runner used without the application's loop still refreshes its leases."""
+        from starflow.decorators import definition_of
+        from starflow.runner import Runner
+        from starflow.waits import Keyring
+
+        clock = FakeClock()
+        gate["started"], gate["release"] = anyio.Event(), anyio.Event()
+        adapter = adapter_from_url(db_url, workspace_id=workspace_id)
+        await adapter.open()
+        try:
+            runner = Runner(adapter, clock=clock, config=StarflowConfig(),
+                            keyring=Keyring({"k": "a-test-secret-of-enough-length"}))
+            assert not runner.heartbeats.running
+            t0 = clock.now()
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(lambda: runner.start(definition_of(slow), (), {}, run_id=None,
+                                                   inline=True))
+                await gate["started"].wait()
+                await clock.advance(timedelta(seconds=10))
+                for _ in range(500):
+                    [run] = await adapter.list_runs()
+                    if run.last_heartbeat != t0:
+                        break
+                assert run.last_heartbeat == t0 + timedelta(seconds=10)
+                gate["release"].set()
+        finally:
+            await adapter.close()
