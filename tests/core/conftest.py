@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Any
 
 import pytest
 
@@ -18,15 +17,8 @@ class SpyAdapter(DelegatingAdapter):
     def __init__(self, inner: WorkflowStateAdapter) -> None:
         super().__init__(inner)
         self.units: list[list[str]] = []
-        self.fail: dict[str, int] = {}
 
     async def execute(self, unit: Unit) -> bool:
-        for method in unit.methods:
-            if self.fail.get(method, 0) > 0:
-                self.fail[method] -= 1
-                from starflow.errors import StorageError
-
-                raise StorageError(f"injected failure in {method}")
         held = await self.inner.execute(unit)
         if held:
             self.units.append(unit.methods)
@@ -47,12 +39,3 @@ async def sf(spy: SpyAdapter) -> AsyncIterator[Starflow]:
     """An open app over a spying adapter; maintenance off so only the test writes."""
     async with Starflow(spy, maintenance=False) as app:
         yield app
-
-
-def unit_calls(spy: SpyAdapter) -> list[list[str]]:
-    """The spy's units, without definition bookkeeping."""
-    return [u for u in spy.units if u]
-
-
-def strip(value: Any) -> Any:
-    return value
