@@ -471,16 +471,21 @@ class Runner:
                 return handle
         return None
 
+    async def _unfinished(self, run_id: str, action: str) -> RunInfo:
+        """The run row, if the run exists and has not ended (else a clear error)."""
+        run = await self.adapter.get_run(run_id)
+        if run is None:
+            raise RunNotFound(run_id)
+        if run.is_terminal:
+            raise RunFinished(run_id, run.status, action)
+        return run
+
     async def signal(self, run_id: str, event: str, payload: Any) -> RunHandle:
         if not isinstance(event, str) or not event:
             raise StarflowError(f"signal event must be a non-empty string: {event!r}",
                                 run_id=run_id)
         encoded = serde.to_builtins(payload, what=f"payload of signal {event!r}", run_id=run_id)
-        run = await self.adapter.get_run(run_id)
-        if run is None:
-            raise RunNotFound(run_id)
-        if run.is_terminal:
-            raise RunFinished(run_id, run.status, "signal")
+        await self._unfinished(run_id, "signal")
         now = self.clock.now()
         async with self.adapter.unit(guard=Guard(run_id=run_id, status_in=ACTIVE_STATUSES)
                                      ) as unit:
@@ -615,11 +620,7 @@ class Runner:
         return await self.drive(fresh)
 
     async def cancel(self, run_id: str) -> RunHandle:
-        run = await self.adapter.get_run(run_id)
-        if run is None:
-            raise RunNotFound(run_id)
-        if run.is_terminal:
-            raise RunFinished(run_id, run.status, "cancel")
+        run = await self._unfinished(run_id, "cancel")
         now = self.clock.now()
         async with self.adapter.unit(guard=Guard(run_id=run_id, status_in=ACTIVE_STATUSES)
                                      ) as unit:
