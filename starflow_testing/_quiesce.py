@@ -18,11 +18,18 @@ import anyio.lowlevel
 __all__ = ["quiesce", "wait_all_tasks_blocked"]
 
 
+#: Tasks inside :func:`quiesce` right now. They poll with checkpoints, so they
+#: never look blocked; two of them (a test advancing the clock while the
+#: environment's time skipper waits) must not wait on each other forever.
+_quiescing: set[asyncio.Task[object]] = set()
+
+
 def _asyncio_all_blocked() -> bool:
-    """True if every asyncio task but the current one waits on an unfinished future."""
+    """True if every asyncio task but the current one (and other quiescers) waits on an
+    unfinished future."""
     me = asyncio.current_task()
     for task in asyncio.all_tasks():
-        if task is me or task.done():
+        if task is me or task.done() or task in _quiescing:
             continue
         waiter = getattr(task, "_fut_waiter", None)
         if waiter is None or waiter.done():
@@ -58,10 +65,16 @@ async def quiesce(idle: Callable[[], Awaitable[None]] | None) -> None:
             await idle()
             await anyio.wait_all_tasks_blocked()
             return
-    while True:
-        await anyio.lowlevel.checkpoint()
-        if idle is not None:
-            await idle()
-        # No await between idle() returning and this check: both hold at once.
-        if _asyncio_all_blocked():
-            return
+    me = asyncio.current_task()
+    assert me is not None
+    _quiescing.add(me)
+    try:
+        while True:
+            await anyio.lowlevel.checkpoint()
+            if idle is not None:
+                await idle()
+            # No await between idle() returning and this check: both hold at once.
+            if _asyncio_all_blocked():
+                return
+    finally:
+        _quiescing.discard(me)

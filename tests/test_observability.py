@@ -26,6 +26,7 @@ from starflow import (
 )
 from starflow import observability as obs
 from starflow.logs import bound, get_logger
+from starflow_testing import WorkflowEnvironment
 
 otel_sdk = pytest.importorskip("opentelemetry.sdk.trace")
 prometheus_client = pytest.importorskip("prometheus_client")
@@ -40,17 +41,17 @@ from prometheus_client import CollectorRegistry  # noqa: E402
 
 
 class OffsetClock(SystemClock):
-    """System time shifted by ``offset``; sleeps are real unless ``fast`` (then ~instant)."""
+    """System time shifted by ``offset``, to make a live run's lease look expired.
 
-    def __init__(self, *, fast: bool = False) -> None:
+    Its sleeps are real, but the only one started (the 10 s heartbeat) is
+    cancelled long before it ends: the test using it finishes first.
+    """
+
+    def __init__(self) -> None:
         self.offset = timedelta()
-        self.fast = fast
 
     def now(self) -> datetime:
         return super().now() + self.offset
-
-    async def sleep(self, seconds: float) -> None:
-        await anyio.sleep(0.001 if self.fast else seconds)
 
 
 #: Per-test coordination between a test and the step it drives.
@@ -137,8 +138,12 @@ def sample(registry: CollectorRegistry, name: str, **labels: str) -> float:
     return registry.get_sample_value(name, labels) or 0.0
 
 
-def app(clock: OffsetClock | None = None) -> Starflow:
-    return Starflow.open("memory://", clock=clock or OffsetClock(fast=True), maintenance=False)
+def app(clock: OffsetClock | None = None) -> Any:
+    """An application for the test: on a fake clock with time skipping (retry delays
+    pass instantly, nothing sleeps for real), or on ``clock`` when a test shifts time."""
+    if clock is not None:
+        return Starflow.open("memory://", clock=clock, maintenance=False)
+    return WorkflowEnvironment("memory", patch_time=False)
 
 
 class TestTracing:
@@ -236,8 +241,8 @@ class TestMetrics:
     async def test_lease_refreshes_and_cancel_counted(self, registry: CollectorRegistry) -> None:
         """Heartbeats count refreshes; a cancel mid-step counts a lost lease."""
         config = StarflowConfig(heartbeat_interval=timedelta(seconds=1))
-        async with Starflow.open("memory://", clock=OffsetClock(fast=True), config=config,
-                                 maintenance=False) as sf:
+        async with WorkflowEnvironment("memory", config=config, patch_time=False) as sf:
+            clock = sf.clock
             result: dict[str, Any] = {}
 
             async def drive() -> None:
@@ -246,11 +251,8 @@ class TestMetrics:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(drive)
                 await gates["started"].wait()
-                with anyio.fail_after(10):
-                    # Polling a metric: there is no event to wait on.
-                    while sample(  # noqa: ASYNC110
-                            registry, "starflow_lease_refreshes_total", result="ok") < 2:
-                        await anyio.sleep(0.001)
+                await clock.advance(timedelta(seconds=2))  # two heartbeats
+                assert sample(registry, "starflow_lease_refreshes_total", result="ok") == 2
                 (run,) = await sf.list_runs()
                 await sf.cancel(run.id)
         assert result["handle"].status == "cancelled"

@@ -270,3 +270,39 @@ class TestWallClockValues:
             handle = await env.run(stamp_flow)
             assert handle.status == "success"
             assert await env.result(handle.run_id) == T0 + timedelta(seconds=7)
+
+
+class TestConcurrentQuiesce:
+    """A test advancing the clock while a background env.run waits does not livelock."""
+
+    async def test_manual_advance_during_a_background_run(self) -> None:
+        """env.run in a task (its time skipper waiting) and env.clock.advance together."""
+        from datetime import timedelta as td
+
+        import anyio
+
+        from starflow import StarflowConfig, step, workflow
+        from starflow_testing import WorkflowEnvironment
+
+        gate = {"started": anyio.Event(), "release": anyio.Event()}
+
+        @step(name="quiesce-hold")
+        async def hold_step() -> None:
+            gate["started"].set()
+            await gate["release"].wait()
+
+        @workflow(name="quiesce-hold")
+        async def hold() -> None:
+            await hold_step()
+
+        config = StarflowConfig(heartbeat_interval=td(seconds=1))
+        async with WorkflowEnvironment("memory", config=config, patch_time=False) as env:
+            start = env.clock.now()
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(env.run, hold)
+                await gate["started"].wait()
+                with anyio.fail_after(30):  # a safety net: the bug was an endless spin
+                    await env.clock.advance(td(seconds=2))
+                (run,) = await env.list_runs()
+                assert run.last_heartbeat == start + td(seconds=2)
+                gate["release"].set()
