@@ -128,17 +128,18 @@ class JobWorker:
         self._log.info("job worker started", concurrency=self.concurrency)
         async with anyio.create_task_group() as tg:
             while not self._stopping.is_set():
+                settled = self.runner.settled  # before the claim: see Worker.run
                 try:
                     n = await self.claim_once(tg)
                 except StarflowError as exc:
                     self._log.error("job claim failed", error=str(exc))
                     n = 0
                 if n == 0:
-                    await self._idle()
+                    await self._idle(settled)
         self._log.info("job worker stopped", completed=self.completed)
 
-    async def _idle(self) -> None:
-        await self.runner.wait_for_work(self._stopping)
+    async def _idle(self, settled: anyio.Event) -> None:
+        await self.runner.wait_for_work(self._stopping, settled)
 
     # -- one job -----------------------------------------------------------------
 

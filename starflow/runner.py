@@ -661,9 +661,15 @@ class Runner:
         """
         await wait_event(self.clock, event or self._settled, seconds)
 
-    async def wait_for_work(self, stopping: anyio.Event) -> None:
+    async def wait_for_work(self, stopping: anyio.Event, settled: anyio.Event | None = None
+                            ) -> None:
         """Return when work may be claimable: a NOTIFY or a poll interval, a run
-        settling in this process, or ``stopping`` being set."""
+        settling in this process, or ``stopping`` being set.
+
+        Pass the ``settled`` event taken *before* the claim that found nothing, so
+        work queued in this process between that claim and this wait is not missed.
+        """
+        settled = settled or self.settled
         async with anyio.create_task_group() as tg:
             async def poll() -> None:
                 await self.adapter.wait_for_work(self.clock,
@@ -676,5 +682,5 @@ class Runner:
 
             tg.start_soon(poll)
             tg.start_soon(stopped)
-            await self.settled.wait()
+            await settled.wait()
             tg.cancel_scope.cancel()

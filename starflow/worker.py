@@ -177,6 +177,9 @@ class Worker:
                     tg.start_soon(self._maintenance, self.maintenance)
                 async with anyio.create_task_group() as runs:
                     while not self._stopping.is_set():
+                        # Taken before the claim: a run queued in this process after
+                        # an empty claim wakes the idle wait below at once.
+                        settled = self.runner.settled
                         try:
                             n = await self.claim_once(runs)
                         except StarflowError as exc:
@@ -186,7 +189,7 @@ class Worker:
                             self._backoff = False
                             await self._pause(self.runner.config.poll_interval.total_seconds())
                         elif n == 0:
-                            await self._idle()
+                            await self._idle(settled)
                     if self.active:
                         self._log.info("draining", active=self.active, grace=self.grace)
                         tg.start_soon(self._grace_period, runs.cancel_scope)
@@ -226,5 +229,5 @@ class Worker:
         """Sleep ``seconds`` of clock time unless the worker is stopped first."""
         await wait_event(self.runner.clock, self._stopping, seconds)
 
-    async def _idle(self) -> None:
-        await self.runner.wait_for_work(self._stopping)
+    async def _idle(self, settled: anyio.Event) -> None:
+        await self.runner.wait_for_work(self._stopping, settled)
