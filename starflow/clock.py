@@ -92,10 +92,14 @@ async def wait_event(clock: Clock, event: anyio.Event, seconds: float | None) ->
     if seconds is None:
         await event.wait()
         return True
+    # The deadline is fixed now, in the caller's task: the task that sleeps starts
+    # later, and a clock that jumps meanwhile (a test's fake clock) must not push
+    # the limit past the time the caller meant.
+    deadline = clock.now() + timedelta(seconds=max(0.0, seconds))
     with anyio.CancelScope() as scope:
         async with anyio.create_task_group() as tg:
             async def limit() -> None:
-                await clock.sleep(seconds)
+                await clock.sleep_until(deadline)
                 scope.cancel()
 
             tg.start_soon(limit)

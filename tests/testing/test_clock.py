@@ -122,3 +122,32 @@ class TestOneClockPerEnvironment:
             assert datetime.now(UTC) == T0 + timedelta(minutes=3)
             assert time.time() == (T0 + timedelta(minutes=3)).timestamp()
         assert datetime.now(UTC).year < 2029
+
+
+async def test_wait_event_deadline_is_fixed_when_called() -> None:
+    """wait_event's limit counts from the call, even if the clock jumps before its
+    sleeping task starts (the shared heartbeat loop missed beats that way)."""
+    from datetime import timedelta
+
+    import anyio
+    import anyio.lowlevel
+
+    from starflow.clock import wait_event
+    from starflow_testing import FakeClock
+
+    clock = FakeClock()
+    start = clock.now()
+    event = anyio.Event()
+    fired: list[object] = []
+
+    async def waiter() -> None:
+        fired.append(await wait_event(clock, event, 4.0))
+        fired.append(clock.now())
+
+    with anyio.fail_after(5):  # real-time safety net: the bug left the waiter asleep
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(waiter)
+            # The waiter runs and calls wait_event; its limit task is scheduled after us.
+            await anyio.lowlevel.checkpoint()
+            await clock.advance(timedelta(seconds=6))
+    assert fired == [False, start + timedelta(seconds=6)]
