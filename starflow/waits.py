@@ -208,6 +208,10 @@ class Keyring:
         """
         if not isinstance(token, str):
             raise InvalidWakeToken("malformed", "a wake token is a string")
+        if not token.isascii():
+            # Tokens are base64url and dots only; anything else (a lone surrogate
+            # included, which cannot even be encoded) is not one.
+            raise InvalidWakeToken("malformed", "a wake token is ASCII text")
         parts = token.split(".")
         if len(parts) != 4 or parts[0] != _PREFIX:
             raise InvalidWakeToken("malformed", "not a starflow wake token (sfw1.kid.body.mac)")

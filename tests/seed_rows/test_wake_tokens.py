@@ -191,3 +191,15 @@ def test_no_mutation_of_a_valid_token_verifies(mutated: str) -> None:
     with pytest.raises(InvalidWakeToken):
         Keyring(KEYS).verify(mutated, workspace_id="celestial", env="prod",
                              now=datetime(2030, 1, 1, tzinfo=UTC))
+
+
+def test_non_ascii_token_is_malformed_not_a_crash() -> None:
+    """A lone surrogate (found by hypothesis) or any non-ASCII text is 'malformed'."""
+    from datetime import UTC, datetime
+
+    keyring = Keyring(KEYS)
+    for bad in (VALID[:8] + "\ud800" + VALID[9:], VALID + "é"):
+        with pytest.raises(InvalidWakeToken) as info:
+            keyring.verify(bad, workspace_id="celestial", env="prod",
+                           now=datetime(2030, 1, 1, tzinfo=UTC))
+        assert info.value.reason == "malformed"
