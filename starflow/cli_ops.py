@@ -441,6 +441,13 @@ def _needs_app(run: RunInfo) -> CommandError:
         "--app MODULE (the module that defines it); nothing was written")
 
 
+async def _explain_missing_code(sf: Any, exc: WorkflowDefinitionError) -> Exception:
+    """The one-line error for an inline run whose workflow this command cannot import
+    (the original error when it names no run)."""
+    run = await sf.get_run(exc.run_id) if exc.run_id else None
+    return _needs_app(run) if run is not None else exc
+
+
 def _signal_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run_id", metavar="RUN_ID")
     parser.add_argument("event", metavar="EVENT", help="the signal name the run waits for")
@@ -482,10 +489,10 @@ async def _resume(ns: argparse.Namespace) -> int:
                 f"{exc} (check the whole token was copied, and that --db/--workspace/--env "
                 "name the run's database)") from exc
         except WorkflowDefinitionError as exc:
-            run = await sf.get_run(exc.run_id) if exc.run_id else None
-            if run is None:
+            explained = await _explain_missing_code(sf, exc)
+            if explained is exc:
                 raise
-            raise _needs_app(run) from exc
+            raise explained from exc
     _report(handle, "resumed", ns.json)
     return EXIT_OK
 
@@ -507,10 +514,10 @@ async def _retry(ns: argparse.Namespace) -> int:
         try:
             handle = await sf.retry(ns.run_id)
         except WorkflowDefinitionError as exc:
-            run = await sf.get_run(exc.run_id) if exc.run_id else None
-            if run is None:
+            explained = await _explain_missing_code(sf, exc)
+            if explained is exc:
                 raise
-            raise _needs_app(run) from exc
+            raise explained from exc
     _report(handle, "retried", ns.json)
     return EXIT_OK
 
