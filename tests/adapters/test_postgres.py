@@ -539,9 +539,14 @@ class TestDriverErrors:
             async with small._pool.acquire() as conn:
                 pid = conn.get_server_pid()
             await admin.execute("SELECT pg_terminate_backend($1)", pid)
-            with pytest.raises(StorageError, match="PostgreSQL error during get_run") as info:
-                await small.get_run(str(uuid.uuid4()))
-            assert type(info.value.__cause__).__module__.startswith("asyncpg")
+            # Whether the first use meets the dead socket or the pool already saw it
+            # close and reconnected depends on timing; either way no asyncpg error
+            # reaches the caller, only StorageError.
+            try:
+                assert await small.get_run(str(uuid.uuid4())) is None
+            except StorageError as exc:
+                assert "PostgreSQL error during get_run" in str(exc)
+                assert type(exc.__cause__).__module__.startswith("asyncpg")
             assert await small.get_run(str(uuid.uuid4())) is None  # the pool reconnects
         finally:
             await small.close()
