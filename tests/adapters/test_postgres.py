@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import uuid
@@ -19,6 +20,8 @@ from typing import Any
 import anyio
 import pytest
 
+import starflow
+from starflow import Starflow, step, workflow
 from starflow.adapters.base import Guard, InsertEvent, StartOptions, Unit
 from starflow.adapters.postgres import (
     CLAIM_SQL,
@@ -631,3 +634,128 @@ async def test_cancelled_listener_setup_leaks_no_connection(workspace_id: str) -
         warnings.simplefilter("always", ResourceWarning)
         gc.collect()
     assert not [w for w in caught if issubclass(w.category, ResourceWarning)]
+
+
+#: Scans of these tables that narrow by nothing but the tenant (workspace, env)
+#: walk a whole workspace's history: the hot path must never plan one.
+_SCANNED_TABLES = {"workflow_runs", "workflow_run_events", "workflow_waits", "workflow_signals",
+                   "workflow_session_vars", "worker_jobs", "mirror_outbox"}
+_TENANT_ONLY = re.compile(r"^[\s()]*(?:\(?(?:\w+\.)?(?:workspace_id|env) = [^()]*\)?(?: AND )?)+"
+                          r"[\s()]*$")
+
+
+def _tenant_scans(plan: Any) -> list[str]:
+    """Scan nodes on starflow tables narrowed by the tenant alone (or by nothing)."""
+    found: list[str] = []
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            table = node.get("Relation Name")
+            kind = node.get("Node Type", "")
+            if table in _SCANNED_TABLES and kind.endswith("Scan"):
+                cond = node.get("Index Cond", "")
+                if kind == "Seq Scan" or _TENANT_ONLY.match(cond):
+                    found.append(f"{kind} on {table} ({node.get('Index Name', '-')}: "
+                                 f"{cond or 'no index condition'})")
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(plan)
+    return found
+
+
+@step
+async def plan_step(x: int) -> int:
+    return x + 1
+
+
+@workflow(name="plan-probe")
+async def plan_probe(x: int) -> int:
+    await starflow.session_set("s-probe", "k", x)
+    y = await plan_step(x)
+    got = await starflow.wait_for("go", type=int)
+    return await plan_step(y + got)
+
+
+class TestHotPathPlans:
+    """Every statement of a run's life looks rows up by key, never by tenant.
+
+    Regression: with the run tables never analyzed (autovacuum off, or a table
+    that grew since its last ANALYZE) the planner served ``id = $1 AND
+    workspace_id = $2 AND env = $3`` from idx_workflow_runs_workspace_started,
+    filtering every run of the workspace: each boundary cost O(runs).
+    """
+
+    async def test_no_statement_scans_a_whole_workspace(self, monkeypatch: Any) -> None:
+        require_postgres()
+        import asyncpg
+
+        name = f"starflow_hot_{uuid.uuid4().hex[:10]}"
+        admin = await asyncpg.connect(POSTGRES_URL)
+        await admin.execute(f'CREATE DATABASE "{name}"')
+        try:
+            url = url_with(database=name)
+            adapter = PostgresWorkflowStateAdapter(url, workspace_id="ws0")
+            await adapter.open()
+            conn = await asyncpg.connect(url)
+            try:
+                for table in sorted(_SCANNED_TABLES):
+                    await conn.execute(f"ALTER TABLE {table} SET (autovacuum_enabled = false)")
+                # One big tenant, never analyzed: thousands of runs, their events,
+                # waits, signals and session variables.
+                await conn.execute("""
+                    INSERT INTO workflow_runs (id, workspace_id, env, status, started_at,
+                                               claim_state)
+                    SELECT gen_random_uuid(), 'ws0', 'prod', 'paused',
+                           now() - g * interval '1 second', 'complete'
+                    FROM generate_series(1, 4000) g;
+                    INSERT INTO workflow_run_events (run_id, event_type, node_id, created_at)
+                    SELECT id, 'node_start', 'n', now() FROM workflow_runs;
+                    INSERT INTO workflow_waits (run_id, node_id, workspace_id, env, event,
+                                                created_at)
+                    SELECT id, 'w', 'ws0', 'prod', 'go', now() FROM workflow_runs;
+                    INSERT INTO workflow_signals (run_id, workspace_id, env, event, created_at)
+                    SELECT id, 'ws0', 'prod', 'other', now() FROM workflow_runs;
+                    INSERT INTO workflow_session_vars (session_id, key, value_json, run_id,
+                                                       workspace_id, env, updated_at)
+                    SELECT 's' || id, 'k', '1', id, 'ws0', 'prod', now() FROM workflow_runs;
+                """)
+                statements: dict[str, tuple[Any, ...]] = {}
+                for method in ("execute", "fetch", "fetchrow", "fetchval", "executemany"):
+                    original = getattr(asyncpg.connection.Connection, method)
+
+                    def spy(self: Any, query: str, *args: Any, _original: Any = original,
+                            _method: str = method, **kw: Any) -> Any:
+                        if args:
+                            statements.setdefault(
+                                query, tuple(args[0][0]) if _method == "executemany" else args)
+                        return _original(self, query, *args, **kw)
+
+                    monkeypatch.setattr(asyncpg.connection.Connection, method, spy)
+                async with Starflow.open(url, workspace_id="ws0", maintenance=False) as sf:
+                    handle = await sf.run(plan_probe, 1)
+                    assert handle.status == "paused"
+                    done = await sf.signal(handle.run_id, "go", 5)
+                    assert done.status == "success" and done.result == 8
+                    assert await sf.get_run(handle.run_id) is not None
+                    assert len(await sf.events(handle.run_id)) > 0
+                monkeypatch.undo()
+                assert len(statements) > 5
+                bad: dict[str, list[str]] = {}
+                # Through the adapter's own connections: they carry its JSON codecs.
+                async with adapter._connection("explain") as explain:
+                    for sql, args in statements.items():
+                        raw = await explain.fetchval(f"EXPLAIN (FORMAT JSON) {sql}", *args)
+                        scans = _tenant_scans(raw if isinstance(raw, list) else json.loads(raw))
+                        if scans:
+                            bad[sql] = scans
+                assert not bad, json.dumps(bad, indent=1)
+            finally:
+                await conn.close()
+                await adapter.close()
+        finally:
+            await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            await admin.close()
