@@ -90,6 +90,8 @@ class Starflow:
             url = url or os.environ.get("STARFLOW_DATABASE_URL") or DEFAULT_URL
             options: dict[str, Any] = {}
             scheme = url.split(":", 1)[0].lower()
+            if scheme in ("sqlite", "memory"):
+                options["inline_commits"] = config.sqlite_inline_commits
             if scheme in ("sqlite",):
                 options["synchronous"] = config.sqlite_synchronous
             elif scheme in ("postgresql", "postgres"):

@@ -29,6 +29,10 @@ class StarflowConfig(msgspec.Struct, frozen=True, kw_only=True):
             generated and stored on first use.
         wake_token_ttl: Lifetime of a wake token when the wait has no deadline (30 days).
         sqlite_synchronous: SQLite ``PRAGMA synchronous`` for durable commits.
+        sqlite_inline_commits: Let a run writing alone commit on the event loop's
+            thread instead of hopping to the database thread and back (about
+            0.1 ms saved per boundary; the loop waits for the flush meanwhile).
+            Set False where the loop must never wait for a disk flush.
         postgres_synchronous_commit: Postgres ``synchronous_commit`` for durable commits.
         storage_retries: How many times a failed boundary write is retried
             before the runner gives up on the run (the sweep then recovers it).
@@ -45,6 +49,7 @@ class StarflowConfig(msgspec.Struct, frozen=True, kw_only=True):
     wake_keys: dict[str, str] = msgspec.field(default_factory=dict)
     wake_token_ttl: timedelta = timedelta(days=30)
     sqlite_synchronous: Literal["FULL", "NORMAL", "OFF", "EXTRA"] = "FULL"
+    sqlite_inline_commits: bool = True
     postgres_synchronous_commit: Literal["on", "off", "local", "remote_write", "remote_apply"] = (
         "on"
     )
@@ -80,6 +85,9 @@ class StarflowConfig(msgspec.Struct, frozen=True, kw_only=True):
                 f"{self.heartbeat_interval.total_seconds():g} s >= "
                 f"{self.lease_ttl.total_seconds():g} s"
             )
+        if not isinstance(self.sqlite_inline_commits, bool):
+            problems.append(f"sqlite_inline_commits must be True or False, got "
+                            f"{self.sqlite_inline_commits!r}")
         if self.max_claim_attempts < 1:
             problems.append(f"max_claim_attempts must be >= 1: {self.max_claim_attempts}")
         if self.storage_retries < 0:

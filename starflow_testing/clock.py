@@ -132,6 +132,10 @@ class FakeClock:
         """Like :meth:`advance`, up to the absolute time ``when``."""
         if when.tzinfo is None:
             raise ValueError(f"advance_to needs a timezone-aware time: {when!r}")
+        # What is runnable now runs first and sets its timers: a task woken
+        # just before (a heartbeat re-arming for a run that just started) must
+        # be stepped through like one that slept all along.
+        await self.settle()
         while True:
             head = self._head()
             if head is None or head.deadline > when:

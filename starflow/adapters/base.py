@@ -389,6 +389,23 @@ class Unit(msgspec.Struct, kw_only=True):
     held: bool | None = None
 
     @property
+    def run_id(self) -> str | None:
+        """The run this unit writes for: its guard's, else its first op's (None if neither)."""
+        if self.guard is not None:
+            return self.guard.run_id
+        for op in self.ops:
+            run_id = getattr(op, "run_id", None)
+            if isinstance(run_id, str):
+                return run_id
+        return None
+
+    @property
+    def releases_lease(self) -> bool:
+        """Whether the unit clears its run's lease (the run ends, pauses or is handed back)."""
+        return any(isinstance(op, UpdateRun) and "leased_by" in op.values
+                   and op.values["leased_by"] is None for op in self.ops)
+
+    @property
     def methods(self) -> list[str]:
         """The boundary methods that built this unit, in call order (one entry per call)."""
         names: list[str] = []

@@ -600,7 +600,8 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
             )
         if isinstance(op, DeleteWaits):
             return (
-                "DELETE FROM workflow_waits WHERE run_id = $1 AND (workspace_id, env) IS NOT DISTINCT FROM ($2, $3)",
+                "DELETE FROM workflow_waits WHERE run_id = $1 "
+                "AND (workspace_id, env) IS NOT DISTINCT FROM ($2, $3)",
                 (_require_uuid(op.run_id, "run id"), ws, env),
             )
         if isinstance(op, InsertSignal):
@@ -612,7 +613,8 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
             )
         if isinstance(op, DeleteSignal):
             return (
-                "DELETE FROM workflow_signals WHERE id = $1 AND (workspace_id, env) IS NOT DISTINCT FROM ($2, $3)",
+                "DELETE FROM workflow_signals WHERE id = $1 "
+                "AND (workspace_id, env) IS NOT DISTINCT FROM ($2, $3)",
                 (op.signal_id, ws, env),
             )
         if isinstance(op, UpsertSessionVar):
@@ -627,7 +629,8 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
             )
         if isinstance(op, DeleteSessionVars):
             return (
-                "DELETE FROM workflow_session_vars WHERE (workspace_id, env) IS NOT DISTINCT FROM ($1, $2) "
+                "DELETE FROM workflow_session_vars WHERE "
+                "(workspace_id, env) IS NOT DISTINCT FROM ($1, $2) "
                 "AND run_id = $3 AND keep_until IS NULL",
                 (ws, env, _require_uuid(op.run_id, "run id")),
             )
@@ -687,7 +690,7 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
         plan = self._plan(unit)
         if not plan and guard is None:
             return True
-        run_id = guard.run_id if guard is not None else _first_run_id(unit.ops)
+        run_id = unit.run_id
         fused = None if guard is not None and guard.wait_node is not None else _fuse(
             plan, guard, unit.durable, self.workspace_id, self.env)
         async with self._connection(_describe(unit), run_id) as conn:
@@ -783,7 +786,8 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
             rows = await conn.fetch(
                 "SELECT e.id, e.run_id, e.event_type, e.node_id, e.payload_json, e.created_at "
                 "FROM workflow_run_events e JOIN workflow_runs r ON r.id = e.run_id "
-                "WHERE e.run_id = $1 AND (r.workspace_id, r.env) IS NOT DISTINCT FROM ($2, $3) AND e.id > $4 "
+                "WHERE e.run_id = $1 "
+                "AND (r.workspace_id, r.env) IS NOT DISTINCT FROM ($2, $3) AND e.id > $4 "
                 "ORDER BY e.id",
                 rid, self.workspace_id, self.env, after_id,
             )
@@ -797,7 +801,8 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
         async with self._connection("list_waits", run_id) as conn:
             rows = await conn.fetch(
                 "SELECT run_id, node_id, event, deadline, created_at FROM workflow_waits "
-                "WHERE run_id = $1 AND (workspace_id, env) IS NOT DISTINCT FROM ($2, $3) ORDER BY created_at",
+                "WHERE run_id = $1 "
+                "AND (workspace_id, env) IS NOT DISTINCT FROM ($2, $3) ORDER BY created_at",
                 rid, self.workspace_id, self.env,
             )
         return [_wait(r) for r in rows]
@@ -827,7 +832,8 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
         async with self._connection("find_signal", run_id) as conn:
             row = await conn.fetchrow(
                 "SELECT id, run_id, event, payload_json, created_at FROM workflow_signals "
-                "WHERE run_id = $1 AND event = $2 AND (workspace_id, env) IS NOT DISTINCT FROM ($3, $4) "
+                "WHERE run_id = $1 AND event = $2 "
+                "AND (workspace_id, env) IS NOT DISTINCT FROM ($3, $4) "
                 "ORDER BY id LIMIT 1", rid, event, self.workspace_id, self.env,
             )
         if row is None:
@@ -977,7 +983,8 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
         async with self._connection("heartbeat_job") as conn:
             status: str = await conn.execute(
                 "UPDATE worker_jobs SET lease_until = $1, last_heartbeat = $2 WHERE id = $3 "
-                "AND (workspace_id, env) IS NOT DISTINCT FROM ($4, $5) AND status = 'claimed' AND leased_by = $6",
+                "AND (workspace_id, env) IS NOT DISTINCT FROM ($4, $5) "
+                "AND status = 'claimed' AND leased_by = $6",
                 lease_until, now, jid, self.workspace_id, self.env, worker_id,
             )
         return status.rsplit(" ", 1)[-1] == "1"
@@ -988,7 +995,8 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
             return None
         async with self._connection("get_job") as conn:
             row = await conn.fetchrow(
-                f"SELECT {_JOB_COLUMNS} FROM worker_jobs WHERE id = $1 AND {_TENANT_23}", jid, self.workspace_id, self.env)
+                f"SELECT {_JOB_COLUMNS} FROM worker_jobs WHERE id = $1 AND {_TENANT_23}",
+                jid, self.workspace_id, self.env)
         return _job(row) if row is not None else None
 
     async def list_jobs(self, *, run_id: str | None = None, status: str | None = None,
@@ -1254,14 +1262,6 @@ def _fused_sql(plan: Sequence[_Statement], guarded: bool, leased: bool, status: 
     result = "(SELECT count(*) FROM g)" if guarded else "1"
     sync = "" if durable else ", set_config('synchronous_commit', 'off', true)"
     return f"WITH {', '.join(ctes)} SELECT {result}{sync}"
-
-
-def _first_run_id(ops: Sequence[Op]) -> str | None:
-    for op in ops:
-        run_id = getattr(op, "run_id", None)
-        if isinstance(run_id, str):
-            return run_id
-    return None
 
 
 def _describe(unit: Unit) -> str:

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import functools
 import sqlite3
+import threading
 import uuid
 from collections.abc import Callable, Collection, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
+import anyio.lowlevel
 
 from .. import serde
 from ..clock import format_ts, parse_ts
@@ -60,6 +62,8 @@ if TYPE_CHECKING:
 __all__ = ["LocalWorkflowStateAdapter"]
 
 T = TypeVar("T")
+#: ``_last_run`` after a run let go of its lease with nobody else writing.
+_NOBODY = ""
 WriteFn = Callable[[sqlite3.Connection], Any]
 
 _RUN_COLUMNS = (
@@ -118,11 +122,12 @@ def _run(row: sqlite3.Row) -> RunInfo:
 class _Write:
     """A queued write and the slot its caller waits on."""
 
-    __slots__ = ("durable", "error", "event", "fn", "result")
+    __slots__ = ("durable", "error", "event", "fn", "result", "run")
 
-    def __init__(self, fn: WriteFn, durable: bool) -> None:
+    def __init__(self, fn: WriteFn, durable: bool, run: str | None) -> None:
         self.fn = fn
         self.durable = durable
+        self.run = run
         # Created only by a follower that has to wait: the leader never does.
         self.event: anyio.Event | None = None
         self.result: Any = None
@@ -138,6 +143,9 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
         env: Environment scope of every query.
         synchronous: ``PRAGMA synchronous`` for durable commits (default FULL).
         busy_timeout_ms: How long to wait for another process's write lock.
+        inline_commits: Let one run writing alone commit on the event loop's
+            thread (see :meth:`_may_inline`); False sends every durable commit
+            through the database thread, so the loop never waits for a flush.
     """
 
     def __init__(
@@ -148,6 +156,7 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
         env: str = "prod",
         synchronous: str = "FULL",
         busy_timeout_ms: int = 10_000,
+        inline_commits: bool = True,
     ) -> None:
         super().__init__(workspace_id=workspace_id, env=env)
         if synchronous.upper() not in {"OFF", "NORMAL", "FULL", "EXTRA"}:
@@ -155,12 +164,18 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
         self.path = path
         self.synchronous = synchronous.upper()
         self.busy_timeout_ms = busy_timeout_ms
+        self.inline_commits = inline_commits
+        # The run of the last write, if it committed alone (None: contended).
+        self._last_run: str | None = _NOBODY
         self._db: aiosqlite.Connection | None = None
         self._queue: list[_Write] = []
         self._writing = False
         self._sync_mode = ""
         self._inflight = 0
         self._idle_event: anyio.Event | None = None
+        # Held by whoever uses the connection: the database thread for a call,
+        # the event loop's thread for an inline write (see _try_inline).
+        self._lock = threading.Lock()
 
     @property
     def shared(self) -> bool:
@@ -194,7 +209,8 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
         conn = self._conn
 
         def job() -> T:
-            return fn(conn._conn)
+            with self._lock:
+                return fn(conn._conn)
 
         self._busy_enter()
         try:
@@ -229,7 +245,10 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
         import aiosqlite
 
         try:
-            self._db = await aiosqlite.connect(self.path, isolation_level=None)
+            # check_same_thread=False: inline writes use the connection from the
+            # event loop's thread, never at the same time as the database thread.
+            self._db = await aiosqlite.connect(self.path, isolation_level=None,
+                                               check_same_thread=False)
         except sqlite3.Error as exc:
             raise StorageError(f"cannot open SQLite database {self.path!r}: {exc}") from exc
 
@@ -282,8 +301,8 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
 
     # -- group-committing writer ---------------------------------------------
 
-    async def _write(self, fn: WriteFn, *, durable: bool = True) -> Any:
-        item = _Write(fn, durable)
+    async def _write(self, fn: WriteFn, *, durable: bool = True, run: str | None = None) -> Any:
+        item = _Write(fn, durable, run)
         self._busy_enter()
         try:
             return await self._write_queued(item)
@@ -291,6 +310,14 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
             self._busy_exit()
 
     async def _write_queued(self, item: _Write) -> Any:
+        if not self._writing and self._may_inline(item) and self._try_inline(item):
+            self._last_run = item.run
+            if item.durable:
+                # Let other tasks in before this run writes again: if other runs
+                # are writing too, the next write sees them and queues (group
+                # commit) instead of taking the loop for one flush each.
+                await anyio.lowlevel.cancel_shielded_checkpoint()
+            return self._outcome(item)
         self._queue.append(item)
         if self._writing:
             item.event = anyio.Event()
@@ -303,6 +330,7 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
                 with anyio.CancelScope(shield=True):
                     while self._queue:
                         batch, self._queue = self._queue, []
+                        self._last_run = batch[0].run if len(batch) == 1 else None
                         try:
                             await self._call(functools.partial(self._apply_batch, batch=batch))
                         except BaseException as exc:
@@ -315,11 +343,66 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
                                     w.event.set()
             finally:
                 self._writing = False
+        return self._outcome(item)
+
+    @staticmethod
+    def _outcome(item: _Write) -> Any:
         if item.error is not None:
             if isinstance(item.error, sqlite3.Error):
                 raise StorageError(f"SQLite error: {item.error}") from item.error
             raise item.error
         return item.result
+
+    def _may_inline(self, item: _Write) -> bool:
+        """Whether ``item`` may be committed on the event loop's thread.
+
+        A non-durable write (``node_start``, ``synchronous=OFF``) always may:
+        it is a few tens of microseconds of SQLite work, less than the round
+        trip to the database thread and back. A durable one may only when one
+        run is writing alone (``inline_commits``): it is the only database call
+        in flight and the last write committed was this run's alone (or was
+        the end of a run, with nobody writing since). The loop
+        then waits for the flush (one fsync) instead of for two thread hops,
+        which on a sequential run is most of the cost above the flush itself.
+        Under concurrency the writes of different runs interleave (an inline
+        durable commit is followed by a checkpoint that lets them in), so a
+        run never sees its own write last and group commit takes over.
+        """
+        if not item.durable:
+            return True
+        return (self.inline_commits and item.run is not None
+                and self._last_run in (item.run, _NOBODY) and self._inflight == 1)
+
+    def _try_inline(self, item: _Write) -> bool:
+        """Commit ``item`` alone on the event loop's thread if the connection is free.
+
+        Taken only when no batch is being written, nothing is queued ahead of
+        it (order is kept) and the database thread is not using the
+        connection; it never waits for another process's write lock
+        (``busy_timeout`` 0 for the attempt). Returns False, having written
+        nothing, when it cannot: the write then goes through the queue.
+        """
+        db = self._db
+        if db is None or self._queue or not self._lock.acquire(blocking=False):
+            return False
+        try:
+            conn: sqlite3.Connection = db._conn
+            conn.execute("PRAGMA busy_timeout = 0")
+            try:
+                self._apply_batch(conn, [item])
+            except sqlite3.OperationalError as exc:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                if exc.sqlite_errorcode & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
+                    return False  # another process writes: wait for it on the thread
+                item.error = exc
+            except sqlite3.Error as exc:
+                item.error = exc
+            finally:
+                conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms)}")
+            return True
+        finally:
+            self._lock.release()
 
     def _apply_batch(self, conn: sqlite3.Connection, batch: list[_Write]) -> None:
         mode = self.synchronous if any(w.durable for w in batch) else "OFF"
@@ -359,7 +442,9 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
 
     async def execute(self, unit: Unit) -> bool:
         result: bool = await self._write(lambda conn: self._apply_unit(conn, unit),
-                                         durable=unit.durable)
+                                         durable=unit.durable, run=unit.run_id)
+        if unit.releases_lease and self._last_run == unit.run_id:
+            self._last_run = _NOBODY  # its run let go: whichever run writes next is alone
         return result
 
     def _apply_unit(self, conn: sqlite3.Connection, unit: Unit) -> bool:

@@ -188,6 +188,8 @@ def test_invalid_config() -> None:
         StarflowConfig(heartbeat_interval=timedelta(seconds=40))
     with pytest.raises(ConfigError, match="sweep_interval must be positive"):
         StarflowConfig(sweep_interval=timedelta(0))
+    with pytest.raises(ConfigError, match="sqlite_inline_commits must be True or False"):
+        StarflowConfig(sqlite_inline_commits="no")  # type: ignore[arg-type]
 
 
 def test_bad_url() -> None:

@@ -118,6 +118,14 @@ class TestSqliteFlushes:
                 adapter = adapter.inner
             assert isinstance(adapter, LocalWorkflowStateAdapter)
             assert adapter.synchronous == "NORMAL"
+            assert adapter.inline_commits
+        async with Starflow.open(url, config=StarflowConfig(sqlite_inline_commits=False),
+                                 maintenance=False) as sf:
+            adapter = sf.adapter
+            while isinstance(adapter, DelegatingAdapter):
+                adapter = adapter.inner
+            assert isinstance(adapter, LocalWorkflowStateAdapter)
+            assert not adapter.inline_commits
         assert StarflowConfig().sqlite_synchronous == "FULL"
         assert StarflowConfig().postgres_synchronous_commit == "on"
 
@@ -191,6 +199,103 @@ class TestGroupCommit:
         for rid in ids:
             assert [e.event_type for e in await _events(tmp_path / "g.db", rid)] == [
                 "node_complete"]
+
+
+class TestInlineCommits:
+    """A run writing alone commits on the event loop's thread (no hop to the database
+    thread); runs writing concurrently still share commits; another process's write
+    lock never stalls the loop."""
+
+    @staticmethod
+    def _spy(adapter: LocalWorkflowStateAdapter) -> list[tuple[bool, int, bool]]:
+        """(on the loop's thread, batch size, any durable) for every batch written."""
+        loop_thread = threading.get_ident()
+        seen: list[tuple[bool, int, bool]] = []
+        original = adapter._apply_batch
+
+        def apply_batch(conn: sqlite3.Connection, batch: list[Any]) -> None:
+            seen.append((threading.get_ident() == loop_thread, len(batch),
+                         any(w.durable for w in batch)))
+            original(conn, batch)
+
+        adapter._apply_batch = apply_batch  # type: ignore[method-assign]
+        return seen
+
+    async def test_alone_commits_on_the_loop(self, tmp_path: Path) -> None:
+        adapter = LocalWorkflowStateAdapter(str(tmp_path / "i.db"), workspace_id="inline")
+        seen = self._spy(adapter)
+        async with Starflow(adapter, maintenance=False) as sf:
+            await sf.run(three_steps, 0)
+            seen.clear()
+            handle = await sf.run(three_steps, 1)
+        assert handle.status == "success" and handle.result == 4
+        # start, three node_start, three node_complete, end: each alone, on the loop.
+        assert seen == [(True, 1, True)] + [(True, 1, False), (True, 1, True)] * 3 + [
+            (True, 1, True)]
+
+    async def test_switched_off(self, tmp_path: Path) -> None:
+        adapter = LocalWorkflowStateAdapter(str(tmp_path / "o.db"), workspace_id="inline",
+                                            inline_commits=False)
+        seen = self._spy(adapter)
+        async with Starflow(adapter, maintenance=False) as sf:
+            await sf.run(three_steps, 0)
+            seen.clear()
+            await sf.run(three_steps, 1)
+        # Durable commits go to the database thread; node_start (no flush) stays inline.
+        assert [on_loop for on_loop, _, durable in seen if durable] == [False] * 5
+        assert [on_loop for on_loop, _, durable in seen if not durable] == [True] * 3
+
+    async def test_concurrent_runs_share_commits(self, tmp_path: Path) -> None:
+        adapter = LocalWorkflowStateAdapter(str(tmp_path / "c.db"), workspace_id="inline")
+        seen = self._spy(adapter)
+        async with Starflow(adapter, maintenance=False) as sf:
+            await sf.run(three_steps, 0)
+            seen.clear()
+            async with anyio.create_task_group() as tg:
+                for i in range(20):
+                    tg.start_soon(sf.run, three_steps, i)
+        durable = [(on_loop, size) for on_loop, size, d in seen if d]
+        assert max(size for _, size in durable) >= 10, durable  # group commit at work
+        # At most the first write of a burst commits on the loop before the others
+        # queue behind it: never one flush per unit of 20 runs (100 durable units).
+        assert sum(1 for on_loop, _ in durable if on_loop) <= 3, durable
+        assert len(durable) <= 30, durable
+
+    async def test_another_writer_does_not_block_the_loop(self, tmp_path: Path) -> None:
+        path = tmp_path / "l.db"
+        # A loop stuck in an inline attempt would wait out this busy timeout and
+        # only then notice the fail_after below: slow, but failing.
+        adapter = LocalWorkflowStateAdapter(str(path), workspace_id="inline",
+                                            busy_timeout_ms=60_000)
+        await adapter.open()
+        other = sqlite3.connect(path, isolation_level=None)
+        try:
+            rid = str(uuid.uuid4())
+            ctx = WorkflowContext(run_id=rid, workflow="w", version=1, workspace_id="inline",
+                                  env="prod")
+            await adapter.on_run_start(rid, ctx, StartOptions(), now=T0)
+            other.execute("BEGIN IMMEDIATE")  # another process holds the write lock
+            done = anyio.Event()
+
+            async def node_start() -> None:
+                async with adapter.unit(guard=Guard(run_id=rid), durable=False) as unit:
+                    await adapter.on_node_start(rid, "step:a#1", {"args": []}, now=T0)
+                assert unit.held
+                done.set()
+
+            with anyio.fail_after(30):
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(node_start)
+                    # Returns only if the loop is free: an inline attempt waiting for the
+                    # lock would hold it for the whole busy timeout.
+                    await anyio.wait_all_tasks_blocked()
+                    assert not done.is_set()
+                    other.execute("COMMIT")
+            assert done.is_set()
+            assert [e.event_type for e in await adapter.list_events(rid)][-1] == "node_start"
+        finally:
+            other.close()
+            await adapter.close()
 
 
 async def _events(path: Path, run_id: str) -> list[Any]:

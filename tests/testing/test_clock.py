@@ -147,7 +147,8 @@ async def test_wait_event_deadline_is_fixed_when_called() -> None:
     with anyio.fail_after(5):  # real-time safety net: the bug left the waiter asleep
         async with anyio.create_task_group() as tg:
             tg.start_soon(waiter)
-            # The waiter runs and calls wait_event; its limit task is scheduled after us.
+            # The waiter runs and calls wait_event; its limit task is scheduled after
+            # us. (advance() would let it start first; jump_to moves time at once.)
             await anyio.lowlevel.checkpoint()
-            await clock.advance(timedelta(seconds=6))
+            await clock.jump_to(start + timedelta(seconds=6))
     assert fired == [False, start + timedelta(seconds=6)]
