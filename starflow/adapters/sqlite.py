@@ -64,6 +64,8 @@ __all__ = ["LocalWorkflowStateAdapter"]
 T = TypeVar("T")
 #: ``_last_run`` after a run let go of its lease with nobody else writing.
 _NOBODY = ""
+#: What :meth:`LocalWorkflowStateAdapter._on_loop` returns when it did not run.
+_NOT_RUN = object()
 WriteFn = Callable[[sqlite3.Connection], Any]
 
 _RUN_COLUMNS = (
@@ -376,33 +378,61 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
     def _try_inline(self, item: _Write) -> bool:
         """Commit ``item`` alone on the event loop's thread if the connection is free.
 
-        Taken only when no batch is being written, nothing is queued ahead of
-        it (order is kept) and the database thread is not using the
-        connection; it never waits for another process's write lock
-        (``busy_timeout`` 0 for the attempt). Returns False, having written
-        nothing, when it cannot: the write then goes through the queue.
+        Taken only when nothing is queued ahead of it (order is kept) and the
+        database thread is not using the connection (see :meth:`_on_loop`).
+        Returns False, having written nothing, when it cannot: the write then
+        goes through the queue.
+        """
+        if self._queue:
+            return False
+        try:
+            done = self._on_loop(functools.partial(self._apply_batch, batch=[item]))
+        except sqlite3.Error as exc:
+            item.error = exc
+            return True
+        return done is not _NOT_RUN
+
+    def _on_loop(self, fn: Callable[[sqlite3.Connection], T]) -> T | object:
+        """Run ``fn`` with the connection on the event loop's thread, or return ``_NOT_RUN``.
+
+        Only while the database thread is not using the connection, and never
+        waiting for another process's write lock (``busy_timeout`` 0 for the
+        call): SQLITE_BUSY or SQLITE_LOCKED roll back and return ``_NOT_RUN``,
+        so the caller goes to the database thread, which may wait. Other
+        SQLite errors are raised, after a rollback.
         """
         db = self._db
-        if db is None or self._queue or not self._lock.acquire(blocking=False):
-            return False
+        if db is None or not self._lock.acquire(blocking=False):
+            return _NOT_RUN
         try:
             conn: sqlite3.Connection = db._conn
             conn.execute("PRAGMA busy_timeout = 0")
             try:
-                self._apply_batch(conn, [item])
-            except sqlite3.OperationalError as exc:
+                return fn(conn)
+            except sqlite3.Error as exc:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
-                if exc.sqlite_errorcode & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
-                    return False  # another process writes: wait for it on the thread
-                item.error = exc
-            except sqlite3.Error as exc:
-                item.error = exc
+                if (isinstance(exc, sqlite3.OperationalError) and exc.sqlite_errorcode & 0xFF
+                        in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)):
+                    return _NOT_RUN
+                raise
             finally:
                 conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms)}")
-            return True
         finally:
             self._lock.release()
+
+    async def _lookup(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """A point read (a row, or the few waits of one run): on the event loop's
+        thread when the connection is free, which spares two thread hops; on
+        the database thread otherwise. Reads that can be long (journals,
+        listings, scans) use :meth:`_call`."""
+        try:
+            result = self._on_loop(fn)
+        except sqlite3.Error as exc:
+            raise StorageError(f"SQLite error: {exc}") from exc
+        if result is _NOT_RUN:
+            return await self._call(fn)
+        return result  # type: ignore[return-value]
 
     def _apply_batch(self, conn: sqlite3.Connection, batch: list[_Write]) -> None:
         mode = self.synchronous if any(w.durable for w in batch) else "OFF"
@@ -580,7 +610,7 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
             ).fetchone()
             return _run(row) if row else None
 
-        return await self._call(q)
+        return await self._lookup(q)
 
     async def list_runs(self, *, status: str | None = None, template_id: str | None = None,
                         since: datetime | None = None, limit: int = 50) -> list[RunInfo]:
@@ -618,7 +648,7 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
         return await self._call(q)
 
     async def list_waits(self, run_id: str) -> list[WaitRecord]:
-        return await self._call(lambda conn: [
+        return await self._lookup(lambda conn: [
             _wait(r) for r in conn.execute(
                 "SELECT run_id, node_id, event, deadline, created_at FROM workflow_waits "
                 "WHERE run_id = ? AND workspace_id = ? AND env = ? ORDER BY created_at",
@@ -641,7 +671,7 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
         return _ts(row[0]) if row else None
 
     async def find_signal(self, run_id: str, event: str) -> SignalRecord | None:
-        row = await self._call(lambda conn: conn.execute(
+        row = await self._lookup(lambda conn: conn.execute(
             "SELECT id, run_id, event, payload_json, created_at FROM workflow_signals "
             "WHERE run_id = ? AND event = ? AND workspace_id = ? AND env = ? "
             "ORDER BY id LIMIT 1", (run_id, event, self.workspace_id, self.env)).fetchone())
@@ -652,7 +682,7 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
 
     async def session_get(self, session_id: str, key: str, *, now: datetime | None = None
                           ) -> Any:
-        row = await self._call(lambda conn: conn.execute(
+        row = await self._lookup(lambda conn: conn.execute(
             "SELECT value_json, keep_until FROM workflow_session_vars "
             "WHERE workspace_id = ? AND env = ? AND session_id = ? AND key = ?",
             (self.workspace_id, self.env, session_id, key)).fetchone())
@@ -761,7 +791,7 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
         return result
 
     async def get_definition(self, definition_id: str) -> DefinitionRecord | None:
-        row = await self._call(lambda conn: conn.execute(
+        row = await self._lookup(lambda conn: conn.execute(
             "SELECT id, name, version, code_hash, created_at FROM workflow_definitions "
             "WHERE id = ? AND workspace_id = ? AND env = ?",
             (definition_id, self.workspace_id, self.env)).fetchone())
@@ -844,7 +874,7 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
         return result
 
     async def get_job(self, job_id: str) -> JobRecord | None:
-        row = await self._call(lambda conn: conn.execute(
+        row = await self._lookup(lambda conn: conn.execute(
             f"SELECT {_JOB_COLUMNS} FROM worker_jobs WHERE id = ? AND workspace_id = ? "
             "AND env = ?", (job_id, self.workspace_id, self.env)).fetchone())
         return _job(row) if row else None

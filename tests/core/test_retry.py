@@ -104,10 +104,15 @@ class TestRetry:
             tg.start_soon(worker.run)
             while (await sf.get_run(handle.run_id)).status != "error":
                 await sf.runner.wait_settled(0.05)
-            bug["present"] = False
-            again = await sf.retry(handle.run_id)
-            assert again.status == "queued"
-            assert (await sf.get_run(handle.run_id)).claim_attempts == 0
+            worker.stop()
+        # No worker runs now: the requeued row is seen before anyone claims it.
+        bug["present"] = False
+        again = await sf.retry(handle.run_id)
+        assert again.status == "queued"
+        assert (await sf.get_run(handle.run_id)).claim_attempts == 0
+        worker = sf.worker()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(worker.run)
             assert await sf.result(handle.run_id) == "reserved-z"
             worker.stop()
         assert calls == {"reserve": 1}

@@ -298,6 +298,54 @@ class TestInlineCommits:
             await adapter.close()
 
 
+class TestInlineLookups:
+    """Point reads (a run row, a signal, a definition) skip the database thread when
+    the connection is free; journals and listings always use it."""
+
+    async def test_point_reads_on_the_loop(self, tmp_path: Path) -> None:
+        adapter = LocalWorkflowStateAdapter(str(tmp_path / "r.db"), workspace_id="reads")
+        async with Starflow(adapter, maintenance=False) as sf:
+            handle = await sf.run(three_steps, 1)
+            hops: list[str] = []
+            original = adapter._call
+
+            async def call(fn: Any) -> Any:
+                hops.append(getattr(fn, "__qualname__", "?"))
+                return await original(fn)
+
+            adapter._call = call  # type: ignore[method-assign]
+            run = await adapter.get_run(handle.run_id)
+            assert run is not None and run.status == "success"
+            assert await adapter.find_signal(handle.run_id, "nothing") is None
+            assert hops == []
+            assert len(await adapter.list_events(handle.run_id)) == 6  # 3 x start, complete
+            assert len(hops) == 1  # the journal: unbounded, so on the database thread
+
+    async def test_busy_connection_falls_back_without_blocking(self, tmp_path: Path) -> None:
+        adapter = LocalWorkflowStateAdapter(str(tmp_path / "b.db"), workspace_id="reads")
+        async with Starflow(adapter, maintenance=False) as sf:
+            handle = await sf.run(three_steps, 1)
+            got: list[Any] = []
+
+            async def read() -> None:
+                got.append(await adapter.get_run(handle.run_id))
+
+            adapter._lock.acquire()  # as if the database thread were using the connection
+            released = False
+            try:
+                with anyio.fail_after(30):
+                    async with anyio.create_task_group() as tg:
+                        tg.start_soon(read)
+                        await anyio.wait_all_tasks_blocked()  # the loop is free meanwhile
+                        assert got == []
+                        adapter._lock.release()
+                        released = True
+            finally:
+                if not released:
+                    adapter._lock.release()
+            assert got[0] is not None and got[0].status == "success"
+
+
 async def _events(path: Path, run_id: str) -> list[Any]:
     async with LocalWorkflowStateAdapter(str(path), workspace_id="group") as adapter:
         return await adapter.list_events(run_id)

@@ -13,6 +13,7 @@ from starflow import WorkflowContext
 from starflow.adapters.base import StartOptions
 from starflow.worker import Worker
 from starflow_testing import FakeClock
+from starflow_testing._quiesce import quiesce
 
 from . import flows
 from .conftest import CONFIG, OpenApp
@@ -177,8 +178,12 @@ class TestRequeue:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(worker.run)
                 await probe.until_run(run_id, lambda r: r.status == "paused")
-                for _ in range(30):  # the timer loop may re-arm a little late: keep going
+                for _ in range(30):
                     await clock.advance(timedelta(minutes=10))
+                    # This clock's settle sees a task waiting on the database thread
+                    # as blocked: let the timer loop's reads finish and it re-arm
+                    # before time moves again.
+                    await quiesce(probe.inner.idle)
                     run = await probe.inner.get_run(run_id)
                     if run is not None and run.status != "paused":
                         break
