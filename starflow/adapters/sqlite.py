@@ -425,7 +425,11 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
         """A point read (a row, or the few waits of one run): on the event loop's
         thread when the connection is free, which spares two thread hops; on
         the database thread otherwise. Reads that can be long (journals,
-        listings, scans) use :meth:`_call`."""
+        listings, scans) use :meth:`_call`.
+
+        It still yields to the loop first, as any awaited query would: a caller
+        polling a row in a loop must not starve the tasks that change it."""
+        await anyio.lowlevel.checkpoint()
         try:
             result = self._on_loop(fn)
         except sqlite3.Error as exc:

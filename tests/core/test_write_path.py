@@ -321,6 +321,24 @@ class TestInlineLookups:
             assert len(await adapter.list_events(handle.run_id)) == 6  # 3 x start, complete
             assert len(hops) == 1  # the journal: unbounded, so on the database thread
 
+    async def test_a_read_still_yields(self, tmp_path: Path) -> None:
+        """A caller polling a row in a loop lets the other tasks run."""
+        adapter = LocalWorkflowStateAdapter(str(tmp_path / "y.db"), workspace_id="reads")
+        async with Starflow(adapter, maintenance=False) as sf:
+            handle = await sf.run(three_steps, 1)
+            ran: list[bool] = []
+
+            async def other() -> None:
+                ran.append(True)
+
+            reads = 0
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(other)
+                while not ran and reads < 100:
+                    await adapter.get_run(handle.run_id)
+                    reads += 1
+            assert reads < 100, "reads never let the other task run"
+
     async def test_busy_connection_falls_back_without_blocking(self, tmp_path: Path) -> None:
         adapter = LocalWorkflowStateAdapter(str(tmp_path / "b.db"), workspace_id="reads")
         async with Starflow(adapter, maintenance=False) as sf:
