@@ -318,7 +318,7 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
                 # Let other tasks in before this run writes again: if other runs
                 # are writing too, the next write sees them and queues (group
                 # commit) instead of taking the loop for one flush each.
-                await anyio.lowlevel.cancel_shielded_checkpoint()
+                await anyio.lowlevel.checkpoint()
             return self._outcome(item)
         self._queue.append(item)
         if self._writing:
