@@ -600,23 +600,44 @@ def machine() -> dict[str, Any]:
     return info
 
 
-async def postgres_version() -> str | None:
+#: starflow's tables, vacuumed before the PostgreSQL legs.
+STATE_TABLES = ("workflow_runs", "workflow_run_events", "workflow_waits", "workflow_signals",
+                "workflow_session_vars", "worker_jobs", "mirror_outbox")
+
+
+async def postgres_prepare(info: dict[str, Any]) -> None:
+    """Record the server's version and autovacuum setting; VACUUM (ANALYZE) the state tables.
+
+    A server with autovacuum off (as some test machines ship) accumulates the
+    dead rows of every earlier run in a shared database, and each leg would
+    then measure that bloat rather than starflow: the tables start vacuumed,
+    as autovacuum keeps them on a production server.
+    """
     try:
         import asyncpg
 
         conn = await asyncpg.connect(POSTGRES_URL)
-        try:
-            return str(await conn.fetchval("SHOW server_version"))
-        finally:
-            await conn.close()
     except Exception:
-        return None
+        info["postgres"] = None
+        return
+    try:
+        info["postgres"] = str(await conn.fetchval("SHOW server_version"))
+        info["postgres_autovacuum"] = str(await conn.fetchval("SHOW autovacuum"))
+        present = [t for t in STATE_TABLES
+                   if await conn.fetchval("SELECT to_regclass($1)", t) is not None]
+        if present:
+            await conn.execute(f"VACUUM (ANALYZE) {', '.join(present)}")
+        info["postgres_vacuumed"] = present
+    finally:
+        await conn.close()
 
 
 def print_table(info: dict[str, Any], rows: list[dict[str, Any]]) -> None:
     print(f"machine: {info['nproc']} cores, {info['cpu']}, Python {info['python']}, "
           f"SQLite {info['sqlite']}, PostgreSQL {info.get('postgres') or 'n/a'}, "
-          f"load {info['load_avg'][0]:.2f}")
+          f"load {info['load_avg'][0]:.2f}"
+          + (f", autovacuum {info['postgres_autovacuum']} (state tables vacuumed first)"
+             if info.get("postgres_vacuumed") else ""))
     print(f"{'db':<9}{'figure':<48}{'value':>12} {'unit':<10}{'baseline':>11} "
           f"{'(baseline is)':<26}{'ratio':>7}")
     for r in rows:
@@ -653,7 +674,9 @@ async def main(argv: list[str]) -> int:
         parser.error(f"unknown legs: {sorted(unknown)}")
     kinds = ["sqlite", "postgres"] if args.db == "all" else [args.db]
     info = machine()
-    info["postgres"] = await postgres_version() if "postgres" in kinds else None
+    info["postgres"] = None
+    if "postgres" in kinds:
+        await postgres_prepare(info)
     info["command"] = " ".join([Path(sys.executable).name, "bench/bench.py", *argv])
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
