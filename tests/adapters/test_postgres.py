@@ -12,7 +12,8 @@ import re
 import subprocess
 import sys
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -325,21 +326,46 @@ class TestRowLevelSecurity:
                 await admin.execute(f'DROP ROLE "{role}"')
 
 
+@asynccontextmanager
+async def scratch_database(prefix: str) -> AsyncIterator[tuple[str, Any]]:
+    """A new database with starflow's schema: its URL and a raw connection to it.
+
+    Dropped afterwards, whatever happened.
+    """
+    require_postgres()
+    import asyncpg
+
+    name = f"{prefix}_{uuid.uuid4().hex[:10]}"
+    admin = await asyncpg.connect(POSTGRES_URL)
+    await admin.execute(f'CREATE DATABASE "{name}"')
+    try:
+        url = url_with(database=name)
+        migrator = PostgresWorkflowStateAdapter(url, workspace_id="ws0")
+        await migrator.open()
+        await migrator.close()
+        conn = await asyncpg.connect(url)
+        try:
+            yield url, conn
+        finally:
+            await conn.close()
+    finally:
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await admin.close()
+
+
+def _plan_nodes(plan: Any) -> Iterator[dict[str, Any]]:
+    """Every node of an ``EXPLAIN (FORMAT JSON)`` plan, depth first."""
+    if isinstance(plan, dict):
+        yield plan
+        for value in plan.values():
+            yield from _plan_nodes(value)
+    elif isinstance(plan, list):
+        for value in plan:
+            yield from _plan_nodes(value)
+
+
 def _index_names(plan: Any) -> set[str]:
-    found: set[str] = set()
-
-    def walk(node: Any) -> None:
-        if isinstance(node, dict):
-            if "Index Name" in node:
-                found.add(node["Index Name"])
-            for value in node.values():
-                walk(value)
-        elif isinstance(node, list):
-            for value in node:
-                walk(value)
-
-    walk(plan)
-    return found
+    return {node["Index Name"] for node in _plan_nodes(plan) if "Index Name" in node}
 
 
 class TestPlans:
@@ -354,48 +380,31 @@ class TestPlans:
     """
 
     async def test_claim_and_sweep_plans(self) -> None:
-        require_postgres()
-        import asyncpg
+        async with scratch_database("starflow_plan") as (_, conn):
+            await conn.execute("""
+                INSERT INTO workflow_runs (id, workspace_id, env, status, started_at,
+                                           claim_state, runner_pool, lease_until)
+                SELECT gen_random_uuid(), 'ws' || (g % 3), 'prod',
+                    CASE WHEN g % 1500 = 0 THEN 'queued'
+                         WHEN g % 900 = 1 THEN 'running' ELSE 'success' END,
+                    now() - g * interval '1 second',
+                    CASE WHEN g % 1500 = 0 THEN 'queued'
+                         WHEN g % 900 = 1 THEN 'running' ELSE 'complete' END,
+                    CASE WHEN g % 3000 = 0 THEN 'gpu' END,
+                    CASE WHEN g % 900 = 1 THEN now() + interval '30 seconds' END
+                FROM generate_series(1, 60000) g""")
+            await conn.execute("ANALYZE workflow_runs")
 
-        name = f"starflow_plan_{uuid.uuid4().hex[:10]}"
-        admin = await asyncpg.connect(POSTGRES_URL)
-        await admin.execute(f'CREATE DATABASE "{name}"')
-        try:
-            url = url_with(database=name)
-            adapter = PostgresWorkflowStateAdapter(url, workspace_id="ws0")
-            await adapter.open()
-            await adapter.close()
-            conn = await asyncpg.connect(url)
-            try:
-                await conn.execute("""
-                    INSERT INTO workflow_runs (id, workspace_id, env, status, started_at,
-                                               claim_state, runner_pool, lease_until)
-                    SELECT gen_random_uuid(), 'ws' || (g % 3), 'prod',
-                        CASE WHEN g % 1500 = 0 THEN 'queued'
-                             WHEN g % 900 = 1 THEN 'running' ELSE 'success' END,
-                        now() - g * interval '1 second',
-                        CASE WHEN g % 1500 = 0 THEN 'queued'
-                             WHEN g % 900 = 1 THEN 'running' ELSE 'complete' END,
-                        CASE WHEN g % 3000 = 0 THEN 'gpu' END,
-                        CASE WHEN g % 900 = 1 THEN now() + interval '30 seconds' END
-                    FROM generate_series(1, 60000) g""")
-                await conn.execute("ANALYZE workflow_runs")
+            async def used(sql: str, *args: Any) -> set[str]:
+                raw = await conn.fetchval(f"EXPLAIN (FORMAT JSON) {sql}", *args)
+                return _index_names(json.loads(raw))
 
-                async def used(sql: str, *args: Any) -> set[str]:
-                    raw = await conn.fetchval(f"EXPLAIN (FORMAT JSON) {sql}", *args)
-                    return _index_names(json.loads(raw))
-
-                for pool in (None, "gpu"):
-                    for workflows in (None, ["wf"]):
-                        assert "idx_workflow_runs_claim_pool" in await used(
-                            CLAIM_SQL, "ws0", "prod", pool, 5, "w", at(30), T0, workflows)
-                assert "idx_workflow_runs_lease_until" in await used(
-                    SWEEP_SQL, "ws0", "prod", "runner_lost", T0, "chan")
-            finally:
-                await conn.close()
-        finally:
-            await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-            await admin.close()
+            for pool in (None, "gpu"):
+                for workflows in (None, ["wf"]):
+                    assert "idx_workflow_runs_claim_pool" in await used(
+                        CLAIM_SQL, "ws0", "prod", pool, 5, "w", at(30), T0, workflows)
+            assert "idx_workflow_runs_lease_until" in await used(
+                SWEEP_SQL, "ws0", "prod", "runner_lost", T0, "chan")
 
 
 class ManualClock:
@@ -647,23 +656,14 @@ _TENANT_ONLY = re.compile(r"^[\s()]*(?:\(?(?:\w+\.)?(?:workspace_id|env) = [^()]
 def _tenant_scans(plan: Any) -> list[str]:
     """Scan nodes on starflow tables narrowed by the tenant alone (or by nothing)."""
     found: list[str] = []
-
-    def walk(node: Any) -> None:
-        if isinstance(node, dict):
-            table = node.get("Relation Name")
-            kind = node.get("Node Type", "")
-            if table in _SCANNED_TABLES and kind.endswith("Scan"):
-                cond = node.get("Index Cond", "")
-                if kind == "Seq Scan" or _TENANT_ONLY.match(cond):
-                    found.append(f"{kind} on {table} ({node.get('Index Name', '-')}: "
-                                 f"{cond or 'no index condition'})")
-            for value in node.values():
-                walk(value)
-        elif isinstance(node, list):
-            for value in node:
-                walk(value)
-
-    walk(plan)
+    for node in _plan_nodes(plan):
+        table = node.get("Relation Name")
+        kind = node.get("Node Type", "")
+        if table in _SCANNED_TABLES and kind.endswith("Scan"):
+            cond = node.get("Index Cond", "")
+            if kind == "Seq Scan" or _TENANT_ONLY.match(cond):
+                found.append(f"{kind} on {table} ({node.get('Index Name', '-')}: "
+                             f"{cond or 'no index condition'})")
     return found
 
 
@@ -690,72 +690,62 @@ class TestHotPathPlans:
     """
 
     async def test_no_statement_scans_a_whole_workspace(self, monkeypatch: Any) -> None:
-        require_postgres()
         import asyncpg
 
-        name = f"starflow_hot_{uuid.uuid4().hex[:10]}"
-        admin = await asyncpg.connect(POSTGRES_URL)
-        await admin.execute(f'CREATE DATABASE "{name}"')
-        try:
-            url = url_with(database=name)
+        async with scratch_database("starflow_hot") as (url, conn):
+            for table in sorted(_SCANNED_TABLES):
+                await conn.execute(f"ALTER TABLE {table} SET (autovacuum_enabled = false)")
+            # One big tenant, never analyzed: thousands of runs, their events,
+            # waits, signals and session variables.
+            await conn.execute("""
+                INSERT INTO workflow_runs (id, workspace_id, env, status, started_at,
+                                           claim_state)
+                SELECT gen_random_uuid(), 'ws0', 'prod', 'paused',
+                       now() - g * interval '1 second', 'complete'
+                FROM generate_series(1, 4000) g;
+                INSERT INTO workflow_run_events (run_id, event_type, node_id, created_at)
+                SELECT id, 'node_start', 'n', now() FROM workflow_runs;
+                INSERT INTO workflow_waits (run_id, node_id, workspace_id, env, event,
+                                            created_at)
+                SELECT id, 'w', 'ws0', 'prod', 'go', now() FROM workflow_runs;
+                INSERT INTO workflow_signals (run_id, workspace_id, env, event, created_at)
+                SELECT id, 'ws0', 'prod', 'other', now() FROM workflow_runs;
+                INSERT INTO workflow_session_vars (session_id, key, value_json, run_id,
+                                                   workspace_id, env, updated_at)
+                SELECT 's' || id, 'k', '1', id, 'ws0', 'prod', now() FROM workflow_runs;
+            """)
+            statements: dict[str, tuple[Any, ...]] = {}
+            for method in ("execute", "fetch", "fetchrow", "fetchval", "executemany"):
+                original = getattr(asyncpg.connection.Connection, method)
+
+                def spy(self: Any, query: str, *args: Any, _original: Any = original,
+                        _method: str = method, **kw: Any) -> Any:
+                    if args:
+                        statements.setdefault(
+                            query, tuple(args[0][0]) if _method == "executemany" else args)
+                    return _original(self, query, *args, **kw)
+
+                monkeypatch.setattr(asyncpg.connection.Connection, method, spy)
+            async with Starflow.open(url, workspace_id="ws0", maintenance=False) as sf:
+                handle = await sf.run(plan_probe, 1)
+                assert handle.status == "paused"
+                done = await sf.signal(handle.run_id, "go", 5)
+                assert done.status == "success" and done.result == 8
+                assert await sf.get_run(handle.run_id) is not None
+                assert len(await sf.events(handle.run_id)) > 0
+            monkeypatch.undo()
+            assert len(statements) > 5
+            bad: dict[str, list[str]] = {}
+            # Through an adapter's own connections: they carry its JSON codecs.
             adapter = PostgresWorkflowStateAdapter(url, workspace_id="ws0")
             await adapter.open()
-            conn = await asyncpg.connect(url)
             try:
-                for table in sorted(_SCANNED_TABLES):
-                    await conn.execute(f"ALTER TABLE {table} SET (autovacuum_enabled = false)")
-                # One big tenant, never analyzed: thousands of runs, their events,
-                # waits, signals and session variables.
-                await conn.execute("""
-                    INSERT INTO workflow_runs (id, workspace_id, env, status, started_at,
-                                               claim_state)
-                    SELECT gen_random_uuid(), 'ws0', 'prod', 'paused',
-                           now() - g * interval '1 second', 'complete'
-                    FROM generate_series(1, 4000) g;
-                    INSERT INTO workflow_run_events (run_id, event_type, node_id, created_at)
-                    SELECT id, 'node_start', 'n', now() FROM workflow_runs;
-                    INSERT INTO workflow_waits (run_id, node_id, workspace_id, env, event,
-                                                created_at)
-                    SELECT id, 'w', 'ws0', 'prod', 'go', now() FROM workflow_runs;
-                    INSERT INTO workflow_signals (run_id, workspace_id, env, event, created_at)
-                    SELECT id, 'ws0', 'prod', 'other', now() FROM workflow_runs;
-                    INSERT INTO workflow_session_vars (session_id, key, value_json, run_id,
-                                                       workspace_id, env, updated_at)
-                    SELECT 's' || id, 'k', '1', id, 'ws0', 'prod', now() FROM workflow_runs;
-                """)
-                statements: dict[str, tuple[Any, ...]] = {}
-                for method in ("execute", "fetch", "fetchrow", "fetchval", "executemany"):
-                    original = getattr(asyncpg.connection.Connection, method)
-
-                    def spy(self: Any, query: str, *args: Any, _original: Any = original,
-                            _method: str = method, **kw: Any) -> Any:
-                        if args:
-                            statements.setdefault(
-                                query, tuple(args[0][0]) if _method == "executemany" else args)
-                        return _original(self, query, *args, **kw)
-
-                    monkeypatch.setattr(asyncpg.connection.Connection, method, spy)
-                async with Starflow.open(url, workspace_id="ws0", maintenance=False) as sf:
-                    handle = await sf.run(plan_probe, 1)
-                    assert handle.status == "paused"
-                    done = await sf.signal(handle.run_id, "go", 5)
-                    assert done.status == "success" and done.result == 8
-                    assert await sf.get_run(handle.run_id) is not None
-                    assert len(await sf.events(handle.run_id)) > 0
-                monkeypatch.undo()
-                assert len(statements) > 5
-                bad: dict[str, list[str]] = {}
-                # Through the adapter's own connections: they carry its JSON codecs.
                 async with adapter._connection("explain") as explain:
                     for sql, args in statements.items():
                         raw = await explain.fetchval(f"EXPLAIN (FORMAT JSON) {sql}", *args)
                         scans = _tenant_scans(raw if isinstance(raw, list) else json.loads(raw))
                         if scans:
                             bad[sql] = scans
-                assert not bad, json.dumps(bad, indent=1)
             finally:
-                await conn.close()
                 await adapter.close()
-        finally:
-            await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-            await admin.close()
+            assert not bad, json.dumps(bad, indent=1)

@@ -15,6 +15,7 @@ import sys
 import threading
 import uuid
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import FrameType
@@ -298,14 +299,22 @@ class TestInlineCommits:
             await adapter.close()
 
 
+@asynccontextmanager
+async def _finished_run(path: Path) -> AsyncIterator[tuple[LocalWorkflowStateAdapter, str]]:
+    """An open SQLite adapter holding one finished three-step run, and its run id."""
+    adapter = LocalWorkflowStateAdapter(str(path), workspace_id="reads")
+    async with Starflow(adapter, maintenance=False) as sf:
+        handle = await sf.run(three_steps, 1)
+        assert handle.status == "success"
+        yield adapter, handle.run_id
+
+
 class TestInlineLookups:
     """Point reads (a run row, a signal, a definition) skip the database thread when
     the connection is free; journals and listings always use it."""
 
     async def test_point_reads_on_the_loop(self, tmp_path: Path) -> None:
-        adapter = LocalWorkflowStateAdapter(str(tmp_path / "r.db"), workspace_id="reads")
-        async with Starflow(adapter, maintenance=False) as sf:
-            handle = await sf.run(three_steps, 1)
+        async with _finished_run(tmp_path / "r.db") as (adapter, run_id):
             hops: list[str] = []
             original = adapter._call
 
@@ -314,18 +323,16 @@ class TestInlineLookups:
                 return await original(fn)
 
             adapter._call = call  # type: ignore[method-assign]
-            run = await adapter.get_run(handle.run_id)
+            run = await adapter.get_run(run_id)
             assert run is not None and run.status == "success"
-            assert await adapter.find_signal(handle.run_id, "nothing") is None
+            assert await adapter.find_signal(run_id, "nothing") is None
             assert hops == []
-            assert len(await adapter.list_events(handle.run_id)) == 6  # 3 x start, complete
+            assert len(await adapter.list_events(run_id)) == 6  # 3 x start, complete
             assert len(hops) == 1  # the journal: unbounded, so on the database thread
 
     async def test_a_read_still_yields(self, tmp_path: Path) -> None:
         """A caller polling a row in a loop lets the other tasks run."""
-        adapter = LocalWorkflowStateAdapter(str(tmp_path / "y.db"), workspace_id="reads")
-        async with Starflow(adapter, maintenance=False) as sf:
-            handle = await sf.run(three_steps, 1)
+        async with _finished_run(tmp_path / "y.db") as (adapter, run_id):
             ran: list[bool] = []
 
             async def other() -> None:
@@ -335,18 +342,16 @@ class TestInlineLookups:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(other)
                 while not ran and reads < 100:
-                    await adapter.get_run(handle.run_id)
+                    await adapter.get_run(run_id)
                     reads += 1
             assert reads < 100, "reads never let the other task run"
 
     async def test_busy_connection_falls_back_without_blocking(self, tmp_path: Path) -> None:
-        adapter = LocalWorkflowStateAdapter(str(tmp_path / "b.db"), workspace_id="reads")
-        async with Starflow(adapter, maintenance=False) as sf:
-            handle = await sf.run(three_steps, 1)
+        async with _finished_run(tmp_path / "b.db") as (adapter, run_id):
             got: list[Any] = []
 
             async def read() -> None:
-                got.append(await adapter.get_run(handle.run_id))
+                got.append(await adapter.get_run(run_id))
 
             adapter._lock.acquire()  # as if the database thread were using the connection
             released = False
