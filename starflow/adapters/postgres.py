@@ -34,6 +34,7 @@ apply to the adapter's own connections when it logs in as a per-workspace role.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 import secrets
@@ -206,6 +207,12 @@ def _uuid_or_none(value: str) -> str | None:
     """The canonical form of a uuid string, or None if it is not one."""
     if not isinstance(value, str):
         return None
+    return _canonical_uuid(value)
+
+
+@functools.lru_cache(maxsize=4096)
+def _canonical_uuid(value: str) -> str | None:
+    # Cached: every unit of a run checks the same run id (a few µs each time).
     try:
         return str(uuid.UUID(value))
     except ValueError:
@@ -442,7 +449,7 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
                     pool.terminate()
 
     @contextmanager
-    def _translate(self, action: str, run_id: str | None = None) -> Iterator[None]:
+    def _translate(self, action: str | Unit, run_id: str | None = None) -> Iterator[None]:
         """Turn driver and socket errors into :class:`StorageError`."""
         try:
             yield
@@ -456,8 +463,10 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
                 raise exc.__cause__  # noqa: B904 - keeps the encoder's own cause
             raise self._storage_error(exc, action, run_id) from exc
 
-    def _storage_error(self, exc: BaseException, action: str, run_id: str | None
+    def _storage_error(self, exc: BaseException, action: str | Unit, run_id: str | None
                        ) -> StorageError:
+        if not isinstance(action, str):
+            action = _describe(action)
         where = _redact(self.url)
         sqlstate = getattr(exc, "sqlstate", None)
         if sqlstate is None and isinstance(exc, OSError | ConnectionError):
@@ -484,8 +493,10 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
         return StorageError(f"PostgreSQL error during {action} ({name}): {exc}", run_id=run_id)
 
     @asynccontextmanager
-    async def _connection(self, action: str, run_id: str | None = None
+    async def _connection(self, action: str | Unit, run_id: str | None = None
                           ) -> AsyncIterator[asyncpg.Connection]:
+        """A connection for one call; driver errors become StorageError naming ``action``
+        (a unit is described only if one is raised)."""
         pool = self._pool
         if pool is None:
             raise StorageError(
@@ -515,18 +526,20 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
     # A task awaiting a query looks blocked to the event loop (it waits on a
     # socket); this counter tells test harnesses driving a fake clock otherwise.
     def _busy_enter(self) -> None:
-        if self._inflight == 0:
-            self._idle_event = anyio.Event()
         self._inflight += 1
 
     def _busy_exit(self) -> None:
         self._inflight -= 1
         if self._inflight == 0 and self._idle_event is not None:
             self._idle_event.set()
+            self._idle_event = None
 
     async def idle(self) -> None:
         """Return once no query is in flight (at once, without yielding, if none is)."""
-        while self._inflight > 0 and self._idle_event is not None:
+        while self._inflight > 0:
+            # Made on demand: most queries have nobody waiting for idleness.
+            if self._idle_event is None:
+                self._idle_event = anyio.Event()
             await self._idle_event.wait()
 
     # -- migrations ----------------------------------------------------------
@@ -693,7 +706,7 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
         run_id = unit.run_id
         fused = None if guard is not None and guard.wait_node is not None else _fuse(
             plan, guard, unit.durable, self.workspace_id, self.env)
-        async with self._connection(_describe(unit), run_id) as conn:
+        async with self._connection(unit, run_id) as conn:
             if guard is None and len(plan) == 1 and unit.durable:
                 # One statement (even pipelined) is its own atomic transaction.
                 await _run_statement(conn, plan[0])
