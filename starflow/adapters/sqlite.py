@@ -6,6 +6,12 @@ batch commits are merged into the next transaction (group commit), each inside
 its own SAVEPOINT so one failing unit does not take others down. A batch that
 holds only non-durable units (``node_start``) commits with
 ``synchronous=OFF``; the next durable commit flushes the WAL for both.
+
+A hop to the database thread and back costs more than a small commit's SQLite
+work, so when the connection is free some calls run on the event loop's own
+thread instead (a lock keeps the two threads off the connection at once):
+non-durable writes, the durable writes of a run writing alone, and point
+reads. None of them ever waits there for another process's lock.
 """
 
 from __future__ import annotations
@@ -176,7 +182,7 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
         self._inflight = 0
         self._idle_event: anyio.Event | None = None
         # Held by whoever uses the connection: the database thread for a call,
-        # the event loop's thread for an inline write (see _try_inline).
+        # the event loop's thread for an inline write or read (see _on_loop).
         self._lock = threading.Lock()
 
     @property
@@ -363,9 +369,9 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
         trip to the database thread and back. A durable one may only when one
         run is writing alone (``inline_commits``): it is the only database call
         in flight and the last write committed was this run's alone (or was
-        the end of a run, with nobody writing since). The loop
-        then waits for the flush (one fsync) instead of for two thread hops,
-        which on a sequential run is most of the cost above the flush itself.
+        the end of a run, with nobody writing since). The loop then waits for
+        the flush (one fsync) instead of for two thread hops, which on a
+        sequential run is most of the cost above the flush itself.
         Under concurrency the writes of different runs interleave (an inline
         durable commit is followed by a checkpoint that lets them in), so a
         run never sees its own write last and group commit takes over.
