@@ -176,7 +176,10 @@ class TestGroupCommit:
                 assert unit.held
 
             async with anyio.create_task_group() as tg:
-                for rid in ids:
+                tg.start_soon(boundary, ids[0])
+                await anyio.wait_all_tasks_blocked()  # its batch is stuck in the gate
+                assert batches == 1
+                for rid in ids[1:]:
                     tg.start_soon(boundary, rid)
                 # Every task is parked: the first batch is stuck in the gate, the
                 # other seven are queued behind it.
@@ -200,6 +203,42 @@ class TestGroupCommit:
         for rid in ids:
             assert [e.event_type for e in await _events(tmp_path / "g.db", rid)] == [
                 "node_complete"]
+
+
+class TestReadyWritesShareABatch:
+    """Writes of runs that are ready at the same moment go out as one batch."""
+
+    async def test_one_batch(self, tmp_path: Path) -> None:
+        adapter = LocalWorkflowStateAdapter(str(tmp_path / "s.db"), workspace_id="group")
+        sizes: list[int] = []
+        original = adapter._apply_batch
+
+        def apply_batch(conn: sqlite3.Connection, batch: list[Any]) -> None:
+            sizes.append(len(batch))
+            original(conn, batch)
+
+        await adapter.open()
+        try:
+            ids = [str(uuid.uuid4()) for _ in range(8)]
+            for rid in ids:
+                ctx = WorkflowContext(run_id=rid, workflow="w", version=1,
+                                      workspace_id="group", env="prod")
+                await adapter.on_run_start(rid, ctx, StartOptions(), now=T0)
+            adapter._apply_batch = apply_batch  # type: ignore[method-assign]
+
+            async def boundary(rid: str) -> None:
+                async with adapter.unit(guard=Guard(run_id=rid)) as unit:
+                    await adapter.on_node_complete(rid, "step:a#1", {"output": 1}, now=T0)
+                assert unit.held
+
+            async with anyio.create_task_group() as tg:
+                for rid in ids:
+                    tg.start_soon(boundary, rid)
+        finally:
+            await adapter.close()
+        # The first writer leads and gives the loop one turn before taking the
+        # queue: the seven others are in it by then (not a lone commit first).
+        assert sizes == [8]
 
 
 class TestInlineCommits:
