@@ -15,10 +15,10 @@ the mirror outbox, fault injection and the durability level build on.
 from __future__ import annotations
 
 import abc
-from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
-from contextlib import asynccontextmanager
-from contextvars import ContextVar
+from collections.abc import Callable, Collection, Mapping, Sequence
+from contextvars import ContextVar, Token
 from datetime import datetime
+from types import TracebackType
 from typing import Any
 
 import msgspec
@@ -426,6 +426,38 @@ AfterSweep = Callable[[list[SweepResult]], list[Op]]
 _pending: ContextVar[Unit | None] = ContextVar("starflow_pending_unit", default=None)
 
 
+class UnitScope:
+    """``async with adapter.unit(...) as unit``: collects the block's writes, then executes.
+
+    A plain class rather than an ``asynccontextmanager``: every boundary of
+    every run enters one, and a generator-based manager costs several
+    microseconds more each time.
+    """
+
+    __slots__ = ("_adapter", "_token", "_unit")
+
+    def __init__(self, adapter: WorkflowStateAdapter, unit: Unit) -> None:
+        self._adapter = adapter
+        self._unit = unit
+        self._token: Token[Unit | None] | None = None
+
+    async def __aenter__(self) -> Unit:
+        if _pending.get() is not None:
+            raise RuntimeError("adapter units do not nest")
+        self._token = _pending.set(self._unit)
+        return self._unit
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        assert self._token is not None
+        _pending.reset(self._token)
+        self._token = None
+        if exc_type is None:
+            unit = self._unit
+            unit.held = (await self._adapter.execute(unit)
+                         if unit.ops or unit.guard is not None else True)
+
+
 class WorkflowStateAdapter(abc.ABC):
     """Port to the cold tier, bound to one (``workspace_id``, ``env``).
 
@@ -505,9 +537,7 @@ class WorkflowStateAdapter(abc.ABC):
             StorageError: the database failed; nothing was written.
         """
 
-    @asynccontextmanager
-    async def unit(self, *, guard: Guard | None = None, durable: bool = True
-                   ) -> AsyncIterator[Unit]:
+    def unit(self, *, guard: Guard | None = None, durable: bool = True) -> UnitScope:
         """Group the boundary calls made inside the block into one atomic unit.
 
         The unit is executed when the block exits normally; if the block raises,
@@ -517,16 +547,7 @@ class WorkflowStateAdapter(abc.ABC):
                 await adapter.on_node_complete(r, node, output, now=t)
             if not u.held: ...
         """
-        outer = _pending.get()
-        if outer is not None:
-            raise RuntimeError("adapter units do not nest")
-        unit = Unit(guard=guard, durable=durable)
-        token = _pending.set(unit)
-        try:
-            yield unit
-        finally:
-            _pending.reset(token)
-        unit.held = await self.execute(unit) if unit.ops or guard is not None else True
+        return UnitScope(self, Unit(guard=guard, durable=durable))
 
     async def _submit(self, op: Op) -> None:
         pending = _pending.get()

@@ -263,6 +263,18 @@ class TestUnits:
                 raise RuntimeError("user code failed")
         assert await adapter.list_events(run_id) == []
 
+    async def test_units_do_not_nest_and_leave_no_scope_behind(
+            self, adapter: WorkflowStateAdapter) -> None:
+        run_id = await start(adapter)
+        with pytest.raises(RuntimeError, match="do not nest"):
+            async with adapter.unit():
+                async with adapter.unit():
+                    pass
+        # Neither the failed inner nor the outer unit is still collecting: this
+        # write is its own unit again and lands at once.
+        await adapter.on_node_start(run_id, "step:a#1", None, now=at(1))
+        assert [e.event_type for e in await adapter.list_events(run_id)] == ["node_start"]
+
     async def test_guard_holds(self, adapter: WorkflowStateAdapter) -> None:
         run_id = await start(adapter)
         await adapter.write_lease(run_id, "me", at(30), now=T0)
