@@ -267,9 +267,8 @@ class TestUnits:
             self, adapter: WorkflowStateAdapter) -> None:
         run_id = await start(adapter)
         with pytest.raises(RuntimeError, match="do not nest"):
-            async with adapter.unit():
-                async with adapter.unit():
-                    pass
+            async with adapter.unit(), adapter.unit():
+                pass
         # Neither the failed inner nor the outer unit is still collecting: this
         # write is its own unit again and lands at once.
         await adapter.on_node_start(run_id, "step:a#1", None, now=at(1))
