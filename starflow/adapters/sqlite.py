@@ -128,16 +128,14 @@ def _run(row: sqlite3.Row) -> RunInfo:
 
 
 class _Write:
-    """A queued write and the slot its caller waits on."""
+    """A queued write and the slots its outcome is left in."""
 
-    __slots__ = ("durable", "error", "event", "fn", "result", "run")
+    __slots__ = ("durable", "error", "fn", "result", "run")
 
     def __init__(self, fn: WriteFn, durable: bool, run: str | None) -> None:
         self.fn = fn
         self.durable = durable
         self.run = run
-        # Created only by a follower that has to wait: the leader never does.
-        self.event: anyio.Event | None = None
         self.result: Any = None
         self.error: BaseException | None = None
 
@@ -178,6 +176,8 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
         self._db: aiosqlite.Connection | None = None
         self._queue: list[_Write] = []
         self._writing = False
+        # Set once the batch that will take the writes queued now has committed.
+        self._queued_done: anyio.Event | None = None
         self._sync_mode = ""
         self._inflight = 0
         self._idle_event: anyio.Event | None = None
@@ -328,8 +328,10 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
             return self._outcome(item)
         self._queue.append(item)
         if self._writing:
-            item.event = anyio.Event()
-            await item.event.wait()
+            # One event for every write queued behind the current batch.
+            if self._queued_done is None:
+                self._queued_done = anyio.Event()
+            await self._queued_done.wait()
         else:
             self._writing = True
             try:
@@ -343,6 +345,7 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
                     await anyio.lowlevel.checkpoint()
                     while self._queue:
                         batch, self._queue = self._queue, []
+                        done, self._queued_done = self._queued_done, None
                         self._last_run = batch[0].run if len(batch) == 1 else None
                         try:
                             await self._call(functools.partial(self._apply_batch, batch=batch))
@@ -351,9 +354,8 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
                                 if w.error is None:
                                     w.error = exc
                         finally:
-                            for w in batch:
-                                if w.event is not None:
-                                    w.event.set()
+                            if done is not None:
+                                done.set()
             finally:
                 self._writing = False
         return self._outcome(item)
