@@ -131,6 +131,23 @@ class TestSqliteFlushes:
         assert StarflowConfig().postgres_synchronous_commit == "on"
 
 
+async def _started_runs(adapter: LocalWorkflowStateAdapter, n: int) -> list[str]:
+    """``n`` runs started in ``adapter`` (workspace "group"), their ids."""
+    ids = [str(uuid.uuid4()) for _ in range(n)]
+    for rid in ids:
+        ctx = WorkflowContext(run_id=rid, workflow="w", version=1, workspace_id="group",
+                              env="prod")
+        await adapter.on_run_start(rid, ctx, StartOptions(), now=T0)
+    return ids
+
+
+async def _complete_a_step(adapter: LocalWorkflowStateAdapter, rid: str) -> None:
+    """One guarded ``node_complete`` boundary of run ``rid``."""
+    async with adapter.unit(guard=Guard(run_id=rid)) as unit:
+        await adapter.on_node_complete(rid, "step:a#1", {"output": 1}, now=T0)
+    assert unit.held
+
+
 class TestGroupCommit:
     """Units queued while a batch commits go into the next one and are released after it."""
 
@@ -153,12 +170,8 @@ class TestGroupCommit:
         adapter._apply_batch = apply_batch  # type: ignore[method-assign]
         await adapter.open()
         try:
-            ids = [str(uuid.uuid4()) for _ in range(8)]
-            for rid in ids:
-                ctx = WorkflowContext(run_id=rid, workflow="w", version=1,
-                                      workspace_id="group", env="prod")
-                gate.set()
-                await adapter.on_run_start(rid, ctx, StartOptions(), now=T0)
+            gate.set()
+            ids = await _started_runs(adapter, 8)
             batches = 0
             gate.clear()
             original_write = adapter._write_queued
@@ -170,17 +183,12 @@ class TestGroupCommit:
 
             adapter._write_queued = write_queued  # type: ignore[method-assign]
 
-            async def boundary(rid: str) -> None:
-                async with adapter.unit(guard=Guard(run_id=rid)) as unit:
-                    await adapter.on_node_complete(rid, "step:a#1", {"output": 1}, now=T0)
-                assert unit.held
-
             async with anyio.create_task_group() as tg:
-                tg.start_soon(boundary, ids[0])
+                tg.start_soon(_complete_a_step, adapter, ids[0])
                 await anyio.wait_all_tasks_blocked()  # its batch is stuck in the gate
                 assert batches == 1
                 for rid in ids[1:]:
-                    tg.start_soon(boundary, rid)
+                    tg.start_soon(_complete_a_step, adapter, rid)
                 # Every task is parked: the first batch is stuck in the gate, the
                 # other seven are queued behind it.
                 await anyio.wait_all_tasks_blocked()
@@ -219,21 +227,11 @@ class TestReadyWritesShareABatch:
 
         await adapter.open()
         try:
-            ids = [str(uuid.uuid4()) for _ in range(8)]
-            for rid in ids:
-                ctx = WorkflowContext(run_id=rid, workflow="w", version=1,
-                                      workspace_id="group", env="prod")
-                await adapter.on_run_start(rid, ctx, StartOptions(), now=T0)
+            ids = await _started_runs(adapter, 8)
             adapter._apply_batch = apply_batch  # type: ignore[method-assign]
-
-            async def boundary(rid: str) -> None:
-                async with adapter.unit(guard=Guard(run_id=rid)) as unit:
-                    await adapter.on_node_complete(rid, "step:a#1", {"output": 1}, now=T0)
-                assert unit.held
-
             async with anyio.create_task_group() as tg:
                 for rid in ids:
-                    tg.start_soon(boundary, rid)
+                    tg.start_soon(_complete_a_step, adapter, rid)
         finally:
             await adapter.close()
         # The first writer leads and gives the loop one turn before taking the
