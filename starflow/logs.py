@@ -10,10 +10,9 @@ touching the application's structlog configuration. Call
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from contextvars import ContextVar
 from types import MappingProxyType
 from typing import Any
@@ -42,8 +41,7 @@ _scope: ContextVar[Mapping[str, Any]] = ContextVar(
     "starflow_log_scope", default=MappingProxyType({}))
 
 
-@contextlib.contextmanager
-def bound(**values: Any) -> Iterator[None]:
+class bound:
     """Bind ``values`` to every log event emitted inside the block.
 
     starflow's own events get them directly; the application's structlog
@@ -51,14 +49,21 @@ def bound(**values: Any) -> Iterator[None]:
     ``merge_contextvars``, which structlog's default configuration and
     :func:`configure_logging` include). The engine binds ``run_id`` and
     ``node_id`` around each step, so a log line in a step says which one.
+    (A class, not a generator-based manager: it is entered for every step.)
     """
-    token = _scope.set({**_scope.get(), **values})
-    tokens = structlog.contextvars.bind_contextvars(**values)
-    try:
-        yield
-    finally:
-        structlog.contextvars.reset_contextvars(**tokens)
-        _scope.reset(token)
+
+    __slots__ = ("_token", "_tokens", "_values")
+
+    def __init__(self, **values: Any) -> None:
+        self._values = values
+
+    def __enter__(self) -> None:
+        self._token = _scope.set({**_scope.get(), **self._values})
+        self._tokens = structlog.contextvars.bind_contextvars(**self._values)
+
+    def __exit__(self, *exc: object) -> None:
+        structlog.contextvars.reset_contextvars(**self._tokens)
+        _scope.reset(self._token)
 
 
 def set_level(level: str | int) -> None:
