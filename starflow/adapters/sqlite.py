@@ -218,7 +218,14 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
 
         def job() -> T:
             with self._lock:
-                return fn(conn._conn)
+                # Only here, off the event loop, may a call wait for another
+                # process's lock: the connection rests at busy_timeout 0.
+                raw = conn._conn
+                raw.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms)}")
+                try:
+                    return fn(raw)
+                finally:
+                    raw.execute("PRAGMA busy_timeout = 0")
 
         self._busy_enter()
         try:
@@ -261,7 +268,6 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
             raise StorageError(f"cannot open SQLite database {self.path!r}: {exc}") from exc
 
         def setup(conn: sqlite3.Connection) -> None:
-            conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms)}")
             if self.path != ":memory:":
                 conn.execute("PRAGMA journal_mode = WAL")
             conn.execute(f"PRAGMA synchronous = {self.synchronous}")
@@ -409,17 +415,17 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
         """Run ``fn`` with the connection on the event loop's thread, or return ``_NOT_RUN``.
 
         Only while the database thread is not using the connection, and never
-        waiting for another process's write lock (``busy_timeout`` 0 for the
-        call): SQLITE_BUSY or SQLITE_LOCKED roll back and return ``_NOT_RUN``,
-        so the caller goes to the database thread, which may wait. Other
-        SQLite errors are raised, after a rollback.
+        waiting for another process's write lock (the connection's resting
+        ``busy_timeout`` is 0; only :meth:`_call` raises it): SQLITE_BUSY or
+        SQLITE_LOCKED roll back and return ``_NOT_RUN``, so the caller goes to
+        the database thread, which may wait. Other SQLite errors are raised,
+        after a rollback.
         """
         db = self._db
         if db is None or not self._lock.acquire(blocking=False):
             return _NOT_RUN
         try:
             conn: sqlite3.Connection = db._conn
-            conn.execute("PRAGMA busy_timeout = 0")
             try:
                 return fn(conn)
             except sqlite3.Error as exc:
@@ -429,8 +435,6 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
                         in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)):
                     return _NOT_RUN
                 raise
-            finally:
-                conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms)}")
         finally:
             self._lock.release()
 
