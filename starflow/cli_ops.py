@@ -12,7 +12,8 @@ from __future__ import annotations
 import argparse
 import re
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any, TextIO
 
@@ -441,11 +442,17 @@ def _needs_app(run: RunInfo) -> CommandError:
         "--app MODULE (the module that defines it); nothing was written")
 
 
-async def _explain_missing_code(sf: Any, exc: WorkflowDefinitionError) -> Exception:
-    """The one-line error for an inline run whose workflow this command cannot import
-    (the original error when it names no run)."""
-    run = await sf.get_run(exc.run_id) if exc.run_id else None
-    return _needs_app(run) if run is not None else exc
+@asynccontextmanager
+async def _missing_code_explained(sf: Any) -> AsyncIterator[None]:
+    """Turn a WorkflowDefinitionError naming a run into the one-line error for an
+    inline run whose workflow this command cannot import (others pass as they are)."""
+    try:
+        yield
+    except WorkflowDefinitionError as exc:
+        run = await sf.get_run(exc.run_id) if exc.run_id else None
+        if run is None:
+            raise
+        raise _needs_app(run) from exc
 
 
 def _signal_args(parser: argparse.ArgumentParser) -> None:
@@ -481,18 +488,13 @@ def _resume_args(parser: argparse.ArgumentParser) -> None:
 @command("resume", help="wake a paused run through its wake token",
          args=[app_args, db_args], configure=_resume_args)
 async def _resume(ns: argparse.Namespace) -> int:
-    async with open_app(ns, must_exist=True) as sf:
+    async with open_app(ns, must_exist=True) as sf, _missing_code_explained(sf):
         try:
             handle = await sf.resume(ns.token.strip(), ns.payload)
         except InvalidWakeToken as exc:
             raise CommandError(
                 f"{exc} (check the whole token was copied, and that --db/--workspace/--env "
                 "name the run's database)") from exc
-        except WorkflowDefinitionError as exc:
-            explained = await _explain_missing_code(sf, exc)
-            if explained is exc:
-                raise
-            raise explained from exc
     _report(handle, "resumed", ns.json)
     return EXIT_OK
 
@@ -510,14 +512,8 @@ async def _cancel(ns: argparse.Namespace) -> int:
          help="run a run that ended in error again from its recorded history (after a fix)",
          args=[app_args, db_args], configure=_show_args)
 async def _retry(ns: argparse.Namespace) -> int:
-    async with open_app(ns, must_exist=True) as sf:
-        try:
-            handle = await sf.retry(ns.run_id)
-        except WorkflowDefinitionError as exc:
-            explained = await _explain_missing_code(sf, exc)
-            if explained is exc:
-                raise
-            raise explained from exc
+    async with open_app(ns, must_exist=True) as sf, _missing_code_explained(sf):
+        handle = await sf.retry(ns.run_id)
     _report(handle, "retried", ns.json)
     return EXIT_OK
 

@@ -28,11 +28,16 @@ def state(seeded: Seeded, run_id: str) -> tuple[str, int, bool]:
     return anyio.run(_state, seeded.url, run_id)
 
 
+def _forget_cli_workflows(monkeypatch: pytest.MonkeyPatch) -> None:
+    """From now on this process knows none of the tests' workflows (like a bare `starflow`)."""
+    kept = {k: v for k, v in registry._by_key.items() if not k[0].startswith("cli_")}
+    monkeypatch.setattr(registry, "_by_key", kept)
+
+
 @pytest.fixture
 def unregistered(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """This process has not imported the tests' workflows (like a bare `starflow` call)."""
-    kept = {k: v for k, v in registry._by_key.items() if not k[0].startswith("cli_")}
-    monkeypatch.setattr(registry, "_by_key", kept)
+    _forget_cli_workflows(monkeypatch)
     yield
 
 
@@ -139,18 +144,23 @@ class TestCancel:
         assert "RunNotFound" in cli.fails("cancel", "nope", "--db", seeded.url)
 
 
+def _failed_inline_run(seeded: Seeded) -> str:
+    """An inline run of cli_flaky that ended in error (its body bug on), its id."""
+    async def fail_one() -> str:
+        async with Starflow.open(seeded.url, maintenance=False) as sf:
+            handle = await sf.run(cli_app.cli_flaky, "r-1")
+            assert handle.status == "error"
+            return handle.run_id
+
+    cli_app.BODY_BUG["on"] = True
+    return anyio.run(fail_one)
+
+
 class TestRetry:
     """`starflow runs retry` runs a failed run again from its history."""
 
     def test_retry_after_a_fix(self, cli: Cli, seeded: Seeded) -> None:
-        async def fail_one() -> str:
-            async with Starflow.open(seeded.url, maintenance=False) as sf:
-                handle = await sf.run(cli_app.cli_flaky, "r-1")
-                assert handle.status == "error"
-                return handle.run_id
-
-        cli_app.BODY_BUG["on"] = True
-        run_id = anyio.run(fail_one)
+        run_id = _failed_inline_run(seeded)
         line = cli.fails("runs", "retry", seeded.done, "--db", seeded.url, "--app", APP)
         assert "cannot retry run" in line and "'success'" in line
         cli_app.BODY_BUG["on"] = False
@@ -158,3 +168,13 @@ class TestRetry:
         assert result.code == 0, result.err
         assert result.out == f"retried run {run_id}: now success\n"
         assert state(seeded, run_id)[0] == "success"
+
+    def test_inline_run_without_its_code(self, cli: Cli, seeded: Seeded,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+        run_id = _failed_inline_run(seeded)
+        cli_app.BODY_BUG["on"] = False
+        before = state(seeded, run_id)
+        _forget_cli_workflows(monkeypatch)  # after the run was made
+        line = cli.fails("runs", "retry", run_id, "--db", seeded.url)
+        assert "pass --app MODULE" in line and "'cli_flaky'" in line
+        assert state(seeded, run_id) == before
