@@ -88,10 +88,6 @@ def _hints(fn: Callable[..., Any]) -> dict[str, Any]:
         return {}
 
 
-def _return_type(fn: Callable[..., Any]) -> Any:
-    return _hints(fn).get("return", Any)
-
-
 def _code_hash(fn: Callable[..., Any]) -> str:
     try:
         source = inspect.getsource(fn).encode()
@@ -108,14 +104,20 @@ class StepDefinition:
     fn: Callable[..., Awaitable[Any]]
     name: str
     retry: RetryPolicy
+    signature: inspect.Signature
     pool: str | None = None
-    _return_type: Any = field(default=None, repr=False)
+    _hints: dict[str, Any] | None = field(default=None, repr=False)
+
+    @property
+    def hints(self) -> dict[str, Any]:
+        """Resolved annotations of the step function (cached)."""
+        if self._hints is None:
+            self._hints = _hints(self.fn)
+        return self._hints
 
     @property
     def return_type(self) -> Any:
-        if self._return_type is None:
-            self._return_type = _return_type(self.fn)
-        return self._return_type
+        return self.hints.get("return", Any)
 
 
 @dataclass
@@ -306,7 +308,7 @@ def step(
             problems.append(f"pool must be a non-empty string: {pool!r}")
             _fail("step", func, problems)
         definition = StepDefinition(fn=func, name=step_name, retry=retry or RetryPolicy(),
-                                    pool=pool)
+                                    signature=inspect.signature(func), pool=pool)
         if pool is not None:
             registry.add_step(definition)
 

@@ -21,8 +21,6 @@ the workflow need not be, unless the worker should also drive inline runs.
 
 from __future__ import annotations
 
-import inspect
-import typing
 from contextvars import ContextVar
 from typing import Any
 
@@ -59,12 +57,7 @@ class _LeaseLost(Exception):
 
 def _decode_args(sdef: StepDefinition, data: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
     """Rebuild the step's call arguments, each converted to its annotated type."""
-    try:
-        hints = typing.get_type_hints(sdef.fn)
-    except Exception:  # unresolvable forward references: pass values as stored
-        hints = {}
-    return serde.convert_call(inspect.signature(sdef.fn), hints, data,
-                              what=f"step {sdef.name}")
+    return serde.convert_call(sdef.signature, sdef.hints, data, what=f"step {sdef.name}")
 
 
 class JobWorker:
