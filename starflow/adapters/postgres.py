@@ -111,13 +111,19 @@ _INSERTABLE_RUN_COLUMNS = UPDATABLE_RUN_COLUMNS | {
     "template_id", "started_at", "input_json", "start_mode", "max_claim_attempts",
     "workflow_version",
 }
-#: The tenant check of a lookup by key. Written with ``IS NOT DISTINCT FROM``
-#: (the same as ``=`` on these NOT NULL columns) because the planner cannot
-#: serve it from an index: with stale or missing statistics it otherwise picks
-#: an index led by (workspace_id, env) over the primary key and filters a whole
-#: workspace's rows on every boundary (tests/adapters/test_postgres.py,
-#: TestHotPathPlans). Listing queries keep the indexable ``=``.
-_TENANT_23 = "(workspace_id, env) IS NOT DISTINCT FROM ($2, $3)"
+def _tenant(first: int, table: str = "") -> str:
+    """The tenant check of a lookup by key, on parameters ``$first`` and ``$first + 1``.
+
+    Written with ``IS NOT DISTINCT FROM`` (the same as ``=`` on these NOT NULL
+    columns) because the planner cannot serve it from an index: with stale or
+    missing statistics it otherwise picks an index led by (workspace_id, env)
+    over the primary key and filters a whole workspace's rows on every
+    boundary (tests/adapters/test_postgres.py, TestHotPathPlans). Listing
+    queries keep the indexable ``=``.
+    """
+    return f"({table}workspace_id, {table}env) IS NOT DISTINCT FROM (${first}, ${first + 1})"
+
+
 _IDENT = re.compile(r"^[a-z_][a-z0-9_]*$")
 
 # The claim path (ADR-047): one statement. The candidate select matches the
@@ -577,7 +583,7 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
                 "INSERT INTO workflow_run_events (run_id, event_type, node_id, payload_json, "
                 "created_at) SELECT $1::uuid, $2::text, $3::text, $4::jsonb, $5::timestamptz "
                 "WHERE EXISTS (SELECT 1 FROM workflow_runs WHERE id = $1::uuid "
-                "AND (workspace_id, env) IS NOT DISTINCT FROM ($6, $7))",
+                f"AND {_tenant(6)})",
                 (_require_uuid(op.run_id, "run id"), op.event_type, op.node_id, op.payload,
                  op.created_at, ws, env),
             )
@@ -587,7 +593,7 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
             args = (_require_uuid(op.run_id, "run id"), ws, env,
                     *(self._value(c, op.values[c]) for c in cols))
             sql = (f"UPDATE workflow_runs SET {sets} "
-                   "WHERE id = $1 AND (workspace_id, env) IS NOT DISTINCT FROM ($2, $3)")
+                   f"WHERE id = $1 AND {_tenant(2)}")
             if op.values.get("claim_state") == "queued":
                 return self._notifying(sql, args)
             return sql, args
@@ -614,7 +620,7 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
         if isinstance(op, DeleteWaits):
             return (
                 "DELETE FROM workflow_waits WHERE run_id = $1 "
-                "AND (workspace_id, env) IS NOT DISTINCT FROM ($2, $3)",
+                f"AND {_tenant(2)}",
                 (_require_uuid(op.run_id, "run id"), ws, env),
             )
         if isinstance(op, InsertSignal):
@@ -627,7 +633,7 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
         if isinstance(op, DeleteSignal):
             return (
                 "DELETE FROM workflow_signals WHERE id = $1 "
-                "AND (workspace_id, env) IS NOT DISTINCT FROM ($2, $3)",
+                f"AND {_tenant(2)}",
                 (op.signal_id, ws, env),
             )
         if isinstance(op, UpsertSessionVar):
@@ -643,7 +649,7 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
         if isinstance(op, DeleteSessionVars):
             return (
                 "DELETE FROM workflow_session_vars WHERE "
-                "(workspace_id, env) IS NOT DISTINCT FROM ($1, $2) "
+                f"{_tenant(1)} "
                 "AND run_id = $3 AND keep_until IS NULL",
                 (ws, env, _require_uuid(op.run_id, "run id")),
             )
@@ -663,7 +669,7 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
             return (
                 "UPDATE worker_jobs SET status = $1, result_json = $2, error_json = $3, "
                 "completed_at = $4, leased_by = NULL, lease_until = NULL "
-                "WHERE id = $5 AND (workspace_id, env) IS NOT DISTINCT FROM ($6, $7) "
+                f"WHERE id = $5 AND {_tenant(6)} "
                 "AND status IN ('queued', 'claimed')",
                 (op.status, op.result, op.error, op.completed_at,
                  _require_uuid(op.job_id, "job id"), ws, env),
@@ -739,7 +745,7 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
         # on this run, without blocking foreign-key checks of event inserts.
         row = await conn.fetchrow(
             "SELECT leased_by, status FROM workflow_runs "
-            "WHERE id = $1 AND (workspace_id, env) IS NOT DISTINCT FROM ($2, $3) FOR NO KEY UPDATE",
+            f"WHERE id = $1 AND {_tenant(2)} FOR NO KEY UPDATE",
             guard.run_id, self.workspace_id, self.env,
         )
         if row is None:
@@ -769,7 +775,7 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
         async with self._connection("get_run", run_id) as conn:
             row = await conn.fetchrow(
                 f"SELECT {_RUN_COLUMNS} FROM workflow_runs "
-                "WHERE id = $1 AND (workspace_id, env) IS NOT DISTINCT FROM ($2, $3)",
+                f"WHERE id = $1 AND {_tenant(2)}",
                 rid, self.workspace_id, self.env,
             )
         return _run(row) if row is not None else None
@@ -800,7 +806,7 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
                 "SELECT e.id, e.run_id, e.event_type, e.node_id, e.payload_json, e.created_at "
                 "FROM workflow_run_events e JOIN workflow_runs r ON r.id = e.run_id "
                 "WHERE e.run_id = $1 "
-                "AND (r.workspace_id, r.env) IS NOT DISTINCT FROM ($2, $3) AND e.id > $4 "
+                f"AND {_tenant(2, 'r.')} AND e.id > $4 "
                 "ORDER BY e.id",
                 rid, self.workspace_id, self.env, after_id,
             )
@@ -815,7 +821,7 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
             rows = await conn.fetch(
                 "SELECT run_id, node_id, event, deadline, created_at FROM workflow_waits "
                 "WHERE run_id = $1 "
-                "AND (workspace_id, env) IS NOT DISTINCT FROM ($2, $3) ORDER BY created_at",
+                f"AND {_tenant(2)} ORDER BY created_at",
                 rid, self.workspace_id, self.env,
             )
         return [_wait(r) for r in rows]
@@ -846,7 +852,7 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
             row = await conn.fetchrow(
                 "SELECT id, run_id, event, payload_json, created_at FROM workflow_signals "
                 "WHERE run_id = $1 AND event = $2 "
-                "AND (workspace_id, env) IS NOT DISTINCT FROM ($3, $4) "
+                f"AND {_tenant(3)} "
                 "ORDER BY id LIMIT 1", rid, event, self.workspace_id, self.env,
             )
         if row is None:
@@ -875,7 +881,7 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
         async with self._connection("get_definition") as conn:
             row = await conn.fetchrow(
                 "SELECT id, name, version, code_hash, created_at FROM workflow_definitions "
-                "WHERE id = $1 AND (workspace_id, env) IS NOT DISTINCT FROM ($2, $3)",
+                f"WHERE id = $1 AND {_tenant(2)}",
                 did, self.workspace_id, self.env,
             )
         if row is None:
@@ -996,7 +1002,7 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
         async with self._connection("heartbeat_job") as conn:
             status: str = await conn.execute(
                 "UPDATE worker_jobs SET lease_until = $1, last_heartbeat = $2 WHERE id = $3 "
-                "AND (workspace_id, env) IS NOT DISTINCT FROM ($4, $5) "
+                f"AND {_tenant(4)} "
                 "AND status = 'claimed' AND leased_by = $6",
                 lease_until, now, jid, self.workspace_id, self.env, worker_id,
             )
@@ -1008,7 +1014,7 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
             return None
         async with self._connection("get_job") as conn:
             row = await conn.fetchrow(
-                f"SELECT {_JOB_COLUMNS} FROM worker_jobs WHERE id = $1 AND {_TENANT_23}",
+                f"SELECT {_JOB_COLUMNS} FROM worker_jobs WHERE id = $1 AND {_tenant(2)}",
                 jid, self.workspace_id, self.env)
         return _job(row) if row is not None else None
 
@@ -1253,7 +1259,7 @@ def _fused_sql(plan: Sequence[_Statement], guarded: bool, leased: bool, status: 
     cond = ""
     n = 0
     if guarded:
-        where = ["id = $1", _TENANT_23]
+        where = ["id = $1", _tenant(2)]
         n = 3
         if leased:
             n += 1
