@@ -97,20 +97,15 @@ def _code_hash(fn: Callable[..., Any]) -> str:
     return hashlib.sha256(source).hexdigest()[:16]
 
 
-@dataclass
-class StepDefinition:
-    """A ``@step`` function and its options."""
+class _Annotated:
+    """``hints`` and ``return_type`` of a definition's ``fn``, resolved once."""
 
     fn: Callable[..., Awaitable[Any]]
-    name: str
-    retry: RetryPolicy
-    signature: inspect.Signature
-    pool: str | None = None
-    _hints: dict[str, Any] | None = field(default=None, repr=False)
+    _hints: dict[str, Any] | None
 
     @property
     def hints(self) -> dict[str, Any]:
-        """Resolved annotations of the step function (cached)."""
+        """Resolved annotations of the decorated function (cached)."""
         if self._hints is None:
             self._hints = _hints(self.fn)
         return self._hints
@@ -121,7 +116,19 @@ class StepDefinition:
 
 
 @dataclass
-class WorkflowDefinition:
+class StepDefinition(_Annotated):
+    """A ``@step`` function and its options."""
+
+    fn: Callable[..., Awaitable[Any]]
+    name: str
+    retry: RetryPolicy
+    signature: inspect.Signature
+    pool: str | None = None
+    _hints: dict[str, Any] | None = field(default=None, repr=False)
+
+
+@dataclass
+class WorkflowDefinition(_Annotated):
     """A ``@workflow`` function and its options."""
 
     fn: Callable[..., Awaitable[Any]]
@@ -132,17 +139,6 @@ class WorkflowDefinition:
     code_hash: str
     signature: inspect.Signature
     _hints: dict[str, Any] | None = field(default=None, repr=False)
-
-    @property
-    def hints(self) -> dict[str, Any]:
-        """Resolved annotations of the workflow function (cached)."""
-        if self._hints is None:
-            self._hints = _hints(self.fn)
-        return self._hints
-
-    @property
-    def return_type(self) -> Any:
-        return self.hints.get("return", Any)
 
 
 class _Registry:
