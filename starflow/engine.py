@@ -748,8 +748,15 @@ class Heartbeats:
 
     def _schedule(self, engine: Engine) -> None:
         self._seq += 1
-        heapq.heappush(self._due, (self._clock.now() + self._interval, self._seq, engine))
-        self._changed.set()
+        entry = (self._clock.now() + self._interval, self._seq, engine)
+        heapq.heappush(self._due, entry)
+        # The task sleeps until the earliest entry: wake it only if this one is
+        # now the earliest. With one interval for all, a new entry is never
+        # earlier than a live one, so a run starting while others hold leases
+        # costs the task nothing (waking it per run was a tenth of a short
+        # run's CPU).
+        if self._due[0] is entry:
+            self._changed.set()
 
     async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
                   ) -> None:
@@ -760,8 +767,11 @@ class Heartbeats:
             async with anyio.create_task_group() as tg:
                 while True:
                     now = self._clock.now()
-                    while self._due and self._due[0][0] <= now:
-                        _, _, engine = heapq.heappop(self._due)
+                    due = self._due
+                    while due and (due[0][0] <= now or id(due[0][2]) not in self._active):
+                        # Due, or of an engine that stopped: either way off the heap,
+                        # so the task never sleeps until a run that is over.
+                        _, _, engine = heapq.heappop(due)
                         if id(engine) in self._active:
                             tg.start_soon(self._refresh, engine)
                     changed = self._changed

@@ -231,3 +231,50 @@ class TestSharedHeartbeat:
                 gate["release"].set()
         finally:
             await adapter.close()
+
+
+class TestHeartbeatLoopCost:
+    """The shared loop wakes for the earliest lease only, never once per run."""
+
+    async def test_runs_starting_behind_a_live_lease_do_not_wake_the_loop(
+            self, monkeypatch: pytest.MonkeyPatch) -> None:
+        import starflow.engine as engine_module
+        from starflow.engine import Heartbeats
+
+        class Beating:
+            def __init__(self) -> None:
+                self.refreshed: list[object] = []
+
+            async def refresh_lease_once(self) -> bool:
+                self.refreshed.append(clock.now())
+                return True
+
+        clock = FakeClock()
+        waits = 0
+        real_wait_event = engine_module.wait_event
+
+        async def counting(*args: object) -> bool:
+            nonlocal waits
+            waits += 1
+            return await real_wait_event(*args)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(engine_module, "wait_event", counting)
+        beats = Heartbeats(clock, StarflowConfig())
+        async with anyio.create_task_group() as tg:
+            await tg.start(beats.run)
+            first = Beating()
+            beats.add(first)  # type: ignore[arg-type]
+            await clock.settle()
+            before = waits
+            # 50 short runs, one after another, while `first` holds its lease.
+            for _ in range(50):
+                short = Beating()
+                beats.add(short)  # type: ignore[arg-type]
+                await clock.settle()
+                beats.remove(short)  # type: ignore[arg-type]
+            assert waits == before
+            await clock.advance(timedelta(seconds=10))
+            assert first.refreshed == [clock.now()]
+            # The finished runs' entries are gone: nothing but `first` is scheduled.
+            assert [entry[2] for entry in beats._due] == [first]
+            tg.cancel_scope.cancel()
