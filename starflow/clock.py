@@ -15,8 +15,6 @@ import anyio
 
 __all__ = ["Clock", "SystemClock", "format_ts", "monotonic", "parse_ts"]
 
-_TS_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
-
 
 @runtime_checkable
 class Clock(Protocol):
@@ -53,16 +51,20 @@ def format_ts(ts: datetime) -> str:
 
     Always UTC, always microseconds, so text order is time order.
     """
-    if ts.tzinfo is None:
+    tz = ts.tzinfo
+    if tz is None:
         raise ValueError(f"naive datetime {ts!r}: starflow stores timezone-aware UTC times only")
-    return ts.astimezone(UTC).strftime(_TS_FORMAT)
+    if tz is not UTC:
+        ts = ts.astimezone(UTC)
+    # The text strftime("%Y-%m-%dT%H:%M:%S.%fZ") gives, in less than half its
+    # time (every boundary formats several timestamps).
+    return "%04d-%02d-%02dT%02d:%02d:%02d.%06dZ" % (  # noqa: UP031 (twice as fast as an f-string)
+        ts.year, ts.month, ts.day, ts.hour, ts.minute, ts.second, ts.microsecond)
 
 
 def parse_ts(text: str) -> datetime:
     """Parse a timestamp written by :func:`format_ts` (or any ISO-8601 string)."""
-    if text.endswith("Z") and len(text) == 27:
-        return datetime.strptime(text, _TS_FORMAT).replace(tzinfo=UTC)
-    parsed = datetime.fromisoformat(text)
+    parsed = datetime.fromisoformat(text)  # C, and reads the "Z" of format_ts (3.11+)
     return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
 
 
