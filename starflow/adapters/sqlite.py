@@ -477,8 +477,30 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
                 raise
             conn.execute("COMMIT")
             return
+        # Optimistically without savepoints (two statements less per unit): a unit
+        # that raises is rare (a guard that fails writes nothing and raises
+        # nothing), and then the whole batch is rolled back and applied again
+        # with one savepoint per unit, so only the failing unit is lost.
+        applied = False
         try:
             for w in batch:
+                w.result = w.fn(conn)
+            applied = True
+            conn.execute("COMMIT")
+            return
+        except Exception:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            if applied:
+                raise  # the COMMIT itself failed, for every unit
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            for w in batch:
+                w.result = None
                 conn.execute("SAVEPOINT unit")
                 try:
                     w.result = w.fn(conn)

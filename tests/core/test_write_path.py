@@ -239,6 +239,53 @@ class TestReadyWritesShareABatch:
         assert sizes == [8]
 
 
+class TestAFailingUnitInABatch:
+    """A unit that raises inside a shared batch loses only its own writes."""
+
+    async def test_only_the_failing_unit_is_rolled_back(self, tmp_path: Path) -> None:
+        adapter = LocalWorkflowStateAdapter(str(tmp_path / "f.db"), workspace_id="group")
+        sizes: list[int] = []
+        original = adapter._apply_batch
+
+        def apply_batch(conn: sqlite3.Connection, batch: list[Any]) -> None:
+            sizes.append(len(batch))
+            original(conn, batch)
+
+        await adapter.open()
+        try:
+            ids = await _started_runs(adapter, 8)
+            adapter._apply_batch = apply_batch  # type: ignore[method-assign]
+            outcomes: dict[str, object] = {}
+
+            async def write(rid: str, fail: bool) -> None:
+                def fn(conn: sqlite3.Connection) -> str:
+                    conn.execute("INSERT INTO workflow_run_events (run_id, event_type) "
+                                 "VALUES (?, 'marker')", (rid,))
+                    if fail:
+                        raise ValueError(f"unit of {rid} fails after writing")
+                    return rid
+
+                try:
+                    outcomes[rid] = await adapter._write(fn, run=rid)
+                except ValueError as exc:
+                    outcomes[rid] = exc
+
+            async with anyio.create_task_group() as tg:
+                for index, rid in enumerate(ids):
+                    tg.start_soon(write, rid, index == 2)
+        finally:
+            await adapter.close()
+        assert sizes == [8]  # one shared batch, not eight commits
+        for index, rid in enumerate(ids):
+            markers = [e.event_type for e in await _events(tmp_path / "f.db", rid)]
+            if index == 2:
+                assert isinstance(outcomes[rid], ValueError)
+                assert markers == []  # its own write was rolled back
+            else:
+                assert outcomes[rid] == rid
+                assert markers == ["marker"]  # the others' writes committed
+
+
 class TestInlineCommits:
     """A run writing alone commits on the event loop's thread (no hop to the database
     thread); runs writing concurrently still share commits; another process's write
