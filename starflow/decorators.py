@@ -101,7 +101,9 @@ class _Annotated:
     """``hints`` and ``return_type`` of a definition's ``fn``, resolved once."""
 
     fn: Callable[..., Awaitable[Any]]
+    signature: inspect.Signature
     _hints: dict[str, Any] | None
+    _arity: int | None  # parameters of a plain positional signature, -1 for others
 
     @property
     def hints(self) -> dict[str, Any]:
@@ -114,6 +116,21 @@ class _Annotated:
     def return_type(self) -> Any:
         return self.hints.get("return", Any)
 
+    def check_call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """Raise ``TypeError`` if ``fn`` cannot be called with these arguments.
+
+        ``Signature.bind`` does the check; a call with exactly one positional
+        argument for each parameter of a plain signature (the common case,
+        checked before every run) is valid without it.
+        """
+        arity = self._arity
+        if arity is None:
+            params = self.signature.parameters.values()
+            self._arity = arity = len(params) if all(
+                p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params) else -1
+        if kwargs or len(args) != arity:
+            self.signature.bind(*args, **kwargs)
+
 
 @dataclass
 class StepDefinition(_Annotated):
@@ -125,6 +142,7 @@ class StepDefinition(_Annotated):
     signature: inspect.Signature
     pool: str | None = None
     _hints: dict[str, Any] | None = field(default=None, repr=False)
+    _arity: int | None = field(default=None, repr=False)
 
 
 @dataclass
@@ -139,6 +157,7 @@ class WorkflowDefinition(_Annotated):
     code_hash: str
     signature: inspect.Signature
     _hints: dict[str, Any] | None = field(default=None, repr=False)
+    _arity: int | None = field(default=None, repr=False)
 
 
 class _Registry:

@@ -165,7 +165,7 @@ class Runner:
                      kwargs: dict[str, Any]) -> dict[str, Any]:
         """Check arguments against the signature and encode them; raise before any write."""
         try:
-            definition.signature.bind(*args, **kwargs)
+            definition.check_call(args, kwargs)
         except TypeError as exc:
             raise WorkflowDefinitionError(
                 f"bad arguments for workflow {definition.name!r}: {exc}") from exc

@@ -225,3 +225,30 @@ async def test_options_start_is_idempotent(sf: Starflow) -> None:
     assert len(await sf.list_runs()) == 1
     with pytest.raises(ConfigError, match="pool= applies to queued runs"):
         await sf.options(pool="gpu").run(echo, 1)
+
+
+@pytest.mark.parametrize(("args", "kwargs", "ok"), [
+    ((1, 2), {}, True), ((1,), {"b": 2}, True), ((1,), {}, False), ((1, 2, 3), {}, False),
+    ((1, 2), {"b": 3}, False), ((), {"a": 1, "b": 2}, True), ((1, 2), {"c": 3}, False),
+])
+def test_arguments_are_checked_against_the_signature(
+        args: tuple[object, ...], kwargs: dict[str, object], ok: bool) -> None:
+    """The quick path for a plain positional call agrees with Signature.bind."""
+    from starflow.decorators import definition_of
+
+    @workflow(name=f"sig-{uuid.uuid4().hex[:8]}")
+    async def plain(a: int, b: int) -> int:
+        return a + b
+
+    @workflow(name=f"sig-kw-{uuid.uuid4().hex[:8]}")
+    async def keyword_only(a: int, b: int, *, c: int) -> int:
+        return a + b + c
+
+    definition = definition_of(plain)
+    if ok:
+        definition.check_call(args, kwargs)
+    else:
+        with pytest.raises(TypeError):
+            definition.check_call(args, kwargs)
+    with pytest.raises(TypeError):  # two positionals are not enough here: c is required
+        definition_of(keyword_only).check_call((1, 2), {})
