@@ -148,6 +148,19 @@ async def _complete_a_step(adapter: LocalWorkflowStateAdapter, rid: str) -> None
     assert unit.held
 
 
+def _batch_sizes(adapter: LocalWorkflowStateAdapter) -> list[int]:
+    """From now on, the size of every batch ``adapter`` writes, in order."""
+    sizes: list[int] = []
+    original = adapter._apply_batch
+
+    def apply_batch(conn: sqlite3.Connection, batch: list[Any]) -> None:
+        sizes.append(len(batch))
+        original(conn, batch)
+
+    adapter._apply_batch = apply_batch  # type: ignore[method-assign]
+    return sizes
+
+
 class TestGroupCommit:
     """Units queued while a batch commits go into the next one and are released after it."""
 
@@ -218,17 +231,10 @@ class TestReadyWritesShareABatch:
 
     async def test_one_batch(self, tmp_path: Path) -> None:
         adapter = LocalWorkflowStateAdapter(str(tmp_path / "s.db"), workspace_id="group")
-        sizes: list[int] = []
-        original = adapter._apply_batch
-
-        def apply_batch(conn: sqlite3.Connection, batch: list[Any]) -> None:
-            sizes.append(len(batch))
-            original(conn, batch)
-
         await adapter.open()
         try:
             ids = await _started_runs(adapter, 8)
-            adapter._apply_batch = apply_batch  # type: ignore[method-assign]
+            sizes = _batch_sizes(adapter)
             async with anyio.create_task_group() as tg:
                 for rid in ids:
                     tg.start_soon(_complete_a_step, adapter, rid)
@@ -244,17 +250,10 @@ class TestAFailingUnitInABatch:
 
     async def test_only_the_failing_unit_is_rolled_back(self, tmp_path: Path) -> None:
         adapter = LocalWorkflowStateAdapter(str(tmp_path / "f.db"), workspace_id="group")
-        sizes: list[int] = []
-        original = adapter._apply_batch
-
-        def apply_batch(conn: sqlite3.Connection, batch: list[Any]) -> None:
-            sizes.append(len(batch))
-            original(conn, batch)
-
         await adapter.open()
         try:
             ids = await _started_runs(adapter, 8)
-            adapter._apply_batch = apply_batch  # type: ignore[method-assign]
+            sizes = _batch_sizes(adapter)
             outcomes: dict[str, object] = {}
 
             async def write(rid: str, fail: bool) -> None:
