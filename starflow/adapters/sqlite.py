@@ -379,7 +379,7 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
         """Whether ``item`` may be committed on the event loop's thread.
 
         A non-durable write (``node_start``, ``synchronous=OFF``) always may:
-        it is a few tens of microseconds of SQLite work, less than the round
+        it is under a hundred microseconds of SQLite work, less than the round
         trip to the database thread and back. A durable one may only when one
         run is writing alone (``inline_commits``): it is the only database call
         in flight and the last write committed was this run's alone (or was
