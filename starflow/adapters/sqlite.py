@@ -462,25 +462,11 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
             conn.execute(f"PRAGMA synchronous = {mode}")
             self._sync_mode = mode
         conn.execute("BEGIN IMMEDIATE")
-        if len(batch) == 1:
-            # Alone in its transaction: no savepoint needed, a failure rolls back.
-            w = batch[0]
-            try:
-                w.result = w.fn(conn)
-            except Exception as exc:
-                w.error = exc
-                conn.execute("ROLLBACK")
-                return
-            except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
-            return
-        # Optimistically without savepoints (two statements less per unit): a unit
-        # that raises is rare (a guard that fails writes nothing and raises
-        # nothing), and then the whole batch is rolled back and applied again
-        # with one savepoint per unit, so only the failing unit is lost.
+        # Without savepoints first (two statements less per unit): a unit that
+        # raises is rare (a guard that fails writes nothing and raises nothing).
+        # If one does, the transaction is rolled back: a unit alone has lost
+        # only itself; a batch is applied again with a savepoint per unit, so
+        # that only the failing unit is lost.
         applied = False
         try:
             for w in batch:
@@ -488,11 +474,14 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
             applied = True
             conn.execute("COMMIT")
             return
-        except Exception:
+        except Exception as exc:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             if applied:
                 raise  # the COMMIT itself failed, for every unit
+            if len(batch) == 1:
+                batch[0].error = exc
+                return
         except BaseException:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
