@@ -256,6 +256,9 @@ class Runner:
         definition = registry.get(definition.name) or definition
         rid = _validate_run_id(run_id)
         encoded = self.encode_input(definition, args, kwargs)
+        # Converted to the annotations before anything is written: an argument of the
+        # wrong type must not leave a run behind that no runner can ever start.
+        run_args, run_kwargs = self.decode_input(definition, encoded)
         if run_id is not None:
             existing = await self.adapter.get_run(rid)
             if existing is not None:
@@ -290,7 +293,6 @@ class Runner:
         if not inline:
             self.notify_settled()
             return RunHandle(run_id=rid, status="queued")
-        run_args, run_kwargs = self.decode_input(definition, encoded)
         engine = Engine(runtime=self.runtime, definition=definition, ctx=ctx, journal=Journal(),
                         args=run_args, kwargs=run_kwargs, started_at=now)
         outcome = await self._execute(engine)

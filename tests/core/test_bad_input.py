@@ -252,3 +252,19 @@ def test_arguments_are_checked_against_the_signature(
             definition.check_call(args, kwargs)
     with pytest.raises(TypeError):  # two positionals are not enough here: c is required
         definition_of(keyword_only).check_call((1, 2), {})
+
+
+@workflow(name="bad-input-typed")
+async def typed_arg(count: int) -> int:
+    return count
+
+
+@pytest.mark.parametrize("mode", ["run", "start"])
+async def test_argument_of_the_wrong_annotated_type(sf: Starflow, spy: SpyAdapter,
+                                                    mode: str) -> None:
+    """An argument that does not convert to its annotation is rejected before the run exists."""
+    begin = sf.run if mode == "run" else sf.start
+    with pytest.raises(SerializationError, match="argument 'count' of workflow 'bad-input-typed'"):
+        await begin(typed_arg, "not a number")  # type: ignore[arg-type]
+    assert spy.calls == []
+    assert await sf.list_runs() == []
