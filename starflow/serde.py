@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as _dt
 import hashlib
 import inspect
+import math
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
@@ -57,13 +58,42 @@ def _refused(what: str, exc: BaseException, run_id: str | None, node_id: str | N
         run_id=run_id, node_id=node_id)
 
 
+def _non_finite(value: Any) -> float | None:
+    """The first NaN or infinity inside builtins ``value``, if any."""
+    if isinstance(value, float):
+        return None if math.isfinite(value) else value
+    if isinstance(value, dict):
+        value = value.values()
+    elif not isinstance(value, list):
+        return None
+    for item in value:
+        found = _non_finite(item)
+        if found is not None:
+            return found
+    return None
+
+
 def to_builtins(value: Any, *, what: str, run_id: str | None = None,
                 node_id: str | None = None) -> Any:
-    """Convert ``value`` to JSON-compatible builtins, or raise :class:`SerializationError`."""
+    """Convert ``value`` to JSON-compatible builtins, or raise :class:`SerializationError`.
+
+    The result is what a later decode of the stored JSON gives back, so a live
+    execution sees the same value as its replay: dict keys become strings (JSON
+    has no others), and NaN or infinity, which JSON cannot hold (msgspec would
+    write ``null``), is refused.
+    """
     try:
-        return msgspec.to_builtins(value, order="deterministic", enc_hook=_enc_hook)
+        builtins = msgspec.to_builtins(value, order="deterministic", str_keys=True,
+                                       enc_hook=_enc_hook)
     except _REFUSALS as exc:
         raise _refused(what, exc, run_id, node_id) from exc
+    # A non-finite float is encoded as null: look for one only where a null appears.
+    if b"null" in _encoder.encode(builtins):
+        bad = _non_finite(builtins)
+        if bad is not None:
+            raise _refused(what, ValueError(f"{bad!r} has no JSON representation"),
+                           run_id, node_id)
+    return builtins
 
 
 def encode(value: Any, *, what: str = "value", run_id: str | None = None,

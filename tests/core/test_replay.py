@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import msgspec
 import pytest
@@ -160,3 +161,42 @@ async def test_inline_caller_learns_its_lease_was_taken(sf: Starflow) -> None:
     with pytest.raises(sf_mod.LeaseLostError, match="no longer leased by this runner"):
         await sf.run(stolen)
     assert "charge" not in calls
+
+
+@step
+async def by_number() -> dict[Any, Any]:
+    return {2: "two", 10: "ten"}
+
+
+async def test_live_value_is_the_value_replay_returns(sf: Starflow) -> None:
+    """A step's dict with int keys comes back live as replay will decode it: str keys."""
+    seen: list[object] = []
+
+    @workflow(name="replay-int-keys")
+    async def wf() -> None:
+        seen.append(await by_number())
+        await wait_for("go")
+
+    handle = await sf.run(wf)
+    done = await sf.signal(handle.run_id, "go")
+    assert done.status == "success", done.error
+    assert seen == [{"10": "ten", "2": "two"}] * 2
+
+
+@step
+async def not_a_number() -> float:
+    return float("nan")
+
+
+async def test_non_finite_float_is_refused_not_stored_as_null(sf: Starflow) -> None:
+    """NaN has no JSON form: it is refused, not recorded as null to fail on replay."""
+
+    @workflow(name="replay-nan")
+    async def wf() -> float:
+        return await not_a_number()
+
+    handle = await sf.run(wf)
+    assert handle.status == "error"
+    assert "SerializationError" in (handle.error or "") and "nan" in (handle.error or "")
+    types = [e.event_type for e in await sf.events(handle.run_id)]
+    assert "node_complete" not in types
