@@ -105,12 +105,20 @@ def encode(value: Any, *, what: str = "value", run_id: str | None = None,
         raise _refused(what, exc, run_id, node_id) from exc
 
 
-def decode(data: bytes | str, *, what: str = "stored value") -> Any:
-    """Decode JSON to builtins."""
+def decode(data: bytes | str, *, what: str = "stored value", sort_keys: bool = False) -> Any:
+    """Decode JSON to builtins.
+
+    Args:
+        sort_keys: Put every object's keys back in the order :func:`encode` and
+            :func:`to_builtins` give them (sorted), for stores that reorder them
+            (PostgreSQL's jsonb keeps the shortest keys first). Replay must see a
+            recorded dict in the order the first execution saw.
+    """
     try:
-        return _decoder.decode(data)
+        value = _decoder.decode(data)
     except msgspec.DecodeError as exc:
         raise SerializationError(f"{what} is not valid JSON: {exc}") from exc
+    return msgspec.to_builtins(value, order="deterministic") if sort_keys else value
 
 
 def convert(value: Any, type_: Any, *, what: str = "stored value",

@@ -206,7 +206,8 @@ def _jsonb_encode(value: Any) -> bytes:
 
 
 def _jsonb_decode(data: bytes) -> Any:
-    return serde.decode(data[1:])
+    # jsonb does not keep the key order it was given: restore the sorted one.
+    return serde.decode(data[1:], sort_keys=True)
 
 
 def _uuid_or_none(value: str) -> str | None:

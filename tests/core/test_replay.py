@@ -200,3 +200,36 @@ async def test_non_finite_float_is_refused_not_stored_as_null(sf: Starflow) -> N
     assert "SerializationError" in (handle.error or "") and "nan" in (handle.error or "")
     types = [e.event_type for e in await sf.events(handle.run_id)]
     assert "node_complete" not in types
+
+
+@step
+async def price_list() -> dict[str, int]:
+    return {"b": 2, "aa": 1}
+
+
+@step
+async def fetch_price(region: str) -> str:
+    return region
+
+
+async def test_recorded_dict_keeps_its_key_order(sf: Starflow) -> None:
+    """Iterating a recorded dict visits its keys in the same order live and on replay.
+
+    PostgreSQL's jsonb stores object keys shortest first; a replay that saw that
+    order would call the per-key steps in another order than the first execution.
+    """
+    orders: list[list[str]] = []
+
+    @workflow(name="replay-key-order")
+    async def wf(regions: dict[str, int]) -> list[str]:
+        prices = await price_list()
+        orders.append(list(prices) + list(regions))
+        fetched = [await fetch_price(region) for region in prices]
+        await wait_for("go")
+        return fetched
+
+    handle = await sf.run(wf, {"zz": 1, "y": 2})
+    done = await sf.signal(handle.run_id, "go")
+    assert done.status == "success", done.error
+    assert orders == [["aa", "b", "y", "zz"]] * 2
+    assert done.result == ["aa", "b"]
