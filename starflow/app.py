@@ -11,12 +11,19 @@ from typing import Any, ParamSpec, TypeVar
 import anyio
 
 from .adapters import adapter_from_url
-from .adapters.base import RunEvent, RunInfo, WorkflowStateAdapter
+from .adapters.base import RUN_STATUSES, RunEvent, RunInfo, WorkflowStateAdapter
 from .adapters.mirroring import find_mirror
 from .clock import Clock, SystemClock
 from .config import StarflowConfig
 from .decorators import definition_of
-from .errors import ConfigError, ResultTimeout, RunCancelled, RunNotFound, WorkflowFailed
+from .errors import (
+    ConfigError,
+    ResultTimeout,
+    RunCancelled,
+    RunNotFound,
+    StarflowError,
+    WorkflowFailed,
+)
 from .jobs import JobWorker
 from .logs import get_logger
 from .maintenance import Maintenance
@@ -233,7 +240,27 @@ class Starflow:
 
     async def list_runs(self, status: str | None = None, template_id: str | None = None,
                         limit: int = 50, since: datetime | None = None) -> list[RunInfo]:
-        """Runs newest first, optionally filtered."""
+        """Runs newest first, optionally filtered.
+
+        Args:
+            status: Only runs in this status (``queued``, ``running``, ``paused``,
+                ``success``, ``error`` or ``cancelled``).
+            template_id: Only runs of this workflow name.
+            limit: At most this many runs (an int >= 1).
+            since: Only runs started at or after this timezone-aware time.
+
+        Raises:
+            StarflowError: a filter is invalid (named with its value).
+        """
+        problems = []
+        if status is not None and status not in RUN_STATUSES:
+            problems.append(f"status must be one of {', '.join(RUN_STATUSES)}: {status!r}")
+        if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+            problems.append(f"limit must be an int >= 1: {limit!r}")
+        if since is not None and (not isinstance(since, datetime) or since.tzinfo is None):
+            problems.append(f"since must be timezone-aware: {since!r}")
+        if problems:
+            raise StarflowError("list_runs: " + "; ".join(problems))
         return await self.adapter.list_runs(status=status, template_id=template_id,
                                             since=since, limit=limit)
 

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import re
 import uuid
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 
@@ -268,3 +269,21 @@ async def test_argument_of_the_wrong_annotated_type(sf: Starflow, spy: SpyAdapte
         await begin(typed_arg, "not a number")  # type: ignore[arg-type]
     assert spy.calls == []
     assert await sf.list_runs() == []
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"limit": -1}, "limit must be an int >= 1: -1"),
+    ({"limit": 0}, "limit must be an int >= 1: 0"),
+    ({"limit": "5"}, "limit must be an int >= 1: '5'"),
+    ({"status": "done"}, "status must be one of queued, running, paused, success, error, "
+                         "cancelled: 'done'"),
+    ({"since": datetime(2030, 1, 1)}, "since must be timezone-aware"),
+])
+async def test_list_runs_rejects_bad_filters(sf: Starflow, kwargs: dict[str, object],
+                                             message: str) -> None:
+    """list_runs names a bad filter the same way on every adapter (no driver error, no silence)."""
+    await sf.run(echo, 1)
+    with pytest.raises(starflow.StarflowError, match=re.escape(message)) as info:
+        await sf.list_runs(**kwargs)  # type: ignore[arg-type]
+    assert type(info.value) is starflow.StarflowError
+    assert len(await sf.list_runs(limit=1)) == 1
