@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import typing
 from datetime import timedelta
 from typing import Literal
 
@@ -10,6 +11,13 @@ import msgspec
 from .errors import ConfigError
 
 __all__ = ["StarflowConfig"]
+
+SqliteSynchronous = Literal["FULL", "NORMAL", "OFF", "EXTRA"]
+PostgresSynchronousCommit = Literal["on", "off", "local", "remote_write", "remote_apply"]
+
+
+_SQLITE_SYNCHRONOUS = typing.get_args(SqliteSynchronous)
+_POSTGRES_SYNCHRONOUS_COMMIT = typing.get_args(PostgresSynchronousCommit)
 
 
 class StarflowConfig(msgspec.Struct, frozen=True, kw_only=True):
@@ -48,11 +56,9 @@ class StarflowConfig(msgspec.Struct, frozen=True, kw_only=True):
     poll_interval: timedelta = timedelta(seconds=1)
     wake_keys: dict[str, str] = msgspec.field(default_factory=dict)
     wake_token_ttl: timedelta = timedelta(days=30)
-    sqlite_synchronous: Literal["FULL", "NORMAL", "OFF", "EXTRA"] = "FULL"
+    sqlite_synchronous: SqliteSynchronous = "FULL"
     sqlite_inline_commits: bool = True
-    postgres_synchronous_commit: Literal["on", "off", "local", "remote_write", "remote_apply"] = (
-        "on"
-    )
+    postgres_synchronous_commit: PostgresSynchronousCommit = "on"
     storage_retries: int = 3
     session_var_gc_interval: timedelta = timedelta(seconds=60)
     outbox_retention: timedelta = timedelta(hours=1)
@@ -88,15 +94,29 @@ class StarflowConfig(msgspec.Struct, frozen=True, kw_only=True):
         if not isinstance(self.sqlite_inline_commits, bool):
             problems.append(f"sqlite_inline_commits must be True or False, got "
                             f"{self.sqlite_inline_commits!r}")
-        if self.max_claim_attempts < 1:
-            problems.append(f"max_claim_attempts must be >= 1: {self.max_claim_attempts}")
-        if self.storage_retries < 0:
-            problems.append(f"storage_retries must be >= 0: {self.storage_retries}")
-        for key_id, secret in self.wake_keys.items():
-            if not key_id or ":" in key_id or "." in key_id:
-                problems.append(f"wake key id {key_id!r} must be non-empty without ':' or '.'")
-            if len(secret) < 16:
-                problems.append(f"wake key {key_id!r} is too short: use at least 16 characters")
+        for name, least in (("max_claim_attempts", 1), ("storage_retries", 0)):
+            number = getattr(self, name)
+            if not isinstance(number, int) or isinstance(number, bool) or number < least:
+                problems.append(f"{name} must be an int >= {least}: {number!r}")
+        # msgspec checks Literal fields only when decoding, not in the constructor.
+        for name, allowed in (("sqlite_synchronous", _SQLITE_SYNCHRONOUS),
+                              ("postgres_synchronous_commit", _POSTGRES_SYNCHRONOUS_COMMIT)):
+            if getattr(self, name) not in allowed:
+                problems.append(f"{name} must be one of {', '.join(allowed)}: "
+                                f"{getattr(self, name)!r}")
+        if not isinstance(self.wake_keys, dict):
+            problems.append(f"wake_keys must be a dict {{key_id: secret}}, got {self.wake_keys!r}")
+        else:
+            for key_id, secret in self.wake_keys.items():
+                if not isinstance(key_id, str) or not key_id or ":" in key_id or "." in key_id:
+                    problems.append(
+                        f"wake key id {key_id!r} must be a non-empty string without ':' or '.'")
+                if not isinstance(secret, str):
+                    problems.append(f"wake key {key_id!r} must be a string secret, got "
+                                    f"{type(secret).__name__}")
+                elif len(secret) < 16:
+                    problems.append(
+                        f"wake key {key_id!r} is too short: use at least 16 characters")
         if problems:
             raise ConfigError(
                 f"invalid StarflowConfig ({len(problems)} problem(s)): " + "; ".join(problems)

@@ -287,3 +287,20 @@ async def test_list_runs_rejects_bad_filters(sf: Starflow, kwargs: dict[str, obj
         await sf.list_runs(**kwargs)  # type: ignore[arg-type]
     assert type(info.value) is starflow.StarflowError
     assert len(await sf.list_runs(limit=1)) == 1
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"max_claim_attempts": "3"}, "max_claim_attempts must be an int >= 1: '3'"),
+    ({"max_claim_attempts": True}, "max_claim_attempts must be an int >= 1: True"),
+    ({"storage_retries": None}, "storage_retries must be an int >= 0: None"),
+    ({"sqlite_synchronous": "full"}, "sqlite_synchronous must be one of FULL, NORMAL, OFF, "
+                                     "EXTRA: 'full'"),
+    ({"postgres_synchronous_commit": "yes"}, "postgres_synchronous_commit must be one of on, "
+                                             "off, local, remote_write, remote_apply: 'yes'"),
+    ({"wake_keys": {"k1": 1234567890123456789}}, "wake key 'k1' must be a string secret"),
+    ({"wake_keys": ["k1"]}, "wake_keys must be a dict"),
+])
+def test_invalid_config_of_the_wrong_type(kwargs: dict[str, object], message: str) -> None:
+    """A value of the wrong type is a ConfigError naming it, not a TypeError from a comparison."""
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        StarflowConfig(**kwargs)  # type: ignore[arg-type]
