@@ -42,7 +42,8 @@ class RetryPolicy:
         initial_interval: Delay before the second attempt.
         backoff_coefficient: Each further delay is the previous one times this.
         maximum_interval: Upper bound of a delay.
-        non_retryable: Exception types that are recorded at once, without retry.
+        non_retryable: Exception types that are recorded at once, without retry
+            (a tuple; one class or a list is accepted too).
     """
 
     max_attempts: int = 1
@@ -53,7 +54,8 @@ class RetryPolicy:
 
     def __post_init__(self) -> None:
         problems = []
-        if not isinstance(self.max_attempts, int) or self.max_attempts < 1:
+        if (not isinstance(self.max_attempts, int) or isinstance(self.max_attempts, bool)
+                or self.max_attempts < 1):
             problems.append(f"max_attempts must be an int >= 1: {self.max_attempts!r}")
         if not isinstance(self.initial_interval, timedelta) or self.initial_interval < timedelta():
             problems.append(f"initial_interval must be a timedelta >= 0: {self.initial_interval!r}")
@@ -65,8 +67,19 @@ class RetryPolicy:
                 f"maximum_interval must be a timedelta >= initial_interval: "
                 f"{self.maximum_interval!r}"
             )
-        if self.backoff_coefficient < 1:
-            problems.append(f"backoff_coefficient must be >= 1: {self.backoff_coefficient!r}")
+        if (not isinstance(self.backoff_coefficient, int | float)
+                or isinstance(self.backoff_coefficient, bool) or self.backoff_coefficient < 1):
+            problems.append(
+                f"backoff_coefficient must be a number >= 1: {self.backoff_coefficient!r}")
+        if isinstance(self.non_retryable, type | list):
+            # One exception class, or a list of them: what the user meant is clear.
+            kinds = (self.non_retryable,) if isinstance(self.non_retryable, type) else (
+                tuple(self.non_retryable))
+            object.__setattr__(self, "non_retryable", kinds)
+        if not isinstance(self.non_retryable, tuple) or not all(
+                isinstance(t, type) and issubclass(t, BaseException) for t in self.non_retryable):
+            problems.append(f"non_retryable must be a tuple of exception types: "
+                            f"{self.non_retryable!r}")
         if problems:
             raise WorkflowDefinitionError(
                 f"invalid RetryPolicy ({len(problems)} problem(s)): " + "; ".join(problems)
@@ -204,6 +217,12 @@ def _problems_for(fn: object, kind: str) -> list[str]:
     return problems
 
 
+def _pool_problems(pool: object) -> list[str]:
+    if pool is not None and (not isinstance(pool, str) or not pool.strip()):
+        return [f"pool must be a non-empty string: {pool!r}"]
+    return []
+
+
 def _fail(kind: str, fn: object, problems: list[str]) -> None:
     label = getattr(fn, "__qualname__", repr(fn))
     raise WorkflowDefinitionError(
@@ -250,9 +269,11 @@ def workflow(
         if not isinstance(version, int) or isinstance(version, bool) or version < 1:
             problems.append(f"version must be an int >= 1: {version!r}")
         if max_claim_attempts is not None and (
-            not isinstance(max_claim_attempts, int) or max_claim_attempts < 1
+            not isinstance(max_claim_attempts, int) or isinstance(max_claim_attempts, bool)
+            or max_claim_attempts < 1
         ):
             problems.append(f"max_claim_attempts must be an int >= 1: {max_claim_attempts!r}")
+        problems.extend(_pool_problems(pool))
         if problems:
             _fail("workflow", func, problems)
         definition = WorkflowDefinition(
@@ -317,10 +338,8 @@ def step(
             problems.append(f"name must not contain '#': {step_name!r}")
         if retry is not None and not isinstance(retry, RetryPolicy):
             problems.append(f"retry must be a RetryPolicy, got {retry!r}")
+        problems.extend(_pool_problems(pool))
         if problems:
-            _fail("step", func, problems)
-        if pool is not None and (not isinstance(pool, str) or not pool.strip()):
-            problems.append(f"pool must be a non-empty string: {pool!r}")
             _fail("step", func, problems)
         definition = StepDefinition(fn=func, name=step_name, retry=retry or RetryPolicy(),
                                     signature=inspect.signature(func), pool=pool)

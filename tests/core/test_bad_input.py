@@ -304,3 +304,68 @@ def test_invalid_config_of_the_wrong_type(kwargs: dict[str, object], message: st
     """A value of the wrong type is a ConfigError naming it, not a TypeError from a comparison."""
     with pytest.raises(ConfigError, match=re.escape(message)):
         StarflowConfig(**kwargs)  # type: ignore[arg-type]
+
+
+class TestDefinitionValidation:
+    """Decoration and RetryPolicy report every problem at once, as WorkflowDefinitionError."""
+
+    def test_step_pool_is_reported_with_the_other_problems(self) -> None:
+        """A bad pool is listed beside the other reasons, not alone after fixing them."""
+
+        def sync_fn() -> None:
+            return None
+
+        with pytest.raises(WorkflowDefinitionError, match=r"for 2 reason\(s\)") as info:
+            step(pool="")(sync_fn)
+        assert "async def" in str(info.value) and "pool must be a non-empty string" in str(
+            info.value)
+
+    @pytest.mark.parametrize("pool", ["", " ", 3])
+    def test_workflow_pool_is_validated(self, pool: object) -> None:
+        """@workflow(pool=...) is checked like @step(pool=...)."""
+
+        async def fn() -> None:
+            return None
+
+        with pytest.raises(WorkflowDefinitionError, match="pool must be a non-empty string"):
+            workflow(name=f"bad-pool-{uuid.uuid4().hex[:8]}", pool=pool)(fn)  # type: ignore[arg-type]
+
+    @pytest.mark.parametrize(("kwargs", "message"), [
+        ({"backoff_coefficient": "2"}, "backoff_coefficient must be a number >= 1: '2'"),
+        ({"max_attempts": True}, "max_attempts must be an int >= 1: True"),
+        ({"non_retryable": (int,)}, "non_retryable must be a tuple of exception types"),
+        ({"non_retryable": "ValueError"}, "non_retryable must be a tuple of exception types"),
+    ])
+    def test_retry_policy_of_the_wrong_type(self, kwargs: dict[str, object],
+                                            message: str) -> None:
+        """A wrong-typed RetryPolicy field is a WorkflowDefinitionError, not a TypeError."""
+        with pytest.raises(WorkflowDefinitionError, match=re.escape(message)):
+            starflow.RetryPolicy(**kwargs)  # type: ignore[arg-type]
+
+
+nonretry_attempts = {"n": 0}
+
+
+@step(retry=starflow.RetryPolicy(max_attempts=3, initial_interval=timedelta(0),
+                                 non_retryable=[PermissionError]))  # type: ignore[arg-type]
+async def refused_at_once() -> None:
+    nonretry_attempts["n"] += 1
+    raise PermissionError("no")
+
+
+@workflow(name="bad-input-non-retryable-list")
+async def non_retryable_list() -> str:
+    try:
+        await refused_at_once()
+    except starflow.StepFailed as exc:
+        return exc.error_type
+    return "no error"
+
+
+async def test_non_retryable_given_as_a_list(sf: Starflow) -> None:
+    """non_retryable=[Exc] is taken as a tuple: recorded at once, not a TypeError at failure."""
+    nonretry_attempts["n"] = 0
+    handle = await sf.run(non_retryable_list)
+    assert handle.status == "success", handle.error
+    assert handle.result == "builtins.PermissionError"
+    assert nonretry_attempts["n"] == 1
