@@ -104,6 +104,19 @@ class _Abort(BaseException):
         self.cause = cause
 
 
+#: What to do about a replay that diverged from its history (every such message ends so).
+_DIVERGENCE_FIX = ("Revert the change, bump the workflow version, or guard it with "
+                   "starflow.patched()")
+
+
+def _shown(value: Any, limit: int = 200) -> str:
+    """Recorded or current step arguments as compact JSON, cut for a message."""
+    if value is None:
+        return "(not recorded)"
+    text = serde.encode(value).decode()
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
 def error_info(exc: BaseException, attempts: int) -> dict[str, Any]:
     """How a step failure is recorded: qualified type, message, attempts made."""
     return {"type": f"{type(exc).__module__}.{type(exc).__qualname__}", "message": str(exc),
@@ -262,8 +275,7 @@ class Engine:
                 raise NonDeterminismError(
                     f"run {self.run_id}: the code reached new node {nid} ({what}) while the "
                     f"history still holds {', '.join(pending[:5])} not reached by this replay; "
-                    "the workflow code changed under a running or paused run. Revert the change, "
-                    "bump the workflow version, or guard it with starflow.patched()",
+                    f"the workflow code changed under a running or paused run. {_DIVERGENCE_FIX}",
                     run_id=self.run_id, node_id=nid, recorded=pending[0], current=nid,
                 )
             await anyio.lowlevel.cancel_shielded_checkpoint()
@@ -271,7 +283,8 @@ class Engine:
             stalls = 0 if now_seen != seen else stalls + 1
             seen = now_seen
 
-    def _check_recorded(self, rec: NodeRecord, kind: str, name: str, h: str | None) -> None:
+    def _check_recorded(self, rec: NodeRecord, kind: str, name: str, h: str | None,
+                        encoded: Any = None) -> None:
         if rec.kind is not None and (rec.kind != kind or rec.name != name):
             raise NonDeterminismError(
                 f"run {self.run_id}: node {rec.node_id} was recorded as {rec.kind} {rec.name!r} "
@@ -281,8 +294,9 @@ class Engine:
             )
         if h is not None and rec.args_hash is not None and rec.args_hash != h:
             raise NonDeterminismError(
-                f"run {self.run_id}: step {rec.node_id} was recorded with arguments hash "
-                f"{rec.args_hash} but is now called with {h}: its arguments changed",
+                f"run {self.run_id}: step {rec.node_id} was recorded with arguments "
+                f"{_shown(rec.input)} (hash {rec.args_hash}) but is now called with "
+                f"{_shown(encoded)} (hash {h}): its arguments changed. {_DIVERGENCE_FIX}",
                 run_id=self.run_id, node_id=rec.node_id, recorded=rec.args_hash, current=h,
             )
 
@@ -360,7 +374,7 @@ class Engine:
         h = serde.args_hash(encoded)
         rec = self.journal.get(nid)
         if rec is not None:
-            self._check_recorded(rec, "step", sdef.name, h)
+            self._check_recorded(rec, "step", sdef.name, h, encoded)
             self.journal.consume(nid)
             if rec.status == "complete":
                 self._advance(rec.recorded_at)
@@ -583,7 +597,8 @@ class Engine:
             if pending:
                 exc2 = NonDeterminismError(
                     f"run {self.run_id}: the workflow returned without reaching recorded "
-                    f"node(s) {', '.join(pending[:5])}: the code changed under the run",
+                    f"node(s) {', '.join(pending[:5])}: the code changed under the run. "
+                    f"{_DIVERGENCE_FIX}",
                     run_id=self.run_id, node_id=pending[0], recorded=pending[0], current=None)
                 return Outcome("error", error=f"NonDeterminismError: {exc2}", exception=exc2)
             return Outcome("success", result=value)

@@ -31,6 +31,8 @@ class NodeRecord:
     kind: str | None = None
     name: str | None = None
     args_hash: str | None = None
+    #: The recorded arguments (``{"args": [...], "kwargs": {...}}``) of a step.
+    input: Any = None
     status: str = "started"  # started | complete | error
     output: Any = None
     error: dict[str, Any] | None = None
@@ -71,6 +73,7 @@ class Journal:
                 rec.kind = payload.get("kind")
                 rec.name = payload.get("name")
                 rec.args_hash = payload.get("args_hash")
+                rec.input = payload.get("input")
                 if not rec.finished:
                     rec.status = "started"
             elif ev.event_type == "node_complete":

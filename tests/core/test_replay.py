@@ -233,3 +233,46 @@ async def test_recorded_dict_keeps_its_key_order(sf: Starflow) -> None:
     assert done.status == "success", done.error
     assert orders == [["aa", "b", "y", "zz"]] * 2
     assert done.result == ["aa", "b"]
+
+
+class TestDivergenceMessages:
+    """Every kind of divergence names the node, recorded vs now, and what to do."""
+
+    async def _diverge(self, sf: Starflow, name: str, old: Any, new: Any) -> str:
+        original = workflow(name=name)(old)
+        handle = await sf.run(original)
+        replaced = workflow(name=name)(new)
+        assert replaced is not None
+        done = await sf.signal(handle.run_id, "go")
+        assert done.status == "error"
+        return done.error or ""
+
+    async def test_changed_arguments_show_both_values(self, sf: Starflow) -> None:
+        """Changed arguments are shown as values, not only as hashes, with the fix."""
+
+        async def old() -> None:
+            await charge("order-7", 1999)
+            await wait_for("go")
+
+        async def new() -> None:
+            await charge("order-7", 2500)
+            await wait_for("go")
+
+        error = await self._diverge(sf, "replay-msg-args", old, new)
+        assert "step:charge#1" in error
+        assert '"args":["order-7",1999]' in error and '"args":["order-7",2500]' in error
+        assert "starflow.patched()" in error
+
+    async def test_removed_step_says_what_to_do(self, sf: Starflow) -> None:
+        """A recorded step the code no longer reaches is named, with the fix."""
+
+        async def old() -> None:
+            await charge("a", 1)
+            await wait_for("go")
+            await ship("a")
+
+        async def new() -> None:
+            await wait_for("go")
+
+        error = await self._diverge(sf, "replay-msg-removed", old, new)
+        assert "step:charge#1" in error and "starflow.patched()" in error
