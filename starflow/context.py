@@ -68,6 +68,27 @@ class Variables(dict[str, Any]):
         self._check(key)
         return super().pop(key, *default)
 
+    def popitem(self) -> tuple[str, Any]:
+        """Remove the last user variable (engine keys stay)."""
+        for key in reversed(self):
+            if not key.startswith(RESERVED_PREFIX):
+                return key, super().pop(key)
+        raise KeyError("popitem(): no user variables")
+
+    def clear(self) -> None:
+        """Remove every user variable (engine keys stay)."""
+        for key in [k for k in self if not k.startswith(RESERVED_PREFIX)]:
+            super().pop(key)
+
+    def replaced(self, items: Mapping[str, Any]) -> Variables:
+        """A copy holding this dict's engine keys and ``items``, checked like any write."""
+        for key in items:
+            self._check(key)
+        fresh = _variables((k, v) for k, v in self.items() if k.startswith(RESERVED_PREFIX))
+        dict.update(fresh, items)
+        fresh.run_id = self.run_id
+        return fresh
+
     def _engine_set(self, key: str, value: Any) -> None:
         """Write any key, reserved ones included (engine use only)."""
         dict.__setitem__(self, key, value)
@@ -107,6 +128,13 @@ class WorkflowContext(msgspec.Struct, kw_only=True):
         if not isinstance(self.variables, Variables):
             self.variables = _variables(self.variables)
         self.variables.run_id = self.run_id
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # ``ctx.variables = {...}`` from user code: keep the guard (a plain dict would
+        # let reserved keys in and lose the engine's own) and the engine's keys.
+        if name == "variables" and not isinstance(value, Variables):
+            value = self.variables.replaced(value)  # type: ignore[attr-defined]
+        super().__setattr__(name, value)
 
     @property
     def phase(self) -> Any:

@@ -369,3 +369,44 @@ async def test_non_retryable_given_as_a_list(sf: Starflow) -> None:
     assert handle.status == "success", handle.error
     assert handle.result == "builtins.PermissionError"
     assert nonretry_attempts["n"] == 1
+
+
+class TestReplacingVariables:
+    """Assigning ``ctx.variables`` keeps the reserved-key guard and the engine's own keys."""
+
+    def test_assignment_refuses_reserved_keys(self) -> None:
+        """``ctx.variables = {...}`` with a __celestial key raises, and changes nothing."""
+        ctx = starflow.WorkflowContext(run_id="r", workflow="w", variables={"a": 1})
+        with pytest.raises(ReservedKeyError, match="__celestialWait"):
+            ctx.variables = {"__celestialWait": {"status": "pending"}}
+        assert dict(ctx.variables) == {"a": 1}
+
+    def test_clear_and_popitem_leave_engine_keys(self) -> None:
+        """clear() and popitem() remove user keys only."""
+        ctx = starflow.WorkflowContext(run_id="r", workflow="w", variables={
+            "a": 1, "__celestialIdempotency": {"step:x#1": "k"}})
+        ctx.variables.clear()
+        assert dict(ctx.variables) == {"__celestialIdempotency": {"step:x#1": "k"}}
+        ctx.variables["b"] = 2
+        assert ctx.variables.popitem() == ("b", 2)
+        with pytest.raises(KeyError):
+            ctx.variables.popitem()
+        assert dict(ctx.variables) == {"__celestialIdempotency": {"step:x#1": "k"}}
+
+    async def test_assigned_variables_survive_a_wait(self, sf: Starflow) -> None:
+        """A workflow that replaces its variables can still pause, and keeps them."""
+
+        @workflow(name="bad-input-replace-vars")
+        async def replaces() -> object:
+            starflow.context().variables = {"mine": 1}
+            await wait_for("go")
+            return dict(starflow.context().variables)
+
+        handle = await sf.run(replaces)
+        assert handle.status == "paused", handle.error
+        run = await sf.get_run(handle.run_id)
+        assert run.checkpoint_json is not None
+        assert run.checkpoint_json["variables"]["mine"] == 1
+        done = await sf.signal(handle.run_id, "go")
+        assert done.status == "success", done.error
+        assert done.result == {"mine": 1}
