@@ -8,14 +8,19 @@ vars are removed by maintenance.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar, cast
+
+import wrapt
 
 from .context import current_engine
 from .decorators import step
 from .errors import StarflowError
 
 __all__ = ["session_get", "session_set"]
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 def _engine() -> Any:
@@ -35,6 +40,25 @@ async def session_get(session_id: str, key: str) -> Any:
     return await engine.adapter.session_get(session_id, key, now=engine.runtime.clock.now())
 
 
+async def _check_keep_until(wrapped: Any, instance: Any, args: tuple[Any, ...],
+                            kwargs: dict[str, Any]) -> None:
+    # Checked in front of the step, which then gets the call exactly as made: its
+    # argument hash, and so every recorded history, stays the same.
+    engine = _engine()
+    keep_until = kwargs["keep_until"] if "keep_until" in kwargs else (
+        args[3] if len(args) > 3 else None)
+    if keep_until is not None and (not isinstance(keep_until, datetime)
+                                   or keep_until.tzinfo is None):
+        raise StarflowError(f"keep_until must be timezone-aware: {keep_until!r}",
+                            run_id=engine.run_id)
+    await wrapped(*args, **kwargs)
+
+
+def _checks_keep_until(fn: F) -> F:
+    return cast(F, wrapt.FunctionWrapper(fn, _check_keep_until))
+
+
+@_checks_keep_until
 @step(name="session_set")
 async def session_set(session_id: str, key: str, value: Any,
                       keep_until: datetime | None = None) -> None:
@@ -43,9 +67,11 @@ async def session_set(session_id: str, key: str, value: Any,
     Args:
         keep_until: Keep it past the end of this run, until then. Without it the
             var is dropped when the run that wrote it completes.
+
+    Raises:
+        StarflowError: ``keep_until`` is naive: raised at the call, before the
+            step is recorded (bad input, not a step failure).
     """
     engine = _engine()
-    if keep_until is not None and keep_until.tzinfo is None:
-        raise StarflowError("keep_until must be timezone-aware", run_id=engine.run_id)
     await engine.adapter.session_set(session_id, key, value, now=engine.runtime.clock.now(),
                                      run_id=engine.run_id, keep_until=keep_until)

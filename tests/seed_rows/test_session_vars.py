@@ -68,6 +68,30 @@ class TestLifetime:
         assert await sf.session_get("app", "bad") is None
 
 
+class TestBadInput:
+    """A bad session write from workflow code is refused before the step is recorded."""
+
+    async def test_naive_keep_until_in_a_workflow(self, sf: Starflow) -> None:
+        """A naive keep_until raises StarflowError at the call, not a recorded StepFailed."""
+        caught: list[BaseException] = []
+
+        @workflow(name=unique("vars-naive"))
+        async def wf() -> str:
+            try:
+                await starflow.session_set("s3", "k", 1, keep_until=datetime(2030, 1, 2))
+            except starflow.StarflowError as exc:
+                caught.append(exc)
+            return "done"
+
+        h = await sf.run(wf)
+        assert h.status == "success", h.error
+        [exc] = caught
+        assert type(exc) is starflow.StarflowError
+        assert "keep_until must be timezone-aware" in str(exc) and exc.run_id == h.run_id
+        assert [e.event_type for e in await sf.events(h.run_id)] == []
+        assert await sf.session_get("s3", "k") is None
+
+
 class TestGarbageCollection:
     """The maintenance loop deletes expired vars every session_var_gc_interval."""
 
