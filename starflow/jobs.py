@@ -157,7 +157,8 @@ class JobWorker:
             try:
                 result = await self._execute(sdef, job)
             except _LeaseLost:
-                log_.warning("job lease lost: another worker took the job; result dropped")
+                log_.warning("job lease lost: another worker took the job, or its run was "
+                             "cancelled; result dropped")
                 return
             except Exception as exc:
                 attempts = getattr(exc, "_starflow_attempts", 1)

@@ -630,6 +630,13 @@ class Runner:
                                             claim_state="failed")
             await self.adapter.clear_lease(run_id)
             await self.adapter.clear_waits(run_id)
+            # A worker job is the wake source of a wait: fail it with the wait, so
+            # no job worker runs the step for a cancelled run (one running it now
+            # finds its lease gone at its next heartbeat and stops the step).
+            await self.adapter.fail_run_jobs(run_id, error={
+                "type": "starflow.errors.RunCancelled",
+                "message": f"run {run_id} was cancelled before this job finished",
+                "attempts": 0}, now=now)
             await self.adapter.record_event(run_id, "run_cancelled", None,
                                             {"previous_status": run.status}, now=now,
                                             method="cancel")

@@ -354,6 +354,14 @@ class FinishJob(Op, frozen=True, kw_only=True):
     completed_at: datetime
 
 
+class FailRunJobs(Op, frozen=True, kw_only=True):
+    """Fail every unfinished (queued or claimed) job of a run and drop their leases."""
+
+    run_id: str
+    error: Any
+    completed_at: datetime
+
+
 class Guard(msgspec.Struct, frozen=True, kw_only=True):
     """The condition a unit needs, checked in the same transaction as its writes.
 
@@ -761,6 +769,12 @@ class WorkflowStateAdapter(abc.ABC):
             raise ValueError(f"job status must be 'complete' or 'failed': {status!r}")
         await self._submit(FinishJob(method="finish_job", job_id=job_id, status=status,
                                      result=result, error=error, completed_at=now))
+
+    async def fail_run_jobs(self, run_id: str, *, error: Any, now: datetime) -> None:
+        """Fail the run's unfinished jobs (its run was cancelled): no job worker claims
+        them again, and one running a job finds its lease gone at its next heartbeat."""
+        await self._submit(FailRunJobs(method="fail_run_jobs", run_id=run_id, error=error,
+                                       completed_at=now))
 
     async def update_run(self, run_id: str, method: str, **values: Any) -> None:
         """Set columns of the run row (queueing, cancelling, results)."""

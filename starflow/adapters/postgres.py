@@ -61,6 +61,7 @@ from .base import (
     DeleteSessionVars,
     DeleteSignal,
     DeleteWaits,
+    FailRunJobs,
     FinishJob,
     Guard,
     InsertEvent,
@@ -674,6 +675,14 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
                 "AND status IN ('queued', 'claimed')",
                 (op.status, op.result, op.error, op.completed_at,
                  _require_uuid(op.job_id, "job id"), ws, env),
+            )
+        if isinstance(op, FailRunJobs):
+            return (
+                "UPDATE worker_jobs SET status = 'failed', error_json = $1, completed_at = $2, "
+                "leased_by = NULL, lease_until = NULL "
+                f"WHERE run_id = $3 AND {_tenant(4)} "
+                "AND status IN ('queued', 'claimed')",
+                (op.error, op.completed_at, _require_uuid(op.run_id, "run id"), ws, env),
             )
         if isinstance(op, InsertOutbox):
             return (

@@ -39,6 +39,7 @@ from .base import (
     DeleteSessionVars,
     DeleteSignal,
     DeleteWaits,
+    FailRunJobs,
     FinishJob,
     Guard,
     InsertEvent,
@@ -642,6 +643,15 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
                 (op.status, serde.encode(op.result).decode(),
                  None if op.error is None else serde.encode(op.error).decode(),
                  format_ts(op.completed_at), op.job_id, ws, env),
+            )
+        elif isinstance(op, FailRunJobs):
+            conn.execute(
+                "UPDATE worker_jobs SET status = 'failed', error_json = ?, completed_at = ?, "
+                "leased_by = NULL, lease_until = NULL "
+                "WHERE run_id = ? AND workspace_id = ? AND env = ? "
+                "AND status IN ('queued', 'claimed')",
+                (serde.encode(op.error).decode(), format_ts(op.completed_at), op.run_id, ws,
+                 env),
             )
         elif isinstance(op, InsertOutbox):
             conn.execute(

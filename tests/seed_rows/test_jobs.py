@@ -12,7 +12,7 @@ from starflow.context import IDEMPOTENCY_KEY
 from starflow.jobs import current_job
 from starflow_testing import FakeClock
 
-from .conftest import unique
+from .conftest import eventually, unique
 
 POOL = f"gpu-{uuid.uuid4().hex[:6]}"
 seen_keys: list[str] = []
@@ -117,3 +117,60 @@ class TestLeases:
         assert await sf.job_worker(POOL).work_once() == 1
         run = await sf.get_run(h.run_id)
         assert run.status == "error" and "WorkerLost" in (run.error or "")
+
+
+gate_started = anyio.Event()
+gate_finished: list[int] = []
+
+
+@step(name="jobs_slow", pool=POOL)
+async def slow(x: int) -> int:
+    gate_started.set()
+    await anyio.sleep_forever()
+    gate_finished.append(x)  # pragma: no cover - the step is cancelled before
+    return x
+
+
+class TestCancel:
+    """Cancelling a run waiting on a job fails the job: its step never runs afterwards."""
+
+    async def test_queued_job_of_a_cancelled_run_is_never_run(self, sf: Starflow) -> None:
+        seen_keys.clear()
+        h = await sf.run(render_workflow(), 3)  # type: ignore[arg-type]
+        assert h.status == "paused"
+        await sf.cancel(h.run_id)
+        (job,) = await sf.adapter.list_jobs(run_id=h.run_id)
+        assert (job.status, job.error["type"]) == ("failed", "starflow.errors.RunCancelled")
+        assert job.leased_by is None and job.completed_at is not None
+        assert await sf.job_worker(POOL).work_once() == 0  # nothing claimable
+        assert seen_keys == []  # the step never ran
+        run = await sf.get_run(h.run_id)
+        assert run.status == "cancelled"
+
+    async def test_claimed_job_stops_at_its_next_heartbeat(self, sf: Starflow,
+                                                           clock: FakeClock) -> None:
+        global gate_started
+        gate_started = anyio.Event()
+
+        @workflow(name=unique("slow"))
+        async def wf(x: int) -> int:
+            return await slow(x)
+
+        h = await sf.run(wf, 4)
+        worker = sf.job_worker(POOL)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(worker.work_once)
+            await gate_started.wait()
+            await sf.cancel(h.run_id)
+            await clock.advance(sf.config.heartbeat_interval)  # the heartbeat finds it gone
+
+            async def stopped() -> bool:
+                return worker.active == 0
+
+            await eventually(stopped, sf.adapter)
+        (job,) = await sf.adapter.list_jobs(run_id=h.run_id)
+        assert (job.status, job.error["type"]) == ("failed", "starflow.errors.RunCancelled")
+        assert gate_finished == []
+        assert (await sf.get_run(h.run_id)).status == "cancelled"
+        assert [e.event_type for e in await sf.events(h.run_id)] == [
+            "node_start", "run_paused", "run_cancelled"]
