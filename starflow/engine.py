@@ -163,6 +163,9 @@ class Engine:
     #: A worker's claim left the run ``claimed``: the first boundary unit also
     #: writes the lease that moves it to ``running`` (one commit instead of two).
     claimed: bool = False
+    #: The run's recorded input could not be decoded for this code: the body
+    #: raises it instead of running, so the run fails with it (lease-guarded).
+    input_error: StarflowError | None = None
 
     def __post_init__(self) -> None:
         self._last_time = self.started_at
@@ -580,6 +583,8 @@ class Engine:
         with anyio.CancelScope() as scope:
             self._body_scope = scope
             try:
+                if self.input_error is not None:
+                    raise self.input_error
                 value = await self.definition.fn(*self.args, **self.kwargs)
             except BaseException as exc:
                 suspend = _find(exc, _Suspend)

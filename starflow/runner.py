@@ -38,6 +38,7 @@ from .errors import (
     LeaseLostError,
     RunFinished,
     RunNotFound,
+    SerializationError,
     StarflowError,
     StorageError,
     WorkflowDefinitionError,
@@ -330,10 +331,23 @@ class Runner:
         ctx = WorkflowContext(run_id=run.id, workflow=definition.name,
                               version=definition.version,
                               workspace_id=self.adapter.workspace_id, env=self.adapter.env)
-        args, kwargs = self.decode_input(definition, run.input_json)
+        input_error: SerializationError | None = None
+        try:
+            args, kwargs = self.decode_input(definition, run.input_json)
+        except SerializationError as exc:
+            # Not a lost runner: the engine fails the run with why (a retry with the
+            # same code would fail the same way), instead of leaving it claimed for
+            # the sweep to requeue until it is abandoned as runner_lost.
+            args, kwargs = (), {}
+            input_error = SerializationError(
+                f"run {run.id}: its recorded input does not fit workflow "
+                f"{definition.name!r} version {definition.version} as deployed ({exc}); "
+                "the signature changed under the run: restore it, or give the new "
+                "signature a new version", run_id=run.id)
         engine = Engine(runtime=self.runtime, definition=definition, ctx=ctx, journal=journal,
                         args=args, kwargs=kwargs, started_at=run.started_at or self.clock.now(),
-                        should_yield=should_yield, claimed=run.claim_state == "claimed")
+                        should_yield=should_yield, claimed=run.claim_state == "claimed",
+                        input_error=input_error)
         outcome = await self._execute(engine)
         return await self.settle(run.id, outcome)
 

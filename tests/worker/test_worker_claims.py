@@ -32,7 +32,8 @@ async def claim_all(worker: Worker) -> None:
                 await settled.wait()
 
 
-async def queue_raw(probe: Probe, workflow: str, version: int, clock: FakeClock) -> str:
+async def queue_raw(probe: Probe, workflow: str, version: int, clock: FakeClock,
+                    args: list[object] | None = None) -> str:
     """Queue a run row directly, as another deployment would."""
     import uuid
 
@@ -40,8 +41,8 @@ async def queue_raw(probe: Probe, workflow: str, version: int, clock: FakeClock)
     ctx = WorkflowContext(run_id=run_id, workflow=workflow, version=version,
                           workspace_id=probe.workspace_id, env=probe.env)
     await probe.on_run_start(run_id, ctx, StartOptions(
-        input={"args": ["x"], "kwargs": {}}, status="queued", claim_state="queued",
-        start_mode="queued"), now=clock.now())
+        input={"args": ["x"] if args is None else args, "kwargs": {}}, status="queued",
+        claim_state="queued", start_mode="queued"), now=clock.now())
     return run_id
 
 
@@ -148,6 +149,28 @@ class TestUnregistered:
             assert flows.EXECUTED == []
             assert any(e["event"].startswith("claimed a run this process cannot execute")
                        and e["run_id"] == run_id for e in logs)
+
+
+class TestUndecodableInput:
+    """A run whose recorded input no longer fits the workflow's signature fails with why."""
+
+    async def test_claimed_run_fails_at_once_with_the_decoding_error(
+            self, open_app: OpenApp, clock: FakeClock) -> None:
+        async with open_app() as (sf, probe):
+            # Recorded by code whose `tag` was not a str (the annotation changed since).
+            run_id = await queue_raw(probe, "wt-one-step", 1, clock, args=[{"n": 1}])
+            await claim_all(sf.worker())
+            run = await sf.get_run(run_id)
+            assert (run.status, run.claim_state, run.leased_by, run.lease_until) == (
+                "error", "failed", None, None)
+            assert run.claim_attempts == 1
+            assert run.error is not None and run.error.startswith("SerializationError: ")
+            assert "argument 'tag'" in run.error and run_id in run.error
+            assert flows.EXECUTED == []
+            # Nothing left for the sweep: it is not retried as a lost runner.
+            await clock.advance(CONFIG.lease_ttl + timedelta(seconds=1))
+            assert await sf.sweep() == 0
+            assert "runner_lost" not in [e.event_type for e in await sf.events(run_id)]
 
 
 class TestRequeue:
