@@ -446,13 +446,15 @@ class Runner:
             await self.adapter.clear_waits(run.id)
             await self.adapter.on_run_resumed(run.id, now=now,
                                               payload={"node_id": node_id, "via": via})
+            # A wake is progress, not a failure: claim attempts count the claims
+            # since the run last woke, so a long-lived run that waits many times
+            # is not abandoned after its first lost runner (driven here or not).
             if inline:
+                if run.claim_attempts:  # claimed by workers before (its runner was lost)
+                    await self.adapter.update_run(run.id, "reset_claims", claim_attempts=0)
                 await self.adapter.write_lease(run.id, self.runner_id,
                                                now + self.config.lease_ttl, now=now)
             else:
-                # A wake is progress, not a failure: claim attempts count the claims
-                # since the run last reached a boundary, so a long-lived run that
-                # waits many times is not abandoned after its first lost runner.
                 await self.adapter.update_run(run.id, "requeue", status="queued",
                                               claim_state="queued", claim_attempts=0)
         if not unit.held:
@@ -617,7 +619,8 @@ class Runner:
             if inline:
                 await self.adapter.update_run(run_id, "retry", status="running",
                                               claim_state="running", error=None,
-                                              completed_at=None, duration_ms=None)
+                                              completed_at=None, duration_ms=None,
+                                              claim_attempts=0)
                 await self.adapter.write_lease(run_id, self.runner_id,
                                                now + self.config.lease_ttl, now=now)
             else:

@@ -76,3 +76,11 @@ async def sleep_flow(tag: str) -> str:
 @workflow(name="wt-once", max_claim_attempts=1)
 async def once_flow(tag: str) -> str:
     return await note(tag)
+
+
+@workflow(name="wt-signal-gated")
+async def signal_gated_flow(tag: str) -> str:
+    """A quick step, a wait for ``go``, then a step that waits on the test's gate."""
+    await note(tag)
+    await wait_for("go")
+    return await gated(tag)

@@ -33,7 +33,7 @@ async def claim_all(worker: Worker) -> None:
 
 
 async def queue_raw(probe: Probe, workflow: str, version: int, clock: FakeClock,
-                    args: list[object] | None = None) -> str:
+                    args: list[object] | None = None, start_mode: str = "queued") -> str:
     """Queue a run row directly, as another deployment would."""
     import uuid
 
@@ -42,7 +42,7 @@ async def queue_raw(probe: Probe, workflow: str, version: int, clock: FakeClock,
                           workspace_id=probe.workspace_id, env=probe.env)
     await probe.on_run_start(run_id, ctx, StartOptions(
         input={"args": ["x"] if args is None else args, "kwargs": {}}, status="queued",
-        claim_state="queued", start_mode="queued"), now=clock.now())
+        claim_state="queued", start_mode=start_mode), now=clock.now())
     return run_id
 
 

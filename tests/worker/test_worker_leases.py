@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 
 import anyio
+import pytest
 
+from starflow import LeaseLostError, Starflow
 from starflow.adapters.base import Guard
 from starflow.maintenance import Maintenance
 from starflow_testing import FakeClock
@@ -13,6 +16,7 @@ from starflow_testing import FakeClock
 from . import flows
 from .conftest import CONFIG, OpenApp
 from .support import Probe
+from .test_worker_claims import claim_all, queue_raw
 
 TTL = CONFIG.lease_ttl
 
@@ -134,6 +138,58 @@ class TestSweepOutcomes:
             for run_id in run_ids:
                 events = await a.events(run_id)
                 assert [e.event_type for e in events] == ["runner_lost"]
+
+
+class TestInlineResetsClaims:
+    """An inline wake or retry resets claim_attempts, as a queued one does."""
+
+    async def lose_runner(self, sf: Starflow, probe: Probe, clock: FakeClock, run_id: str,
+                          drive: Callable[[], Awaitable[object]], tag: str) -> None:
+        """``drive()`` (in this process) reaches the gated step; its runner dies there."""
+        async with anyio.create_task_group() as tg:
+            async def driven() -> None:
+                with pytest.raises(LeaseLostError):
+                    await drive()
+
+            tg.start_soon(driven)
+            await flows.started(tag).wait()
+            sf.runner.engines[run_id].kill()  # as with SIGKILL: the lease stays
+        await clock.advance(TTL + timedelta(seconds=1))
+        [swept] = await probe.expire_old_leases(clock.now())
+        assert swept.action == "requeued"
+
+    async def claim_and_lose(self, probe: Probe, clock: FakeClock) -> str:
+        now = clock.now()
+        assert await probe.claim_runs("dead", pool=None, now=now, lease_until=now + TTL)
+        await clock.advance(TTL + timedelta(seconds=1))
+        [swept] = await probe.expire_old_leases(clock.now())
+        return swept.action
+
+    async def test_inline_wake(self, open_app: OpenApp, clock: FakeClock) -> None:
+        async with open_app() as (sf, probe):
+            # A run started inline whose runner was lost once, then a worker drove it
+            # to its wait: two claims used.
+            run_id = await queue_raw(probe, "wt-signal-gated", 1, clock, start_mode="inline")
+            assert await self.claim_and_lose(probe, clock) == "requeued"
+            await claim_all(sf.worker())
+            run = await sf.get_run(run_id)
+            assert (run.status, run.claim_attempts) == ("paused", 2)
+            # The signal wakes it inline (driven here); this runner dies after the wake.
+            await self.lose_runner(sf, probe, clock, run_id,
+                                   lambda: sf.signal(run_id, "go", {}), "x")
+            assert (await sf.get_run(run_id)).claim_attempts == 0
+            # So the next lost worker is its first since the wake, not its third.
+            assert await self.claim_and_lose(probe, clock) == "requeued"
+
+    async def test_inline_retry(self, open_app: OpenApp, clock: FakeClock) -> None:
+        async with open_app() as (sf, probe):
+            run_id = await queue_raw(probe, "wt-gated", 1, clock, start_mode="inline")
+            actions = [await self.claim_and_lose(probe, clock) for _ in range(3)]
+            assert actions == ["requeued", "requeued", "abandoned"]
+            # Retried inline (driven here); this runner dies too.
+            await self.lose_runner(sf, probe, clock, run_id, lambda: sf.retry(run_id), "x")
+            run = await sf.get_run(run_id)
+            assert (run.status, run.claim_state, run.claim_attempts) == ("queued", "queued", 0)
 
 
 class TestSweepTiming:
