@@ -372,7 +372,7 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
     def _outcome(item: _Write) -> Any:
         if item.error is not None:
             if isinstance(item.error, sqlite3.Error):
-                raise StorageError(f"SQLite error: {item.error}") from item.error
+                raise _storage_error(item.error, item.run) from item.error
             raise item.error
         return item.result
 
@@ -1014,6 +1014,15 @@ _JOB_COLUMNS = (
     "max_attempts, leased_by, lease_until, last_heartbeat, result_json, error_json, "
     "created_at, completed_at"
 )
+
+
+def _storage_error(exc: sqlite3.Error, run_id: str | None) -> StorageError:
+    """The StorageError for a failed write of ``run_id``'s unit (as PostgreSQL words it)."""
+    if isinstance(exc, sqlite3.IntegrityError) and "workflow_runs.id" in str(exc):
+        return StorageError(
+            f"SQLite error: {exc}: run {run_id} already exists; run ids are unique across "
+            "workspaces: start the run with a new id, or get_run() it first", run_id=run_id)
+    return StorageError(f"SQLite error: {exc}", run_id=run_id)
 
 
 @functools.cache

@@ -410,3 +410,20 @@ class TestReplacingVariables:
         done = await sf.signal(handle.run_id, "go")
         assert done.status == "success", done.error
         assert done.result == {"mine": 1}
+
+
+async def test_run_id_taken_in_another_workspace(db_url: str, adapter_kind: str) -> None:
+    """A run id used by another workspace of the database: a StorageError that names the
+    run and what to do, the same on every database, and nothing written here."""
+    if adapter_kind == "memory":
+        pytest.skip("a private in-memory database cannot be shared by two workspaces")
+    run_id = str(uuid.uuid4())
+    async with Starflow.open(db_url, workspace_id=f"ws-{uuid.uuid4().hex[:12]}",
+                             maintenance=False) as first:
+        await first.start(echo, 1, run_id=run_id)
+    async with Starflow.open(db_url, workspace_id=f"ws-{uuid.uuid4().hex[:12]}",
+                             maintenance=False) as second:
+        with pytest.raises(starflow.StorageError, match="start the run with a new id") as info:
+            await second.start(echo, 2, run_id=run_id)
+        assert info.value.run_id == run_id
+        assert await second.list_runs() == []
