@@ -292,6 +292,7 @@ async def test_list_runs_rejects_bad_filters(sf: Starflow, kwargs: dict[str, obj
 @pytest.mark.parametrize(("kwargs", "message"), [
     ({"max_claim_attempts": "3"}, "max_claim_attempts must be an int >= 1: '3'"),
     ({"max_claim_attempts": True}, "max_claim_attempts must be an int >= 1: True"),
+    ({"max_claim_attempts": 2.5}, "max_claim_attempts must be an int >= 1: 2.5"),
     ({"storage_retries": None}, "storage_retries must be an int >= 0: None"),
     ({"sqlite_synchronous": "full"}, "sqlite_synchronous must be one of FULL, NORMAL, OFF, "
                                      "EXTRA: 'full'"),
