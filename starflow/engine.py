@@ -45,7 +45,7 @@ __all__ = ["Engine", "Outcome", "PendingWait", "Runtime"]
 log = get_logger("starflow.engine")
 
 OutcomeStatus = Literal["success", "error", "paused", "lease_lost", "storage", "cancelled",
-                        "released"]
+                        "released", "killed"]
 
 
 @dataclass
@@ -151,6 +151,8 @@ class Engine:
     _suspending: bool = False
     _body_scope: anyio.CancelScope | None = None
     _lease_lost: bool = False
+    #: Set by :meth:`crash`: the stop is a simulated SIGKILL, not a takeover.
+    _crashed: bool = False
     _body_done: bool = False
     node_status: dict[str, str] = field(default_factory=dict)
     #: ``patched()`` answers of this execution, by change id.
@@ -579,6 +581,16 @@ class Engine:
         if self._body_scope is not None:
             self._body_scope.cancel()
 
+    def crash(self) -> None:
+        """Simulate a SIGKILL of this runner (test harnesses): stop as :meth:`kill` does.
+
+        Nothing more is written and the lease is left for the sweep; the
+        execution's outcome is ``killed`` rather than ``lease_lost``, since no
+        other runner took the run over.
+        """
+        self._crashed = True
+        self.kill()
+
     async def _body(self) -> Outcome:
         with anyio.CancelScope() as scope:
             self._body_scope = scope
@@ -648,7 +660,11 @@ class Engine:
                 outcome = Outcome("lease_lost")
             if outcome.status == "released":
                 await self._release()
-            return await self._finalize(outcome)
+            outcome = await self._finalize(outcome)
+            if self._crashed and outcome.status in ("lease_lost", "storage"):
+                # Stopped by crash(), possibly while its final write was being built.
+                outcome = Outcome("killed")
+            return outcome
         except anyio.get_cancelled_exc_class():
             with anyio.CancelScope(shield=True):
                 await self._release()

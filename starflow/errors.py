@@ -12,6 +12,7 @@ All of them derive from :class:`StarflowError`, carry the ``run_id`` and
     ├── WaitTimeout               a ``wait_for`` deadline passed before its signal
     ├── StepFailed                a step raised past its last retry
     ├── LeaseLostError            another runner (or a cancel) took the run
+    ├── RunnerKilled              a test harness killed the run's runner (simulated SIGKILL)
     ├── RunNotFound               no run with that id in this workspace
     ├── RunFinished               a signal / resume / cancel for an ended run
     ├── InvalidWakeToken          a forged, expired or used wake token
@@ -34,6 +35,7 @@ __all__ = [
     "RunCancelled",
     "RunFinished",
     "RunNotFound",
+    "RunnerKilled",
     "SerializationError",
     "StarflowError",
     "StepFailed",
@@ -155,6 +157,25 @@ class StepFailed(StarflowError):
 
 class LeaseLostError(StarflowError):
     """This runner no longer holds the run's lease; it stopped driving the run."""
+
+
+class RunnerKilled(StarflowError):
+    """The execution was killed as with SIGKILL (``WorkflowEnvironment.kill_runner``).
+
+    Only a test harness raises it, to the caller that was driving the run: a
+    real SIGKILL'd process has no caller left to tell. Nothing more was written
+    for the run, which keeps its lease until it expires; then the lease sweep
+    recovers it (``runner_lost``) like any run whose runner died. Distinct from
+    :class:`LeaseLostError`: no other runner took the run over.
+    """
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__(
+            f"run {run_id}: its runner was killed (simulated SIGKILL) and wrote nothing more; "
+            "the run keeps its lease until it expires, then the lease sweep recovers it "
+            "(runner_lost): advance the clock past lease_ttl and the next sweep",
+            run_id=run_id,
+        )
 
 
 class RunNotFound(StarflowError):

@@ -31,7 +31,7 @@ from . import serde
 from .adapters.base import JobRecord
 from .decorators import StepDefinition, registry
 from .engine import error_info
-from .errors import StarflowError
+from .errors import RunnerKilled, StarflowError
 from .logs import get_logger
 from .runner import Runner
 
@@ -165,6 +165,10 @@ class JobWorker:
                 await self._post(job, error=error_info(exc, attempts))
                 return
             await self._post(job, result=result)
+        except RunnerKilled:
+            # The job's outcome was recorded and the run woken; then a test harness
+            # killed the runner driving the woken run here (simulated SIGKILL).
+            log_.info("runner killed (simulated SIGKILL)")
         except StarflowError as exc:
             log_.error("job outcome could not be recorded; the lease will expire and the job "
                        "be claimed again", error=str(exc))

@@ -37,6 +37,7 @@ from .errors import (
     InvalidWakeToken,
     LeaseLostError,
     RunFinished,
+    RunnerKilled,
     RunNotFound,
     SerializationError,
     StarflowError,
@@ -395,6 +396,10 @@ class Runner:
             ) from outcome.exception
         if outcome.status == "error":
             return RunHandle(run_id=run_id, status="error", error=outcome.error)
+        if outcome.status == "killed":
+            # A simulated SIGKILL: no takeover happened, and a real killed process
+            # would read nothing more (the row still shows this runner's lease).
+            raise RunnerKilled(run_id)
         handle = await self.handle(run_id)
         if outcome.status == "lease_lost" and handle.status != "cancelled":
             raise LeaseLostError(

@@ -10,7 +10,7 @@ import anyio.abc
 from .adapters.base import RunInfo
 from .clock import wait_event
 from .decorators import registry
-from .errors import ConfigError, StarflowError, WorkflowDefinitionError
+from .errors import ConfigError, RunnerKilled, StarflowError, WorkflowDefinitionError
 from .logs import get_logger
 from .maintenance import Maintenance
 from .runner import Runner
@@ -140,6 +140,10 @@ class Worker:
             except StarflowError as exc2:
                 self._log.error("could not release the run; the sweep will", run_id=run.id,
                                 error=str(exc2))
+        except RunnerKilled:
+            # A test harness simulated SIGKILL of this run's runner: not a failure
+            # and not a takeover; the sweep recovers the run once its lease expires.
+            self._log.info("runner killed (simulated SIGKILL)", run_id=run.id)
         except StarflowError as exc:
             self._log.error("run failed to drive", run_id=run.id, error=str(exc))
         finally:

@@ -6,12 +6,15 @@
 - :class:`FaultInjectingAdapter`: fail or hang the N-th call of any adapter method.
 - :class:`Replayer`: replay recorded histories against the current code.
 - :func:`capture_logs`: assert on starflow's structlog events.
+- :class:`~starflow.errors.RunnerKilled`: what the caller driving a run sees
+  after :meth:`WorkflowEnvironment.kill_runner`.
 - The pytest plugin (``starflow_testing.pytest_plugin``, loaded automatically):
   fixtures ``starflow_env`` and ``fake_clock``.
 """
 
 from __future__ import annotations
 
+from starflow.errors import RunnerKilled
 from starflow.history import RunHistory, export_run, load_history, read_history
 
 from .clock import FakeClock
@@ -26,6 +29,7 @@ __all__ = [
     "ReplayResult",
     "Replayer",
     "RunHistory",
+    "RunnerKilled",
     "WorkflowEnvironment",
     "capture_logs",
     "export_run",

@@ -413,6 +413,12 @@ class WorkflowEnvironment:
         lease expires and the sweep recovers it (``runner_lost``). Other runs
         are unaffected (as if they ran in other processes).
 
+        The call that was driving the run in this environment (:meth:`run`,
+        :meth:`signal` or :meth:`resume`) raises
+        :class:`~starflow.errors.RunnerKilled`; the embedded worker logs
+        ``runner killed (simulated SIGKILL)``. Neither reports a takeover
+        (:class:`~starflow.LeaseLostError`): no other runner took the run.
+
         Raises:
             StarflowError: no engine of this environment is executing the run.
         """
@@ -421,5 +427,5 @@ class WorkflowEnvironment:
             raise StarflowError(
                 f"run {run_id} is not executing in this environment, so there is no runner "
                 "to kill: kill it while a step is in progress", run_id=run_id)
-        engine.kill()
+        engine.crash()
         await self.quiesce()

@@ -10,7 +10,7 @@ import pytest
 
 import starflow
 from starflow import ResultTimeout, StarflowConfig, WaitTimeout, sleep, step, wait_for, workflow
-from starflow_testing import WorkflowEnvironment
+from starflow_testing import RunnerKilled, WorkflowEnvironment, capture_logs
 
 T0 = datetime(2030, 1, 1, tzinfo=UTC)
 
@@ -241,6 +241,48 @@ class TestKilledRunner:
             assert _calls["retry"] == 2  # the step is at-least-once across the crash
             release.set()
             assert await env.result(handle.run_id) == "done"
+
+    async def test_killed_inline_run_raises_runner_killed(self, env_adapter: str) -> None:
+        """env.run() of a killed run raises RunnerKilled, not a takeover's LeaseLostError."""
+        started, _ = _gate("inline")
+        async with WorkflowEnvironment(adapter=env_adapter, config=self.CONFIG) as env:
+            errors: list[BaseException] = []
+            async with anyio.create_task_group() as tg:
+                async def drive() -> None:
+                    try:
+                        await env.run(lease_once, "inline")
+                    except Exception as exc:
+                        errors.append(exc)
+
+                tg.start_soon(drive)
+                await started.wait()
+                [run] = await env.list_runs()
+                await env.kill_runner(run.id)
+            [error] = errors
+            assert type(error) is RunnerKilled, repr(error)
+            assert not isinstance(error, starflow.LeaseLostError)
+            assert error.run_id == run.id
+            assert "killed" in str(error) and "took it over" not in str(error)
+            after = await env.get_run(run.id)  # nothing more was written: the lease stays
+            assert (after.status, after.leased_by, after.lease_until) == (
+                "running", run.leased_by, run.lease_until)
+
+    async def test_killed_worker_run_logs_no_takeover(self, env_adapter: str) -> None:
+        """The embedded worker logs a killed run as killed, not as a failure or a takeover."""
+        started, release = _gate("worker")
+        async with WorkflowEnvironment(adapter=env_adapter, config=self.CONFIG) as env:
+            with capture_logs() as logs:
+                handle = await env.start(lease_retry, "worker")
+                await started.wait()
+                await env.kill_runner(handle.run_id)
+                await env.advance(timedelta(seconds=60))   # swept, reclaimed
+            release.set()
+            assert await env.result(handle.run_id) == "done"
+        assert not [e for e in logs if e["log_level"] in ("error", "warning")
+                    and e.get("run_id") == handle.run_id and e["event"] != "runner lost"], logs
+        assert not [e for e in logs if "LeaseLost" in str(e) or "took it over" in str(e)]
+        killed = [e for e in logs if e["event"] == "runner killed (simulated SIGKILL)"]
+        assert [e["run_id"] for e in killed] == [handle.run_id]
 
     async def test_kill_a_run_that_is_not_executing(self) -> None:
         """kill_runner() refuses a run no engine of the environment drives."""

@@ -47,6 +47,7 @@ def test_exports_are_pinned() -> None:
         "ReplayResult",
         "Replayer",
         "RunHistory",
+        "RunnerKilled",
         "WorkflowEnvironment",
         "capture_logs",
         "export_run",
