@@ -325,6 +325,26 @@ class Runner:
         Raises:
             WorkflowDefinitionError: the run's workflow (name and version) is not
                 registered in this process; nothing was written.
+            StorageError: reading the run's definition or history failed; nothing
+                was written (see :meth:`hand_back`).
+        """
+        return await self.drive_engine(await self.prepare(run, should_yield=should_yield))
+
+    async def drive_engine(self, engine: Engine) -> RunHandle:
+        """Execute an engine built by :meth:`prepare` and settle its outcome."""
+        outcome = await self._execute(engine)
+        return await self.settle(engine.run_id, outcome)
+
+    async def prepare(self, run: RunInfo, *, should_yield: Callable[[], bool] | None = None
+                      ) -> Engine:
+        """Read what an execution of ``run`` needs (definition, history); build its engine.
+
+        Writes nothing.
+
+        Raises:
+            WorkflowDefinitionError: the run's workflow (name and version) is not
+                registered in this process.
+            StorageError: a read failed.
         """
         definition = await self.resolve(run)
         events = await self.adapter.list_events(run.id)
@@ -349,8 +369,40 @@ class Runner:
                         args=args, kwargs=kwargs, started_at=run.started_at or self.clock.now(),
                         should_yield=should_yield, claimed=run.claim_state == "claimed",
                         input_error=input_error)
-        outcome = await self._execute(engine)
-        return await self.settle(run.id, outcome)
+        return engine
+
+    async def hand_back(self, run: RunInfo, error: StarflowError) -> str | None:
+        """Give back a run this runner claimed but could not start (a read failed).
+
+        One write, guarded by the lease: the run goes straight back to the queue
+        with its lease cleared (``"requeued"``), instead of holding the lease
+        until it expires and the sweep requeues it. The claim still counts
+        (``claim_attempts`` grows by one per claim, and only then): once the
+        run's claims since it last made progress are used up
+        (``claim_attempts >= max_claim_attempts``), it is abandoned instead
+        (``"abandoned"``: status error, claim_state abandoned, the error says
+        why), so a run whose start always fails does not go round forever.
+        Returns None, writing nothing, if this runner no longer holds the lease.
+        """
+        now = self.clock.now()
+        guard = Guard(run_id=run.id, leased_by=self.runner_id, status_in=("running",))
+        abandon = run.claim_attempts >= run.max_claim_attempts
+        async with self.adapter.unit(guard=guard) as unit:
+            if abandon:
+                await self.adapter.on_run_error(
+                    run.id, f"could not start: reading the run failed on each of its "
+                    f"{run.claim_attempts} claim(s) (max_claim_attempts="
+                    f"{run.max_claim_attempts}); last error: {error}",
+                    now=now, claim_state="abandoned")
+                await self.adapter.clear_lease(run.id)
+            else:
+                await self.adapter.update_run(run.id, "hand_back", status="queued",
+                                              claim_state="queued", leased_by=None,
+                                              lease_until=None)
+        if not unit.held:
+            return None
+        self.notify_settled()
+        return "abandoned" if abandon else "requeued"
 
     async def release(self, run_id: str, reason: str) -> bool:
         """Hand a run this runner holds back to the queue (another runner may take it).

@@ -10,7 +10,13 @@ import anyio.abc
 from .adapters.base import RunInfo
 from .clock import wait_event
 from .decorators import registry
-from .errors import ConfigError, RunnerKilled, StarflowError, WorkflowDefinitionError
+from .errors import (
+    ConfigError,
+    RunnerKilled,
+    StarflowError,
+    StorageError,
+    WorkflowDefinitionError,
+)
 from .logs import get_logger
 from .maintenance import Maintenance
 from .runner import Runner
@@ -121,7 +127,12 @@ class Worker:
                     self.released += 1
                 return
             try:
-                handle = await runner.drive(run, should_yield=self._stopping.is_set)
+                engine = await runner.prepare(run, should_yield=self._stopping.is_set)
+            except StorageError as exc:
+                await self._start_failed(run, exc)
+                return
+            try:
+                handle = await runner.drive_engine(engine)
             except anyio.get_cancelled_exc_class():
                 self.released += 1  # the engine handed the run back as it unwound
                 raise
@@ -153,6 +164,33 @@ class Worker:
             self.completed += 1
             runner.notify_settled()
 
+    async def _start_failed(self, run: RunInfo, exc: StorageError) -> None:
+        """A read between the claim and the engine start failed: hand the run back now.
+
+        Logged once. The worker backs off a poll interval before claiming
+        again, so it does not spin on a run whose reads keep failing.
+        """
+        self._backoff = True
+        try:
+            action = await self.runner.hand_back(run, exc)
+        except StarflowError as exc2:
+            self._log.error("could not start a claimed run nor hand it back; the sweep will "
+                            "requeue it once its lease expires", run_id=run.id, error=str(exc),
+                            hand_back_error=str(exc2))
+            return
+        if action == "requeued":
+            self.released += 1
+            self._log.warning("could not start a claimed run; handed it back to the queue",
+                              run_id=run.id, error=str(exc),
+                              claim_attempts=run.claim_attempts)
+        elif action == "abandoned":
+            self._log.error("could not start a claimed run and its claims are used up; "
+                            "abandoned it", run_id=run.id, error=str(exc),
+                            claim_attempts=run.claim_attempts)
+        else:
+            self._log.warning("could not start a claimed run, whose lease is gone already",
+                              run_id=run.id, error=str(exc))
+
     async def _stop_stale_engine(self, run_id: str) -> None:
         """Stop an engine of this process still driving ``run_id`` from an older claim.
 
@@ -181,6 +219,13 @@ class Worker:
                     tg.start_soon(self._maintenance, self.maintenance)
                 async with anyio.create_task_group() as runs:
                     while not self._stopping.is_set():
+                        if self._backoff:
+                            # Before the next claim: a run just handed back (a version
+                            # not registered here, a failed start) is not re-claimed
+                            # by this worker at once.
+                            self._backoff = False
+                            await self._pause(self.runner.config.poll_interval.total_seconds())
+                            continue
                         # Taken before the claim: a run queued in this process after
                         # an empty claim wakes the idle wait below at once.
                         settled = self.runner.settled
@@ -189,10 +234,7 @@ class Worker:
                         except StarflowError as exc:
                             self._log.error("claim failed", error=str(exc))
                             n = 0
-                        if self._backoff:
-                            self._backoff = False
-                            await self._pause(self.runner.config.poll_interval.total_seconds())
-                        elif n == 0:
+                        if n == 0 and not self._backoff:
                             await self._idle(settled)
                     if self.active:
                         self._log.info("draining", active=self.active, grace=self.grace)

@@ -7,13 +7,16 @@ from datetime import timedelta
 
 import anyio
 import msgspec
+import pytest
 import structlog.testing
 
+import starflow
 from starflow import WorkflowContext
-from starflow.adapters.base import StartOptions
+from starflow.adapters.base import StartOptions, WorkflowStateAdapter
 from starflow.worker import Worker
-from starflow_testing import FakeClock
+from starflow_testing import FakeClock, FaultInjectingAdapter, WorkflowEnvironment
 from starflow_testing._quiesce import quiesce
+from starflow_testing.faults import FaultSpec
 
 from . import flows
 from .conftest import CONFIG, OpenApp
@@ -235,3 +238,102 @@ class TestRequeue:
             events = [e.event_type for e in await sf.events(run_id)]
             assert events[0] == "runner_lost"
             assert (await sf.get_run(run_id)).claim_attempts == 2
+
+
+@starflow.step
+async def w_claims_double(n: int) -> int:
+    return 2 * n
+
+
+@starflow.workflow(name="w_claims_read_fails", max_claim_attempts=2)
+async def read_fails_flow(n: int) -> int:
+    return await w_claims_double(n)
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def env_kind(request: pytest.FixtureRequest) -> str:
+    if request.param == "postgres":
+        from conftest import require_postgres  # the suite's root conftest
+
+        require_postgres()
+    return str(request.param)
+
+
+class TestStartReadFailure:
+    """A read failing between the claim and the engine start hands the run straight back."""
+
+    POLL = timedelta(seconds=1)
+
+    def env(self, kind: str, fail: dict[str, FaultSpec]) -> tuple[WorkflowEnvironment,
+                                                                  list[FaultInjectingAdapter]]:
+        faults: list[FaultInjectingAdapter] = []
+
+        def wrap(adapter: WorkflowStateAdapter) -> WorkflowStateAdapter:
+            faults.append(FaultInjectingAdapter(adapter, fail=fail))
+            return faults[0]
+
+        # Time moves only with advance(): what a claim leaves behind is checked
+        # before the worker's backoff (one poll interval) lets it claim again.
+        return WorkflowEnvironment(adapter=kind, config=CONFIG, wrap=wrap, time_skipping=False,
+                                   poll_interval=self.POLL), faults
+
+    @staticmethod
+    async def handed_back(env: WorkflowEnvironment, run_id: str, claims: int) -> None:
+        """Wait (no clock time) until the worker's claim number ``claims`` has ended."""
+        with anyio.fail_after(5):
+            while True:
+                settled = env.runner.settled
+                await env.run_until_idle()
+                run = await env.get_run(run_id)
+                if run.claim_attempts == claims and run.leased_by is None:
+                    await env.quiesce()
+                    return
+                await settled.wait()  # PostgreSQL: the claim may follow a NOTIFY
+
+    @pytest.mark.parametrize("method", ["list_events", "get_definition"])
+    async def test_transient_failure_requeues_at_once(self, env_kind: str, method: str) -> None:
+        """Requeued with the lease cleared, logged once; the next claim completes the run."""
+        env, faults = self.env(env_kind, {method: 1})
+        async with env:
+            with structlog.testing.capture_logs() as logs:
+                handle = await env.start(read_fails_flow, 4)
+                await self.handed_back(env, handle.run_id, 1)
+                assert faults[0].failures == [method], str(faults[0].calls)
+                run = await env.get_run(handle.run_id)
+                assert (run.status, run.claim_state, run.leased_by, run.lease_until,
+                        run.claim_attempts) == ("queued", "queued", None, None, 1)
+                assert await env.events(handle.run_id) == []
+                mine = [e for e in logs if e.get("run_id") == handle.run_id
+                        and e["log_level"] in ("warning", "error")]
+                assert [e["event"] for e in mine] == [
+                    "could not start a claimed run; handed it back to the queue"], mine
+                assert method in mine[0]["error"]
+                # The worker backs off one poll interval, then claims it again.
+                await env.advance(self.POLL)
+                assert await env.result(handle.run_id) == 8
+            run = await env.get_run(handle.run_id)
+            assert (run.status, run.claim_attempts) == ("success", 2)
+            types = [e.event_type for e in await env.events(handle.run_id)]
+            assert types == ["node_start", "node_complete"]  # no runner_lost: no sweep needed
+
+    async def test_persistent_failure_is_abandoned_after_its_claims(self, env_kind: str
+                                                                    ) -> None:
+        """A read that always fails uses one claim per attempt, then the run is abandoned."""
+        env, faults = self.env(env_kind, {"list_events": range(1, 1000)})
+        async with env:
+            handle = await env.start(read_fails_flow, 4)
+            await self.handed_back(env, handle.run_id, 1)
+            await env.advance(self.POLL)  # claim 2 of max_claim_attempts=2
+            await self.handed_back(env, handle.run_id, 2)
+            run = await env.get_run(handle.run_id)
+            assert (run.status, run.claim_state, run.claim_attempts, run.leased_by,
+                    run.lease_until) == ("error", "abandoned", 2, None, None)
+            assert run.error is not None and "list_events" in run.error
+            assert "2 claim" in run.error
+            for _ in range(3):  # nothing claims it again: no loop
+                await env.advance(self.POLL)
+            assert faults[0].calls_of("list_events") == 2
+            assert (await env.get_run(handle.run_id)).claim_attempts == 2
+            assert await faults[0].inner.list_events(handle.run_id) == []  # no runner_lost
+            with pytest.raises(starflow.WorkflowFailed):
+                await env.result(handle.run_id)
