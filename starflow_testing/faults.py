@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import functools
 from collections import Counter
-from collections.abc import Callable, Collection, Coroutine, Iterable, Mapping
+from collections.abc import Callable, Collection, Coroutine, Mapping
 from typing import Any
 
 import anyio
@@ -40,15 +40,6 @@ def _normalize(spec: Mapping[str, FaultSpec] | None, what: str) -> dict[str, fro
                 f"{which!r}")
         out[method] = numbers
     return out
-
-
-def _collapse(methods: Iterable[str]) -> list[str]:
-    """One call per boundary: ``on_run_paused`` writes two ops but is one call."""
-    calls: list[str] = []
-    for m in methods:
-        if not calls or calls[-1] != m:
-            calls.append(m)
-    return calls
 
 
 class FaultInjectingAdapter(DelegatingAdapter):
@@ -137,7 +128,9 @@ class FaultInjectingAdapter(DelegatingAdapter):
                 "(FaultInjectingAdapter); nothing was written")
 
     async def execute(self, unit: Unit) -> bool:
-        await self._enter(_collapse(unit.methods))
+        # One entry per boundary call, exactly (Unit.methods): two calls of a method
+        # back to back in one unit are two calls, the ops of one call are one.
+        await self._enter(unit.methods)
         return await self.inner.execute(unit)
 
 

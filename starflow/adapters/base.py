@@ -262,9 +262,15 @@ JSON_RUN_COLUMNS = frozenset({"checkpoint_json", "input_json", "result_json"})
 
 
 class Op(msgspec.Struct, frozen=True, kw_only=True, tag=True):
-    """One write of a unit. ``method`` names the boundary that produced it."""
+    """One write of a unit. ``method`` names the boundary that produced it.
+
+    ``same_call`` marks the second and later ops of one boundary call that
+    writes several (``on_run_paused``: the row update and its event), so
+    :attr:`Unit.methods` counts calls exactly, however a unit's calls repeat.
+    """
 
     method: str
+    same_call: bool = False
 
 
 class Mark(Op, frozen=True, kw_only=True):
@@ -415,17 +421,13 @@ class Unit(msgspec.Struct, kw_only=True):
 
     @property
     def methods(self) -> list[str]:
-        """The boundary methods that built this unit, in call order (one entry per call)."""
-        names: list[str] = []
-        for op in self.ops:
-            if not names or names[-1] != op.method or op.method in _MULTI_CALL:
-                names.append(op.method)
-        return names
+        """The boundary methods that built this unit, in call order (one entry per call).
 
-
-#: Boundaries that emit one op per call, so repeated names are separate calls.
-_MULTI_CALL = frozenset({"on_node_start", "on_node_complete", "on_node_error", "record_event",
-                         "consume_signal", "enqueue_signal", "session_set"})
+        Exact: two calls of one method back to back (a ``patched()`` marker's
+        ``on_node_complete`` and a step's) are two entries; the several ops of
+        one call (``Op.same_call``) are one.
+        """
+        return [op.method for op in self.ops if not op.same_call]
 
 #: Extra ops for a claim / sweep transaction, computed from what it changed.
 AfterClaim = Callable[[list[RunInfo]], list[Op]]
@@ -645,7 +647,8 @@ class WorkflowStateAdapter(abc.ABC):
         await self._submit(
             UpdateRun(method="on_run_paused", run_id=run_id, values={"status": "paused"})
         )
-        await self._event("on_run_paused", run_id, "run_paused", None, payload, now)
+        await self._event("on_run_paused", run_id, "run_paused", None, payload, now,
+                          same_call=True)
 
     async def on_run_resumed(self, run_id: str, *, now: datetime, payload: Any = None) -> None:
         """UPDATE status running, clear checkpoint; INSERT a run_resumed event."""
@@ -653,7 +656,8 @@ class WorkflowStateAdapter(abc.ABC):
             UpdateRun(method="on_run_resumed", run_id=run_id,
                       values={"status": "running", "checkpoint_json": None})
         )
-        await self._event("on_run_resumed", run_id, "run_resumed", None, payload, now)
+        await self._event("on_run_resumed", run_id, "run_resumed", None, payload, now,
+                          same_call=True)
 
     async def on_run_complete(self, run_id: str, ctx: WorkflowContext, duration_ms: int,
                               *, now: datetime, result: Any = None) -> None:
@@ -672,7 +676,8 @@ class WorkflowStateAdapter(abc.ABC):
                 },
             )
         )
-        await self._submit(DeleteSessionVars(method="on_run_complete", run_id=run_id))
+        await self._submit(DeleteSessionVars(method="on_run_complete", run_id=run_id,
+                                             same_call=True))
 
     async def on_run_error(self, run_id: str, error: str, *, now: datetime,
                            duration_ms: int | None = None, status: str = "error",
@@ -693,7 +698,7 @@ class WorkflowStateAdapter(abc.ABC):
                 },
             )
         )
-        await self._submit(DeleteSessionVars(method="on_run_error", run_id=run_id))
+        await self._submit(DeleteSessionVars(method="on_run_error", run_id=run_id, same_call=True))
 
     async def clear_lease(self, run_id: str) -> None:
         """UPDATE clear leased_by + lease_until."""
@@ -790,8 +795,9 @@ class WorkflowStateAdapter(abc.ABC):
         await self._event(method, run_id, event_type, node_id, payload, now)
 
     async def _event(self, method: str, run_id: str, event_type: str, node_id: str | None,
-                     payload: Any, now: datetime) -> None:
-        await self._submit(InsertEvent(method=method, run_id=run_id, event_type=event_type,
+                     payload: Any, now: datetime, *, same_call: bool = False) -> None:
+        await self._submit(InsertEvent(method=method, same_call=same_call, run_id=run_id,
+                                       event_type=event_type,
                                        node_id=node_id, payload=payload, created_at=now))
 
     # -- reads and read-modify-writes ----------------------------------------

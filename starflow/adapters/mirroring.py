@@ -66,34 +66,43 @@ def _outbox(run_id: str | None, kind: str, payload: dict[str, Any], now: datetim
                         created_at=now)
 
 
+def _add(rows: list[InsertOutbox], run_id: str | None, kind: str, payload: dict[str, Any],
+         now: datetime) -> None:
+    rows.append(InsertOutbox(method=OUTBOX_METHOD, same_call=bool(rows), run_id=run_id,
+                             kind=kind, payload=payload, created_at=now))
+
+
 def outbox_ops(ops: list[Op], *, now: datetime, workspace_id: str, env: str
                ) -> list[InsertOutbox]:
-    """The outbox rows mirroring ``ops``: one per state change, secrets redacted."""
+    """The outbox rows mirroring ``ops``: one per state change, secrets redacted.
+
+    Together they are one call (``mirror_outbox``) in the unit's ``methods``.
+    """
     rows: list[InsertOutbox] = []
     for op in ops:
         if isinstance(op, InsertRun):
             columns = {**_RUN_DEFAULTS, **op.values, "id": op.run_id,
                        "workspace_id": workspace_id, "env": env}
-            rows.append(_outbox(op.run_id, "run", {
-                "run_id": op.run_id, "op": "insert", "columns": run_columns(columns)}, now))
+            _add(rows, op.run_id, "run", {
+                "run_id": op.run_id, "op": "insert", "columns": run_columns(columns)}, now)
         elif isinstance(op, UpdateRun):
-            rows.append(_outbox(op.run_id, "run", {
-                "run_id": op.run_id, "op": "update", "columns": run_columns(op.values)}, now))
+            _add(rows, op.run_id, "run", {
+                "run_id": op.run_id, "op": "update", "columns": run_columns(op.values)}, now)
         elif isinstance(op, InsertEvent):
-            rows.append(_outbox(op.run_id, "event", {
+            _add(rows, op.run_id, "event", {
                 "run_id": op.run_id,
                 "event": event_row({"event_type": op.event_type, "node_id": op.node_id,
                                     "payload": op.payload, "created_at": op.created_at}),
-            }, now))
+            }, now)
         elif isinstance(op, UpsertSessionVar):
-            rows.append(_outbox(op.run_id, "session_var", {
+            _add(rows, op.run_id, "session_var", {
                 "op": "set", "session_id": op.session_id, "key": op.key,
                 "value": redact(msgspec.to_builtins(op.value)), "run_id": op.run_id,
                 "keep_until": format_ts(op.keep_until) if op.keep_until else None,
-            }, now))
+            }, now)
         elif isinstance(op, DeleteSessionVars):
-            rows.append(_outbox(op.run_id, "session_var",
-                                {"op": "delete_run", "run_id": op.run_id}, now))
+            _add(rows, op.run_id, "session_var",
+                                {"op": "delete_run", "run_id": op.run_id}, now)
     return rows
 
 

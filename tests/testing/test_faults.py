@@ -201,3 +201,46 @@ class TestFaultInjectingAdapter:
 
         with pytest.raises(ValueError, match="call number"):
             FaultInjectingAdapter(NullWorkflowStateAdapter(), fail={"x": 0})
+
+
+@step
+async def t_fault_patched_step() -> str:
+    # A code change reached inside the step: its marker rides on this step's
+    # node_complete unit, right before the step's own on_node_complete.
+    return "new" if starflow.patched("inside") else "old"
+
+
+@workflow(name="t_fault_patched")
+async def fault_patched() -> list[str]:
+    first = await t_fault_patched_step()
+    both = [starflow.patched("a"), starflow.patched("b")]  # two markers, one unit
+    return [first, *map(str, both), await t_fault_patched_step()]
+
+
+class TestExactCounts:
+    """A method called several times back to back in one unit counts every call."""
+
+    async def test_back_to_back_node_completes_each_count(self) -> None:
+        """Marker + step on_node_complete, and two markers, are separate calls."""
+        h = Harness()
+        async with WorkflowEnvironment(wrap=h.wrap) as env:
+            assert (await env.run(fault_patched)).status == "success"
+        assert h.faults is not None
+        # step 1 start; [patch:inside, step 1] complete; [patch:a, patch:b] + step 2
+        # start; step 2 complete.
+        assert h.faults.calls_of("on_node_complete") == 5, h.faults.calls
+        assert h.faults.calls.count("on_node_complete") == 5
+
+    @pytest.mark.parametrize(("n", "node"), [(2, "step:t_fault_patched_step#1"),
+                                             (4, "patch:b#1")])
+    async def test_the_nth_call_fails(self, n: int, node: str) -> None:
+        """fail={"on_node_complete": n} fails the unit holding the n-th call, no other."""
+        h = Harness({"on_node_complete": {n}})
+        async with WorkflowEnvironment(wrap=h.wrap) as env:
+            assert (await env.run(fault_patched)).status == "success"  # the retry wrote it
+            assert h.faults is not None
+            assert h.faults.failures == ["on_node_complete"]
+            events = [(e.event_type, e.node_id) for e in await env.events(
+                (await env.list_runs())[0].id)]
+        assert ("node_complete", node) in events
+        assert h.faults.calls_of("on_node_complete") == 7  # 5, and the failed unit's 2 again
