@@ -14,7 +14,7 @@ from .adapters import adapter_from_url
 from .adapters.base import RUN_STATUSES, RunEvent, RunInfo, WorkflowStateAdapter
 from .adapters.mirroring import find_mirror
 from .clock import Clock, SystemClock
-from .config import StarflowConfig
+from .config import StarflowConfig, check_concurrency
 from .decorators import definition_of
 from .errors import (
     ConfigError,
@@ -410,6 +410,7 @@ class Starflow:
             grace: Seconds ``worker.stop()`` waits for active runs to finish or
                 reach a step boundary before cancelling and releasing them.
         """
+        check_concurrency(concurrency)  # before the maintenance loops are built
         mt = None
         if maintenance and self._maintenance is None:
             mt = Maintenance(self.runner, poll=self._shared_database)

@@ -10,7 +10,7 @@ import msgspec
 
 from .errors import ConfigError
 
-__all__ = ["StarflowConfig"]
+__all__ = ["StarflowConfig", "check_concurrency"]
 
 SqliteSynchronous = Literal["FULL", "NORMAL", "OFF", "EXTRA"]
 PostgresSynchronousCommit = Literal["on", "off", "local", "remote_write", "remote_apply"]
@@ -121,3 +121,14 @@ class StarflowConfig(msgspec.Struct, frozen=True, kw_only=True):
             raise ConfigError(
                 f"invalid StarflowConfig ({len(problems)} problem(s)): " + "; ".join(problems)
             )
+
+
+def check_concurrency(value: object) -> int:
+    """A worker's ``concurrency``: an int >= 1 (not a bool), else a ConfigError naming it.
+
+    Shared by :class:`~starflow.worker.Worker` and :class:`~starflow.jobs.JobWorker`,
+    which call it first, before anything starts.
+    """
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"concurrency must be an int >= 1: {value!r}")
+    return value

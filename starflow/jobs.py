@@ -29,9 +29,10 @@ import anyio.abc
 
 from . import serde
 from .adapters.base import JobRecord
+from .config import check_concurrency
 from .decorators import StepDefinition, registry
 from .engine import error_info
-from .errors import RunnerKilled, StarflowError
+from .errors import ConfigError, RunnerKilled, StarflowError
 from .logs import get_logger
 from .runner import Runner
 
@@ -77,10 +78,9 @@ class JobWorker:
 
     def __init__(self, runner: Runner, *, pool: str, concurrency: int = 4,
                  worker_id: str | None = None) -> None:
+        check_concurrency(concurrency)
         if not isinstance(pool, str) or not pool:
-            raise StarflowError(f"pool must be a non-empty string: {pool!r}")
-        if concurrency < 1:
-            raise StarflowError(f"concurrency must be >= 1: {concurrency}")
+            raise ConfigError(f"pool must be a non-empty string: {pool!r}")
         self.runner = runner
         self.pool = pool
         self.concurrency = concurrency

@@ -9,6 +9,7 @@ import anyio.abc
 
 from .adapters.base import RunInfo
 from .clock import wait_event
+from .config import check_concurrency
 from .decorators import registry
 from .errors import (
     ConfigError,
@@ -51,8 +52,7 @@ class Worker:
 
     def __init__(self, runner: Runner, *, pool: str | None = None, concurrency: int = 16,
                  maintenance: Maintenance | None = None, grace: float = 30.0) -> None:
-        if not isinstance(concurrency, int) or concurrency < 1:
-            raise ConfigError(f"concurrency must be an int >= 1: {concurrency!r}")
+        check_concurrency(concurrency)
         if grace < 0:
             raise ConfigError(f"grace must be >= 0 seconds: {grace!r}")
         self.runner = runner

@@ -337,3 +337,30 @@ class TestStartReadFailure:
             assert await faults[0].inner.list_events(handle.run_id) == []  # no runner_lost
             with pytest.raises(starflow.WorkflowFailed):
                 await env.result(handle.run_id)
+
+
+class TestConcurrencyValidation:
+    """Worker and JobWorker reject a bad concurrency the same way, before anything starts."""
+
+    BAD: list[object] = [0, -3, 2.5, "4", None, True]
+
+    @pytest.mark.parametrize("value", BAD, ids=repr)
+    @pytest.mark.parametrize("kind", ["worker", "job_worker"])
+    async def test_bad_concurrency_is_a_config_error(self, kind: str, value: object) -> None:
+        """A ConfigError naming the value, raised when the worker is made."""
+        async with WorkflowEnvironment() as env:
+            make = ((lambda: env.app.worker(concurrency=value))  # type: ignore[arg-type]
+                    if kind == "worker" else
+                    (lambda: env.app.job_worker("gpu", concurrency=value)))  # type: ignore[arg-type]
+            with pytest.raises(starflow.ConfigError) as info:
+                make()
+            assert f"concurrency must be an int >= 1: {value!r}" in str(info.value)
+            assert await env.list_runs() == []
+
+    @pytest.mark.parametrize("pool", ["", None, 3], ids=repr)
+    async def test_bad_job_pool_is_a_config_error(self, pool: object) -> None:
+        """A job worker's pool must be a non-empty string: ConfigError naming it."""
+        async with WorkflowEnvironment() as env:
+            with pytest.raises(starflow.ConfigError, match=f"pool must be a non-empty string: "
+                                                           f"{pool!r}"):
+                env.app.job_worker(pool)  # type: ignore[arg-type]
