@@ -470,7 +470,10 @@ class Engine:
             id=str(uuid.uuid5(uuid.NAMESPACE_URL, f"starflow-job:{key}")),
             run_id=self.run_id, node_id=nid, pool=sdef.pool, step_name=sdef.name,
             idempotency_key=key, input=encoded, args_hash=h,
-            max_attempts=self.runtime.config.max_claim_attempts,
+            # A job's claims follow its run's: the workflow's own max_claim_attempts,
+            # else the config's (what the run row was started with).
+            max_attempts=(self.definition.max_claim_attempts
+                          or self.runtime.config.max_claim_attempts),
         )
         expiry = self.runtime.clock.now() + self.runtime.config.wake_token_ttl
         self._suspend(nid, None, None, expiry, job=job)

@@ -6,8 +6,9 @@ import uuid
 from datetime import timedelta
 
 import anyio
+import msgspec
 
-from starflow import Starflow, StepFailed, step, workflow
+from starflow import Starflow, StarflowConfig, StepFailed, step, workflow
 from starflow.context import IDEMPOTENCY_KEY
 from starflow.jobs import current_job
 from starflow_testing import FakeClock
@@ -117,6 +118,38 @@ class TestLeases:
         assert await sf.job_worker(POOL).work_once() == 1
         run = await sf.get_run(h.run_id)
         assert run.status == "error" and "WorkerLost" in (run.error or "")
+
+
+    async def test_job_attempts_follow_the_workflows_max_claim_attempts(
+            self, sf: Starflow, clock: FakeClock) -> None:
+        """@workflow(max_claim_attempts=5): its job survives 4 lost workers, not 3."""
+        assert sf.config.max_claim_attempts == 3
+
+        @workflow(name=unique("render5"), max_claim_attempts=5)
+        async def wf(x: int) -> int:
+            return await render(x) + 1
+
+        h = await sf.run(wf, 5)
+        (job,) = await sf.adapter.list_jobs(run_id=h.run_id)
+        assert job.max_attempts == 5 == (await sf.get_run(h.run_id)).max_claim_attempts
+        for i in range(4):
+            now = clock.now()
+            assert await sf.adapter.claim_jobs(f"dead-{i}", pool=POOL, now=now,
+                                               lease_until=now + sf.config.lease_ttl)
+            await clock.advance(sf.config.lease_ttl + timedelta(seconds=1))
+        assert await sf.job_worker(POOL).work_once() == 1  # the 5th claim runs it
+        assert await sf.result(h.run_id) == 11
+
+    async def test_job_attempts_default_to_the_config(self, db_url: str, workspace_id: str,
+                                                      clock: FakeClock,
+                                                      config: StarflowConfig) -> None:
+        """Without a workflow setting, a job's max_attempts is config.max_claim_attempts."""
+        config = msgspec.structs.replace(config, max_claim_attempts=7)
+        async with Starflow.open(db_url, workspace_id=workspace_id, clock=clock,
+                                 config=config) as sf:
+            h = await sf.run(render_workflow(), 1)  # type: ignore[arg-type]
+            (job,) = await sf.adapter.list_jobs(run_id=h.run_id)
+            assert job.max_attempts == 7
 
 
 gate_started = anyio.Event()
