@@ -166,7 +166,13 @@ class Starflow:
         """Start a run and drive it here until it succeeds, fails or pauses.
 
         Pass ``run_id=`` (a UUID string) to make the start idempotent: a second
-        call with the same id returns the existing run.
+        call with the same id and workflow returns the existing run (its new
+        arguments are ignored, with a warning if they differ).
+
+        Raises:
+            RunIdConflict: ``run_id`` names a run of another workflow (nothing written).
+            WorkflowDefinitionError: the arguments do not bind to the signature.
+            SerializationError: an argument cannot be stored (nothing written).
         """
         run_id = kwargs.pop("run_id", None)
         return await self.options(run_id=run_id).run(wf, *args, **kwargs)  # type: ignore[arg-type]
@@ -175,8 +181,11 @@ class Starflow:
                     ) -> RunHandle:
         """Queue a run for workers (``claim_state`` queued); returns at once.
 
-        Keyword-only options: ``run_id=`` (idempotent start), ``pool=`` (only
-        workers of that pool claim it).
+        Keyword-only options: ``run_id=`` (idempotent start, as for :meth:`run`),
+        ``pool=`` (only workers of that pool claim it).
+
+        Raises:
+            RunIdConflict: ``run_id`` names a run of another workflow (nothing written).
         """
         run_id = kwargs.pop("run_id", None)
         pool = kwargs.pop("pool", None)

@@ -15,6 +15,7 @@ All of them derive from :class:`StarflowError`, carry the ``run_id`` and
     ├── RunnerKilled              a test harness killed the run's runner (simulated SIGKILL)
     ├── RunNotFound               no run with that id in this workspace
     ├── RunFinished               a signal / resume / cancel for an ended run
+    ├── RunIdConflict             a start whose run id names a run of another workflow
     ├── InvalidWakeToken          a forged, expired or used wake token
     ├── WorkflowFailed            ``Starflow.result`` of a run that ended in error
     │   └── RunCancelled          … or was cancelled
@@ -34,6 +35,7 @@ __all__ = [
     "ResultTimeout",
     "RunCancelled",
     "RunFinished",
+    "RunIdConflict",
     "RunNotFound",
     "RunnerKilled",
     "SerializationError",
@@ -201,6 +203,33 @@ class RunFinished(StarflowError):
             f"cannot {action} run {run_id}: it has already ended with status {status!r}",
             run_id=run_id,
         )
+        self.status = status
+
+
+class RunIdConflict(StarflowError):
+    """A start passed a ``run_id`` that already names a run of another workflow.
+
+    An idempotent start returns the existing run only for the same workflow
+    (name); nothing was written.
+
+    Attributes:
+        existing_workflow: The workflow of the run that has this id.
+        requested_workflow: The workflow the start asked for.
+        status: The existing run's status.
+    """
+
+    def __init__(self, run_id: str, existing_workflow: str, requested_workflow: str,
+                 status: str) -> None:
+        super().__init__(
+            f"run_id {run_id} already names a run of workflow {existing_workflow!r} "
+            f"(status {status!r}), so it cannot start workflow {requested_workflow!r}: "
+            "passing the same run_id again returns the existing run only for the same "
+            "workflow. Nothing was started; use another run_id for this workflow (derive "
+            "one per workflow, e.g. uuid.uuid5(namespace, f'{workflow}:{key}'))",
+            run_id=run_id,
+        )
+        self.existing_workflow = existing_workflow
+        self.requested_workflow = requested_workflow
         self.status = status
 
 

@@ -37,6 +37,7 @@ from .errors import (
     InvalidWakeToken,
     LeaseLostError,
     RunFinished,
+    RunIdConflict,
     RunnerKilled,
     RunNotFound,
     SerializationError,
@@ -264,7 +265,7 @@ class Runner:
         if run_id is not None:
             existing = await self.adapter.get_run(rid)
             if existing is not None:
-                return self.handle_of(existing)
+                return await self._existing(existing, definition, encoded)
         def_id = await self.definition_id(definition)
         now = self.clock.now()
         ctx = WorkflowContext(run_id=rid, workflow=definition.name, version=definition.version,
@@ -287,7 +288,7 @@ class Runner:
         except StorageError:
             existing = await self.adapter.get_run(rid) if run_id is not None else None
             if existing is not None:  # lost a race to start the same run id
-                return self.handle_of(existing)
+                return await self._existing(existing, definition, encoded)
             raise
         assert unit.held
         self._log.debug("run started", run_id=rid, workflow=definition.name,
@@ -299,6 +300,31 @@ class Runner:
                         args=run_args, kwargs=run_kwargs, started_at=now)
         outcome = await self._execute(engine)
         return await self.settle(rid, outcome)
+
+    async def _existing(self, run: RunInfo, definition: WorkflowDefinition,
+                        encoded: dict[str, Any]) -> RunHandle:
+        """The handle of the run an idempotent start found under its run id.
+
+        Idempotent for the same workflow (name; any version, since a redeploy may
+        have bumped it), whatever the arguments: the existing run is returned and
+        the new arguments are ignored, with a warning when they differ. A run of
+        another workflow under that id is a conflict, raised before any write.
+
+        Raises:
+            RunIdConflict: the run id names a run of another workflow.
+        """
+        name = run.template_id
+        if name is None and run.definition_id is not None:
+            record = await self.adapter.get_definition(run.definition_id)
+            name = record.name if record is not None else None
+        if name is not None and name != definition.name:
+            raise RunIdConflict(run.id, name, definition.name, run.status)
+        if run.input_json is not None and run.input_json != encoded:
+            self._log.warning(
+                "run_id already names a run of this workflow, started with different "
+                "arguments: returning that run; the new arguments are ignored",
+                run_id=run.id, workflow=definition.name)
+        return self.handle_of(run)
 
     # -- driving -------------------------------------------------------------------
 

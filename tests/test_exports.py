@@ -50,3 +50,30 @@ def test_importing_starflow_does_not_import_drivers() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout.strip()
     assert out == "[]"
+
+
+def test_error_classes_are_pinned_and_drawn() -> None:
+    """The exported errors are exactly these, each drawn in the errors.py tree and docs."""
+    import re
+    from pathlib import Path
+
+    import starflow
+    import starflow.errors
+
+    errors = sorted(name for name in starflow.__all__
+                    if isinstance(getattr(starflow, name), type)
+                    and issubclass(getattr(starflow, name), BaseException))
+    assert errors == [
+        "ConfigError", "InvalidWakeToken", "LeaseLostError", "NonDeterminismError",
+        "ReservedKeyError", "ResultTimeout", "RunCancelled", "RunFinished", "RunIdConflict",
+        "RunNotFound", "SerializationError", "StarflowError", "StepFailed", "StorageError",
+        "WaitTimeout", "WarmTierError", "WorkflowDefinitionError", "WorkflowFailed",
+    ]
+    assert errors == sorted(starflow.errors.__all__)
+    page = (Path(__file__).parent.parent / "docs" / "errors.md").read_text()
+    tree = starflow.errors.__doc__ or ""
+    for name in errors:
+        drawn = re.compile(rf"^[\s│├└─]*{name}\b", re.MULTILINE)
+        assert drawn.search(tree), f"{name} is not drawn in the errors.py docstring"
+        assert drawn.search(page), f"{name} is not drawn in docs/errors.md"
+        assert f"\n## {name}\n" in page, f"docs/errors.md has no section for {name}"

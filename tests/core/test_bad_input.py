@@ -7,6 +7,7 @@ import uuid
 from datetime import datetime, timedelta
 
 import pytest
+from structlog.testing import capture_logs
 
 import starflow
 from starflow import (
@@ -428,3 +429,50 @@ async def test_run_id_taken_in_another_workspace(db_url: str, adapter_kind: str)
             await second.start(echo, 2, run_id=run_id)
         assert info.value.run_id == run_id
         assert await second.list_runs() == []
+
+
+@workflow(name="bad-input-other")
+async def other(value: object) -> object:
+    return ["other", value]
+
+
+@pytest.mark.parametrize(("first", "second"), [("run", "run"), ("start", "start"),
+                                               ("run", "start"), ("start", "run")])
+async def test_run_id_of_another_workflow(sf: Starflow, spy: SpyAdapter, first: str,
+                                          second: str) -> None:
+    """A run id that already names a run of another workflow: RunIdConflict naming the
+    run, both workflows and what to do, raised before anything is written."""
+    rid = str(uuid.uuid4())
+    handle = await getattr(sf, first)(echo, 1, run_id=rid)
+    before = await sf.get_run(rid)
+    events = await sf.events(rid)
+    spy.units.clear()
+    with pytest.raises(starflow.RunIdConflict) as info:
+        await getattr(sf, second)(other, 2, run_id=rid)
+    err = info.value
+    assert err.run_id == rid
+    assert err.existing_workflow == "bad-input-echo"
+    assert err.requested_workflow == "bad-input-other"
+    assert rid in str(err) and "'bad-input-echo'" in str(err) and "'bad-input-other'" in str(err)
+    assert "use another run_id" in str(err)
+    assert spy.calls == []
+    assert await sf.get_run(rid) == before and await sf.events(rid) == events
+    assert [r.id for r in await sf.list_runs()] == [handle.run_id]
+    with pytest.raises(starflow.RunIdConflict):  # through sf.options too
+        await sf.options(run_id=rid).start(other, 3)
+
+
+async def test_run_id_of_the_same_workflow_with_other_arguments(sf: Starflow) -> None:
+    """The same workflow under an existing run id returns that run, whatever the new
+    arguments (nothing starts), and logs a warning that they were ignored."""
+    rid = str(uuid.uuid4())
+    first = await sf.run(echo, 1, run_id=rid)
+    with capture_logs() as logs:
+        again = await sf.start(echo, 2, run_id=rid)
+        same = await sf.run(echo, 1, run_id=rid)
+    assert again.run_id == same.run_id == first.run_id and again.result == 1
+    assert again.status == "success"
+    warnings = [e for e in logs if e["log_level"] == "warning"]
+    assert len(warnings) == 1 and warnings[0]["run_id"] == rid
+    assert "different arguments" in warnings[0]["event"]
+    assert len(await sf.list_runs()) == 1
