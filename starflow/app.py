@@ -22,7 +22,6 @@ from .errors import (
     RunCancelled,
     RunNotFound,
     StarflowError,
-    WorkflowFailed,
 )
 from .jobs import JobWorker
 from .logs import get_logger
@@ -283,7 +282,9 @@ class Starflow:
         """Wait until the run ends and return its value, decoded to the annotated type.
 
         Raises:
-            WorkflowFailed: the run ended with ``error``.
+            WorkflowFailed: the run ended with ``error``; it carries the cause:
+                ``node_id`` of the failing step (if a step failure ended the run),
+                ``error_type``, ``error_message`` and ``attempts``.
             RunCancelled: the run was cancelled (a ``WorkflowFailed``).
             ResultTimeout: ``timeout`` passed first (the run goes on).
         """
@@ -299,7 +300,7 @@ class Starflow:
             if run.status == "cancelled":
                 raise RunCancelled(run_id, run.error)
             if run.status == "error":
-                raise WorkflowFailed(run_id, run.status, run.error)
+                raise await runner.failure(run)
             now = self.clock.now()
             if deadline is not None and now >= deadline:
                 raise ResultTimeout(

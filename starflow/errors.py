@@ -255,19 +255,50 @@ class WorkflowFailed(StarflowError):
     Attributes:
         status: ``error`` or ``cancelled``.
         error: The error message stored on the run row.
+        node_id: The step (or wait) whose recorded failure ended the run, if one did.
+        error_type: Type of the cause: the qualified name of the exception a step
+            raised (as recorded in its ``node_error``), else the name of the
+            exception the workflow raised; ``None`` when the run did not end
+            with an exception (``runner_lost``).
+        error_message: ``str()`` of the cause (the run's error when there is no
+            exception).
+        attempts: Attempts the failing step made (``None`` without a failing step).
     """
 
-    def __init__(self, run_id: str, status: str, error: str | None) -> None:
-        super().__init__(f"run {run_id} ended with status {status!r}: {error}", run_id=run_id)
+    def __init__(self, run_id: str, status: str, error: str | None, *,
+                 node_id: str | None = None, error_type: str | None = None,
+                 error_message: str | None = None, attempts: int | None = None) -> None:
+        if node_id is not None:
+            tries = f" after {attempts} attempt(s)" if attempts else ""
+            message = (
+                f"run {run_id} ended with status {status!r}: {node_id} failed{tries}: "
+                f"{error_type}: {error_message}. The failure is recorded in the run's history "
+                "(sf.events(run_id)), so sf.retry would replay it: fix the cause and start a "
+                "new run, or handle it in the workflow (except StepFailed / WaitTimeout)")
+        else:
+            message = (
+                f"run {run_id} ended with status {status!r}: {error}. See sf.events(run_id) "
+                "for where it stopped; once the cause is fixed (the workflow code, a deploy), "
+                "sf.retry(run_id) runs it again from its recorded history")
+        super().__init__(message, run_id=run_id, node_id=node_id)
         self.status = status
         self.error = error
+        self.error_type = error_type
+        self.error_message = error_message if error_message is not None else error
+        self.attempts = attempts
 
 
 class RunCancelled(WorkflowFailed):
     """``Starflow.result`` of a run that was cancelled with ``Starflow.cancel``."""
 
     def __init__(self, run_id: str, error: str | None = "cancelled") -> None:
-        super().__init__(run_id, "cancelled", error)
+        StarflowError.__init__(
+            self, f"run {run_id} ended with status 'cancelled': {error}", run_id=run_id)
+        self.status = "cancelled"
+        self.error = error
+        self.error_type = None
+        self.error_message = error
+        self.attempts = None
 
 
 class ResultTimeout(StarflowError, TimeoutError):

@@ -9,6 +9,7 @@ place a paused run becomes running again.
 from __future__ import annotations
 
 import os
+import re
 import socket
 import uuid
 from collections.abc import Awaitable, Callable
@@ -44,6 +45,7 @@ from .errors import (
     StarflowError,
     StorageError,
     WorkflowDefinitionError,
+    WorkflowFailed,
 )
 from .logs import get_logger
 from .replay import Journal
@@ -97,6 +99,14 @@ def _next_wait_event(node_id: str, events: list[RunEvent]) -> str | None:
                 if e.node_id is not None and e.node_id.startswith(prefix)
                 and e.event_type in ("node_complete", "node_error")}
     return event if int(occurrence) == len(finished) + 1 else None
+
+
+#: The run error the engine writes when a recorded node failure ended the run:
+#: ``StepFailed``'s message (errors.py) or ``WaitTimeout``'s (engine.wait).
+_NODE_FAILURE = re.compile(
+    r"^(?:StepFailed: step|WaitTimeout: run \S+: wait) (\S+) (?:failed after|timed out)")
+#: The run error the engine writes for any other exception: ``Type: message``.
+_EXCEPTION = re.compile(r"^([A-Za-z_][\w.]*): (.*)\Z", re.DOTALL)
 
 
 def _validate_run_id(run_id: str | None) -> str:
@@ -228,6 +238,35 @@ class Runner:
             return run.result_json
         return serde.convert(run.result_json, definition.return_type,
                              what=f"result of run {run.id}", run_id=run.id)
+
+    async def failure(self, run: RunInfo) -> WorkflowFailed:
+        """The ``WorkflowFailed`` for a run that ended in ``error``, with its cause.
+
+        When a step's (or a wait's) recorded failure ended the run, the cause is
+        that node's ``node_error`` payload: node id, qualified exception type,
+        message and attempts. Otherwise it is the exception the workflow raised,
+        as the run's error records it (``Type: message``).
+        """
+        text = run.error or ""
+        match = _NODE_FAILURE.match(text)
+        if match is not None:
+            node_id = match.group(1)
+            events = await self.adapter.list_events(run.id)
+            recorded = next((e for e in reversed(events)
+                             if e.event_type == "node_error" and e.node_id == node_id), None)
+            payload = recorded.payload_json if recorded is not None else None
+            cause = payload.get("error") if isinstance(payload, dict) else None
+            if isinstance(cause, dict):
+                attempts = cause.get("attempts")
+                return WorkflowFailed(
+                    run.id, run.status, run.error, node_id=node_id,
+                    error_type=str(cause.get("type")), error_message=str(cause.get("message")),
+                    attempts=attempts if isinstance(attempts, int) else None)
+        match = _EXCEPTION.match(text)
+        if match is not None:
+            return WorkflowFailed(run.id, run.status, run.error, error_type=match.group(1),
+                                  error_message=match.group(2))
+        return WorkflowFailed(run.id, run.status, run.error)
 
     # -- handles -------------------------------------------------------------------
 
