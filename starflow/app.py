@@ -27,6 +27,7 @@ from .jobs import JobWorker
 from .logs import get_logger
 from .maintenance import Maintenance
 from .runner import RunHandle, Runner
+from .urls import scheme_of
 from .waits import Keyring
 from .warm.base import LiveRun, WarmTier, live_run
 from .warm.drainer import OutboxStatus, outbox_status
@@ -79,8 +80,8 @@ class Starflow:
 
         Args:
             url: ``sqlite:///path.db``, ``postgresql://…``, ``memory://`` or
-                ``null://``. Default: ``$STARFLOW_DATABASE_URL``, then
-                ``sqlite:///starflow.db``.
+                ``null://`` (schemes in any case, as RFC 3986 says). Default:
+                ``$STARFLOW_DATABASE_URL``, then ``sqlite:///starflow.db``.
             workspace_id: Tenant scope of every read and write.
             env: Environment scope of every read and write.
             config: Timing and behaviour (:class:`StarflowConfig`).
@@ -95,7 +96,7 @@ class Starflow:
         if adapter is None:
             url = url or os.environ.get("STARFLOW_DATABASE_URL") or DEFAULT_URL
             options: dict[str, Any] = {}
-            scheme = url.split(":", 1)[0].lower()
+            scheme = scheme_of(url)
             if scheme in ("sqlite", "memory"):
                 options["inline_commits"] = config.sqlite_inline_commits
             if scheme in ("sqlite",):

@@ -33,6 +33,7 @@ from typing import Any, NoReturn
 import anyio
 
 from .errors import ConfigError, StarflowError
+from .urls import normalize_scheme
 
 __all__ = ["Command", "CommandError", "app_args", "command", "db_args", "main", "open_app"]
 
@@ -197,6 +198,7 @@ def load_app_object(spec: str) -> Any:
 
 def _missing_sqlite_file(url: str) -> str | None:
     """The path of a ``sqlite:///`` URL whose file does not exist (else None)."""
+    url = normalize_scheme(url)
     if not url.startswith("sqlite://"):
         return None
     path = url[len("sqlite://"):]

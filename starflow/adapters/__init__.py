@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import ConfigError
+from ..urls import normalize_scheme, scheme_of
 from .base import DelegatingAdapter, WorkflowStateAdapter
 
 __all__ = ["DelegatingAdapter", "WorkflowStateAdapter", "adapter_from_url"]
@@ -19,9 +20,9 @@ def adapter_from_url(url: str, *, workspace_id: str = "celestial", env: str = "p
     """Build the adapter a URL names.
 
     Schemes: ``sqlite:///path.db``, ``memory://``, ``postgresql://…`` (or
-    ``postgres://``), ``null://``.
+    ``postgres://``), ``null://``; in any case (``SQLITE:///x.db`` too).
     """
-    scheme = url.split(":", 1)[0].lower() if ":" in url else ""
+    given, scheme, url = url, scheme_of(url), normalize_scheme(url)
     if scheme in ("sqlite", "memory"):
         from .sqlite import LocalWorkflowStateAdapter
 
@@ -36,6 +37,6 @@ def adapter_from_url(url: str, *, workspace_id: str = "celestial", env: str = "p
 
         return NullWorkflowStateAdapter(workspace_id=workspace_id, env=env)
     raise ConfigError(
-        f"unsupported database URL {url!r}: use sqlite:///path.db, memory://, "
+        f"unsupported database URL {given!r}: use sqlite:///path.db, memory://, "
         "postgresql://user@host/db or null://"
     )

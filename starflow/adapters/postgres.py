@@ -52,6 +52,7 @@ from ..clock import Clock
 from ..errors import ConfigError, SerializationError, StarflowError, StorageError
 from ..logs import get_logger
 from ..migrations import load_migrations
+from ..urls import normalize_scheme
 from .base import (
     JSON_RUN_COLUMNS,
     UPDATABLE_RUN_COLUMNS,
@@ -360,6 +361,7 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
         max_size: int = 10,
     ) -> None:
         super().__init__(workspace_id=workspace_id, env=env)
+        url = normalize_scheme(url)
         if not url.startswith(("postgresql://", "postgres://")):
             raise ConfigError(
                 f"not a PostgreSQL URL: {_redact(url)!r} (use postgresql://user@host/db)"

@@ -31,6 +31,7 @@ from .. import serde
 from ..clock import format_ts, parse_ts
 from ..errors import ConfigError, StorageError
 from ..migrations import load_migrations
+from ..urls import normalize_scheme
 from .base import (
     JSON_RUN_COLUMNS,
     AfterClaim,
@@ -194,7 +195,9 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
 
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> LocalWorkflowStateAdapter:
-        """Build from ``sqlite:///relative.db``, ``sqlite:////abs.db`` or ``memory://``."""
+        """Build from ``sqlite:///relative.db``, ``sqlite:////abs.db`` or ``memory://``
+        (the scheme in any case)."""
+        url = normalize_scheme(url)
         if url.startswith("memory://"):
             return cls(":memory:", **kwargs)
         if not url.startswith("sqlite://"):

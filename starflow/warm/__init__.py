@@ -6,6 +6,7 @@ Backends load lazily: importing ``starflow.warm`` never imports redis.
 from __future__ import annotations
 
 from ..errors import ConfigError
+from ..urls import normalize_scheme, scheme_of
 from .base import LiveRun, Projection, WarmTier
 from .memory import InMemoryWarmTier, MemoryStore
 
@@ -23,9 +24,11 @@ def warm_from_url(url: str, *, workspace_id: str = "celestial", env: str = "prod
     """Build the warm tier a URL names.
 
     ``memory://`` (private to this tier), ``memory://name`` (shared by every
-    tier of this process opened with that name), ``redis://…`` / ``rediss://…``.
+    tier of this process opened with that name), ``redis://…`` / ``rediss://…``;
+    the scheme in any case.
     """
-    scheme = url.split(":", 1)[0].lower() if ":" in url else ""
+    scheme = scheme_of(url)
+    url = normalize_scheme(url)
     if scheme == "memory":
         from .memory import named_store
 

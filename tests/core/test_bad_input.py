@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import uuid
 from datetime import datetime, timedelta
+from pathlib import Path
 
 import pytest
 from structlog.testing import capture_logs
@@ -23,6 +24,7 @@ from starflow import (
     wait_for,
     workflow,
 )
+from tests.conftest import POSTGRES_URL, require_postgres
 
 from .conftest import SpyAdapter
 
@@ -476,3 +478,39 @@ async def test_run_id_of_the_same_workflow_with_other_arguments(sf: Starflow) ->
     assert len(warnings) == 1 and warnings[0]["run_id"] == rid
     assert "different arguments" in warnings[0]["event"]
     assert len(await sf.list_runs()) == 1
+
+
+class TestUrlSchemesIgnoreCase:
+    """URL schemes are case-insensitive (RFC 3986 3.1), for the database and the warm tier."""
+
+    @pytest.mark.parametrize("scheme", ["SQLITE", "Sqlite", "sqlite"])
+    async def test_sqlite(self, scheme: str, tmp_path: Path) -> None:
+        """SQLITE:///x.db opens the same file as sqlite:///x.db."""
+        path = tmp_path / "mixed.db"
+        async with Starflow.open(f"{scheme}:///{path}", maintenance=False) as sf:
+            assert (await sf.run(echo, 1)).result == 1
+        async with Starflow.open(f"sqlite:///{path}", maintenance=False) as sf:
+            assert len(await sf.list_runs()) == 1
+
+    @pytest.mark.parametrize("url", ["MEMORY://", "Memory://", "NULL://"])
+    async def test_memory_and_null(self, url: str) -> None:
+        """memory:// and null:// in any case."""
+        async with Starflow.open(url, maintenance=False) as sf:
+            assert (await sf.run(echo, 2)).status == "success"
+
+    @pytest.mark.parametrize("scheme", ["POSTGRESQL", "Postgres"])
+    async def test_postgres(self, scheme: str) -> None:
+        """POSTGRESQL://… and Postgres://… connect like postgresql://…."""
+        require_postgres()
+        url = scheme + POSTGRES_URL[POSTGRES_URL.index(":"):]
+        async with Starflow.open(url, workspace_id=f"ws-{uuid.uuid4().hex[:12]}",
+                                 maintenance=False) as sf:
+            assert (await sf.run(echo, 3)).result == 3
+
+    @pytest.mark.parametrize("url", ["mysql://x", "MYSQL://x", "starflow.db"])
+    def test_unknown_scheme_lists_the_valid_ones(self, url: str) -> None:
+        """A scheme that is not one of ours, in any case, names every valid one."""
+        with pytest.raises(ConfigError) as info:
+            Starflow.open(url)
+        for valid in ("sqlite:///path.db", "memory://", "postgresql://", "null://"):
+            assert valid in str(info.value), valid
