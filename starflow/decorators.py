@@ -217,6 +217,34 @@ def _problems_for(fn: object, kind: str) -> list[str]:
     return problems
 
 
+def _method_parameter(fn: Callable[..., Any]) -> str | None:
+    """``self`` or ``cls`` if ``fn`` is defined in a class body with that first parameter.
+
+    A function in a class body has a qualified name ``Class.name`` (a nested
+    function's ends in ``<locals>.name``). A ``@staticmethod`` applied over the
+    decorator is in a class body too, but takes no ``self``: it is a plain function.
+    """
+    parts = getattr(fn, "__qualname__", "").split(".")
+    if len(parts) < 2 or parts[-2] == "<locals>":
+        return None
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return None
+    first = params[0] if params else None
+    if first is not None and first.name in ("self", "cls") and first.kind in (
+            first.POSITIONAL_ONLY, first.POSITIONAL_OR_KEYWORD):
+        return first.name
+    return None
+
+
+def _wrong_order_problems(fn: object, kind: str) -> list[str]:
+    if isinstance(fn, staticmethod | classmethod):
+        which = type(fn).__name__
+        return [f"@{kind} must be applied first, under @{which} (write @{which} above it)"]
+    return []
+
+
 def _pool_problems(pool: object) -> list[str]:
     if pool is not None and (not isinstance(pool, str) or not pool.strip()):
         return [f"pool must be a non-empty string: {pool!r}"]
@@ -250,6 +278,13 @@ def workflow(
 ) -> Any:
     """Declare an ``async def`` function as a durable workflow.
 
+    A workflow is a module-level function (or a ``@staticmethod``, with
+    ``@staticmethod`` written above ``@workflow``), not a method: a run is stored
+    as the workflow's name and arguments and replayed from them in any process,
+    where no ``self`` exists. A method with ``self`` or ``cls`` is rejected here,
+    and a workflow bound to an instance by ``Starflow.run`` / ``start``; pass
+    what the workflow needs as arguments, or build the object inside it.
+
     Args:
         name: Registered name (``workflow_runs.template_id``); the function's
             name by default.
@@ -262,7 +297,15 @@ def workflow(
     """
 
     def decorate(func: Callable[..., Awaitable[Any]]) -> Any:
-        problems = _problems_for(func, "workflow")
+        problems = _wrong_order_problems(func, "workflow") or _problems_for(func, "workflow")
+        this = _method_parameter(func) if not problems else None
+        if this is not None:
+            problems.append(
+                f"@workflow cannot decorate a method (it takes {this!r}): a run is stored as "
+                "its workflow's name and arguments and replayed from them in any process (a "
+                f"worker, after a restart), where there is no {this} to bind; define it as a "
+                "module-level async def (or a @staticmethod) and pass what it needs as "
+                "arguments or build the object inside it; methods can be @step")
         wf_name = name if name is not None else getattr(func, "__name__", "")
         if not isinstance(wf_name, str) or not wf_name.strip():
             problems.append(f"name must be a non-empty string: {wf_name!r}")
@@ -322,6 +365,13 @@ def step(
     and, on replay, returned without calling it again. Outside a run it is a
     plain async function.
 
+    A step may be a method: ``await client.charge(x)`` runs on the instance the
+    workflow calls it on, and ``self`` is not part of the recorded arguments (so
+    the workflow must reach an equivalent instance on replay, e.g. a module-level
+    client or one it builds from its arguments). Its default name is the
+    qualified name (``Client.charge``). A ``pool=`` step cannot be a method: a
+    job worker runs it without the instance.
+
     Args:
         name: Name used in the node id (``step:<name>#<n>``); the function's
             qualified name by default.
@@ -330,7 +380,14 @@ def step(
     """
 
     def decorate(func: Callable[..., Awaitable[Any]]) -> Any:
-        problems = _problems_for(func, "step")
+        problems = _wrong_order_problems(func, "step") or _problems_for(func, "step")
+        this = _method_parameter(func) if not problems and pool is not None else None
+        if this is not None:
+            problems.append(
+                f"@step(pool=...) cannot decorate a method (it takes {this!r}): a job worker "
+                "runs the step from its name and recorded arguments, without the instance; "
+                "make it a module-level async def (or a @staticmethod), or drop pool= so it "
+                "runs in the workflow on the instance it is called on")
         step_name = name if name is not None else getattr(func, "__qualname__", "")
         if not isinstance(step_name, str) or not step_name.strip():
             problems.append(f"name must be a non-empty string: {step_name!r}")
@@ -363,11 +420,23 @@ def step(
 
 
 def definition_of(wf: object) -> WorkflowDefinition:
-    """The :class:`WorkflowDefinition` behind a ``@workflow`` function."""
+    """The :class:`WorkflowDefinition` behind a ``@workflow`` function.
+
+    Raises:
+        WorkflowDefinitionError: ``wf`` is not a workflow, or is one bound to an
+            instance or class (a run could not be replayed without it).
+    """
     definition = getattr(wf, "__starflow_workflow__", None)
     if not isinstance(definition, WorkflowDefinition):
         raise WorkflowDefinitionError(
             f"{getattr(wf, '__qualname__', wf)!r} is not a workflow: decorate it with "
             "@starflow.workflow"
+        )
+    if isinstance(wf, wrapt.BoundFunctionWrapper) and wf._self_instance is not None:
+        raise WorkflowDefinitionError(
+            f"workflow {definition.name!r} is bound to an instance of "
+            f"{type(wf._self_instance).__name__}: a run is replayed from its workflow's name "
+            "and arguments, without that instance; define the workflow as a module-level "
+            "async def (or a @staticmethod) and pass what it needs as arguments"
         )
     return definition
