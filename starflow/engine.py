@@ -594,6 +594,19 @@ class Engine:
         self._crashed = True
         self.kill()
 
+    def _swallowed_pause(self, raised: BaseException | None) -> Outcome:
+        """The body caught the pause's unwinding (``except BaseException``) and returned
+        or raised something else: the wait was reached all the same, so the run pauses
+        there. What the handler did is not recorded; on the wake the replay returns the
+        wait's payload and the code after the wait runs instead."""
+        wait = self._pending_wait
+        self._log.warning(
+            "workflow code caught the pause at a durable wait (except BaseException?) and "
+            f"{'raised ' + type(raised).__name__ if raised is not None else 'returned'}; "
+            "the run pauses there anyway. Let BaseException propagate from wait_for/sleep",
+            node_id=wait.node_id)
+        return Outcome("paused", wait=wait)
+
     async def _body(self) -> Outcome:
         with anyio.CancelScope() as scope:
             self._body_scope = scope
@@ -612,7 +625,11 @@ class Engine:
                     exc, Exception
                 ):
                     raise
+                if self._suspending:
+                    return self._swallowed_pause(exc)
                 return Outcome("error", error=f"{type(exc).__name__}: {exc}", exception=exc)
+            if self._suspending:
+                return self._swallowed_pause(None)
             pending = self.journal.unconsumed()
             if pending:
                 exc2 = NonDeterminismError(
