@@ -499,6 +499,17 @@ class Engine:
     async def wait(self, event: str | None, timeout: timedelta | None,
                    type_: Any) -> Any:
         """``wait_for`` (event set) or ``sleep`` (event None)."""
+        step_node = current_node.get()
+        if step_node is not None:
+            # A pause here would unwind the step half done and, on the wake, run it
+            # again from its start (its effects before the wait twice).
+            what = f"wait_for({event!r})" if event is not None else "sleep()"
+            raise StarflowError(
+                f"{what.split('(')[0]}() called inside step {step_node} of run {self.run_id}: "
+                f"a durable wait pauses the whole run, so {what} must be called from the "
+                "@workflow function, between steps (a step may hand out "
+                "starflow.wake_token() for the wait that follows it)",
+                run_id=self.run_id, node_id=step_node)
         self._guard_suspending()
         kind = "wait" if event is not None else "sleep"
         nid = self._next_id(kind, event)

@@ -63,6 +63,8 @@ async def wait_for(event: str, *, timeout: timedelta | None = None, type: Any = 
 
     Raises:
         WaitTimeout: the timeout passed before the signal.
+        StarflowError: called outside a workflow run, or inside a step (a wait
+            pauses the whole run: call it from the workflow function).
     """
     if not isinstance(event, str) or not event or "#" in event:
         raise StarflowError(f"wait_for event must be a non-empty string without '#': {event!r}")
@@ -74,7 +76,8 @@ async def wait_for(event: str, *, timeout: timedelta | None = None, type: Any = 
 async def sleep(duration: timedelta) -> None:
     """Sleep durably: the run pauses, and a timer wakes it after ``duration``.
 
-    Unlike ``asyncio.sleep`` no process needs to stay alive meanwhile.
+    Unlike ``asyncio.sleep`` no process needs to stay alive meanwhile. Call it
+    from the workflow function, not from a step (``StarflowError`` there).
     """
     if not isinstance(duration, timedelta) or duration < timedelta():
         raise StarflowError(f"sleep duration must be a timedelta >= 0: {duration!r}")

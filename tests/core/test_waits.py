@@ -4,8 +4,11 @@ called where they cannot work, and signals that must reach a wait."""
 from __future__ import annotations
 
 import uuid
+from datetime import timedelta
 
-from starflow import Starflow, wait_for, workflow
+import pytest
+
+from starflow import Starflow, StepFailed, sleep, step, wait_for, workflow
 
 
 def unique(prefix: str) -> str:
@@ -48,3 +51,37 @@ class TestPauseCannotBeSwallowed:
         assert (handle.status, handle.waiting_for) == ("paused", "go")
         done = await sf.signal(handle.run_id, "go", "yes")
         assert (done.status, done.result) == ("success", "got yes")
+
+
+class TestWaitInsideAStep:
+    """wait_for and sleep inside a step fail the step clearly instead of pausing mid-step."""
+
+    @pytest.mark.parametrize("kind", ["wait_for", "sleep"])
+    async def test_wait_in_step_is_a_clear_error(self, sf: Starflow, kind: str) -> None:
+        """The step fails at once (its code before the wait ran once), naming run and node."""
+        effects: list[str] = []
+
+        @step(name=unique("waits-in-step"))
+        async def sends_and_waits() -> None:
+            effects.append("sent")
+            if kind == "wait_for":
+                await wait_for("reply")
+            else:
+                await sleep(timedelta(seconds=1))
+
+        @workflow(name=unique("wait-in-step"))
+        async def wf() -> str:
+            try:
+                await sends_and_waits()
+            except StepFailed as exc:
+                return exc.error_message
+            return "no error"
+
+        handle = await sf.run(wf)
+        assert handle.status == "success", handle
+        message = str(handle.result)
+        nid = f"step:{sends_and_waits.__starflow_step__.name}#1"
+        assert f"{kind}() called inside step {nid} of run {handle.run_id}" in message
+        assert "from the @workflow function" in message
+        assert effects == ["sent"]
+        assert await sf.adapter.list_waits(handle.run_id) == []
