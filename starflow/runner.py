@@ -677,12 +677,22 @@ class Runner:
                 "already_used", f"a wake for {node_id} is already queued for run {run.id}",
                 run_id=run.id, node_id=node_id)
         now = self.clock.now()
-        async with self.adapter.unit(guard=Guard(run_id=run.id, status_in=ACTIVE_STATUSES)
-                                     ) as unit:
+        # The check above is a read: two early wakes of one wait racing past it
+        # would both be queued, and the second would wake the *next* wait on this
+        # event. The guard repeats it in the unit, so exactly one is kept.
+        guard = Guard(run_id=run.id, status_in=ACTIVE_STATUSES, no_signal=event)
+        async with self.adapter.unit(guard=guard) as unit:
             await self.adapter.enqueue_signal(run.id, event, payload, now=now)
         if not unit.held:
-            raise InvalidWakeToken("already_used", f"run {run.id} has ended",
-                                   run_id=run.id, node_id=node_id)
+            current = await self.adapter.get_run(run.id)
+            if current is None or current.is_terminal:
+                raise InvalidWakeToken(
+                    "already_used",
+                    f"run {run.id} has ended ({current.status if current else 'gone'})",
+                    run_id=run.id, node_id=node_id)
+            raise InvalidWakeToken(
+                "already_used", f"a wake for {node_id} is already queued for run {run.id}",
+                run_id=run.id, node_id=node_id)
         self._log.debug("early wake kept for the next wait", run_id=run.id, node_id=node_id)
         handle = await self.deliver(run.id, event)
         return handle if handle is not None else await self.handle(run.id)

@@ -377,12 +377,15 @@ class Guard(msgspec.Struct, frozen=True, kw_only=True):
         status_in: If set, the row's ``status`` must be one of these.
         wait_node: If set, a wait registration for this node must exist
             (exactly one wake wins it, because the wake deletes it).
+        no_signal: If set, no signal for this event may be queued for the run
+            (of two early wakes of one wait, exactly one is kept).
     """
 
     run_id: str
     leased_by: str | None = None
     status_in: tuple[str, ...] | None = None
     wait_node: str | None = None
+    no_signal: str | None = None
 
 
 class Unit(msgspec.Struct, kw_only=True):

@@ -722,7 +722,8 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
         if not plan and guard is None:
             return True
         run_id = unit.run_id
-        fused = None if guard is not None and guard.wait_node is not None else _fuse(
+        fused = None if guard is not None and (
+            guard.wait_node is not None or guard.no_signal is not None) else _fuse(
             plan, guard, unit.durable, self.workspace_id, self.env)
         async with self._connection(unit, run_id) as conn:
             if guard is None and len(plan) == 1 and unit.durable:
@@ -775,6 +776,16 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
                 guard.run_id, guard.wait_node,
             )
             if not exists:
+                return False
+        if guard.no_signal is not None:
+            # Likewise a fresh snapshot: a signal another guarded unit queued for
+            # this run while we waited for the row lock is seen.
+            queued = await conn.fetchval(
+                "SELECT EXISTS (SELECT 1 FROM workflow_signals WHERE run_id = $1 AND event = $2 "
+                f"AND {_tenant(3)})",
+                guard.run_id, guard.no_signal, self.workspace_id, self.env,
+            )
+            if queued:
                 return False
         return True
 

@@ -517,7 +517,8 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
     def _apply_unit(self, conn: sqlite3.Connection, unit: Unit) -> bool:
         ops = unit.ops
         g = unit.guard
-        if (g is not None and g.wait_node is None and ops and type(ops[0]) is InsertEvent
+        if (g is not None and g.wait_node is None and g.no_signal is None and ops
+                and type(ops[0]) is InsertEvent
                 and ops[0].run_id == g.run_id):
             # Most units of a run (every node_start and node_complete) open with an
             # event of the guarded run: its INSERT checks the guard itself, one
@@ -544,6 +545,12 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
                 "SELECT 1 FROM workflow_waits WHERE run_id = ? AND node_id = ?",
                 (g.run_id, g.wait_node),
             ).fetchone() is None:
+                return False
+            if g.no_signal is not None and conn.execute(
+                "SELECT 1 FROM workflow_signals WHERE run_id = ? AND event = ? "
+                "AND workspace_id = ? AND env = ?",
+                (g.run_id, g.no_signal, self.workspace_id, self.env),
+            ).fetchone() is not None:
                 return False
         for op in unit.ops:
             self._apply_op(conn, op)

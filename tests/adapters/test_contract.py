@@ -355,6 +355,30 @@ class TestUnits:
         assert sorted(wins) == [False] * 7 + [True]
         assert await event_types(adapter, run_id) == ["run_resumed"]
 
+    async def test_no_signal_guard_keeps_exactly_one_of_racing_enqueues(
+            self, adapter: WorkflowStateAdapter) -> None:
+        """Guard(no_signal=event): of racing units each queuing that event, one holds."""
+        run_id = await start(adapter)
+        async with adapter.unit(guard=Guard(run_id=run_id, no_signal="other")) as u:
+            await adapter.enqueue_signal(run_id, "approval", {"n": -1}, now=T0)
+        assert u.held is True  # a signal for another event does not count
+        wins: list[bool] = []
+
+        async def enqueue(n: int) -> None:
+            async with adapter.unit(guard=Guard(run_id=run_id, status_in=("running",),
+                                                no_signal="other")) as u:
+                await adapter.enqueue_signal(run_id, "other", {"n": n}, now=at(n))
+            wins.append(bool(u.held))
+
+        async with anyio.create_task_group() as tg:
+            for n in range(8):
+                tg.start_soon(enqueue, n)
+        assert sorted(wins) == [False] * 7 + [True]
+        first = await adapter.find_signal(run_id, "other")
+        assert first is not None
+        await adapter.consume_signal(first.id)
+        assert await adapter.find_signal(run_id, "other") is None
+
 
 class TestClaim:
     """claim_runs: pool affinity, the claim's writes, exactly-once under concurrency."""

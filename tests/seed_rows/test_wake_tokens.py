@@ -6,6 +6,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -13,6 +14,7 @@ from hypothesis import strategies as st
 import starflow
 from starflow import InvalidWakeToken, Starflow, StarflowConfig, step, wait_for, workflow
 from starflow.adapters import adapter_from_url
+from starflow.adapters.base import DelegatingAdapter, SignalRecord, WorkflowStateAdapter
 from starflow.waits import Keyring, WakeClaims, redact_wake_tokens
 from starflow_testing import FakeClock
 
@@ -88,6 +90,61 @@ class TestTokens:
         assert await snapshot(sf, h.run_id) == before
         done = await sf.signal(h.run_id, "first", "f")
         assert (done.status, done.result) == ("success", "f:False")
+
+
+class _BothPastTheCheck(DelegatingAdapter):
+    """Once armed, holds the next two ``find_signal`` reads until both are made: two
+    early resumes of one token are both past the inbox check before either writes."""
+
+    def __init__(self, inner: WorkflowStateAdapter) -> None:
+        super().__init__(inner)
+        self.reads: int | None = None  # None: not armed
+        self.both = anyio.Event()
+
+    async def find_signal(self, run_id: str, event: str) -> SignalRecord | None:
+        found = await self.inner.find_signal(run_id, event)
+        if self.reads is not None and self.reads < 2:
+            self.reads += 1
+            if self.reads == 2:
+                self.both.set()
+            await self.both.wait()
+        return found
+
+
+async def test_racing_early_resumes_of_one_token_keep_one(
+        db_url: str, workspace_id: str, clock: FakeClock, config: StarflowConfig) -> None:
+    """Two early resumes of one token at once: one is kept, the other is already_used,
+    and the later wait on the same event is not woken by the loser's payload."""
+    outbox.clear()
+
+    @workflow(name=unique("early-race"))
+    async def wf() -> list[Any]:
+        await request_approval("o")
+        first = await wait_for("first")
+        return [first, await wait_for("approval"), await wait_for("approval")]
+
+    adapter = _BothPastTheCheck(adapter_from_url(db_url, workspace_id=workspace_id))
+    async with Starflow(adapter, clock=clock, config=config, maintenance=False) as sf:
+        h = await sf.run(wf)
+        token = outbox[-1]
+        adapter.reads = 0
+        answers: dict[str, str] = {}
+
+        async def resume(payload: str) -> None:
+            try:
+                answers[payload] = (await sf.resume(token, payload)).status
+            except InvalidWakeToken as exc:
+                answers[payload] = exc.reason
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(resume, "P1")
+            tg.start_soon(resume, "P2")
+        assert sorted(answers.values()) == ["already_used", "paused"], answers
+        kept = next(p for p, answer in answers.items() if answer == "paused")
+        after = await sf.signal(h.run_id, "first", "F")
+        assert (after.status, after.waiting_for) == ("paused", "approval")
+        done = await sf.signal(h.run_id, "approval", "A2")
+        assert (done.status, done.result) == ("success", ["F", kept, "A2"])
 
 
 class TestRejections:
