@@ -26,7 +26,14 @@ from . import logs, observability, serde
 from .adapters.base import Guard, JobSpec, WorkflowStateAdapter
 from .clock import Clock, format_ts, wait_event
 from .config import StarflowConfig
-from .context import IDEMPOTENCY_KEY, WAIT_KEY, WorkflowContext, current_engine, current_node
+from .context import (
+    IDEMPOTENCY_KEY,
+    RESERVED_PREFIX,
+    WAIT_KEY,
+    WorkflowContext,
+    current_engine,
+    current_node,
+)
 from .decorators import StepDefinition, WorkflowDefinition
 from .errors import (
     NonDeterminismError,
@@ -381,6 +388,8 @@ class Engine:
         if rec is not None:
             self._check_recorded(rec, "step", sdef.name, h, encoded)
             self.journal.consume(nid)
+            if rec.finished and rec.variables:
+                self._replay_variables(rec.variables)
             if rec.status == "complete":
                 self._advance(rec.recorded_at)
                 return serde.convert(rec.output, sdef.return_type,
@@ -408,6 +417,7 @@ class Engine:
 
         await self._commit(start, durable=False)
         self.node_status[nid] = "running"
+        variables_before = self._variables_snapshot()
         policy = sdef.retry
         clock = self.runtime.clock
         attempt = 0
@@ -424,9 +434,13 @@ class Engine:
                     await clock.sleep(policy.delay(attempt))
                     continue
                 info = error_info(exc, attempt)
+                failure = {"error": info}
+                changes = self._variable_changes(variables_before, nid)
+                if changes is not None:
+                    failure["variables"] = changes
 
-                async def failed(ts: datetime, info: dict[str, Any] = info) -> None:
-                    await self.adapter.on_node_error(self.run_id, nid, {"error": info}, now=ts)
+                async def failed(ts: datetime, failure: dict[str, Any] = failure) -> None:
+                    await self.adapter.on_node_error(self.run_id, nid, failure, now=ts)
                     await self._phase(ts)
 
                 ts = await self._commit(failed)
@@ -442,9 +456,13 @@ class Engine:
             break
         output = serde.to_builtins(result, what=f"return value of step {sdef.name}",
                                    run_id=self.run_id, node_id=nid)
+        outcome: dict[str, Any] = {"output": output}
+        changes = self._variable_changes(variables_before, nid)
+        if changes is not None:
+            outcome["variables"] = changes
 
         async def complete(ts: datetime) -> None:
-            await self.adapter.on_node_complete(self.run_id, nid, {"output": output}, now=ts)
+            await self.adapter.on_node_complete(self.run_id, nid, outcome, now=ts)
             await self._phase(ts)
 
         ts = await self._commit(complete)
@@ -454,6 +472,45 @@ class Engine:
                                        status="complete", output=output, recorded_at=ts))
         return serde.convert(output, sdef.return_type, what=f"output of {nid}",
                              run_id=self.run_id, node_id=nid)
+
+    # -- variables written by steps ---------------------------------------------
+    #
+    # A recorded step is not run again on replay, so what it wrote to the context's
+    # variables (the phase included) would be missing after every wake or takeover.
+    # Its writes are recorded with its outcome and applied again when it is replayed.
+
+    def _variables_snapshot(self) -> dict[str, bytes] | None:
+        """The user variables as JSON, per key (None if one cannot be encoded)."""
+        variables = self.ctx.variables
+        if not variables:
+            return {}
+        try:
+            return {k: serde.encode(v) for k, v in variables.items()
+                    if not k.startswith(RESERVED_PREFIX)}
+        except SerializationError:
+            return None
+
+    def _variable_changes(self, before: dict[str, bytes] | None, nid: str
+                          ) -> dict[str, Any] | None:
+        """What the step changed in the user variables since ``before``, if anything."""
+        after = self._variables_snapshot()
+        if before is None or after is None:
+            if before != after:
+                self._log.warning("a workflow variable is not JSON-encodable: the step's "
+                                  "variable writes are not recorded for replay", node_id=nid)
+            return None
+        changed = [k for k, v in after.items() if before.get(k) != v]
+        unset = [k for k in before if k not in after]
+        if not changed and not unset:
+            return None
+        return {"set": {k: serde.decode(after[k]) for k in changed}, "unset": unset}
+
+    def _replay_variables(self, changes: dict[str, Any]) -> None:
+        variables = self.ctx.variables
+        for key, value in (changes.get("set") or {}).items():
+            variables._engine_set(key, value)  # type: ignore[attr-defined]
+        for key in changes.get("unset") or ():
+            variables._engine_pop(key)  # type: ignore[attr-defined]
 
     def _dispatch(self, sdef: StepDefinition, nid: str, h: str, encoded: Any) -> NoReturn:
         """Hand a ``@step(pool=...)`` call to that pool's job workers and wait durably.

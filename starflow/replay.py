@@ -37,6 +37,8 @@ class NodeRecord:
     output: Any = None
     error: dict[str, Any] | None = None
     recorded_at: datetime | None = None
+    #: A step's writes to the context's variables: ``{"set": {...}, "unset": [...]}``.
+    variables: dict[str, Any] | None = None
 
     @property
     def finished(self) -> bool:
@@ -80,6 +82,7 @@ class Journal:
                 rec.status = "complete"
                 rec.output = payload.get("output")
                 rec.recorded_at = ev.created_at
+                rec.variables = payload.get("variables")
                 if rec.kind is None and payload.get("kind") == "patch":
                     rec.kind = "patch"  # a starflow.patched() marker
                     rec.name = payload.get("name")
@@ -87,6 +90,7 @@ class Journal:
                 rec.status = "error"
                 rec.error = payload.get("error") or {}
                 rec.recorded_at = ev.created_at
+                rec.variables = payload.get("variables")
         return journal
 
     def get(self, nid: str) -> NodeRecord | None:

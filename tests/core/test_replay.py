@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import Any
 
 import msgspec
 import pytest
 
+import starflow
 from starflow import NonDeterminismError, Starflow, StepFailed, step, wait_for, workflow
 from starflow.decorators import registry
 
@@ -276,3 +278,50 @@ class TestDivergenceMessages:
 
         error = await self._diverge(sf, "replay-msg-removed", old, new)
         assert "step:charge#1" in error and "starflow.patched()" in error
+
+
+@step(name="replay-vars-checkout")
+async def checkout_step() -> None:
+    ctx = starflow.context()
+    ctx.phase = "charging"
+    ctx.set("customer", {"name": "ada", "tags": ["vip"]})
+    ctx.variables.pop("draft", None)
+
+
+@step(name="replay-vars-fails")
+async def tags_then_fails() -> None:
+    starflow.context().variables["customer"]["tags"].append("retried")
+    raise RuntimeError("declined")
+
+
+@step(name="replay-vars-noop")
+async def noop_step() -> None:
+    return None
+
+
+@workflow(name="replay-vars")
+async def with_step_variables() -> dict[str, object]:
+    starflow.context().set("draft", True)
+    await checkout_step()
+    with contextlib.suppress(StepFailed):
+        await tags_then_fails()
+    await wait_for("go")
+    await noop_step()
+    ctx = starflow.context()
+    return {"phase": ctx.phase, "customer": ctx.variables.get("customer"),
+            "draft": ctx.variables.get("draft", "gone")}
+
+
+async def test_variables_written_by_steps_survive_a_wake(sf: Starflow) -> None:
+    """Variables and the phase a step set (or changed in place, or removed, even in a
+    step that failed) are what the workflow sees after a wake, and no spurious phase
+    event is recorded: a recorded step's variable writes are replayed with it."""
+    handle = await sf.run(with_step_variables)
+    assert handle.status == "paused"
+    done = await sf.signal(handle.run_id, "go", None)
+    assert done.status == "success", done
+    assert done.result == {"phase": "charging",
+                           "customer": {"name": "ada", "tags": ["vip", "retried"]},
+                           "draft": "gone"}
+    phases = [e.payload for e in await sf.events(handle.run_id) if e.event_type == "phase"]
+    assert phases == [{"phase": "charging", "previous": None}]
