@@ -49,7 +49,7 @@ from .errors import (
 )
 from .logs import get_logger
 from .replay import Journal
-from .waits import Keyring
+from .waits import Keyring, check_event
 
 __all__ = ["RunHandle", "Runner", "new_runner_id"]
 
@@ -621,9 +621,7 @@ class Runner:
         return run
 
     async def signal(self, run_id: str, event: str, payload: Any) -> RunHandle:
-        if not isinstance(event, str) or not event:
-            raise StarflowError(f"signal event must be a non-empty string: {event!r}",
-                                run_id=run_id)
+        check_event(event, "signal", run_id=run_id)
         encoded = serde.to_builtins(payload, what=f"payload of signal {event!r}", run_id=run_id)
         await self._unfinished(run_id, "signal")
         now = self.clock.now()

@@ -25,6 +25,7 @@ __all__ = [
     "REDACTED",
     "Keyring",
     "WakeClaims",
+    "check_event",
     "now",
     "patched",
     "redact_wake_tokens",
@@ -34,6 +35,16 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+
+
+def check_event(event: object, what: str, *, run_id: str | None = None) -> str:
+    """The one rule for a signal name: a non-empty string without ``#`` (node ids
+    are ``wait:<event>#<n>``). Shared by ``wait_for``, ``wake_token`` and
+    ``Starflow.signal``, so a signal is never kept for a wait that cannot exist."""
+    if not isinstance(event, str) or not event or "#" in event:
+        raise StarflowError(f"{what} event must be a non-empty string without '#': {event!r}",
+                            run_id=run_id)
+    return event
 
 
 def _engine(what: str) -> Any:
@@ -66,8 +77,7 @@ async def wait_for(event: str, *, timeout: timedelta | None = None, type: Any = 
         StarflowError: called outside a workflow run, or inside a step (a wait
             pauses the whole run: call it from the workflow function).
     """
-    if not isinstance(event, str) or not event or "#" in event:
-        raise StarflowError(f"wait_for event must be a non-empty string without '#': {event!r}")
+    check_event(event, "wait_for")
     if timeout is not None and (not isinstance(timeout, timedelta) or timeout <= timedelta()):
         raise StarflowError(f"wait_for timeout must be a positive timedelta: {timeout!r}")
     return await _engine("wait_for").wait(event, timeout, type)
@@ -139,8 +149,7 @@ def wake_token(event: str, *, timeout: timedelta | None = None) -> str:
     Raises:
         StarflowError: outside a workflow run, or a bad event name.
     """
-    if not isinstance(event, str) or not event or "#" in event:
-        raise StarflowError(f"wake_token event must be a non-empty string without '#': {event!r}")
+    check_event(event, "wake_token")
     return _engine("wake_token").wake_token_for(event, timeout)  # type: ignore[no-any-return]
 
 

@@ -19,6 +19,7 @@ from starflow import (
     SerializationError,
     Starflow,
     StarflowConfig,
+    StarflowError,
     WorkflowDefinitionError,
     step,
     wait_for,
@@ -92,6 +93,20 @@ async def test_non_serializable_signal_payload(sf: Starflow, spy: SpyAdapter) ->
     with pytest.raises(SerializationError):
         await sf.signal(handle.run_id, "go", Opaque())
     assert spy.calls == []
+    assert (await sf.get_run(handle.run_id)).status == "paused"
+
+
+async def test_signal_event_no_wait_can_have(sf: Starflow, spy: SpyAdapter) -> None:
+    """A signal name wait_for refuses (with '#', empty, not a string) is refused too,
+    naming the run, instead of being kept for a wait that can never exist."""
+    handle = await sf.run(waits)
+    spy.units.clear()
+    for bad in ("go#1", "", None, 7):
+        with pytest.raises(StarflowError, match="signal event must be") as info:
+            await sf.signal(handle.run_id, bad, 1)  # type: ignore[arg-type]
+        assert info.value.run_id == handle.run_id
+    assert spy.calls == []
+    assert await sf.adapter.find_signal(handle.run_id, "go#1") is None
     assert (await sf.get_run(handle.run_id)).status == "paused"
 
 
