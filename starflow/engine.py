@@ -355,8 +355,11 @@ class Engine:
         """
         nid = self.next_wait_id(event)
         base = self.now()
-        expiry = (base + timeout + timedelta(days=1) if timeout is not None
-                  else base + self.runtime.config.wake_token_ttl)
+        try:
+            expiry = (base + timeout + timedelta(days=1) if timeout is not None
+                      else base + self.runtime.config.wake_token_ttl)
+        except OverflowError:
+            raise self._too_far(nid, timeout) from None
         return self._sign(nid, expiry)
 
     def _sign(self, nid: str, expiry: datetime) -> str:
@@ -601,10 +604,19 @@ class Engine:
                                                recorded_at=ts))
                 return serde.convert(signal.payload, type_, what=f"payload of {nid}",
                                      run_id=self.run_id, node_id=nid)
-        deadline = self.now() + timeout if timeout is not None else None
-        expiry = deadline + timedelta(days=1) if deadline is not None else (
-            self.runtime.clock.now() + self.runtime.config.wake_token_ttl)
+        try:
+            deadline = self.now() + timeout if timeout is not None else None
+            expiry = deadline + timedelta(days=1) if deadline is not None else (
+                self.runtime.clock.now() + self.runtime.config.wake_token_ttl)
+        except OverflowError:
+            raise self._too_far(nid, timeout) from None
         self._suspend(nid, event, deadline, expiry)
+
+    def _too_far(self, nid: str, duration: timedelta | None) -> StarflowError:
+        return StarflowError(
+            f"run {self.run_id}: {nid} with a duration of {duration} ends past the year "
+            "9999, which cannot be stored: use a shorter timeout or sleep (a wait_for "
+            "without a timeout waits for ever)", run_id=self.run_id, node_id=nid)
 
     # -- the run -----------------------------------------------------------------
 

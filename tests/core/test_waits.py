@@ -85,3 +85,26 @@ class TestWaitInsideAStep:
         assert "from the @workflow function" in message
         assert effects == ["sent"]
         assert await sf.adapter.list_waits(handle.run_id) == []
+
+
+class TestDurationsPastTheCalendar:
+    """A timeout or sleep too long to store fails with a StarflowError naming the node."""
+
+    @pytest.mark.parametrize("kind", ["sleep", "wait_for"])
+    async def test_overlong_duration(self, sf: Starflow, kind: str) -> None:
+        """Not a bare OverflowError('date value out of range'); nothing is registered."""
+
+        @workflow(name=unique("overlong"))
+        async def wf() -> None:
+            if kind == "sleep":
+                await sleep(timedelta.max)
+            else:
+                await wait_for("x", timeout=timedelta.max)
+
+        handle = await sf.run(wf)
+        assert handle.status == "error"
+        nid = "sleep#1" if kind == "sleep" else "wait:x#1"
+        assert (handle.error or "").startswith(
+            f"StarflowError: run {handle.run_id}: {nid} with a duration of"), handle.error
+        assert "use a shorter timeout or sleep" in (handle.error or "")
+        assert await sf.adapter.list_waits(handle.run_id) == []
