@@ -643,14 +643,19 @@ class Runner:
         if run is None:
             raise InvalidWakeToken("not_found", f"run {claims.r} does not exist in this scope",
                                    run_id=claims.r, node_id=claims.n)
-        if run.is_terminal:
-            raise InvalidWakeToken("already_used", f"run {run.id} has ended ({run.status})",
-                                   run_id=run.id, node_id=claims.n)
-        waits = await self.adapter.list_waits(run.id)
+        waits = [] if run.is_terminal else await self.adapter.list_waits(run.id)
         if not any(w.node_id == claims.n for w in waits):
             events = await self.adapter.list_events(run.id)
             used = any(e.node_id == claims.n and e.event_type in ("node_complete", "node_error")
                        for e in events)
+            if run.is_terminal:
+                if used:  # woken (by this token, a signal or its timeout), then the run ended
+                    raise InvalidWakeToken(
+                        "already_used",
+                        f"run {run.id} has ended ({run.status}); its wait {claims.n} was "
+                        "woken before", run_id=run.id, node_id=claims.n)
+                # It ended (cancelled, failed) without that wait ever being woken.
+                raise RunFinished(run.id, run.status, "resume")
             early = None if used else _next_wait_event(claims.n, events)
             if early is not None:
                 return await self._resume_early(run, claims.n, early, encoded)
@@ -684,10 +689,8 @@ class Runner:
         if not unit.held:
             current = await self.adapter.get_run(run.id)
             if current is None or current.is_terminal:
-                raise InvalidWakeToken(
-                    "already_used",
-                    f"run {run.id} has ended ({current.status if current else 'gone'})",
-                    run_id=run.id, node_id=node_id)
+                # It ended before reaching the wait this early wake was for.
+                raise RunFinished(run.id, current.status if current else "gone", "resume")
             raise InvalidWakeToken(
                 "already_used", f"a wake for {node_id} is already queued for run {run.id}",
                 run_id=run.id, node_id=node_id)

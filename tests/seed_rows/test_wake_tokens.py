@@ -188,6 +188,24 @@ class TestRejections:
         assert (await sf.resume(token, {"ok": True})).status == "success"
         await self._rejects(sf, run_id, token, {"already_used"})
 
+    async def test_token_of_a_run_cancelled_at_its_wait(self, sf: Starflow) -> None:
+        """The run ended without its wait being woken: RunFinished (nothing to resume), not
+        already_used, and nothing written."""
+        run_id, token = await self._paused(sf)
+        await sf.cancel(run_id)
+        before = await snapshot(sf, run_id)
+        with pytest.raises(starflow.RunFinished) as err:
+            await sf.resume(token, {"ok": True})
+        assert err.value.status == "cancelled" and err.value.run_id == run_id
+        assert "cannot resume run" in str(err.value)
+        assert await snapshot(sf, run_id) == before
+
+    async def test_token_of_a_wait_a_signal_woke(self, sf: Starflow) -> None:
+        """The wait was woken by a signal and the run ended: the token is already_used."""
+        run_id, token = await self._paused(sf)
+        assert (await sf.signal(run_id, "approval", {"ok": True})).status == "success"
+        await self._rejects(sf, run_id, token, {"already_used"})
+
     async def test_wrong_wait(self, sf: Starflow) -> None:
         """A genuine token for a wait the run is not at (a later occurrence)."""
         run_id, token = await self._paused(sf)
