@@ -5,6 +5,12 @@ a task awaiting an aiosqlite query (answered from a thread) or an asyncpg
 reply (from a socket) looks blocked while its query is in flight. The
 environment therefore waits for "every other task blocked *and* the adapter
 idle" at one instant, looping until both hold together.
+
+A task also looks blocked while its wake-up is still queued on the event loop:
+a future resolved by a callback of a callback (an anyio task group unwinding
+after its cancel scope was cancelled: cancellation delivery, then task-done
+callbacks, then the host task). So on asyncio's own loop, "blocked" also needs
+the loop's ready queue to hold nothing but other quiescers' wake-ups.
 """
 
 from __future__ import annotations
@@ -35,6 +41,34 @@ def _asyncio_all_blocked() -> bool:
         if waiter is None or waiter.done():
             return False
     return True
+
+
+def _is_cancel_delivery(handle: asyncio.Handle) -> bool:
+    """anyio re-delivers a cancel scope's cancellation every cycle until its tasks end."""
+    callback = getattr(handle, "_callback", None)
+    return getattr(callback, "__qualname__", "") == "CancelScope._deliver_cancellation"
+
+
+def _pending_callbacks() -> tuple[bool, bool]:
+    """(other callbacks are queued, anyio cancellation deliveries are queued).
+
+    Quiescers' own wake-ups do not count. Loops without a ready queue to inspect
+    (not asyncio's own) report nothing pending.
+    """
+    ready = getattr(asyncio.get_running_loop(), "_ready", None)
+    if ready is None:  # pragma: no cover - e.g. uvloop
+        return False, False
+    others = deliveries = False
+    for handle in ready:
+        if handle.cancelled():
+            continue
+        if getattr(getattr(handle, "_callback", None), "__self__", None) in _quiescing:
+            continue
+        if _is_cancel_delivery(handle):
+            deliveries = True
+        else:
+            others = True
+    return others, deliveries
 
 
 def _on_asyncio() -> bool:
@@ -69,12 +103,25 @@ async def quiesce(idle: Callable[[], Awaitable[None]] | None) -> None:
     assert me is not None
     _quiescing.add(me)
     try:
+        delivered = False
         while True:
             await anyio.lowlevel.checkpoint()
             if idle is not None:
                 await idle()
             # No await between idle() returning and this check: both hold at once.
-            if _asyncio_all_blocked():
-                return
+            if not _asyncio_all_blocked():
+                delivered = False
+                continue
+            others, deliveries = _pending_callbacks()
+            if others:
+                delivered = False
+                continue
+            # anyio repeats a delivery every cycle while a cancelled scope still has
+            # tasks (one blocked in a shielded scope, say): let one run, then, if it
+            # woke nobody, it is not work.
+            if deliveries and not delivered:
+                delivered = True
+                continue
+            return
     finally:
         _quiescing.discard(me)

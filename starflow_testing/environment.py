@@ -259,7 +259,12 @@ class WorkflowEnvironment:
         if runner.busy > 0:
             return "wait"
         target = await self.adapter.next_deadline()
-        if await self._orphaned_leases():
+        orphaned = await self._orphaned_leases()
+        if runner.busy > 0:
+            # The worker claimed a run during those queries (a NOTIFY from another
+            # connection woke it): its lease is not orphaned. Settle again first.
+            return "moved"
+        if orphaned:
             # A run's runner is gone: time passes as usual until the sweep finds it.
             nxt = clock.next_deadline()
             if nxt is not None and (target is None or nxt < target):

@@ -272,9 +272,10 @@ class TestStartReadFailure:
             faults.append(FaultInjectingAdapter(adapter, fail=fail))
             return faults[0]
 
-        # Time moves only with advance(): what a claim leaves behind is checked
-        # before the worker's backoff (one poll interval) lets it claim again.
-        return WorkflowEnvironment(adapter=kind, config=CONFIG, wrap=wrap, time_skipping=False,
+        # Time skipping moves no time here (no durable timer): what a claim leaves
+        # behind is checked before advance() lets the worker's backoff (one poll
+        # interval) end and it claims again.
+        return WorkflowEnvironment(adapter=kind, config=CONFIG, wrap=wrap,
                                    poll_interval=self.POLL), faults
 
     @staticmethod
