@@ -33,9 +33,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 import uuid
-from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -48,23 +46,6 @@ POSTGRES_URL = os.environ.get("STARFLOW_BENCH_POSTGRES_URL",
                               "postgresql://postgres@127.0.0.1:5432/test")
 HERE = Path(__file__).resolve()
 WIDTH = 50
-
-
-async def rate(n: int, fn: Callable[[int], Awaitable[Any]], width: int) -> float:
-    """Workflows per second: ``n`` runs of ``fn``, ``width`` at a time."""
-    t0 = time.perf_counter()
-    if width == 1:
-        for i in range(n):
-            await fn(i)
-    else:
-        gate = asyncio.Semaphore(width)
-
-        async def one(i: int) -> None:
-            async with gate:
-                await fn(i)
-
-        await asyncio.gather(*(one(i) for i in range(n)))
-    return n / (time.perf_counter() - t0)
 
 
 def dbos_url(kind: str, tmp: str, database: str) -> str:
@@ -83,6 +64,7 @@ async def measure(kind: str, n: int, rounds: int, database: str) -> dict[str, An
 
     # starflow's side is bench.py's own three-step workflow: one definition for both benches.
     from bench import three_steps as starflow_three  # type: ignore[import-not-found]
+    from bench import timed_rate as rate
     from starflow import Starflow
 
     @DBOS.step()
