@@ -14,7 +14,7 @@ from .adapters import adapter_from_url
 from .adapters.base import RUN_STATUSES, RunEvent, RunInfo, WorkflowStateAdapter
 from .adapters.mirroring import find_mirror
 from .clock import Clock, SystemClock
-from .config import StarflowConfig, check_concurrency
+from .config import StarflowConfig, check_concurrency, int_problem
 from .decorators import definition_of
 from .errors import (
     ConfigError,
@@ -264,8 +264,8 @@ class Starflow:
         problems = []
         if status is not None and status not in RUN_STATUSES:
             problems.append(f"status must be one of {', '.join(RUN_STATUSES)}: {status!r}")
-        if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
-            problems.append(f"limit must be an int >= 1: {limit!r}")
+        if (problem := int_problem("limit", limit, 1)) is not None:
+            problems.append(problem)
         if since is not None and (not isinstance(since, datetime) or since.tzinfo is None):
             problems.append(f"since must be timezone-aware: {since!r}")
         if problems:

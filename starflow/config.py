@@ -10,7 +10,7 @@ import msgspec
 
 from .errors import ConfigError
 
-__all__ = ["StarflowConfig", "check_concurrency"]
+__all__ = ["StarflowConfig", "check_concurrency", "int_problem"]
 
 SqliteSynchronous = Literal["FULL", "NORMAL", "OFF", "EXTRA"]
 PostgresSynchronousCommit = Literal["on", "off", "local", "remote_write", "remote_apply"]
@@ -95,9 +95,9 @@ class StarflowConfig(msgspec.Struct, frozen=True, kw_only=True):
             problems.append(f"sqlite_inline_commits must be True or False, got "
                             f"{self.sqlite_inline_commits!r}")
         for name, least in (("max_claim_attempts", 1), ("storage_retries", 0)):
-            number = getattr(self, name)
-            if not isinstance(number, int) or isinstance(number, bool) or number < least:
-                problems.append(f"{name} must be an int >= {least}: {number!r}")
+            problem = int_problem(name, getattr(self, name), least)
+            if problem is not None:
+                problems.append(problem)
         # msgspec checks Literal fields only when decoding, not in the constructor.
         for name, allowed in (("sqlite_synchronous", _SQLITE_SYNCHRONOUS),
                               ("postgres_synchronous_commit", _POSTGRES_SYNCHRONOUS_COMMIT)):
@@ -123,12 +123,22 @@ class StarflowConfig(msgspec.Struct, frozen=True, kw_only=True):
             )
 
 
+def int_problem(name: str, value: object, least: int) -> str | None:
+    """The problem with an option that must be an int >= ``least`` (a bool is not one),
+    or None: the one wording every check of such an option uses."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        return f"{name} must be an int >= {least}: {value!r}"
+    return None
+
+
 def check_concurrency(value: object) -> int:
     """A worker's ``concurrency``: an int >= 1 (not a bool), else a ConfigError naming it.
 
     Shared by :class:`~starflow.worker.Worker` and :class:`~starflow.jobs.JobWorker`,
     which call it first, before anything starts.
     """
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigError(f"concurrency must be an int >= 1: {value!r}")
+    problem = int_problem("concurrency", value, 1)
+    if problem is not None:
+        raise ConfigError(problem)
+    assert isinstance(value, int)
     return value

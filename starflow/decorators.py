@@ -17,6 +17,7 @@ from typing import Any, ParamSpec, TypeVar, overload
 
 import wrapt
 
+from .config import int_problem
 from .context import current_engine, current_node
 from .errors import WorkflowDefinitionError
 
@@ -54,9 +55,8 @@ class RetryPolicy:
 
     def __post_init__(self) -> None:
         problems = []
-        if (not isinstance(self.max_attempts, int) or isinstance(self.max_attempts, bool)
-                or self.max_attempts < 1):
-            problems.append(f"max_attempts must be an int >= 1: {self.max_attempts!r}")
+        if (problem := int_problem("max_attempts", self.max_attempts, 1)) is not None:
+            problems.append(problem)
         if not isinstance(self.initial_interval, timedelta) or self.initial_interval < timedelta():
             problems.append(f"initial_interval must be a timedelta >= 0: {self.initial_interval!r}")
         if not isinstance(self.maximum_interval, timedelta) or (
@@ -309,13 +309,11 @@ def workflow(
         wf_name = name if name is not None else getattr(func, "__name__", "")
         if not isinstance(wf_name, str) or not wf_name.strip():
             problems.append(f"name must be a non-empty string: {wf_name!r}")
-        if not isinstance(version, int) or isinstance(version, bool) or version < 1:
-            problems.append(f"version must be an int >= 1: {version!r}")
+        if (problem := int_problem("version", version, 1)) is not None:
+            problems.append(problem)
         if max_claim_attempts is not None and (
-            not isinstance(max_claim_attempts, int) or isinstance(max_claim_attempts, bool)
-            or max_claim_attempts < 1
-        ):
-            problems.append(f"max_claim_attempts must be an int >= 1: {max_claim_attempts!r}")
+                problem := int_problem("max_claim_attempts", max_claim_attempts, 1)) is not None:
+            problems.append(problem)
         problems.extend(_pool_problems(pool))
         if problems:
             _fail("workflow", func, problems)
