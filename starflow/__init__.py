@@ -7,6 +7,7 @@ mark the calls worth recording with :func:`step`; pause durably with
 
 from __future__ import annotations
 
+from ._version import __version__
 from .adapters.base import RunEvent, RunInfo, WorkflowStateAdapter
 from .app import Starflow
 from .clock import Clock, SystemClock
@@ -39,8 +40,6 @@ from .session import session_get, session_set
 from .waits import now, patched, sleep, wait_for, wake_token
 from .warm.base import LiveRun
 from .warm.progress import progress
-
-__version__ = "0.1.0"
 
 __all__ = [
     "Clock",

@@ -126,7 +126,7 @@ def command(name: str, *, help: str, args: Sequence[Configure] = (),
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``starflow`` parser with every registered subcommand."""
-    from . import __version__
+    from ._version import __version__
 
     parser = _Parser(prog="starflow", description="starflow: durable execution for Python.")
     parser.add_argument("--version", action="version", version=f"starflow {__version__}")

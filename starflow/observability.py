@@ -29,6 +29,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ._version import __version__
 from .clock import monotonic
 from .errors import ConfigError
 
@@ -290,8 +291,6 @@ def _global_tracer() -> Any:
 
 
 def _version() -> str:
-    from . import __version__
-
     return __version__
 
 
