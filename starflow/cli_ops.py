@@ -370,7 +370,7 @@ def _export_args(parser: argparse.ArgumentParser) -> None:
 
 
 @command("export", group="runs",
-         help="run histories as JSON for starflow_testing.Replayer (wake tokens redacted)",
+         help="run histories as JSON for starflow replay (wake tokens redacted)",
          args=[app_args, db_args], configure=_export_args)
 async def _runs_export(ns: argparse.Namespace) -> int:
     from .history import export_run
@@ -578,13 +578,8 @@ async def _replay(ns: argparse.Namespace) -> int:
     if not ns.app:
         raise CommandError("starflow replay needs --app MODULE[:ATTR]: the module that "
                            "defines the workflows to check", EXIT_USAGE)
-    try:
-        from starflow_testing.replayer import Replayer
-    except ImportError as exc:
-        raise CommandError(f"starflow replay needs starflow_testing, which failed to import "
-                           f"({exc}): reinstall starflow with pip install 'starflow[dev]'"
-                           ) from exc
     from .errors import SerializationError
+    from .replayer import Replayer
 
     if ns.file == "-":
         raw = sys.stdin.buffer.read() if hasattr(sys.stdin, "buffer") else sys.stdin.read()

@@ -1,6 +1,6 @@
 """Run histories: the export format for one run's row and events.
 
-``starflow runs export`` writes it and ``starflow_testing.Replayer`` reads it,
+``starflow runs export`` writes it and :class:`starflow.replayer.Replayer` reads it,
 so a production history can be replayed against new workflow code in a test.
 Wake tokens are bearer secrets and are redacted from exports.
 """

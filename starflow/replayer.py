@@ -12,31 +12,33 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, Protocol
 
-from starflow.adapters.base import Unit, WorkflowStateAdapter
-from starflow.adapters.null import NullWorkflowStateAdapter
-from starflow.config import StarflowConfig
-from starflow.context import WorkflowContext, current_engine
-from starflow.decorators import StepDefinition, WorkflowDefinition, definition_of, registry
-from starflow.engine import Engine, Outcome, Runtime
-from starflow.errors import (
+import anyio.lowlevel
+
+from .adapters.base import Unit, WorkflowStateAdapter
+from .adapters.null import NullWorkflowStateAdapter
+from .config import StarflowConfig
+from .context import WorkflowContext, current_engine
+from .decorators import StepDefinition, WorkflowDefinition, definition_of, registry
+from .engine import Engine, Outcome, Runtime
+from .errors import (
     NonDeterminismError,
     StarflowError,
     StorageError,
     WorkflowDefinitionError,
 )
-from starflow.history import RunHistory, load_history, read_history
-from starflow.replay import Journal
-from starflow.runner import Runner
-from starflow.waits import Keyring
-
-from .clock import FakeClock
+from .history import RunHistory, load_history, read_history
+from .replay import Journal
+from .runner import Runner
+from .waits import Keyring
 
 __all__ = ["ReplayResult", "Replayer"]
 
 HistoryLike = RunHistory | Mapping[str, Any] | str | bytes
+#: The replay's time for a run with no recorded start (none of its steps ran).
+_NO_START = datetime(2030, 1, 1, tzinfo=UTC)
 ReplayOutcome = Literal["success", "error", "paused", "frontier", "nondeterminism", "failed"]
 
 
@@ -70,6 +72,29 @@ class ReplayResult:
 
 class _Frontier(BaseException):
     """Unwinds the replay where the history ends (never caught by user code)."""
+
+
+class _FrozenClock:
+    """The replay's :class:`~starflow.Clock`: time stands at the run's start.
+
+    A replay reads recorded outcomes only, so nothing in it should wait; a wait
+    that needs time to pass means the code went past the history, so it stops
+    the replay at its frontier (zero-length sleeps return at once).
+    """
+
+    def __init__(self, start: datetime) -> None:
+        self._now = start.astimezone(UTC)
+
+    def now(self) -> datetime:
+        return self._now
+
+    async def sleep(self, seconds: float) -> None:
+        await self.sleep_until(self._now + timedelta(seconds=max(0.0, seconds)))
+
+    async def sleep_until(self, deadline: datetime) -> None:
+        if deadline > self._now:
+            raise _Frontier()
+        await anyio.lowlevel.checkpoint()
 
 
 class _ReadOnlyAdapter(NullWorkflowStateAdapter):
@@ -194,7 +219,7 @@ class Replayer:
                       ) -> ReplayResult:
         run = history.run
         started = run.started_at or (history.events[0].created_at if history.events else None)
-        clock = FakeClock(started)
+        clock = _FrozenClock(started or _NO_START)
         adapter = _ReadOnlyAdapter(history)
         runtime = Runtime(adapter=adapter, clock=clock, config=StarflowConfig(),
                           runner_id="starflow-replayer",
