@@ -12,7 +12,6 @@ import anyio
 
 from .adapters import adapter_from_url
 from .adapters.base import RUN_STATUSES, RunEvent, RunInfo, WorkflowStateAdapter
-from .adapters.mirroring import find_mirror
 from .clock import Clock, SystemClock
 from .config import StarflowConfig, check_concurrency, int_problem
 from .decorators import definition_of
@@ -31,6 +30,7 @@ from .urls import scheme_of
 from .waits import Keyring
 from .warm.base import LiveRun, WarmTier, live_run
 from .warm.drainer import OutboxStatus, outbox_status
+from .warm.mirror import find_mirror
 from .worker import Worker
 
 __all__ = ["Starflow"]
@@ -105,7 +105,7 @@ class Starflow:
                 options["synchronous_commit"] = config.postgres_synchronous_commit
             adapter = adapter_from_url(url, workspace_id=workspace_id, env=env, **options)
         if warm is not None:
-            from .adapters.mirroring import mirror
+            from .warm.mirror import mirror
 
             adapter = mirror(adapter, warm, clock=clock)
         return cls(adapter, config=config, clock=clock, maintenance=maintenance)

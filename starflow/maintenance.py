@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import anyio
 
-from .adapters.mirroring import find_mirror
 from .clock import wait_event
 from .errors import StarflowError
 from .logs import get_logger
 from .runner import Runner
 from .warm.drainer import OutboxDrainer
+from .warm.mirror import find_mirror
 
 __all__ = ["Maintenance"]
 

@@ -37,7 +37,7 @@ from ..observability import set_outbox_lag
 from .base import Projection, event_row, is_terminal, run_columns, state_hash
 
 if TYPE_CHECKING:
-    from ..adapters.mirroring import MirroringWorkflowStateAdapter
+    from .mirror import MirroringWorkflowStateAdapter
 
 __all__ = [
     "LAG_BUCKETS",

@@ -34,7 +34,7 @@ async def progress(data: Any) -> None:
         raise StarflowError(
             "starflow.progress() reports a step's progress: call it inside a @step that a "
             "workflow run is executing")
-    from ..adapters.mirroring import find_mirror
+    from .mirror import find_mirror
 
     value = serde.to_builtins(data, what="progress data", run_id=engine.run_id, node_id=node_id)
     mirror = find_mirror(engine.adapter)

@@ -26,12 +26,7 @@ from typing import Any
 
 import msgspec
 
-from ..clock import Clock, SystemClock, format_ts
-from ..errors import WarmTierError
-from ..logs import get_logger
-from ..warm import warm_from_url
-from ..warm.base import WarmTier, event_row, redact, run_columns
-from .base import (
+from ..adapters.base import (
     AfterClaim,
     AfterSweep,
     DelegatingAdapter,
@@ -47,6 +42,11 @@ from .base import (
     UpsertSessionVar,
     WorkflowStateAdapter,
 )
+from ..clock import Clock, SystemClock, format_ts
+from ..errors import WarmTierError
+from ..logs import get_logger
+from . import warm_from_url
+from .base import WarmTier, event_row, redact, run_columns
 
 __all__ = ["MirroringWorkflowStateAdapter", "find_mirror", "mirror", "outbox_ops"]
 
