@@ -8,7 +8,7 @@ mark the calls worth recording with :func:`step`; pause durably with
 from __future__ import annotations
 
 from ._version import __version__
-from .adapters.base import RunEvent, RunInfo, WorkflowStateAdapter
+from .adapters.base import WorkflowStateAdapter
 from .app import Starflow
 from .clock import Clock, SystemClock
 from .config import StarflowConfig
@@ -35,6 +35,7 @@ from .errors import (
     WorkflowFailed,
 )
 from .jobs import JobWorker
+from .records import RunEvent, RunInfo
 from .runner import RunHandle
 from .session import session_get, session_set
 from .waits import now, patched, sleep, wait_for, wake_token

@@ -11,7 +11,7 @@ from typing import Any, ParamSpec, TypeVar
 import anyio
 
 from .adapters import adapter_from_url
-from .adapters.base import RUN_STATUSES, RunEvent, RunInfo, WorkflowStateAdapter
+from .adapters.base import WorkflowStateAdapter
 from .clock import Clock, SystemClock
 from .config import StarflowConfig, check_concurrency, int_problem
 from .decorators import definition_of
@@ -25,6 +25,7 @@ from .errors import (
 from .jobs import JobWorker
 from .logs import get_logger
 from .maintenance import Maintenance
+from .records import RUN_STATUSES, RunEvent, RunInfo
 from .runner import RunHandle, Runner
 from .urls import scheme_of
 from .waits import Keyring

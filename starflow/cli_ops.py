@@ -20,7 +20,6 @@ from typing import Any, TextIO
 import anyio
 import msgspec
 
-from .adapters.base import RunEvent, RunInfo
 from .cli import (
     EXIT_FAILURE,
     EXIT_OK,
@@ -35,6 +34,7 @@ from .cli import (
 )
 from .context import WAIT_KEY
 from .errors import InvalidWakeToken, WorkflowDefinitionError
+from .records import RunEvent, RunInfo
 from .waits import redact_wake_tokens
 
 __all__ = ["parse_since", "render_table", "timeline"]

@@ -23,7 +23,7 @@ import anyio.abc
 import anyio.lowlevel
 
 from . import logs, observability, serde
-from .adapters.base import Guard, JobSpec, WorkflowStateAdapter
+from .adapters.base import Guard, WorkflowStateAdapter
 from .clock import Clock, format_ts, wait_event
 from .config import StarflowConfig
 from .context import (
@@ -44,6 +44,7 @@ from .errors import (
     WaitTimeout,
 )
 from .logs import get_logger
+from .records import JobSpec
 from .replay import Journal, NodeRecord, node_id
 from .waits import Keyring, WakeClaims
 

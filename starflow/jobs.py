@@ -28,12 +28,12 @@ import anyio
 import anyio.abc
 
 from . import serde
-from .adapters.base import JobRecord
 from .config import check_concurrency
 from .decorators import StepDefinition, registry
 from .engine import error_info
 from .errors import ConfigError, RunnerKilled, StarflowError
 from .logs import get_logger
+from .records import JobRecord
 from .runner import Runner
 
 __all__ = ["JobWorker", "current_job"]

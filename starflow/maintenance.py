@@ -92,7 +92,7 @@ class Maintenance:
         return started
 
     async def _fire(self, wait: object, key: tuple[str, str]) -> None:
-        from .adapters.base import WaitRecord
+        from .records import WaitRecord
 
         assert isinstance(wait, WaitRecord)
         try:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from .adapters.base import RunEvent
+from .records import RunEvent
 
 __all__ = ["Journal", "NodeRecord", "node_id"]
 

@@ -20,15 +20,7 @@ import anyio
 import msgspec
 
 from . import observability, serde
-from .adapters.base import (
-    DefinitionRecord,
-    Guard,
-    RunEvent,
-    RunInfo,
-    StartOptions,
-    WaitRecord,
-    WorkflowStateAdapter,
-)
+from .adapters.base import Guard, WorkflowStateAdapter
 from .clock import Clock, wait_event
 from .config import StarflowConfig
 from .context import WAIT_KEY, WorkflowContext
@@ -48,6 +40,7 @@ from .errors import (
     WorkflowFailed,
 )
 from .logs import get_logger
+from .records import DefinitionRecord, RunEvent, RunInfo, StartOptions, WaitRecord
 from .replay import Journal
 from .waits import Keyring, check_event
 

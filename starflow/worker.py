@@ -7,7 +7,6 @@ from datetime import datetime
 import anyio
 import anyio.abc
 
-from .adapters.base import RunInfo
 from .clock import wait_event
 from .config import check_concurrency
 from .decorators import registry
@@ -20,6 +19,7 @@ from .errors import (
 )
 from .logs import get_logger
 from .maintenance import Maintenance
+from .records import RunInfo
 from .runner import Runner
 
 __all__ = ["Worker"]

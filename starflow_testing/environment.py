@@ -14,11 +14,12 @@ import anyio
 import msgspec
 
 from starflow.adapters import adapter_from_url
-from starflow.adapters.base import RunEvent, RunInfo, WorkflowStateAdapter
+from starflow.adapters.base import WorkflowStateAdapter
 from starflow.app import Starflow
 from starflow.config import StarflowConfig
 from starflow.errors import ConfigError, ResultTimeout, StarflowError
 from starflow.logs import get_logger
+from starflow.records import RunEvent, RunInfo
 from starflow.runner import RunHandle, Runner
 
 from ._quiesce import quiesce

@@ -11,9 +11,7 @@ from collections.abc import Collection, Sequence
 from datetime import datetime
 from typing import Any
 
-from .base import (
-    AfterClaim,
-    AfterSweep,
+from ..records import (
     DefinitionRecord,
     JobRecord,
     OutboxLag,
@@ -22,10 +20,9 @@ from .base import (
     RunInfo,
     SignalRecord,
     SweepResult,
-    Unit,
     WaitRecord,
-    WorkflowStateAdapter,
 )
+from .base import AfterClaim, AfterSweep, Unit, WorkflowStateAdapter
 
 __all__ = ["NullWorkflowStateAdapter"]
 

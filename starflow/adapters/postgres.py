@@ -52,13 +52,23 @@ from ..clock import Clock
 from ..errors import ConfigError, SerializationError, StarflowError, StorageError
 from ..logs import get_logger
 from ..migrations import load_migrations
+from ..records import (
+    DefinitionRecord,
+    JobRecord,
+    OutboxLag,
+    OutboxRow,
+    RunEvent,
+    RunInfo,
+    SignalRecord,
+    SweepResult,
+    WaitRecord,
+)
 from ..urls import normalize_scheme
 from .base import (
     JSON_RUN_COLUMNS,
     UPDATABLE_RUN_COLUMNS,
     AfterClaim,
     AfterSweep,
-    DefinitionRecord,
     DeleteSessionVars,
     DeleteSignal,
     DeleteWaits,
@@ -71,19 +81,11 @@ from .base import (
     InsertRun,
     InsertSignal,
     InsertWait,
-    JobRecord,
     Mark,
     Op,
-    OutboxLag,
-    OutboxRow,
-    RunEvent,
-    RunInfo,
-    SignalRecord,
-    SweepResult,
     Unit,
     UpdateRun,
     UpsertSessionVar,
-    WaitRecord,
     WorkflowStateAdapter,
 )
 

@@ -31,12 +31,22 @@ from .. import serde
 from ..clock import format_ts, parse_ts
 from ..errors import ConfigError, StorageError
 from ..migrations import load_migrations
+from ..records import (
+    DefinitionRecord,
+    JobRecord,
+    OutboxLag,
+    OutboxRow,
+    RunEvent,
+    RunInfo,
+    SignalRecord,
+    SweepResult,
+    WaitRecord,
+)
 from ..urls import normalize_scheme
 from .base import (
     JSON_RUN_COLUMNS,
     AfterClaim,
     AfterSweep,
-    DefinitionRecord,
     DeleteSessionVars,
     DeleteSignal,
     DeleteWaits,
@@ -49,19 +59,11 @@ from .base import (
     InsertRun,
     InsertSignal,
     InsertWait,
-    JobRecord,
     Mark,
     Op,
-    OutboxLag,
-    OutboxRow,
-    RunEvent,
-    RunInfo,
-    SignalRecord,
-    SweepResult,
     Unit,
     UpdateRun,
     UpsertSessionVar,
-    WaitRecord,
     WorkflowStateAdapter,
 )
 

@@ -43,8 +43,8 @@ from typing import Any
 
 import msgspec
 
-from ..adapters.base import TERMINAL_STATUSES, RunEvent, RunInfo
 from ..clock import format_ts
+from ..records import TERMINAL_STATUSES, RunEvent, RunInfo
 from ..waits import REDACTED, redact_wake_tokens
 
 __all__ = [

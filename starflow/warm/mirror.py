@@ -35,8 +35,6 @@ from ..adapters.base import (
     InsertOutbox,
     InsertRun,
     Op,
-    RunInfo,
-    SweepResult,
     Unit,
     UpdateRun,
     UpsertSessionVar,
@@ -45,6 +43,7 @@ from ..adapters.base import (
 from ..clock import Clock, SystemClock, format_ts
 from ..errors import WarmTierError
 from ..logs import get_logger
+from ..records import RunInfo, SweepResult
 from . import warm_from_url
 from .base import WarmTier, event_row, redact, run_columns
 

@@ -23,15 +23,13 @@ from starflow.adapters.base import (
     InsertOutbox,
     InsertRun,
     Op,
-    RunInfo,
-    StartOptions,
-    SweepResult,
     Unit,
     UpdateRun,
     WorkflowStateAdapter,
 )
 from starflow.context import WorkflowContext
 from starflow.errors import SerializationError, StorageError
+from starflow.records import RunInfo, StartOptions, SweepResult
 
 T0 = datetime(2026, 1, 1, 12, 0, 0, 123456, tzinfo=UTC)
 

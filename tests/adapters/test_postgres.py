@@ -23,7 +23,7 @@ import pytest
 
 import starflow
 from starflow import Starflow, step, workflow
-from starflow.adapters.base import Guard, InsertEvent, StartOptions, Unit
+from starflow.adapters.base import Guard, InsertEvent, Unit
 from starflow.adapters.postgres import (
     CLAIM_SQL,
     MIGRATION_LOCK_KEY,
@@ -34,6 +34,7 @@ from starflow.adapters.postgres import (
 from starflow.context import WorkflowContext
 from starflow.errors import ConfigError, StorageError
 from starflow.migrations import load_migrations
+from starflow.records import StartOptions
 from tests.conftest import POSTGRES_URL, require_postgres
 
 pytestmark = pytest.mark.postgres

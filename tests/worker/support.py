@@ -15,7 +15,8 @@ from typing import Any
 import anyio
 import anyio.lowlevel
 
-from starflow.adapters.base import DelegatingAdapter, RunInfo, SweepResult, Unit
+from starflow.adapters.base import DelegatingAdapter, Unit
+from starflow.records import RunInfo, SweepResult
 from starflow_testing import FakeClock
 
 HERE = Path(__file__).parent

@@ -12,7 +12,8 @@ import structlog.testing
 
 import starflow
 from starflow import WorkflowContext
-from starflow.adapters.base import StartOptions, WorkflowStateAdapter
+from starflow.adapters.base import WorkflowStateAdapter
+from starflow.records import StartOptions
 from starflow.worker import Worker
 from starflow_testing import FakeClock, FaultInjectingAdapter, WorkflowEnvironment
 from starflow_testing._quiesce import quiesce
