@@ -27,8 +27,8 @@ from .logs import get_logger
 from .maintenance import Maintenance
 from .records import RUN_STATUSES, RunEvent, RunInfo
 from .runner import RunHandle, Runner
+from .tokens import Keyring
 from .urls import scheme_of
-from .waits import Keyring
 from .warm.base import LiveRun, WarmTier, live_run
 from .warm.drainer import OutboxStatus, outbox_status
 from .warm.mirror import find_mirror

@@ -35,7 +35,7 @@ from .cli import (
 from .context import WAIT_KEY
 from .errors import InvalidWakeToken, WorkflowDefinitionError
 from .records import RunEvent, RunInfo
-from .waits import redact_wake_tokens
+from .tokens import redact_wake_tokens
 
 __all__ = ["parse_since", "render_table", "timeline"]
 

@@ -46,7 +46,7 @@ from .errors import (
 from .logs import get_logger
 from .records import JobSpec
 from .replay import Journal, NodeRecord, node_id
-from .waits import Keyring, WakeClaims
+from .tokens import Keyring, WakeClaims
 
 __all__ = ["Engine", "Outcome", "PendingWait", "Runtime"]
 

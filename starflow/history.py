@@ -16,7 +16,7 @@ from . import serde
 from .adapters.base import WorkflowStateAdapter
 from .errors import RunNotFound, SerializationError
 from .records import RunEvent, RunInfo
-from .waits import redact_wake_tokens
+from .tokens import redact_wake_tokens
 
 __all__ = ["HISTORY_FORMAT", "RunHistory", "export_run", "load_history", "read_history"]
 

@@ -32,7 +32,7 @@ from .errors import (
 from .history import RunHistory, load_history, read_history
 from .replay import Journal
 from .runner import Runner
-from .waits import Keyring
+from .tokens import Keyring
 
 __all__ = ["ReplayResult", "Replayer"]
 

@@ -42,7 +42,8 @@ from .errors import (
 from .logs import get_logger
 from .records import DefinitionRecord, RunEvent, RunInfo, StartOptions, WaitRecord
 from .replay import Journal
-from .waits import Keyring, check_event
+from .tokens import Keyring
+from .waits import check_event
 
 __all__ = ["RunHandle", "Runner", "new_runner_id"]
 

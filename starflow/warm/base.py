@@ -45,7 +45,7 @@ import msgspec
 
 from ..clock import format_ts
 from ..records import TERMINAL_STATUSES, RunEvent, RunInfo
-from ..waits import REDACTED, redact_wake_tokens
+from ..tokens import REDACTED, redact_wake_tokens
 
 __all__ = [
     "REDACTED",

@@ -206,7 +206,7 @@ class TestSharedHeartbeat:
         """A Runner used without the application's loop still refreshes its leases."""
         from starflow.decorators import definition_of
         from starflow.runner import Runner
-        from starflow.waits import Keyring
+        from starflow.tokens import Keyring
 
         clock = FakeClock()
         gate["started"], gate["release"] = anyio.Event(), anyio.Event()

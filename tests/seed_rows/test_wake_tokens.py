@@ -16,7 +16,7 @@ from starflow import InvalidWakeToken, Starflow, StarflowConfig, step, wait_for,
 from starflow.adapters import adapter_from_url
 from starflow.adapters.base import DelegatingAdapter, WorkflowStateAdapter
 from starflow.records import SignalRecord
-from starflow.waits import Keyring, WakeClaims, redact_wake_tokens
+from starflow.tokens import Keyring, WakeClaims, redact_wake_tokens
 from starflow_testing import FakeClock
 
 from .conftest import KEYS, unique
