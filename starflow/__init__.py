@@ -35,12 +35,12 @@ from .errors import (
     WorkflowFailed,
 )
 from .jobs import JobWorker
+from .progress import progress
 from .records import RunEvent, RunInfo
 from .runner import RunHandle
 from .session import session_get, session_set
 from .waits import now, patched, sleep, wait_for, wake_token
 from .warm.base import LiveRun
-from .warm.progress import progress
 
 __all__ = [
     "Clock",
