@@ -19,12 +19,11 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from contextvars import ContextVar, Token
 from datetime import datetime
 from types import TracebackType
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 
 from ..clock import Clock
-from ..context import WorkflowContext
 from ..records import (
     DefinitionRecord,
     JobRecord,
@@ -43,9 +42,29 @@ __all__ = [
     "DelegatingAdapter",
     "Guard",
     "Op",
+    "RunContext",
     "Unit",
     "WorkflowStateAdapter",
 ]
+
+
+class RunContext(Protocol):
+    """What the boundaries read from a run's context (the runtime's
+    :class:`~starflow.WorkflowContext` is one): the adapters know no runtime type."""
+
+    @property
+    def workflow(self) -> str: ...
+
+    @property
+    def version(self) -> int: ...
+
+    @property
+    def phase(self) -> Any: ...
+
+    def snapshot(self) -> dict[str, Any]:
+        """The JSON-ready snapshot stored as ``checkpoint_json``."""
+        ...
+
 
 # ---------------------------------------------------------------------------
 # The write seam
@@ -384,7 +403,7 @@ class WorkflowStateAdapter(abc.ABC):
     # -- the state model's write boundaries ----------------------------------
 
     async def on_run_start(
-        self, run_id: str, ctx: WorkflowContext, options: StartOptions | None = None,
+        self, run_id: str, ctx: RunContext, options: StartOptions | None = None,
         *, now: datetime,
     ) -> None:
         """INSERT workflow_runs (status running, or queued for workers)."""
@@ -449,14 +468,14 @@ class WorkflowStateAdapter(abc.ABC):
         """INSERT a node_error event (terminal: past the last retry)."""
         await self._event("on_node_error", run_id, "node_error", node_id, error, now)
 
-    async def save_checkpoint(self, run_id: str, ctx: WorkflowContext) -> None:
+    async def save_checkpoint(self, run_id: str, ctx: RunContext) -> None:
         """UPSERT workflow_runs.checkpoint_json."""
         await self._submit(
             UpdateRun(method="save_checkpoint", run_id=run_id,
                       values={"checkpoint_json": ctx.snapshot()})
         )
 
-    async def on_run_paused(self, run_id: str, ctx: WorkflowContext, *, now: datetime,
+    async def on_run_paused(self, run_id: str, ctx: RunContext, *, now: datetime,
                             payload: Any = None) -> None:
         """UPDATE status paused; INSERT a run_paused event."""
         await self._submit(
@@ -474,7 +493,7 @@ class WorkflowStateAdapter(abc.ABC):
         await self._event("on_run_resumed", run_id, "run_resumed", None, payload, now,
                           same_call=True)
 
-    async def on_run_complete(self, run_id: str, ctx: WorkflowContext, duration_ms: int,
+    async def on_run_complete(self, run_id: str, ctx: RunContext, duration_ms: int,
                               *, now: datetime, result: Any = None) -> None:
         """UPDATE status success, duration; clear the checkpoint; drop run-scoped session vars."""
         await self._submit(
@@ -522,7 +541,7 @@ class WorkflowStateAdapter(abc.ABC):
                       values={"leased_by": None, "lease_until": None})
         )
 
-    async def record_phase_if_changed(self, run_id: str, ctx: WorkflowContext,
+    async def record_phase_if_changed(self, run_id: str, ctx: RunContext,
                                       meta: Mapping[str, Any], *, now: datetime) -> bool:
         """INSERT a phase event when ``ctx.phase`` differs from ``meta["previous"]``.
 
