@@ -4,22 +4,23 @@ that tells decorated functions whether they run inside a workflow.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any
+from datetime import datetime, timedelta
+from typing import Any, Protocol
 
 import msgspec
 
+from .adapters.base import WorkflowStateAdapter
 from .errors import ReservedKeyError, StarflowError
-
-if TYPE_CHECKING:
-    from .engine import Engine
 
 __all__ = [
     "RESERVED_KEYS",
     "RESERVED_PREFIX",
+    "RunningEngine",
     "Variables",
     "WorkflowContext",
+    "check_event",
     "context",
     "current_engine",
     "current_node",
@@ -31,6 +32,16 @@ CHECKOUT_KEY = "__celestialCheckout"
 LEASES_KEY = "__celestialLeases"
 IDEMPOTENCY_KEY = "__celestialIdempotency"
 RESERVED_KEYS = (WAIT_KEY, CHECKOUT_KEY, LEASES_KEY, IDEMPOTENCY_KEY)
+
+
+def check_event(event: object, what: str, *, run_id: str | None = None) -> str:
+    """The one rule for a signal name: a non-empty string without ``#`` (node ids
+    are ``wait:<event>#<n>``). Shared by ``wait_for``, ``wake_token`` and
+    ``Starflow.signal``, so a signal is never kept for a wait that cannot exist."""
+    if not isinstance(event, str) or not event or "#" in event:
+        raise StarflowError(f"{what} event must be a non-empty string without '#': {event!r}",
+                            run_id=run_id)
+    return event
 
 
 class Variables(dict[str, Any]):
@@ -177,14 +188,13 @@ class WorkflowContext(msgspec.Struct, kw_only=True):
     def wake_token_for(self, event: str, *, timeout: Any = None) -> str:
         """The wake token of the next ``wait_for(event)`` of this run (see
         :func:`starflow.wake_token`)."""
-        from .waits import wake_token
-
         engine = current_engine.get()
         if engine is None or engine.ctx is not self:
             raise StarflowError(
                 "wake_token_for() needs the running workflow: call it on starflow.context() "
                 f"inside run {self.run_id}", run_id=self.run_id)
-        return wake_token(event, timeout=timeout)
+        check_event(event, "wake_token")
+        return engine.wake_token_for(event, timeout)
 
     def snapshot(self) -> dict[str, Any]:
         """The JSON-ready snapshot stored as ``checkpoint_json``."""
@@ -209,7 +219,36 @@ class WorkflowContext(msgspec.Struct, kw_only=True):
         )
 
 
-current_engine: ContextVar[Engine | None] = ContextVar("starflow_engine", default=None)
+class RunningEngine(Protocol):
+    """What workflow code reaches through :data:`current_engine`: the running
+    execution (``starflow.engine.Engine`` is the one implementation). A Protocol,
+    so the primitives below the engine (context, waits, decorators, session,
+    progress) do not import it."""
+
+    @property
+    def ctx(self) -> WorkflowContext: ...
+
+    @property
+    def run_id(self) -> str: ...
+
+    @property
+    def adapter(self) -> WorkflowStateAdapter: ...
+
+    def now(self) -> datetime: ...
+
+    def patched(self, change_id: str) -> bool: ...
+
+    def wake_token_for(self, event: str | None, timeout: timedelta | None = None) -> str: ...
+
+    async def wait(self, event: str | None, timeout: timedelta | None, type_: Any) -> Any: ...
+
+    # ``sdef`` is a ``decorators.StepDefinition``; decorators imports this module.
+    async def run_step(self, sdef: Any, fn: Callable[..., Awaitable[Any]],
+                       args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any: ...
+
+
+#: The engine executing the current task's workflow run (None outside a run).
+current_engine: ContextVar[RunningEngine | None] = ContextVar("starflow_engine", default=None)
 current_node: ContextVar[str | None] = ContextVar("starflow_node", default=None)
 
 

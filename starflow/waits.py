@@ -12,7 +12,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any, TypeVar, overload
 
-from .context import current_engine
+from .context import check_event, current_engine
 from .errors import StarflowError
 
 # Wake tokens are signed and redacted in the base layer (tokens.py); the two
@@ -31,16 +31,6 @@ __all__ = [
 ]
 
 T = TypeVar("T")
-
-
-def check_event(event: object, what: str, *, run_id: str | None = None) -> str:
-    """The one rule for a signal name: a non-empty string without ``#`` (node ids
-    are ``wait:<event>#<n>``). Shared by ``wait_for``, ``wake_token`` and
-    ``Starflow.signal``, so a signal is never kept for a wait that cannot exist."""
-    if not isinstance(event, str) or not event or "#" in event:
-        raise StarflowError(f"{what} event must be a non-empty string without '#': {event!r}",
-                            run_id=run_id)
-    return event
 
 
 def _engine(what: str) -> Any:
