@@ -1,10 +1,7 @@
-"""Operator subcommands of ``starflow``: inspect runs, wake or cancel them, check
-the outbox, export histories and replay them against new code.
+"""``starflow runs list / show / events / export``: inspect runs and export
+their histories (``runs retry`` is in :mod:`starflow.cli.control`).
 
-Registered with :func:`starflow.cli.command` when the parser is built. Human
-output is aligned tables on stdout; ``--json`` gives stable keys instead.
-Timestamps are ISO-8601 UTC. Wake tokens are bearer secrets: nothing here
-prints one (``resume`` only reads the token it is given).
+Wake tokens are bearer secrets: nothing here prints one.
 """
 
 from __future__ import annotations
@@ -12,99 +9,35 @@ from __future__ import annotations
 import argparse
 import re
 import sys
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, TextIO
 
 import anyio
 import msgspec
 
-from .cli import (
-    EXIT_FAILURE,
+from ..context import WAIT_KEY
+from ..records import RunEvent, RunInfo
+from ..tokens import redact_wake_tokens
+from ._base import (
     EXIT_OK,
     EXIT_USAGE,
     CommandError,
-    _positive_int,
     app_args,
     command,
     db_args,
-    load_app_object,
     open_app,
+    positive_int,
 )
-from .context import WAIT_KEY
-from .errors import InvalidWakeToken, WorkflowDefinitionError
-from .records import RunEvent, RunInfo
-from .tokens import redact_wake_tokens
+from ._format import cell, human_duration, iso, json_flag, render_table, run_args, write, write_json
 
-__all__ = ["parse_since", "render_table", "timeline"]
+__all__ = ["Progress", "event_json", "parse_since", "run_detail", "run_summary", "timeline"]
 
 STATUSES = ("queued", "running", "paused", "success", "error", "cancelled")
 #: ``--all`` exports have no row limit (LIMIT needs a number).
 _NO_LIMIT = 2**31 - 1
 _RELATIVE = re.compile(r"^(\d+(?:\.\d+)?)\s*(s|m|h|d|w)$")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-
-
-# ---------------------------------------------------------------------------
-# Formatting
-# ---------------------------------------------------------------------------
-
-
-def iso(ts: datetime | None) -> str | None:
-    """ISO-8601 UTC with milliseconds and a ``Z`` (None stays None)."""
-    if ts is None:
-        return None
-    return ts.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-def human_duration(seconds: float) -> str:
-    """``0.250s``, ``12.0s``, ``4m05s``, ``2h03m``, ``3d04h``."""
-    if seconds < 10:
-        return f"{seconds:.3f}s"
-    if seconds < 60:
-        return f"{seconds:.1f}s"
-    whole = int(seconds)
-    if whole < 3600:
-        return f"{whole // 60}m{whole % 60:02d}s"
-    if whole < 86400:
-        return f"{whole // 3600}h{whole % 3600 // 60:02d}m"
-    return f"{whole // 86400}d{whole % 86400 // 3600:02d}h"
-
-
-def _cell(value: Any, width: int | None = None) -> str:
-    if value is None:
-        text = "-"
-    elif isinstance(value, datetime):
-        text = iso(value) or "-"
-    elif isinstance(value, str):
-        text = value
-    elif isinstance(value, int | float | bool):
-        text = str(value)
-    else:
-        text = msgspec.json.encode(value).decode()
-    text = " ".join(text.split())  # one line per row, whatever the value holds
-    if width is not None and len(text) > width:
-        text = text[: width - 1] + "…"
-    return text
-
-
-def render_table(headers: Sequence[str], rows: Iterable[Sequence[Any]], *,
-                 max_width: int = 60) -> str:
-    """Rows as left-aligned columns under upper-case headers, one line each."""
-    cells = [[_cell(v, max_width) for v in row] for row in rows]
-    widths = [max([len(h), *(len(r[i]) for r in cells)]) for i, h in enumerate(headers)]
-    lines = ["  ".join(h.upper().ljust(w) for h, w in zip(headers, widths, strict=True))]
-    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in cells]
-    return "\n".join(line.rstrip() for line in lines) + "\n"
-
-
-def _write(text: str) -> None:
-    sys.stdout.write(text)
-
-
-def _write_json(value: Any) -> None:
-    sys.stdout.write(msgspec.json.format(msgspec.json.encode(value), indent=2).decode() + "\n")
 
 
 # ---------------------------------------------------------------------------
@@ -129,20 +62,6 @@ def parse_since(text: str, now: datetime) -> datetime:
 def _since_arg(text: str) -> str:
     parse_since(text, datetime(2000, 1, 1, tzinfo=UTC))  # validate now; resolve on the clock
     return text
-
-
-def _payload(text: str) -> Any:
-    try:
-        return msgspec.json.decode(text)
-    except msgspec.DecodeError as exc:
-        raise argparse.ArgumentTypeError(
-            f"not valid JSON ({exc}): quote it for the shell, e.g. --payload "
-            "'{\"ok\": true}', or pass a JSON string as '\"text\"'") from None
-
-
-def _json_flag(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--json", action="store_true",
-                        help="machine-readable JSON on stdout (stable keys)")
 
 
 def _filters(parser: argparse.ArgumentParser) -> None:
@@ -247,9 +166,9 @@ def _ms(value: float | None, sign: str = "") -> str | None:
 
 def _list_args(parser: argparse.ArgumentParser) -> None:
     _filters(parser)
-    parser.add_argument("--limit", type=_positive_int, default=50, metavar="N",
+    parser.add_argument("--limit", type=positive_int, default=50, metavar="N",
                         help="at most N runs, newest first (default 50)")
-    _json_flag(parser)
+    json_flag(parser)
 
 
 @command("list", group="runs", help="list runs, newest first",
@@ -260,12 +179,12 @@ async def _runs_list(ns: argparse.Namespace) -> int:
         runs = await sf.list_runs(status=ns.status, template_id=ns.template, limit=ns.limit,
                                   since=since)
     if ns.json:
-        _write_json([run_summary(r) for r in runs])
+        write_json([run_summary(r) for r in runs])
         return EXIT_OK
     if not runs:
         sys.stderr.write("no runs match\n")
         return EXIT_OK
-    _write(render_table(
+    write(render_table(
         ["id", "workflow", "status", "started", "duration", "error"],
         [(r.id, f"{r.template_id}" + (f" v{r.workflow_version}" if r.workflow_version else ""),
           r.status, iso(r.started_at),
@@ -274,17 +193,8 @@ async def _runs_list(ns: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _run_id_arg(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("run_id", metavar="RUN_ID")
-
-
-def _show_args(parser: argparse.ArgumentParser) -> None:
-    _run_id_arg(parser)
-    _json_flag(parser)
-
-
 @command("show", group="runs", help="a run's row and a timeline of its events",
-         args=[app_args, db_args], configure=_show_args)
+         args=[app_args, db_args], configure=run_args)
 async def _runs_show(ns: argparse.Namespace) -> int:
     async with open_app(ns, must_exist=True) as sf:
         run = await sf.get_run(ns.run_id)
@@ -292,7 +202,7 @@ async def _runs_show(ns: argparse.Namespace) -> int:
     detail = run_detail(run)
     rows = timeline(run, events)
     if ns.json:
-        _write_json({"run": detail, "timeline": rows})
+        write_json({"run": detail, "timeline": rows})
         return EXIT_OK
     waiting = detail["waiting"]
     fields: list[tuple[str, Any]] = [
@@ -314,24 +224,24 @@ async def _runs_show(ns: argparse.Namespace) -> int:
         ("error", run.error),
     ]
     width = max(len(k) for k, _ in fields)
-    _write("".join(f"{k.ljust(width)}  {_cell(v)}\n" for k, v in fields if v is not None))
-    _write(f"\ntimeline ({len(rows)} event{'s' if len(rows) != 1 else ''}):\n")
-    _write(render_table(["offset", "event", "node", "took"],
+    write("".join(f"{k.ljust(width)}  {cell(v)}\n" for k, v in fields if v is not None))
+    write(f"\ntimeline ({len(rows)} event{'s' if len(rows) != 1 else ''}):\n")
+    write(render_table(["offset", "event", "node", "took"],
                         [(_ms(r["offset_ms"], "+"), r["event_type"], r["node_id"],
                           _ms(r["duration_ms"])) for r in rows]))
     return EXIT_OK
 
 
 @command("events", group="runs", help="a run's events in order (wake tokens redacted)",
-         args=[app_args, db_args], configure=_show_args)
+         args=[app_args, db_args], configure=run_args)
 async def _runs_events(ns: argparse.Namespace) -> int:
     async with open_app(ns, must_exist=True) as sf:
         events = await sf.events(ns.run_id)
     data = [event_json(ev) for ev in events]
     if ns.json:
-        _write_json(data)
+        write_json(data)
         return EXIT_OK
-    _write(render_table(["id", "at", "event", "node", "payload"],
+    write(render_table(["id", "at", "event", "node", "payload"],
                         [(e["id"], e["created_at"], e["event_type"],
                           e["node_id"], e["payload"]) for e in data]))
     return EXIT_OK
@@ -373,7 +283,7 @@ def _export_args(parser: argparse.ArgumentParser) -> None:
          help="run histories as JSON for starflow replay (wake tokens redacted)",
          args=[app_args, db_args], configure=_export_args)
 async def _runs_export(ns: argparse.Namespace) -> int:
-    from .history import export_run
+    from ..history import export_run
 
     if bool(ns.run_ids) == bool(ns.all):
         raise CommandError("runs export: give RUN_ID... or --all, not both or neither",
@@ -400,7 +310,7 @@ async def _runs_export(ns: argparse.Namespace) -> int:
     document: Any = histories[0] if len(ids) == 1 and not ns.all else histories
     data = msgspec.json.encode(document) + b"\n"
     if ns.output == "-":
-        _write(data.decode())
+        write(data.decode())
         sys.stdout.flush()
     else:
         try:
@@ -409,216 +319,4 @@ async def _runs_export(ns: argparse.Namespace) -> int:
             raise CommandError(f"cannot write {ns.output}: {exc.strerror or exc} (check the "
                                "directory exists and is writable)") from exc
         sys.stderr.write(f"exported {len(histories)} run(s) to {ns.output}\n")
-    return EXIT_OK
-
-
-# ---------------------------------------------------------------------------
-# signal / resume / cancel
-# ---------------------------------------------------------------------------
-
-
-def _handle_json(handle: Any) -> dict[str, Any]:
-    return {"run_id": handle.run_id, "status": handle.status,
-            "waiting_for": handle.waiting_for, "error": handle.error,
-            "result": redact_wake_tokens(handle.result)}
-
-
-def _report(handle: Any, verb: str, as_json: bool) -> None:
-    if as_json:
-        _write_json(_handle_json(handle))
-        return
-    where = handle.status
-    if handle.status == "paused":
-        where += f" (waiting for {handle.waiting_for})" if handle.waiting_for else " (sleeping)"
-    elif handle.status == "error" and handle.error:
-        where += f": {handle.error}"
-    _write(f"{verb} run {handle.run_id}: now {where}\n")
-
-
-def _needs_app(run: RunInfo) -> CommandError:
-    return CommandError(
-        f"run {run.id} was started inline, so the command that wakes it drives it, and "
-        f"workflow {run.template_id!r} v{run.workflow_version} is not registered here: pass "
-        "--app MODULE (the module that defines it); nothing was written")
-
-
-@asynccontextmanager
-async def _missing_code_explained(sf: Any) -> AsyncIterator[None]:
-    """Turn a WorkflowDefinitionError naming a run into the one-line error for an
-    inline run whose workflow this command cannot import (others pass as they are)."""
-    try:
-        yield
-    except WorkflowDefinitionError as exc:
-        run = await sf.get_run(exc.run_id) if exc.run_id else None
-        if run is None:
-            raise
-        raise _needs_app(run) from exc
-
-
-def _signal_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("run_id", metavar="RUN_ID")
-    parser.add_argument("event", metavar="EVENT", help="the signal name the run waits for")
-    parser.add_argument("--payload", type=_payload, default=None, metavar="JSON",
-                        help="the value wait_for returns (JSON, default null)")
-    _json_flag(parser)
-
-
-@command("signal", help="deliver a signal to a run (kept until the run waits for it)",
-         args=[app_args, db_args], configure=_signal_args)
-async def _signal(ns: argparse.Namespace) -> int:
-    async with open_app(ns, must_exist=True) as sf:
-        run = await sf.get_run(ns.run_id)
-        if run.start_mode == "inline" and run.status == "paused":
-            try:  # it would be driven here: refuse before writing if its code is missing
-                await sf.runner.resolve(run)
-            except WorkflowDefinitionError as exc:
-                raise _needs_app(run) from exc
-        handle = await sf.signal(ns.run_id, ns.event, ns.payload)
-    _report(handle, f"signal {ns.event!r} sent to", ns.json)
-    return EXIT_OK
-
-
-def _resume_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("token", metavar="TOKEN", help="the wake token of a paused run's wait")
-    parser.add_argument("--payload", type=_payload, default=None, metavar="JSON",
-                        help="the value the wait returns (JSON, default null)")
-    _json_flag(parser)
-
-
-@command("resume", help="wake a paused run through its wake token",
-         args=[app_args, db_args], configure=_resume_args)
-async def _resume(ns: argparse.Namespace) -> int:
-    async with open_app(ns, must_exist=True) as sf, _missing_code_explained(sf):
-        try:
-            handle = await sf.resume(ns.token.strip(), ns.payload)
-        except InvalidWakeToken as exc:
-            raise CommandError(
-                f"{exc} (check the whole token was copied, and that --db/--workspace/--env "
-                "name the run's database)") from exc
-    _report(handle, "resumed", ns.json)
-    return EXIT_OK
-
-
-@command("cancel", help="cancel a run (a running one stops at its next step boundary)",
-         args=[app_args, db_args], configure=_show_args)
-async def _cancel(ns: argparse.Namespace) -> int:
-    async with open_app(ns, must_exist=True) as sf:
-        handle = await sf.cancel(ns.run_id)
-    _report(handle, "cancelled", ns.json)
-    return EXIT_OK
-
-
-@command("retry", group="runs",
-         help="run a run that ended in error again from its recorded history (after a fix)",
-         args=[app_args, db_args], configure=_show_args)
-async def _retry(ns: argparse.Namespace) -> int:
-    async with open_app(ns, must_exist=True) as sf, _missing_code_explained(sf):
-        handle = await sf.retry(ns.run_id)
-    _report(handle, "retried", ns.json)
-    return EXIT_OK
-
-
-# ---------------------------------------------------------------------------
-# outbox status
-# ---------------------------------------------------------------------------
-
-
-@command("status", group="outbox",
-         help="the mirror outbox's lag: pending rows by age, and the level (ok/warn/page)",
-         args=[app_args, db_args], configure=_json_flag)
-async def _outbox_status(ns: argparse.Namespace) -> int:
-    async with open_app(ns, must_exist=True) as sf:
-        status = await sf.outbox_status()
-    if ns.json:
-        _write_json({"pending": status.pending,
-                     "oldest_age_seconds": round(status.oldest_age_seconds, 3),
-                     "level": status.level, "buckets": status.buckets, "warm": status.warm})
-        return EXIT_OK
-    _write(f"outbox: {status.pending} pending, oldest "
-           f"{human_duration(status.oldest_age_seconds)}, level {status.level}"
-           f"{f', warm tier {status.warm}' if status.warm else ''}\n")
-    _write(render_table(["age", "rows"],
-                        [(_bucket_label(k), v) for k, v in status.buckets.items()]))
-    return EXIT_OK
-
-
-def _bucket_label(key: str) -> str:
-    """``lt_1s`` → ``< 1s``, ``1s_5s`` → ``1s-5s``, ``gt_5m`` → ``> 5m``."""
-    if key.startswith("lt_"):
-        return "< " + key[3:]
-    if key.startswith(("gt_", "ge_")):
-        return "> " + key[3:]
-    return key.replace("_", "-")
-
-
-# ---------------------------------------------------------------------------
-# replay
-# ---------------------------------------------------------------------------
-
-
-def _replay_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("file", metavar="FILE",
-                        help="an export from `starflow runs export` (- for stdin)")
-    _json_flag(parser)
-
-
-def _histories(document: Any, source: str) -> list[Mapping[str, Any]]:
-    items = document if isinstance(document, list) else [document]
-    if not items or not all(isinstance(i, dict) for i in items):
-        raise CommandError(f"{source}: not a run history export (expected a JSON object or an "
-                           "array of them, as `starflow runs export` writes)")
-    return items
-
-
-@command("replay",
-         help="replay exported histories against this code; exit 1 if any would fail "
-              "(a pre-deploy determinism check)",
-         args=[app_args], configure=_replay_args)
-async def _replay(ns: argparse.Namespace) -> int:
-    if not ns.app:
-        raise CommandError("starflow replay needs --app MODULE[:ATTR]: the module that "
-                           "defines the workflows to check", EXIT_USAGE)
-    from .errors import SerializationError
-    from .replayer import Replayer
-
-    if ns.file == "-":
-        raw = sys.stdin.buffer.read() if hasattr(sys.stdin, "buffer") else sys.stdin.read()
-    else:
-        try:
-            raw = await anyio.Path(ns.file).read_bytes()
-        except OSError as exc:
-            raise CommandError(f"cannot read {ns.file}: {exc.strerror or exc} (give a file "
-                               "written by starflow runs export)",
-                               EXIT_USAGE) from exc
-    try:
-        document = msgspec.json.decode(raw)
-    except msgspec.DecodeError as exc:
-        raise CommandError(f"{ns.file}: not valid JSON ({exc}); export it with "
-                           "starflow runs export") from exc
-    load_app_object(ns.app)  # registers the workflows the replayer looks up
-    replayer = Replayer()
-    results = []
-    for history in _histories(document, ns.file):
-        try:
-            results.append(await replayer.replay_history(history))
-        except SerializationError as exc:
-            raise CommandError(f"{ns.file}: {exc}") from exc
-    failed = [r for r in results if not r.ok]
-    if ns.json:
-        _write_json([{"run_id": r.run_id, "workflow": r.workflow, "ok": r.ok,
-                      "outcome": r.outcome, "error": str(r.error) if r.error else None}
-                     for r in results])
-    else:
-        _write(render_table(["run", "workflow", "outcome", "ok"],
-                            [(r.run_id, r.workflow, r.outcome, "yes" if r.ok else "NO")
-                             for r in results]))
-        for r in failed:
-            _write(f"{r.run_id}: {type(r.error).__name__}: {r.error}\n")
-    if failed:
-        nondeterministic = sum(r.outcome == "nondeterminism" for r in failed)
-        raise CommandError(
-            f"{len(failed)} of {len(results)} run(s) would fail on this code "
-            f"({nondeterministic} non-deterministic): keep the old workflow version "
-            "registered for them, or fix the change before deploying", EXIT_FAILURE)
-    sys.stderr.write(f"{len(results)} run(s) replay cleanly\n")
     return EXIT_OK

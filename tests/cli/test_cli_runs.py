@@ -10,7 +10,7 @@ from pathlib import Path
 import anyio
 
 from starflow import Starflow
-from starflow.cli_ops import Progress, parse_since
+from starflow.cli.runs import Progress, parse_since
 from starflow.history import load_history
 
 from .support import APP, Cli, Seeded
