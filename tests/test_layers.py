@@ -163,6 +163,12 @@ def owner(name: str, modules: set[str]) -> str | None:
     return None
 
 
+def _ancestors(module: str) -> list[str]:
+    """``a.b.c`` → ``["a.b", "a"]``."""
+    parts = module.split(".")
+    return [".".join(parts[:i]) for i in range(len(parts) - 1, 0, -1)]
+
+
 def find_cycles(graph: Mapping[str, set[str]]
                 ) -> tuple[list[list[str]], list[list[str]]]:
     """The strongly connected components with more than one module (or a module
@@ -210,7 +216,7 @@ def find_cycles(graph: Mapping[str, set[str]]
         while frontier and not found:
             nxt = []
             for v in frontier:
-                for w in sorted(graph.get(v, ()) & members):
+                for w in sorted(graph.get(v, set()) & members):
                     if w == start:
                         previous[start] = v
                         found = True
@@ -236,15 +242,15 @@ def check_layers(root: Path, package: str, layers: Mapping[str, str],
                  forbidden: tuple[str, ...] = ()) -> Report:
     """Check ``root/package`` against ``layers`` (module → one of :data:`ORDER`).
 
-    Imports of a module by itself's package (``from . import x`` in
-    ``pkg/__init__``) count like any other. Imports of modules outside the
-    package are ignored unless they lie under one of ``forbidden``.
+    A package's ``__init__`` importing its own submodules counts like any other
+    import. Imports of modules outside the package are ignored unless they lie
+    under one of ``forbidden``.
     """
     modules, imports = read_imports(root, package)
     report = Report(unknown=sorted(m for m in modules if m not in layers))
     rank = {name: i for i, name in enumerate(ORDER)}
     graph: dict[str, set[str]] = {m: set() for m in modules}
-    for imp in imports:
+    for imp in dict.fromkeys(imports):  # ``from m import a, b`` is one import of m
         if any(imp.target == f or imp.target.startswith(f + ".") for f in forbidden):
             report.forbidden.append(
                 f"{imp.source} (line {imp.line}) imports {imp.target}: nothing in "
@@ -253,18 +259,21 @@ def check_layers(root: Path, package: str, layers: Mapping[str, str],
         target = owner(imp.target, modules)
         if target is None or target == imp.source:
             continue
-        # A package importing its own submodule (re-export) is not a cycle edge
-        # back from the submodule, but it is an edge like any other.
-        graph[imp.source].add(target)
-        src_layer, dst_layer = layers.get(imp.source), layers.get(target)
-        if src_layer is None or dst_layer is None:
-            continue
-        if rank[dst_layer] < rank[src_layer]:
-            report.upward.append(
-                f"{imp.source} ({src_layer}, line {imp.line}) imports {target} "
-                f"({dst_layer}): imports must point down {' → '.join(ORDER)}")
-    # ``import a.b.c`` runs a/__init__ and a/b/__init__ too, but those
-    # parent-package edges are Python's, not the author's: not cycle edges.
+        # ``import pkg.sub.mod`` also runs ``pkg/sub/__init__.py``: an edge to each
+        # package the target lies in, except the importer's own packages (they
+        # are loaded before it) and the root package (loaded before everything).
+        targets = [target] + [p for p in _ancestors(target)
+                              if p in modules and p not in (package, imp.source)
+                              and p not in _ancestors(imp.source)]
+        for dst in targets:
+            graph[imp.source].add(dst)
+            src_layer, dst_layer = layers.get(imp.source), layers.get(dst)
+            if src_layer is None or dst_layer is None:
+                continue
+            if rank[dst_layer] < rank[src_layer]:
+                report.upward.append(
+                    f"{imp.source} ({src_layer}, line {imp.line}) imports {dst} "
+                    f"({dst_layer}): imports must point down {' → '.join(ORDER)}")
     report.cycles, report.components = find_cycles(graph)
     return report
 
@@ -354,6 +363,22 @@ def test_checker_reports_a_planted_upward_import_and_cycle(tmp_path: Path) -> No
     problems = report.problems()
     assert any("add it to LAYERS" in p for p in problems)
     assert any(p.startswith("import cycle: ") for p in problems)
+
+
+def test_checker_sees_a_cycle_through_a_package_init(tmp_path: Path) -> None:
+    """``import pkg.store.db`` runs ``pkg/store/__init__.py``: a cycle through it
+    counts even though no module names the package."""
+    _write(tmp_path, {
+        "pkg/__init__.py": "",
+        "pkg/core.py": "import pkg.store.db\n",
+        "pkg/store/__init__.py": "from pkg.core import run\n",
+        "pkg/store/db.py": "",
+    })
+    layers = {"pkg": "face", "pkg.core": "runtime", "pkg.store": "runtime",
+              "pkg.store.db": "runtime"}
+    report = check_layers(tmp_path, "pkg", layers)
+    assert report.cycles == [["pkg.core", "pkg.store", "pkg.core"]]
+    assert report.upward == []
 
 
 def test_checker_passes_a_layered_tree(tmp_path: Path) -> None:
