@@ -436,7 +436,10 @@ class Unit(msgspec.Struct, kw_only=True):
 AfterClaim = Callable[[list[RunInfo]], list[Op]]
 AfterSweep = Callable[[list[SweepResult]], list[Op]]
 
-_pending: ContextVar[Unit | None] = ContextVar("starflow_pending_unit", default=None)
+#: The unit being collected in this context and the adapter it belongs to: only
+#: that adapter's boundary calls join it (another adapter's are its own writes).
+_pending: ContextVar[tuple[WorkflowStateAdapter, Unit] | None] = ContextVar(
+    "starflow_pending_unit", default=None)
 
 
 class UnitScope:
@@ -452,12 +455,12 @@ class UnitScope:
     def __init__(self, adapter: WorkflowStateAdapter, unit: Unit) -> None:
         self._adapter = adapter
         self._unit = unit
-        self._token: Token[Unit | None] | None = None
+        self._token: Token[tuple[WorkflowStateAdapter, Unit] | None] | None = None
 
     async def __aenter__(self) -> Unit:
         if _pending.get() is not None:
             raise RuntimeError("adapter units do not nest")
-        self._token = _pending.set(self._unit)
+        self._token = _pending.set((self._adapter, self._unit))
         return self._unit
 
     async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
@@ -554,7 +557,8 @@ class WorkflowStateAdapter(abc.ABC):
         """Group the boundary calls made inside the block into one atomic unit.
 
         The unit is executed when the block exits normally; if the block raises,
-        nothing is written. ``unit.held`` tells whether its guard held::
+        nothing is written. Only this adapter's boundary calls join it: a call on
+        another adapter inside the block is that adapter's own write, at once. ``unit.held`` tells whether its guard held::
 
             async with adapter.unit(guard=Guard(run_id=r, leased_by=me)) as u:
                 await adapter.on_node_complete(r, node, output, now=t)
@@ -564,8 +568,8 @@ class WorkflowStateAdapter(abc.ABC):
 
     async def _submit(self, op: Op) -> None:
         pending = _pending.get()
-        if pending is not None:
-            pending.ops.append(op)
+        if pending is not None and pending[0] is self:
+            pending[1].ops.append(op)
         else:
             await self.execute(Unit(ops=[op]))
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator
+from pathlib import Path
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -32,6 +33,7 @@ from starflow.adapters.base import (
 )
 from starflow.context import WorkflowContext
 from starflow.errors import SerializationError, StorageError
+from tests.conftest import adapter_url
 
 T0 = datetime(2026, 1, 1, 12, 0, 0, 123456, tzinfo=UTC)
 
@@ -227,6 +229,25 @@ class TestRunBoundaries:
                                                       template_id="orders")] == [c]
 
 
+@pytest.fixture
+async def other_db(adapter_kind: str, tmp_path: Path, workspace_id: str
+                   ) -> AsyncIterator[WorkflowStateAdapter]:
+    """A second adapter of the same kind on another database (PostgreSQL: another
+    workspace of the shared test database, which is what scopes its rows)."""
+    if adapter_kind == "memory":
+        url = "memory://"
+    elif adapter_kind == "sqlite":
+        url = f"sqlite:///{tmp_path / 'other.db'}"
+    else:
+        url = adapter_url(adapter_kind, tmp_path)
+    other = adapter_from_url(url, workspace_id=f"{workspace_id}-other")
+    await other.open()
+    try:
+        yield other
+    finally:
+        await other.close()
+
+
 class TestUnits:
     """A unit commits all of its ops or none, and only if its guard holds."""
 
@@ -273,6 +294,24 @@ class TestUnits:
         # write is its own unit again and lands at once.
         await adapter.on_node_start(run_id, "step:a#1", None, now=at(1))
         assert [e.event_type for e in await adapter.list_events(run_id)] == ["node_start"]
+
+    async def test_a_unit_collects_only_its_own_adapters_writes(
+            self, adapter: WorkflowStateAdapter, other_db: WorkflowStateAdapter) -> None:
+        """Adapter B's boundary call inside ``A.unit()`` is B's own write, to B's database."""
+        mine = await start(adapter)
+        theirs = await start(other_db)
+        async with adapter.unit() as unit:
+            await adapter.on_node_start(mine, "step:a#1", None, now=at(1))
+            await other_db.on_node_start(theirs, "step:b#1", None, now=at(1))
+            # B's write is not held back for A's unit: it is written at once.
+            assert await event_types(other_db, theirs) == ["node_start"]
+            assert await event_types(adapter, mine) == []
+        assert unit.held is True and unit.methods == ["on_node_start"]
+        assert await event_types(adapter, mine) == ["node_start"]
+        assert await event_types(other_db, theirs) == ["node_start"]
+        # Nothing of B's run reached A's database, nor of A's run B's.
+        assert await adapter.get_run(theirs) is None
+        assert await other_db.get_run(mine) is None
 
     async def test_guard_holds(self, adapter: WorkflowStateAdapter) -> None:
         run_id = await start(adapter)
