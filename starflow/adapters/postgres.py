@@ -39,7 +39,7 @@ import hashlib
 import re
 import secrets
 import uuid
-from collections.abc import AsyncIterator, Collection, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -56,15 +56,19 @@ from ..urls import normalize_scheme
 from .base import (
     JSON_RUN_COLUMNS,
     UPDATABLE_RUN_COLUMNS,
-    AfterClaim,
-    AfterSweep,
+    ClaimJobs,
+    ClaimRuns,
     DefinitionRecord,
     DeleteSessionVars,
     DeleteSignal,
     DeleteWaits,
+    EnsureDefinition,
+    ExpireSessionVars,
     FailRunJobs,
     FinishJob,
+    GetSecret,
     Guard,
+    HeartbeatJob,
     InsertEvent,
     InsertJob,
     InsertOutbox,
@@ -73,12 +77,15 @@ from .base import (
     InsertWait,
     JobRecord,
     Mark,
+    MarkOutboxApplied,
     Op,
     OutboxLag,
     OutboxRow,
+    PruneOutbox,
     RunEvent,
     RunInfo,
     SignalRecord,
+    SweepLeases,
     SweepResult,
     Unit,
     UpdateRun,
@@ -914,15 +921,12 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
 
     # -- read-modify-writes ----------------------------------------------------
 
-    async def claim_runs(self, runner_id: str, *, pool: str | None, now: datetime,
-                         lease_until: datetime, limit: int = 1,
-                         workflows: Collection[str] | None = None,
-                         after: AfterClaim | None = None) -> list[RunInfo]:
-        names = sorted(set(workflows)) if workflows is not None else None
+    async def _claim_runs(self, c: ClaimRuns) -> list[RunInfo]:
+        names, after = c.workflows, c.after
         if names is not None and not names:
             return []
-        args = (self.workspace_id, self.env, pool, int(limit), runner_id, lease_until, now,
-                names)
+        args = (self.workspace_id, self.env, c.pool, c.limit, c.runner_id, c.lease_until, c.now,
+                list(names) if names is not None else None)
         async with self._connection("claim_runs") as conn:
             if after is None:
                 rows = await conn.fetch(CLAIM_SQL, *args)
@@ -938,9 +942,9 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
         for statement in self._plan(Unit(ops=ops)):
             await _run_statement(conn, statement)
 
-    async def expire_old_leases(self, now: datetime, reason: str = "runner_lost",
-                                *, after: AfterSweep | None = None) -> list[SweepResult]:
-        args = (self.workspace_id, self.env, reason, now, self.channel)
+    async def _expire_old_leases(self, c: SweepLeases) -> list[SweepResult]:
+        after = c.after
+        args = (self.workspace_id, self.env, c.reason, c.now, self.channel)
         async with self._connection("expire_old_leases") as conn:
             if after is None:
                 return _swept(await conn.fetch(SWEEP_SQL, *args))
@@ -949,8 +953,8 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
                 await self._apply_after(conn, after(results) if results else [])
         return results
 
-    async def ensure_definition(self, name: str, version: int, code_hash: str,
-                                *, now: datetime) -> str:
+    async def _ensure_definition(self, c: EnsureDefinition) -> str:
+        name, version, code_hash, now = c.name, c.version, c.code_hash, c.now
         async with self._connection("ensure_definition") as conn:
             for _ in range(3):
                 inserted: str | None = await conn.fetchval(
@@ -972,7 +976,8 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
                     return existing
         raise StorageError(f"could not record workflow definition {name!r} v{version}")
 
-    async def expire_session_vars(self, now: datetime) -> int:
+    async def _expire_session_vars(self, c: ExpireSessionVars) -> int:
+        now = c.now
         async with self._connection("expire_session_vars") as conn:
             status: str = await conn.execute(
                 "DELETE FROM workflow_session_vars WHERE workspace_id = $1 AND env = $2 "
@@ -981,8 +986,8 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
             )
         return int(status.rsplit(" ", 1)[-1])
 
-    async def get_secret(self, key_id: str, *, now: datetime, create: bool = True
-                         ) -> str | None:
+    async def _get_secret(self, c: GetSecret) -> str | None:
+        key_id, now, create = c.key_id, c.now, c.create
         select = ("SELECT secret FROM starflow_keys WHERE workspace_id = $1 AND env = $2 "
                   "AND key_id = $3")
         async with self._connection("get_secret") as conn:
@@ -1000,8 +1005,9 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
 
     # -- worker jobs -------------------------------------------------------------
 
-    async def claim_jobs(self, worker_id: str, *, pool: str, now: datetime,
-                         lease_until: datetime, limit: int = 1) -> list[JobRecord]:
+    async def _claim_jobs(self, c: ClaimJobs) -> list[JobRecord]:
+        worker_id, pool, now, lease_until, limit = (c.worker_id, c.pool, c.now, c.lease_until,
+                                                    c.limit)
         async with self._connection("claim_jobs") as conn:
             rows = await conn.fetch(
                 "UPDATE worker_jobs SET status = 'claimed', attempts = attempts + 1, "
@@ -1017,8 +1023,8 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
         jobs.sort(key=lambda j: (j.created_at, j.id))
         return jobs
 
-    async def heartbeat_job(self, job_id: str, worker_id: str, *, now: datetime,
-                            lease_until: datetime) -> bool:
+    async def _heartbeat_job(self, c: HeartbeatJob) -> bool:
+        job_id, worker_id, now, lease_until = c.job_id, c.worker_id, c.now, c.lease_until
         jid = _uuid_or_none(job_id)
         if jid is None:
             return False
@@ -1074,18 +1080,20 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
         return [OutboxRow(id=r[0], run_id=r[1], kind=r[2], payload=r[3], created_at=r[4])
                 for r in rows]
 
-    async def mark_outbox_applied(self, ids: Sequence[int], *, now: datetime) -> int:
+    async def _mark_outbox_applied(self, c: MarkOutboxApplied) -> int:
+        ids, now = c.ids, c.now
         if not ids:
             return 0
         async with self._connection("mark_outbox_applied") as conn:
             status: str = await conn.execute(
                 "UPDATE mirror_outbox SET applied_at = $1 WHERE id = ANY($2::bigint[]) "
                 "AND workspace_id = $3 AND env = $4 AND applied_at IS NULL",
-                now, [int(i) for i in ids], self.workspace_id, self.env,
+                now, list(ids), self.workspace_id, self.env,
             )
         return int(status.rsplit(" ", 1)[-1])
 
-    async def prune_outbox(self, applied_before: datetime) -> int:
+    async def _prune_outbox(self, c: PruneOutbox) -> int:
+        applied_before = c.applied_before
         async with self._connection("prune_outbox") as conn:
             status: str = await conn.execute(
                 "DELETE FROM mirror_outbox WHERE workspace_id = $1 AND env = $2 "

@@ -20,7 +20,7 @@ import functools
 import sqlite3
 import threading
 import uuid
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -34,15 +34,19 @@ from ..migrations import load_migrations
 from ..urls import normalize_scheme
 from .base import (
     JSON_RUN_COLUMNS,
-    AfterClaim,
-    AfterSweep,
+    ClaimJobs,
+    ClaimRuns,
     DefinitionRecord,
     DeleteSessionVars,
     DeleteSignal,
     DeleteWaits,
+    EnsureDefinition,
+    ExpireSessionVars,
     FailRunJobs,
     FinishJob,
+    GetSecret,
     Guard,
+    HeartbeatJob,
     InsertEvent,
     InsertJob,
     InsertOutbox,
@@ -51,12 +55,15 @@ from .base import (
     InsertWait,
     JobRecord,
     Mark,
+    MarkOutboxApplied,
     Op,
     OutboxLag,
     OutboxRow,
+    PruneOutbox,
     RunEvent,
     RunInfo,
     SignalRecord,
+    SweepLeases,
     SweepResult,
     Unit,
     UpdateRun,
@@ -768,11 +775,8 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
 
     # -- read-modify-writes ----------------------------------------------------
 
-    async def claim_runs(self, runner_id: str, *, pool: str | None, now: datetime,
-                         lease_until: datetime, limit: int = 1,
-                         workflows: Collection[str] | None = None,
-                         after: AfterClaim | None = None) -> list[RunInfo]:
-        names = sorted(set(workflows)) if workflows is not None else None
+    async def _claim_runs(self, c: ClaimRuns) -> list[RunInfo]:
+        names, after = c.workflows, c.after
         if names is not None and not names:
             return []
         only = f" AND template_id IN ({', '.join('?' for _ in names)})" if names else ""
@@ -789,8 +793,8 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
                 "  AND +workspace_id = ? AND +env = ? AND (runner_pool IS NULL OR runner_pool = ?)"
                 f"{only} ORDER BY started_at LIMIT ?"
                 f") RETURNING {_RUN_COLUMNS}",
-                (runner_id, format_ts(lease_until), format_ts(now), self.workspace_id,
-                 self.env, pool, *(names or ()), int(limit)),
+                (c.runner_id, format_ts(c.lease_until), format_ts(c.now), self.workspace_id,
+                 self.env, c.pool, *(names or ()), c.limit),
             ).fetchall()
             # RETURNING has no guaranteed order: hand runs out oldest first.
             runs = [_run(r) for r in rows]
@@ -803,9 +807,8 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
         result: list[RunInfo] = await self._write(claim)
         return result
 
-    async def expire_old_leases(self, now: datetime, reason: str = "runner_lost",
-                                *, after: AfterSweep | None = None) -> list[SweepResult]:
-        ts = format_ts(now)
+    async def _expire_old_leases(self, c: SweepLeases) -> list[SweepResult]:
+        ts, reason, after = format_ts(c.now), c.reason, c.after
 
         def sweep(conn: sqlite3.Connection) -> list[SweepResult]:
             rows = conn.execute(
@@ -845,8 +848,9 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
         result: list[SweepResult] = await self._write(sweep)
         return result
 
-    async def ensure_definition(self, name: str, version: int, code_hash: str,
-                                *, now: datetime) -> str:
+    async def _ensure_definition(self, c: EnsureDefinition) -> str:
+        name, version, code_hash, now = c.name, c.version, c.code_hash, c.now
+
         def ensure(conn: sqlite3.Connection) -> str:
             conn.execute(
                 "INSERT INTO workflow_definitions (id, workspace_id, env, name, version, "
@@ -874,7 +878,9 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
         return DefinitionRecord(id=row[0], name=row[1], version=row[2], code_hash=row[3],
                                 created_at=parse_ts(row[4]))
 
-    async def expire_session_vars(self, now: datetime) -> int:
+    async def _expire_session_vars(self, c: ExpireSessionVars) -> int:
+        now = c.now
+
         def gc(conn: sqlite3.Connection) -> int:
             cur = conn.execute(
                 "DELETE FROM workflow_session_vars WHERE workspace_id = ? AND env = ? "
@@ -886,8 +892,9 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
         result: int = await self._write(gc)
         return result
 
-    async def get_secret(self, key_id: str, *, now: datetime, create: bool = True
-                         ) -> str | None:
+    async def _get_secret(self, c: GetSecret) -> str | None:
+        key_id, now, create = c.key_id, c.now, c.create
+
         def get(conn: sqlite3.Connection) -> str | None:
             row = conn.execute(
                 "SELECT secret FROM starflow_keys WHERE workspace_id = ? AND env = ? "
@@ -911,9 +918,8 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
 
     # -- worker jobs -------------------------------------------------------------
 
-    async def claim_jobs(self, worker_id: str, *, pool: str, now: datetime,
-                         lease_until: datetime, limit: int = 1) -> list[JobRecord]:
-        ts = format_ts(now)
+    async def _claim_jobs(self, c: ClaimJobs) -> list[JobRecord]:
+        ts = format_ts(c.now)
 
         def claim(conn: sqlite3.Connection) -> list[JobRecord]:
             rows = conn.execute(
@@ -923,8 +929,8 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
                 "  AND (status = 'queued' OR (status = 'claimed' AND lease_until < ?))"
                 "  ORDER BY created_at, id LIMIT ?"
                 f") RETURNING {_JOB_COLUMNS}",
-                (worker_id, format_ts(lease_until), ts, self.workspace_id, self.env, pool, ts,
-                 int(limit)),
+                (c.worker_id, format_ts(c.lease_until), ts, self.workspace_id, self.env, c.pool,
+                 ts, c.limit),
             ).fetchall()
             jobs = [_job(r) for r in rows]
             jobs.sort(key=lambda j: (j.created_at, j.id))
@@ -933,8 +939,9 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
         result: list[JobRecord] = await self._write(claim)
         return result
 
-    async def heartbeat_job(self, job_id: str, worker_id: str, *, now: datetime,
-                            lease_until: datetime) -> bool:
+    async def _heartbeat_job(self, c: HeartbeatJob) -> bool:
+        job_id, worker_id, now, lease_until = c.job_id, c.worker_id, c.now, c.lease_until
+
         def beat(conn: sqlite3.Connection) -> bool:
             cur = conn.execute(
                 "UPDATE worker_jobs SET lease_until = ?, last_heartbeat = ? WHERE id = ? "
@@ -980,7 +987,8 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
                 (self.workspace_id, self.env, int(limit)))
         ])
 
-    async def mark_outbox_applied(self, ids: Sequence[int], *, now: datetime) -> int:
+    async def _mark_outbox_applied(self, c: MarkOutboxApplied) -> int:
+        ids, now = c.ids, c.now
         if not ids:
             return 0
         marks = ", ".join("?" for _ in ids)
@@ -989,14 +997,16 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
             cur = conn.execute(
                 f"UPDATE mirror_outbox SET applied_at = ? WHERE id IN ({marks}) "
                 "AND workspace_id = ? AND env = ? AND applied_at IS NULL",
-                (format_ts(now), *(int(i) for i in ids), self.workspace_id, self.env),
+                (format_ts(now), *ids, self.workspace_id, self.env),
             )
             return int(cur.rowcount)
 
         result: int = await self._write(mark)
         return result
 
-    async def prune_outbox(self, applied_before: datetime) -> int:
+    async def _prune_outbox(self, c: PruneOutbox) -> int:
+        applied_before = c.applied_before
+
         def prune(conn: sqlite3.Connection) -> int:
             cur = conn.execute(
                 "DELETE FROM mirror_outbox WHERE workspace_id = ? AND env = ? "

@@ -10,19 +10,22 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator
-from pathlib import Path
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from pathlib import Path
+from typing import Any, TypeVar
 
 import anyio
 import pytest
 
 from starflow.adapters import adapter_from_url
 from starflow.adapters.base import (
+    Command,
+    DelegatingAdapter,
     Guard,
     InsertEvent,
     InsertOutbox,
     InsertRun,
+    JobSpec,
     Op,
     RunInfo,
     StartOptions,
@@ -33,8 +36,10 @@ from starflow.adapters.base import (
 )
 from starflow.context import WorkflowContext
 from starflow.errors import SerializationError, StorageError
+from starflow_testing import FaultInjectingAdapter
 from tests.conftest import adapter_url
 
+R = TypeVar("R")
 T0 = datetime(2026, 1, 1, 12, 0, 0, 123456, tzinfo=UTC)
 
 
@@ -535,6 +540,80 @@ class TestAfterHooks:
             at(40), after=lambda results: [self.outbox(r.run_id) for r in results])
         assert [r.run_id for r in swept] == [run_id]
         assert [row.run_id for row in await adapter.pending_outbox()] == [run_id]
+
+
+class _SeamRecorder(DelegatingAdapter):
+    """Sees writes only where every wrapper sees them: ``execute`` and ``perform``."""
+
+    def __init__(self, inner: WorkflowStateAdapter) -> None:
+        super().__init__(inner)
+        self.writes: list[str] = []
+
+    async def execute(self, unit: Unit) -> bool:
+        self.writes.extend(unit.methods)
+        return await self.inner.execute(unit)
+
+    async def perform(self, command: Command[R]) -> R:
+        self.writes.append(command.method)
+        return await self.inner.perform(command)
+
+
+class TestEveryWriteThroughTheSeam:
+    """Claims, sweeps, job claims, outbox drains, definitions, secrets and session GC
+    reach a wrapper through ``perform`` (units through ``execute``): nothing bypasses."""
+
+    async def test_a_wrapper_sees_every_read_modify_write(self, adapter: WorkflowStateAdapter
+                                                          ) -> None:
+        seen = _SeamRecorder(adapter)
+        run_id = await queued(seen)
+        await seen.claim_runs("w", pool=None, now=at(1), lease_until=at(31))
+        await seen.expire_old_leases(at(40))
+        await seen.ensure_definition("orders", 1, "h", now=T0)
+        await seen.get_secret("k", now=T0)
+        await seen.expire_session_vars(T0)
+        job = JobSpec(id=str(uuid.uuid4()), run_id=run_id, node_id="step:a#1", pool="p",
+                      step_name="a", idempotency_key=f"{run_id}:step:a#1", input=None)
+        await seen.insert_job(job, now=T0)
+        [claimed] = await seen.claim_jobs("jw", pool="p", now=T0, lease_until=at(30))
+        assert await seen.heartbeat_job(claimed.id, "jw", now=at(1), lease_until=at(31))
+        await seen.execute(Unit(ops=[InsertOutbox(method="test", run_id=run_id, kind="run",
+                                                  payload={}, created_at=T0)]))
+        [row] = await seen.pending_outbox()
+        assert await seen.mark_outbox_applied([row.id], now=at(1)) == 1
+        assert await seen.prune_outbox(at(2)) == 1
+        assert seen.writes == [
+            "on_run_start", "claim_runs", "expire_old_leases", "ensure_definition",
+            "get_secret", "expire_session_vars", "insert_job", "claim_jobs", "heartbeat_job",
+            "test", "mark_outbox_applied", "prune_outbox"]
+
+    async def test_a_fault_at_the_seam_fails_a_claim_and_writes_nothing(
+            self, adapter: WorkflowStateAdapter) -> None:
+        run_id = await queued(adapter)
+        faults = FaultInjectingAdapter(adapter, fail={"claim_runs": 1})
+        with pytest.raises(StorageError, match="injected fault"):
+            await faults.claim_runs("w", pool=None, now=at(1), lease_until=at(31))
+        assert faults.failures == ["claim_runs"]
+        run = await adapter.get_run(run_id)
+        assert run is not None
+        assert (run.status, run.claim_state, run.claim_attempts, run.leased_by) == (
+            "queued", "queued", 0, None)
+        # The next claim (call #2) goes through.
+        assert [r.id for r in await faults.claim_runs("w", pool=None, now=at(1),
+                                                      lease_until=at(31))] == [run_id]
+
+    async def test_a_fault_at_the_seam_fails_a_sweep_and_writes_nothing(
+            self, adapter: WorkflowStateAdapter) -> None:
+        run_id = await queued(adapter)
+        await adapter.claim_runs("w", pool=None, now=at(1), lease_until=at(31))
+        faults = FaultInjectingAdapter(adapter, fail={"expire_old_leases": 1})
+        with pytest.raises(StorageError, match="injected fault"):
+            await faults.expire_old_leases(at(40))
+        run = await adapter.get_run(run_id)
+        assert run is not None
+        assert (run.status, run.claim_state, run.leased_by, run.lease_until) == (
+            "running", "claimed", "w", at(31))
+        assert await adapter.list_events(run_id) == []
+        assert [r.run_id for r in await faults.expire_old_leases(at(40))] == [run_id]
 
 
 class TestSweep:
