@@ -51,6 +51,7 @@ from .base import (
     UpsertSessionVar,
     WorkflowStateAdapter,
 )
+from .sweep import lost_payload, swept_columns
 
 __all__ = ["MirroringWorkflowStateAdapter", "find_mirror", "mirror", "outbox_ops"]
 
@@ -212,18 +213,13 @@ class MirroringWorkflowStateAdapter(DelegatingAdapter):
             ops: list[Op] = list(after(results)) if after is not None else []
             for r in results:
                 # Self-contained: the sweep's outcome is fully known from its action.
-                columns: dict[str, Any] = (
-                    {"status": "queued", "claim_state": "queued", "lease_until": None}
-                    if r.action == "requeued" else
-                    {"status": "error", "claim_state": "abandoned", "error": reason,
-                     "completed_at": now})
+                columns = swept_columns(r.action, reason=reason, now=now)
                 ops.append(_outbox(r.run_id, "run", {
                     "run_id": r.run_id, "op": "update", "columns": run_columns(columns)}, ts))
                 ops.append(_outbox(r.run_id, "event", {
                     "run_id": r.run_id,
                     "event": event_row({"event_type": "runner_lost", "node_id": None,
-                                        "payload": {"leased_by": r.leased_by,
-                                                    "action": r.action, "reason": reason},
+                                        "payload": lost_payload(r.leased_by, r.action, reason),
                                         "created_at": now}),
                 }, ts))
             return ops
