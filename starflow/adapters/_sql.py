@@ -54,20 +54,47 @@ from .base import (
     UpsertSessionVar,
     WaitRecord,
 )
-from .sweep import NOW, OUTCOME, REASON, REQUEUED
+from .sweep import ABANDONED, NOW, OUTCOME, REASON, REQUEUED
 
 __all__ = [
+    "DEFINITION_COLUMNS",
+    "EVENT_COLUMNS",
+    "INSERTABLE_RUN_COLUMNS",
     "JOB_COLUMNS",
+    "OUTBOX_COLUMNS",
     "POSTGRES",
+    "POSTGRES_QUERIES",
     "RUN_COLUMNS",
+    "SIGNAL_COLUMNS",
     "SQLITE",
+    "SQLITE_QUERIES",
+    "WAIT_COLUMNS",
     "Dialect",
+    "Queries",
     "announces_work",
     "claim_set",
+    "claimed_jobs",
+    "claimed_runs",
+    "definition_record",
+    "event_args",
+    "event_sql",
     "guard_args",
+    "guard_shape",
+    "guard_sql",
+    "job_record",
     "op_sql",
+    "outbox_row",
+    "require_uuid",
     "run_conditions",
+    "run_event",
+    "run_info",
+    "signal_queued_sql",
+    "signal_record",
     "sweep_set",
+    "swept",
+    "uuid_or_none",
+    "wait_exists_sql",
+    "wait_record",
 ]
 
 # ---------------------------------------------------------------------------
@@ -380,7 +407,7 @@ def outbox_row(row: Any, d: Dialect) -> OutboxRow:
 def swept(rows: Sequence[Any]) -> list[SweepResult]:
     """``(id, leased_by, claim_state)`` rows of a sweep → its results."""
     return [SweepResult(run_id=r[0], leased_by=r[1],
-                        action=REQUEUED if r[2] == "queued" else "abandoned")
+                        action=REQUEUED if r[2] == "queued" else ABANDONED)
             for r in rows]
 
 
@@ -467,7 +494,7 @@ def sweep_set(alias: str, reason: str, now: str) -> str:
     ``reason`` and ``now`` are the SQL of the sweep's reason and time;
     ``alias`` prefixes the row's own columns (``"r."`` or ``""``).
     """
-    requeued, abandoned = OUTCOME[REQUEUED], OUTCOME["abandoned"]
+    requeued, abandoned = OUTCOME[REQUEUED], OUTCOME[ABANDONED]
     below = f"{alias}claim_attempts < {alias}max_claim_attempts"
 
     def sql(column: str, value: Any) -> str:

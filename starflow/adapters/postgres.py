@@ -163,7 +163,7 @@ WITH expired AS (
 ), lost AS (
     INSERT INTO workflow_run_events (run_id, event_type, node_id, payload_json, created_at)
     SELECT id, 'runner_lost', NULL,
-           jsonb_build_object(
+           jsonb_build_object(  -- sweep.lost_payload, built in SQL
                'action', CASE WHEN claim_state = 'queued' THEN '{REQUEUED}' ELSE '{ABANDONED}'
                          END,
                'leased_by', leased_by,
