@@ -8,8 +8,16 @@ method, :meth:`WorkflowStateAdapter.execute`, which applies a :class:`Unit`
 the guard held, plus the reads.
 
 Several boundary calls made inside ``async with adapter.unit(...)`` become one
-unit and therefore one transaction. That single seam is what group commit,
-the mirror outbox, fault injection and the durability level build on.
+unit and therefore one transaction (only calls on that adapter). That single
+seam is what group commit, the mirror outbox, fault injection and the
+durability level build on.
+
+The read-modify-writes (claims, the lease sweep, job claims and heartbeats,
+outbox drains, definitions, secrets, session GC) are concrete here too: each
+builds a :class:`Command` and submits it to the sibling seam
+:meth:`WorkflowStateAdapter.perform`, which a concrete adapter serves with one
+``_<method>`` handler per command. Wrappers override ``execute`` and
+``perform`` and see every write.
 """
 
 from __future__ import annotations
