@@ -34,6 +34,7 @@ from starflow.adapters.base import (
     UpdateRun,
     WorkflowStateAdapter,
 )
+from starflow.adapters.sweep import lost_payload, swept_columns
 from starflow.context import WorkflowContext
 from starflow.errors import SerializationError, StorageError
 from starflow_testing import FaultInjectingAdapter
@@ -646,6 +647,21 @@ class TestSweep:
         assert await adapter.expire_old_leases(at(100)) == []
         again = await adapter.claim_runs("w-2", pool=None, now=at(40), lease_until=at(70))
         assert [(r.id, r.claim_attempts) for r in again] == [(run_id, 3)]
+
+    @pytest.mark.parametrize(("attempts", "action"), [(1, "requeued"), (3, "abandoned")])
+    async def test_the_row_is_the_shared_outcome(self, adapter: WorkflowStateAdapter,
+                                                 attempts: int, action: str) -> None:
+        """What the adapter's sweep SQL wrote is sweep.swept_columns (what the mirror
+        projects) and its event payload sweep.lost_payload: one rule, every reader."""
+        run_id = await self.claimed(adapter, attempts=attempts)
+        [result] = await adapter.expire_old_leases(at(31), "gone")
+        assert result.action == action
+        run = await adapter.get_run(run_id)
+        assert run is not None
+        expected = swept_columns(action, reason="gone", now=at(31))
+        assert {c: getattr(run, c) for c in expected} == expected
+        [event] = await adapter.list_events(run_id)
+        assert event.payload_json == lost_payload("w-1", action, "gone")
 
     async def test_abandon_at_max_attempts(self, adapter: WorkflowStateAdapter) -> None:
         run_id = await self.claimed(adapter, attempts=3)
