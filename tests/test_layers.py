@@ -60,10 +60,12 @@ LAYERS: dict[str, str] = {
     "starflow.warm.redis_tier": "warm",
     # adapters: the cold tier (the state model's port and its implementations)
     "starflow.adapters": "adapters",
+    "starflow.adapters._sql": "adapters",
     "starflow.adapters.base": "adapters",
     "starflow.adapters.null": "adapters",
     "starflow.adapters.postgres": "adapters",
     "starflow.adapters.sqlite": "adapters",
+    "starflow.adapters.sweep": "adapters",
     "starflow.migrations": "adapters",
     # base: no starflow dependency above base
     "starflow._version": "base",

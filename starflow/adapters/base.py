@@ -8,8 +8,16 @@ method, :meth:`WorkflowStateAdapter.execute`, which applies a :class:`Unit`
 the guard held, plus the reads.
 
 Several boundary calls made inside ``async with adapter.unit(...)`` become one
-unit and therefore one transaction. That single seam is what group commit,
-the mirror outbox, fault injection and the durability level build on.
+unit and therefore one transaction (only calls on that adapter). That single
+seam is what group commit, the mirror outbox, fault injection and the
+durability level build on.
+
+The read-modify-writes (claims, the lease sweep, job claims and heartbeats,
+outbox drains, definitions, secrets, session GC) are concrete here too: each
+builds a :class:`Command` and submits it to the sibling seam
+:meth:`WorkflowStateAdapter.perform`, which a concrete adapter serves with one
+``_<method>`` handler per command. Wrappers override ``execute`` and
+``perform`` and see every write.
 """
 
 from __future__ import annotations
@@ -17,9 +25,10 @@ from __future__ import annotations
 import abc
 from collections.abc import Callable, Collection, Mapping, Sequence
 from contextvars import ContextVar, Token
+from dataclasses import dataclass
 from datetime import datetime
 from types import TracebackType
-from typing import Any, Protocol
+from typing import Any, ClassVar, Generic, Protocol, TypeVar, cast
 
 import msgspec
 
@@ -39,10 +48,20 @@ from ..records import (
 )
 
 __all__ = [
+    "ClaimJobs",
+    "ClaimRuns",
+    "Command",
     "DelegatingAdapter",
+    "EnsureDefinition",
+    "ExpireSessionVars",
+    "GetSecret",
     "Guard",
+    "HeartbeatJob",
+    "MarkOutboxApplied",
     "Op",
+    "PruneOutbox",
     "RunContext",
+    "SweepLeases",
     "Unit",
     "WorkflowStateAdapter",
 ]
@@ -267,7 +286,127 @@ class Unit(msgspec.Struct, kw_only=True):
 AfterClaim = Callable[[list[RunInfo]], list[Op]]
 AfterSweep = Callable[[list[SweepResult]], list[Op]]
 
-_pending: ContextVar[Unit | None] = ContextVar("starflow_pending_unit", default=None)
+# ---------------------------------------------------------------------------
+# The sibling seam: read-modify-writes
+# ---------------------------------------------------------------------------
+
+R = TypeVar("R")
+
+
+class Command(Generic[R]):
+    """A read-modify-write: one transaction whose writes depend on what it reads.
+
+    The sibling of :class:`Unit` for the writes a list of ops cannot describe
+    (a claim picks its rows, a sweep computes each run's outcome, an insert
+    returns the id that won). Every such write of the port reaches the adapter
+    as a command through :meth:`WorkflowStateAdapter.perform`, so wrappers
+    (fault injection, the mirror, spies) see all of them in one place.
+    ``method`` is the public method that builds the command (``claim_runs``);
+    ``R`` is what :meth:`~WorkflowStateAdapter.perform` returns for it.
+    """
+
+    __slots__ = ()
+    method: ClassVar[str]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClaimRuns(Command[list[RunInfo]]):
+    """Claim queued runs (see :meth:`WorkflowStateAdapter.claim_runs`)."""
+
+    method: ClassVar[str] = "claim_runs"
+    runner_id: str
+    pool: str | None
+    now: datetime
+    lease_until: datetime
+    limit: int = 1
+    #: Sorted workflow names the claimer serves; None: every workflow.
+    workflows: tuple[str, ...] | None = None
+    after: AfterClaim | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SweepLeases(Command[list[SweepResult]]):
+    """One lease-sweep pass (see :meth:`WorkflowStateAdapter.expire_old_leases`)."""
+
+    method: ClassVar[str] = "expire_old_leases"
+    now: datetime
+    reason: str = "runner_lost"
+    after: AfterSweep | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EnsureDefinition(Command[str]):
+    """Insert a workflow definition unless it exists; its id."""
+
+    method: ClassVar[str] = "ensure_definition"
+    name: str
+    version: int
+    code_hash: str
+    now: datetime
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ExpireSessionVars(Command[int]):
+    """Delete the session vars whose ``keep_until`` has passed; how many."""
+
+    method: ClassVar[str] = "expire_session_vars"
+    now: datetime
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GetSecret(Command["str | None"]):
+    """Read a wake-token secret, creating it on first use if ``create``."""
+
+    method: ClassVar[str] = "get_secret"
+    key_id: str
+    now: datetime
+    create: bool = True
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClaimJobs(Command[list[JobRecord]]):
+    """Claim worker jobs of a pool (see :meth:`WorkflowStateAdapter.claim_jobs`)."""
+
+    method: ClassVar[str] = "claim_jobs"
+    worker_id: str
+    pool: str
+    now: datetime
+    lease_until: datetime
+    limit: int = 1
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HeartbeatJob(Command[bool]):
+    """Extend a claimed job's lease if ``worker_id`` still holds it."""
+
+    method: ClassVar[str] = "heartbeat_job"
+    job_id: str
+    worker_id: str
+    now: datetime
+    lease_until: datetime
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MarkOutboxApplied(Command[int]):
+    """Set ``applied_at`` on unapplied outbox rows; how many."""
+
+    method: ClassVar[str] = "mark_outbox_applied"
+    ids: tuple[int, ...]
+    now: datetime
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PruneOutbox(Command[int]):
+    """Delete outbox rows applied before ``applied_before``; how many."""
+
+    method: ClassVar[str] = "prune_outbox"
+    applied_before: datetime
+
+
+#: The unit being collected in this context and the adapter it belongs to: only
+#: that adapter's boundary calls join it (another adapter's are its own writes).
+_pending: ContextVar[tuple[WorkflowStateAdapter, Unit] | None] = ContextVar(
+    "starflow_pending_unit", default=None)
 
 
 class UnitScope:
@@ -283,12 +422,12 @@ class UnitScope:
     def __init__(self, adapter: WorkflowStateAdapter, unit: Unit) -> None:
         self._adapter = adapter
         self._unit = unit
-        self._token: Token[Unit | None] | None = None
+        self._token: Token[tuple[WorkflowStateAdapter, Unit] | None] | None = None
 
     async def __aenter__(self) -> Unit:
         if _pending.get() is not None:
             raise RuntimeError("adapter units do not nest")
-        self._token = _pending.set(self._unit)
+        self._token = _pending.set((self._adapter, self._unit))
         return self._unit
 
     async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
@@ -385,7 +524,9 @@ class WorkflowStateAdapter(abc.ABC):
         """Group the boundary calls made inside the block into one atomic unit.
 
         The unit is executed when the block exits normally; if the block raises,
-        nothing is written. ``unit.held`` tells whether its guard held::
+        nothing is written. Only this adapter's boundary calls join it: a call on
+        another adapter inside the block is that adapter's own write, at once.
+        ``unit.held`` tells whether its guard held::
 
             async with adapter.unit(guard=Guard(run_id=r, leased_by=me)) as u:
                 await adapter.on_node_complete(r, node, output, now=t)
@@ -393,10 +534,30 @@ class WorkflowStateAdapter(abc.ABC):
         """
         return UnitScope(self, Unit(guard=guard, durable=durable))
 
+    async def perform(self, command: Command[R]) -> R:
+        """Run one read-modify-write ``command`` atomically; what it returns.
+
+        The sibling of :meth:`execute`: claims, sweeps, job claims and
+        heartbeats, outbox drains, definitions, secrets and session GC all
+        arrive here, whichever public method built them. A concrete adapter
+        handles command ``C`` in a method named after ``C.method`` with a
+        leading underscore (``_claim_runs(command)``); wrappers override this
+        method to see every command.
+
+        Raises:
+            StorageError: the database failed; nothing was written.
+        """
+        handler = getattr(self, "_" + command.method, None)
+        if handler is None:
+            raise NotImplementedError(
+                f"{type(self).__name__} cannot perform {type(command).__name__}: "
+                f"it has no _{command.method} method")
+        return cast(R, await handler(command))
+
     async def _submit(self, op: Op) -> None:
         pending = _pending.get()
-        if pending is not None:
-            pending.ops.append(op)
+        if pending is not None and pending[0] is self:
+            pending[1].ops.append(op)
         else:
             await self.execute(Unit(ops=[op]))
 
@@ -665,7 +826,6 @@ class WorkflowStateAdapter(abc.ABC):
     async def find_signal(self, run_id: str, event: str) -> SignalRecord | None:
         """The oldest undelivered signal for ``event``."""
 
-    @abc.abstractmethod
     async def claim_runs(self, runner_id: str, *, pool: str | None, now: datetime,
                          lease_until: datetime, limit: int = 1,
                          workflows: Collection[str] | None = None,
@@ -685,8 +845,11 @@ class WorkflowStateAdapter(abc.ABC):
             workflows: If set, only runs whose ``template_id`` is one of these
                 names (the workflows registered in the claiming process).
         """
+        names = tuple(sorted(set(workflows))) if workflows is not None else None
+        return await self.perform(ClaimRuns(runner_id=runner_id, pool=pool, now=now,
+                                            lease_until=lease_until, limit=int(limit),
+                                            workflows=names, after=after))
 
-    @abc.abstractmethod
     async def expire_old_leases(self, now: datetime, reason: str = "runner_lost",
                                 *, after: AfterSweep | None = None) -> list[SweepResult]:
         """The lease sweep: runs running/paused whose ``lease_until < now``.
@@ -698,28 +861,29 @@ class WorkflowStateAdapter(abc.ABC):
         status error, claim_state abandoned, error ``reason``. Each gets a
         ``runner_lost`` event. Safe with several sweepers at once.
         """
+        return await self.perform(SweepLeases(now=now, reason=reason, after=after))
 
-    @abc.abstractmethod
     async def ensure_definition(self, name: str, version: int, code_hash: str,
                                 *, now: datetime) -> str:
         """The id of the (name, version) definition, inserting it if new."""
+        return await self.perform(EnsureDefinition(name=name, version=version,
+                                                   code_hash=code_hash, now=now))
 
     @abc.abstractmethod
     async def get_definition(self, definition_id: str) -> DefinitionRecord | None:
         """A definition row by id."""
 
-    @abc.abstractmethod
     async def expire_session_vars(self, now: datetime) -> int:
         """Delete session vars whose ``keep_until`` has passed; return how many."""
+        return await self.perform(ExpireSessionVars(now=now))
 
-    @abc.abstractmethod
     async def get_secret(self, key_id: str, *, now: datetime, create: bool = True
                          ) -> str | None:
         """A stored HMAC secret for wake tokens, created on first use if asked."""
+        return await self.perform(GetSecret(key_id=key_id, now=now, create=create))
 
     # -- worker jobs (ADR-047 §8) ---------------------------------------------
 
-    @abc.abstractmethod
     async def claim_jobs(self, worker_id: str, *, pool: str, now: datetime,
                          lease_until: datetime, limit: int = 1) -> list[JobRecord]:
         """Claim jobs of ``pool``: queued ones, and claimed ones whose lease expired.
@@ -728,11 +892,14 @@ class WorkflowStateAdapter(abc.ABC):
         ``lease_until``, ``last_heartbeat``. Each job is claimed by exactly one
         caller at a time; oldest first.
         """
+        return await self.perform(ClaimJobs(worker_id=worker_id, pool=pool, now=now,
+                                            lease_until=lease_until, limit=int(limit)))
 
-    @abc.abstractmethod
     async def heartbeat_job(self, job_id: str, worker_id: str, *, now: datetime,
                             lease_until: datetime) -> bool:
         """Extend a claimed job's lease; False (nothing written) if ``worker_id`` lost it."""
+        return await self.perform(HeartbeatJob(job_id=job_id, worker_id=worker_id, now=now,
+                                               lease_until=lease_until))
 
     @abc.abstractmethod
     async def get_job(self, job_id: str) -> JobRecord | None:
@@ -749,13 +916,13 @@ class WorkflowStateAdapter(abc.ABC):
     async def pending_outbox(self, *, limit: int = 500) -> list[OutboxRow]:
         """Unapplied ``mirror_outbox`` rows in scope, in ``id`` order (oldest first)."""
 
-    @abc.abstractmethod
     async def mark_outbox_applied(self, ids: Sequence[int], *, now: datetime) -> int:
         """Set ``applied_at = now`` on these rows (in scope, still unapplied); return how many."""
+        return await self.perform(MarkOutboxApplied(ids=tuple(int(i) for i in ids), now=now))
 
-    @abc.abstractmethod
     async def prune_outbox(self, applied_before: datetime) -> int:
         """Delete rows in scope applied before ``applied_before``; return how many."""
+        return await self.perform(PruneOutbox(applied_before=applied_before))
 
     @abc.abstractmethod
     async def outbox_lag(self, now: datetime, edges: Sequence[float] = ()) -> OutboxLag:
@@ -766,8 +933,9 @@ class DelegatingAdapter(WorkflowStateAdapter):
     """Base for adapters that wrap another one (spies, fault injection, mirror).
 
     Every boundary method is inherited, so it reaches :meth:`execute` here,
-    which forwards to the inner adapter; override :meth:`execute` to observe or
-    change units, or any read to observe reads.
+    which forwards to the inner adapter; likewise every read-modify-write
+    reaches :meth:`perform`. Override :meth:`execute` and :meth:`perform` to
+    observe or change writes, or any read to observe reads.
     """
 
     def __init__(self, inner: WorkflowStateAdapter) -> None:
@@ -797,6 +965,9 @@ class DelegatingAdapter(WorkflowStateAdapter):
     async def execute(self, unit: Unit) -> bool:
         return await self.inner.execute(unit)
 
+    async def perform(self, command: Command[R]) -> R:
+        return await self.inner.perform(command)
+
     async def session_get(self, session_id: str, key: str, *, now: datetime | None = None
                           ) -> Any:
         return await self.inner.session_get(session_id, key, now=now)
@@ -824,41 +995,8 @@ class DelegatingAdapter(WorkflowStateAdapter):
     async def find_signal(self, run_id: str, event: str) -> SignalRecord | None:
         return await self.inner.find_signal(run_id, event)
 
-    async def claim_runs(self, runner_id: str, *, pool: str | None, now: datetime,
-                         lease_until: datetime, limit: int = 1,
-                         workflows: Collection[str] | None = None,
-                         after: AfterClaim | None = None) -> list[RunInfo]:
-        return await self.inner.claim_runs(runner_id, pool=pool, now=now,
-                                           lease_until=lease_until, limit=limit, after=after,
-                                           workflows=workflows)
-
-    async def expire_old_leases(self, now: datetime, reason: str = "runner_lost",
-                                *, after: AfterSweep | None = None) -> list[SweepResult]:
-        return await self.inner.expire_old_leases(now, reason, after=after)
-
-    async def ensure_definition(self, name: str, version: int, code_hash: str,
-                                *, now: datetime) -> str:
-        return await self.inner.ensure_definition(name, version, code_hash, now=now)
-
     async def get_definition(self, definition_id: str) -> DefinitionRecord | None:
         return await self.inner.get_definition(definition_id)
-
-    async def expire_session_vars(self, now: datetime) -> int:
-        return await self.inner.expire_session_vars(now)
-
-    async def get_secret(self, key_id: str, *, now: datetime, create: bool = True
-                         ) -> str | None:
-        return await self.inner.get_secret(key_id, now=now, create=create)
-
-    async def claim_jobs(self, worker_id: str, *, pool: str, now: datetime,
-                         lease_until: datetime, limit: int = 1) -> list[JobRecord]:
-        return await self.inner.claim_jobs(worker_id, pool=pool, now=now,
-                                           lease_until=lease_until, limit=limit)
-
-    async def heartbeat_job(self, job_id: str, worker_id: str, *, now: datetime,
-                            lease_until: datetime) -> bool:
-        return await self.inner.heartbeat_job(job_id, worker_id, now=now,
-                                              lease_until=lease_until)
 
     async def get_job(self, job_id: str) -> JobRecord | None:
         return await self.inner.get_job(job_id)
@@ -869,12 +1007,6 @@ class DelegatingAdapter(WorkflowStateAdapter):
 
     async def pending_outbox(self, *, limit: int = 500) -> list[OutboxRow]:
         return await self.inner.pending_outbox(limit=limit)
-
-    async def mark_outbox_applied(self, ids: Sequence[int], *, now: datetime) -> int:
-        return await self.inner.mark_outbox_applied(ids, now=now)
-
-    async def prune_outbox(self, applied_before: datetime) -> int:
-        return await self.inner.prune_outbox(applied_before)
 
     async def outbox_lag(self, now: datetime, edges: Sequence[float] = ()) -> OutboxLag:
         return await self.inner.outbox_lag(now, edges)
