@@ -33,6 +33,7 @@ from .errors import (
     WorkflowDefinitionError,
     WorkflowFailed,
 )
+from .failure import RunFailure
 from .jobs import JobWorker
 from .runner import RunHandle
 from .session import session_get, session_set
@@ -55,6 +56,7 @@ __all__ = [
     "RetryPolicy",
     "RunCancelled",
     "RunEvent",
+    "RunFailure",
     "RunFinished",
     "RunHandle",
     "RunIdConflict",

@@ -198,6 +198,7 @@ def run_detail(run: RunInfo) -> dict[str, Any]:
         "lease_until": iso(run.lease_until),
         "last_heartbeat": iso(run.last_heartbeat),
         "definition_id": run.definition_id,
+        "failure": run.failure_json,
         "waiting": _waiting(run),
         "input": redact_wake_tokens(run.input_json),
         "result": redact_wake_tokens(run.result_json),
@@ -313,8 +314,15 @@ async def _runs_show(ns: argparse.Namespace) -> int:
          if waiting else None),
         ("error", run.error),
     ]
+    failure = run.failure
+    if failure is not None:
+        tries = f" after {failure.attempts} attempt(s)" if failure.attempts else ""
+        fields.append(("failed at", f"{failure.node_id}{tries}" if failure.node_id else None))
+        fields.append(("cause", failure.text))
     width = max(len(k) for k, _ in fields)
     _write("".join(f"{k.ljust(width)}  {_cell(v)}\n" for k, v in fields if v is not None))
+    if failure is not None and failure.traceback:
+        _write(f"\ntraceback:\n{failure.traceback.rstrip()}\n")
     _write(f"\ntimeline ({len(rows)} event{'s' if len(rows) != 1 else ''}):\n")
     _write(render_table(["offset", "event", "node", "took"],
                         [(_ms(r["offset_ms"], "+"), r["event_type"], r["node_id"],

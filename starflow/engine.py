@@ -43,6 +43,7 @@ from .errors import (
     StorageError,
     WaitTimeout,
 )
+from .failure import RunFailure, format_traceback, wait_timeout_error
 from .logs import get_logger
 from .replay import Journal, NodeRecord, node_id
 from .waits import Keyring, WakeClaims
@@ -128,6 +129,26 @@ def error_info(exc: BaseException, attempts: int) -> dict[str, Any]:
     """How a step failure is recorded: qualified type, message, attempts made."""
     return {"type": f"{type(exc).__module__}.{type(exc).__qualname__}", "message": str(exc),
             "attempts": attempts}
+
+
+def run_failure(exc: BaseException) -> RunFailure:
+    """The structured cause of a run the workflow ended by raising ``exc``.
+
+    A :class:`StepFailed` or :class:`WaitTimeout` of a node (what the engine
+    raises for a recorded node failure) names that node and carries its
+    recorded type, message and attempts; any other exception is the cause
+    itself. The traceback is ``exc``'s, with its causes (a live step
+    failure's chain holds the step's own frames).
+    """
+    trace = format_traceback(exc)
+    if isinstance(exc, StepFailed) and exc.node_id is not None:
+        return RunFailure(type=exc.error_type, message=exc.error_message, node_id=exc.node_id,
+                          attempts=exc.attempts, traceback=trace)
+    if isinstance(exc, WaitTimeout) and exc.node_id is not None:
+        recorded = wait_timeout_error(exc.node_id)
+        return RunFailure(type=recorded["type"], message=recorded["message"],
+                          node_id=exc.node_id, traceback=trace)
+    return RunFailure(type=type(exc).__name__, message=str(exc), traceback=trace)
 
 
 def _find(group: BaseException, kind: type[BaseException]) -> BaseException | None:
@@ -809,11 +830,14 @@ class Engine:
                     return Outcome("success", result=result, definition=self.definition)
             if outcome.status == "error":
                 message = outcome.error or "error"
+                cause = (run_failure(outcome.exception) if outcome.exception is not None
+                         else None)
 
                 async def failed(ts: datetime) -> None:
                     await self._phase(ts)
                     await self.adapter.on_run_error(self.run_id, message, now=ts,
-                                                    duration_ms=self._duration_ms(ts))
+                                                    duration_ms=self._duration_ms(ts),
+                                                    failure=cause)
                     await self.adapter.clear_lease(self.run_id)
 
                 await self._commit(failed)

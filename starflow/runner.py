@@ -9,7 +9,6 @@ place a paused run becomes running again.
 from __future__ import annotations
 
 import os
-import re
 import socket
 import uuid
 from collections.abc import Awaitable, Callable
@@ -47,6 +46,7 @@ from .errors import (
     WorkflowDefinitionError,
     WorkflowFailed,
 )
+from .failure import wait_timeout_error
 from .logs import get_logger
 from .replay import Journal
 from .waits import Keyring, check_event
@@ -99,14 +99,6 @@ def _next_wait_event(node_id: str, events: list[RunEvent]) -> str | None:
                 if e.node_id is not None and e.node_id.startswith(prefix)
                 and e.event_type in ("node_complete", "node_error")}
     return event if int(occurrence) == len(finished) + 1 else None
-
-
-#: The run error the engine writes when a recorded node failure ended the run:
-#: ``StepFailed``'s message (errors.py) or ``WaitTimeout``'s (engine.wait).
-_NODE_FAILURE = re.compile(
-    r"^(?:StepFailed: step|WaitTimeout: run \S+: wait) (\S+) (?:failed after|timed out)")
-#: The run error the engine writes for any other exception: ``Type: message``.
-_EXCEPTION = re.compile(r"^([A-Za-z_][\w.]*): (.*)\Z", re.DOTALL)
 
 
 def _validate_run_id(run_id: str | None) -> str:
@@ -239,34 +231,20 @@ class Runner:
         return serde.convert(run.result_json, definition.return_type,
                              what=f"result of run {run.id}", run_id=run.id)
 
-    async def failure(self, run: RunInfo) -> WorkflowFailed:
+    @staticmethod
+    def failure(run: RunInfo) -> WorkflowFailed:
         """The ``WorkflowFailed`` for a run that ended in ``error``, with its cause.
 
-        When a step's (or a wait's) recorded failure ended the run, the cause is
-        that node's ``node_error`` payload: node id, qualified exception type,
-        message and attempts. Otherwise it is the exception the workflow raised,
-        as the run's error records it (``Type: message``).
+        The cause is the run's recorded :class:`~starflow.failure.RunFailure`
+        (``failure_json``): node id, type, message, attempts and traceback. A
+        run that failed without an exception (``runner_lost``) has none.
         """
-        text = run.error or ""
-        match = _NODE_FAILURE.match(text)
-        if match is not None:
-            node_id = match.group(1)
-            events = await self.adapter.list_events(run.id)
-            recorded = next((e for e in reversed(events)
-                             if e.event_type == "node_error" and e.node_id == node_id), None)
-            payload = recorded.payload_json if recorded is not None else None
-            cause = payload.get("error") if isinstance(payload, dict) else None
-            if isinstance(cause, dict):
-                attempts = cause.get("attempts")
-                return WorkflowFailed(
-                    run.id, run.status, run.error, node_id=node_id,
-                    error_type=str(cause.get("type")), error_message=str(cause.get("message")),
-                    attempts=attempts if isinstance(attempts, int) else None)
-        match = _EXCEPTION.match(text)
-        if match is not None:
-            return WorkflowFailed(run.id, run.status, run.error, error_type=match.group(1),
-                                  error_message=match.group(2))
-        return WorkflowFailed(run.id, run.status, run.error)
+        cause = run.failure
+        if cause is None:
+            return WorkflowFailed(run.id, run.status, run.error)
+        return WorkflowFailed(run.id, run.status, run.error, node_id=cause.node_id,
+                              error_type=cause.type, error_message=cause.message,
+                              attempts=cause.attempts, traceback=cause.traceback)
 
     # -- handles -------------------------------------------------------------------
 
@@ -559,9 +537,8 @@ class Runner:
                 await self.adapter.on_node_error(run.id, node_id, {"error": error, "via": via},
                                                  now=now)
             elif timed_out:
-                await self.adapter.on_node_error(run.id, node_id, {"error": {
-                    "type": "starflow.errors.WaitTimeout",
-                    "message": f"{node_id} timed out"}}, now=now)
+                await self.adapter.on_node_error(
+                    run.id, node_id, {"error": wait_timeout_error(node_id)}, now=now)
             else:
                 await self.adapter.on_node_complete(run.id, node_id,
                                                     {"output": output, "via": via}, now=now)
@@ -751,14 +728,14 @@ class Runner:
                                             method="retry")
             if inline:
                 await self.adapter.update_run(run_id, "retry", status="running",
-                                              claim_state="running", error=None,
+                                              claim_state="running", error=None, failure_json=None,
                                               completed_at=None, duration_ms=None,
                                               claim_attempts=0)
                 await self.adapter.write_lease(run_id, self.runner_id,
                                                now + self.config.lease_ttl, now=now)
             else:
                 await self.adapter.update_run(run_id, "retry", status="queued",
-                                              claim_state="queued", error=None,
+                                              claim_state="queued", error=None, failure_json=None,
                                               completed_at=None, duration_ms=None,
                                               claim_attempts=0)
         if not unit.held:  # another retry won, or the row changed under us

@@ -25,6 +25,7 @@ import msgspec
 
 from ..clock import Clock
 from ..context import WorkflowContext
+from ..failure import RunFailure
 
 __all__ = [
     "DefinitionRecord",
@@ -79,11 +80,22 @@ class RunInfo(msgspec.Struct, frozen=True, kw_only=True):
     start_mode: str = "inline"
     max_claim_attempts: int = 3
     workflow_version: int | None = None
+    #: Why the run failed, as data (migration 024): see :attr:`failure`.
+    failure_json: dict[str, Any] | None = None
 
     @property
     def run_id(self) -> str:
         """Alias of ``id``."""
         return self.id
+
+    @property
+    def failure(self) -> RunFailure | None:
+        """Why the run ended in ``error``: type, message, node, attempts, traceback.
+
+        ``None`` for a run that did not fail with an exception (``runner_lost``,
+        ``cancelled``, a run that has not failed) or failed before migration 024.
+        """
+        return RunFailure.from_json(self.failure_json)
 
     @property
     def is_terminal(self) -> bool:
@@ -255,10 +267,11 @@ UPDATABLE_RUN_COLUMNS = frozenset(
         "result_json",
         "definition_id",
         "claim_attempts",
+        "failure_json",
     }
 )
 #: Columns holding JSON (encoded by the adapter).
-JSON_RUN_COLUMNS = frozenset({"checkpoint_json", "input_json", "result_json"})
+JSON_RUN_COLUMNS = frozenset({"checkpoint_json", "input_json", "result_json", "failure_json"})
 
 
 class Op(msgspec.Struct, frozen=True, kw_only=True, tag=True):
@@ -684,9 +697,14 @@ class WorkflowStateAdapter(abc.ABC):
 
     async def on_run_error(self, run_id: str, error: str, *, now: datetime,
                            duration_ms: int | None = None, status: str = "error",
-                           claim_state: str = "failed") -> None:
+                           claim_state: str = "failed", failure: RunFailure | None = None
+                           ) -> None:
         """UPDATE status error (or cancelled), message; clear the checkpoint; drop
-        run-scoped session vars (an ended run's vars would otherwise live forever)."""
+        run-scoped session vars (an ended run's vars would otherwise live forever).
+
+        ``failure``, the structured cause, goes to ``failure_json`` (migration
+        024); without one the column is cleared.
+        """
         await self._submit(
             UpdateRun(
                 method="on_run_error",
@@ -698,6 +716,7 @@ class WorkflowStateAdapter(abc.ABC):
                     "completed_at": now,
                     "duration_ms": duration_ms,
                     "checkpoint_json": None,
+                    "failure_json": failure.to_json() if failure is not None else None,
                 },
             )
         )

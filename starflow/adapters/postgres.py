@@ -106,7 +106,7 @@ _RUN_COLUMNS = (
     "id, template_id, workspace_id, env, status, started_at, completed_at, duration_ms, "
     "checkpoint_json, error, claim_state, runner_pool, leased_by, lease_until, last_heartbeat, "
     "claim_attempts, definition_id, input_json, result_json, start_mode, max_claim_attempts, "
-    "workflow_version"
+    "workflow_version, failure_json"
 )
 #: Columns an ``InsertRun`` may name (besides id/workspace_id/env).
 _INSERTABLE_RUN_COLUMNS = UPDATABLE_RUN_COLUMNS | {
@@ -287,6 +287,7 @@ def _run(row: Any) -> RunInfo:
         start_mode=row[19],
         max_claim_attempts=row[20],
         workflow_version=row[21],
+        failure_json=row[22],
     )
 
 
