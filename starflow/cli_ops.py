@@ -33,7 +33,7 @@ from .cli import (
     load_app_object,
     open_app,
 )
-from .context import WAIT_KEY
+from .context import checkpoint_wait
 from .errors import InvalidWakeToken, WorkflowDefinitionError
 from .waits import redact_wake_tokens
 
@@ -161,12 +161,10 @@ def _filters(parser: argparse.ArgumentParser) -> None:
 
 def _waiting(run: RunInfo) -> dict[str, Any] | None:
     """What a paused run waits on, from its checkpoint (never the token)."""
-    variables = (run.checkpoint_json or {}).get("variables")
-    wait = variables.get(WAIT_KEY) if isinstance(variables, dict) else None
-    if not isinstance(wait, dict):
+    wait = checkpoint_wait(run.checkpoint_json)
+    if wait is None:
         return None
-    return {"node_id": wait.get("node_id"), "event": wait.get("event"),
-            "deadline": wait.get("deadline")}
+    return {"node_id": wait.node_id, "event": wait.event, "deadline": wait.deadline}
 
 
 def run_summary(run: RunInfo) -> dict[str, Any]:

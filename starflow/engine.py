@@ -10,7 +10,6 @@ more is written.
 
 from __future__ import annotations
 
-import heapq
 import math
 import uuid
 from collections.abc import Awaitable, Callable
@@ -22,14 +21,15 @@ import anyio
 import anyio.abc
 import anyio.lowlevel
 
-from . import logs, observability, serde
+from . import logs, observability, requeue, serde
 from .adapters.base import Guard, JobSpec, WorkflowStateAdapter
-from .clock import Clock, format_ts, wait_event
+from .clock import Clock, format_ts
 from .config import StarflowConfig
 from .context import (
     IDEMPOTENCY_KEY,
     RESERVED_PREFIX,
     WAIT_KEY,
+    CheckpointWait,
     WorkflowContext,
     current_engine,
     current_node,
@@ -43,12 +43,23 @@ from .errors import (
     StorageError,
     WaitTimeout,
 )
-from .failure import RunFailure, format_traceback, wait_timeout_error
+from .failure import error_info, run_failure
+from .heartbeats import Heartbeats
 from .logs import get_logger
-from .replay import Journal, NodeRecord, node_id
+from .replay import (
+    DIVERGENCE_FIX,
+    Journal,
+    NodeRecord,
+    check_recorded,
+    node_id,
+    replay_variables,
+    variables_diff,
+    variables_snapshot,
+)
+from .requeue import lease_guard
 from .waits import Keyring, WakeClaims
 
-__all__ = ["Engine", "Outcome", "PendingWait", "Runtime"]
+__all__ = ["Engine", "Heartbeats", "Outcome", "PendingWait", "Runtime"]
 
 log = get_logger("starflow.engine")
 
@@ -112,45 +123,6 @@ class _Abort(BaseException):
         self.cause = cause
 
 
-#: What to do about a replay that diverged from its history (every such message ends so).
-_DIVERGENCE_FIX = ("Revert the change, bump the workflow version, or guard it with "
-                   "starflow.patched()")
-
-
-def _shown(value: Any, limit: int = 200) -> str:
-    """Recorded or current step arguments as compact JSON, cut for a message."""
-    if value is None:
-        return "(not recorded)"
-    text = serde.encode(value).decode()
-    return text if len(text) <= limit else text[:limit] + "…"
-
-
-def error_info(exc: BaseException, attempts: int) -> dict[str, Any]:
-    """How a step failure is recorded: qualified type, message, attempts made."""
-    return {"type": f"{type(exc).__module__}.{type(exc).__qualname__}", "message": str(exc),
-            "attempts": attempts}
-
-
-def run_failure(exc: BaseException) -> RunFailure:
-    """The structured cause of a run the workflow ended by raising ``exc``.
-
-    A :class:`StepFailed` or :class:`WaitTimeout` of a node (what the engine
-    raises for a recorded node failure) names that node and carries its
-    recorded type, message and attempts; any other exception is the cause
-    itself. The traceback is ``exc``'s, with its causes (a live step
-    failure's chain holds the step's own frames).
-    """
-    trace = format_traceback(exc)
-    if isinstance(exc, StepFailed) and exc.node_id is not None:
-        return RunFailure(type=exc.error_type, message=exc.error_message, node_id=exc.node_id,
-                          attempts=exc.attempts, traceback=trace)
-    if isinstance(exc, WaitTimeout) and exc.node_id is not None:
-        recorded = wait_timeout_error(exc.node_id)
-        return RunFailure(type=recorded["type"], message=recorded["message"],
-                          node_id=exc.node_id, traceback=trace)
-    return RunFailure(type=type(exc).__name__, message=str(exc), traceback=trace)
-
-
 def _find(group: BaseException, kind: type[BaseException]) -> BaseException | None:
     if isinstance(group, kind):
         return group
@@ -175,7 +147,6 @@ class Engine:
     started_at: datetime
     _counters: dict[tuple[str, str | None], int] = field(default_factory=dict)
     _last_time: datetime | None = None
-    _replaying: bool = True
     _suspending: bool = False
     _body_scope: anyio.CancelScope | None = None
     _lease_lost: bool = False
@@ -199,12 +170,11 @@ class Engine:
 
     def __post_init__(self) -> None:
         self._last_time = self.started_at
-        self._replaying = bool(self.journal.nodes)
+        self.journal.replaying = bool(self.journal.nodes)
         self._log = log.bind(run_id=self.run_id, runner_id=self.runtime.runner_id,
                              workspace=self.ctx.workspace_id, workflow=self.definition.name)
         # Every boundary of this execution carries the same guard: build it once.
-        self._lease_guard = Guard(run_id=self.run_id, leased_by=self.runtime.runner_id,
-                                  status_in=("running",))
+        self._lease_guard = lease_guard(self.run_id, self.runtime.runner_id)
 
     @property
     def run_id(self) -> str:
@@ -289,50 +259,6 @@ class Engine:
         self._counters[key] = n
         return node_id(kind, name, n)
 
-    async def _check_frontier(self, nid: str, what: str) -> None:
-        """A new node may run only once every recorded node has been replayed.
-
-        Concurrent branches replay at different speeds, so before declaring
-        divergence the engine lets other tasks run while they make progress.
-        """
-        if not self._replaying:
-            return
-        stalls = 0
-        seen = len(self.journal.consumed)
-        while True:
-            pending = self.journal.unconsumed()
-            if not pending:
-                self._replaying = False
-                return
-            if stalls >= 3:
-                raise NonDeterminismError(
-                    f"run {self.run_id}: the code reached new node {nid} ({what}) while the "
-                    f"history still holds {', '.join(pending[:5])} not reached by this replay; "
-                    f"the workflow code changed under a running or paused run. {_DIVERGENCE_FIX}",
-                    run_id=self.run_id, node_id=nid, recorded=pending[0], current=nid,
-                )
-            await anyio.lowlevel.cancel_shielded_checkpoint()
-            now_seen = len(self.journal.consumed)
-            stalls = 0 if now_seen != seen else stalls + 1
-            seen = now_seen
-
-    def _check_recorded(self, rec: NodeRecord, kind: str, name: str, h: str | None,
-                        encoded: Any = None) -> None:
-        if rec.kind is not None and (rec.kind != kind or rec.name != name):
-            raise NonDeterminismError(
-                f"run {self.run_id}: node {rec.node_id} was recorded as {rec.kind} {rec.name!r} "
-                f"but the code now calls {kind} {name!r}",
-                run_id=self.run_id, node_id=rec.node_id,
-                recorded=f"{rec.kind}:{rec.name}", current=f"{kind}:{name}",
-            )
-        if h is not None and rec.args_hash is not None and rec.args_hash != h:
-            raise NonDeterminismError(
-                f"run {self.run_id}: step {rec.node_id} was recorded with arguments "
-                f"{_shown(rec.input)} (hash {rec.args_hash}) but is now called with "
-                f"{_shown(encoded)} (hash {h}): its arguments changed. {_DIVERGENCE_FIX}",
-                run_id=self.run_id, node_id=rec.node_id, recorded=rec.args_hash, current=h,
-            )
-
     def patched(self, change_id: str) -> bool:
         """``starflow.patched``: whether this run takes the new path of a code change.
 
@@ -350,11 +276,11 @@ class Engine:
         if rec is not None:
             self.journal.consume(nid)
             result = True
-        elif self._replaying and self.journal.unconsumed():
+        elif self.journal.replaying and self.journal.unconsumed():
             result = False
         else:
             # Nothing recorded lies ahead: this is the run's frontier.
-            self._replaying = False
+            self.journal.replaying = False
             self.journal.record(NodeRecord(node_id=nid, kind="patch", name=change_id,
                                            status="complete", output=True))
             self._markers.append((nid, change_id))
@@ -410,10 +336,10 @@ class Engine:
         h = serde.args_hash(encoded)
         rec = self.journal.get(nid)
         if rec is not None:
-            self._check_recorded(rec, "step", sdef.name, h, encoded)
+            check_recorded(self.run_id, rec, "step", sdef.name, h, encoded)
             self.journal.consume(nid)
             if rec.finished and rec.variables:
-                self._replay_variables(rec.variables)
+                replay_variables(self.ctx.variables, rec.variables)
             if rec.status == "complete":
                 self._advance(rec.recorded_at)
                 return serde.convert(rec.output, sdef.return_type,
@@ -426,7 +352,7 @@ class Engine:
                                  run_id=self.run_id, node_id=nid,
                                  attempts=int(err.get("attempts", 1)))
         else:
-            await self._check_frontier(nid, f"step {sdef.name!r}")
+            await self.journal.reach_frontier(self.run_id, nid, f"step {sdef.name!r}")
         self._guard_suspending()
         if self.should_yield is not None and self.should_yield():
             raise _Abort("released")
@@ -441,7 +367,7 @@ class Engine:
 
         await self._commit(start, durable=False)
         self.node_status[nid] = "running"
-        variables_before = self._variables_snapshot()
+        variables_before = variables_snapshot(self.ctx.variables, RESERVED_PREFIX)
         policy = sdef.retry
         clock = self.runtime.clock
         attempt = 0
@@ -497,44 +423,18 @@ class Engine:
         return serde.convert(output, sdef.return_type, what=f"output of {nid}",
                              run_id=self.run_id, node_id=nid)
 
-    # -- variables written by steps ---------------------------------------------
-    #
-    # A recorded step is not run again on replay, so what it wrote to the context's
-    # variables (the phase included) would be missing after every wake or takeover.
-    # Its writes are recorded with its outcome and applied again when it is replayed.
-
-    def _variables_snapshot(self) -> dict[str, bytes] | None:
-        """The user variables as JSON, per key (None if one cannot be encoded)."""
-        variables = self.ctx.variables
-        if not variables:
-            return {}
-        try:
-            return {k: serde.encode(v) for k, v in variables.items()
-                    if not k.startswith(RESERVED_PREFIX)}
-        except SerializationError:
-            return None
+    # -- variables written by steps (see replay.variables_snapshot) --------------
 
     def _variable_changes(self, before: dict[str, bytes] | None, nid: str
                           ) -> dict[str, Any] | None:
         """What the step changed in the user variables since ``before``, if anything."""
-        after = self._variables_snapshot()
+        after = variables_snapshot(self.ctx.variables, RESERVED_PREFIX)
         if before is None or after is None:
             if before != after:
                 self._log.warning("a workflow variable is not JSON-encodable: the step's "
                                   "variable writes are not recorded for replay", node_id=nid)
             return None
-        changed = [k for k, v in after.items() if before.get(k) != v]
-        unset = [k for k in before if k not in after]
-        if not changed and not unset:
-            return None
-        return {"set": {k: serde.decode(after[k]) for k in changed}, "unset": unset}
-
-    def _replay_variables(self, changes: dict[str, Any]) -> None:
-        variables = self.ctx.variables
-        for key, value in (changes.get("set") or {}).items():
-            variables._engine_set(key, value)  # type: ignore[attr-defined]
-        for key in changes.get("unset") or ():
-            variables._engine_pop(key)  # type: ignore[attr-defined]
+        return variables_diff(before, after)
 
     def _dispatch(self, sdef: StepDefinition, nid: str, h: str, encoded: Any) -> NoReturn:
         """Hand a ``@step(pool=...)`` call to that pool's job workers and wait durably.
@@ -565,11 +465,10 @@ class Engine:
         pending = PendingWait(node_id=nid, event=event, deadline=deadline, wake_token=token,
                               job=job)
         # enterDurableWait steps 1-2 (in memory); the engine writes steps 3-6.
-        self.ctx.variables._engine_set(WAIT_KEY, {  # type: ignore[attr-defined]
-            "status": "pending", "node_id": nid, "event": event,
-            "deadline": format_ts(deadline) if deadline else None, "wake_token": token,
-            **({"job_id": job.id} if job is not None else {}),
-        })
+        recorded = CheckpointWait(node_id=nid, event=event,
+                                  deadline=format_ts(deadline) if deadline else None,
+                                  wake_token=token, job_id=job.id if job is not None else None)
+        self.ctx.variables._engine_set(WAIT_KEY, recorded.variable())  # type: ignore[attr-defined]
         self.node_status[nid] = "waiting"
         self._pending_wait = pending
         self._suspending = True
@@ -607,7 +506,8 @@ class Engine:
         if rec is not None:
             self.journal.consume(nid)
         else:
-            await self._check_frontier(nid, f"{kind} {event!r}" if event else "sleep")
+            await self.journal.reach_frontier(self.run_id, nid,
+                                              f"{kind} {event!r}" if event else "sleep")
         self._guard_suspending()
         if event is not None:
             signal = await self.adapter.find_signal(self.run_id, event)
@@ -736,7 +636,7 @@ class Engine:
                 exc2 = NonDeterminismError(
                     f"run {self.run_id}: the workflow returned without reaching recorded "
                     f"node(s) {', '.join(pending[:5])}: the code changed under the run. "
-                    f"{_DIVERGENCE_FIX}",
+                    f"{DIVERGENCE_FIX}",
                     run_id=self.run_id, node_id=pending[0], recorded=pending[0], current=None)
                 return Outcome("error", error=f"NonDeterminismError: {exc2}", exception=exc2)
             return Outcome("success", result=value)
@@ -799,11 +699,7 @@ class Engine:
             return
         ts = self.runtime.clock.now()
         try:
-            async with self.adapter.unit(guard=self._guard) as unit:
-                await self.adapter.update_run(self.run_id, "release_lease", status="queued",
-                                              claim_state="queued", leased_by=None,
-                                              lease_until=None)
-            if unit.held:
+            if await requeue.release(self.adapter, self.run_id, self.runtime.runner_id):
                 self._log.info("run released to the queue", at=format_ts(ts))
         except StarflowError as exc:
             self._log.warning("could not release the lease; the sweep will", error=str(exc))
@@ -877,71 +773,3 @@ class Engine:
             return outcome
         except _Abort as abort:
             return Outcome(abort.reason, exception=abort.cause)
-
-
-class Heartbeats:
-    """One task that refreshes the lease of every engine of a runner.
-
-    Each engine is refreshed ``heartbeat_interval`` after it started and then
-    after each refresh, exactly as with a task per engine, without the cost of
-    starting and cancelling a task for every run execution. While no engine
-    runs, the loop holds no timer (so a fake clock has nothing to skip to).
-    """
-
-    def __init__(self, clock: Clock, config: StarflowConfig) -> None:
-        self._clock = clock
-        self._interval = config.heartbeat_interval
-        self._due: list[tuple[datetime, int, Engine]] = []
-        self._active: set[int] = set()
-        self._seq = 0
-        self._changed = anyio.Event()
-        self.running = False
-
-    def add(self, engine: Engine) -> None:
-        """Start refreshing ``engine``'s lease."""
-        self._active.add(id(engine))
-        self._schedule(engine)
-
-    def remove(self, engine: Engine) -> None:
-        """Stop refreshing ``engine``'s lease (its entry is dropped when due)."""
-        self._active.discard(id(engine))
-
-    def _schedule(self, engine: Engine) -> None:
-        self._seq += 1
-        entry = (self._clock.now() + self._interval, self._seq, engine)
-        heapq.heappush(self._due, entry)
-        # The task sleeps until the earliest entry: wake it only if this one is
-        # now the earliest. With one interval for all, a new entry is never
-        # earlier than a live one, so a run starting while others hold leases
-        # costs the task nothing (waking it per run was a tenth of a short
-        # run's CPU).
-        if self._due[0] is entry:
-            self._changed.set()
-
-    async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
-                  ) -> None:
-        """Refresh due leases until cancelled (``await tg.start(heartbeats.run)``)."""
-        self.running = True
-        task_status.started()
-        try:
-            async with anyio.create_task_group() as tg:
-                while True:
-                    now = self._clock.now()
-                    due = self._due
-                    while due and (due[0][0] <= now or id(due[0][2]) not in self._active):
-                        # Due, or of an engine that stopped: either way off the heap,
-                        # so the task never sleeps until a run that is over.
-                        _, _, engine = heapq.heappop(due)
-                        if id(engine) in self._active:
-                            tg.start_soon(self._refresh, engine)
-                    changed = self._changed
-                    delay = ((self._due[0][0] - now).total_seconds() if self._due else None)
-                    await wait_event(self._clock, changed, delay)
-                    if changed.is_set():
-                        self._changed = anyio.Event()
-        finally:
-            self.running = False
-
-    async def _refresh(self, engine: Engine) -> None:
-        if await engine.refresh_lease_once() and id(engine) in self._active:
-            self._schedule(engine)

@@ -16,8 +16,10 @@ from typing import Any
 
 import msgspec
 
-__all__ = ["MAX_TRACEBACK_CHARS", "MAX_TRACEBACK_FRAMES", "RunFailure", "format_traceback",
-           "wait_timeout_error"]
+from .errors import StepFailed, WaitTimeout
+
+__all__ = ["MAX_TRACEBACK_CHARS", "MAX_TRACEBACK_FRAMES", "RunFailure", "error_info",
+           "format_traceback", "run_failure", "wait_timeout_error"]
 
 #: Frames kept per exception of a traceback's chain: the innermost ones, where
 #: the user's code raised (the outer ones are the runtime's, calling it).
@@ -90,3 +92,29 @@ def format_traceback(exc: BaseException) -> str:
 def wait_timeout_error(node_id: str) -> dict[str, Any]:
     """How a ``wait_for`` timeout is recorded as its node's failure (``node_error``)."""
     return {"type": "starflow.errors.WaitTimeout", "message": f"{node_id} timed out"}
+
+
+def error_info(exc: BaseException, attempts: int) -> dict[str, Any]:
+    """How a step failure is recorded: qualified type, message, attempts made."""
+    return {"type": f"{type(exc).__module__}.{type(exc).__qualname__}", "message": str(exc),
+            "attempts": attempts}
+
+
+def run_failure(exc: BaseException) -> RunFailure:
+    """The structured cause of a run the workflow ended by raising ``exc``.
+
+    A :class:`StepFailed` or :class:`WaitTimeout` of a node (what the engine
+    raises for a recorded node failure) names that node and carries its
+    recorded type, message and attempts; any other exception is the cause
+    itself. The traceback is ``exc``'s, with its causes (a live step
+    failure's chain holds the step's own frames).
+    """
+    trace = format_traceback(exc)
+    if isinstance(exc, StepFailed) and exc.node_id is not None:
+        return RunFailure(type=exc.error_type, message=exc.error_message, node_id=exc.node_id,
+                          attempts=exc.attempts, traceback=trace)
+    if isinstance(exc, WaitTimeout) and exc.node_id is not None:
+        recorded = wait_timeout_error(exc.node_id)
+        return RunFailure(type=recorded["type"], message=recorded["message"],
+                          node_id=exc.node_id, traceback=trace)
+    return RunFailure(type=type(exc).__name__, message=str(exc), traceback=trace)

@@ -31,8 +31,8 @@ from . import serde
 from .adapters.base import JobRecord
 from .config import check_concurrency
 from .decorators import StepDefinition, registry
-from .engine import error_info
 from .errors import ConfigError, RunnerKilled, StarflowError
+from .failure import error_info
 from .logs import get_logger
 from .runner import Runner
 
