@@ -64,7 +64,7 @@ __all__ = ["Engine", "Heartbeats", "Outcome", "PendingWait", "Runtime"]
 log = get_logger("starflow.engine")
 
 OutcomeStatus = Literal["success", "error", "paused", "lease_lost", "storage", "cancelled",
-                        "released", "killed"]
+                        "released", "stopped"]
 
 
 @dataclass
@@ -150,8 +150,8 @@ class Engine:
     _suspending: bool = False
     _body_scope: anyio.CancelScope | None = None
     _lease_lost: bool = False
-    #: Set by :meth:`crash`: the stop is a simulated SIGKILL, not a takeover.
-    _crashed: bool = False
+    #: Set by :meth:`kill` with an error: the owner stopped this execution.
+    _stop_error: StarflowError | None = None
     _body_done: bool = False
     node_status: dict[str, str] = field(default_factory=dict)
     #: ``patched()`` answers of this execution, by change id.
@@ -573,27 +573,25 @@ class Engine:
             if not await self.refresh_lease_once():
                 return
 
-    def kill(self) -> None:
+    def kill(self, error: StarflowError | None = None) -> None:
         """Stop this execution at once, writing nothing more.
 
         The body is cancelled: no final boundary, no release to the queue, the
         lease is left as it is. Used when the run was cancelled or reclaimed
-        elsewhere, and by test harnesses to simulate SIGKILL (once the lease
-        expires, the sweep recovers the run like any run whose runner was lost).
+        elsewhere (the outcome is ``lease_lost``).
+
+        Args:
+            error: Set by the owner of this process stopping the execution on
+                purpose (``Runner.stop``; ``starflow_testing`` simulates a
+                SIGKILL so): the outcome is ``stopped`` with it, and the call
+                driving the run raises it. No other runner took the run over;
+                once the lease expires, the sweep recovers it.
         """
+        if error is not None:
+            self._stop_error = error
         self._lease_lost = True
         if self._body_scope is not None:
             self._body_scope.cancel()
-
-    def crash(self) -> None:
-        """Simulate a SIGKILL of this runner (test harnesses): stop as :meth:`kill` does.
-
-        Nothing more is written and the lease is left for the sweep; the
-        execution's outcome is ``killed`` rather than ``lease_lost``, since no
-        other runner took the run over.
-        """
-        self._crashed = True
-        self.kill()
 
     def _swallowed_pause(self, raised: BaseException | None) -> Outcome:
         """The body caught the pause's unwinding (``except BaseException``) and returned
@@ -682,9 +680,9 @@ class Engine:
             if outcome.status == "released":
                 await self._release()
             outcome = await self._finalize(outcome)
-            if self._crashed and outcome.status in ("lease_lost", "storage"):
-                # Stopped by crash(), possibly while its final write was being built.
-                outcome = Outcome("killed")
+            if self._stop_error is not None and outcome.status in ("lease_lost", "storage"):
+                # Stopped by its owner, possibly while its final write was being built.
+                outcome = Outcome("stopped", exception=self._stop_error)
             return outcome
         except anyio.get_cancelled_exc_class():
             with anyio.CancelScope(shield=True):
