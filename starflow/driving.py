@@ -31,7 +31,7 @@ from .clock import Clock, wait_event
 from .config import StarflowConfig
 from .context import WorkflowContext, checkpoint_wait
 from .decorators import WorkflowDefinition, registry
-from .engine import Engine, Heartbeats, Outcome, Runtime
+from .engine import Engine
 from .errors import (
     LeaseLostError,
     RunFinished,
@@ -41,6 +41,8 @@ from .errors import (
     StorageError,
     WorkflowDefinitionError,
 )
+from .execution import Outcome, Runtime
+from .heartbeats import Heartbeats
 from .logs import get_logger
 from .replay import Journal
 from .waits import Keyring

@@ -15,7 +15,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Literal, NoReturn
+from typing import Any, NoReturn
 
 import anyio
 import anyio.abc
@@ -23,8 +23,7 @@ import anyio.lowlevel
 
 from . import logs, observability, requeue, serde
 from .adapters.base import Guard, JobSpec, WorkflowStateAdapter
-from .clock import Clock, format_ts
-from .config import StarflowConfig
+from .clock import format_ts
 from .context import (
     IDEMPOTENCY_KEY,
     RESERVED_PREFIX,
@@ -43,6 +42,7 @@ from .errors import (
     StorageError,
     WaitTimeout,
 )
+from .execution import Abort, Outcome, PendingWait, Runtime, Suspend, find_unwinding
 from .failure import error_info, run_failure
 from .heartbeats import Heartbeats
 from .logs import get_logger
@@ -57,82 +57,11 @@ from .replay import (
     variables_snapshot,
 )
 from .requeue import lease_guard
-from .waits import Keyring, WakeClaims
+from .waits import WakeClaims
 
 __all__ = ["Engine", "Heartbeats", "Outcome", "PendingWait", "Runtime"]
 
 log = get_logger("starflow.engine")
-
-OutcomeStatus = Literal["success", "error", "paused", "lease_lost", "storage", "cancelled",
-                        "released", "stopped"]
-
-
-@dataclass
-class Runtime:
-    """What an engine needs from the application."""
-
-    adapter: WorkflowStateAdapter
-    clock: Clock
-    config: StarflowConfig
-    runner_id: str
-    keyring: Keyring
-    #: The runner's shared heartbeat loop; engines fall back to their own task
-    #: when it is absent or not running.
-    heartbeats: Heartbeats | None = None
-
-
-@dataclass(frozen=True)
-class PendingWait:
-    """The wait a run paused on."""
-
-    node_id: str
-    event: str | None
-    deadline: datetime | None
-    wake_token: str
-    #: Set when the wait is on a worker job (a ``@step(pool=...)`` call).
-    job: JobSpec | None = None
-
-
-@dataclass
-class Outcome:
-    """How one execution of a run ended."""
-
-    status: OutcomeStatus
-    result: Any = None
-    error: str | None = None
-    exception: BaseException | None = None
-    wait: PendingWait | None = None
-    definition: WorkflowDefinition | None = None
-
-
-class _Suspend(BaseException):
-    """Unwinds the workflow body at a durable wait (not catchable by ``except Exception``)."""
-
-    def __init__(self, wait: PendingWait) -> None:
-        super().__init__(wait.node_id)
-        self.wait = wait
-
-
-class _Abort(BaseException):
-    """Unwinds the workflow body when this runner must stop writing."""
-
-    def __init__(self, reason: Literal["lease_lost", "storage", "released"],
-                 cause: BaseException | None = None) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.cause = cause
-
-
-def _find(group: BaseException, kind: type[BaseException]) -> BaseException | None:
-    if isinstance(group, kind):
-        return group
-    if isinstance(group, BaseExceptionGroup):
-        for exc in group.exceptions:
-            found = _find(exc, kind)
-            if found is not None:
-                return found
-    return None
-
 
 @dataclass
 class Engine:
@@ -214,7 +143,7 @@ class Engine:
         markers, self._markers = self._markers, []
         for attempt in range(retries + 1):
             if self._lease_lost:  # killed, cancelled or taken over: write nothing more
-                raise _Abort("lease_lost")
+                raise Abort("lease_lost")
             ts = clock.now()
             try:
                 async with self.adapter.unit(guard=guard or self._guard, durable=durable) as unit:
@@ -231,14 +160,14 @@ class Engine:
                 if attempt == retries:
                     self._log.error("boundary write failed; giving the run up to the sweep",
                                     error=str(exc), attempts=attempt + 1)
-                    raise _Abort("storage", exc) from exc
+                    raise Abort("storage", exc) from exc
                 self._log.warning("boundary write failed; retrying", error=str(exc),
                                   attempt=attempt + 1)
                 await clock.sleep(min(0.05 * 2**attempt, 2.0))
                 continue
             if not unit.held:
                 self._lease_lost = True
-                raise _Abort("lease_lost")
+                raise Abort("lease_lost")
             # Every engine unit records the phase if it changed (see _phase).
             self.journal.last_phase = self.ctx.phase
             self.claimed = False
@@ -269,25 +198,13 @@ class Engine:
         the old path is replayed. The answer is fixed for the whole execution.
         """
         known = self._patches.get(change_id)
-        if known is not None:
-            return known
-        nid = node_id("patch", change_id, 1)
-        rec = self.journal.get(nid)
-        if rec is not None:
-            self.journal.consume(nid)
-            result = True
-        elif self.journal.replaying and self.journal.unconsumed():
-            result = False
-        else:
-            # Nothing recorded lies ahead: this is the run's frontier.
-            self.journal.replaying = False
-            self.journal.record(NodeRecord(node_id=nid, kind="patch", name=change_id,
-                                           status="complete", output=True))
-            self._markers.append((nid, change_id))
-            result = True
-        self._patches[change_id] = result
-        self._log.debug("patch decided", change_id=change_id, patched=result)
-        return result
+        if known is None:
+            known, marker = self.journal.decide_patch(change_id)
+            if marker is not None:
+                self._markers.append((marker, change_id))
+            self._patches[change_id] = known
+            self._log.debug("patch decided", change_id=change_id, patched=known)
+        return known
 
     def next_wait_id(self, event: str | None) -> str:
         """The node id the next ``wait_for(event)`` (``sleep`` for None) will get."""
@@ -316,7 +233,7 @@ class Engine:
 
     def _guard_suspending(self) -> None:
         if self._suspending:
-            raise _Suspend(self._pending_wait)
+            raise Suspend(self._pending_wait)
 
     # -- steps -------------------------------------------------------------------
 
@@ -355,7 +272,7 @@ class Engine:
             await self.journal.reach_frontier(self.run_id, nid, f"step {sdef.name!r}")
         self._guard_suspending()
         if self.should_yield is not None and self.should_yield():
-            raise _Abort("released")
+            raise Abort("released")
         if sdef.pool is not None:
             self._dispatch(sdef, nid, h, encoded)
 
@@ -472,7 +389,7 @@ class Engine:
         self.node_status[nid] = "waiting"
         self._pending_wait = pending
         self._suspending = True
-        raise _Suspend(pending)
+        raise Suspend(pending)
 
     # -- waits -------------------------------------------------------------------
 
@@ -614,11 +531,11 @@ class Engine:
                     raise self.input_error
                 value = await self.definition.fn(*self.args, **self.kwargs)
             except BaseException as exc:
-                suspend = _find(exc, _Suspend)
-                abort = _find(exc, _Abort)
-                if isinstance(abort, _Abort):
+                suspend = find_unwinding(exc, Suspend)
+                abort = find_unwinding(exc, Abort)
+                if isinstance(abort, Abort):
                     return Outcome(abort.reason, exception=abort.cause)
-                if isinstance(suspend, _Suspend):
+                if isinstance(suspend, Suspend):
                     return Outcome("paused", wait=suspend.wait)
                 if isinstance(exc, anyio.get_cancelled_exc_class()) or not isinstance(
                     exc, Exception
@@ -769,5 +686,5 @@ class Engine:
                 await self._commit(pause)
                 return outcome
             return outcome
-        except _Abort as abort:
+        except Abort as abort:
             return Outcome(abort.reason, exception=abort.cause)

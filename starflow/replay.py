@@ -126,6 +126,25 @@ class Journal:
         self.nodes[rec.node_id] = rec
         self.consumed.add(rec.node_id)
 
+    def decide_patch(self, change_id: str) -> tuple[bool, str | None]:
+        """Whether this run takes the new path of ``change_id`` (``starflow.patched``).
+
+        Returns the answer and, when it is a new decision at the frontier, the
+        marker node id to record with the next boundary (it is recorded in the
+        journal here).
+        """
+        nid = node_id("patch", change_id, 1)
+        if self.get(nid) is not None:
+            self.consume(nid)
+            return True, None
+        if self.replaying and self.unconsumed():
+            return False, None  # the history goes past this point: old code ran here
+        # Nothing recorded lies ahead: this is the run's frontier.
+        self.replaying = False
+        self.record(NodeRecord(node_id=nid, kind="patch", name=change_id, status="complete",
+                               output=True))
+        return True, nid
+
     async def reach_frontier(self, run_id: str, nid: str, what: str) -> None:
         """A new node may run only once every recorded node has been replayed.
 

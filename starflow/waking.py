@@ -19,8 +19,8 @@ from . import serde
 from .adapters.base import Guard, RunEvent, RunInfo, WaitRecord
 from .context import checkpoint_wait
 from .driving import ACTIVE_STATUSES, Driver, RunHandle
-from .engine import Outcome
 from .errors import InvalidWakeToken, RunFinished, WorkflowDefinitionError
+from .execution import Outcome
 from .failure import wait_timeout_error
 from .waits import check_event
 
