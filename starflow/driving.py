@@ -80,8 +80,6 @@ def new_runner_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
-
-
 class Driver:
     """Drives runs for one adapter in this process (see the module docstring)."""
 
@@ -201,7 +199,6 @@ class Driver:
         return serde.convert(run.result_json, definition.return_type,
                              what=f"result of run {run.id}", run_id=run.id)
 
-
     # -- handles -------------------------------------------------------------------
 
     async def handle(self, run_id: str) -> RunHandle:
@@ -219,7 +216,6 @@ class Driver:
         return RunHandle(run_id=run.id, status=run.status, result=result, error=run.error,
                          waiting_for=waiting_for, wake_token=token)
 
-
     async def _unfinished(self, run_id: str, action: str) -> RunInfo:
         """The run row, if the run exists and has not ended (else a clear error)."""
         run = await self.adapter.get_run(run_id)
@@ -228,7 +224,6 @@ class Driver:
         if run.is_terminal:
             raise RunFinished(run_id, run.status, action)
         return run
-
 
     # -- driving -------------------------------------------------------------------
 
@@ -327,7 +322,13 @@ class Driver:
         return held
 
     async def settle(self, run_id: str, outcome: Outcome) -> RunHandle:
-        """Turn an execution's outcome into a handle; deliver a signal that raced a pause."""
+        """Turn an execution's outcome into a handle.
+
+        Raises:
+            StorageError: the execution could not record its progress.
+            LeaseLostError: another runner or the sweep took the run over.
+            StarflowError: the error :meth:`stop` was given, for a stopped execution.
+        """
         if outcome.status == "success":
             engine_def = outcome.definition
             result = outcome.result if engine_def is None else serde.convert(
@@ -361,7 +362,6 @@ class Driver:
                 f"runner or the sweep took it over and it goes on there (now {handle.status})",
                 run_id=run_id)
         return handle
-
 
     async def wait_settled(self, seconds: float, event: anyio.Event | None = None) -> None:
         """Return when a run changes in this process, or after ``seconds`` of clock time.

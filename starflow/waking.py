@@ -142,7 +142,6 @@ class Waker(Driver):
                 return handle
         return None
 
-
     async def signal(self, run_id: str, event: str, payload: Any) -> RunHandle:
         check_event(event, "signal", run_id=run_id)
         encoded = serde.to_builtins(payload, what=f"payload of signal {event!r}", run_id=run_id)
