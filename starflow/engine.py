@@ -18,8 +18,6 @@ from datetime import datetime, timedelta
 from typing import Any, NoReturn
 
 import anyio
-import anyio.abc
-import anyio.lowlevel
 
 from . import logs, observability, requeue, serde
 from .adapters.base import Guard, JobSpec, WorkflowStateAdapter
@@ -59,6 +57,8 @@ from .replay import (
 from .requeue import lease_guard
 from .waits import WakeClaims
 
+# Outcome, PendingWait and Runtime live in execution.py and Heartbeats in heartbeats.py;
+# they are re-exported here for the modules that import them from the engine.
 __all__ = ["Engine", "Heartbeats", "Outcome", "PendingWait", "Runtime"]
 
 log = get_logger("starflow.engine")
