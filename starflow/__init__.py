@@ -34,6 +34,7 @@ from .errors import (
     WorkflowDefinitionError,
     WorkflowFailed,
 )
+from .failure import RunFailure
 from .jobs import JobWorker
 from .progress import progress
 from .records import RunEvent, RunInfo
@@ -55,6 +56,7 @@ __all__ = [
     "RetryPolicy",
     "RunCancelled",
     "RunEvent",
+    "RunFailure",
     "RunFinished",
     "RunHandle",
     "RunIdConflict",

@@ -302,7 +302,7 @@ class Starflow:
             if run.status == "cancelled":
                 raise RunCancelled(run_id, run.error)
             if run.status == "error":
-                raise await runner.failure(run)
+                raise runner.failure(run)
             now = self.clock.now()
             if deadline is not None and now >= deadline:
                 raise ResultTimeout(

@@ -17,10 +17,12 @@ from .errors import ReservedKeyError, StarflowError
 __all__ = [
     "RESERVED_KEYS",
     "RESERVED_PREFIX",
+    "CheckpointWait",
     "RunningEngine",
     "Variables",
     "WorkflowContext",
     "check_event",
+    "checkpoint_wait",
     "context",
     "current_engine",
     "current_node",
@@ -42,6 +44,42 @@ def check_event(event: object, what: str, *, run_id: str | None = None) -> str:
         raise StarflowError(f"{what} event must be a non-empty string without '#': {event!r}",
                             run_id=run_id)
     return event
+
+
+class CheckpointWait(msgspec.Struct, frozen=True, kw_only=True):
+    """The durable wait a run pauses on, as its checkpoint records it (``__celestialWait``).
+
+    Written by the engine when the run suspends (:meth:`variable`), read back
+    by :func:`checkpoint_wait`: the one place that knows the shape.
+    """
+
+    node_id: str | None
+    event: str | None = None
+    #: ISO-8601 text, as stored.
+    deadline: str | None = None
+    wake_token: str | None = None
+    #: The worker job that is the wait's wake source (a ``@step(pool=...)`` call).
+    job_id: str | None = None
+
+    def variable(self) -> dict[str, Any]:
+        """The ``__celestialWait`` variable (status ``pending``) the checkpoint holds."""
+        value: dict[str, Any] = {"status": "pending", "node_id": self.node_id,
+                                 "event": self.event, "deadline": self.deadline,
+                                 "wake_token": self.wake_token}
+        if self.job_id is not None:
+            value["job_id"] = self.job_id
+        return value
+
+
+def checkpoint_wait(checkpoint: Mapping[str, Any] | None) -> CheckpointWait | None:
+    """The wait a ``checkpoint_json`` records the run paused on; ``None`` if none."""
+    variables = (checkpoint or {}).get("variables")
+    wait = variables.get(WAIT_KEY) if isinstance(variables, Mapping) else None
+    if not isinstance(wait, Mapping) or not wait:
+        return None
+    return CheckpointWait(node_id=wait.get("node_id"), event=wait.get("event"),
+                          deadline=wait.get("deadline"), wake_token=wait.get("wake_token"),
+                          job_id=wait.get("job_id"))
 
 
 class Variables(dict[str, Any]):

@@ -263,11 +263,17 @@ class WorkflowFailed(StarflowError):
         error_message: ``str()`` of the cause (the run's error when there is no
             exception).
         attempts: Attempts the failing step made (``None`` without a failing step).
+        traceback: The cause's formatted traceback, bounded (the last frames of
+            each exception, 16 KiB at most); ``None`` without an exception.
+
+    All of them are read from the run's recorded failure (``RunInfo.failure``),
+    never parsed out of the ``error`` text.
     """
 
     def __init__(self, run_id: str, status: str, error: str | None, *,
                  node_id: str | None = None, error_type: str | None = None,
-                 error_message: str | None = None, attempts: int | None = None) -> None:
+                 error_message: str | None = None, attempts: int | None = None,
+                 traceback: str | None = None) -> None:
         if node_id is not None:
             tries = f" after {attempts} attempt(s)" if attempts else ""
             message = (
@@ -286,6 +292,7 @@ class WorkflowFailed(StarflowError):
         self.error_type = error_type
         self.error_message = error_message if error_message is not None else error
         self.attempts = attempts
+        self.traceback = traceback
 
 
 class RunCancelled(WorkflowFailed):
@@ -299,6 +306,7 @@ class RunCancelled(WorkflowFailed):
         self.error_type = None
         self.error_message = error
         self.attempts = None
+        self.traceback = None
 
 
 class ResultTimeout(StarflowError, TimeoutError):

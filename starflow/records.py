@@ -14,6 +14,8 @@ from typing import Any
 
 import msgspec
 
+from .failure import RunFailure
+
 __all__ = [
     "CLAIM_STATES",
     "RUN_STATUSES",
@@ -62,11 +64,22 @@ class RunInfo(msgspec.Struct, frozen=True, kw_only=True):
     start_mode: str = "inline"
     max_claim_attempts: int = 3
     workflow_version: int | None = None
+    #: Why the run failed, as data (migration 024): see :attr:`failure`.
+    failure_json: dict[str, Any] | None = None
 
     @property
     def run_id(self) -> str:
         """Alias of ``id``."""
         return self.id
+
+    @property
+    def failure(self) -> RunFailure | None:
+        """Why the run ended in ``error``: type, message, node, attempts, traceback.
+
+        ``None`` for a run that did not fail with an exception (``runner_lost``,
+        ``cancelled``, a run that has not failed) or failed before migration 024.
+        """
+        return RunFailure.from_json(self.failure_json)
 
     @property
     def is_terminal(self) -> bool:

@@ -17,7 +17,7 @@ from starflow.adapters import adapter_from_url
 from starflow.adapters.base import WorkflowStateAdapter
 from starflow.app import Starflow
 from starflow.config import StarflowConfig
-from starflow.errors import ConfigError, ResultTimeout, StarflowError
+from starflow.errors import ConfigError, ResultTimeout, RunnerKilled, StarflowError
 from starflow.logs import get_logger
 from starflow.records import RunEvent, RunInfo
 from starflow.runner import RunHandle, Runner
@@ -421,17 +421,20 @@ class WorkflowEnvironment:
 
         The call that was driving the run in this environment (:meth:`run`,
         :meth:`signal` or :meth:`resume`) raises
-        :class:`~starflow.errors.RunnerKilled`; the embedded worker logs
-        ``runner killed (simulated SIGKILL)``. Neither reports a takeover
+        :class:`~starflow.errors.RunnerKilled`; the embedded worker logs it as
+        stopped, at info level. Neither reports a takeover
         (:class:`~starflow.LeaseLostError`): no other runner took the run.
+        The kill itself is logged as ``runner killed (simulated SIGKILL)``.
+
+        It goes through the runtime's one seam for it, ``Runner.stop``: the
+        product has no other kill-simulation path.
 
         Raises:
             StarflowError: no engine of this environment is executing the run.
         """
-        engine = self.runner.engines.get(run_id)
-        if engine is None:
+        if not self.runner.stop(run_id, RunnerKilled(run_id)):
             raise StarflowError(
                 f"run {run_id} is not executing in this environment, so there is no runner "
                 "to kill: kill it while a step is in progress", run_id=run_id)
-        engine.crash()
+        log.info("runner killed (simulated SIGKILL)", run_id=run_id)
         await self.quiesce()

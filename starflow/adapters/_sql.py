@@ -107,7 +107,7 @@ RUN_COLUMNS = (
     "id, template_id, workspace_id, env, status, started_at, completed_at, duration_ms, "
     "checkpoint_json, error, claim_state, runner_pool, leased_by, lease_until, last_heartbeat, "
     "claim_attempts, definition_id, input_json, result_json, start_mode, max_claim_attempts, "
-    "workflow_version"
+    "workflow_version, failure_json"
 )
 JOB_COLUMNS = (
     "id, run_id, node_id, pool, step_name, idempotency_key, input_json, status, attempts, "
@@ -347,6 +347,7 @@ def run_info(row: Any, d: Dialect) -> RunInfo:
         start_mode=row[19],
         max_claim_attempts=row[20],
         workflow_version=row[21],
+        failure_json=js(row[22]),
     )
 
 

@@ -33,6 +33,7 @@ from typing import Any, ClassVar, Generic, Protocol, TypeVar, cast
 import msgspec
 
 from ..clock import Clock
+from ..failure import RunFailure
 from ..records import (
     DefinitionRecord,
     JobRecord,
@@ -105,10 +106,11 @@ UPDATABLE_RUN_COLUMNS = frozenset(
         "result_json",
         "definition_id",
         "claim_attempts",
+        "failure_json",
     }
 )
 #: Columns holding JSON (encoded by the adapter).
-JSON_RUN_COLUMNS = frozenset({"checkpoint_json", "input_json", "result_json"})
+JSON_RUN_COLUMNS = frozenset({"checkpoint_json", "input_json", "result_json", "failure_json"})
 
 
 class Op(msgspec.Struct, frozen=True, kw_only=True, tag=True):
@@ -676,9 +678,14 @@ class WorkflowStateAdapter(abc.ABC):
 
     async def on_run_error(self, run_id: str, error: str, *, now: datetime,
                            duration_ms: int | None = None, status: str = "error",
-                           claim_state: str = "failed") -> None:
+                           claim_state: str = "failed", failure: RunFailure | None = None
+                           ) -> None:
         """UPDATE status error (or cancelled), message; clear the checkpoint; drop
-        run-scoped session vars (an ended run's vars would otherwise live forever)."""
+        run-scoped session vars (an ended run's vars would otherwise live forever).
+
+        ``failure``, the structured cause, goes to ``failure_json`` (migration
+        024); without one the column is cleared.
+        """
         await self._submit(
             UpdateRun(
                 method="on_run_error",
@@ -690,6 +697,7 @@ class WorkflowStateAdapter(abc.ABC):
                     "completed_at": now,
                     "duration_ms": duration_ms,
                     "checkpoint_json": None,
+                    "failure_json": failure.to_json() if failure is not None else None,
                 },
             )
         )

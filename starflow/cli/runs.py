@@ -16,7 +16,7 @@ from typing import Any, TextIO
 import anyio
 import msgspec
 
-from ..context import WAIT_KEY
+from ..context import checkpoint_wait
 from ..records import RunEvent, RunInfo
 from ..tokens import redact_wake_tokens
 from ._base import (
@@ -80,12 +80,10 @@ def _filters(parser: argparse.ArgumentParser) -> None:
 
 def _waiting(run: RunInfo) -> dict[str, Any] | None:
     """What a paused run waits on, from its checkpoint (never the token)."""
-    variables = (run.checkpoint_json or {}).get("variables")
-    wait = variables.get(WAIT_KEY) if isinstance(variables, dict) else None
-    if not isinstance(wait, dict):
+    wait = checkpoint_wait(run.checkpoint_json)
+    if wait is None:
         return None
-    return {"node_id": wait.get("node_id"), "event": wait.get("event"),
-            "deadline": wait.get("deadline")}
+    return {"node_id": wait.node_id, "event": wait.event, "deadline": wait.deadline}
 
 
 def run_summary(run: RunInfo) -> dict[str, Any]:
@@ -117,6 +115,7 @@ def run_detail(run: RunInfo) -> dict[str, Any]:
         "lease_until": iso(run.lease_until),
         "last_heartbeat": iso(run.last_heartbeat),
         "definition_id": run.definition_id,
+        "failure": run.failure_json,
         "waiting": _waiting(run),
         "input": redact_wake_tokens(run.input_json),
         "result": redact_wake_tokens(run.result_json),
@@ -223,8 +222,15 @@ async def _runs_show(ns: argparse.Namespace) -> int:
          if waiting else None),
         ("error", run.error),
     ]
+    failure = run.failure
+    if failure is not None:
+        tries = f" after {failure.attempts} attempt(s)" if failure.attempts else ""
+        fields.append(("failed at", f"{failure.node_id}{tries}" if failure.node_id else None))
+        fields.append(("cause", failure.text))
     width = max(len(k) for k, _ in fields)
     write("".join(f"{k.ljust(width)}  {cell(v)}\n" for k, v in fields if v is not None))
+    if failure is not None and failure.traceback:
+        write(f"\ntraceback:\n{failure.traceback.rstrip()}\n")
     write(f"\ntimeline ({len(rows)} event{'s' if len(rows) != 1 else ''}):\n")
     write(render_table(["offset", "event", "node", "took"],
                         [(_ms(r["offset_ms"], "+"), r["event_type"], r["node_id"],
