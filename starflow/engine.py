@@ -20,7 +20,8 @@ from typing import Any, NoReturn
 import anyio
 
 from . import logs, observability, requeue, serde
-from .adapters.base import Guard, WorkflowStateAdapter
+from .adapters.base import WorkflowStateAdapter
+from .adapters.units import Guard
 from .clock import format_ts
 from .context import (
     IDEMPOTENCY_KEY,

@@ -17,8 +17,9 @@ from typing import Any, Literal, Protocol
 
 import anyio.lowlevel
 
-from .adapters.base import Unit, WorkflowStateAdapter
+from .adapters.base import WorkflowStateAdapter
 from .adapters.null import NullWorkflowStateAdapter
+from .adapters.units import Unit
 from .config import StarflowConfig
 from .context import WorkflowContext, current_engine
 from .decorators import StepDefinition, WorkflowDefinition, definition_of, registry

@@ -13,7 +13,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Literal
 
-from .adapters.base import Guard, WorkflowStateAdapter
+from .adapters.base import WorkflowStateAdapter
+from .adapters.units import Guard
 from .errors import StarflowError
 from .records import RunInfo
 

@@ -18,7 +18,7 @@ import uuid
 from typing import Any
 
 from . import observability
-from .adapters.base import Guard
+from .adapters.units import Guard
 from .context import WorkflowContext
 from .decorators import WorkflowDefinition, registry
 from .driving import ACTIVE_STATUSES, RunHandle, new_runner_id

@@ -16,7 +16,7 @@ from typing import Any
 import msgspec
 
 from . import serde
-from .adapters.base import Guard
+from .adapters.units import Guard
 from .context import checkpoint_wait
 from .driving import ACTIVE_STATUSES, Driver, RunHandle
 from .errors import InvalidWakeToken, RunFinished, WorkflowDefinitionError

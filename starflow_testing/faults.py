@@ -21,7 +21,8 @@ from typing import Any, TypeVar
 
 import anyio
 
-from starflow.adapters.base import Command, DelegatingAdapter, Unit, WorkflowStateAdapter
+from starflow.adapters.base import DelegatingAdapter, WorkflowStateAdapter
+from starflow.adapters.units import Command, Unit
 from starflow.errors import StorageError
 
 from ._tracking import forwarded_reads

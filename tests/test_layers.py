@@ -71,6 +71,7 @@ LAYERS: dict[str, str] = {
     "starflow.adapters.postgres": "adapters",
     "starflow.adapters.sqlite": "adapters",
     "starflow.adapters.sweep": "adapters",
+    "starflow.adapters.units": "adapters",
     "starflow.migrations": "adapters",
     # base: no starflow dependency above base
     "starflow._version": "base",

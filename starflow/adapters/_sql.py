@@ -36,7 +36,8 @@ from ..records import (
     SweepResult,
     WaitRecord,
 )
-from .base import (
+from .sweep import ABANDONED, NOW, OUTCOME, REASON, REQUEUED
+from .units import (
     JSON_RUN_COLUMNS,
     UPDATABLE_RUN_COLUMNS,
     DeleteSessionVars,
@@ -56,7 +57,6 @@ from .base import (
     UpdateRun,
     UpsertSessionVar,
 )
-from .sweep import ABANDONED, NOW, OUTCOME, REASON, REQUEUED
 
 __all__ = [
     "DEFINITION_COLUMNS",

@@ -22,7 +22,8 @@ from ..records import (
     SweepResult,
     WaitRecord,
 )
-from .base import (
+from .base import WorkflowStateAdapter
+from .units import (
     ClaimJobs,
     ClaimRuns,
     EnsureDefinition,
@@ -33,7 +34,6 @@ from .base import (
     PruneOutbox,
     SweepLeases,
     Unit,
-    WorkflowStateAdapter,
 )
 
 __all__ = ["NullWorkflowStateAdapter"]

@@ -90,7 +90,9 @@ from ._sql import (
 from ._sql import (
     POSTGRES_QUERIES as Q,
 )
-from .base import (
+from .base import WorkflowStateAdapter
+from .sweep import ABANDONED, REQUEUED
+from .units import (
     ClaimJobs,
     ClaimRuns,
     EnsureDefinition,
@@ -106,9 +108,7 @@ from .base import (
     SweepLeases,
     Unit,
     UpdateRun,
-    WorkflowStateAdapter,
 )
-from .sweep import ABANDONED, REQUEUED
 
 if TYPE_CHECKING:
     import asyncpg

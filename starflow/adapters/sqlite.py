@@ -69,7 +69,9 @@ from ._sql import (
 from ._sql import (
     SQLITE_QUERIES as Q,
 )
-from .base import (
+from .base import WorkflowStateAdapter
+from .sweep import lost_payload
+from .units import (
     ClaimJobs,
     ClaimRuns,
     EnsureDefinition,
@@ -83,9 +85,7 @@ from .base import (
     PruneOutbox,
     SweepLeases,
     Unit,
-    WorkflowStateAdapter,
 )
-from .sweep import lost_payload
 
 if TYPE_CHECKING:
     import aiosqlite

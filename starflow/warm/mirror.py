@@ -27,12 +27,13 @@ from typing import Any, TypeVar, cast
 
 import msgspec
 
-from ..adapters.base import (
+from ..adapters.base import DelegatingAdapter, WorkflowStateAdapter
+from ..adapters.sweep import lost_payload, swept_columns
+from ..adapters.units import (
     AfterClaim,
     AfterSweep,
     ClaimRuns,
     Command,
-    DelegatingAdapter,
     DeleteSessionVars,
     InsertEvent,
     InsertOutbox,
@@ -42,9 +43,7 @@ from ..adapters.base import (
     Unit,
     UpdateRun,
     UpsertSessionVar,
-    WorkflowStateAdapter,
 )
-from ..adapters.sweep import lost_payload, swept_columns
 from ..clock import Clock, SystemClock, format_ts
 from ..errors import WarmTierError
 from ..logs import get_logger

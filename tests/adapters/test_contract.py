@@ -18,9 +18,10 @@ import anyio
 import pytest
 
 from starflow.adapters import adapter_from_url
-from starflow.adapters.base import (
+from starflow.adapters.base import DelegatingAdapter, WorkflowStateAdapter
+from starflow.adapters.sweep import lost_payload, swept_columns
+from starflow.adapters.units import (
     Command,
-    DelegatingAdapter,
     Guard,
     InsertEvent,
     InsertOutbox,
@@ -28,9 +29,7 @@ from starflow.adapters.base import (
     Op,
     Unit,
     UpdateRun,
-    WorkflowStateAdapter,
 )
-from starflow.adapters.sweep import lost_payload, swept_columns
 from starflow.context import WorkflowContext
 from starflow.errors import SerializationError, StorageError
 from starflow.records import JobSpec, RunInfo, StartOptions, SweepResult

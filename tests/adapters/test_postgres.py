@@ -23,7 +23,6 @@ import pytest
 
 import starflow
 from starflow import Starflow, step, workflow
-from starflow.adapters.base import Guard, InsertEvent, Unit
 from starflow.adapters.postgres import (
     CLAIM_SQL,
     MIGRATION_LOCK_KEY,
@@ -31,6 +30,7 @@ from starflow.adapters.postgres import (
     PostgresWorkflowStateAdapter,
     channel_name,
 )
+from starflow.adapters.units import Guard, InsertEvent, Unit
 from starflow.context import WorkflowContext
 from starflow.errors import ConfigError, StorageError
 from starflow.migrations import load_migrations

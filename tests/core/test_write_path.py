@@ -26,8 +26,9 @@ import pytest
 
 import starflow
 from starflow import Starflow, StarflowConfig, step, workflow
-from starflow.adapters.base import DelegatingAdapter, Guard, WorkflowStateAdapter
+from starflow.adapters.base import DelegatingAdapter, WorkflowStateAdapter
 from starflow.adapters.sqlite import LocalWorkflowStateAdapter
+from starflow.adapters.units import Guard
 from starflow.context import WorkflowContext
 from starflow.records import StartOptions
 from tests.conftest import POSTGRES_URL, require_postgres

@@ -10,7 +10,8 @@ import pytest
 
 import starflow
 from starflow import RunNotFound, StorageError, step, wait_for, workflow
-from starflow.adapters.base import Command, WorkflowStateAdapter
+from starflow.adapters.base import WorkflowStateAdapter
+from starflow.adapters.units import Command
 from starflow.context import WAIT_KEY
 from starflow_testing import FaultInjectingAdapter, WorkflowEnvironment
 from starflow_testing._tracking import forwarded_reads

@@ -11,8 +11,8 @@ import pytest
 
 from starflow import Starflow
 from starflow.adapters import adapter_from_url
-from starflow.adapters.base import (
-    DelegatingAdapter,
+from starflow.adapters.base import DelegatingAdapter, WorkflowStateAdapter
+from starflow.adapters.units import (
     DeleteSessionVars,
     Guard,
     InsertEvent,
@@ -22,7 +22,6 @@ from starflow.adapters.base import (
     Unit,
     UpdateRun,
     UpsertSessionVar,
-    WorkflowStateAdapter,
 )
 from starflow.context import WorkflowContext
 from starflow.errors import StorageError
