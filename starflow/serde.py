@@ -119,9 +119,10 @@ def _refuse_unstorable(value: Any, what: str, run_id: str | None, node_id: str |
     path, reason = found if found is not None else ("$", "it cannot be encoded as UTF-8 JSON")
     if len(path) > 100:
         path = path[:80] + "…"
+    where = f" (node {node_id})" if node_id else ""
     return SerializationError(
-        f"{what} cannot be stored: at {path} {reason}. Nothing was written; change the "
-        "value (a NUL or lone surrogate can be escaped or base64-encoded, deep nesting "
+        f"{what}{where} cannot be stored: at {path} {reason}. It was not written; change "
+        "the value (a NUL or lone surrogate can be escaped or base64-encoded, deep nesting "
         "flattened)", run_id=run_id, node_id=node_id)
 
 
@@ -133,7 +134,7 @@ def _check_encoded(data: bytes, value: Any, what: str, run_id: str | None,
     if len(data) > MAX_PAYLOAD_BYTES:
         raise SerializationError(
             f"{what} cannot be stored: it is {len(data)} bytes as JSON; the most is "
-            f"{MAX_PAYLOAD_BYTES} bytes. Nothing was written; store large data elsewhere "
+            f"{MAX_PAYLOAD_BYTES} bytes. It was not written; store large data elsewhere "
             "(an object store) and keep its key in the workflow", run_id=run_id,
             node_id=node_id)
     if (b"\\u0000" in data
@@ -167,7 +168,7 @@ def to_builtins(value: Any, *, what: str, run_id: str | None = None,
     except RecursionError as exc:
         raise SerializationError(
             f"{what} cannot be stored: it is nested more than {MAX_NESTING_DEPTH} levels "
-            "deep (lists, dicts, objects). Nothing was written; flatten it",
+            "deep (lists, dicts, objects). It was not written; flatten it",
             run_id=run_id, node_id=node_id) from exc
     except _REFUSALS as exc:
         raise _refused(what, exc, run_id, node_id) from exc
