@@ -15,6 +15,7 @@ from .context import WorkflowContext, context
 from .decorators import RetryPolicy, step, workflow
 from .errors import (
     ConfigError,
+    InvalidArgument,
     InvalidWakeToken,
     LeaseLostError,
     NonDeterminismError,
@@ -45,6 +46,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Clock",
     "ConfigError",
+    "InvalidArgument",
     "InvalidWakeToken",
     "JobWorker",
     "LeaseLostError",

@@ -14,7 +14,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from .errors import InvalidArgument
+from .errors import ConfigError, InvalidArgument
 
 __all__ = [
     "MAX_NAME_LENGTH",
@@ -22,6 +22,7 @@ __all__ = [
     "MAX_PAYLOAD_BYTES",
     "MAX_TENANT_LENGTH",
     "check_name",
+    "check_tenant",
     "name_problem",
     "normalize_run_id",
     "storable_text",
@@ -93,6 +94,18 @@ def check_name(param: str, value: Any, *, max_length: int = MAX_NAME_LENGTH,
     problem = name_problem(param, value, max_length=max_length, optional=optional)
     if problem is not None:
         raise InvalidArgument(problem + ". Nothing was written", run_id=run_id)
+
+
+def check_tenant(workspace_id: object, env: object) -> None:
+    """Raise :class:`ConfigError` unless ``workspace_id`` and ``env`` are storable
+    names of at most :data:`MAX_TENANT_LENGTH` characters (every adapter checks
+    them when it is made, so every entry point does)."""
+    problems = [p for p in (name_problem("workspace_id", workspace_id,
+                                         max_length=MAX_TENANT_LENGTH),
+                            name_problem("env", env, max_length=MAX_TENANT_LENGTH))
+                if p is not None]
+    if problems:
+        raise ConfigError("; ".join(problems))
 
 
 def normalize_run_id(run_id: Any) -> str:

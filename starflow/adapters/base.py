@@ -25,6 +25,7 @@ import msgspec
 
 from ..clock import Clock
 from ..context import WorkflowContext
+from ..limits import check_tenant
 
 __all__ = [
     "DefinitionRecord",
@@ -490,6 +491,7 @@ class WorkflowStateAdapter(abc.ABC):
                 f"workspace_id and env must be non-empty: workspace_id={workspace_id!r}, "
                 f"env={env!r}"
             )
+        check_tenant(workspace_id, env)
         self.workspace_id = workspace_id
         self.env = env
 
