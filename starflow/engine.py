@@ -43,7 +43,7 @@ from .errors import (
     StorageError,
     WaitTimeout,
 )
-from .limits import storable_text
+from .limits import MAX_VALUE_DEPTH, storable_text
 from .logs import get_logger
 from .replay import Journal, NodeRecord, node_id
 from .waits import Keyring, WakeClaims
@@ -512,7 +512,7 @@ class Engine:
         if not variables:
             return {}
         try:
-            return {k: serde.encode(v) for k, v in variables.items()
+            return {k: serde.encode(v, max_depth=MAX_VALUE_DEPTH) for k, v in variables.items()
                     if not k.startswith(RESERVED_PREFIX)}
         except SerializationError:
             return None

@@ -21,6 +21,7 @@ __all__ = [
     "MAX_NESTING_DEPTH",
     "MAX_PAYLOAD_BYTES",
     "MAX_TENANT_LENGTH",
+    "MAX_VALUE_DEPTH",
     "check_name",
     "check_tenant",
     "name_problem",
@@ -35,10 +36,14 @@ MAX_NAME_LENGTH = 200
 #: With the longest names every index entry stays under PostgreSQL's btree
 #: limit (2,704 bytes) even at 4 UTF-8 bytes per character.
 MAX_TENANT_LENGTH = 64
-#: Levels of nesting in one stored JSON document (lists and objects; the few
-#: levels starflow wraps around a value count too). Both JSON readers (msgspec,
-#: SQLite's json functions) stop near 1,000: this leaves them ample room.
+#: Levels of nesting (lists and objects) in one stored JSON document. Both JSON
+#: readers (msgspec, SQLite's json functions) stop near 1,000: ample room.
 MAX_NESTING_DEPTH = 256
+#: Levels of nesting in a value you pass (an argument, payload, result,
+#: variable): a stored document wraps a value in at most six levels of its own
+#: (``{"output": …}``, ``{"variables": {"set": {key: …}}}``), so a value accepted
+#: at the door always fits every document it is later written in.
+MAX_VALUE_DEPTH = MAX_NESTING_DEPTH - 6
 #: Bytes of one stored JSON document (PostgreSQL's jsonb stops at 256 MiB).
 MAX_PAYLOAD_BYTES = 64 * 1024 * 1024
 

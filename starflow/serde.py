@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 import msgspec
 
 from .errors import SerializationError
-from .limits import MAX_NESTING_DEPTH, MAX_PAYLOAD_BYTES, text_problem
+from .limits import MAX_NESTING_DEPTH, MAX_PAYLOAD_BYTES, MAX_VALUE_DEPTH, text_problem
 
 __all__ = ["args_hash", "check_storable", "convert", "convert_call", "decode", "encode",
            "to_builtins"]
@@ -80,17 +80,17 @@ def _path(path: str, key: Any) -> str:
     return f"{path}[{key}]" if isinstance(key, int) else f"{path}[{key!r}]"
 
 
-def _unstorable(value: Any, path: str = "$", depth: int = 0) -> tuple[str, str] | None:
+def _unstorable(value: Any, limit: int, path: str = "$", depth: int = 0
+                ) -> tuple[str, str] | None:
     """The first part of builtins ``value`` that a database cannot hold, as
     (JSON path, reason), or ``None``. Iterative over siblings, recursive only
-    to :data:`MAX_NESTING_DEPTH` levels, so it never overflows the stack."""
+    to ``limit`` levels, so it never overflows the stack."""
     if isinstance(value, str):
         problem = text_problem(value)
         return None if problem is None else (path, f"the string {problem}")
     if isinstance(value, dict | list):
-        if depth >= MAX_NESTING_DEPTH:
-            return path, (f"it is nested more than {MAX_NESTING_DEPTH} levels deep (lists "
-                          "and objects, counting the ones starflow wraps around a value)")
+        if depth >= limit:
+            return path, f"it is nested more than {limit} levels deep (lists and objects)"
         items = value.items() if isinstance(value, dict) else enumerate(value)
         for key, item in items:
             if isinstance(key, str):
@@ -98,7 +98,7 @@ def _unstorable(value: Any, path: str = "$", depth: int = 0) -> tuple[str, str] 
                 if problem is not None:
                     return _path(path, key.encode("utf-8", "backslashreplace").decode()), \
                         f"the key {problem}"
-            found = _unstorable(item, _path(path, key), depth + 1)
+            found = _unstorable(item, limit, _path(path, key), depth + 1)
             if found is not None:
                 return found
     return None
@@ -113,9 +113,9 @@ def _as_builtins(value: Any) -> Any:
         return None
 
 
-def _refuse_unstorable(value: Any, what: str, run_id: str | None, node_id: str | None
-                       ) -> SerializationError:
-    found = _unstorable(_as_builtins(value))
+def _refuse_unstorable(value: Any, what: str, run_id: str | None, node_id: str | None,
+                       limit: int = MAX_NESTING_DEPTH) -> SerializationError:
+    found = _unstorable(_as_builtins(value), limit)
     path, reason = found if found is not None else ("$", "it cannot be encoded as UTF-8 JSON")
     if len(path) > 100:
         path = path[:80] + "…"
@@ -127,7 +127,7 @@ def _refuse_unstorable(value: Any, what: str, run_id: str | None, node_id: str |
 
 
 def _check_encoded(data: bytes, value: Any, what: str, run_id: str | None,
-                   node_id: str | None) -> None:
+                   node_id: str | None, limit: int) -> None:
     """Refuse encoded JSON that one of the databases cannot hold. Cheap for the
     usual value: a NUL shows as ``\\u0000`` in the JSON text, and a document with
     fewer brackets than the depth limit cannot be nested past it."""
@@ -138,16 +138,16 @@ def _check_encoded(data: bytes, value: Any, what: str, run_id: str | None,
             "(an object store) and keep its key in the workflow", run_id=run_id,
             node_id=node_id)
     if (b"\\u0000" in data
-            or data.count(b"[") + data.count(b"{") > MAX_NESTING_DEPTH) \
-            and _unstorable(_as_builtins(value)) is not None:
-        raise _refuse_unstorable(value, what, run_id, node_id)
+            or data.count(b"[") + data.count(b"{") > limit) \
+            and _unstorable(_as_builtins(value), limit) is not None:
+        raise _refuse_unstorable(value, what, run_id, node_id, limit)
 
 
 def check_storable(value: Any, *, what: str, run_id: str | None = None,
                    node_id: str | None = None) -> None:
-    """Raise :class:`SerializationError` unless JSON builtins ``value`` can be stored
-    on both databases (see :mod:`starflow.limits`); nothing is written either way."""
-    encode(value, what=what, run_id=run_id, node_id=node_id)
+    """Raise :class:`SerializationError` unless ``value`` can be stored on both
+    databases inside any document that wraps it (see :mod:`starflow.limits`)."""
+    encode(value, what=what, run_id=run_id, node_id=node_id, max_depth=MAX_VALUE_DEPTH)
 
 
 def to_builtins(value: Any, *, what: str, run_id: str | None = None,
@@ -159,7 +159,7 @@ def to_builtins(value: Any, *, what: str, run_id: str | None = None,
     has no others), and NaN or infinity, which JSON cannot hold (msgspec would
     write ``null``), is refused. So is what either database cannot hold: a NUL
     character or lone surrogate in a string or key, nesting deeper than
-    :data:`~starflow.limits.MAX_NESTING_DEPTH`, a document larger than
+    :data:`~starflow.limits.MAX_VALUE_DEPTH`, a document larger than
     :data:`~starflow.limits.MAX_PAYLOAD_BYTES`; the error names the JSON path.
     """
     try:
@@ -167,12 +167,13 @@ def to_builtins(value: Any, *, what: str, run_id: str | None = None,
                                        enc_hook=_enc_hook)
     except RecursionError as exc:
         raise SerializationError(
-            f"{what} cannot be stored: it is nested more than {MAX_NESTING_DEPTH} levels "
+            f"{what} cannot be stored: it is nested more than {MAX_VALUE_DEPTH} levels "
             "deep (lists, dicts, objects). It was not written; flatten it",
             run_id=run_id, node_id=node_id) from exc
     except _REFUSALS as exc:
         raise _refused(what, exc, run_id, node_id) from exc
-    data = encode(builtins, what=what, run_id=run_id, node_id=node_id)
+    data = encode(builtins, what=what, run_id=run_id, node_id=node_id,
+                  max_depth=MAX_VALUE_DEPTH)
     # A non-finite float is encoded as null: look for one only where a null appears.
     if b"null" in data:
         bad = _non_finite(builtins)
@@ -183,8 +184,13 @@ def to_builtins(value: Any, *, what: str, run_id: str | None = None,
 
 
 def encode(value: Any, *, what: str = "value", run_id: str | None = None,
-           node_id: str | None = None) -> bytes:
+           node_id: str | None = None, max_depth: int = MAX_NESTING_DEPTH) -> bytes:
     """Encode ``value`` as deterministic JSON bytes that both databases can hold.
+
+    Args:
+        max_depth: Most levels of nesting: a whole stored document's by default;
+            :data:`~starflow.limits.MAX_VALUE_DEPTH` for a value still to be
+            wrapped in one.
 
     Raises:
         SerializationError: the value cannot be encoded, or holds what a database
@@ -192,13 +198,11 @@ def encode(value: Any, *, what: str = "value", run_id: str | None = None,
     """
     try:
         data = _encoder.encode(value)
-    except UnicodeEncodeError as exc:
-        raise _refuse_unstorable(value, what, run_id, node_id) from exc
-    except RecursionError as exc:
-        raise _refuse_unstorable(value, what, run_id, node_id) from exc
+    except (UnicodeEncodeError, RecursionError) as exc:
+        raise _refuse_unstorable(value, what, run_id, node_id, max_depth) from exc
     except _REFUSALS as exc:
         raise _refused(what, exc, run_id, node_id) from exc
-    _check_encoded(data, value, what, run_id, node_id)
+    _check_encoded(data, value, what, run_id, node_id, max_depth)
     return data
 
 

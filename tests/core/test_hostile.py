@@ -139,7 +139,7 @@ class TestUnstorableStepValues:
     @pytest.mark.parametrize(("which", "step_name", "path", "reason"), [
         ("nul", "returns_nul", "at $ ", "NUL"),
         ("surrogate", "returns_surrogate", "at $['output']['k']", "lone surrogate"),
-        ("deep", "returns_deep", "at $['output']", "nested more than 256"),
+        ("deep", "returns_deep", "at $['output']", "nested more than 250"),
         ("raise", "raises_nul", "at $['message']", "NUL"),
     ])
     async def test_step_runs_once(self, sf: Starflow, which: str, step_name: str,
@@ -291,7 +291,7 @@ class TestRawErrors:
 
     async def test_depth_under_the_limit_reads_back(self, sf: Starflow) -> None:
         """What the door accepts the reader can read (get_run, events, cancel)."""
-        value = _nested(250)
+        value = _nested(240)
         handle = await sf.run(echo, value)
         assert handle.status == "success"
         assert await sf.result(handle.run_id) == value
@@ -302,7 +302,7 @@ class TestRawErrors:
         events = await sf.events(paused.run_id)
         assert "run_resumed" in [e.event_type for e in events]
         waiting = await sf.run(waits)
-        await sf.signal(waiting.run_id, "early", _nested(250))  # kept in the inbox
+        await sf.signal(waiting.run_id, "early", _nested(240))  # kept in the inbox
         assert (await sf.cancel(waiting.run_id)).status == "cancelled"
 
     async def test_deep_signal_payload(self, sf: Starflow, spy: SpyAdapter) -> None:
