@@ -169,7 +169,7 @@ class TestRoundTripOrRefused:
             try:
                 _on_loop(sf.session_set, session_id, key, value)
             except StarflowError:
-                names_ok = (0 < len(session_id) and 0 < len(key)
+                names_ok = (len(session_id) > 0 and len(key) > 0
                             and not _bad_scalar([session_id, key]))
                 assert not names_ok or _verdict(value) != "accept", (session_id, key, value)
                 assert len(spy.units) == before
