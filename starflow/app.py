@@ -414,7 +414,8 @@ class Starflow:
             concurrency: Jobs run at once.
             worker_id: Identity recorded as the jobs' ``leased_by``.
         """
-        check_name("pool", pool)
+        if isinstance(pool, str) and pool:  # JobWorker names an empty or missing pool
+            check_name("pool", pool)
         return JobWorker(self.runner, pool=pool, concurrency=concurrency, worker_id=worker_id)
 
     async def sweep(self) -> int:

@@ -66,7 +66,8 @@ def test_error_classes_are_pinned_and_drawn() -> None:
                     and issubclass(getattr(starflow, name), BaseException))
     assert errors == [
         "ConfigError", "InvalidArgument", "InvalidWakeToken", "LeaseLostError",
-        "NonDeterminismError", "ReservedKeyError", "ResultTimeout", "RunCancelled", "RunFinished", "RunIdConflict",
+        "NonDeterminismError", "ReservedKeyError", "ResultTimeout", "RunCancelled",
+        "RunFinished", "RunIdConflict",
         "RunNotFound", "SerializationError", "StarflowError", "StepFailed", "StorageError",
         "WaitTimeout", "WarmTierError", "WorkflowDefinitionError", "WorkflowFailed",
     ]
