@@ -28,6 +28,7 @@ from starflow import (
     workflow,
 )
 from starflow.adapters import adapter_from_url
+from starflow.adapters.base import DelegatingAdapter, Unit, WorkflowStateAdapter
 from starflow.errors import StorageError
 
 from .conftest import SpyAdapter
@@ -106,6 +107,11 @@ async def variable(kind: str) -> str:
 @workflow(name="hostile-phase")
 async def phase() -> int:
     starflow.context().phase = "ship\x00ping"
+    return await plain()
+
+
+@workflow(name="hostile-phase-free")
+async def phase_free() -> int:
     return await plain()
 
 
@@ -373,3 +379,50 @@ class TestStorageErrorClass:
         assert not wrapped(sqlite3.IntegrityError("UNIQUE constraint failed")).transient
         assert not wrapped(UnicodeEncodeError("utf-8", "\ud800", 0, 1, "surrogates")).transient
         assert StorageError("given", transient=False).transient is False
+
+
+class RefusingAdapter(DelegatingAdapter):
+    """Fails every unit holding ``method`` with a StorageError of the given kind."""
+
+    def __init__(self, inner: WorkflowStateAdapter, method: str, *, transient: bool) -> None:
+        super().__init__(inner)
+        self.method = method
+        self.transient = transient
+        self.refused = 0
+
+    async def execute(self, unit: Unit) -> bool:
+        if self.method in unit.methods:
+            self.refused += 1
+            raise StorageError("PostgreSQL error during execute (DataError): refused",
+                               transient=self.transient)
+        return await self.inner.execute(unit)
+
+
+class TestPermanentStorageErrors:
+    """A write refused for what it holds fails the run once; it is not retried or handed on."""
+
+    async def test_permanent_fails_once(self, db_url: str, workspace_id: str) -> None:
+        CALLS.clear()
+        adapter = RefusingAdapter(adapter_from_url(db_url, workspace_id=workspace_id),
+                                  "on_node_complete", transient=False)
+        async with Starflow(adapter, maintenance=False) as sf:
+            handle = await sf.run(phase_free)
+            assert handle.status == "error"
+            error = await _ended_once(sf, handle.run_id)
+            assert error.startswith("StorageError: ") and "refused" in error
+            assert adapter.refused == 1  # not retried
+            assert CALLS == {"plain": 1}
+            assert await sf.sweep() == 0  # nothing to hand to another runner
+
+    async def test_transient_is_handed_back(self, db_url: str, workspace_id: str) -> None:
+        """A lost connection keeps the old path: past the retries (none here, so the
+        test needs no backoff sleep) the run keeps its lease for the sweep."""
+        adapter = RefusingAdapter(adapter_from_url(db_url, workspace_id=workspace_id),
+                                  "on_node_complete", transient=True)
+        config = starflow.StarflowConfig(storage_retries=0)
+        async with Starflow(adapter, maintenance=False, config=config) as sf:
+            with pytest.raises(StorageError):
+                await sf.run(phase_free)
+            assert adapter.refused == 1
+            runs = await sf.list_runs()
+            assert runs[0].status == "running" and runs[0].leased_by is not None
