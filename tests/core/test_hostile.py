@@ -426,3 +426,36 @@ class TestPermanentStorageErrors:
             assert adapter.refused == 1
             runs = await sf.list_runs()
             assert runs[0].status == "running" and runs[0].leased_by is not None
+
+
+JOB_POOL = f"hostile-{uuid.uuid4().hex[:6]}"
+
+
+@step(name="hostile_job_nul", pool=JOB_POOL)
+async def job_nul() -> str:
+    _count("job_nul")
+    raise ValueError("gpu\x00fault")
+
+
+@workflow(name="hostile-job")
+async def job_flow() -> str:
+    try:
+        await job_nul()
+    except starflow.StepFailed as exc:
+        return f"{exc.error_type}|{'path' if 'at $' in exc.error_message else exc.error_message}"
+    return "unreachable"
+
+
+class TestJobErrors:
+    """A job whose exception message no database can hold is recorded once, as its path."""
+
+    async def test_job_error_with_nul(self, sf: Starflow) -> None:
+        CALLS.clear()
+        handle = await sf.run(job_flow)
+        assert handle.status == "paused"
+        assert await sf.job_worker(JOB_POOL).work_once() == 1
+        assert await sf.result(handle.run_id) == "starflow.errors.SerializationError|path"
+        assert CALLS == {"job_nul": 1}
+        (job,) = await sf.adapter.list_jobs(run_id=handle.run_id)
+        assert job.status == "failed"
+        assert await sf.job_worker(JOB_POOL).work_once() == 0
