@@ -20,11 +20,14 @@ __all__ = ["is_transient"]
 #: SQLSTATE classes (first two characters) whose errors may pass on retry:
 #: 08 connection exception, 40 transaction rollback (serialization failure,
 #: deadlock), 53 insufficient resources, 57 operator intervention (admin
-#: shutdown, crash shutdown, cannot connect now), 58 system error (I/O), and
-#: 55P03 lock not available. Anything else (22 data exception, 23 integrity
-#: constraint, 42 syntax or access rule, 0A feature not supported…) is permanent.
+#: shutdown, crash shutdown, cannot connect now), 58 system error (I/O); and
+#: the states 55P03 lock not available, 55006 object in use, 25006 read-only
+#: transaction (a standby answering after a failover, until the pool
+#: reconnects). Anything else (22 data exception, 23 integrity constraint, 42
+#: syntax or access rule, 54 program limit, 0A feature not supported…) is
+#: permanent.
 _TRANSIENT_CLASSES = frozenset({"08", "40", "53", "57", "58"})
-_TRANSIENT_STATES = frozenset({"55P03", "55006"})
+_TRANSIENT_STATES = frozenset({"55P03", "55006", "25006"})
 
 #: SQLite primary result codes that may pass on retry: busy, locked, I/O error,
 #: disk full, cannot open (a mount coming back), protocol (lock race).

@@ -838,11 +838,15 @@ class Engine:
             return await self._finalize_once(outcome)
         except StorageError as exc:
             # A final write the database refused for what it held (permanent: a
-            # transient failure became _Abort in _commit). Record the failure instead.
+            # transient failure became _Abort in _commit). Record the failure instead;
+            # if even that is refused, the run is left to the sweep.
             if outcome.status == "error":
                 return Outcome("storage", exception=exc)
-            return await self._finalize_once(
-                Outcome("error", error=f"StorageError: {exc}", exception=exc))
+            try:
+                return await self._finalize_once(
+                    Outcome("error", error=f"StorageError: {exc}", exception=exc))
+            except StorageError as again:
+                return Outcome("storage", exception=again)
 
     async def _finalize_once(self, outcome: Outcome) -> Outcome:
         try:
