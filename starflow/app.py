@@ -258,7 +258,7 @@ class Starflow:
             status: Only runs in this status (``queued``, ``running``, ``paused``,
                 ``success``, ``error`` or ``cancelled``).
             template_id: Only runs of this workflow name.
-            limit: At most this many runs (an int from 1 to 10,000).
+            limit: At most this many runs (an int from 1 to 2**31 - 1).
             since: Only runs started at or after this timezone-aware time.
 
         Raises:
@@ -443,8 +443,9 @@ class Starflow:
                       grace=grace)
 
 
-#: The most runs one ``list_runs`` returns.
-MAX_LIST_LIMIT = 10_000
+#: The largest ``list_runs(limit=)``: a 32-bit count, which both databases'
+#: LIMIT takes (past 2**63 SQLite raised a raw OverflowError).
+MAX_LIST_LIMIT = 2**31 - 1
 
 
 def check_session_names(session_id: object, key: object) -> None:
