@@ -16,6 +16,7 @@ from .context import WorkflowContext, context
 from .decorators import RetryPolicy, step, workflow
 from .errors import (
     ConfigError,
+    InvalidArgument,
     InvalidWakeToken,
     LeaseLostError,
     NonDeterminismError,
@@ -46,6 +47,7 @@ from .warm.base import LiveRun
 __all__ = [
     "Clock",
     "ConfigError",
+    "InvalidArgument",
     "InvalidWakeToken",
     "JobWorker",
     "LeaseLostError",

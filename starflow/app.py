@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -17,12 +18,13 @@ from .config import StarflowConfig, check_concurrency, int_problem
 from .decorators import definition_of
 from .errors import (
     ConfigError,
+    InvalidArgument,
     ResultTimeout,
     RunCancelled,
     RunNotFound,
-    StarflowError,
 )
 from .jobs import JobWorker
+from .limits import check_name, name_problem, normalize_run_id
 from .logs import get_logger
 from .maintenance import Maintenance
 from .records import RUN_STATUSES, RunEvent, RunInfo
@@ -215,7 +217,7 @@ class Starflow:
             RunFinished: the run has ended.
             SerializationError: the payload is not JSON-encodable (nothing written).
         """
-        return await self.runner.signal(run_id, event, payload)
+        return await self.runner.signal(normalize_run_id(run_id), event, payload)
 
     async def resume(self, wake_token: str, payload: Any = None) -> RunHandle:
         """Wake the wait a token was issued for, with ``payload``.
@@ -227,7 +229,7 @@ class Starflow:
 
     async def cancel(self, run_id: str) -> RunHandle:
         """Cancel a run: a paused or queued run at once, a running one at its next boundary."""
-        return await self.runner.cancel(run_id)
+        return await self.runner.cancel(normalize_run_id(run_id))
 
     async def retry(self, run_id: str) -> RunHandle:
         """Run a run that ended in ``error`` again from its recorded history.
@@ -237,12 +239,13 @@ class Starflow:
         too often): recorded steps are not run again. Inline runs are driven
         here until they pause or end; worker runs go back to the queue.
         """
-        return await self.runner.retry(run_id)
+        return await self.runner.retry(normalize_run_id(run_id))
 
     # -- queries -------------------------------------------------------------------
 
     async def get_run(self, run_id: str) -> RunInfo:
         """The ``workflow_runs`` row (read cold)."""
+        run_id = normalize_run_id(run_id)
         run = await self.adapter.get_run(run_id)
         if run is None:
             raise RunNotFound(run_id)
@@ -256,7 +259,7 @@ class Starflow:
             status: Only runs in this status (``queued``, ``running``, ``paused``,
                 ``success``, ``error`` or ``cancelled``).
             template_id: Only runs of this workflow name.
-            limit: At most this many runs (an int >= 1).
+            limit: At most this many runs (an int from 1 to 2**31 - 1).
             since: Only runs started at or after this timezone-aware time.
 
         Raises:
@@ -267,15 +270,20 @@ class Starflow:
             problems.append(f"status must be one of {', '.join(RUN_STATUSES)}: {status!r}")
         if (problem := int_problem("limit", limit, 1)) is not None:
             problems.append(problem)
+        elif limit > MAX_LIST_LIMIT:
+            problems.append(f"limit must be at most {MAX_LIST_LIMIT}: {limit!r}")
+        if (problem := name_problem("template_id", template_id, optional=True)) is not None:
+            problems.append(problem)
         if since is not None and (not isinstance(since, datetime) or since.tzinfo is None):
             problems.append(f"since must be timezone-aware: {since!r}")
         if problems:
-            raise StarflowError("list_runs: " + "; ".join(problems))
+            raise InvalidArgument("list_runs: " + "; ".join(problems))
         return await self.adapter.list_runs(status=status, template_id=template_id,
                                             since=since, limit=limit)
 
     async def events(self, run_id: str) -> list[RunEvent]:
         """The run's ``workflow_run_events`` rows in order."""
+        run_id = normalize_run_id(run_id)
         if await self.adapter.get_run(run_id) is None:
             raise RunNotFound(run_id)
         return await self.adapter.list_events(run_id)
@@ -291,7 +299,8 @@ class Starflow:
             ResultTimeout: ``timeout`` passed first (the run goes on).
         """
         runner = self.runner
-        limit = timeout.total_seconds() if isinstance(timeout, timedelta) else timeout
+        run_id = normalize_run_id(run_id)
+        limit = _result_timeout(timeout)
         deadline = None if limit is None else self.clock.now() + timedelta(seconds=limit)
         poll = self.config.poll_interval.total_seconds()
         while True:
@@ -370,6 +379,7 @@ class Starflow:
 
         Inside a workflow use :func:`starflow.session_get`, which is recorded.
         """
+        check_session_names(session_id, key)
         return await self.adapter.session_get(session_id, key, now=self.clock.now())
 
     async def session_set(self, session_id: str, key: str, value: Any, *,
@@ -384,10 +394,11 @@ class Starflow:
             SerializationError: the value is not JSON-encodable (nothing written).
         """
         from . import serde
-        from .errors import StarflowError
 
-        if keep_until is not None and keep_until.tzinfo is None:
-            raise StarflowError(f"keep_until must be timezone-aware: {keep_until!r}")
+        check_session_names(session_id, key)
+        if keep_until is not None and (not isinstance(keep_until, datetime)
+                                       or keep_until.tzinfo is None):
+            raise InvalidArgument(f"keep_until must be timezone-aware: {keep_until!r}")
         encoded = serde.to_builtins(value, what=f"session var {session_id}/{key}")
         async with self.adapter.unit():
             await self.adapter.session_set(session_id, key, encoded, now=self.clock.now(),
@@ -404,6 +415,8 @@ class Starflow:
             concurrency: Jobs run at once.
             worker_id: Identity recorded as the jobs' ``leased_by``.
         """
+        if isinstance(pool, str) and pool:  # JobWorker names an empty or missing pool
+            check_name("pool", pool)
         return JobWorker(self.runner, pool=pool, concurrency=concurrency, worker_id=worker_id)
 
     async def sweep(self) -> int:
@@ -423,11 +436,44 @@ class Starflow:
                 reach a step boundary before cancelling and releasing them.
         """
         check_concurrency(concurrency)  # before the maintenance loops are built
+        check_name("pool", pool, optional=True)
         mt = None
         if maintenance and self._maintenance is None:
             mt = Maintenance(self.runner, poll=self._shared_database)
         return Worker(self.runner, pool=pool, concurrency=concurrency, maintenance=mt,
                       grace=grace)
+
+
+#: The largest ``list_runs(limit=)``: a 32-bit count, which both databases'
+#: LIMIT takes (past 2**63 SQLite raised a raw OverflowError).
+MAX_LIST_LIMIT = 2**31 - 1
+
+
+def check_session_names(session_id: object, key: object) -> None:
+    """A session variable's id and key: storable names (both indexed)."""
+    check_name("session_id", session_id)
+    check_name("key", key)
+
+
+def _result_timeout(timeout: object) -> float | None:
+    """``Starflow.result``'s timeout in seconds: None, or a finite number >= 0 (a
+    timedelta or seconds) no longer than :data:`~datetime.timedelta.max`."""
+    if timeout is None:
+        return None
+    if isinstance(timeout, timedelta):
+        seconds = timeout.total_seconds()
+    elif isinstance(timeout, int | float) and not isinstance(timeout, bool):
+        seconds = float(timeout)
+    else:
+        raise InvalidArgument(f"result timeout must be a timedelta or seconds: {timeout!r}")
+    if not math.isfinite(seconds) or seconds < 0 or seconds > _MAX_TIMEOUT_S:
+        raise InvalidArgument(
+            f"result timeout must be between 0 and {_MAX_TIMEOUT_S:.0f} seconds (100 years): "
+            f"{timeout!r}")
+    return seconds
+
+
+_MAX_TIMEOUT_S = 100 * 365 * 86400.0
 
 
 class RunOptions:
@@ -449,5 +495,6 @@ class RunOptions:
     async def start(self, wf: Callable[P, Awaitable[R]], /, *args: P.args, **kwargs: P.kwargs
                     ) -> RunHandle:
         """Like :meth:`Starflow.start`, with these options."""
+        check_name("pool", self.pool, optional=True)
         return await self._app.runner.start(definition_of(wf), args, kwargs,
                                             run_id=self.run_id, inline=False, pool=self.pool)

@@ -12,7 +12,8 @@ from typing import Any, Protocol
 import msgspec
 
 from .adapters.base import WorkflowStateAdapter
-from .errors import ReservedKeyError, StarflowError
+from .errors import InvalidArgument, ReservedKeyError, StarflowError
+from .limits import check_name
 
 __all__ = [
     "RESERVED_KEYS",
@@ -41,8 +42,9 @@ def check_event(event: object, what: str, *, run_id: str | None = None) -> str:
     are ``wait:<event>#<n>``). Shared by ``wait_for``, ``wake_token`` and
     ``Starflow.signal``, so a signal is never kept for a wait that cannot exist."""
     if not isinstance(event, str) or not event or "#" in event:
-        raise StarflowError(f"{what} event must be a non-empty string without '#': {event!r}",
-                            run_id=run_id)
+        raise InvalidArgument(f"{what} event must be a non-empty string without '#': "
+                              f"{event!r}", run_id=run_id)
+    check_name(f"{what} event", event, run_id=run_id)
     return event
 
 

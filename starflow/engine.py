@@ -44,6 +44,7 @@ from .errors import (
 from .execution import Abort, Outcome, PendingWait, Runtime, Suspend, find_unwinding
 from .failure import error_info, run_failure
 from .heartbeats import Heartbeats
+from .limits import storable_text
 from .logs import get_logger
 from .records import JobSpec
 from .replay import (
@@ -159,6 +160,13 @@ class Engine:
                             {"output": True, "kind": "patch", "name": change_id}, now=ts)
                     await build(ts)
             except StorageError as exc:
+                if not exc.transient:
+                    # Refused for what it is: it would be refused again, here or by the
+                    # runner the sweep hands the run to. Raised into the workflow body,
+                    # which ends the run with this error (once).
+                    self._log.error("boundary write refused by the database; failing the "
+                                    "run", error=str(exc))
+                    raise
                 if attempt == retries:
                     self._log.error("boundary write failed; giving the run up to the sweep",
                                     error=str(exc), attempts=attempt + 1)
@@ -176,9 +184,21 @@ class Engine:
             return ts
         raise AssertionError("unreachable")  # pragma: no cover
 
-    async def _phase(self, ts: datetime) -> None:
-        """Add a phase event to the unit being built if the phase changed."""
+    async def _phase(self, ts: datetime, *, strict: bool = True) -> None:
+        """Add a phase event to the unit being built if the phase changed.
+
+        Args:
+            strict: Raise :class:`SerializationError` for a phase the database
+                cannot hold; else (the run's final error) leave the event out.
+        """
         if self.ctx.phase != self.journal.last_phase:
+            try:
+                serde.check_storable(self.ctx.phase, what="the run's phase",
+                                     run_id=self.run_id)
+            except SerializationError:
+                if strict:
+                    raise
+                return
             await self.adapter.record_phase_if_changed(
                 self.run_id, self.ctx, {"previous": self.journal.last_phase}, now=ts)
 
@@ -303,6 +323,10 @@ class Engine:
                     await clock.sleep(policy.delay(attempt))
                     continue
                 info = error_info(exc, attempt)
+                # The failure is recorded once, or the step ends here: a message the
+                # database refused would fail the write and re-run the step elsewhere.
+                serde.check_storable(info, what=f"the error raised by step {sdef.name}",
+                                     run_id=self.run_id, node_id=nid)
                 failure = {"error": info}
                 changes = self._variable_changes(variables_before, nid)
                 if changes is not None:
@@ -624,8 +648,43 @@ class Engine:
     def _duration_ms(self, ts: datetime) -> int:
         return max(0, int((ts - self.started_at).total_seconds() * 1000))
 
+    def _unstorable_end(self, outcome: Outcome) -> Outcome | None:
+        """The error outcome for a success or pause whose writes a database would
+        refuse (the return value, the phase, a variable of the checkpoint), checked
+        before the write: the run then fails once with the real error instead of
+        losing its runner on a write that can never succeed."""
+        try:
+            if outcome.status == "success":  # (the value is checked as it is encoded)
+                serde.check_storable(self.ctx.phase, what="the run's phase",
+                                     run_id=self.run_id)
+            elif outcome.status == "paused":
+                variables = {k: v for k, v in self.ctx.variables.items()
+                             if not k.startswith(RESERVED_PREFIX)}
+                serde.to_builtins(variables, what="the workflow's variables (saved with "
+                                  "the checkpoint of a durable wait)", run_id=self.run_id,
+                                  node_id=outcome.wait.node_id if outcome.wait else None)
+        except SerializationError as exc:
+            return Outcome("error", error=f"SerializationError: {exc}", exception=exc)
+        return None
+
     async def _finalize(self, outcome: Outcome) -> Outcome:
         try:
+            return await self._finalize_once(outcome)
+        except StorageError as exc:
+            # A final write the database refused for what it held (permanent: a
+            # transient failure became _Abort in _commit). Record the failure instead;
+            # if even that is refused, the run is left to the sweep.
+            if outcome.status == "error":
+                return Outcome("storage", exception=exc)
+            try:
+                return await self._finalize_once(
+                    Outcome("error", error=f"StorageError: {exc}", exception=exc))
+            except StorageError as again:
+                return Outcome("storage", exception=again)
+
+    async def _finalize_once(self, outcome: Outcome) -> Outcome:
+        try:
+            outcome = self._unstorable_end(outcome) or outcome
             if outcome.status == "success":
                 try:
                     result = serde.to_builtins(outcome.result, what="the workflow's return value",
@@ -642,12 +701,13 @@ class Engine:
                     await self._commit(complete)
                     return Outcome("success", result=result, definition=self.definition)
             if outcome.status == "error":
-                message = outcome.error or "error"
+                # Whatever the exception said, the run's error must be recorded.
+                message = storable_text(outcome.error or "error")
                 cause = (run_failure(outcome.exception) if outcome.exception is not None
                          else None)
 
                 async def failed(ts: datetime) -> None:
-                    await self._phase(ts)
+                    await self._phase(ts, strict=False)
                     await self.adapter.on_run_error(self.run_id, message, now=ts,
                                                     duration_ms=self._duration_ms(ts),
                                                     failure=cause)

@@ -17,6 +17,7 @@ from typing import Any
 import msgspec
 
 from .errors import StepFailed, WaitTimeout
+from .limits import storable_text
 
 __all__ = ["MAX_TRACEBACK_CHARS", "MAX_TRACEBACK_FRAMES", "RunFailure", "error_info",
            "format_traceback", "run_failure", "wait_timeout_error"]
@@ -109,12 +110,14 @@ def run_failure(exc: BaseException) -> RunFailure:
     itself. The traceback is ``exc``'s, with its causes (a live step
     failure's chain holds the step's own frames).
     """
-    trace = format_traceback(exc)
+    # Stored whatever the exception said (a NUL in a message must not lose the cause).
+    trace = storable_text(format_traceback(exc))
     if isinstance(exc, StepFailed) and exc.node_id is not None:
-        return RunFailure(type=exc.error_type, message=exc.error_message, node_id=exc.node_id,
+        return RunFailure(type=exc.error_type, message=storable_text(exc.error_message),
+                          node_id=exc.node_id,
                           attempts=exc.attempts, traceback=trace)
     if isinstance(exc, WaitTimeout) and exc.node_id is not None:
         recorded = wait_timeout_error(exc.node_id)
         return RunFailure(type=recorded["type"], message=recorded["message"],
                           node_id=exc.node_id, traceback=trace)
-    return RunFailure(type=type(exc).__name__, message=str(exc), traceback=trace)
+    return RunFailure(type=type(exc).__name__, message=storable_text(str(exc)), traceback=trace)

@@ -242,6 +242,12 @@ class JobWorker:
                                            run_id=job.run_id, node_id=job.node_id)
             except StarflowError as exc:
                 error = error_info(exc, 1)
+        else:
+            try:  # a message no database can hold must not fail the write (and re-run)
+                serde.check_storable(error, what=f"the error raised by step {job.step_name}",
+                                     run_id=job.run_id, node_id=job.node_id)
+            except StarflowError as exc:
+                error = error_info(exc, int(error.get("attempts", 1)))
         status = "complete" if error is None else "failed"
 
         async def finish(ts: Any) -> None:

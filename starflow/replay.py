@@ -17,6 +17,7 @@ import anyio.lowlevel
 
 from . import serde
 from .errors import NonDeterminismError, SerializationError
+from .limits import MAX_VALUE_DEPTH
 from .records import RunEvent
 
 __all__ = ["DIVERGENCE_FIX", "Journal", "NodeRecord", "check_recorded", "node_id",
@@ -217,7 +218,7 @@ def variables_snapshot(variables: Mapping[str, Any], reserved_prefix: str
     if not variables:
         return {}
     try:
-        return {k: serde.encode(v) for k, v in variables.items()
+        return {k: serde.encode(v, max_depth=MAX_VALUE_DEPTH) for k, v in variables.items()
                 if not k.startswith(reserved_prefix)}
     except SerializationError:
         return None

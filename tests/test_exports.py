@@ -65,8 +65,9 @@ def test_error_classes_are_pinned_and_drawn() -> None:
                     if isinstance(getattr(starflow, name), type)
                     and issubclass(getattr(starflow, name), BaseException))
     assert errors == [
-        "ConfigError", "InvalidWakeToken", "LeaseLostError", "NonDeterminismError",
-        "ReservedKeyError", "ResultTimeout", "RunCancelled", "RunFinished", "RunIdConflict",
+        "ConfigError", "InvalidArgument", "InvalidWakeToken", "LeaseLostError",
+        "NonDeterminismError", "ReservedKeyError", "ResultTimeout", "RunCancelled",
+        "RunFinished", "RunIdConflict",
         "RunNotFound", "SerializationError", "StarflowError", "StepFailed", "StorageError",
         "WaitTimeout", "WarmTierError", "WorkflowDefinitionError", "WorkflowFailed",
     ]

@@ -31,6 +31,7 @@ from typing import Any, Protocol, cast
 
 from ..clock import Clock
 from ..failure import RunFailure
+from ..limits import check_tenant
 from ..records import (
     DefinitionRecord,
     JobRecord,
@@ -172,6 +173,7 @@ class WorkflowStateAdapter(abc.ABC):
                 f"workspace_id and env must be non-empty: workspace_id={workspace_id!r}, "
                 f"env={env!r}"
             )
+        check_tenant(workspace_id, env)
         self.workspace_id = workspace_id
         self.env = env
 

@@ -249,7 +249,13 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
             self.applied_migrations = tuple(self._migrate(conn))
 
         self._sync_mode = self.synchronous
-        await self._call(setup)
+        try:
+            await self._call(setup)
+        except BaseException:
+            # aiosqlite's thread holds the process open until the connection is
+            # closed: a database that cannot be set up must not hang the exit.
+            await self.close()
+            raise
 
     async def close(self) -> None:
         if self._db is not None:

@@ -319,6 +319,8 @@ async def on_signals(first: Callable[[], None], again: Callable[[], None]) -> No
 
 
 def say(message: str) -> None:
+    # One line, whatever the message holds (PostgreSQL appends DETAIL:/HINT: lines).
+    message = "; ".join(line.strip() for line in message.splitlines() if line.strip())
     sys.stderr.write(f"starflow: {message}\n")
     sys.stderr.flush()
 

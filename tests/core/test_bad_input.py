@@ -303,7 +303,7 @@ async def test_list_runs_rejects_bad_filters(sf: Starflow, kwargs: dict[str, obj
     await sf.run(echo, 1)
     with pytest.raises(starflow.StarflowError, match=re.escape(message)) as info:
         await sf.list_runs(**kwargs)  # type: ignore[arg-type]
-    assert type(info.value) is starflow.StarflowError
+    assert type(info.value) is starflow.InvalidArgument
     assert len(await sf.list_runs(limit=1)) == 1
 
 
