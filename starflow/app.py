@@ -6,7 +6,7 @@ import os
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import datetime, timedelta
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar, overload
 
 import anyio
 
@@ -41,18 +41,21 @@ R = TypeVar("R")
 log = get_logger("starflow")
 
 DEFAULT_URL = "sqlite:///starflow.db"
+DEFAULT_WORKSPACE = "celestial"
+DEFAULT_ENV = "prod"
 
 
 class Starflow:
     """A connection to one workflow database, scoped to (``workspace_id``, ``env``).
 
-    Open it with ``async with Starflow.open(url) as sf:``. While open, unless
-    ``maintenance=False``, it runs the lease sweep and fires durable timers in
-    the background.
+    Open it with ``async with Starflow.open(url) as sf:``. While open, it
+    fires the durable timers of the inline runs it paused and drains its own
+    warm-tier outbox; with ``maintenance=True`` it also runs the lease sweep,
+    every run's timers and session-var GC (see :meth:`open`).
     """
 
     def __init__(self, adapter: WorkflowStateAdapter, *, config: StarflowConfig | None = None,
-                 clock: Clock | None = None, maintenance: bool = True,
+                 clock: Clock | None = None, maintenance: bool | None = True,
                  runner_id: str | None = None) -> None:
         self.adapter = adapter
         self.config = config or StarflowConfig()
@@ -68,12 +71,12 @@ class Starflow:
         cls,
         url: str | None = None,
         *,
-        workspace_id: str = "celestial",
-        env: str = "prod",
+        workspace_id: str | None = None,
+        env: str | None = None,
         config: StarflowConfig | None = None,
         clock: Clock | None = None,
         warm: str | None = None,
-        maintenance: bool = True,
+        maintenance: bool | None = None,
         adapter: WorkflowStateAdapter | None = None,
     ) -> Starflow:
         """Describe an application; use the result as an async context manager.
@@ -81,20 +84,34 @@ class Starflow:
         Args:
             url: ``sqlite:///path.db``, ``postgresql://…``, ``memory://`` or
                 ``null://`` (schemes in any case, as RFC 3986 says). Default:
-                ``$STARFLOW_DATABASE_URL``, then ``sqlite:///starflow.db``.
-            workspace_id: Tenant scope of every read and write.
-            env: Environment scope of every read and write.
+                ``$STARFLOW_URL``, then ``$STARFLOW_DATABASE_URL``, then
+                ``sqlite:///starflow.db``.
+            workspace_id: Tenant scope of every read and write. Default:
+                ``$STARFLOW_WORKSPACE``, then ``"celestial"`` (the state model's
+                default workspace name).
+            env: Environment scope of every read and write. Default:
+                ``$STARFLOW_ENV``, then ``"prod"``.
             config: Timing and behaviour (:class:`StarflowConfig`).
             clock: Time source (``starflow_testing.FakeClock`` in tests).
             warm: ``"memory://"`` or ``"redis://…"``: mirror state to a warm tier.
-            maintenance: Run the lease sweep and durable timers in this process.
+            maintenance: ``True``: also run the server's background loops in this
+                process (the lease sweep, every run's durable timers, session-var
+                GC). ``None`` (the default, which fits a client: a script, a web
+                worker): only the timers of the inline runs this app paused, while
+                it is open, and the drainer of its own warm-tier mirror.
+                ``False``: no background task at all. ``starflow server``,
+                ``starflow worker --maintenance`` and ``sf.worker(maintenance=True)``
+                run the full set.
             adapter: A ready state adapter instead of ``url``.
         """
         config = config or StarflowConfig()
         if not isinstance(config, StarflowConfig):
             raise ConfigError(f"config must be a StarflowConfig, got {type(config).__name__}")
+        workspace_id = workspace_id or os.environ.get("STARFLOW_WORKSPACE") or DEFAULT_WORKSPACE
+        env = env or os.environ.get("STARFLOW_ENV") or DEFAULT_ENV
         if adapter is None:
-            url = url or os.environ.get("STARFLOW_DATABASE_URL") or DEFAULT_URL
+            url = (url or os.environ.get("STARFLOW_URL") or os.environ.get("STARFLOW_DATABASE_URL")
+                   or DEFAULT_URL)
             options: dict[str, Any] = {}
             scheme = scheme_of(url)
             if scheme in ("sqlite", "memory"):
@@ -120,8 +137,11 @@ class Starflow:
                                   keyring=keyring, runner_id=self._runner_id)
             self._tg = await anyio.create_task_group().__aenter__()
             await self._tg.start(self._runner.heartbeats.run)
-            if self._maintenance_enabled:
-                self._maintenance = Maintenance(self._runner, poll=self._shared_database)
+            # None: a client's share, its inline runs' timers and the outbox drainer
+            # of its own warm-tier mirror (Starflow.open(warm=...)).
+            if self._maintenance_enabled is not False:
+                self._maintenance = Maintenance(self._runner, poll=self._shared_database,
+                                                full=self._maintenance_enabled is True)
                 self._tg.start_soon(self._maintenance.run)
         except BaseException:
             await self.adapter.close()
@@ -136,6 +156,7 @@ class Starflow:
         finally:
             self._tg = None
             self._runner = None
+            self._maintenance = None
             await self.adapter.close()
 
     @property
@@ -162,7 +183,7 @@ class Starflow:
     # -- starting runs -------------------------------------------------------------
 
     async def run(self, wf: Callable[P, Awaitable[R]], /, *args: P.args, **kwargs: P.kwargs
-                  ) -> RunHandle:
+                  ) -> RunHandle[R]:
         """Start a run and drive it here until it succeeds, fails or pauses.
 
         Pass ``run_id=`` (a UUID string) to make the start idempotent: a second
@@ -178,7 +199,7 @@ class Starflow:
         return await self.options(run_id=run_id).run(wf, *args, **kwargs)  # type: ignore[arg-type]
 
     async def start(self, wf: Callable[P, Awaitable[R]], /, *args: P.args, **kwargs: P.kwargs
-                    ) -> RunHandle:
+                    ) -> RunHandle[R]:
         """Queue a run for workers (``claim_state`` queued); returns at once.
 
         Keyword-only options: ``run_id=`` (idempotent start, as for :meth:`run`),
@@ -204,7 +225,7 @@ class Starflow:
 
     # -- waking runs ---------------------------------------------------------------
 
-    async def signal(self, run_id: str, event: str, payload: Any = None) -> RunHandle:
+    async def signal(self, run_id: str, event: str, payload: Any = None) -> RunHandle[Any]:
         """Deliver a signal. A run paused on ``event`` wakes: inline runs are driven
         here until they pause again or end, worker runs go back to the queue. A
         signal for a run not yet waiting is kept until it waits.
@@ -214,21 +235,21 @@ class Starflow:
             RunFinished: the run has ended.
             SerializationError: the payload is not JSON-encodable (nothing written).
         """
-        return await self.runner.signal(run_id, event, payload)
+        return self._track(await self.runner.signal(run_id, event, payload))
 
-    async def resume(self, wake_token: str, payload: Any = None) -> RunHandle:
+    async def resume(self, wake_token: str, payload: Any = None) -> RunHandle[Any]:
         """Wake the wait a token was issued for, with ``payload``.
 
         Raises:
             InvalidWakeToken: forged, expired, used, or for another wait (nothing written).
         """
-        return await self.runner.resume(wake_token, payload)
+        return self._track(await self.runner.resume(wake_token, payload))
 
-    async def cancel(self, run_id: str) -> RunHandle:
+    async def cancel(self, run_id: str) -> RunHandle[Any]:
         """Cancel a run: a paused or queued run at once, a running one at its next boundary."""
         return await self.runner.cancel(run_id)
 
-    async def retry(self, run_id: str) -> RunHandle:
+    async def retry(self, run_id: str) -> RunHandle[Any]:
         """Run a run that ended in ``error`` again from its recorded history.
 
         Use it after deploying a fix for what failed it (a ``NonDeterminismError``
@@ -236,7 +257,13 @@ class Starflow:
         too often): recorded steps are not run again. Inline runs are driven
         here until they pause or end; worker runs go back to the queue.
         """
-        return await self.runner.retry(run_id)
+        return self._track(await self.runner.retry(run_id))
+
+    def _track(self, handle: RunHandle[R]) -> RunHandle[R]:
+        """Have this process fire the timers of an inline run it paused (no maintenance)."""
+        if self._maintenance is not None and self._maintenance.inline_timers is not None:
+            self._maintenance.inline_timers.track(handle.run_id, handle.status)
+        return handle
 
     # -- queries -------------------------------------------------------------------
 
@@ -279,8 +306,20 @@ class Starflow:
             raise RunNotFound(run_id)
         return await self.adapter.list_events(run_id)
 
-    async def result(self, run_id: str, timeout: timedelta | float | None = None) -> Any:
+    @overload
+    async def result(self, run_id: RunHandle[R], timeout: timedelta | float | None = None
+                     ) -> R: ...
+
+    @overload
+    async def result(self, run_id: str, timeout: timedelta | float | None = None) -> Any: ...
+
+    async def result(self, run_id: RunHandle[Any] | str,
+                     timeout: timedelta | float | None = None) -> Any:
         """Wait until the run ends and return its value, decoded to the annotated type.
+
+        Given the :class:`RunHandle` that ``run`` or ``start`` returned, a type
+        checker knows the value's type (the workflow's return annotation); given
+        a run id, it is ``Any``.
 
         Raises:
             WorkflowFailed: the run ended with ``error``; it carries the cause:
@@ -289,6 +328,8 @@ class Starflow:
             RunCancelled: the run was cancelled (a ``WorkflowFailed``).
             ResultTimeout: ``timeout`` passed first (the run goes on).
         """
+        if isinstance(run_id, RunHandle):
+            run_id = run_id.run_id
         runner = self.runner
         limit = timeout.total_seconds() if isinstance(timeout, timedelta) else timeout
         deadline = None if limit is None else self.clock.now() + timedelta(seconds=limit)
@@ -416,15 +457,17 @@ class Starflow:
         Args:
             pool: Claim runs queued for this pool (and runs queued for any pool).
             concurrency: Most runs driven at once.
-            maintenance: Also run the lease sweep and durable timers (unless this
-                app already runs them, ``Starflow.open(maintenance=True)``).
+            maintenance: Also run the lease sweep, every run's durable timers and
+                session-var GC (unless this app already runs them,
+                ``Starflow.open(maintenance=True)``).
             grace: Seconds ``worker.stop()`` waits for active runs to finish or
                 reach a step boundary before cancelling and releasing them.
         """
         check_concurrency(concurrency)  # before the maintenance loops are built
         mt = None
-        if maintenance and self._maintenance is None:
-            mt = Maintenance(self.runner, poll=self._shared_database)
+        if maintenance and (self._maintenance is None or not self._maintenance.full):
+            mt = Maintenance(self.runner, poll=self._shared_database,
+                             drain=self._maintenance is None)
         return Worker(self.runner, pool=pool, concurrency=concurrency, maintenance=mt,
                       grace=grace)
 
@@ -438,15 +481,15 @@ class RunOptions:
         self.pool = pool
 
     async def run(self, wf: Callable[P, Awaitable[R]], /, *args: P.args, **kwargs: P.kwargs
-                  ) -> RunHandle:
+                  ) -> RunHandle[R]:
         """Like :meth:`Starflow.run`, with these options."""
         if self.pool is not None:
             raise ConfigError("pool= applies to queued runs: use .start(), not .run()")
-        return await self._app.runner.start(definition_of(wf), args, kwargs,
-                                            run_id=self.run_id, inline=True)
+        return self._app._track(await self._app.runner.start(
+            definition_of(wf), args, kwargs, run_id=self.run_id, inline=True))
 
     async def start(self, wf: Callable[P, Awaitable[R]], /, *args: P.args, **kwargs: P.kwargs
-                    ) -> RunHandle:
+                    ) -> RunHandle[R]:
         """Like :meth:`Starflow.start`, with these options."""
         return await self._app.runner.start(definition_of(wf), args, kwargs,
                                             run_id=self.run_id, inline=False, pool=self.pool)

@@ -14,7 +14,7 @@ import socket
 import uuid
 from collections.abc import Awaitable, Callable
 from datetime import datetime
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import anyio
 import msgspec
@@ -58,8 +58,15 @@ log = get_logger("starflow.runner")
 ACTIVE_STATUSES = ("queued", "running", "paused")
 
 
-class RunHandle(msgspec.Struct, frozen=True, kw_only=True):
+ResultT = TypeVar("ResultT")
+
+
+class RunHandle(msgspec.Struct, Generic[ResultT], frozen=True, kw_only=True):
     """Where a run stands after ``run``, ``start``, ``signal`` or ``resume`` returned.
+
+    Generic in the workflow's result: ``sf.run(wf)`` of a workflow returning
+    ``int`` gives a ``RunHandle[int]``, and ``sf.result(handle)`` is an ``int``
+    for a type checker.
 
     Attributes:
         run_id: The run's id.
@@ -73,7 +80,7 @@ class RunHandle(msgspec.Struct, frozen=True, kw_only=True):
 
     run_id: str
     status: str
-    result: Any = None
+    result: ResultT | None = None
     error: str | None = None
     waiting_for: str | None = None
     wake_token: str | None = None
