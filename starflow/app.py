@@ -15,13 +15,14 @@ from .adapters.base import RUN_STATUSES, RunEvent, RunInfo, WorkflowStateAdapter
 from .adapters.mirroring import find_mirror
 from .clock import Clock, SystemClock
 from .config import StarflowConfig, check_concurrency, int_problem
-from .decorators import definition_of
+from .decorators import WorkflowDefinition, definition_of, registry
 from .errors import (
     ConfigError,
     ResultTimeout,
     RunCancelled,
     RunNotFound,
     StarflowError,
+    WorkflowDefinitionError,
 )
 from .jobs import JobWorker
 from .logs import get_logger
@@ -182,9 +183,21 @@ class Starflow:
 
     # -- starting runs -------------------------------------------------------------
 
+    @overload
     async def run(self, wf: Callable[P, Awaitable[R]], /, *args: P.args, **kwargs: P.kwargs
-                  ) -> RunHandle[R]:
+                  ) -> RunHandle[R]: ...
+
+    @overload
+    async def run(self, wf: str, /, *args: Any, **kwargs: Any) -> RunHandle[Any]: ...
+
+    async def run(self, wf: Callable[..., Awaitable[Any]] | str, /, *args: Any, **kwargs: Any
+                  ) -> RunHandle[Any]:
         """Start a run and drive it here until it succeeds, fails or pauses.
+
+        ``wf`` is a ``@workflow`` function, whose own version the run takes
+        (``order_v1`` runs version 1 even when version 2 is registered too),
+        or a workflow name, which takes the newest version registered in this
+        process.
 
         Pass ``run_id=`` (a UUID string) to make the start idempotent: a second
         call with the same id and workflow returns the existing run (its new
@@ -196,11 +209,21 @@ class Starflow:
             SerializationError: an argument cannot be stored (nothing written).
         """
         run_id = kwargs.pop("run_id", None)
-        return await self.options(run_id=run_id).run(wf, *args, **kwargs)  # type: ignore[arg-type]
+        return await self.options(run_id=run_id).run(wf, *args, **kwargs)
 
+    @overload
     async def start(self, wf: Callable[P, Awaitable[R]], /, *args: P.args, **kwargs: P.kwargs
-                    ) -> RunHandle[R]:
+                    ) -> RunHandle[R]: ...
+
+    @overload
+    async def start(self, wf: str, /, *args: Any, **kwargs: Any) -> RunHandle[Any]: ...
+
+    async def start(self, wf: Callable[..., Awaitable[Any]] | str, /, *args: Any,
+                    **kwargs: Any) -> RunHandle[Any]:
         """Queue a run for workers (``claim_state`` queued); returns at once.
+
+        ``wf`` is a ``@workflow`` function (its version) or a name (the newest
+        registered version), as for :meth:`run`.
 
         Keyword-only options: ``run_id=`` (idempotent start, as for :meth:`run`),
         ``pool=`` (only workers of that pool claim it).
@@ -210,8 +233,7 @@ class Starflow:
         """
         run_id = kwargs.pop("run_id", None)
         pool = kwargs.pop("pool", None)
-        return await self.options(run_id=run_id, pool=pool).start(  # type: ignore[arg-type]
-            wf, *args, **kwargs)
+        return await self.options(run_id=run_id, pool=pool).start(wf, *args, **kwargs)
 
     def options(self, *, run_id: str | None = None, pool: str | None = None) -> RunOptions:
         """Start options that type checkers see: ``sf.options(run_id=i).run(wf, x)``.
@@ -480,16 +502,50 @@ class RunOptions:
         self.run_id = run_id
         self.pool = pool
 
+    @overload
     async def run(self, wf: Callable[P, Awaitable[R]], /, *args: P.args, **kwargs: P.kwargs
-                  ) -> RunHandle[R]:
+                  ) -> RunHandle[R]: ...
+
+    @overload
+    async def run(self, wf: str, /, *args: Any, **kwargs: Any) -> RunHandle[Any]: ...
+
+    async def run(self, wf: Callable[..., Awaitable[Any]] | str, /, *args: Any, **kwargs: Any
+                  ) -> RunHandle[Any]:
         """Like :meth:`Starflow.run`, with these options."""
         if self.pool is not None:
             raise ConfigError("pool= applies to queued runs: use .start(), not .run()")
         return self._app._track(await self._app.runner.start(
-            definition_of(wf), args, kwargs, run_id=self.run_id, inline=True))
+            workflow_definition(wf), args, kwargs, run_id=self.run_id, inline=True))
 
+    @overload
     async def start(self, wf: Callable[P, Awaitable[R]], /, *args: P.args, **kwargs: P.kwargs
-                    ) -> RunHandle[R]:
+                    ) -> RunHandle[R]: ...
+
+    @overload
+    async def start(self, wf: str, /, *args: Any, **kwargs: Any) -> RunHandle[Any]: ...
+
+    async def start(self, wf: Callable[..., Awaitable[Any]] | str, /, *args: Any,
+                    **kwargs: Any) -> RunHandle[Any]:
         """Like :meth:`Starflow.start`, with these options."""
-        return await self._app.runner.start(definition_of(wf), args, kwargs,
+        return await self._app.runner.start(workflow_definition(wf), args, kwargs,
                                             run_id=self.run_id, inline=False, pool=self.pool)
+
+
+def workflow_definition(wf: object) -> WorkflowDefinition:
+    """The definition a start uses: a function's own version, a name's newest one.
+
+    Raises:
+        WorkflowDefinitionError: ``wf`` is not a workflow, or no workflow of that
+            name is registered in this process (nothing written).
+    """
+    if isinstance(wf, str):
+        definition = registry.get(wf)
+        if definition is None:
+            known = ", ".join(repr(n) for n in registry.names()) or "none"
+            raise WorkflowDefinitionError(
+                f"no workflow named {wf!r} is registered in this process (registered: "
+                f"{known}): import the module that defines it before starting it by name")
+        return definition
+    definition = definition_of(wf)
+    # Its (name, version) as registered now: the code a replay of the run will use.
+    return registry.get(definition.name, definition.version) or definition

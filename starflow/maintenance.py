@@ -190,8 +190,8 @@ class InlineTimers:
         return frozenset(self._runs)
 
     def track(self, run_id: str, status: str) -> None:
-        """Watch ``run_id``'s timers if it is paused."""
-        if status == "paused" and run_id not in self._runs:
+        """Watch ``run_id``'s timers if it is paused (again: its wait may be a new one)."""
+        if status == "paused":
             self._runs.add(run_id)
             self._changed.set()
 

@@ -300,9 +300,8 @@ class Runner:
                     pool: str | None = None) -> RunHandle:
         """Record a new run (idempotent on ``run_id``) and, inline, drive it.
 
-        A new run takes the newest registered version of the workflow's name.
+        The run takes ``definition``'s version (the caller resolves a name).
         """
-        definition = registry.get(definition.name) or definition
         rid = _validate_run_id(run_id)
         encoded = self.encode_input(definition, args, kwargs)
         # Converted to the annotations before anything is written: an argument of the

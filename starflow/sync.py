@@ -162,14 +162,28 @@ class Starflow:
 
     # -- starting runs -------------------------------------------------------------
 
+    @overload
     def run(self, wf: Callable[P, Awaitable[R]], /, *args: P.args, **kwargs: P.kwargs
-            ) -> RunHandle[R]:
+            ) -> RunHandle[R]: ...
+
+    @overload
+    def run(self, wf: str, /, *args: Any, **kwargs: Any) -> RunHandle[Any]: ...
+
+    def run(self, wf: Callable[..., Awaitable[Any]] | str, /, *args: Any, **kwargs: Any
+            ) -> RunHandle[Any]:
         """:meth:`starflow.Starflow.run`: drive a run on the facade's loop until it
         ends or pauses, and return its handle."""
         return self._call(lambda: self._app.run(wf, *args, **kwargs))
 
+    @overload
     def start(self, wf: Callable[P, Awaitable[R]], /, *args: P.args, **kwargs: P.kwargs
-              ) -> RunHandle[R]:
+              ) -> RunHandle[R]: ...
+
+    @overload
+    def start(self, wf: str, /, *args: Any, **kwargs: Any) -> RunHandle[Any]: ...
+
+    def start(self, wf: Callable[..., Awaitable[Any]] | str, /, *args: Any, **kwargs: Any
+              ) -> RunHandle[Any]:
         """:meth:`starflow.Starflow.start`: queue a run for workers."""
         return self._call(lambda: self._app.start(wf, *args, **kwargs))
 
@@ -286,14 +300,28 @@ class RunOptions:
         self.run_id = run_id
         self.pool = pool
 
+    @overload
     def run(self, wf: Callable[P, Awaitable[R]], /, *args: P.args, **kwargs: P.kwargs
-            ) -> RunHandle[R]:
+            ) -> RunHandle[R]: ...
+
+    @overload
+    def run(self, wf: str, /, *args: Any, **kwargs: Any) -> RunHandle[Any]: ...
+
+    def run(self, wf: Callable[..., Awaitable[Any]] | str, /, *args: Any, **kwargs: Any
+            ) -> RunHandle[Any]:
         """Like :meth:`Starflow.run`, with these options."""
         options = self._sf.aio.options(run_id=self.run_id, pool=self.pool)
         return self._sf._call(lambda: options.run(wf, *args, **kwargs))
 
+    @overload
     def start(self, wf: Callable[P, Awaitable[R]], /, *args: P.args, **kwargs: P.kwargs
-              ) -> RunHandle[R]:
+              ) -> RunHandle[R]: ...
+
+    @overload
+    def start(self, wf: str, /, *args: Any, **kwargs: Any) -> RunHandle[Any]: ...
+
+    def start(self, wf: Callable[..., Awaitable[Any]] | str, /, *args: Any, **kwargs: Any
+              ) -> RunHandle[Any]:
         """Like :meth:`Starflow.start`, with these options."""
         options = self._sf.aio.options(run_id=self.run_id, pool=self.pool)
         return self._sf._call(lambda: options.start(wf, *args, **kwargs))

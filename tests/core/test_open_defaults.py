@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 from pathlib import Path
 
+import anyio
 import pytest
 
 from starflow import Starflow, sleep, wait_for, workflow
@@ -24,6 +25,13 @@ async def waiter() -> str:
         return str(await wait_for("go", timeout=timedelta(seconds=10)))
     except Exception as exc:  # WaitTimeout
         return type(exc).__name__
+
+
+@workflow(name="defaults-approve-then-sleep")
+async def approve_then_sleep() -> str:
+    await wait_for("approval", timeout=timedelta(days=2))
+    await sleep(timedelta(seconds=5))
+    return "shipped"
 
 
 class TestEnvironmentDefaults:
@@ -90,7 +98,8 @@ class TestClientMaintenance:
             handle = await sf.run(sleeper)
             assert handle.status == "paused"
             await clock.advance(timedelta(seconds=6))
-            assert await sf.result(handle) == "woke"
+            with anyio.fail_after(10):  # real seconds: a timer never fired fails, not hangs
+                assert await sf.result(handle) == "woke"
 
     async def test_own_wait_timeout_fires(self, db_url: str, workspace_id: str) -> None:
         """A wait_for timeout of an inline run fires too (WaitTimeout in the workflow)."""
@@ -98,7 +107,18 @@ class TestClientMaintenance:
         async with Starflow.open(db_url, workspace_id=workspace_id, clock=clock) as sf:
             handle = await sf.run(waiter)
             await clock.advance(timedelta(seconds=11))
-            assert await sf.result(handle) == "WaitTimeout"
+            with anyio.fail_after(10):  # real seconds: a timer never fired fails, not hangs
+                assert await sf.result(handle) == "WaitTimeout"
+
+    async def test_new_wait_after_a_signal(self, db_url: str, workspace_id: str) -> None:
+        """Signalled past a wait with a far timeout, the run's new nearer sleep fires."""
+        clock = FakeClock()
+        async with Starflow.open(db_url, workspace_id=workspace_id, clock=clock) as sf:
+            handle = await sf.run(approve_then_sleep)
+            assert (await sf.signal(handle.run_id, "approval")).status == "paused"
+            await clock.advance(timedelta(seconds=6))
+            with anyio.fail_after(10):  # real seconds: a timer never fired fails, not hangs
+                assert await sf.result(handle) == "shipped"
 
     async def test_no_sweep_nor_other_runs_timers(self, db_url: str,
                                                   workspace_id: str) -> None:
