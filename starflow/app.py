@@ -199,9 +199,10 @@ class Starflow:
         or a workflow name, which takes the newest version registered in this
         process.
 
-        Pass ``run_id=`` (a UUID string) to make the start idempotent: a second
-        call with the same id and workflow returns the existing run (its new
-        arguments are ignored, with a warning if they differ).
+        ``sf.options(run_id=i).run(wf, ...)`` (``i`` a UUID string) makes the
+        start idempotent: a second call with the same id and workflow returns
+        the existing run (its new arguments are ignored, with a warning if they
+        differ). ``sf.run(wf, x, run_id=i)`` works too, untyped.
 
         Raises:
             RunIdConflict: ``run_id`` names a run of another workflow (nothing written).
@@ -225,8 +226,9 @@ class Starflow:
         ``wf`` is a ``@workflow`` function (its version) or a name (the newest
         registered version), as for :meth:`run`.
 
-        Keyword-only options: ``run_id=`` (idempotent start, as for :meth:`run`),
-        ``pool=`` (only workers of that pool claim it).
+        Options through :meth:`options`: ``sf.options(run_id=i, pool="gpu").start(wf, x)``
+        (an idempotent start, as for :meth:`run`; only workers of that pool claim
+        it). ``run_id=`` / ``pool=`` as keywords here work too, untyped.
 
         Raises:
             RunIdConflict: ``run_id`` names a run of another workflow (nothing written).
