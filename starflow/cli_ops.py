@@ -582,7 +582,7 @@ async def _replay(ns: argparse.Namespace) -> int:
         from starflow_testing.replayer import Replayer
     except ImportError as exc:
         raise CommandError(f"starflow replay needs starflow_testing, which failed to import "
-                           f"({exc}): reinstall starflow with pip install 'starflow[dev]'"
+                           f"({exc}): reinstall starflow with pip install 'starflow-durable[dev]'"
                            ) from exc
     from .errors import SerializationError
 

@@ -199,7 +199,7 @@ class WorkflowEnvironment:
         except ImportError as exc:  # pragma: no cover - depends on the install
             raise ConfigError(
                 "WorkflowEnvironment(patch_time=True) needs freezegun: install it with "
-                "pip install 'starflow[testing]', or pass patch_time=False") from exc
+                "pip install 'starflow-durable[testing]', or pass patch_time=False") from exc
         self._freezer = freeze_time(self.clock.now(), real_asyncio=True)
         factory = self._freezer.start()
         self._unsubscribe = self.clock.on_change(factory.move_to)

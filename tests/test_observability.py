@@ -333,10 +333,10 @@ class TestDisabled:
     def test_missing_package_message(self, monkeypatch: pytest.MonkeyPatch) -> None:
         """Enabling without the package raises ConfigError naming the extra."""
         monkeypatch.setitem(sys.modules, "prometheus_client", None)
-        with pytest.raises(ConfigError, match=r"starflow\[metrics\]"):
+        with pytest.raises(ConfigError, match=r"starflow-durable\[metrics\]"):
             obs.enable_metrics()
         monkeypatch.setitem(sys.modules, "opentelemetry", None)
-        with pytest.raises(ConfigError, match=r"starflow\[otel\]"):
+        with pytest.raises(ConfigError, match=r"starflow-durable\[otel\]"):
             obs.enable_tracing()
 
 
