@@ -74,6 +74,23 @@ class TestSameMethods:
             assert sf.options(run_id=run_id).start(compute, 20).status == "success"
 
 
+    def test_session_vars_sweep_and_the_warm_tier(self, url: str) -> None:
+        """session_set/get, sweep, watch, live_runs and outbox_status answer too."""
+        with Starflow.open(url, warm="memory://") as sf:
+            sf.session_set("s-1", "cart", {"items": 2})
+            assert sf.session_get("s-1", "cart") == {"items": 2}
+            assert sf.sweep() == 0
+            paused = sf.run(approve, "o-5")
+            done = sf.run(compute, 1)
+            states = list(sf.watch(done.run_id))
+            assert states and states[-1].status == "success"
+            assert sf.outbox_status().level in ("ok", "warn", "page")
+            deadline = time.monotonic() + 10
+            while paused.run_id not in {r.id for r in sf.live_runs()}:  # drained async
+                assert time.monotonic() < deadline, "the paused run never reached the warm tier"
+                threading.Event().wait(0.01)
+
+
 class TestThreads:
     """One facade serves many threads at once, then closes cleanly."""
 
