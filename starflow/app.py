@@ -490,8 +490,9 @@ class Starflow:
         check_concurrency(concurrency)  # before the maintenance loops are built
         mt = None
         if maintenance and (self._maintenance is None or not self._maintenance.full):
-            mt = Maintenance(self.runner, poll=self._shared_database,
-                             drain=self._maintenance is None)
+            client = self._maintenance
+            mt = Maintenance(self.runner, poll=self._shared_database, drain=client is None,
+                             firing=client.firing if client is not None else None)
         return Worker(self.runner, pool=pool, concurrency=concurrency, maintenance=mt,
                       grace=grace)
 

@@ -41,17 +41,21 @@ class Maintenance:
             this process paused (:attr:`inline_timers`).
         drain: Run the outbox drainer when the adapter mirrors to a warm tier
             (False when another Maintenance of the process drains it already).
+        firing: The (run id, node id) of the timers being fired, shared with
+            another Maintenance of the process so that one timer is fired once.
     """
 
     def __init__(self, runner: Runner, *, poll: bool = True, full: bool = True,
-                 drain: bool = True) -> None:
+                 drain: bool = True, firing: set[tuple[str, str]] | None = None) -> None:
         self.runner = runner
         self.poll = poll
         self.full = full
-        self._firing: set[tuple[str, str]] = set()
+        #: Timers being fired now (shared by the process's timer loops).
+        self.firing: set[tuple[str, str]] = firing if firing is not None else set()
         self.sweeps = 0
         #: A client's timers (``full=False``): its own inline runs'.
-        self.inline_timers: InlineTimers | None = None if full else InlineTimers(runner)
+        self.inline_timers: InlineTimers | None = (
+            None if full else InlineTimers(runner, firing=self.firing))
         #: The outbox drainer and drift sweep, when the adapter mirrors to a warm tier.
         self.drainer: OutboxDrainer | None = None
         mirror = find_mirror(runner.adapter)
@@ -100,9 +104,9 @@ class Maintenance:
         started = 0
         for wait in due:
             key = (wait.run_id, wait.node_id)
-            if key in self._firing:
+            if key in self.firing:
                 continue
-            self._firing.add(key)
+            self.firing.add(key)
             self.runner.busy += 1
             started += 1
             tg.start_soon(self._fire, wait, key)
@@ -118,7 +122,7 @@ class Maintenance:
             log.error("timer wake failed", run_id=wait.run_id, node_id=wait.node_id,
                       error=str(exc))
         finally:
-            self._firing.discard(key)
+            self.firing.discard(key)
             self.runner.busy -= 1
             self.runner.notify_timers()
 
@@ -178,10 +182,10 @@ class InlineTimers:
     Firing is guarded in the database, so both may try.
     """
 
-    def __init__(self, runner: Runner) -> None:
+    def __init__(self, runner: Runner, *, firing: set[tuple[str, str]] | None = None) -> None:
         self.runner = runner
         self._runs: set[str] = set()
-        self._firing: set[tuple[str, str]] = set()
+        self._firing: set[tuple[str, str]] = firing if firing is not None else set()
         self._changed = anyio.Event()
 
     @property

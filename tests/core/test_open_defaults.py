@@ -150,3 +150,26 @@ class TestClientMaintenance:
             handle = await sf.run(sleeper)
             await clock.advance(timedelta(seconds=6))
             assert (await sf.get_run(handle.run_id)).status == "paused"
+
+
+class TestClientWithAMaintenanceWorker:
+    """A client app whose worker runs maintenance fires each timer once, quietly."""
+
+    async def test_one_wake_per_timer(self, db_url: str, workspace_id: str) -> None:
+        """The inline run's timer is seen by both loops; it is fired once, no error logged."""
+        from starflow_testing import capture_logs
+
+        clock = FakeClock()
+        async with Starflow.open(db_url, workspace_id=workspace_id, clock=clock) as sf:
+            worker = sf.worker(maintenance=True)
+            with capture_logs("warning") as logs:
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(worker.run)
+                    handle = await sf.run(sleeper)
+                    await clock.advance(timedelta(seconds=6))
+                    with anyio.fail_after(10):
+                        assert await sf.result(handle) == "woke"
+                    worker.stop()
+            assert [e for e in logs if e["log_level"] == "error"] == []
+            events = [e.event_type for e in await sf.events(handle.run_id)]
+            assert events.count("run_resumed") == 1, events
