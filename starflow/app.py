@@ -7,7 +7,7 @@ import os
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import datetime, timedelta
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar, overload
 
 import anyio
 
@@ -15,13 +15,14 @@ from .adapters import adapter_from_url
 from .adapters.base import WorkflowStateAdapter
 from .clock import Clock, SystemClock
 from .config import StarflowConfig, check_concurrency, int_problem
-from .decorators import definition_of
+from .decorators import WorkflowDefinition, definition_of, registry
 from .errors import (
     ConfigError,
     InvalidArgument,
     ResultTimeout,
     RunCancelled,
     RunNotFound,
+    WorkflowDefinitionError,
 )
 from .jobs import JobWorker
 from .limits import check_name, name_problem, normalize_run_id
@@ -44,18 +45,21 @@ R = TypeVar("R")
 log = get_logger("starflow")
 
 DEFAULT_URL = "sqlite:///starflow.db"
+DEFAULT_WORKSPACE = "celestial"
+DEFAULT_ENV = "prod"
 
 
 class Starflow:
     """A connection to one workflow database, scoped to (``workspace_id``, ``env``).
 
-    Open it with ``async with Starflow.open(url) as sf:``. While open, unless
-    ``maintenance=False``, it runs the lease sweep and fires durable timers in
-    the background.
+    Open it with ``async with Starflow.open(url) as sf:``. While open, it
+    fires the durable timers of the inline runs it paused and drains its own
+    warm-tier outbox; with ``maintenance=True`` it also runs the lease sweep,
+    every run's timers and session-var GC (see :meth:`open`).
     """
 
     def __init__(self, adapter: WorkflowStateAdapter, *, config: StarflowConfig | None = None,
-                 clock: Clock | None = None, maintenance: bool = True,
+                 clock: Clock | None = None, maintenance: bool | None = True,
                  runner_id: str | None = None) -> None:
         self.adapter = adapter
         self.config = config or StarflowConfig()
@@ -71,12 +75,12 @@ class Starflow:
         cls,
         url: str | None = None,
         *,
-        workspace_id: str = "celestial",
-        env: str = "prod",
+        workspace_id: str | None = None,
+        env: str | None = None,
         config: StarflowConfig | None = None,
         clock: Clock | None = None,
         warm: str | None = None,
-        maintenance: bool = True,
+        maintenance: bool | None = None,
         adapter: WorkflowStateAdapter | None = None,
     ) -> Starflow:
         """Describe an application; use the result as an async context manager.
@@ -84,20 +88,34 @@ class Starflow:
         Args:
             url: ``sqlite:///path.db``, ``postgresql://…``, ``memory://`` or
                 ``null://`` (schemes in any case, as RFC 3986 says). Default:
-                ``$STARFLOW_DATABASE_URL``, then ``sqlite:///starflow.db``.
-            workspace_id: Tenant scope of every read and write.
-            env: Environment scope of every read and write.
+                ``$STARFLOW_URL``, then ``$STARFLOW_DATABASE_URL``, then
+                ``sqlite:///starflow.db``.
+            workspace_id: Tenant scope of every read and write. Default:
+                ``$STARFLOW_WORKSPACE``, then ``"celestial"`` (the state model's
+                default workspace name).
+            env: Environment scope of every read and write. Default:
+                ``$STARFLOW_ENV``, then ``"prod"``.
             config: Timing and behaviour (:class:`StarflowConfig`).
             clock: Time source (``starflow_testing.FakeClock`` in tests).
             warm: ``"memory://"`` or ``"redis://…"``: mirror state to a warm tier.
-            maintenance: Run the lease sweep and durable timers in this process.
+            maintenance: ``True``: also run the server's background loops in this
+                process (the lease sweep, every run's durable timers, session-var
+                GC). ``None`` (the default, which fits a client: a script, a web
+                worker): only the timers of the inline runs this app paused, while
+                it is open, and the drainer of its own warm-tier mirror.
+                ``False``: no background task at all. ``starflow server``,
+                ``starflow worker --maintenance`` and ``sf.worker(maintenance=True)``
+                run the full set.
             adapter: A ready state adapter instead of ``url``.
         """
         config = config or StarflowConfig()
         if not isinstance(config, StarflowConfig):
             raise ConfigError(f"config must be a StarflowConfig, got {type(config).__name__}")
+        workspace_id = workspace_id or os.environ.get("STARFLOW_WORKSPACE") or DEFAULT_WORKSPACE
+        env = env or os.environ.get("STARFLOW_ENV") or DEFAULT_ENV
         if adapter is None:
-            url = url or os.environ.get("STARFLOW_DATABASE_URL") or DEFAULT_URL
+            url = (url or os.environ.get("STARFLOW_URL") or os.environ.get("STARFLOW_DATABASE_URL")
+                   or DEFAULT_URL)
             options: dict[str, Any] = {}
             scheme = scheme_of(url)
             if scheme in ("sqlite", "memory"):
@@ -123,8 +141,11 @@ class Starflow:
                                   keyring=keyring, runner_id=self._runner_id)
             self._tg = await anyio.create_task_group().__aenter__()
             await self._tg.start(self._runner.heartbeats.run)
-            if self._maintenance_enabled:
-                self._maintenance = Maintenance(self._runner, poll=self._shared_database)
+            # None: a client's share, its inline runs' timers and the outbox drainer
+            # of its own warm-tier mirror (Starflow.open(warm=...)).
+            if self._maintenance_enabled is not False:
+                self._maintenance = Maintenance(self._runner, poll=self._shared_database,
+                                                full=self._maintenance_enabled is True)
                 self._tg.start_soon(self._maintenance.run)
         except BaseException:
             await self.adapter.close()
@@ -139,6 +160,7 @@ class Starflow:
         finally:
             self._tg = None
             self._runner = None
+            self._maintenance = None
             await self.adapter.close()
 
     @property
@@ -164,13 +186,26 @@ class Starflow:
 
     # -- starting runs -------------------------------------------------------------
 
+    @overload
     async def run(self, wf: Callable[P, Awaitable[R]], /, *args: P.args, **kwargs: P.kwargs
-                  ) -> RunHandle:
+                  ) -> RunHandle[R]: ...
+
+    @overload
+    async def run(self, wf: str, /, *args: Any, **kwargs: Any) -> RunHandle[Any]: ...
+
+    async def run(self, wf: Callable[..., Awaitable[Any]] | str, /, *args: Any, **kwargs: Any
+                  ) -> RunHandle[Any]:
         """Start a run and drive it here until it succeeds, fails or pauses.
 
-        Pass ``run_id=`` (a UUID string) to make the start idempotent: a second
-        call with the same id and workflow returns the existing run (its new
-        arguments are ignored, with a warning if they differ).
+        ``wf`` is a ``@workflow`` function, whose own version the run takes
+        (``order_v1`` runs version 1 even when version 2 is registered too),
+        or a workflow name, which takes the newest version registered in this
+        process.
+
+        ``sf.options(run_id=i).run(wf, ...)`` (``i`` a UUID string) makes the
+        start idempotent: a second call with the same id and workflow returns
+        the existing run (its new arguments are ignored, with a warning if they
+        differ). ``sf.run(wf, x, run_id=i)`` works too, untyped.
 
         Raises:
             RunIdConflict: ``run_id`` names a run of another workflow (nothing written).
@@ -178,22 +213,32 @@ class Starflow:
             SerializationError: an argument cannot be stored (nothing written).
         """
         run_id = kwargs.pop("run_id", None)
-        return await self.options(run_id=run_id).run(wf, *args, **kwargs)  # type: ignore[arg-type]
+        return await self.options(run_id=run_id).run(wf, *args, **kwargs)
 
+    @overload
     async def start(self, wf: Callable[P, Awaitable[R]], /, *args: P.args, **kwargs: P.kwargs
-                    ) -> RunHandle:
+                    ) -> RunHandle[R]: ...
+
+    @overload
+    async def start(self, wf: str, /, *args: Any, **kwargs: Any) -> RunHandle[Any]: ...
+
+    async def start(self, wf: Callable[..., Awaitable[Any]] | str, /, *args: Any,
+                    **kwargs: Any) -> RunHandle[Any]:
         """Queue a run for workers (``claim_state`` queued); returns at once.
 
-        Keyword-only options: ``run_id=`` (idempotent start, as for :meth:`run`),
-        ``pool=`` (only workers of that pool claim it).
+        ``wf`` is a ``@workflow`` function (its version) or a name (the newest
+        registered version), as for :meth:`run`.
+
+        Options through :meth:`options`: ``sf.options(run_id=i, pool="gpu").start(wf, x)``
+        (an idempotent start, as for :meth:`run`; only workers of that pool claim
+        it). ``run_id=`` / ``pool=`` as keywords here work too, untyped.
 
         Raises:
             RunIdConflict: ``run_id`` names a run of another workflow (nothing written).
         """
         run_id = kwargs.pop("run_id", None)
         pool = kwargs.pop("pool", None)
-        return await self.options(run_id=run_id, pool=pool).start(  # type: ignore[arg-type]
-            wf, *args, **kwargs)
+        return await self.options(run_id=run_id, pool=pool).start(wf, *args, **kwargs)
 
     def options(self, *, run_id: str | None = None, pool: str | None = None) -> RunOptions:
         """Start options that type checkers see: ``sf.options(run_id=i).run(wf, x)``.
@@ -207,7 +252,7 @@ class Starflow:
 
     # -- waking runs ---------------------------------------------------------------
 
-    async def signal(self, run_id: str, event: str, payload: Any = None) -> RunHandle:
+    async def signal(self, run_id: str, event: str, payload: Any = None) -> RunHandle[Any]:
         """Deliver a signal. A run paused on ``event`` wakes: inline runs are driven
         here until they pause again or end, worker runs go back to the queue. A
         signal for a run not yet waiting is kept until it waits.
@@ -217,21 +262,21 @@ class Starflow:
             RunFinished: the run has ended.
             SerializationError: the payload is not JSON-encodable (nothing written).
         """
-        return await self.runner.signal(normalize_run_id(run_id), event, payload)
+        return self._track(await self.runner.signal(normalize_run_id(run_id), event, payload))
 
-    async def resume(self, wake_token: str, payload: Any = None) -> RunHandle:
+    async def resume(self, wake_token: str, payload: Any = None) -> RunHandle[Any]:
         """Wake the wait a token was issued for, with ``payload``.
 
         Raises:
             InvalidWakeToken: forged, expired, used, or for another wait (nothing written).
         """
-        return await self.runner.resume(wake_token, payload)
+        return self._track(await self.runner.resume(wake_token, payload))
 
-    async def cancel(self, run_id: str) -> RunHandle:
+    async def cancel(self, run_id: str) -> RunHandle[Any]:
         """Cancel a run: a paused or queued run at once, a running one at its next boundary."""
         return await self.runner.cancel(normalize_run_id(run_id))
 
-    async def retry(self, run_id: str) -> RunHandle:
+    async def retry(self, run_id: str) -> RunHandle[Any]:
         """Run a run that ended in ``error`` again from its recorded history.
 
         Use it after deploying a fix for what failed it (a ``NonDeterminismError``
@@ -239,7 +284,13 @@ class Starflow:
         too often): recorded steps are not run again. Inline runs are driven
         here until they pause or end; worker runs go back to the queue.
         """
-        return await self.runner.retry(normalize_run_id(run_id))
+        return self._track(await self.runner.retry(normalize_run_id(run_id)))
+
+    def _track(self, handle: RunHandle[R]) -> RunHandle[R]:
+        """Have this process fire the timers of an inline run it paused (no maintenance)."""
+        if self._maintenance is not None and self._maintenance.inline_timers is not None:
+            self._maintenance.inline_timers.track(handle.run_id, handle.status)
+        return handle
 
     # -- queries -------------------------------------------------------------------
 
@@ -288,8 +339,20 @@ class Starflow:
             raise RunNotFound(run_id)
         return await self.adapter.list_events(run_id)
 
-    async def result(self, run_id: str, timeout: timedelta | float | None = None) -> Any:
+    @overload
+    async def result(self, run_id: RunHandle[R], timeout: timedelta | float | None = None
+                     ) -> R: ...
+
+    @overload
+    async def result(self, run_id: str, timeout: timedelta | float | None = None) -> Any: ...
+
+    async def result(self, run_id: RunHandle[Any] | str,
+                     timeout: timedelta | float | None = None) -> Any:
         """Wait until the run ends and return its value, decoded to the annotated type.
+
+        Given the :class:`RunHandle` that ``run`` or ``start`` returned, a type
+        checker knows the value's type (the workflow's return annotation); given
+        a run id, it is ``Any``.
 
         Raises:
             WorkflowFailed: the run ended with ``error``; it carries the cause:
@@ -298,6 +361,8 @@ class Starflow:
             RunCancelled: the run was cancelled (a ``WorkflowFailed``).
             ResultTimeout: ``timeout`` passed first (the run goes on).
         """
+        if isinstance(run_id, RunHandle):
+            run_id = run_id.run_id
         runner = self.runner
         run_id = normalize_run_id(run_id)
         limit = _result_timeout(timeout)
@@ -430,16 +495,19 @@ class Starflow:
         Args:
             pool: Claim runs queued for this pool (and runs queued for any pool).
             concurrency: Most runs driven at once.
-            maintenance: Also run the lease sweep and durable timers (unless this
-                app already runs them, ``Starflow.open(maintenance=True)``).
+            maintenance: Also run the lease sweep, every run's durable timers and
+                session-var GC (unless this app already runs them,
+                ``Starflow.open(maintenance=True)``).
             grace: Seconds ``worker.stop()`` waits for active runs to finish or
                 reach a step boundary before cancelling and releasing them.
         """
         check_concurrency(concurrency)  # before the maintenance loops are built
         check_name("pool", pool, optional=True)
         mt = None
-        if maintenance and self._maintenance is None:
-            mt = Maintenance(self.runner, poll=self._shared_database)
+        if maintenance and (self._maintenance is None or not self._maintenance.full):
+            client = self._maintenance
+            mt = Maintenance(self.runner, poll=self._shared_database, drain=client is None,
+                             firing=client.firing if client is not None else None)
         return Worker(self.runner, pool=pool, concurrency=concurrency, maintenance=mt,
                       grace=grace)
 
@@ -484,17 +552,51 @@ class RunOptions:
         self.run_id = run_id
         self.pool = pool
 
+    @overload
     async def run(self, wf: Callable[P, Awaitable[R]], /, *args: P.args, **kwargs: P.kwargs
-                  ) -> RunHandle:
+                  ) -> RunHandle[R]: ...
+
+    @overload
+    async def run(self, wf: str, /, *args: Any, **kwargs: Any) -> RunHandle[Any]: ...
+
+    async def run(self, wf: Callable[..., Awaitable[Any]] | str, /, *args: Any, **kwargs: Any
+                  ) -> RunHandle[Any]:
         """Like :meth:`Starflow.run`, with these options."""
         if self.pool is not None:
             raise ConfigError("pool= applies to queued runs: use .start(), not .run()")
-        return await self._app.runner.start(definition_of(wf), args, kwargs,
-                                            run_id=self.run_id, inline=True)
+        return self._app._track(await self._app.runner.start(
+            workflow_definition(wf), args, kwargs, run_id=self.run_id, inline=True))
 
+    @overload
     async def start(self, wf: Callable[P, Awaitable[R]], /, *args: P.args, **kwargs: P.kwargs
-                    ) -> RunHandle:
+                    ) -> RunHandle[R]: ...
+
+    @overload
+    async def start(self, wf: str, /, *args: Any, **kwargs: Any) -> RunHandle[Any]: ...
+
+    async def start(self, wf: Callable[..., Awaitable[Any]] | str, /, *args: Any,
+                    **kwargs: Any) -> RunHandle[Any]:
         """Like :meth:`Starflow.start`, with these options."""
         check_name("pool", self.pool, optional=True)
-        return await self._app.runner.start(definition_of(wf), args, kwargs,
+        return await self._app.runner.start(workflow_definition(wf), args, kwargs,
                                             run_id=self.run_id, inline=False, pool=self.pool)
+
+
+def workflow_definition(wf: object) -> WorkflowDefinition:
+    """The definition a start uses: a function's own version, a name's newest one.
+
+    Raises:
+        WorkflowDefinitionError: ``wf`` is not a workflow, or no workflow of that
+            name is registered in this process (nothing written).
+    """
+    if isinstance(wf, str):
+        definition = registry.get(wf)
+        if definition is None:
+            known = ", ".join(repr(n) for n in registry.names()) or "none"
+            raise WorkflowDefinitionError(
+                f"no workflow named {wf!r} is registered in this process (registered: "
+                f"{known}): import the module that defines it before starting it by name")
+        return definition
+    definition = definition_of(wf)
+    # Its (name, version) as registered now: the code a replay of the run will use.
+    return registry.get(definition.name, definition.version) or definition

@@ -290,7 +290,8 @@ def workflow(
     Args:
         name: Registered name (``workflow_runs.template_id``); the function's
             name by default.
-        version: Definition version; new runs use the newest registered one,
+        version: Definition version. A run started with this function takes
+            it; a run started by name takes the newest registered version;
             running and paused runs keep theirs.
         max_claim_attempts: Claims before an expired lease abandons the run
             (default: ``StarflowConfig.max_claim_attempts``).

@@ -20,7 +20,7 @@ import socket
 import uuid
 import weakref
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import anyio
 import msgspec
@@ -55,8 +55,15 @@ log = get_logger("starflow.runner")
 ACTIVE_STATUSES = ("queued", "running", "paused")
 
 
-class RunHandle(msgspec.Struct, frozen=True, kw_only=True):
+ResultT = TypeVar("ResultT")
+
+
+class RunHandle(msgspec.Struct, Generic[ResultT], frozen=True, kw_only=True):
     """Where a run stands after ``run``, ``start``, ``signal`` or ``resume`` returned.
+
+    Generic in the workflow's result: ``sf.run(wf)`` of a workflow returning
+    ``int`` gives a ``RunHandle[int]``, and ``sf.result(handle)`` is an ``int``
+    for a type checker.
 
     Attributes:
         run_id: The run's id.
@@ -70,7 +77,7 @@ class RunHandle(msgspec.Struct, frozen=True, kw_only=True):
 
     run_id: str
     status: str
-    result: Any = None
+    result: ResultT | None = None
     error: str | None = None
     waiting_for: str | None = None
     wake_token: str | None = None
@@ -202,13 +209,13 @@ class Driver:
 
     # -- handles -------------------------------------------------------------------
 
-    async def handle(self, run_id: str) -> RunHandle:
+    async def handle(self, run_id: str) -> RunHandle[Any]:
         run = await self.adapter.get_run(run_id)
         if run is None:
             raise RunNotFound(run_id)
         return self.handle_of(run)
 
-    def handle_of(self, run: RunInfo) -> RunHandle:
+    def handle_of(self, run: RunInfo) -> RunHandle[Any]:
         waiting_for = token = None
         wait = checkpoint_wait(run.checkpoint_json) if run.status == "paused" else None
         if wait is not None:
@@ -239,7 +246,7 @@ class Driver:
             self.notify_settled()
 
     async def drive(self, run: RunInfo, *, should_yield: Callable[[], bool] | None = None
-                    ) -> RunHandle:
+                    ) -> RunHandle[Any]:
         """Replay a run this runner holds the lease of, until it pauses or ends.
 
         A run a worker just claimed (``claim_state`` claimed) moves to running
@@ -256,7 +263,7 @@ class Driver:
         """
         return await self.drive_engine(await self.prepare(run, should_yield=should_yield))
 
-    async def drive_engine(self, engine: Engine) -> RunHandle:
+    async def drive_engine(self, engine: Engine) -> RunHandle[Any]:
         """Execute an engine built by :meth:`prepare` and settle its outcome."""
         outcome = await self._execute(engine)
         return await self.settle(engine.run_id, outcome)
@@ -322,7 +329,7 @@ class Driver:
             self.notify_settled()
         return held
 
-    async def settle(self, run_id: str, outcome: Outcome) -> RunHandle:
+    async def settle(self, run_id: str, outcome: Outcome) -> RunHandle[Any]:
         """Turn an execution's outcome into a handle.
 
         Raises:

@@ -20,7 +20,7 @@ from typing import Any
 from . import observability
 from .adapters.units import Guard
 from .context import WorkflowContext
-from .decorators import WorkflowDefinition, registry
+from .decorators import WorkflowDefinition
 from .driving import ACTIVE_STATUSES, RunHandle, new_runner_id
 from .engine import Engine
 from .errors import (
@@ -71,12 +71,11 @@ class Runner(Waker):
 
     async def start(self, definition: WorkflowDefinition, args: tuple[Any, ...],
                     kwargs: dict[str, Any], *, run_id: str | None, inline: bool,
-                    pool: str | None = None) -> RunHandle:
+                    pool: str | None = None) -> RunHandle[Any]:
         """Record a new run (idempotent on ``run_id``) and, inline, drive it.
 
-        A new run takes the newest registered version of the workflow's name.
+        The run takes ``definition``'s version (the caller resolves a name).
         """
-        definition = registry.get(definition.name) or definition
         rid = _validate_run_id(run_id)
         encoded = self.encode_input(definition, args, kwargs)
         # Converted to the annotations before anything is written: an argument of the
@@ -122,7 +121,7 @@ class Runner(Waker):
         return await self.settle(rid, outcome)
 
     async def _existing(self, run: RunInfo, definition: WorkflowDefinition,
-                        encoded: dict[str, Any]) -> RunHandle:
+                        encoded: dict[str, Any]) -> RunHandle[Any]:
         """The handle of the run an idempotent start found under its run id.
 
         Idempotent for the same workflow (name; any version, since a redeploy may
@@ -146,7 +145,7 @@ class Runner(Waker):
                 run_id=run.id, workflow=definition.name)
         return self.handle_of(run)
 
-    async def retry(self, run_id: str) -> RunHandle:
+    async def retry(self, run_id: str) -> RunHandle[Any]:
         """Run a failed run again from its recorded history, with the code deployed now.
 
         For runs that ended in ``error`` because of the workflow code or the
@@ -200,7 +199,7 @@ class Runner(Waker):
         assert fresh is not None
         return await self.drive(fresh)
 
-    async def cancel(self, run_id: str) -> RunHandle:
+    async def cancel(self, run_id: str) -> RunHandle[Any]:
         run = await self._unfinished(run_id, "cancel")
         now = self.clock.now()
         async with self.adapter.unit(guard=Guard(run_id=run_id, status_in=ACTIVE_STATUSES)

@@ -48,7 +48,7 @@ def _next_wait_event(node_id: str, events: list[RunEvent]) -> str | None:
 class Waker(Driver):
     """Wakes paused runs of one adapter in this process (see the module docstring)."""
 
-    async def settle(self, run_id: str, outcome: Outcome) -> RunHandle:
+    async def settle(self, run_id: str, outcome: Outcome) -> RunHandle[Any]:
         """:meth:`Driver.settle`, then deliver a signal that raced a pause.
 
         A signal that arrived after ``wait_for`` looked at the inbox but before
@@ -65,7 +65,7 @@ class Waker(Driver):
                    timed_out: bool = False, signal_id: int | None = None,
                    error: dict[str, Any] | None = None,
                    also: Callable[[datetime], Awaitable[None]] | None = None,
-                   drive: bool = True) -> RunHandle | None:
+                   drive: bool = True) -> RunHandle[Any] | None:
         """Resume a paused run at ``node_id``; ``None`` if another wake won the race.
 
         Reads cold: the run row and its checkpoint. One unit records the wake
@@ -124,7 +124,7 @@ class Waker(Driver):
             last_heartbeat=now)
         return await self.drive(fresh)
 
-    async def deliver(self, run_id: str, event: str) -> RunHandle | None:
+    async def deliver(self, run_id: str, event: str) -> RunHandle[Any] | None:
         """Wake the run if it is paused on ``event`` and a signal for it is queued."""
         for _ in range(3):
             signal = await self.adapter.find_signal(run_id, event)
@@ -143,7 +143,7 @@ class Waker(Driver):
                 return handle
         return None
 
-    async def signal(self, run_id: str, event: str, payload: Any) -> RunHandle:
+    async def signal(self, run_id: str, event: str, payload: Any) -> RunHandle[Any]:
         check_event(event, "signal", run_id=run_id)
         encoded = serde.to_builtins(payload, what=f"payload of signal {event!r}", run_id=run_id)
         await self._unfinished(run_id, "signal")
@@ -158,7 +158,7 @@ class Waker(Driver):
         handle = await self.deliver(run_id, event)
         return handle if handle is not None else await self.handle(run_id)
 
-    async def resume(self, token: str, payload: Any) -> RunHandle:
+    async def resume(self, token: str, payload: Any) -> RunHandle[Any]:
         claims = self.keyring.verify(token, workspace_id=self.adapter.workspace_id,
                                      env=self.adapter.env, now=self.clock.now())
         encoded = serde.to_builtins(payload, what="resume payload", run_id=claims.r)
@@ -194,7 +194,7 @@ class Waker(Driver):
         return handle
 
     async def _resume_early(self, run: RunInfo, node_id: str, event: str, payload: Any
-                            ) -> RunHandle:
+                            ) -> RunHandle[Any]:
         """A token for the wait the run will reach next (``starflow.wake_token``) came
         before the run got there: keep its payload in the inbox, like a signal sent
         early, so that wait returns it."""
@@ -221,7 +221,7 @@ class Waker(Driver):
         handle = await self.deliver(run.id, event)
         return handle if handle is not None else await self.handle(run.id)
 
-    async def fire_timer(self, wait: WaitRecord) -> RunHandle | None:
+    async def fire_timer(self, wait: WaitRecord) -> RunHandle[Any] | None:
         """Fire one due wait: a sleep completes, a wait_for times out."""
         run = await self.adapter.get_run(wait.run_id)
         if run is None or run.status != "paused":

@@ -8,7 +8,7 @@ import tempfile
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime, timedelta
-from typing import Any, Literal, ParamSpec, TypeVar
+from typing import Any, Literal, ParamSpec, TypeVar, overload
 
 import anyio
 import msgspec
@@ -200,7 +200,7 @@ class WorkflowEnvironment:
         except ImportError as exc:  # pragma: no cover - depends on the install
             raise ConfigError(
                 "WorkflowEnvironment(patch_time=True) needs freezegun: install it with "
-                "pip install 'starflow[testing]', or pass patch_time=False") from exc
+                "pip install 'starflow-durable[testing]', or pass patch_time=False") from exc
         self._freezer = freeze_time(self.clock.now(), real_asyncio=True)
         factory = self._freezer.start()
         self._unsubscribe = self.clock.on_change(factory.move_to)
@@ -349,30 +349,39 @@ class WorkflowEnvironment:
     # -- the application API -------------------------------------------------------
 
     async def run(self, wf: Callable[P, Awaitable[R]], /, *args: P.args, **kwargs: P.kwargs
-                  ) -> RunHandle:
+                  ) -> RunHandle[R]:
         """``Starflow.run``: start a run and drive it here until it ends or pauses."""
         return await self._skipping(lambda: self.app.run(wf, *args, **kwargs))
 
     async def start(self, wf: Callable[P, Awaitable[R]], /, *args: P.args, **kwargs: P.kwargs
-                    ) -> RunHandle:
+                    ) -> RunHandle[R]:
         """``Starflow.start``: queue a run for the embedded worker."""
         return await self.app.start(wf, *args, **kwargs)
 
-    async def signal(self, run_id: str, event: str, payload: Any = None) -> RunHandle:
+    async def signal(self, run_id: str, event: str, payload: Any = None) -> RunHandle[Any]:
         """``Starflow.signal``: deliver a signal (an inline run is driven here)."""
         return await self._skipping(lambda: self.app.signal(run_id, event, payload))
 
-    async def resume(self, wake_token: str, payload: Any = None) -> RunHandle:
+    async def resume(self, wake_token: str, payload: Any = None) -> RunHandle[Any]:
         """``Starflow.resume``: wake a wait through its token."""
         return await self._skipping(lambda: self.app.resume(wake_token, payload))
 
-    async def cancel(self, run_id: str) -> RunHandle:
+    async def cancel(self, run_id: str) -> RunHandle[Any]:
         """``Starflow.cancel``."""
         return await self.app.cancel(run_id)
 
-    async def result(self, run_id: str, timeout: timedelta | float | None = None
-                     ) -> Any:
+    @overload
+    async def result(self, run_id: RunHandle[R], timeout: timedelta | float | None = None
+                     ) -> R: ...
+
+    @overload
+    async def result(self, run_id: str, timeout: timedelta | float | None = None) -> Any: ...
+
+    async def result(self, run_id: RunHandle[Any] | str,
+                     timeout: timedelta | float | None = None) -> Any:
         """``Starflow.result``, skipping time while the run waits on timers.
+
+        Given the handle ``run`` or ``start`` returned, the value is typed.
 
         Raises:
             WorkflowFailed: the run ended with ``error`` or ``cancelled``.
@@ -380,19 +389,23 @@ class WorkflowEnvironment:
                 environment can make the run progress (it waits for a signal
                 nobody sends, or for a pool no worker serves).
         """
+        if isinstance(run_id, RunHandle):
+            run_id = run_id.run_id
+        rid = run_id
+
         async def stuck() -> None:
-            run = await self.adapter.get_run(run_id)
+            run = await self.adapter.get_run(rid)
             if run is None or run.is_terminal:
                 # It ended after result() last looked: wake result() to see it.
                 self.runner.notify_settled()
                 return
             raise ResultTimeout(
-                f"run {run_id} cannot make progress in this environment: no engine runs, "
+                f"run {rid} cannot make progress in this environment: no engine runs, "
                 "no timer is due and no lease awaits the sweep; it probably waits for a "
                 "signal (send it first) or is queued for a pool the environment's worker "
-                "does not serve (pass pools=...)", run_id=run_id)
+                "does not serve (pass pools=...)", run_id=rid)
 
-        return await self._skipping(lambda: self.app.result(run_id, timeout=timeout), stuck)
+        return await self._skipping(lambda: self.app.result(rid, timeout=timeout), stuck)
 
     async def get_run(self, run_id: str) -> RunInfo:
         """``Starflow.get_run``."""

@@ -28,6 +28,7 @@ LAYERS: dict[str, str] = {
     "starflow": "face",
     "starflow.__main__": "face",
     "starflow.app": "face",
+    "starflow.sync": "face",
     "starflow.cli": "face",
     "starflow.cli._base": "face",
     "starflow.cli._format": "face",

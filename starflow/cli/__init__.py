@@ -46,22 +46,15 @@ for _group in GROUPS:
 
 
 def _configure_logging(level: str | None, fmt: str, long_running: bool) -> None:
-    """Logs go to stderr (stdout is for command output), plain text unless a terminal."""
-    import structlog
-
+    """Logs go to stderr (stdout is for command output), coloured only on a terminal."""
     from ..logs import configure_logging
 
     chosen = level or os.environ.get("STARFLOW_LOG_LEVEL") or ("info" if long_running
                                                                else "warning")
     try:
-        configure_logging(chosen, json=fmt == "json")
+        configure_logging(chosen, json=fmt == "json", stream=sys.stderr, root=long_running)
     except ValueError as exc:
         raise CommandError(f"--log-level: {exc}", EXIT_USAGE) from exc
-    processors = list(structlog.get_config()["processors"])
-    if fmt == "console" and not sys.stderr.isatty():
-        processors[-1] = structlog.dev.ConsoleRenderer(colors=False)
-    structlog.configure(processors=processors,
-                        logger_factory=structlog.PrintLoggerFactory(sys.stderr))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,6 +1,6 @@
 """``RedisWarmTier``: the warm tier on Redis (``redis.asyncio``; hashes + pub/sub).
 
-Install with ``pip install 'starflow[redis]'``. Keys are prefixed with the
+Install with ``pip install 'starflow-durable[redis]'``. Keys are prefixed with the
 scope, ``starflow:{workspace_id}:{env}:``, each part percent-encoded (see
 :func:`key_prefix`), so tenants sharing one Redis never see each other's state:
 
@@ -122,7 +122,7 @@ class RedisWarmTier(WarmTier):
         except ImportError as exc:
             raise ConfigError(
                 "the Redis warm tier needs the redis package: install it with: "
-                "pip install 'starflow[redis]'"
+                "pip install 'starflow-durable[redis]'"
             ) from exc
         self._url = url
         self.url = _redact(url)

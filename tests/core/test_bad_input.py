@@ -8,7 +8,6 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
-from structlog.testing import capture_logs
 
 import starflow
 from starflow import (
@@ -25,6 +24,7 @@ from starflow import (
     wait_for,
     workflow,
 )
+from starflow_testing import capture_logs
 from tests.conftest import POSTGRES_URL, require_postgres
 
 from .conftest import SpyAdapter
