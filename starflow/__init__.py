@@ -41,8 +41,9 @@ from .progress import progress
 from .records import RunEvent, RunInfo
 from .runner import RunHandle
 from .session import session_get, session_set
-from .waits import now, patched, sleep, wait_for, wake_token
+from .waits import now, patched, sleep, wait_for, wait_for_any, wake_token
 from .warm.base import LiveRun
+from .workflow_logger import logger
 
 __all__ = [
     "Clock",
@@ -79,6 +80,7 @@ __all__ = [
     "WorkflowStateAdapter",
     "__version__",
     "context",
+    "logger",
     "now",
     "patched",
     "progress",
@@ -87,6 +89,7 @@ __all__ = [
     "sleep",
     "step",
     "wait_for",
+    "wait_for_any",
     "wake_token",
     "workflow",
 ]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, NoReturn
@@ -59,6 +59,7 @@ from .replay import (
 )
 from .requeue import lease_guard
 from .tokens import WakeClaims
+from .waits import ANY_KIND, ANY_SEPARATOR, first_signal
 
 # Outcome, PendingWait and Runtime live in execution.py and Heartbeats in heartbeats.py;
 # they are re-exported here for the modules that import them from the engine.
@@ -85,6 +86,8 @@ class Engine:
     #: Set by :meth:`kill` with an error: the owner stopped this execution.
     _stop_error: StarflowError | None = None
     _body_done: bool = False
+    #: The latest node the workflow code reached (``starflow.logger`` names it).
+    position: str | None = None
     node_status: dict[str, str] = field(default_factory=dict)
     #: ``patched()`` answers of this execution, by change id.
     _patches: dict[str, bool] = field(default_factory=dict)
@@ -115,6 +118,11 @@ class Engine:
     @property
     def adapter(self) -> WorkflowStateAdapter:
         return self.runtime.adapter
+
+    @property
+    def replaying(self) -> bool:
+        """Whether the workflow code is replaying recorded history (nodes lie ahead)."""
+        return self.journal.replaying and bool(self.journal.unconsumed())
 
     @property
     def _guard(self) -> Guard:
@@ -208,7 +216,8 @@ class Engine:
         key = (kind, name)
         n = self._counters.get(key, 0) + 1
         self._counters[key] = n
-        return node_id(kind, name, n)
+        self.position = node_id(kind, name, n)
+        return self.position
 
     def patched(self, change_id: str) -> bool:
         """``starflow.patched``: whether this run takes the new path of a code change.
@@ -475,6 +484,77 @@ class Engine:
         except OverflowError:
             raise self._too_far(nid, timeout) from None
         self._suspend(nid, event, deadline, expiry)
+
+    async def wait_any(self, events: tuple[str, ...], timeout: timedelta | None,
+                       types: Mapping[str, Any]) -> tuple[str, Any]:
+        """``wait_for_any``: the first of ``events`` signalled, as ``(event, payload)``.
+
+        One node, ``any:<e1>|<e2>…#n``, recorded like a ``wait_for``: its output
+        is ``{"event": …, "payload": …}``. Signals for the other events stay in
+        the inbox. While paused, the one wait row lists every event
+        (:func:`starflow.waits.wait_events`) and a wake guarded by that row
+        decides which signal wins.
+        """
+        step_node = current_node.get()
+        if step_node is not None:
+            raise StarflowError(
+                f"wait_for_any() called inside step {step_node} of run {self.run_id}: a "
+                "durable wait pauses the whole run, so it must be called from the @workflow "
+                "function, between steps", run_id=self.run_id, node_id=step_node)
+        self._guard_suspending()
+        name = ANY_SEPARATOR.join(events)
+        nid = self._next_id(ANY_KIND, name)
+        rec = self.journal.get(nid)
+        if rec is not None and rec.finished:
+            self.journal.consume(nid)
+            self._advance(rec.recorded_at)
+            if rec.status == "error":
+                raise WaitTimeout(
+                    f"run {self.run_id}: wait {nid} timed out before any of "
+                    f"{', '.join(map(repr, events))} was signalled",
+                    run_id=self.run_id, node_id=nid)
+            return self._any_result(nid, rec.output, events, types)
+        if rec is not None:
+            self.journal.consume(nid)
+        else:
+            await self.journal.reach_frontier(self.run_id, nid, f"wait_for_any {name!r}")
+        self._guard_suspending()
+        signal = await first_signal(self.adapter, self.run_id, events)
+        if signal is not None:
+            output = {"event": signal.event, "payload": signal.payload}
+
+            async def deliver(ts: datetime) -> None:
+                await self.adapter.consume_signal(signal.id)
+                await self.adapter.on_node_complete(
+                    self.run_id, nid, {"output": output, "via": "signal"}, now=ts)
+                await self._phase(ts)
+
+            ts = await self._commit(deliver)
+            self._advance(ts)
+            self.journal.record(NodeRecord(node_id=nid, kind=ANY_KIND, name=name,
+                                           status="complete", output=output, recorded_at=ts))
+            return self._any_result(nid, output, events, types)
+        try:
+            deadline = self.now() + timeout if timeout is not None else None
+            expiry = deadline + timedelta(days=1) if deadline is not None else (
+                self.runtime.clock.now() + self.runtime.config.wake_token_ttl)
+        except OverflowError:
+            raise self._too_far(nid, timeout) from None
+        self._suspend(nid, name, deadline, expiry)
+
+    def _any_result(self, nid: str, output: Any, events: tuple[str, ...],
+                    types: Mapping[str, Any]) -> tuple[str, Any]:
+        event = output.get("event") if isinstance(output, dict) else None
+        if event not in events:
+            raise NonDeterminismError(
+                f"run {self.run_id}: {nid} was recorded with {output!r}, not one of the "
+                f"events {', '.join(map(repr, events))}. {DIVERGENCE_FIX}",
+                run_id=self.run_id, node_id=nid, recorded=repr(output), current=nid)
+        assert isinstance(output, dict)
+        payload = serde.convert(output.get("payload"), types.get(event, Any),
+                                what=f"payload of {event!r} at {nid}", run_id=self.run_id,
+                                node_id=nid)
+        return event, payload
 
     def _too_far(self, nid: str, duration: timedelta | None) -> StarflowError:
         return StarflowError(

@@ -23,7 +23,7 @@ from .errors import InvalidWakeToken, RunFinished, WorkflowDefinitionError
 from .execution import Outcome
 from .failure import wait_timeout_error
 from .records import RunEvent, RunInfo, WaitRecord
-from .waits import check_event
+from .waits import ANY_KIND, check_event, first_signal, wait_events
 
 __all__ = ["Waker"]
 
@@ -125,19 +125,31 @@ class Waker(Driver):
         return await self.drive(fresh)
 
     async def deliver(self, run_id: str, event: str) -> RunHandle[Any] | None:
-        """Wake the run if it is paused on ``event`` and a signal for it is queued."""
+        """Wake the run if it is paused on ``event`` and a signal for it is queued.
+
+        ``event`` is a signal name, or the ``waiting_for`` of a paused handle
+        (for a ``wait_for_any``, its events joined by ``|``). A ``wait_for_any``
+        is woken by the oldest signal among its events, with ``{"event",
+        "payload"}``; the wake's guard (the wait row still there) lets exactly
+        one of two racing signals win, and the other stays queued.
+        """
         for _ in range(3):
-            signal = await self.adapter.find_signal(run_id, event)
-            if signal is None:
-                return None
             run = await self.adapter.get_run(run_id)
             if run is None or run.status != "paused":
                 return None
             waits = await self.adapter.list_waits(run_id)
-            wait = next((w for w in waits if w.event == event), None)
+            wait = next((w for w in waits if w.event == event
+                         or event in wait_events(w.node_id, w.event)), None)
             if wait is None:
                 return None
-            handle = await self.wake(run, wait.node_id, via="signal", output=signal.payload,
+            events = wait_events(wait.node_id, wait.event)
+            signal = await first_signal(self.adapter, run_id, events)
+            if signal is None:
+                return None
+            output = signal.payload
+            if wait.node_id.startswith(ANY_KIND + ":"):
+                output = {"event": signal.event, "payload": signal.payload}
+            handle = await self.wake(run, wait.node_id, via="signal", output=output,
                                      signal_id=signal.id)
             if handle is not None:
                 return handle
@@ -186,6 +198,11 @@ class Waker(Driver):
                 "already_used" if used else "wrong_wait",
                 f"run {run.id} is not waiting at {claims.n}"
                 + (": that wait was already woken" if used else ""),
+                run_id=run.id, node_id=claims.n)
+        if claims.n.startswith(ANY_KIND + ":"):
+            raise InvalidWakeToken(
+                "wrong_wait", f"run {run.id} waits at {claims.n}, a wait_for_any: it is woken "
+                "by a signal (Starflow.signal) naming one of its events, not by a wake token",
                 run_id=run.id, node_id=claims.n)
         handle = await self.wake(run, claims.n, via="token", output=encoded)
         if handle is None:

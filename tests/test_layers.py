@@ -57,6 +57,7 @@ LAYERS: dict[str, str] = {
     "starflow.waits": "runtime",
     "starflow.waking": "runtime",
     "starflow.worker": "runtime",
+    "starflow.workflow_logger": "runtime",
     # warm: the warm tier and the mirror that feeds it from the cold tier
     "starflow.warm": "warm",
     "starflow.warm.base": "warm",
