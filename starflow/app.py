@@ -272,9 +272,32 @@ class Starflow:
         """
         return self._track(await self.runner.resume(wake_token, payload))
 
-    async def cancel(self, run_id: str) -> RunHandle[Any]:
-        """Cancel a run: a paused or queued run at once, a running one at its next boundary."""
-        return await self.runner.cancel(normalize_run_id(run_id))
+    async def cancel(self, run_id: str, *, force: bool = False) -> RunHandle[Any]:
+        """Cancel a run, letting its code clean up.
+
+        The run is woken (paused) or interrupted (running): the workflow code
+        gets :class:`~starflow.RunCancelled` at its current await (a step in
+        flight is cancelled at its next await), and ``except RunCancelled:`` /
+        ``finally:`` may run steps (compensations) within
+        ``StarflowConfig.cancel_cleanup_timeout``. The run then ends
+        ``cancelled`` (``error`` with its cause if the cleanup raised something
+        else or passed the deadline). A run still queued that never ran ends
+        at once. Cancelling twice changes nothing.
+
+        Args:
+            force: End the run now without running any of its code (its
+                current execution is stopped, nothing more is written).
+
+        Returns:
+            The run's handle: ``cancelled`` when the cleanup ran here (an inline
+            run that was paused) or for a forced cancel; else the run's current
+            status (the cancel reaches it where it runs).
+
+        Raises:
+            RunNotFound: no such run.
+            RunFinished: the run had already ended.
+        """
+        return self._track(await self.runner.cancel(normalize_run_id(run_id), force=force))
 
     async def retry(self, run_id: str) -> RunHandle[Any]:
         """Run a run that ended in ``error`` again from its recorded history.

@@ -16,6 +16,8 @@ from .errors import InvalidArgument, ReservedKeyError, StarflowError
 from .limits import check_name
 
 __all__ = [
+    "CANCEL_EVENT",
+    "RESERVED_EVENT_PREFIX",
     "RESERVED_KEYS",
     "RESERVED_PREFIX",
     "CheckpointWait",
@@ -37,6 +39,13 @@ IDEMPOTENCY_KEY = "__celestialIdempotency"
 RESERVED_KEYS = (WAIT_KEY, CHECKOUT_KEY, LEASES_KEY, IDEMPOTENCY_KEY)
 
 
+#: Signal names starting with this are the engine's (a cancel request is one).
+RESERVED_EVENT_PREFIX = "__starflow"
+#: The inbox entry of a pending (non-forced) cancel: ``Starflow.cancel`` queues it,
+#: the engine consumes it with the node the cancellation is recorded on.
+CANCEL_EVENT = "__starflow.cancel"
+
+
 def check_event(event: object, what: str, *, run_id: str | None = None) -> str:
     """The one rule for a signal name: a non-empty string without ``#`` (node ids
     are ``wait:<event>#<n>``). Shared by ``wait_for``, ``wake_token`` and
@@ -45,6 +54,9 @@ def check_event(event: object, what: str, *, run_id: str | None = None) -> str:
         raise InvalidArgument(f"{what} event must be a non-empty string without '#': "
                               f"{event!r}", run_id=run_id)
     check_name(f"{what} event", event, run_id=run_id)
+    if event.startswith(RESERVED_EVENT_PREFIX):
+        raise InvalidArgument(f"{what} event names starting with {RESERVED_EVENT_PREFIX!r} "
+                              f"are reserved for starflow: {event!r}", run_id=run_id)
     return event
 
 

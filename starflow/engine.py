@@ -24,6 +24,7 @@ from .adapters.base import WorkflowStateAdapter
 from .adapters.units import Guard
 from .clock import format_ts
 from .context import (
+    CANCEL_EVENT,
     IDEMPOTENCY_KEY,
     RESERVED_PREFIX,
     WAIT_KEY,
@@ -35,6 +36,7 @@ from .context import (
 from .decorators import StepDefinition, WorkflowDefinition
 from .errors import (
     NonDeterminismError,
+    RunCancelled,
     SerializationError,
     StarflowError,
     StepFailed,
@@ -42,7 +44,7 @@ from .errors import (
     WaitTimeout,
 )
 from .execution import Abort, Outcome, PendingWait, Runtime, Suspend, find_unwinding
-from .failure import error_info, run_failure
+from .failure import CANCELLED_TYPE, cancelled_error, error_info, run_failure
 from .heartbeats import Heartbeats
 from .limits import storable_text
 from .logs import get_logger
@@ -86,6 +88,13 @@ class Engine:
     #: Set by :meth:`kill` with an error: the owner stopped this execution.
     _stop_error: StarflowError | None = None
     _body_done: bool = False
+    #: A non-forced cancel is pending: delivered at the next new node (or step await).
+    cancel_requested: bool = False
+    #: RunCancelled reached the workflow code: its cleanup runs, then the run ends.
+    _cancelled: bool = False
+    _cleanup_deadline: datetime | None = None
+    _cleanup_timed_out: bool = False
+    _step_scopes: set[anyio.CancelScope] = field(default_factory=set)
     #: The latest node the workflow code reached (``starflow.logger`` names it).
     position: str | None = None
     node_status: dict[str, str] = field(default_factory=dict)
@@ -296,12 +305,16 @@ class Engine:
             if rec.status == "error":
                 self._advance(rec.recorded_at)
                 err = rec.error or {}
+                if err.get("type") == CANCELLED_TYPE:
+                    self._cancel_delivered()
+                    raise self._cancel_error(nid)
                 raise StepFailed(str(err.get("type")), str(err.get("message")),
                                  run_id=self.run_id, node_id=nid,
                                  attempts=int(err.get("attempts", 1)))
         else:
             await self.journal.reach_frontier(self.run_id, nid, f"step {sdef.name!r}")
         self._guard_suspending()
+        await self._reach_cancel(nid, "step", sdef.name)
         if self.should_yield is not None and self.should_yield():
             raise Abort("released")
         if sdef.pool is not None:
@@ -323,10 +336,24 @@ class Engine:
             attempt += 1
             token = current_node.set(nid)
             try:
-                with observability.current().step_attempt(self.run_id, nid, sdef.name, attempt):
-                    result = await fn(*args, **kwargs)
+                # A cancel while the step runs cancels it at its next await (the scope).
+                with anyio.CancelScope() as step_scope:
+                    self._step_scopes.add(step_scope)
+                    if self.cancel_requested:
+                        step_scope.cancel()
+                    try:
+                        with observability.current().step_attempt(self.run_id, nid, sdef.name,
+                                                                  attempt):
+                            result = await fn(*args, **kwargs)
+                    finally:
+                        self._step_scopes.discard(step_scope)
+                if step_scope.cancelled_caught:
+                    await self._deliver_cancel(nid, "step", sdef.name)
             except Exception as exc:
-                if attempt < policy.max_attempts and policy.retryable(exc):
+                if isinstance(exc, RunCancelled) and self._cancelled:
+                    raise
+                if (attempt < policy.max_attempts and policy.retryable(exc)
+                        and not self.cancel_requested):
                     self._log.info("step failed; retrying", node_id=nid, attempt=attempt,
                                    error=repr(exc))
                     await clock.sleep(policy.delay(attempt))
@@ -450,6 +477,7 @@ class Engine:
             self.journal.consume(nid)
             self._advance(rec.recorded_at)
             if rec.status == "error":
+                self._replayed_cancel(rec)
                 raise WaitTimeout(
                     f"run {self.run_id}: wait {nid} timed out before {event!r} was signalled",
                     run_id=self.run_id, node_id=nid)
@@ -461,6 +489,7 @@ class Engine:
             await self.journal.reach_frontier(self.run_id, nid,
                                               f"{kind} {event!r}" if event else "sleep")
         self._guard_suspending()
+        await self._reach_cancel(nid, kind, event)
         if event is not None:
             signal = await self.adapter.find_signal(self.run_id, event)
             if signal is not None:
@@ -509,6 +538,7 @@ class Engine:
             self.journal.consume(nid)
             self._advance(rec.recorded_at)
             if rec.status == "error":
+                self._replayed_cancel(rec)
                 raise WaitTimeout(
                     f"run {self.run_id}: wait {nid} timed out before any of "
                     f"{', '.join(map(repr, events))} was signalled",
@@ -519,6 +549,7 @@ class Engine:
         else:
             await self.journal.reach_frontier(self.run_id, nid, f"wait_for_any {name!r}")
         self._guard_suspending()
+        await self._reach_cancel(nid, ANY_KIND, name)
         signal = await first_signal(self.adapter, self.run_id, events)
         if signal is not None:
             output = {"event": signal.event, "payload": signal.payload}
@@ -556,6 +587,69 @@ class Engine:
                                 node_id=nid)
         return event, payload
 
+    # -- cancellation (Starflow.cancel without force) ----------------------------
+
+    def request_cancel(self) -> None:
+        """A cancel was requested: a step in flight is cancelled at its next await, and
+        the next new node raises :class:`RunCancelled` into the workflow code."""
+        if self.cancel_requested or self._cancelled:
+            return
+        self.cancel_requested = True
+        self._log.info("cancel requested; delivering it at the run's current await")
+        for scope in list(self._step_scopes):
+            scope.cancel()
+
+    def _cancel_error(self, nid: str) -> RunCancelled:
+        return RunCancelled(self.run_id, node_id=nid, message=(
+            f"run {self.run_id} was cancelled at {nid}: catch RunCancelled (or use finally) "
+            "to run compensation steps; the run then ends cancelled"))
+
+    def _cancel_delivered(self) -> None:
+        """The workflow code got (or replayed) RunCancelled: its cleanup runs now."""
+        self.cancel_requested = False
+        if not self._cancelled:
+            self._cancelled = True
+            self._cleanup_deadline = (self.runtime.clock.now()
+                                      + self.runtime.config.cancel_cleanup_timeout)
+
+    def _replayed_cancel(self, rec: NodeRecord) -> None:
+        """A replayed wait recorded as reached by a cancel raises RunCancelled again."""
+        if (rec.error or {}).get("type") == CANCELLED_TYPE:
+            self._cancel_delivered()
+            raise self._cancel_error(rec.node_id)
+
+    async def _reach_cancel(self, nid: str, kind: str, name: str | None) -> None:
+        """At a new node: deliver a pending cancel here; during the cleanup, refuse a
+        durable wait (the run is ending: only steps may run)."""
+        if self._cancelled:
+            if kind != "step":
+                raise RunCancelled(self.run_id, node_id=nid, message=(
+                    f"run {self.run_id} is cancelled: {nid} is a durable wait, which cannot "
+                    "run in the cleanup of a cancelled run (call steps only)"))
+            return
+        if self.cancel_requested:
+            await self._deliver_cancel(nid, kind, name)
+
+    async def _deliver_cancel(self, nid: str, kind: str, name: str | None) -> NoReturn:
+        """Record the cancel as ``nid``'s failure (consuming the request) and raise it."""
+        signal = await self.adapter.find_signal(self.run_id, CANCEL_EVENT)
+        info = cancelled_error(nid)
+
+        async def record(ts: datetime) -> None:
+            if signal is not None:
+                await self.adapter.consume_signal(signal.id)
+            await self.adapter.on_node_error(self.run_id, nid, {"error": info, "via": "cancel"},
+                                             now=ts)
+            await self._phase(ts)
+
+        ts = await self._commit(record)
+        self._advance(ts)
+        self.node_status[nid] = "error"
+        self.journal.record(NodeRecord(node_id=nid, kind=kind, name=name, status="error",
+                                       error=info, recorded_at=ts))
+        self._cancel_delivered()
+        raise self._cancel_error(nid)
+
     def _too_far(self, nid: str, duration: timedelta | None) -> StarflowError:
         return StarflowError(
             f"run {self.run_id}: {nid} with a duration of {duration} ends past the year "
@@ -571,6 +665,8 @@ class Engine:
         fail for it; if it lasts past the TTL, the sweep treats this runner as lost.
         """
         cfg = self.runtime.config
+        # Before the refresh, whose time schedules the next heartbeat.
+        await self._check_cancel(self.runtime.clock.now())
         ts = self.runtime.clock.now()
         try:
             async with self.adapter.unit(guard=self._guard) as unit:
@@ -587,6 +683,28 @@ class Engine:
         self._log.warning("lease lost: another runner or a cancel took the run")
         self.kill()
         return False
+
+    async def _check_cancel(self, now: datetime) -> None:
+        """Per heartbeat: a cancel requested from another process, and the cleanup's
+        deadline (past it the body is stopped and the run ends in ``error``)."""
+        if self._cancelled:
+            if (self._cleanup_deadline is not None and now >= self._cleanup_deadline
+                    and not self._cleanup_timed_out):
+                self._cleanup_timed_out = True
+                self._log.warning("cancelled run's cleanup passed its deadline; stopping it",
+                                  timeout=str(self.runtime.config.cancel_cleanup_timeout))
+                if self._body_scope is not None:
+                    self._body_scope.cancel()
+            return
+        if self.cancel_requested:
+            return
+        try:
+            pending = await self.adapter.find_signal(self.run_id, CANCEL_EVENT)
+        except StarflowError as exc:
+            self._log.warning("could not look for a cancel request", error=str(exc))
+            return
+        if pending is not None:
+            self.request_cancel()
 
     async def _heartbeat(self) -> None:
         """This engine's own heartbeat, when the runner runs no shared loop."""
@@ -649,9 +767,13 @@ class Engine:
                     raise
                 if self._suspending:
                     return self._swallowed_pause(exc)
+                if self._cancelled and isinstance(exc, RunCancelled):
+                    return Outcome("cancelled")  # the cleanup ran and let it propagate
                 return Outcome("error", error=f"{type(exc).__name__}: {exc}", exception=exc)
             if self._suspending:
                 return self._swallowed_pause(None)
+            if self._cancelled:
+                return Outcome("cancelled")  # the cleanup caught RunCancelled and returned
             pending = self.journal.unconsumed()
             if pending:
                 exc2 = NonDeterminismError(
@@ -661,6 +783,12 @@ class Engine:
                     run_id=self.run_id, node_id=pending[0], recorded=pending[0], current=None)
                 return Outcome("error", error=f"NonDeterminismError: {exc2}", exception=exc2)
             return Outcome("success", result=value)
+        if self._cleanup_timed_out and not self._lease_lost:
+            timeout = self.runtime.config.cancel_cleanup_timeout
+            exc3 = RunCancelled(self.run_id, message=(
+                f"run {self.run_id} was cancelled and its cleanup did not finish within "
+                f"{timeout} (StarflowConfig.cancel_cleanup_timeout): it was stopped"))
+            return Outcome("error", error=f"RunCancelled: {exc3}", exception=exc3)
         return Outcome("lease_lost")
 
     async def execute(self) -> Outcome:
@@ -683,6 +811,15 @@ class Engine:
     async def _execute(self) -> Outcome:
         token = current_engine.set(self)
         try:
+            # A cancel requested while a run with history was paused or queued (a
+            # first execution has none pending: a queued run that never ran is
+            # cancelled at once, and an inline start runs before anyone knows its id).
+            if self.journal.nodes:
+                try:
+                    if await self.adapter.find_signal(self.run_id, CANCEL_EVENT) is not None:
+                        self.cancel_requested = True
+                except StarflowError as exc:
+                    self._log.warning("could not look for a cancel request", error=str(exc))
             shared = self.runtime.heartbeats
             if shared is not None and shared.running:
                 shared.add(self)
@@ -794,6 +931,20 @@ class Engine:
                     await self.adapter.clear_lease(self.run_id)
 
                 await self._commit(failed)
+                return outcome
+            if outcome.status == "cancelled":
+                async def cancelled(ts: datetime) -> None:
+                    await self._phase(ts, strict=False)
+                    await self.adapter.on_run_error(self.run_id, "cancelled", now=ts,
+                                                    duration_ms=self._duration_ms(ts),
+                                                    status="cancelled", claim_state="failed")
+                    await self.adapter.clear_lease(self.run_id)
+                    await self.adapter.clear_waits(self.run_id)
+                    await self.adapter.record_event(self.run_id, "run_cancelled", None,
+                                                    {"cleanup": "done"}, now=ts,
+                                                    method="cancel")
+
+                await self._commit(cancelled)
                 return outcome
             if outcome.status == "paused":
                 wait = outcome.wait

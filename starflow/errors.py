@@ -306,11 +306,18 @@ class WorkflowFailed(StarflowError):
 
 
 class RunCancelled(WorkflowFailed):
-    """``Starflow.result`` of a run that was cancelled with ``Starflow.cancel``."""
+    """A run was cancelled with ``Starflow.cancel``.
 
-    def __init__(self, run_id: str, error: str | None = "cancelled") -> None:
+    Raised by ``Starflow.result`` for a run that ended ``cancelled``, and inside
+    the workflow at the await where a (non-forced) cancel reached it: catch it
+    (or use ``finally``) to run compensation steps before the run ends.
+    """
+
+    def __init__(self, run_id: str, error: str | None = "cancelled", *,
+                 node_id: str | None = None, message: str | None = None) -> None:
         StarflowError.__init__(
-            self, f"run {run_id} ended with status 'cancelled': {error}", run_id=run_id)
+            self, message or f"run {run_id} ended with status 'cancelled': {error}",
+            run_id=run_id, node_id=node_id)
         self.status = "cancelled"
         self.error = error
         self.error_type = None

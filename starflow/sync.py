@@ -203,9 +203,9 @@ class Starflow:
         """:meth:`starflow.Starflow.resume`."""
         return self._call(lambda: self._app.resume(wake_token, payload))
 
-    def cancel(self, run_id: str) -> RunHandle[Any]:
+    def cancel(self, run_id: str, *, force: bool = False) -> RunHandle[Any]:
         """:meth:`starflow.Starflow.cancel`."""
-        return self._call(lambda: self._app.cancel(run_id))
+        return self._call(lambda: self._app.cancel(run_id, force=force))
 
     def retry(self, run_id: str) -> RunHandle[Any]:
         """:meth:`starflow.Starflow.retry`."""

@@ -17,11 +17,11 @@ import msgspec
 
 from . import serde
 from .adapters.units import Guard
-from .context import checkpoint_wait
+from .context import CANCEL_EVENT, checkpoint_wait
 from .driving import ACTIVE_STATUSES, Driver, RunHandle
 from .errors import InvalidWakeToken, RunFinished, WorkflowDefinitionError
 from .execution import Outcome
-from .failure import wait_timeout_error
+from .failure import CANCELLED_TYPE, cancelled_error, wait_timeout_error
 from .records import RunEvent, RunInfo, WaitRecord
 from .waits import ANY_KIND, check_event, first_signal, wait_events
 
@@ -55,11 +55,47 @@ class Waker(Driver):
         the pause committed would otherwise sit there.
         """
         handle = await super().settle(run_id, outcome)
+        if handle.status == "paused":
+            # A cancel requested while the execution ran reaches the wait it paused on.
+            woke = await self.deliver_cancel(run_id)
+            if woke is not None:
+                return woke
         if handle.status == "paused" and handle.waiting_for is not None:
             woke = await self.deliver(run_id, handle.waiting_for)
             if woke is not None:
                 return woke
         return handle
+
+    async def deliver_cancel(self, run_id: str) -> RunHandle[Any] | None:
+        """Wake a paused run with a pending cancel: its wait fails with RunCancelled.
+
+        The request (an inbox entry) is consumed by the wake; the workflow code
+        then gets :class:`~starflow.RunCancelled` at that wait and runs its
+        cleanup. A worker job the run waits on is failed in the same unit.
+        """
+        for _ in range(3):
+            signal = await self.adapter.find_signal(run_id, CANCEL_EVENT)
+            if signal is None:
+                return None
+            run = await self.adapter.get_run(run_id)
+            if run is None or run.status != "paused":
+                return None
+            wait = checkpoint_wait(run.checkpoint_json)
+            if wait is None or wait.node_id is None:
+                return None
+
+            async def fail_jobs(now: datetime, run_id: str = run_id) -> None:
+                await self.adapter.fail_run_jobs(run_id, error={
+                    "type": CANCELLED_TYPE, "attempts": 0,
+                    "message": f"run {run_id} was cancelled before this job finished"},
+                    now=now)
+
+            handle = await self.wake(run, wait.node_id, via="cancel",
+                                     error=cancelled_error(wait.node_id), signal_id=signal.id,
+                                     also=fail_jobs if wait.job_id is not None else None)
+            if handle is not None:
+                return handle
+        return None
 
     async def wake(self, run: RunInfo, node_id: str, *, via: str, output: Any = None,
                    timed_out: bool = False, signal_id: int | None = None,

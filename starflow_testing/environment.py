@@ -366,9 +366,9 @@ class WorkflowEnvironment:
         """``Starflow.resume``: wake a wait through its token."""
         return await self._skipping(lambda: self.app.resume(wake_token, payload))
 
-    async def cancel(self, run_id: str) -> RunHandle[Any]:
-        """``Starflow.cancel``."""
-        return await self.app.cancel(run_id)
+    async def cancel(self, run_id: str, *, force: bool = False) -> RunHandle[Any]:
+        """``Starflow.cancel``: the cleanup of a paused inline run runs in this call."""
+        return await self._skipping(lambda: self.app.cancel(run_id, force=force))
 
     @overload
     async def result(self, run_id: RunHandle[R], timeout: timedelta | float | None = None
