@@ -90,9 +90,18 @@ class Waker(Driver):
                     "message": f"run {run_id} was cancelled before this job finished"},
                     now=now)
 
+            drive = True
+            if run.start_mode == "inline":
+                try:
+                    await self.resolve(run)
+                except WorkflowDefinitionError:
+                    # A process without the workflow's code (the CLI without --app):
+                    # the cleanup runs where the code is (the workers).
+                    drive = False
             handle = await self.wake(run, wait.node_id, via="cancel",
                                      error=cancelled_error(wait.node_id), signal_id=signal.id,
-                                     also=fail_jobs if wait.job_id is not None else None)
+                                     also=fail_jobs if wait.job_id is not None else None,
+                                     drive=drive)
             if handle is not None:
                 return handle
         return None
