@@ -30,6 +30,7 @@ from .errors import (
     StarflowError,
     StepFailed,
     StorageError,
+    UpdateRejected,
     WaitTimeout,
     WarmTierError,
     WorkflowDefinitionError,
@@ -41,6 +42,7 @@ from .progress import progress
 from .records import RunEvent, RunInfo
 from .runner import RunHandle
 from .session import session_get, session_set
+from .updates import UpdateRequest, receive
 from .waits import now, patched, sleep, wait_for, wait_for_any, wake_token
 from .warm.base import LiveRun
 from .workflow_logger import logger
@@ -72,6 +74,8 @@ __all__ = [
     "StepFailed",
     "StorageError",
     "SystemClock",
+    "UpdateRejected",
+    "UpdateRequest",
     "WaitTimeout",
     "WarmTierError",
     "WorkflowContext",
@@ -84,6 +88,7 @@ __all__ = [
     "now",
     "patched",
     "progress",
+    "receive",
     "session_get",
     "session_set",
     "sleep",

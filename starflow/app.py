@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import os
 import secrets
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import datetime, timedelta
 from typing import Any, ParamSpec, TypeVar, overload
@@ -21,7 +22,9 @@ from .errors import (
     InvalidArgument,
     ResultTimeout,
     RunCancelled,
+    RunFinished,
     RunNotFound,
+    UpdateRejected,
     WorkflowDefinitionError,
 )
 from .jobs import JobWorker
@@ -263,6 +266,71 @@ class Starflow:
             SerializationError: the payload is not JSON-encodable (nothing written).
         """
         return self._track(await self.runner.signal(normalize_run_id(run_id), event, payload))
+
+    async def update(self, run_id: str, name: str, payload: Any = None, *,
+                     timeout: timedelta | float | None = None,
+                     update_id: str | None = None) -> Any:
+        """Send a request to a running workflow and return its answer.
+
+        The workflow receives it with ``req = await starflow.receive(name)`` and
+        answers with ``await req.reply(value)`` (returned here) or ``await
+        req.reject(reason)`` (raised here as :class:`UpdateRejected`). Request
+        and answer are recorded in the run's history. An inline run paused in
+        ``receive`` is driven here; this call returns as soon as the answer is
+        recorded (from another process: within ``poll_interval``).
+
+        Retrying with the same ``update_id`` never executes the update twice:
+        the request is queued once per id, and every call with that id gets
+        the one recorded answer (also after a timeout here).
+
+        Args:
+            timeout: Give up waiting after this long (:class:`ResultTimeout`);
+                the request stays queued.
+            update_id: Your id for this update, to retry it safely (default:
+                a new UUID).
+
+        Raises:
+            UpdateRejected: the workflow rejected the request.
+            ResultTimeout: no answer within ``timeout``.
+            RunFinished: the run ended without answering.
+            RunNotFound: no such run.
+            InvalidArgument / SerializationError: bad name, id or payload
+                (nothing written).
+        """
+        run_id = normalize_run_id(run_id)
+        uid = update_id if update_id is not None else str(uuid.uuid4())
+        limit = _result_timeout(timeout)
+        runner = self.runner
+        deadline = None if limit is None else self.clock.now() + timedelta(seconds=limit)
+        answer = await runner.update_answer(run_id, uid) if update_id is not None else None
+        if answer is None:
+            handle = await runner.request_update(run_id, name, payload, uid)
+            if handle is not None:
+                self._track(handle)
+        poll = self.config.poll_interval.total_seconds()
+        while answer is None:
+            settled = runner.settled  # taken before the read: a change after it wakes us
+            answer = await runner.update_answer(run_id, uid)
+            if answer is not None:
+                break
+            run = await self.get_run(run_id)
+            if run.is_terminal:
+                answer = await runner.update_answer(run_id, uid)  # answered, then ended
+                if answer is None:
+                    raise RunFinished(run_id, run.status, "update")
+                break
+            now = self.clock.now()
+            if deadline is not None and now >= deadline:
+                raise ResultTimeout(
+                    f"run {run_id} did not answer update {name!r} (id {uid}) within "
+                    f"{limit:g} s; the request stays queued: call update again with "
+                    f"update_id={uid!r} to wait for its answer", run_id=run_id)
+            wait = poll if deadline is None else min(poll, (deadline - now).total_seconds())
+            await runner.wait_settled(wait, settled)
+        node_id, output = answer
+        if "rejected" in output:
+            raise UpdateRejected(run_id, name, uid, str(output["rejected"]), node_id=node_id)
+        return output.get("reply")
 
     async def resume(self, wake_token: str, payload: Any = None) -> RunHandle[Any]:
         """Wake the wait a token was issued for, with ``payload``.

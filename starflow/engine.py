@@ -456,8 +456,12 @@ class Engine:
     # -- waits -------------------------------------------------------------------
 
     async def wait(self, event: str | None, timeout: timedelta | None,
-                   type_: Any) -> Any:
-        """``wait_for`` (event set) or ``sleep`` (event None)."""
+                   type_: Any, *, kind: str | None = None, node_name: str | None = None) -> Any:
+        """``wait_for`` (event set) or ``sleep`` (event None).
+
+        ``kind`` and ``node_name`` name the node otherwise (``receive:<name>#n``
+        for an update, whose inbox event is reserved).
+        """
         step_node = current_node.get()
         if step_node is not None:
             # A pause here would unwind the step half done and, on the wake, run it
@@ -470,8 +474,8 @@ class Engine:
                 "starflow.wake_token() for the wait that follows it)",
                 run_id=self.run_id, node_id=step_node)
         self._guard_suspending()
-        kind = "wait" if event is not None else "sleep"
-        nid = self._next_id(kind, event)
+        kind = kind or ("wait" if event is not None else "sleep")
+        nid = self._next_id(kind, node_name or event)
         rec = self.journal.get(nid)
         if rec is not None and rec.finished:
             self.journal.consume(nid)
@@ -572,6 +576,39 @@ class Engine:
         except OverflowError:
             raise self._too_far(nid, timeout) from None
         self._suspend(nid, name, deadline, expiry)
+
+    async def answer_update(self, name: str, update_id: str, outcome: dict[str, Any]) -> None:
+        """Record the answer to an update as node ``reply:<name>#n`` (once; a replay
+        finds it recorded) and tell this process's callers waiting for it."""
+        self._guard_suspending()
+        nid = self._next_id("reply", name)
+        output = {"update_id": update_id, **outcome}
+        rec = self.journal.get(nid)
+        if rec is not None:
+            self.journal.consume(nid)
+            recorded = rec.output.get("update_id") if isinstance(rec.output, dict) else None
+            if recorded != update_id:
+                raise NonDeterminismError(
+                    f"run {self.run_id}: {nid} was recorded as the answer to update "
+                    f"{recorded!r}, but the code now answers {update_id!r}. {DIVERGENCE_FIX}",
+                    run_id=self.run_id, node_id=nid, recorded=str(recorded), current=update_id)
+            self._advance(rec.recorded_at)
+            return
+        await self.journal.reach_frontier(self.run_id, nid, f"reply to update {name!r}")
+        serde.check_storable(output, what=f"the answer to update {name!r}",
+                             run_id=self.run_id, node_id=nid)
+
+        async def record(ts: datetime) -> None:
+            await self.adapter.on_node_complete(
+                self.run_id, nid, {"output": output, "kind": "reply", "name": name}, now=ts)
+            await self._phase(ts)
+
+        ts = await self._commit(record)
+        self._advance(ts)
+        self.journal.record(NodeRecord(node_id=nid, kind="reply", name=name,
+                                       status="complete", output=output, recorded_at=ts))
+        if self.runtime.notify is not None:
+            self.runtime.notify()
 
     def _any_result(self, nid: str, output: Any, events: tuple[str, ...],
                     types: Mapping[str, Any]) -> tuple[str, Any]:

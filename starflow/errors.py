@@ -18,6 +18,7 @@ All of them derive from :class:`StarflowError`, carry the ``run_id`` and
     ├── RunFinished               a signal / resume / cancel for an ended run
     ├── RunIdConflict             a start whose run id names a run of another workflow
     ├── InvalidWakeToken          a forged, expired or used wake token
+    ├── UpdateRejected            the workflow rejected a ``Starflow.update``
     ├── WorkflowFailed            ``Starflow.result`` of a run that ended in error
     │   └── RunCancelled          … or was cancelled
     ├── ResultTimeout             ``Starflow.result(timeout=…)`` gave up waiting
@@ -46,6 +47,7 @@ __all__ = [
     "StarflowError",
     "StepFailed",
     "StorageError",
+    "UpdateRejected",
     "WaitTimeout",
     "WarmTierError",
     "WorkflowDefinitionError",
@@ -303,6 +305,25 @@ class WorkflowFailed(StarflowError):
         self.error_message = error_message if error_message is not None else error
         self.attempts = attempts
         self.traceback = traceback
+
+
+class UpdateRejected(StarflowError):
+    """The workflow answered a ``Starflow.update`` with ``request.reject(reason)``.
+
+    Attributes:
+        update: The update's name.
+        update_id: The update's id (a retry with it gets this same answer).
+        reason: What the workflow said.
+    """
+
+    def __init__(self, run_id: str, update: str, update_id: str, reason: str, *,
+                 node_id: str | None = None) -> None:
+        super().__init__(
+            f"run {run_id} rejected update {update!r} (id {update_id}): {reason}",
+            run_id=run_id, node_id=node_id)
+        self.update = update
+        self.update_id = update_id
+        self.reason = reason
 
 
 class RunCancelled(WorkflowFailed):

@@ -203,6 +203,12 @@ class Starflow:
         """:meth:`starflow.Starflow.resume`."""
         return self._call(lambda: self._app.resume(wake_token, payload))
 
+    def update(self, run_id: str, name: str, payload: Any = None, *,
+               timeout: timedelta | float | None = None, update_id: str | None = None) -> Any:
+        """:meth:`starflow.Starflow.update`."""
+        return self._call(lambda: self._app.update(run_id, name, payload, timeout=timeout,
+                                                   update_id=update_id))
+
     def cancel(self, run_id: str, *, force: bool = False) -> RunHandle[Any]:
         """:meth:`starflow.Starflow.cancel`."""
         return self._call(lambda: self._app.cancel(run_id, force=force))

@@ -23,6 +23,7 @@ from .errors import InvalidWakeToken, RunFinished, WorkflowDefinitionError
 from .execution import Outcome
 from .failure import CANCELLED_TYPE, cancelled_error, wait_timeout_error
 from .records import RunEvent, RunInfo, WaitRecord
+from .updates import check_update_id, update_event, update_marker
 from .waits import ANY_KIND, check_event, first_signal, wait_events
 
 __all__ = ["Waker"]
@@ -215,6 +216,43 @@ class Waker(Driver):
         handle = await self.deliver(run_id, event)
         return handle if handle is not None else await self.handle(run_id)
 
+    async def request_update(self, run_id: str, name: str, payload: Any,
+                             update_id: str) -> RunHandle[Any] | None:
+        """Queue update ``update_id`` for the run (once per id) and deliver it if the
+        run is paused receiving ``name``; ``None`` if it was queued before."""
+        check_event(name, "update", run_id=run_id)
+        check_update_id(update_id, run_id=run_id)
+        encoded = serde.to_builtins(payload, what=f"payload of update {name!r}", run_id=run_id)
+        run = await self._unfinished(run_id, "update")
+        now = self.clock.now()
+        # The marker and the guard make a second call with this id queue nothing (the
+        # guard locks the run row, so two concurrent calls cannot both pass it).
+        guard = Guard(run_id=run_id, status_in=ACTIVE_STATUSES,
+                      no_signal=update_marker(update_id))
+        async with self.adapter.unit(guard=guard) as unit:
+            await self.adapter.enqueue_signal(run_id, update_event(name),
+                                              {"id": update_id, "payload": encoded}, now=now)
+            await self.adapter.enqueue_signal(run_id, update_marker(update_id), None, now=now)
+        if not unit.held:
+            current = await self.adapter.get_run(run_id)
+            if current is None or current.is_terminal:
+                raise RunFinished(run_id, current.status if current else "gone", "update")
+            return None
+        self._log.debug("update queued", run_id=run.id, update=name, update_id=update_id)
+        return await self.deliver(run_id, update_event(name))
+
+    async def update_answer(self, run_id: str, update_id: str
+                            ) -> tuple[str, dict[str, Any]] | None:
+        """The recorded answer to update ``update_id``: its node id and output."""
+        for event in await self.adapter.list_events(run_id):
+            if (event.event_type == "node_complete" and event.node_id is not None
+                    and event.node_id.startswith("reply:")):
+                body = event.payload_json if isinstance(event.payload_json, dict) else {}
+                output = body.get("output")
+                if isinstance(output, dict) and output.get("update_id") == update_id:
+                    return event.node_id, output
+        return None
+
     async def resume(self, token: str, payload: Any) -> RunHandle[Any]:
         claims = self.keyring.verify(token, workspace_id=self.adapter.workspace_id,
                                      env=self.adapter.env, now=self.clock.now())
@@ -244,10 +282,10 @@ class Waker(Driver):
                 f"run {run.id} is not waiting at {claims.n}"
                 + (": that wait was already woken" if used else ""),
                 run_id=run.id, node_id=claims.n)
-        if claims.n.startswith(ANY_KIND + ":"):
+        if claims.n.startswith((ANY_KIND + ":", "receive:")):
             raise InvalidWakeToken(
-                "wrong_wait", f"run {run.id} waits at {claims.n}, a wait_for_any: it is woken "
-                "by a signal (Starflow.signal) naming one of its events, not by a wake token",
+                "wrong_wait", f"run {run.id} waits at {claims.n}, which is woken by a signal "
+                "(wait_for_any) or an update (receive), not by a wake token",
                 run_id=run.id, node_id=claims.n)
         handle = await self.wake(run, claims.n, via="token", output=encoded)
         if handle is None:

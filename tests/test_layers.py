@@ -55,6 +55,7 @@ LAYERS: dict[str, str] = {
     "starflow.runner": "runtime",
     "starflow.session": "runtime",
     "starflow.waits": "runtime",
+    "starflow.updates": "runtime",
     "starflow.waking": "runtime",
     "starflow.worker": "runtime",
     "starflow.workflow_logger": "runtime",
