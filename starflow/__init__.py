@@ -10,6 +10,7 @@ from __future__ import annotations
 from ._version import __version__
 from .adapters.base import WorkflowStateAdapter
 from .app import Starflow
+from .attributes import set_attributes
 from .clock import Clock, SystemClock
 from .config import StarflowConfig
 from .context import WorkflowContext, context
@@ -91,6 +92,7 @@ __all__ = [
     "receive",
     "session_get",
     "session_set",
+    "set_attributes",
     "sleep",
     "step",
     "wait_for",

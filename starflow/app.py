@@ -6,7 +6,7 @@ import math
 import os
 import secrets
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from datetime import datetime, timedelta
 from typing import Any, ParamSpec, TypeVar, overload
 
@@ -14,6 +14,7 @@ import anyio
 
 from .adapters import adapter_from_url
 from .adapters.base import WorkflowStateAdapter
+from .attributes import encode_attributes
 from .clock import Clock, SystemClock
 from .config import StarflowConfig, check_concurrency, int_problem
 from .decorators import WorkflowDefinition, definition_of, registry
@@ -394,7 +395,9 @@ class Starflow:
         return run
 
     async def list_runs(self, status: str | None = None, template_id: str | None = None,
-                        limit: int = 50, since: datetime | None = None) -> list[RunInfo]:
+                        limit: int = 50, since: datetime | None = None,
+                        attributes: Mapping[str, str | int | bool] | None = None
+                        ) -> list[RunInfo]:
         """Runs newest first, optionally filtered.
 
         Args:
@@ -403,6 +406,9 @@ class Starflow:
             template_id: Only runs of this workflow name.
             limit: At most this many runs (an int from 1 to 2**31 - 1).
             since: Only runs started at or after this timezone-aware time.
+            attributes: Only runs whose workflow set every one of these
+                (``starflow.set_attributes``), each an index lookup. Values
+                match exactly, type included (``"42"`` is not ``42``).
 
         Raises:
             StarflowError: a filter is invalid (named with its value).
@@ -418,10 +424,16 @@ class Starflow:
             problems.append(problem)
         if since is not None and (not isinstance(since, datetime) or since.tzinfo is None):
             problems.append(f"since must be timezone-aware: {since!r}")
+        encoded: dict[str, str] | None = None
+        if attributes is not None:
+            try:
+                encoded = encode_attributes(attributes, what="attributes")
+            except InvalidArgument as exc:
+                problems.append(str(exc))
         if problems:
             raise InvalidArgument("list_runs: " + "; ".join(problems))
         return await self.adapter.list_runs(status=status, template_id=template_id,
-                                            since=since, limit=limit)
+                                            since=since, limit=limit, attributes=encoded)
 
     async def events(self, run_id: str) -> list[RunEvent]:
         """The run's ``workflow_run_events`` rows in order."""

@@ -22,6 +22,7 @@ import anyio
 from . import logs, observability, requeue, serde
 from .adapters.base import WorkflowStateAdapter
 from .adapters.units import Guard
+from .attributes import ATTRIBUTES_KIND
 from .clock import format_ts
 from .context import (
     CANCEL_EVENT,
@@ -102,6 +103,8 @@ class Engine:
     _patches: dict[str, bool] = field(default_factory=dict)
     #: Patch markers decided but not yet written (they ride on the next unit).
     _markers: list[tuple[str, str]] = field(default_factory=list)
+    #: ``set_attributes`` calls not yet written (they ride on the next unit too).
+    _attributes: list[tuple[str, dict[str, str]]] = field(default_factory=list)
     #: Asked before each new step starts: True hands the run back to the queue
     #: there (a draining worker), so the step runs once, on the next runner.
     should_yield: Callable[[], bool] | None = None
@@ -161,6 +164,7 @@ class Engine:
         # Patch markers decided since the last boundary commit with this one, before
         # its own writes: the history then shows the marker ahead of the new path.
         markers, self._markers = self._markers, []
+        attributes, self._attributes = self._attributes, []
         for attempt in range(retries + 1):
             if self._lease_lost:  # killed, cancelled or taken over: write nothing more
                 raise Abort("lease_lost")
@@ -175,6 +179,11 @@ class Engine:
                         await self.adapter.on_node_complete(
                             self.run_id, marker_id,
                             {"output": True, "kind": "patch", "name": change_id}, now=ts)
+                    for attrs_id, values in attributes:
+                        await self.adapter.on_node_complete(
+                            self.run_id, attrs_id,
+                            {"output": values, "kind": ATTRIBUTES_KIND}, now=ts)
+                        await self.adapter.set_attributes(self.run_id, values, now=ts)
                     await build(ts)
             except StorageError as exc:
                 if not exc.transient:
@@ -245,6 +254,23 @@ class Engine:
             self._patches[change_id] = known
             self._log.debug("patch decided", change_id=change_id, patched=known)
         return known
+
+    def set_attributes(self, values: dict[str, str]) -> None:
+        """``starflow.set_attributes``: record node ``attributes#n`` and the run's
+        attributes with the next boundary; nothing when the history holds it, or
+        when a replay meets it before the end of its history (code added since)."""
+        self._guard_suspending()
+        nid = self._next_id(ATTRIBUTES_KIND, None)
+        if self.journal.get(nid) is not None:
+            self.journal.consume(nid)
+            return
+        if self.journal.replaying and self.journal.unconsumed():
+            self._log.debug("set_attributes added under a run in flight: skipped on replay",
+                            node_id=nid)
+            return
+        self.journal.record(NodeRecord(node_id=nid, kind=ATTRIBUTES_KIND, status="complete",
+                                       output=values))
+        self._attributes.append((nid, values))
 
     def next_wait_id(self, event: str | None) -> str:
         """The node id the next ``wait_for(event)`` (``sleep`` for None) will get."""

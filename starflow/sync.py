@@ -29,7 +29,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import threading
-from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator, Mapping
 from datetime import datetime, timedelta
 from typing import Any, ParamSpec, TypeVar, overload
 
@@ -224,10 +224,12 @@ class Starflow:
         return self._call(lambda: self._app.get_run(run_id))
 
     def list_runs(self, status: str | None = None, template_id: str | None = None,
-                  limit: int = 50, since: datetime | None = None) -> list[RunInfo]:
+                  limit: int = 50, since: datetime | None = None,
+                  attributes: Mapping[str, str | int | bool] | None = None) -> list[RunInfo]:
         """:meth:`starflow.Starflow.list_runs`."""
         return self._call(lambda: self._app.list_runs(status=status, template_id=template_id,
-                                                      limit=limit, since=since))
+                                                      limit=limit, since=since,
+                                                      attributes=attributes))
 
     def events(self, run_id: str) -> list[RunEvent]:
         """:meth:`starflow.Starflow.events`."""

@@ -6,7 +6,7 @@ import os
 import shutil
 import tempfile
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Literal, ParamSpec, TypeVar, overload
 
@@ -412,9 +412,12 @@ class WorkflowEnvironment:
         return await self.app.get_run(run_id)
 
     async def list_runs(self, status: str | None = None, template_id: str | None = None,
-                        limit: int = 50) -> list[RunInfo]:
+                        limit: int = 50,
+                        attributes: Mapping[str, str | int | bool] | None = None
+                        ) -> list[RunInfo]:
         """``Starflow.list_runs``."""
-        return await self.app.list_runs(status=status, template_id=template_id, limit=limit)
+        return await self.app.list_runs(status=status, template_id=template_id, limit=limit,
+                                        attributes=attributes)
 
     async def events(self, run_id: str) -> list[RunEvent]:
         """``Starflow.events``."""

@@ -39,6 +39,7 @@ LAYERS: dict[str, str] = {
     "starflow.cli.runs": "face",
     "starflow.cli.worker": "face",
     # runtime: executes runs
+    "starflow.attributes": "runtime",
     "starflow.context": "runtime",
     "starflow.decorators": "runtime",
     "starflow.driving": "runtime",
