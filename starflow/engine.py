@@ -728,8 +728,6 @@ class Engine:
         fail for it; if it lasts past the TTL, the sweep treats this runner as lost.
         """
         cfg = self.runtime.config
-        # Before the refresh, whose time schedules the next heartbeat.
-        await self._check_cancel(self.runtime.clock.now())
         ts = self.runtime.clock.now()
         try:
             async with self.adapter.unit(guard=self._guard) as unit:
@@ -746,6 +744,10 @@ class Engine:
         self._log.warning("lease lost: another runner or a cancel took the run")
         self.kill()
         return False
+
+    async def after_refresh(self) -> None:
+        """Per heartbeat, after the refresh: see :meth:`_check_cancel`."""
+        await self._check_cancel(self.runtime.clock.now())
 
     async def _check_cancel(self, now: datetime) -> None:
         """Per heartbeat: a cancel requested from another process, and the cleanup's
@@ -771,11 +773,15 @@ class Engine:
 
     async def _heartbeat(self) -> None:
         """This engine's own heartbeat, when the runner runs no shared loop."""
-        interval = self.runtime.config.heartbeat_interval.total_seconds()
+        interval = self.runtime.config.heartbeat_interval
+        clock = self.runtime.clock
+        due = clock.now() + interval
         while True:
-            await self.runtime.clock.sleep(interval)
+            await clock.sleep(max(0.0, (due - clock.now()).total_seconds()))
             if not await self.refresh_lease_once():
                 return
+            due = clock.now() + interval  # taken before the check: its time adds no drift
+            await self.after_refresh()
 
     def kill(self, error: StarflowError | None = None) -> None:
         """Stop this execution at once, writing nothing more.

@@ -204,9 +204,10 @@ class Runner(Waker):
         if force:
             return await self._force_cancel(run_id)
         run = await self._unfinished(run_id, "cancel")
-        if run.status == "queued" and not any(
+        if (run.status == "queued" or run.claim_state == "claimed") and not any(
                 e.node_id is not None for e in await self.adapter.list_events(run_id)):
-            # No workflow code ran yet, so there is no cleanup to run: end it now.
+            # Queued or claimed, and no workflow code ever ran: there is no cleanup
+            # to run, so it ends now, as with force.
             return await self._force_cancel(run_id)
         now = self.clock.now()
         # One request per run (the guard): a second cancel while the first is pending

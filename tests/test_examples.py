@@ -179,3 +179,10 @@ class TestMessaging:
                           "log: charged 42; waiting for shipment [step:charge#1]",
                           "log: shipped [wait:shipped#1]",
                           "log: delivered [wait:delivered#1]"]
+
+    def test_find_by_attributes(self, tmp_path: Path) -> None:
+        """list_runs(attributes=...) finds the runs tagged so, and only them."""
+        out = run_example("find_by_attributes.py", tmp_path)
+        assert "customer c-42: [('c-42', 'eu'), ('c-42', 'us')]" in out
+        assert "region eu: [('c-42', 'eu'), ('c-7', 'eu')]" in out
+        assert "urgent in eu: [('c-42', 'eu')]" in out

@@ -234,7 +234,8 @@ async def test_cancel_from_another_process_reaches_a_running_step(
             assert handle.status == "running"  # requested; the other process delivers it
             engine = runs.runner.engines[run_id]
             assert not engine.cancel_requested
-            await engine.refresh_lease_once()  # its next heartbeat
+            assert await engine.refresh_lease_once()  # its next heartbeat
+            await engine.after_refresh()
         assert outcome == ["cancelled"]
         assert effects == ["undone"]
 
@@ -264,3 +265,69 @@ async def test_cleanup_deadline_ends_the_run_in_error() -> None:
         run = await env.get_run(handle.run_id)
         assert run.status == "error"
         assert run.error is not None and "cleanup did not finish" in run.error
+
+
+async def test_killed_during_cleanup_resumes_the_cleanup() -> None:
+    """A SIGKILL while the compensation runs: the recovered run replays the cancel at
+    its wait, skips the compensation already recorded, finishes the rest, ends
+    cancelled; the work after the wait never runs."""
+    from starflow_testing import RunnerKilled
+
+    effects: list[str] = []
+    in_cleanup = anyio.Event()
+    may_finish = {"now": False}
+
+    @step(name=unique("undo-a"))
+    async def undo_a() -> None:
+        effects.append("undo a")
+
+    @step(name=unique("slow-undo"))
+    async def slow_undo() -> None:
+        effects.append("slow undo started")
+        in_cleanup.set()
+        if not may_finish["now"]:
+            await anyio.sleep_forever()
+
+    @step(name=unique("undo-b"))
+    async def undo_b() -> None:
+        effects.append("undo b")
+
+    @step(name=unique("work"))
+    async def work() -> None:
+        effects.append("work")
+
+    @workflow(name=unique("cancel-killed"))
+    async def wf() -> None:
+        try:
+            await wait_for("go")
+        except RunCancelled:
+            await undo_a()
+            await slow_undo()
+            await undo_b()
+            raise
+        await work()
+
+    async with WorkflowEnvironment() as env:
+        handle = await env.run(wf)
+        assert handle.status == "paused"
+        killed: list[BaseException] = []
+
+        async def cancel() -> None:
+            try:
+                await env.cancel(handle.run_id)
+            except RunnerKilled as exc:
+                killed.append(exc)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(cancel)
+            with anyio.fail_after(10):
+                await in_cleanup.wait()
+            may_finish["now"] = True
+            await env.kill_runner(handle.run_id)
+        assert killed and effects == ["undo a", "slow undo started"]
+        await env.advance(timedelta(minutes=5))  # lease expires, the sweep requeues it
+        with pytest.raises(RunCancelled):
+            await env.result(handle.run_id, timeout=timedelta(minutes=5))
+        assert effects == ["undo a", "slow undo started", "slow undo started", "undo b"]
+        run = await env.get_run(handle.run_id)
+        assert run.status == "cancelled"
