@@ -18,6 +18,13 @@ POSTGRES_URL = os.environ.get(
 #: Set in CI: a missing PostgreSQL fails the suite instead of skipping.
 REQUIRE_POSTGRES = bool(os.environ.get("STARFLOW_REQUIRE_POSTGRES"))
 
+#: A PgBouncer in ``pool_mode = transaction`` in front of that PostgreSQL (.ci/run starts one).
+PGBOUNCER_URL = os.environ.get(
+    "STARFLOW_TEST_PGBOUNCER_URL", "postgresql://postgres@127.0.0.1:6432/test"
+)
+#: Set in CI: a missing PgBouncer fails the pooler tests instead of skipping them.
+REQUIRE_PGBOUNCER = bool(os.environ.get("STARFLOW_REQUIRE_PGBOUNCER"))
+
 _reachable: dict[str, bool] = {}
 
 
@@ -58,6 +65,20 @@ def require_postgres() -> None:
                     url_variable="STARFLOW_TEST_POSTGRES_URL")
 
 
+def require_pgbouncer() -> None:
+    """Skip (locally) or fail (in CI) when the test PgBouncer is not reachable."""
+    require_service("PgBouncer", PGBOUNCER_URL, 6432, required=REQUIRE_PGBOUNCER,
+                    url_variable="STARFLOW_TEST_PGBOUNCER_URL")
+
+
+def pgbouncer_url(**params: str) -> str:
+    """The test PgBouncer's URL with ``?pooler=transaction`` (and ``params``)."""
+    from urllib.parse import urlencode
+
+    sep = "&" if "?" in PGBOUNCER_URL else "?"
+    return f"{PGBOUNCER_URL}{sep}{urlencode({'pooler': 'transaction', **params})}"
+
+
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
@@ -71,6 +92,9 @@ def adapter_url(kind: str, tmp_path: Path) -> str:
     if kind == "postgres":
         require_postgres()
         return POSTGRES_URL
+    if kind == "pgbouncer":  # PostgreSQL through a transaction pooler
+        require_pgbouncer()
+        return pgbouncer_url()
     if kind == "null":
         return "null://"
     raise ValueError(kind)

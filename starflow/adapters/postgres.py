@@ -30,6 +30,15 @@ dedicated connection.
 Session settings ``starflow.workspace_id`` / ``starflow.env`` are sent when
 each connection starts, so the Row Level Security policies of migration 021
 apply to the adapter's own connections when it logs in as a per-workspace role.
+
+Behind a transaction pooler (``pooler="transaction"``: PgBouncer in
+``pool_mode = transaction``, Supabase's port-6543 pooler) a client's
+statements may reach a different server connection in every transaction, so
+the adapter sends no startup settings (PgBouncer refuses unknown ones),
+disables asyncpg's statement cache, sets the tenant settings (and a
+non-default ``synchronous_commit``) with ``set_config(..., true)`` inside each
+call's transaction when Row Level Security applies to its role, and takes
+wake-ups from ``listen_url`` (a direct or session-mode connection) or polls.
 """
 
 from __future__ import annotations
@@ -249,6 +258,54 @@ def channel_name(workspace_id: str, env: str) -> str:
     return f"starflow_work_{digest}"
 
 
+#: The values of ``pooler=`` (the URL parameter and the adapter argument).
+POOLER_MODES = frozenset({"transaction", "session", "none"})
+
+
+def _pooler_options(url: str, pooler: str | None, listen_url: str | None
+                    ) -> tuple[str, str, str | None]:
+    """``url`` without starflow's own query parameters, the pooler mode and the
+    ``LISTEN`` URL (arguments win over the URL's ``pooler=`` / ``listen_url=``).
+
+    asyncpg would send unknown query parameters to the server as settings, so
+    ``pooler`` and ``listen_url`` are taken out here.
+    """
+    from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as exc:
+        raise ConfigError(f"not a valid PostgreSQL URL: {_redact(url)!r} ({exc})") from None
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    own = {k: v for k, v in query if k in ("pooler", "listen_url")}
+    rest = [(k, v) for k, v in query if k not in ("pooler", "listen_url")]
+    if own:
+        url = urlunsplit(parts._replace(query=urlencode(rest)))
+    mode = pooler if pooler is not None else own.get("pooler")
+    if mode is None:
+        # Supabase's shared pooler (Supavisor) runs transaction mode on 6543.
+        host = (parts.hostname or "").lower()
+        mode = "transaction" if host.endswith(".pooler.supabase.com") and port == 6543 \
+            else "none"
+    mode = mode.lower()
+    if mode not in POOLER_MODES:
+        raise ConfigError(f"pooler must be one of {sorted(POOLER_MODES)}: got {mode!r} "
+                          "(use ?pooler=transaction behind PgBouncer or Supabase's port 6543)")
+    listen = listen_url if listen_url is not None else own.get("listen_url")
+    if listen is not None:
+        listen = normalize_scheme(listen)
+        if not listen.startswith(("postgresql://", "postgres://")):
+            raise ConfigError(f"listen_url is not a PostgreSQL URL: {_redact(listen)!r} "
+                              "(give a direct or session-mode postgresql:// URL)")
+    return url, mode, listen
+
+
+def _literal(value: str) -> str:
+    """``value`` as an SQL string literal (standard_conforming_strings is on)."""
+    return "'" + value.replace("'", "''") + "'"
+
+
 def _redact(url: str) -> str:
     """``url`` without its password, for messages."""
     try:
@@ -350,6 +407,15 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
         min_size: Connections the pool keeps open.
         max_size: Most connections the pool opens (plus one for ``LISTEN``
             once a worker waits for work).
+        pooler: ``"transaction"`` when ``url`` points at a transaction-mode
+            pooler (PgBouncer, Supabase port 6543), ``"session"`` or
+            ``"none"`` otherwise. Default: the URL's ``?pooler=`` parameter,
+            else ``"transaction"`` for a ``*.pooler.supabase.com:6543``
+            host, else ``"none"``.
+        listen_url: Where to ``LISTEN`` for work announcements behind a
+            transaction pooler (a direct or session-mode URL); default: the
+            URL's ``?listen_url=`` parameter (percent-encoded). Without one,
+            workers poll every ``StarflowConfig.poll_interval``.
     """
 
     def __init__(
@@ -361,9 +427,12 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
         synchronous_commit: str = "on",
         min_size: int = 1,
         max_size: int = 10,
+        pooler: str | None = None,
+        listen_url: str | None = None,
     ) -> None:
         super().__init__(workspace_id=workspace_id, env=env)
-        url = normalize_scheme(url)
+        url, self.pooler, self.listen_url = _pooler_options(normalize_scheme(url), pooler,
+                                                            listen_url)
         if not url.startswith(("postgresql://", "postgres://")):
             raise ConfigError(
                 f"not a PostgreSQL URL: {_redact(url)!r} (use postgresql://user@host/db)"
@@ -392,11 +461,17 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
         self._spare: list[Any] = []
         self._inflight = 0
         self._idle_event: anyio.Event | None = None
+        # Transaction pooler: the set_config() query each call's transaction
+        # starts with ("" when nothing needs setting); decided in open().
+        self._tx_settings = ""
 
     # -- connection ----------------------------------------------------------
 
     @property
     def _server_settings(self) -> dict[str, str]:
+        if self.pooler == "transaction":
+            # PgBouncer refuses unknown startup parameters; see _tx_settings.
+            return {"application_name": "starflow"}
         # Sent in the startup packet: they are the session defaults, so they
         # survive RESET ALL and cost no round trip.
         return {
@@ -426,9 +501,14 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
                 init=self._init_connection,
                 reset=_no_reset,
                 server_settings=self._server_settings,
+                # A transaction pooler hands each transaction any server
+                # connection: named prepared statements would not be there.
+                **({"statement_cache_size": 0} if self.pooler == "transaction" else {}),
             )
         try:
             self.applied_migrations = tuple(await self.migrate())
+            if self.pooler == "transaction":
+                self._tx_settings = await self._transaction_settings()
         except BaseException:
             await self.close()
             raise
@@ -525,7 +605,14 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
                 conn = self._spare.pop() if self._spare else await pool.acquire()
                 reuse = False
                 try:
-                    yield conn
+                    if self._tx_settings:
+                        # Transaction pooler: session settings do not follow the
+                        # client, so the call is one transaction that sets them.
+                        async with conn.transaction():
+                            await conn.execute(self._tx_settings)
+                            yield conn
+                    else:
+                        yield conn
                     reuse = not conn.is_closed() and not conn.is_in_transaction()
                 finally:
                     if reuse and len(self._spare) < self.max_size - 1:
@@ -565,6 +652,20 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
         """
         async with self._connection("migrate") as conn:
             return await _migrate(conn)
+
+    async def _transaction_settings(self) -> str:
+        """Behind a transaction pooler: the ``set_config(…, true)`` query each call's
+        transaction must start with, or ``""`` when none is needed (Row Level
+        Security does not apply to this role and ``synchronous_commit`` is ``on``),
+        which keeps single statements at one round trip."""
+        async with self._connection("open") as conn:
+            rls = bool(await conn.fetchval("SELECT row_security_active('workflow_runs')"))
+        settings = {"synchronous_commit": self.synchronous_commit} \
+            if self.synchronous_commit != "on" else {}
+        if rls:
+            settings |= {"starflow.workspace_id": self.workspace_id, "starflow.env": self.env}
+        return ("SELECT " + ", ".join(f"set_config({_literal(k)}, {_literal(v)}, true)"
+                                      for k, v in settings.items())) if settings else ""
 
     # -- writes ---------------------------------------------------------------
 
@@ -736,6 +837,16 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
                 # Guard, writes and (non-durable) synchronous_commit in one
                 # statement: one round trip, its own implicit transaction.
                 return bool(await conn.fetchval(fused.sql, *fused.args[0]))
+            if conn.is_in_transaction():
+                # Transaction pooler: _connection already began the call's
+                # transaction (with the tenant settings); it commits or rolls back.
+                if not unit.durable:
+                    await conn.execute("SET LOCAL synchronous_commit TO off")
+                held = guard is None or await self._check_guard(conn, guard)
+                if held:
+                    for statement in plan:
+                        await _run_statement(conn, statement)
+                return held
             await conn.execute("BEGIN" if unit.durable
                                else "BEGIN; SET LOCAL synchronous_commit TO off")
             try:
@@ -1139,6 +1250,8 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
     async def _ensure_listener(self) -> None:
         if self._listener is not None and not self._listener.is_closed():
             return
+        if self.pooler == "transaction" and self.listen_url is None:
+            return  # LISTEN does not survive a transaction pooler: poll instead
         if self._pool is None:
             raise StorageError("the PostgreSQL adapter is not open: call open() first")
         async with self._listen_lock:
@@ -1151,8 +1264,10 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
                 # Shielded (and bounded): asyncpg cancelled half-way through a connect
                 # or a LISTEN leaks the socket and reports connection_lost errors.
                 with anyio.CancelScope(shield=True):
-                    conn = await asyncpg.connect(self.url, server_settings=self._server_settings,
-                                                 timeout=LISTEN_CONNECT_TIMEOUT)
+                    conn = await asyncpg.connect(
+                        self.listen_url or self.url, timeout=LISTEN_CONNECT_TIMEOUT,
+                        server_settings=self._server_settings if self.listen_url is None
+                        else {"application_name": "starflow"})
                     try:
                         await conn.add_listener(self.channel, self._on_notify)
                     except BaseException:

@@ -4,6 +4,10 @@ The ``adapter`` fixture (tests/conftest.py) yields an open adapter of each kind
 (in-memory SQLite, SQLite file, PostgreSQL) scoped to a fresh workspace, so
 tests on the shared PostgreSQL database never see each other's rows. Every
 check reads the state back through the adapter after the write.
+
+Here the matrix has a fourth kind, ``pgbouncer``: PostgreSQL through a
+PgBouncer in ``pool_mode = transaction`` (``?pooler=transaction``), where each
+transaction may land on another server connection.
 """
 
 from __future__ import annotations
@@ -32,6 +36,12 @@ from starflow.errors import SerializationError, StorageError
 from starflow.records import RunInfo, StartOptions, SweepResult
 
 T0 = datetime(2026, 1, 1, 12, 0, 0, 123456, tzinfo=UTC)
+
+
+@pytest.fixture(params=["memory", "sqlite", "postgres", "pgbouncer"])
+def adapter_kind(request: pytest.FixtureRequest) -> str:
+    """Every durable adapter kind, and PostgreSQL behind a transaction pooler."""
+    return str(request.param)
 
 
 def at(seconds: float) -> datetime:
