@@ -582,6 +582,11 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
                 run_id=run_id,
             )
         name = type(exc).__name__
+        if "unsupported startup parameter" in str(exc):  # PgBouncer, Supabase's pooler
+            return StorageError(
+                f"{where} refused starflow's connection settings ({action}): {exc}. This is "
+                "a connection pooler: add ?pooler=transaction to the URL "
+                "(docs/guides/postgres.md, PgBouncer)", run_id=run_id)
         return StorageError(f"PostgreSQL error during {action} ({name}): {exc}", run_id=run_id)
 
     @asynccontextmanager
