@@ -68,7 +68,8 @@ class NullWorkflowStateAdapter(WorkflowStateAdapter):
         return []
 
     async def expire_old_leases(self, now: datetime, reason: str = "runner_lost",
-                                *, after: AfterSweep | None = None) -> list[SweepResult]:
+                                *, after: AfterSweep | None = None,
+                                requeue: bool = True) -> list[SweepResult]:
         return []
 
     async def ensure_definition(self, name: str, version: int, code_hash: str,

@@ -170,26 +170,34 @@ RETURNING {", ".join("r." + c.strip() for c in _RUN_COLUMNS.split(","))}
 # index idx_workflow_runs_lease_until; SKIP LOCKED lets concurrent sweepers
 # (and a runner refreshing its lease right now) pass each other. Requeued runs
 # are announced on the workspace channel in the same transaction.
+# The lost execution counts as a claim attempt: an inline run (started by
+# sf.run, never claimed since it last made progress: claim_attempts 0) counts
+# one, like a claimed run whose claim counted when it was taken. $6 false
+# (StarflowConfig.lost_runs="fail") abandons every lost run, as the seed does.
 SWEEP_SQL = """
 WITH expired AS (
-    SELECT id FROM workflow_runs
+    SELECT id, claim_attempts + CASE WHEN start_mode = 'inline' AND claim_attempts = 0
+               THEN 1 ELSE 0 END AS lost,
+           max_claim_attempts
+    FROM workflow_runs
     WHERE lease_until IS NOT NULL AND lease_until < $4
       AND status IN ('running', 'paused')
       AND workspace_id = $1 AND env = $2
     FOR UPDATE SKIP LOCKED
 ), swept AS (
     UPDATE workflow_runs r SET
-        status = CASE WHEN r.claim_attempts < r.max_claim_attempts
+        status = CASE WHEN $6 AND x.lost < x.max_claim_attempts
             THEN 'queued' ELSE 'error' END,
-        claim_state = CASE WHEN r.claim_attempts < r.max_claim_attempts
+        claim_state = CASE WHEN $6 AND x.lost < x.max_claim_attempts
             THEN 'queued' ELSE 'abandoned' END,
-        error = CASE WHEN r.claim_attempts < r.max_claim_attempts THEN r.error ELSE $3 END,
-        completed_at = CASE WHEN r.claim_attempts < r.max_claim_attempts
+        error = CASE WHEN $6 AND x.lost < x.max_claim_attempts THEN r.error ELSE $3 END,
+        completed_at = CASE WHEN $6 AND x.lost < x.max_claim_attempts
             THEN r.completed_at ELSE $4 END,
-        lease_until = CASE WHEN r.claim_attempts < r.max_claim_attempts
-            THEN NULL ELSE r.lease_until END
-    FROM expired
-    WHERE r.id = expired.id
+        lease_until = CASE WHEN $6 AND x.lost < x.max_claim_attempts
+            THEN NULL ELSE r.lease_until END,
+        claim_attempts = x.lost
+    FROM (SELECT id, lost, max_claim_attempts FROM expired) x
+    WHERE r.id = x.id
     RETURNING r.id, r.leased_by, r.claim_state, r.started_at
 ), lost AS (
     INSERT INTO workflow_run_events (run_id, event_type, node_id, payload_json, created_at)
@@ -1057,8 +1065,9 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
             await _run_statement(conn, statement)
 
     async def expire_old_leases(self, now: datetime, reason: str = "runner_lost",
-                                *, after: AfterSweep | None = None) -> list[SweepResult]:
-        args = (self.workspace_id, self.env, reason, now, self.channel)
+                                *, after: AfterSweep | None = None,
+                                requeue: bool = True) -> list[SweepResult]:
+        args = (self.workspace_id, self.env, reason, now, self.channel, requeue)
         async with self._connection("expire_old_leases") as conn:
             if after is None:
                 return _swept(await conn.fetch(SWEEP_SQL, *args))

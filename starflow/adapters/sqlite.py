@@ -806,21 +806,25 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
         return result
 
     async def expire_old_leases(self, now: datetime, reason: str = "runner_lost",
-                                *, after: AfterSweep | None = None) -> list[SweepResult]:
+                                *, after: AfterSweep | None = None,
+                                requeue: bool = True) -> list[SweepResult]:
         ts = format_ts(now)
+        # The lost execution counts as a claim attempt: an inline run never claimed
+        # since its last progress (claim_attempts 0) counts one. requeue=False
+        # (StarflowConfig.lost_runs="fail") abandons every lost run, as the seed does.
+        lost = ("(claim_attempts + CASE WHEN start_mode = 'inline' AND claim_attempts = 0 "
+                "THEN 1 ELSE 0 END)")
+        again = f"({int(requeue)} AND {lost} < max_claim_attempts)"
 
         def sweep(conn: sqlite3.Connection) -> list[SweepResult]:
             rows = conn.execute(
                 "UPDATE workflow_runs SET "
-                "status = CASE WHEN claim_attempts < max_claim_attempts "
-                "  THEN 'queued' ELSE 'error' END, "
-                "claim_state = CASE WHEN claim_attempts < max_claim_attempts "
-                "  THEN 'queued' ELSE 'abandoned' END, "
-                "error = CASE WHEN claim_attempts < max_claim_attempts THEN error ELSE ? END, "
-                "completed_at = CASE WHEN claim_attempts < max_claim_attempts "
-                "  THEN completed_at ELSE ? END, "
-                "lease_until = CASE WHEN claim_attempts < max_claim_attempts "
-                "  THEN NULL ELSE lease_until END "
+                f"status = CASE WHEN {again} THEN 'queued' ELSE 'error' END, "
+                f"claim_state = CASE WHEN {again} THEN 'queued' ELSE 'abandoned' END, "
+                f"error = CASE WHEN {again} THEN error ELSE ? END, "
+                f"completed_at = CASE WHEN {again} THEN completed_at ELSE ? END, "
+                f"lease_until = CASE WHEN {again} THEN NULL ELSE lease_until END, "
+                f"claim_attempts = {lost} "
                 # Unary +: search the partial lease index (only leased runs), not
                 # every run of the workspace.
                 "WHERE +workspace_id = ? AND +env = ? AND lease_until IS NOT NULL "

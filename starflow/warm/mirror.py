@@ -190,7 +190,8 @@ class MirroringWorkflowStateAdapter(DelegatingAdapter):
         return runs
 
     async def expire_old_leases(self, now: datetime, reason: str = "runner_lost",
-                                *, after: AfterSweep | None = None) -> list[SweepResult]:
+                                *, after: AfterSweep | None = None,
+                                requeue: bool = True) -> list[SweepResult]:
         ts = self.clock.now()
 
         def outbox(results: list[SweepResult]) -> list[Op]:
@@ -213,7 +214,7 @@ class MirroringWorkflowStateAdapter(DelegatingAdapter):
                 }, ts))
             return ops
 
-        results = await self.inner.expire_old_leases(now, reason, after=outbox)
+        results = await self.inner.expire_old_leases(now, reason, after=outbox, requeue=requeue)
         if results:
             self._committed()
         return results

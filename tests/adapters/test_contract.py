@@ -552,6 +552,34 @@ class TestSweep:
                              "reason": "lease expired"})]
         assert await adapter.expire_old_leases(at(100)) == []
 
+    async def test_lost_inline_run_counts_one_attempt(self, adapter: WorkflowStateAdapter
+                                                      ) -> None:
+        """An inline run (never claimed: claim_attempts 0) lost counts one claim."""
+        runs = {}
+        for max_attempts in (1, 2):
+            run_id = await start(adapter, max_claim_attempts=max_attempts)
+            await adapter.write_lease(run_id, "inline", at(30), now=T0)
+            runs[max_attempts] = run_id
+        result = {r.run_id: r.action for r in await adapter.expire_old_leases(at(31))}
+        assert result == {runs[1]: "abandoned", runs[2]: "requeued"}
+        for run_id in runs.values():
+            run = await adapter.get_run(run_id)
+            assert run is not None and run.claim_attempts == 1
+
+    async def test_requeue_false_abandons_every_lost_run(self, adapter: WorkflowStateAdapter
+                                                         ) -> None:
+        claimed = await self.claimed(adapter, attempts=1)
+        inline = await start(adapter)
+        await adapter.write_lease(inline, "inline", at(30), now=T0)
+        result = await adapter.expire_old_leases(at(31), requeue=False)
+        assert {r.run_id: r.action for r in result} == {claimed: "abandoned",
+                                                       inline: "abandoned"}
+        for run_id in (claimed, inline):
+            run = await adapter.get_run(run_id)
+            assert run is not None
+            assert (run.status, run.claim_state, run.error) == (
+                "error", "abandoned", "runner_lost")
+
     async def test_max_claim_attempts_is_per_run(self, adapter: WorkflowStateAdapter) -> None:
         once = await self.claimed(adapter, max_attempts=1)
         twice = await self.claimed(adapter, max_attempts=2)

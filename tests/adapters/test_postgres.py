@@ -405,7 +405,7 @@ class TestPlans:
                     assert "idx_workflow_runs_claim_pool" in await used(
                         CLAIM_SQL, "ws0", "prod", pool, 5, "w", at(30), T0, workflows)
             assert "idx_workflow_runs_lease_until" in await used(
-                SWEEP_SQL, "ws0", "prod", "runner_lost", T0, "chan")
+                SWEEP_SQL, "ws0", "prod", "runner_lost", T0, "chan", True)
 
 
 class ManualClock:
