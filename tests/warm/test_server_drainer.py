@@ -28,6 +28,12 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def _spawn_server(log: Path, *args: str) -> subprocess.Popen[bytes]:
+    with log.open("wb") as out:
+        return subprocess.Popen([sys.executable, "-m", "starflow", "server", *args],
+                                stdout=out, stderr=subprocess.STDOUT, cwd=str(ROOT))
+
+
 async def test_server_drains_the_outbox_without_an_app(tmp_path: Path) -> None:
     require_redis()
     url = f"sqlite:///{tmp_path / 'sf.db'}"
@@ -37,10 +43,8 @@ async def test_server_drains_the_outbox_without_an_app(tmp_path: Path) -> None:
         assert (await sf.outbox_status()).pending > 0  # nobody drains here
     warm = open_warm(REDIS_URL, ws)
     await warm.open()
-    log = (tmp_path / "server.log").open("wb")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "starflow", "server", "--db", url, "--workspace", ws,
-         "--warm", REDIS_URL], stdout=log, stderr=subprocess.STDOUT, cwd=str(ROOT))
+    proc = _spawn_server(tmp_path / "server.log", "--db", url, "--workspace", ws,
+                         "--warm", REDIS_URL)
     try:
         deadline = time.monotonic() + 20
         while True:
@@ -61,7 +65,6 @@ async def test_server_drains_the_outbox_without_an_app(tmp_path: Path) -> None:
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=15)
-        log.close()
         import redis.asyncio as aioredis
 
         client = aioredis.Redis.from_url(REDIS_URL)
