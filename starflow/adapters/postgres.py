@@ -60,7 +60,13 @@ from .. import serde
 from ..clock import Clock
 from ..errors import ConfigError, SerializationError, StarflowError, StorageError
 from ..logs import get_logger
-from ..migrations import load_migrations
+from ..migrations import (
+    SEED_TABLES,
+    STARFLOW_TABLES,
+    MigrationPlan,
+    load_migrations,
+    seed_versions,
+)
 from ..records import (
     DefinitionRecord,
     JobRecord,
@@ -109,6 +115,10 @@ LISTEN_CONNECT_TIMEOUT = 10.0
 log = get_logger("starflow.adapters.postgres")
 
 SYNCHRONOUS_COMMIT_LEVELS = frozenset({"on", "off", "local", "remote_write", "remote_apply"})
+
+#: Suffix of the ``starflow_migrations.name`` of a state-model migration found in
+#: place (an adopted database), read by migration 029.
+ADOPTED_MARK = "(adopted)"
 
 #: ``pg_advisory_xact_lock`` key serializing concurrent ``migrate()`` calls.
 MIGRATION_LOCK_KEY = 0x5F_57A2_F10E_0001
@@ -576,6 +586,14 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
                 "host and port",
                 run_id=run_id,
             )
+        if sqlstate == "23505" and getattr(exc, "constraint_name", None) == \
+                "idx_workflow_session_vars_key":
+            return StorageError(
+                f"{action}: this session id and key are already used in another workspace. "
+                "This database was adopted from the state model, whose engine keys session "
+                "variables by (session_id, key) alone (migration 029): use session ids that "
+                "are unique across workspaces, e.g. prefixed with the workspace",
+                run_id=run_id)
         if sqlstate == "23505":
             return StorageError(
                 f"{action}: a row with this key already exists "
@@ -665,6 +683,26 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
         """
         async with self._connection("migrate") as conn:
             return await _migrate(conn)
+
+    async def migration_plan(self) -> MigrationPlan:
+        """What :meth:`migrate` would do, changing nothing (``starflow migrate
+        --dry-run``). Needs no :meth:`open` (which migrates): uses a connection
+        of its own.
+
+        Raises:
+            StorageError: the schema is neither starflow's, the state model's nor
+                empty (the message lists what differs), or the server is unreachable.
+        """
+        import asyncpg
+
+        with self._translate("migration plan"):
+            conn = await asyncpg.connect(self.url, server_settings=self._server_settings,
+                                         **({"statement_cache_size": 0}
+                                            if self.pooler == "transaction" else {}))
+            try:
+                return await _migration_plan(conn)
+            finally:
+                await conn.close()
 
     async def _transaction_settings(self) -> str:
         """Behind a transaction pooler: the ``set_config(…, true)`` query each call's
@@ -1448,26 +1486,50 @@ async def _run_statement(conn: asyncpg.Connection, statement: _Statement) -> Non
         await conn.executemany(statement.sql, statement.args)
 
 
-async def _migrate(conn: asyncpg.Connection) -> list[int]:
+async def _migration_plan(conn: asyncpg.Connection) -> MigrationPlan:
+    """What migrating would do; reads only. A database without
+    ``starflow_migrations`` holding the state model's tables is adopted (issue #20):
+    its versions are recognised by tables, columns and types, not trusted."""
     migrations = load_migrations("postgres")
     if await conn.fetchval("SELECT to_regclass('starflow_migrations')") is not None:
         done = {r[0] for r in await conn.fetch("SELECT version FROM starflow_migrations")}
-        if all(m.version in done for m in migrations):
+        return MigrationPlan(adopt=(), apply=tuple(m for m in migrations
+                                                   if m.version not in done))
+    rows = await conn.fetch(
+        "SELECT table_name::text, column_name::text, data_type::text "
+        "FROM information_schema.columns WHERE table_schema = current_schema() "
+        "AND table_name = ANY($1::text[])", [*SEED_TABLES, *STARFLOW_TABLES])
+    found: dict[str, dict[str, str]] = {}
+    for table, column, kind in rows:
+        found.setdefault(table, {})[column] = kind
+    try:
+        seed = set(seed_versions(found))
+    except ValueError as exc:
+        raise StorageError(f"refusing to migrate: {exc}. Nothing was changed") from None
+    return MigrationPlan(adopt=tuple(m for m in migrations if m.version in seed),
+                         apply=tuple(m for m in migrations if m.version not in seed))
+
+
+async def _migrate(conn: asyncpg.Connection) -> list[int]:
+    if await conn.fetchval("SELECT to_regclass('starflow_migrations')") is not None:
+        done = {r[0] for r in await conn.fetch("SELECT version FROM starflow_migrations")}
+        if all(m.version in done for m in load_migrations("postgres")):
             return []
     applied: list[int] = []
     async with conn.transaction():
         # Everything below is one transaction under one lock: a concurrent
         # migrate() waits here, then finds the versions recorded and does nothing.
         await conn.execute("SELECT pg_advisory_xact_lock($1)", MIGRATION_LOCK_KEY)
+        plan = await _migration_plan(conn)  # raises, changing nothing, on a foreign schema
         await conn.execute(
             "CREATE TABLE IF NOT EXISTS starflow_migrations ("
             "version int PRIMARY KEY, name text NOT NULL, "
             "applied_at timestamptz NOT NULL DEFAULT now())"
         )
-        done = {r[0] for r in await conn.fetch("SELECT version FROM starflow_migrations")}
-        for mig in migrations:
-            if mig.version in done:
-                continue
+        for mig in plan.adopt:  # found in place: recorded, not run (029 reads the marker)
+            await conn.execute("INSERT INTO starflow_migrations (version, name) VALUES ($1, $2)",
+                               mig.version, f"{mig.name} {ADOPTED_MARK}")
+        for mig in plan.apply:
             await conn.execute(mig.sql)
             await conn.execute("INSERT INTO starflow_migrations (version, name) VALUES ($1, $2)",
                                mig.version, mig.name)
