@@ -9,9 +9,11 @@ starts one and sets ``STARFLOW_REQUIRE_PGBOUNCER``).
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlsplit, urlunsplit
 
@@ -235,3 +237,60 @@ class TestRowLevelSecurityThroughThePooler:
             await admin.close()
 
 
+
+
+class TestGuide:
+    """docs/guides/postgres.md's PgBouncer and Supabase settings are the ones that work."""
+
+    GUIDE = Path(__file__).resolve().parents[2] / "docs" / "guides" / "postgres.md"
+    CI = Path(__file__).resolve().parents[2] / ".ci" / "run"
+
+    def section(self, title: str) -> str:
+        text = self.GUIDE.read_text()
+        start = text.index(f"### {title}\n")
+        end = text.find("\n## ", start)
+        nxt = text.find("\n### ", start + 1)
+        return text[start:min(i for i in (end, nxt) if i != -1)]
+
+    @staticmethod
+    def blocks(section: str, lang: str) -> list[str]:
+        return re.findall(rf"```{lang}\n(.*?)```", section, flags=re.DOTALL)
+
+    def test_pgbouncer_settings_are_cis(self) -> None:
+        import configparser
+
+        [ini] = self.blocks(self.section("PgBouncer"), "ini")
+        guide = configparser.ConfigParser()
+        guide.read_string(ini)
+        ci_text = self.CI.read_text()
+        ci = configparser.ConfigParser(interpolation=None)
+        ci.read_string(ci_text[ci_text.index("<<INI\n") + 6:ci_text.index("\nINI\n")]
+                       .replace("$PGBOUNCER_PORT", "6432"))
+        assert guide["pgbouncer"]["pool_mode"] == "transaction"
+        for key in ("listen_addr", "listen_port", "pool_mode", "default_pool_size",
+                    "max_client_conn", "ignore_startup_parameters"):
+            assert guide["pgbouncer"][key] == ci["pgbouncer"][key], key
+        assert guide["databases"]["*"] == ci["databases"]["*"]
+
+    def test_pgbouncer_url(self) -> None:
+        [url] = self.blocks(self.section("PgBouncer"), "text")
+        clean, mode, listen = _pooler_options(url.strip(), None, None)
+        assert mode == "transaction"
+        assert urlsplit(clean).port == 6432 and "pooler" not in clean
+        assert listen == "postgresql://app:secret@127.0.0.1:5432/starflow"
+        PostgresWorkflowStateAdapter(url.strip())  # accepted as is
+
+    def test_supabase_url(self) -> None:
+        [url] = self.blocks(self.section("Supabase"), "text")
+        url = (url.strip().replace("<project-ref>", "abcdefgh").replace("<password>", "pw")
+               .replace("<region>", "eu-west-1"))
+        clean, mode, listen = _pooler_options(url, None, None)
+        assert mode == "transaction"
+        parts = urlsplit(clean)
+        assert (parts.hostname, parts.port, parts.query) == (
+            "aws-0-eu-west-1.pooler.supabase.com", 6543, "sslmode=require")
+        assert listen == ("postgresql://postgres:pw@db.abcdefgh.supabase.co:5432/postgres"
+                          "?sslmode=require")
+        # The pooler port is recognised even without the parameter.
+        bare = clean
+        assert _pooler_options(bare, None, None)[1] == "transaction"
