@@ -798,17 +798,8 @@ class Runner:
         """One pass of the lease sweep; returns how many runs it acted on.
 
         ``config.lost_runs`` decides between requeueing and failing a lost run.
-        Also warns about queued runs nobody has claimed for ``config.stuck_after``.
+        (Maintenance follows each pass with :meth:`warn_stuck`.)
         """
-        # First (the sweep's own write is the pass's last step, as callers expect).
-        stuck = await self.stuck_runs()
-        if stuck:
-            pools = sorted({r.runner_pool or "(any)" for r in stuck})
-            self._log.warning(
-                "queued runs not claimed", count=len(stuck), oldest_run_id=stuck[0].id,
-                pools=pools, stuck_after_s=self.config.stuck_after.total_seconds(),
-                hint="start a worker for these pools (starflow worker --app ...), "
-                     "or see `starflow runs list --stuck`")
         results = await self.adapter.expire_old_leases(
             self.clock.now(), requeue=self.config.lost_runs == "requeue")
         obs = observability.current()
@@ -819,6 +810,19 @@ class Runner:
         if results:
             self.notify_settled()
         return len(results)
+
+    async def warn_stuck(self) -> list[RunInfo]:
+        """Log a warning if queued runs have waited ``config.stuck_after`` for a
+        worker (none runs, or none serves their pool); return them."""
+        stuck = await self.stuck_runs()
+        if stuck:
+            pools = sorted({r.runner_pool or "(any)" for r in stuck})
+            self._log.warning(
+                "queued runs not claimed", count=len(stuck), oldest_run_id=stuck[0].id,
+                pools=pools, stuck_after_s=self.config.stuck_after.total_seconds(),
+                hint="start a worker for these pools (starflow worker --app ...), "
+                     "or see `starflow runs list --stuck`")
+        return stuck
 
     async def stuck_runs(self, limit: int = 1000) -> list[RunInfo]:
         """Queued runs nobody has claimed for ``config.stuck_after``, oldest first.

@@ -1491,7 +1491,12 @@ async def _migration_plan(conn: asyncpg.Connection) -> MigrationPlan:
     ``starflow_migrations`` holding the state model's tables is adopted (issue #20):
     its versions are recognised by tables, columns and types, not trusted."""
     migrations = load_migrations("postgres")
-    if await conn.fetchval("SELECT to_regclass('starflow_migrations')") is not None:
+    # A catalog query under the statement's snapshot (not to_regclass, whose name
+    # lookup may not see a table another migrate() committed while we waited
+    # for the lock).
+    if await conn.fetchval(
+            "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_tables WHERE tablename = "
+            "'starflow_migrations' AND schemaname = current_schema())"):
         done = {r[0] for r in await conn.fetch("SELECT version FROM starflow_migrations")}
         return MigrationPlan(adopt=(), apply=tuple(m for m in migrations
                                                    if m.version not in done))

@@ -109,7 +109,7 @@ class TestStuckRuns:
             await clock.advance(timedelta(seconds=2))
             assert [r.id for r in await sf.stuck_runs()] == [pooled]
             with structlog.testing.capture_logs() as logs:
-                await sf.sweep()
+                await sf.runner.warn_stuck()
             [warning] = [e for e in logs if e["event"] == "queued runs not claimed"]
             assert (warning["log_level"], warning["count"], warning["oldest_run_id"],
                     warning["pools"]) == ("warning", 1, pooled, ["gpu"])
@@ -150,3 +150,29 @@ class TestStuckRuns:
             assert await sf.stuck_runs() == []
             await clock.advance(CONFIG.stuck_after + timedelta(seconds=1))
             assert [r.id for r in await sf.stuck_runs()] == [run_id]
+
+
+async def test_maintenance_warns_at_the_sweep_interval(open_app: OpenApp,
+                                                       clock: FakeClock) -> None:
+    from starflow.maintenance import Maintenance
+
+    async with open_app() as (sf, probe):
+        run_id = (await sf.start(flows.one_step, "g", pool="gpu")).run_id
+        maintenance = Maintenance(sf.runner)
+        with structlog.testing.capture_logs() as logs:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(maintenance.run)
+                await probe.until(lambda: len(probe.sweeps) >= 1, "boot-time pass")
+
+                def warned() -> bool:
+                    return any(e["event"] == "queued runs not claimed" for e in logs)
+
+                for _ in range(20):  # 10 min of sweep intervals: past stuck_after
+                    await clock.advance(CONFIG.sweep_interval)
+                    await anyio.sleep(0.01)  # real time: let the check's query finish
+                    if warned():
+                        break
+                tg.cancel_scope.cancel()
+        [warning] = [e for e in logs if e["event"] == "queued runs not claimed"][:1]
+        assert warning["oldest_run_id"] == run_id
+        assert clock.now() - (await sf.get_run(run_id)).started_at > CONFIG.stuck_after
