@@ -1534,6 +1534,8 @@ async def _migrate(conn: asyncpg.Connection) -> list[int]:
         for mig in plan.adopt:  # found in place: recorded, not run (029 reads the marker)
             await conn.execute("INSERT INTO starflow_migrations (version, name) VALUES ($1, $2)",
                                mig.version, f"{mig.name} {ADOPTED_MARK}")
+            log.warning("adopted the state model's migration", version=mig.version,
+                        name=mig.name)
         for mig in plan.apply:
             await conn.execute(mig.sql)
             await conn.execute("INSERT INTO starflow_migrations (version, name) VALUES ($1, $2)",
