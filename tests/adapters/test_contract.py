@@ -5,9 +5,10 @@ The ``adapter`` fixture (tests/conftest.py) yields an open adapter of each kind
 tests on the shared PostgreSQL database never see each other's rows. Every
 check reads the state back through the adapter after the write.
 
-Here the matrix has a fourth kind, ``pgbouncer``: PostgreSQL through a
-PgBouncer in ``pool_mode = transaction`` (``?pooler=transaction``), where each
-transaction may land on another server connection.
+Here the matrix has two more kinds, ``pgbouncer`` and ``pgbouncer-rls``:
+PostgreSQL through a PgBouncer in ``pool_mode = transaction``
+(``?pooler=transaction``), where each transaction may land on another server
+connection, as the owner and as a non-owner role under Row Level Security.
 """
 
 from __future__ import annotations
@@ -38,9 +39,11 @@ from starflow.records import RunInfo, StartOptions, SweepResult
 T0 = datetime(2026, 1, 1, 12, 0, 0, 123456, tzinfo=UTC)
 
 
-@pytest.fixture(params=["memory", "sqlite", "postgres", "pgbouncer"])
+@pytest.fixture(params=["memory", "sqlite", "postgres", "pgbouncer", "pgbouncer-rls"])
 def adapter_kind(request: pytest.FixtureRequest) -> str:
-    """Every durable adapter kind, and PostgreSQL behind a transaction pooler."""
+    """Every durable adapter kind, and PostgreSQL behind a transaction pooler: as the
+    tables' owner, and as a role Row Level Security applies to (tenant settings
+    set per transaction)."""
     return str(request.param)
 
 

@@ -26,6 +26,7 @@ from starflow.errors import ConfigError, StorageError
 from starflow.records import StartOptions
 from tests.conftest import (
     PGBOUNCER_URL,
+    POOLER_RLS_ROLE,
     POSTGRES_URL,
     pgbouncer_url,
     require_pgbouncer,
@@ -35,8 +36,7 @@ from tests.conftest import (
 pytestmark = pytest.mark.postgres
 
 T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
-#: The non-owner role of the RLS test; .ci/run lists it in PgBouncer's auth_file.
-RLS_ROLE = "starflow_pooler_rls"
+RLS_ROLE = POOLER_RLS_ROLE
 
 
 async def start(adapter: PostgresWorkflowStateAdapter, **options: Any) -> str:
