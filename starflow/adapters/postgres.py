@@ -61,6 +61,7 @@ from ..clock import Clock
 from ..errors import ConfigError, SerializationError, StarflowError, StorageError
 from ..logs import get_logger
 from ..migrations import (
+    SEED_INDEXES,
     SEED_TABLES,
     STARFLOW_TABLES,
     MigrationPlan,
@@ -1507,8 +1508,11 @@ async def _migration_plan(conn: asyncpg.Connection) -> MigrationPlan:
     found: dict[str, dict[str, str]] = {}
     for table, column, kind in rows:
         found.setdefault(table, {})[column] = kind
+    indexes = [r[0] for r in await conn.fetch(
+        "SELECT indexname::text FROM pg_catalog.pg_indexes WHERE schemaname = current_schema() "
+        "AND indexname = ANY($1::text[])", list(SEED_INDEXES))]
     try:
-        seed = set(seed_versions(found))
+        seed = set(seed_versions(found, indexes))
     except ValueError as exc:
         raise StorageError(f"refusing to migrate: {exc}. Nothing was changed") from None
     return MigrationPlan(adopt=tuple(m for m in migrations if m.version in seed),

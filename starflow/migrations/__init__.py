@@ -13,12 +13,12 @@ those versions are recorded as applied, and only starflow's own run.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from importlib import resources
 
-__all__ = ["SEED_TABLES", "STARFLOW_TABLES", "Migration", "MigrationPlan", "load_migrations",
-           "seed_versions"]
+__all__ = ["SEED_INDEXES", "SEED_TABLES", "STARFLOW_TABLES", "Migration", "MigrationPlan",
+           "load_migrations", "seed_versions"]
 
 _NAME = re.compile(r"^(\d{3})_([a-z0-9_]+)\.sql$")
 
@@ -72,6 +72,15 @@ _SEED_STEPS: tuple[tuple[int, dict[str, dict[str, str]]], ...] = (
                             "lease_until": _TS, "last_heartbeat": _TS,
                             "claim_attempts": "integer", "definition_id": "uuid"}}),
 )
+#: The indexes each state-model migration creates (020 drops the session-var one,
+#: so a database without it cannot be migrated).
+_SEED_INDEXES: dict[int, tuple[str, ...]] = {
+    1: ("idx_workflow_run_events_run", "idx_workflow_session_vars_key"),
+    18: ("idx_workflow_runs_workspace_started",),
+    19: ("idx_workflow_runs_lease_until", "idx_workflow_runs_claim_pool"),
+}
+#: Every index name :func:`seed_versions` looks for.
+SEED_INDEXES = tuple(name for names in _SEED_INDEXES.values() for name in names)
 #: The state model's tables.
 SEED_TABLES = ("workflow_runs", "workflow_run_events", "workflow_session_vars")
 #: Tables only starflow's migrations create.
@@ -108,12 +117,14 @@ def _differences(found: Mapping[str, Mapping[str, str]],
     return out
 
 
-def seed_versions(found: Mapping[str, Mapping[str, str]]) -> list[int]:
+def seed_versions(found: Mapping[str, Mapping[str, str]],
+                  indexes: Collection[str] = ()) -> list[int]:
     """The state-model migrations a PostgreSQL schema without ``starflow_migrations``
     has run: ``[]`` for a fresh database, ``[1]``, ``[1, 18]`` or ``[1, 18, 19]``.
 
     ``found`` maps each of :data:`SEED_TABLES` and :data:`STARFLOW_TABLES` that
-    exists to its columns and types (``information_schema.columns.data_type``).
+    exists to its columns and types (``information_schema.columns.data_type``);
+    ``indexes`` names those of :data:`SEED_INDEXES` that exist.
 
     Raises:
         ValueError: the tables match none of those schemas; the message lists
@@ -124,6 +135,8 @@ def seed_versions(found: Mapping[str, Mapping[str, str]]) -> list[int]:
     best: list[str] | None = None
     for version, _ in reversed(_SEED_STEPS):
         diff = _differences(found, _seed_schema(version))
+        diff += [f"index {name} is missing" for v, names in _SEED_INDEXES.items()
+                 if v <= version for name in names if name not in indexes]
         if not diff:
             return [v for v, _ in _SEED_STEPS if v <= version]
         if best is None or len(diff) < len(best):

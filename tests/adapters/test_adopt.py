@@ -204,6 +204,7 @@ async def test_a_foreign_schema_is_refused_and_left_alone(fresh_db: str) -> None
         await conn.execute("ALTER TABLE workflow_runs ADD COLUMN tenant text")
         await conn.execute("ALTER TABLE workflow_run_events ALTER COLUMN node_id TYPE int "
                            "USING NULL")
+        await conn.execute("DROP INDEX idx_workflow_session_vars_key")
         schema = await conn.fetch("SELECT table_name, column_name, data_type FROM "
                                   "information_schema.columns WHERE table_schema = 'public' "
                                   "ORDER BY 1, 2")
@@ -213,6 +214,7 @@ async def test_a_foreign_schema_is_refused_and_left_alone(fresh_db: str) -> None
             for needle in ("column workflow_runs.env is missing",
                            "column workflow_runs.tenant (text) is not the state model's",
                            "column workflow_run_events.node_id is integer, expected text",
+                           "index idx_workflow_session_vars_key is missing",
                            "Nothing was changed"):
                 assert needle in refused.stderr, refused.stderr
         adapter = PostgresWorkflowStateAdapter(fresh_db)
