@@ -164,6 +164,16 @@ async def test_adopt_and_run_beside_the_seeds_rows(fresh_db: str) -> None:
             listed = {r.template_id for r in await sf.list_runs(limit=10)}
             assert {"adopt-flow", "seed-done", "seed-paused", "seed-running"} <= listed
 
+        # On an adopted database a (session_id, key) pair is unique across workspaces.
+        other = PostgresWorkflowStateAdapter(fresh_db, workspace_id="other")
+        await other.open()
+        try:
+            with pytest.raises(StorageError, match="already used in another workspace"):
+                await other.session_set("seed-session", "k", "theirs", now=NOW)
+            await other.session_set("other:seed-session", "k", "theirs", now=NOW)
+        finally:
+            await other.close()
+
         # The state model's engine still works: its upsert, its inserts, its reads.
         await conn.execute(SEED_SESSION_SET, "seed-session", "k", json.dumps("v3"))
         await conn.execute(SEED_SESSION_SET, "sf-session-1", "answer", json.dumps(99))
