@@ -25,6 +25,7 @@ import msgspec
 
 from ..clock import Clock
 from ..context import WorkflowContext
+from ._flow import PoolLimits, PoolUsage, ScheduleRecord
 
 __all__ = [
     "DefinitionRecord",
@@ -233,6 +234,12 @@ class StartOptions(msgspec.Struct, frozen=True, kw_only=True):
     definition_id: str | None = None
     start_mode: str = "inline"
     max_claim_attempts: int = 3
+    # Flow control (#18); written only when set, so other starts' rows are unchanged.
+    priority: int = 0
+    concurrency_key: str | None = None
+    dedup_key: str | None = None
+    debounce_key: str | None = None
+    not_before: datetime | None = None
 
 
 # ---------------------------------------------------------------------------
@@ -257,6 +264,22 @@ UPDATABLE_RUN_COLUMNS = frozenset(
         "claim_attempts",
     }
 )
+#: Flow-control columns (#18) an ``InsertRun`` may also name.
+FLOW_RUN_COLUMNS = frozenset({"priority", "concurrency_key", "dedup_key", "debounce_key",
+                              "not_before"})
+
+
+def _flow_values(opts: StartOptions) -> dict[str, Any]:
+    """The flow-control columns a start sets (none for a start that sets none)."""
+    values: dict[str, Any] = {}
+    if opts.priority:
+        values["priority"] = opts.priority
+    for column in ("concurrency_key", "dedup_key", "debounce_key", "not_before"):
+        if getattr(opts, column) is not None:
+            values[column] = getattr(opts, column)
+    return values
+
+
 #: Columns holding JSON (encoded by the adapter).
 JSON_RUN_COLUMNS = frozenset({"checkpoint_json", "input_json", "result_json"})
 
@@ -592,6 +615,7 @@ class WorkflowStateAdapter(abc.ABC):
                     "start_mode": opts.start_mode,
                     "max_claim_attempts": opts.max_claim_attempts,
                     "workflow_version": ctx.version,
+                    **_flow_values(opts),
                 },
             )
         )
@@ -930,6 +954,73 @@ class WorkflowStateAdapter(abc.ABC):
     async def outbox_lag(self, now: datetime, edges: Sequence[float] = ()) -> OutboxLag:
         """Count unapplied rows in scope, and how many are older than each edge (seconds)."""
 
+    # -- schedules and flow control (#18) ------------------------------------
+
+    @abc.abstractmethod
+    async def upsert_schedule(self, schedule: ScheduleRecord, *, now: datetime
+                              ) -> ScheduleRecord:
+        """Create a schedule, or update the one with its id; return the stored row.
+
+        An update keeps the counters, ``paused`` and any decided tick; it keeps
+        the cursor (``next_fire_at``) when the cron and time zone are unchanged,
+        so a process that writes its schedules at every start still catches up
+        on ticks missed while it was down. ``revision`` grows by one.
+        """
+
+    @abc.abstractmethod
+    async def get_schedule(self, schedule_id: str) -> ScheduleRecord | None:
+        """The schedule with this id, if any."""
+
+    @abc.abstractmethod
+    async def list_schedules(self) -> list[ScheduleRecord]:
+        """Every schedule in scope, by id."""
+
+    @abc.abstractmethod
+    async def delete_schedule(self, schedule_id: str) -> bool:
+        """Delete a schedule; False if there was none. Its runs are kept."""
+
+    @abc.abstractmethod
+    async def update_schedule(self, schedule_id: str, revision: int, values: Mapping[str, Any],
+                              *, now: datetime) -> bool:
+        """Compare-and-set: write ``values`` only if the row is still at ``revision``.
+
+        ``values`` names columns of ``SCHEDULE_UPDATABLE``; ``revision`` grows by
+        one. Returns whether the row was written.
+        """
+
+    @abc.abstractmethod
+    async def due_schedules(self, now: datetime, *, limit: int = 100) -> list[ScheduleRecord]:
+        """Schedules not paused whose ``due_at <= now``, earliest first."""
+
+    @abc.abstractmethod
+    async def next_schedule_due(self) -> datetime | None:
+        """The earliest ``due_at`` of a schedule not paused, if any."""
+
+    @abc.abstractmethod
+    async def set_pool_limits(self, limits: PoolLimits, *, now: datetime) -> None:
+        """Store a pool's limits (replacing them); limits with none set delete the row."""
+
+    @abc.abstractmethod
+    async def get_pool_limits(self, pool: str) -> PoolLimits | None:
+        """A pool's stored limits, if any."""
+
+    @abc.abstractmethod
+    async def pool_usage(self, now: datetime) -> list[PoolUsage]:
+        """Every pool with limits or with queued or executing runs: limits and current use."""
+
+    @abc.abstractmethod
+    async def find_active_dedup(self, pool: str | None, dedup_key: str) -> str | None:
+        """The id of the active (queued, running or paused) run with this dedup key."""
+
+    @abc.abstractmethod
+    async def rearm_debounced(self, template_id: str, pool: str | None, debounce_key: str,
+                              input: Any, not_before: datetime) -> str | None:
+        """Replace the input and ``not_before`` of the pending debounced run, if one exists.
+
+        Pending: queued and never claimed. Returns its id, or None if there is
+        none (the caller then starts one).
+        """
+
 
 class DelegatingAdapter(WorkflowStateAdapter):
     """Base for adapters that wrap another one (spies, fault injection, mirror).
@@ -1047,6 +1138,48 @@ class DelegatingAdapter(WorkflowStateAdapter):
 
     async def outbox_lag(self, now: datetime, edges: Sequence[float] = ()) -> OutboxLag:
         return await self.inner.outbox_lag(now, edges)
+
+    # -- schedules and flow control (#18) ------------------------------------
+
+    async def upsert_schedule(self, schedule: ScheduleRecord, *, now: datetime
+                              ) -> ScheduleRecord:
+        return await self.inner.upsert_schedule(schedule, now=now)
+
+    async def get_schedule(self, schedule_id: str) -> ScheduleRecord | None:
+        return await self.inner.get_schedule(schedule_id)
+
+    async def list_schedules(self) -> list[ScheduleRecord]:
+        return await self.inner.list_schedules()
+
+    async def delete_schedule(self, schedule_id: str) -> bool:
+        return await self.inner.delete_schedule(schedule_id)
+
+    async def update_schedule(self, schedule_id: str, revision: int, values: Mapping[str, Any],
+                              *, now: datetime) -> bool:
+        return await self.inner.update_schedule(schedule_id, revision, values, now=now)
+
+    async def due_schedules(self, now: datetime, *, limit: int = 100) -> list[ScheduleRecord]:
+        return await self.inner.due_schedules(now, limit=limit)
+
+    async def next_schedule_due(self) -> datetime | None:
+        return await self.inner.next_schedule_due()
+
+    async def set_pool_limits(self, limits: PoolLimits, *, now: datetime) -> None:
+        await self.inner.set_pool_limits(limits, now=now)
+
+    async def get_pool_limits(self, pool: str) -> PoolLimits | None:
+        return await self.inner.get_pool_limits(pool)
+
+    async def pool_usage(self, now: datetime) -> list[PoolUsage]:
+        return await self.inner.pool_usage(now)
+
+    async def find_active_dedup(self, pool: str | None, dedup_key: str) -> str | None:
+        return await self.inner.find_active_dedup(pool, dedup_key)
+
+    async def rearm_debounced(self, template_id: str, pool: str | None, debounce_key: str,
+                              input: Any, not_before: datetime) -> str | None:
+        return await self.inner.rearm_debounced(template_id, pool, debounce_key, input,
+                                                not_before)
 
 
 def ops_of(units: Sequence[Unit]) -> list[str]:

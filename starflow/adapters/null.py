@@ -7,10 +7,11 @@ never be resumed, and queries find no runs.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from ._flow import PoolLimits, PoolUsage, ScheduleRecord
 from .base import (
     AfterClaim,
     AfterSweep,
@@ -116,3 +117,44 @@ class NullWorkflowStateAdapter(WorkflowStateAdapter):
 
     async def outbox_lag(self, now: datetime, edges: Sequence[float] = ()) -> OutboxLag:
         return OutboxLag(pending=0, oldest_created_at=None, older_than=tuple(0 for _ in edges))
+
+    # -- schedules and flow control (#18): stored nowhere ---------------------
+
+    async def upsert_schedule(self, schedule: ScheduleRecord, *, now: datetime
+                              ) -> ScheduleRecord:
+        return schedule
+
+    async def get_schedule(self, schedule_id: str) -> ScheduleRecord | None:
+        return None
+
+    async def list_schedules(self) -> list[ScheduleRecord]:
+        return []
+
+    async def delete_schedule(self, schedule_id: str) -> bool:
+        return False
+
+    async def update_schedule(self, schedule_id: str, revision: int, values: Mapping[str, Any],
+                              *, now: datetime) -> bool:
+        return False
+
+    async def due_schedules(self, now: datetime, *, limit: int = 100) -> list[ScheduleRecord]:
+        return []
+
+    async def next_schedule_due(self) -> datetime | None:
+        return None
+
+    async def set_pool_limits(self, limits: PoolLimits, *, now: datetime) -> None:
+        return None
+
+    async def get_pool_limits(self, pool: str) -> PoolLimits | None:
+        return None
+
+    async def pool_usage(self, now: datetime) -> list[PoolUsage]:
+        return []
+
+    async def find_active_dedup(self, pool: str | None, dedup_key: str) -> str | None:
+        return None
+
+    async def rearm_debounced(self, template_id: str, pool: str | None, debounce_key: str,
+                              input: Any, not_before: datetime) -> str | None:
+        return None

@@ -39,9 +39,9 @@ import hashlib
 import re
 import secrets
 import uuid
-from collections.abc import AsyncIterator, Collection, Iterator, Sequence
+from collections.abc import AsyncIterator, Collection, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
@@ -53,7 +53,25 @@ from ..errors import ConfigError, SerializationError, StarflowError, StorageErro
 from ..logs import get_logger
 from ..migrations import load_migrations
 from ..urls import normalize_scheme
+from ._flow import (
+    SCHEDULE_COLUMNS,
+    SCHEDULE_UPDATABLE,
+    Candidate,
+    PoolLimits,
+    PoolUsage,
+    ScheduleRecord,
+    full_keys,
+    has_limits,
+    period_ms,
+    pick_claims,
+    room_left,
+    scan_size,
+    schedule_from_row,
+    schedule_insert_values,
+    schedule_upsert_sql,
+)
 from .base import (
+    FLOW_RUN_COLUMNS,
     JSON_RUN_COLUMNS,
     UPDATABLE_RUN_COLUMNS,
     AfterClaim,
@@ -109,7 +127,7 @@ _RUN_COLUMNS = (
     "workflow_version"
 )
 #: Columns an ``InsertRun`` may name (besides id/workspace_id/env).
-_INSERTABLE_RUN_COLUMNS = UPDATABLE_RUN_COLUMNS | {
+_INSERTABLE_RUN_COLUMNS = UPDATABLE_RUN_COLUMNS | FLOW_RUN_COLUMNS | {
     "template_id", "started_at", "input_json", "start_mode", "max_claim_attempts",
     "workflow_version",
 }
@@ -139,7 +157,8 @@ WITH picked AS (
       AND (runner_pool IS NULL OR runner_pool = $3)
       AND workspace_id = $1 AND env = $2
       AND ($8::text[] IS NULL OR template_id = ANY($8::text[]))
-    ORDER BY started_at
+      AND (not_before IS NULL OR not_before <= $7)  -- #18: a debounced run waits
+    ORDER BY priority DESC, started_at               -- #18: highest priority first
     LIMIT $4
     FOR UPDATE SKIP LOCKED
 )
@@ -149,7 +168,8 @@ UPDATE workflow_runs r SET
     claim_attempts = r.claim_attempts + 1,
     leased_by = $5,
     lease_until = $6,
-    last_heartbeat = $7
+    last_heartbeat = $7,
+    claimed_at = $7
 FROM picked
 WHERE r.id = picked.id
 RETURNING {", ".join("r." + c.strip() for c in _RUN_COLUMNS.split(","))}
@@ -924,7 +944,20 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
         args = (self.workspace_id, self.env, pool, int(limit), runner_id, lease_until, now,
                 names)
         async with self._connection("claim_runs") as conn:
-            if after is None:
+            if pool is not None:
+                # Flow control (#18): a pool with stored limits is claimed with its
+                # limits row locked FOR UPDATE, in this transaction (_claim_limited).
+                async with conn.transaction():
+                    limits = await _locked_limits(conn, self.workspace_id, self.env, pool)
+                    if limits is None:
+                        runs = _claimed(await conn.fetch(CLAIM_SQL, *args))
+                    else:
+                        runs = _claimed(await self._claim_limited(
+                            conn, limits, runner_id=runner_id, pool=pool, now=now,
+                            lease_until=lease_until, limit=int(limit), names=names))
+                    if after is not None:
+                        await self._apply_after(conn, after(runs) if runs else [])
+            elif after is None:
                 rows = await conn.fetch(CLAIM_SQL, *args)
                 runs = _claimed(rows)
             else:
@@ -1108,6 +1141,202 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
         assert row is not None
         return OutboxLag(pending=int(row[0]), oldest_created_at=row[1],
                          older_than=tuple(int(c) for c in row[2:]))
+
+    # -- schedules and flow control (#18) ------------------------------------
+
+    async def _claim_limited(self, conn: asyncpg.Connection, limits: PoolLimits, *,
+                             runner_id: str, pool: str, now: datetime, lease_until: datetime,
+                             limit: int, names: list[str] | None) -> list[asyncpg.Record]:
+        """Claim for a pool with stored limits; the caller holds its limits row lock.
+
+        Every claimer of the pool takes that lock first, so the counts read
+        here stay true until this transaction commits its claims.
+        """
+        ws, env = self.workspace_id, self.env
+        since = now - limits.rate_period if limits.rate_period is not None else None
+        row = await conn.fetchrow(
+            "SELECT count(*) FILTER (WHERE status = 'running' "
+            "    AND claim_state IN ('claimed', 'running')), "
+            "  count(*) FILTER (WHERE $4::timestamptz IS NOT NULL AND claimed_at > $4) "
+            "FROM workflow_runs WHERE workspace_id = $1 AND env = $2 AND runner_pool = $3 "
+            "AND ((status = 'running' AND claim_state IN ('claimed', 'running')) "
+            "  OR ($4::timestamptz IS NOT NULL AND claimed_at > $4))",
+            ws, env, pool, since)
+        assert row is not None
+        active, recent = int(row[0]), int(row[1])
+        key_active: dict[str, int] = {}
+        if limits.key_concurrency is not None:
+            key_active = {r[0]: int(r[1]) for r in await conn.fetch(
+                "SELECT concurrency_key, count(*) FROM workflow_runs WHERE workspace_id = $1 "
+                "AND env = $2 AND runner_pool = $3 AND status = 'running' "
+                "AND claim_state IN ('claimed', 'running') AND concurrency_key IS NOT NULL "
+                "GROUP BY concurrency_key", ws, env, pool)}
+        room = room_left(limits, active, recent)
+        full = full_keys(limits, key_active)
+        cands = [Candidate(r[0], r[1], r[2]) for r in await conn.fetch(
+            "SELECT id, runner_pool, concurrency_key FROM workflow_runs "
+            "WHERE claim_state = 'queued' AND workspace_id = $1 AND env = $2 "
+            "AND (runner_pool IS NULL OR (runner_pool = $3 AND NOT $4::bool)) "
+            "AND ($5::text[] IS NULL OR template_id = ANY($5::text[])) "
+            "AND (concurrency_key IS NULL OR NOT (concurrency_key = ANY($6::text[]))) "
+            "AND (not_before IS NULL OR not_before <= $7) "
+            "ORDER BY priority DESC, started_at LIMIT $8 FOR UPDATE SKIP LOCKED",
+            ws, env, pool, room is not None and room <= 0, names, full, now,
+            scan_size(limit, limits))]
+        ids = pick_claims(cands, limits, limit=limit, active=active, claimed_in_window=recent,
+                          key_active=key_active)
+        if not ids:
+            return []
+        rows: list[asyncpg.Record] = await conn.fetch(
+            "UPDATE workflow_runs r SET claim_state = 'claimed', status = 'running', "
+            "claim_attempts = r.claim_attempts + 1, leased_by = $2, lease_until = $3, "
+            "last_heartbeat = $4, claimed_at = $4 WHERE r.id = ANY($1::uuid[]) "
+            "AND r.claim_state = 'queued' "
+            f"RETURNING {', '.join('r.' + c.strip() for c in _RUN_COLUMNS.split(','))}",
+            ids, runner_id, lease_until, now)
+        return rows
+
+    async def upsert_schedule(self, schedule: ScheduleRecord, *, now: datetime
+                              ) -> ScheduleRecord:
+        values = schedule_insert_values(schedule)
+        values["definition_id"] = _require_uuid(schedule.definition_id, "definition_id")
+        cols = ["workspace_id", "env", *values, "created_at", "updated_at"]
+        async with self._connection("upsert_schedule") as conn:
+            row = await conn.fetchrow(
+                f"INSERT INTO starflow_schedules ({', '.join(cols)}) "
+                f"VALUES ({', '.join(f'${i}' for i in range(1, len(cols) + 1))}) "
+                "ON CONFLICT (workspace_id, env, id) DO UPDATE SET "
+                + _SCHEDULE_UPSERT + f" RETURNING {', '.join(SCHEDULE_COLUMNS)}",
+                self.workspace_id, self.env, *values.values(), now, now)
+        return _schedule(row)
+
+    async def get_schedule(self, schedule_id: str) -> ScheduleRecord | None:
+        async with self._connection("get_schedule") as conn:
+            row = await conn.fetchrow(
+                f"SELECT {', '.join(SCHEDULE_COLUMNS)} FROM starflow_schedules "
+                "WHERE workspace_id = $1 AND env = $2 AND id = $3",
+                self.workspace_id, self.env, schedule_id)
+        return None if row is None else _schedule(row)
+
+    async def list_schedules(self) -> list[ScheduleRecord]:
+        async with self._connection("list_schedules") as conn:
+            rows = await conn.fetch(
+                f"SELECT {', '.join(SCHEDULE_COLUMNS)} FROM starflow_schedules "
+                "WHERE workspace_id = $1 AND env = $2 ORDER BY id", self.workspace_id, self.env)
+        return [_schedule(r) for r in rows]
+
+    async def delete_schedule(self, schedule_id: str) -> bool:
+        async with self._connection("delete_schedule") as conn:
+            status = await conn.execute(
+                "DELETE FROM starflow_schedules WHERE workspace_id = $1 AND env = $2 "
+                "AND id = $3", self.workspace_id, self.env, schedule_id)
+        return bool(status != "DELETE 0")
+
+    async def update_schedule(self, schedule_id: str, revision: int, values: Mapping[str, Any],
+                              *, now: datetime) -> bool:
+        cols = sorted(values)
+        unknown = set(cols) - SCHEDULE_UPDATABLE
+        if unknown:
+            raise ValueError(f"update_schedule: not updatable: {sorted(unknown)}")
+        sets = "".join(f"{c} = ${i}, " for i, c in enumerate(cols, start=6))
+        args = [_require_uuid(values[c], "run id") if c == "last_run_id" else values[c]
+                for c in cols]
+        async with self._connection("update_schedule") as conn:
+            status = await conn.execute(
+                f"UPDATE starflow_schedules SET {sets}revision = revision + 1, updated_at = $5 "
+                "WHERE workspace_id = $1 AND env = $2 AND id = $3 AND revision = $4",
+                self.workspace_id, self.env, schedule_id, revision, now, *args)
+        return bool(status != "UPDATE 0")
+
+    async def due_schedules(self, now: datetime, *, limit: int = 100) -> list[ScheduleRecord]:
+        async with self._connection("due_schedules") as conn:
+            rows = await conn.fetch(
+                f"SELECT {', '.join(SCHEDULE_COLUMNS)} FROM starflow_schedules "
+                "WHERE workspace_id = $1 AND env = $2 AND NOT paused AND due_at <= $3 "
+                "ORDER BY due_at LIMIT $4", self.workspace_id, self.env, now, int(limit))
+        return [_schedule(r) for r in rows]
+
+    async def next_schedule_due(self) -> datetime | None:
+        async with self._connection("next_schedule_due") as conn:
+            value: datetime | None = await conn.fetchval(
+                "SELECT min(due_at) FROM starflow_schedules WHERE workspace_id = $1 "
+                "AND env = $2 AND NOT paused", self.workspace_id, self.env)
+        return value
+
+    async def set_pool_limits(self, limits: PoolLimits, *, now: datetime) -> None:
+        async with self._connection("set_pool_limits") as conn:
+            if not has_limits(limits):
+                await conn.execute(
+                    "DELETE FROM starflow_pool_limits WHERE workspace_id = $1 AND env = $2 "
+                    "AND pool = $3", self.workspace_id, self.env, limits.pool)
+                return
+            await conn.execute(
+                "INSERT INTO starflow_pool_limits (workspace_id, env, pool, concurrency, "
+                "rate_limit, rate_period_ms, key_concurrency, updated_at) "
+                "VALUES ($1, $2, $3, $4, $5, $6, $7, $8) "
+                "ON CONFLICT (workspace_id, env, pool) DO UPDATE SET "
+                "concurrency = EXCLUDED.concurrency, rate_limit = EXCLUDED.rate_limit, "
+                "rate_period_ms = EXCLUDED.rate_period_ms, "
+                "key_concurrency = EXCLUDED.key_concurrency, updated_at = EXCLUDED.updated_at",
+                self.workspace_id, self.env, limits.pool, limits.concurrency, limits.rate_limit,
+                period_ms(limits), limits.key_concurrency, now)
+
+    async def get_pool_limits(self, pool: str) -> PoolLimits | None:
+        async with self._connection("get_pool_limits") as conn:
+            row = await conn.fetchrow(
+                f"SELECT {_LIMIT_COLUMNS} FROM starflow_pool_limits WHERE workspace_id = $1 "
+                "AND env = $2 AND pool = $3", self.workspace_id, self.env, pool)
+        return None if row is None else _limits(row)
+
+    async def pool_usage(self, now: datetime) -> list[PoolUsage]:
+        ws, env = self.workspace_id, self.env
+        async with self._connection("pool_usage") as conn:
+            limits = {r[0]: _limits(r) for r in await conn.fetch(
+                f"SELECT {_LIMIT_COLUMNS} FROM starflow_pool_limits WHERE workspace_id = $1 "
+                "AND env = $2", ws, env)}
+            counts = {r[0]: (int(r[1]), int(r[2])) for r in await conn.fetch(
+                "SELECT runner_pool, count(*) FILTER (WHERE claim_state = 'queued'), "
+                "count(*) FILTER (WHERE status = 'running' "
+                "  AND claim_state IN ('claimed', 'running')) "
+                "FROM workflow_runs WHERE workspace_id = $1 AND env = $2 "
+                "AND runner_pool IS NOT NULL AND (claim_state = 'queued' OR "
+                "(status = 'running' AND claim_state IN ('claimed', 'running'))) "
+                "GROUP BY runner_pool", ws, env)}
+            out = []
+            for pool in sorted(set(limits) | set(counts)):
+                lim = limits.get(pool)
+                window = 0
+                if lim is not None and lim.rate_period is not None:
+                    window = await conn.fetchval(
+                        "SELECT count(*) FROM workflow_runs WHERE workspace_id = $1 "
+                        "AND env = $2 AND runner_pool = $3 AND claimed_at > $4",
+                        ws, env, pool, now - lim.rate_period)
+                queued, active = counts.get(pool, (0, 0))
+                out.append(PoolUsage(pool=pool, limits=lim, queued=queued, active=active,
+                                     claimed_in_window=int(window)))
+        return out
+
+    async def find_active_dedup(self, pool: str | None, dedup_key: str) -> str | None:
+        async with self._connection("find_active_dedup") as conn:
+            value: str | None = await conn.fetchval(
+                "SELECT id FROM workflow_runs WHERE workspace_id = $1 AND env = $2 "
+                "AND COALESCE(runner_pool, '') = $3 AND dedup_key = $4 "
+                "AND status IN ('queued', 'running', 'paused')",
+                self.workspace_id, self.env, pool or "", dedup_key)
+        return value
+
+    async def rearm_debounced(self, template_id: str, pool: str | None, debounce_key: str,
+                              input: Any, not_before: datetime) -> str | None:
+        serde.encode(input, what="input_json")
+        async with self._connection("rearm_debounced") as conn:
+            value: str | None = await conn.fetchval(
+                "UPDATE workflow_runs SET input_json = $1, not_before = $2 "
+                "WHERE workspace_id = $3 AND env = $4 AND COALESCE(runner_pool, '') = $5 "
+                "AND template_id = $6 AND debounce_key = $7 AND claim_state = 'queued' "
+                "AND claim_attempts = 0 RETURNING id",
+                input, not_before, self.workspace_id, self.env, pool or "", template_id,
+                debounce_key)
+        return value
 
     # -- waiting for work ------------------------------------------------------
 
@@ -1342,6 +1571,32 @@ async def _migrate(conn: asyncpg.Connection) -> list[int]:
                                mig.version, mig.name)
             applied.append(mig.version)
     return applied
+
+
+_LIMIT_COLUMNS = "pool, concurrency, rate_limit, rate_period_ms, key_concurrency, updated_at"
+
+
+async def _locked_limits(conn: asyncpg.Connection, workspace_id: str, env: str, pool: str
+                         ) -> PoolLimits | None:
+    """A pool's limits row, locked until the caller's transaction ends (None: no limits)."""
+    row = await conn.fetchrow(
+        f"SELECT {_LIMIT_COLUMNS} FROM starflow_pool_limits WHERE workspace_id = $1 "
+        "AND env = $2 AND pool = $3 FOR UPDATE", workspace_id, env, pool)
+    return None if row is None else _limits(row)
+
+
+def _limits(row: Any) -> PoolLimits:
+    return PoolLimits(pool=row[0], concurrency=row[1], rate_limit=row[2],
+                      rate_period=None if row[3] is None else timedelta(milliseconds=row[3]),
+                      key_concurrency=row[4], updated_at=row[5])
+
+
+def _schedule(row: Any) -> ScheduleRecord:
+    return schedule_from_row(tuple(row), ts=lambda v: v, json=lambda v: v)
+
+
+#: The ``DO UPDATE SET`` of a schedule upsert (see ``upsert_schedule``'s contract).
+_SCHEDULE_UPSERT = schedule_upsert_sql("EXCLUDED")
 
 
 def _claimed(rows: Sequence[asyncpg.Record]) -> list[RunInfo]:

@@ -20,7 +20,7 @@ import functools
 import sqlite3
 import threading
 import uuid
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -32,6 +32,23 @@ from ..clock import format_ts, parse_ts
 from ..errors import ConfigError, StorageError
 from ..migrations import load_migrations
 from ..urls import normalize_scheme
+from ._flow import (
+    SCHEDULE_COLUMNS,
+    SCHEDULE_UPDATABLE,
+    Candidate,
+    PoolLimits,
+    PoolUsage,
+    ScheduleRecord,
+    full_keys,
+    has_limits,
+    period_ms,
+    pick_claims,
+    room_left,
+    scan_size,
+    schedule_from_row,
+    schedule_insert_values,
+    schedule_upsert_sql,
+)
 from .base import (
     JSON_RUN_COLUMNS,
     AfterClaim,
@@ -778,20 +795,31 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
         only = f" AND template_id IN ({', '.join('?' for _ in names)})" if names else ""
 
         def claim(conn: sqlite3.Connection) -> list[RunInfo]:
-            rows = conn.execute(
-                "UPDATE workflow_runs SET claim_state = 'claimed', status = 'running', "
-                "claim_attempts = claim_attempts + 1, leased_by = ?, lease_until = ?, "
-                "last_heartbeat = ? WHERE id IN ("
-                # Unary + keeps the planner off the (workspace, started_at) index,
-                # which would walk every run of the workspace: the partial
-                # queued index holds only what can be claimed.
-                "  SELECT id FROM workflow_runs WHERE claim_state = 'queued' "
-                "  AND +workspace_id = ? AND +env = ? AND (runner_pool IS NULL OR runner_pool = ?)"
-                f"{only} ORDER BY started_at LIMIT ?"
-                f") RETURNING {_RUN_COLUMNS}",
-                (runner_id, format_ts(lease_until), format_ts(now), self.workspace_id,
-                 self.env, pool, *(names or ()), int(limit)),
-            ).fetchall()
+            # Flow control (#18): a pool with stored limits is claimed by
+            # _claim_limited, in this same writer transaction (never check-then-claim).
+            limits = self._pool_limits_on(conn, pool) if pool is not None else None
+            if limits is not None and pool is not None:
+                rows = self._claim_limited(conn, limits, runner_id=runner_id, pool=pool,
+                                           now=now, lease_until=lease_until, limit=int(limit),
+                                           names=names)
+            else:
+                rows = conn.execute(
+                    "UPDATE workflow_runs SET claim_state = 'claimed', status = 'running', "
+                    "claim_attempts = claim_attempts + 1, leased_by = ?, lease_until = ?, "
+                    "last_heartbeat = ?, claimed_at = ? WHERE id IN ("
+                    # Unary + keeps the planner off the (workspace, started_at) index,
+                    # which would walk every run of the workspace: the partial
+                    # queued index holds only what can be claimed.
+                    "  SELECT id FROM workflow_runs WHERE claim_state = 'queued' "
+                    "  AND +workspace_id = ? AND +env = ? "
+                    "  AND (runner_pool IS NULL OR runner_pool = ?)"
+                    # #18: not before a debounced run's time; highest priority first.
+                    f"{only} AND (not_before IS NULL OR not_before <= ?) "
+                    "  ORDER BY priority DESC, started_at LIMIT ?"
+                    f") RETURNING {_RUN_COLUMNS}",
+                    (runner_id, format_ts(lease_until), format_ts(now), format_ts(now),
+                     self.workspace_id, self.env, pool, *(names or ()), format_ts(now), int(limit)),
+                ).fetchall()
             # RETURNING has no guaranteed order: hand runs out oldest first.
             runs = [_run(r) for r in rows]
             runs.sort(key=lambda r: (r.started_at is not None, r.started_at, r.id))
@@ -1018,12 +1046,252 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
         return OutboxLag(pending=int(row[0]), oldest_created_at=_ts(row[1]),
                          older_than=tuple(int(c or 0) for c in row[2:]))
 
+    # -- schedules and flow control (#18) ------------------------------------
+
+    def _pool_limits_on(self, conn: sqlite3.Connection, pool: str) -> PoolLimits | None:
+        row = conn.execute(
+            "SELECT pool, concurrency, rate_limit, rate_period_ms, key_concurrency, updated_at "
+            "FROM starflow_pool_limits WHERE workspace_id = ? AND env = ? AND pool = ?",
+            (self.workspace_id, self.env, pool)).fetchone()
+        return None if row is None else _limits(row)
+
+    def _claim_limited(self, conn: sqlite3.Connection, limits: PoolLimits, *, runner_id: str,
+                       pool: str, now: datetime, lease_until: datetime, limit: int,
+                       names: list[str] | None) -> list[sqlite3.Row]:
+        """Claim for a pool with stored limits, inside the writer's transaction.
+
+        ``BEGIN IMMEDIATE`` holds the database's write lock from the counts to
+        the UPDATE, so no other claimer (of any process) spends the same room.
+        """
+        ws, env = self.workspace_id, self.env
+        active = conn.execute(
+            "SELECT count(*) FROM workflow_runs WHERE workspace_id = ? AND env = ? "
+            "AND runner_pool = ? AND status = 'running' AND claim_state IN ('claimed', 'running')",
+            (ws, env, pool)).fetchone()[0]
+        recent = 0
+        if limits.rate_limit is not None and limits.rate_period is not None:
+            recent = conn.execute(
+                "SELECT count(*) FROM workflow_runs WHERE workspace_id = ? AND env = ? "
+                "AND runner_pool = ? AND claimed_at > ?",
+                (ws, env, pool, format_ts(now - limits.rate_period))).fetchone()[0]
+        key_active: dict[str, int] = {}
+        if limits.key_concurrency is not None:
+            key_active = {r[0]: int(r[1]) for r in conn.execute(
+                "SELECT concurrency_key, count(*) FROM workflow_runs WHERE workspace_id = ? "
+                "AND env = ? AND runner_pool = ? AND status = 'running' "
+                "AND claim_state IN ('claimed', 'running') AND concurrency_key IS NOT NULL "
+                "GROUP BY concurrency_key", (ws, env, pool))}
+        room = room_left(limits, active, recent)
+        full = full_keys(limits, key_active)
+        only = f" AND template_id IN ({', '.join('?' for _ in names)})" if names else ""
+        mine = "runner_pool IS NULL" if room is not None and room <= 0 else \
+            "(runner_pool IS NULL OR runner_pool = ?)"
+        skip = (f" AND (concurrency_key IS NULL OR concurrency_key NOT IN "
+                f"({', '.join('?' for _ in full)}))") if full else ""
+        cands = [Candidate(r[0], r[1], r[2]) for r in conn.execute(
+            "SELECT id, runner_pool, concurrency_key FROM workflow_runs "
+            "WHERE claim_state = 'queued' AND +workspace_id = ? AND +env = ? "
+            f"AND {mine}{only}{skip} AND (not_before IS NULL OR not_before <= ?) "
+            "ORDER BY priority DESC, started_at LIMIT ?",
+            (ws, env, *(() if room is not None and room <= 0 else (pool,)), *(names or ()),
+             *full, format_ts(now), scan_size(limit, limits)))]
+        ids = pick_claims(cands, limits, limit=limit, active=active, claimed_in_window=recent,
+                          key_active=key_active)
+        if not ids:
+            return []
+        return conn.execute(
+            "UPDATE workflow_runs SET claim_state = 'claimed', status = 'running', "
+            "claim_attempts = claim_attempts + 1, leased_by = ?, lease_until = ?, "
+            f"last_heartbeat = ?, claimed_at = ? WHERE id IN ({', '.join('?' for _ in ids)}) "
+            f"AND claim_state = 'queued' RETURNING {_RUN_COLUMNS}",
+            (runner_id, format_ts(lease_until), format_ts(now), format_ts(now), *ids),
+        ).fetchall()
+
+    async def upsert_schedule(self, schedule: ScheduleRecord, *, now: datetime
+                              ) -> ScheduleRecord:
+        ts = format_ts(now)
+        values = _schedule_values(schedule)
+
+        def upsert(conn: sqlite3.Connection) -> ScheduleRecord:
+            cols = ["workspace_id", "env", *values, "created_at", "updated_at"]
+            row = conn.execute(
+                f"INSERT INTO starflow_schedules ({', '.join(cols)}) "
+                f"VALUES ({', '.join('?' for _ in cols)}) "
+                "ON CONFLICT (workspace_id, env, id) DO UPDATE SET "
+                + _SCHEDULE_UPSERT + f" RETURNING {', '.join(SCHEDULE_COLUMNS)}",
+                (self.workspace_id, self.env, *values.values(), ts, ts)).fetchone()
+            return _schedule(row)
+
+        result: ScheduleRecord = await self._write(upsert)
+        return result
+
+    async def get_schedule(self, schedule_id: str) -> ScheduleRecord | None:
+        row = await self._lookup(lambda conn: conn.execute(
+            f"SELECT {', '.join(SCHEDULE_COLUMNS)} FROM starflow_schedules "
+            "WHERE workspace_id = ? AND env = ? AND id = ?",
+            (self.workspace_id, self.env, schedule_id)).fetchone())
+        return None if row is None else _schedule(row)
+
+    async def list_schedules(self) -> list[ScheduleRecord]:
+        rows = await self._call(lambda conn: conn.execute(
+            f"SELECT {', '.join(SCHEDULE_COLUMNS)} FROM starflow_schedules "
+            "WHERE workspace_id = ? AND env = ? ORDER BY id",
+            (self.workspace_id, self.env)).fetchall())
+        return [_schedule(r) for r in rows]
+
+    async def delete_schedule(self, schedule_id: str) -> bool:
+        def delete(conn: sqlite3.Connection) -> bool:
+            return conn.execute(
+                "DELETE FROM starflow_schedules WHERE workspace_id = ? AND env = ? AND id = ?",
+                (self.workspace_id, self.env, schedule_id)).rowcount > 0
+
+        result: bool = await self._write(delete)
+        return result
+
+    async def update_schedule(self, schedule_id: str, revision: int, values: Mapping[str, Any],
+                              *, now: datetime) -> bool:
+        cols = sorted(values)
+        unknown = set(cols) - SCHEDULE_UPDATABLE
+        if unknown:
+            raise ValueError(f"update_schedule: not updatable: {sorted(unknown)}")
+        sets = "".join(f"{c} = ?, " for c in cols)
+        args = [_schedule_db(c, values[c]) for c in cols]
+
+        def update(conn: sqlite3.Connection) -> bool:
+            return conn.execute(
+                f"UPDATE starflow_schedules SET {sets}revision = revision + 1, updated_at = ? "
+                "WHERE workspace_id = ? AND env = ? AND id = ? AND revision = ?",
+                (*args, format_ts(now), self.workspace_id, self.env, schedule_id, revision),
+            ).rowcount > 0
+
+        result: bool = await self._write(update)
+        return result
+
+    async def due_schedules(self, now: datetime, *, limit: int = 100) -> list[ScheduleRecord]:
+        rows = await self._call(lambda conn: conn.execute(
+            f"SELECT {', '.join(SCHEDULE_COLUMNS)} FROM starflow_schedules "
+            "WHERE workspace_id = ? AND env = ? AND paused = 0 AND due_at <= ? "
+            "ORDER BY due_at LIMIT ?",
+            (self.workspace_id, self.env, format_ts(now), int(limit))).fetchall())
+        return [_schedule(r) for r in rows]
+
+    async def next_schedule_due(self) -> datetime | None:
+        row = await self._lookup(lambda conn: conn.execute(
+            "SELECT min(due_at) FROM starflow_schedules WHERE workspace_id = ? AND env = ? "
+            "AND paused = 0", (self.workspace_id, self.env)).fetchone())
+        return _ts(row[0])
+
+    async def set_pool_limits(self, limits: PoolLimits, *, now: datetime) -> None:
+        def store(conn: sqlite3.Connection) -> None:
+            if not has_limits(limits):
+                conn.execute("DELETE FROM starflow_pool_limits WHERE workspace_id = ? "
+                             "AND env = ? AND pool = ?", (self.workspace_id, self.env, limits.pool))
+                return
+            conn.execute(
+                "INSERT OR REPLACE INTO starflow_pool_limits (workspace_id, env, pool, "
+                "concurrency, rate_limit, rate_period_ms, key_concurrency, updated_at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (self.workspace_id, self.env, limits.pool, limits.concurrency, limits.rate_limit,
+                 period_ms(limits), limits.key_concurrency, format_ts(now)))
+
+        await self._write(store)
+
+    async def get_pool_limits(self, pool: str) -> PoolLimits | None:
+        return await self._lookup(lambda conn: self._pool_limits_on(conn, pool))
+
+    async def pool_usage(self, now: datetime) -> list[PoolUsage]:
+        ws, env = self.workspace_id, self.env
+
+        def usage(conn: sqlite3.Connection) -> list[PoolUsage]:
+            limits = {r[0]: _limits(r) for r in conn.execute(
+                "SELECT pool, concurrency, rate_limit, rate_period_ms, key_concurrency, "
+                "updated_at FROM starflow_pool_limits WHERE workspace_id = ? AND env = ?",
+                (ws, env))}
+            counts = {r[0]: (int(r[1]), int(r[2])) for r in conn.execute(
+                "SELECT runner_pool, sum(claim_state = 'queued'), "
+                "sum(status = 'running' AND claim_state IN ('claimed', 'running')) "
+                "FROM workflow_runs WHERE workspace_id = ? AND env = ? "
+                "AND runner_pool IS NOT NULL AND (claim_state = 'queued' OR "
+                "(status = 'running' AND claim_state IN ('claimed', 'running'))) "
+                "GROUP BY runner_pool", (ws, env))}
+            out = []
+            for pool in sorted(set(limits) | set(counts)):
+                lim = limits.get(pool)
+                window = 0
+                if lim is not None and lim.rate_period is not None:
+                    window = conn.execute(
+                        "SELECT count(*) FROM workflow_runs WHERE workspace_id = ? AND env = ? "
+                        "AND runner_pool = ? AND claimed_at > ?",
+                        (ws, env, pool, format_ts(now - lim.rate_period))).fetchone()[0]
+                queued, active = counts.get(pool, (0, 0))
+                out.append(PoolUsage(pool=pool, limits=lim, queued=queued, active=active,
+                                     claimed_in_window=int(window)))
+            return out
+
+        return await self._call(usage)
+
+    async def find_active_dedup(self, pool: str | None, dedup_key: str) -> str | None:
+        row = await self._lookup(lambda conn: conn.execute(
+            "SELECT id FROM workflow_runs WHERE workspace_id = ? AND env = ? "
+            "AND COALESCE(runner_pool, '') = ? AND dedup_key = ? "
+            "AND status IN ('queued', 'running', 'paused')",
+            (self.workspace_id, self.env, pool or "", dedup_key)).fetchone())
+        return None if row is None else str(row[0])
+
+    async def rearm_debounced(self, template_id: str, pool: str | None, debounce_key: str,
+                              input: Any, not_before: datetime) -> str | None:
+        encoded = serde.encode(input, what="input_json").decode()
+
+        def rearm(conn: sqlite3.Connection) -> str | None:
+            row = conn.execute(
+                "UPDATE workflow_runs SET input_json = ?, not_before = ? "
+                "WHERE workspace_id = ? AND env = ? AND COALESCE(runner_pool, '') = ? "
+                "AND template_id = ? AND debounce_key = ? AND claim_state = 'queued' "
+                "AND claim_attempts = 0 RETURNING id",
+                (encoded, format_ts(not_before), self.workspace_id, self.env, pool or "",
+                 template_id, debounce_key)).fetchone()
+            return None if row is None else str(row[0])
+
+        result: str | None = await self._write(rearm)
+        return result
+
 
 _JOB_COLUMNS = (
     "id, run_id, node_id, pool, step_name, idempotency_key, input_json, status, attempts, "
     "max_attempts, leased_by, lease_until, last_heartbeat, result_json, error_json, "
     "created_at, completed_at"
 )
+
+
+def _limits(row: Any) -> PoolLimits:
+    return PoolLimits(pool=row[0], concurrency=row[1], rate_limit=row[2],
+                      rate_period=None if row[3] is None else timedelta(milliseconds=row[3]),
+                      key_concurrency=row[4], updated_at=_ts(row[5]))
+
+
+def _schedule_db(column: str, value: Any) -> Any:
+    if value is None:
+        return None
+    if column == "input_json":
+        return serde.encode(value, what="schedule input").decode()
+    if isinstance(value, datetime):
+        return format_ts(value)
+    if isinstance(value, bool):
+        return int(value)
+    return value
+
+
+def _schedule_values(schedule: ScheduleRecord) -> dict[str, Any]:
+    values = schedule_insert_values(schedule)
+    return {c: _schedule_db(c, v) for c, v in values.items()}
+
+
+def _schedule(row: Any) -> ScheduleRecord:
+    return schedule_from_row(tuple(row), ts=_ts, json=_json)
+
+
+#: The ``DO UPDATE SET`` of a schedule upsert (see ``upsert_schedule``'s contract).
+_SCHEDULE_UPSERT = schedule_upsert_sql("excluded")
 
 
 def _storage_error(exc: sqlite3.Error, run_id: str | None) -> StorageError:
