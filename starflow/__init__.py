@@ -7,6 +7,7 @@ mark the calls worth recording with :func:`step`; pause durably with
 
 from __future__ import annotations
 
+from .adapters._flow import PoolLimits, PoolUsage, ScheduleRecord
 from .adapters.base import RunEvent, RunInfo, WorkflowStateAdapter
 from .app import Starflow
 from .clock import Clock, SystemClock
@@ -15,6 +16,7 @@ from .context import WorkflowContext, context
 from .decorators import RetryPolicy, step, workflow
 from .errors import (
     ConfigError,
+    DuplicateRun,
     InvalidWakeToken,
     LeaseLostError,
     NonDeterminismError,
@@ -24,6 +26,7 @@ from .errors import (
     RunFinished,
     RunIdConflict,
     RunNotFound,
+    ScheduleNotFound,
     SerializationError,
     StarflowError,
     StepFailed,
@@ -45,11 +48,14 @@ __version__ = "0.1.0"
 __all__ = [
     "Clock",
     "ConfigError",
+    "DuplicateRun",
     "InvalidWakeToken",
     "JobWorker",
     "LeaseLostError",
     "LiveRun",
     "NonDeterminismError",
+    "PoolLimits",
+    "PoolUsage",
     "ReservedKeyError",
     "ResultTimeout",
     "RetryPolicy",
@@ -60,6 +66,8 @@ __all__ = [
     "RunIdConflict",
     "RunInfo",
     "RunNotFound",
+    "ScheduleNotFound",
+    "ScheduleRecord",
     "SerializationError",
     "Starflow",
     "StarflowConfig",

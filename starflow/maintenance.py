@@ -1,5 +1,5 @@
-"""Server background tasks: the lease sweep, durable timers, session-var GC, and
-(with a warm tier) the outbox drainer and drift sweep.
+"""Server background tasks: the lease sweep, durable timers, cron schedules,
+session-var GC, and (with a warm tier) the outbox drainer and drift sweep.
 
 The state model's starflow-server runs the sweep once at boot and then every
 ``sweep_interval``; starflow runs these loops in ``Starflow.open`` (unless
@@ -17,6 +17,7 @@ from .clock import wait_event
 from .errors import StarflowError
 from .logs import get_logger
 from .runner import Runner
+from .schedules import ScheduleLoop
 from .warm.drainer import OutboxDrainer
 
 __all__ = ["Maintenance"]
@@ -38,6 +39,8 @@ class Maintenance:
         self.poll = poll
         self._firing: set[tuple[str, str]] = set()
         self.sweeps = 0
+        #: Starts the due ticks of cron schedules (#18).
+        self.schedules = ScheduleLoop(runner, poll=poll)
         #: The outbox drainer and drift sweep, when the adapter mirrors to a warm tier.
         self.drainer: OutboxDrainer | None = None
         mirror = find_mirror(runner.adapter)
@@ -55,6 +58,7 @@ class Maintenance:
             tg.start_soon(self._sweep_loop, sweep_now)
             tg.start_soon(self._timer_loop)
             tg.start_soon(self._session_gc_loop)
+            tg.start_soon(self.schedules.run)
             if self.drainer is not None:
                 tg.start_soon(self.drainer.run)
 

@@ -12,7 +12,7 @@ import os
 import re
 import socket
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -35,6 +35,7 @@ from .context import WAIT_KEY, WorkflowContext
 from .decorators import WorkflowDefinition, registry
 from .engine import Engine, Heartbeats, Outcome, Runtime
 from .errors import (
+    DuplicateRun,
     InvalidWakeToken,
     LeaseLostError,
     RunFinished,
@@ -290,7 +291,8 @@ class Runner:
 
     async def start(self, definition: WorkflowDefinition, args: tuple[Any, ...],
                     kwargs: dict[str, Any], *, run_id: str | None, inline: bool,
-                    pool: str | None = None) -> RunHandle:
+                    pool: str | None = None, flow: Mapping[str, Any] | None = None
+                    ) -> RunHandle:
         """Record a new run (idempotent on ``run_id``) and, inline, drive it.
 
         A new run takes the newest registered version of the workflow's name.
@@ -317,6 +319,7 @@ class Runner:
             definition_id=def_id,
             start_mode="inline" if inline else "queued",
             max_claim_attempts=definition.max_claim_attempts or self.config.max_claim_attempts,
+            **(flow or {}),  # #18: priority, concurrency/dedup/debounce keys, not_before
         )
         try:
             async with self.adapter.unit() as unit:
@@ -328,6 +331,11 @@ class Runner:
             existing = await self.adapter.get_run(rid) if run_id is not None else None
             if existing is not None:  # lost a race to start the same run id
                 return await self._existing(existing, definition, encoded)
+            if options.dedup_key is not None:  # #18: the unique dedup index refused it
+                active = await self.adapter.find_active_dedup(options.runner_pool,
+                                                              options.dedup_key)
+                if active is not None:
+                    raise DuplicateRun(active, options.dedup_key, options.runner_pool) from None
             raise
         assert unit.held
         self._log.debug("run started", run_id=rid, workflow=definition.name,

@@ -1168,7 +1168,8 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
         return result
 
     async def due_schedules(self, now: datetime, *, limit: int = 100) -> list[ScheduleRecord]:
-        rows = await self._call(lambda conn: conn.execute(
+        # On the loop when the connection is free: usually none or a few rows, by index.
+        rows = await self._lookup(lambda conn: conn.execute(
             f"SELECT {', '.join(SCHEDULE_COLUMNS)} FROM starflow_schedules "
             "WHERE workspace_id = ? AND env = ? AND paused = 0 AND due_at <= ? "
             "ORDER BY due_at LIMIT ?",
