@@ -59,10 +59,11 @@ ALTER TABLE workflow_runs ADD COLUMN not_before TEXT NULL;
 ALTER TABLE workflow_runs ADD COLUMN claimed_at TEXT NULL;
 
 -- The claim takes the highest priority first, FIFO within one. (Not led by the
--- workspace: the SQLite claim keeps the planner off workspace-led indexes, as
--- idx_workflow_runs_claim_pool is searched the same way.)
+-- workspace: the SQLite claim keeps the planner off workspace-led indexes, and
+-- searched like idx_workflow_runs_claim_pool, by claim_state, so the planner
+-- takes this one, which also yields the claim's order.)
 CREATE INDEX idx_workflow_runs_claim_priority
-    ON workflow_runs (priority DESC, started_at) WHERE claim_state = 'queued';
+    ON workflow_runs (claim_state, priority DESC, started_at) WHERE claim_state = 'queued';
 -- Runs of a pool executing now (global and per-key concurrency).
 CREATE INDEX idx_workflow_runs_pool_active
     ON workflow_runs (workspace_id, env, runner_pool, concurrency_key)
