@@ -158,6 +158,10 @@ WITH picked AS (
       AND workspace_id = $1 AND env = $2
       AND ($8::text[] IS NULL OR template_id = ANY($8::text[]))
       AND (not_before IS NULL OR not_before <= $7)  -- #18: a debounced run waits
+      -- #18: a pool with stored limits is claimed by _claim_limited, not here
+      AND (runner_pool IS NULL OR NOT EXISTS (
+          SELECT 1 FROM starflow_pool_limits l
+          WHERE l.workspace_id = $1 AND l.env = $2 AND l.pool = workflow_runs.runner_pool))
     ORDER BY priority DESC, started_at               -- #18: highest priority first
     LIMIT $4
     FOR UPDATE SKIP LOCKED
@@ -403,6 +407,8 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
         self.max_size = max_size
         self.channel = channel_name(workspace_id, env)
         self._pool: asyncpg.Pool | None = None
+        #: Pools seen with stored limits (#18): their claims skip the unlimited statement.
+        self._limited_pools: set[str] = set()
         self._listener: asyncpg.Connection | None = None
         self._listen_lock = anyio.Lock()
         self._work = anyio.Event()
@@ -944,26 +950,31 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
         args = (self.workspace_id, self.env, pool, int(limit), runner_id, lease_until, now,
                 names)
         async with self._connection("claim_runs") as conn:
-            if pool is not None:
-                # Flow control (#18): a pool with stored limits is claimed with its
-                # limits row locked FOR UPDATE, in this transaction (_claim_limited).
-                async with conn.transaction():
-                    limits = await _locked_limits(conn, self.workspace_id, self.env, pool)
-                    if limits is None:
-                        runs = _claimed(await conn.fetch(CLAIM_SQL, *args))
-                    else:
-                        runs = _claimed(await self._claim_limited(
-                            conn, limits, runner_id=runner_id, pool=pool, now=now,
-                            lease_until=lease_until, limit=int(limit), names=names))
-                    if after is not None:
-                        await self._apply_after(conn, after(runs) if runs else [])
-            elif after is None:
+            if pool is not None and pool in self._limited_pools:
+                # #18: a pool seen with limits goes straight to the limited claim
+                # (which also takes runs queued for any pool); None: limits removed.
+                limited = await self._claim_limited_pool(
+                    conn, runner_id=runner_id, pool=pool, now=now, lease_until=lease_until,
+                    limit=int(limit), names=names, after=after, known=True)
+                if limited is not None:
+                    return limited
+            if after is None:
                 rows = await conn.fetch(CLAIM_SQL, *args)
                 runs = _claimed(rows)
             else:
                 async with conn.transaction():
                     runs = _claimed(await conn.fetch(CLAIM_SQL, *args))
                     await self._apply_after(conn, after(runs) if runs else [])
+            if pool is not None and len(runs) < limit:
+                # Flow control (#18): CLAIM_SQL leaves a limited pool's runs alone;
+                # they are claimed here, with the pool's limits row locked FOR UPDATE
+                # in this transaction (never check-then-claim).
+                more = await self._claim_limited_pool(
+                    conn, runner_id=runner_id, pool=pool, now=now, lease_until=lease_until,
+                    limit=int(limit) - len(runs), names=names, after=after) or []
+                if more:
+                    runs = sorted([*runs, *more],
+                                  key=lambda r: (r.started_at is not None, r.started_at, r.id))
         return runs
 
     async def _apply_after(self, conn: asyncpg.Connection, ops: list[Op]) -> None:
@@ -1144,6 +1155,33 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
 
     # -- schedules and flow control (#18) ------------------------------------
 
+    async def _claim_limited_pool(self, conn: asyncpg.Connection, *, runner_id: str,
+                                  pool: str, now: datetime, lease_until: datetime, limit: int,
+                                  names: list[str] | None, after: AfterClaim | None,
+                                  known: bool = False) -> list[RunInfo] | None:
+        """Claim for ``pool`` under its stored limits; None if it has none.
+
+        Unless ``known`` (the pool had limits at an earlier claim), one read
+        first tells whether it has any, so an unlimited pool's claim pays no
+        transaction. The limits row is then locked ``FOR UPDATE`` until commit.
+        """
+        if not known and await conn.fetchval(
+                "SELECT 1 FROM starflow_pool_limits WHERE workspace_id = $1 AND env = $2 "
+                "AND pool = $3", self.workspace_id, self.env, pool) is None:
+            return None
+        async with conn.transaction():
+            limits = await _locked_limits(conn, self.workspace_id, self.env, pool)
+            if limits is None:  # removed meanwhile: CLAIM_SQL takes its runs
+                self._limited_pools.discard(pool)
+                return None
+            self._limited_pools.add(pool)
+            runs = _claimed(await self._claim_limited(
+                conn, limits, runner_id=runner_id, pool=pool, now=now,
+                lease_until=lease_until, limit=limit, names=names))
+            if after is not None and runs:
+                await self._apply_after(conn, after(runs))
+        return runs
+
     async def _claim_limited(self, conn: asyncpg.Connection, limits: PoolLimits, *,
                              runner_id: str, pool: str, now: datetime, lease_until: datetime,
                              limit: int, names: list[str] | None) -> list[asyncpg.Record]:
@@ -1154,23 +1192,23 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
         """
         ws, env = self.workspace_id, self.env
         since = now - limits.rate_period if limits.rate_period is not None else None
+        # One read after the lock: executing runs of the pool (and per key, if keys
+        # are limited) and claims within the rate window.
         row = await conn.fetchrow(
-            "SELECT count(*) FILTER (WHERE status = 'running' "
-            "    AND claim_state IN ('claimed', 'running')), "
-            "  count(*) FILTER (WHERE $4::timestamptz IS NOT NULL AND claimed_at > $4) "
-            "FROM workflow_runs WHERE workspace_id = $1 AND env = $2 AND runner_pool = $3 "
-            "AND ((status = 'running' AND claim_state IN ('claimed', 'running')) "
-            "  OR ($4::timestamptz IS NOT NULL AND claimed_at > $4))",
-            ws, env, pool, since)
+            "WITH a AS (SELECT concurrency_key FROM workflow_runs WHERE workspace_id = $1 "
+            "  AND env = $2 AND runner_pool = $3 AND status = 'running' "
+            "  AND claim_state IN ('claimed', 'running')) "
+            "SELECT (SELECT count(*) FROM a), "
+            "  CASE WHEN $4::timestamptz IS NULL THEN 0 ELSE (SELECT count(*) FROM "
+            "    workflow_runs WHERE workspace_id = $1 AND env = $2 AND runner_pool = $3 "
+            "    AND claimed_at > $4) END, "
+            "  CASE WHEN $5 THEN (SELECT COALESCE(jsonb_object_agg(k, n), '{}'::jsonb) FROM "
+            "    (SELECT concurrency_key AS k, count(*) AS n FROM a "
+            "     WHERE concurrency_key IS NOT NULL GROUP BY concurrency_key) g) END",
+            ws, env, pool, since, limits.key_concurrency is not None)
         assert row is not None
         active, recent = int(row[0]), int(row[1])
-        key_active: dict[str, int] = {}
-        if limits.key_concurrency is not None:
-            key_active = {r[0]: int(r[1]) for r in await conn.fetch(
-                "SELECT concurrency_key, count(*) FROM workflow_runs WHERE workspace_id = $1 "
-                "AND env = $2 AND runner_pool = $3 AND status = 'running' "
-                "AND claim_state IN ('claimed', 'running') AND concurrency_key IS NOT NULL "
-                "GROUP BY concurrency_key", ws, env, pool)}
+        key_active: dict[str, int] = {k: int(n) for k, n in (row[2] or {}).items()}
         room = room_left(limits, active, recent)
         full = full_keys(limits, key_active)
         cands = [Candidate(r[0], r[1], r[2]) for r in await conn.fetch(
