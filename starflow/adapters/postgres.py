@@ -1296,9 +1296,11 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
 
     async def next_schedule_due(self) -> datetime | None:
         async with self._connection("next_schedule_due") as conn:
+            # ORDER BY … LIMIT 1, not min(): one index entry, whatever the planner's stats.
             value: datetime | None = await conn.fetchval(
-                "SELECT min(due_at) FROM starflow_schedules WHERE workspace_id = $1 "
-                "AND env = $2 AND NOT paused", self.workspace_id, self.env)
+                "SELECT due_at FROM starflow_schedules WHERE workspace_id = $1 AND env = $2 "
+                "AND NOT paused AND due_at IS NOT NULL ORDER BY due_at LIMIT 1",
+                self.workspace_id, self.env)
         return value
 
     async def set_pool_limits(self, limits: PoolLimits, *, now: datetime) -> None:

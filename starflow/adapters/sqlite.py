@@ -1178,9 +1178,10 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
 
     async def next_schedule_due(self) -> datetime | None:
         row = await self._lookup(lambda conn: conn.execute(
-            "SELECT min(due_at) FROM starflow_schedules WHERE workspace_id = ? AND env = ? "
-            "AND paused = 0", (self.workspace_id, self.env)).fetchone())
-        return _ts(row[0])
+            "SELECT due_at FROM starflow_schedules WHERE workspace_id = ? AND env = ? "
+            "AND paused = 0 AND due_at IS NOT NULL ORDER BY due_at LIMIT 1",
+            (self.workspace_id, self.env)).fetchone())
+        return None if row is None else _ts(row[0])
 
     async def set_pool_limits(self, limits: PoolLimits, *, now: datetime) -> None:
         def store(conn: sqlite3.Connection) -> None:
