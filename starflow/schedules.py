@@ -167,8 +167,10 @@ class ScheduleLoop:
         self.runner = runner
         self.poll = poll
         self._changed = anyio.Event()
-        #: Runs this loop started for ticks (a run another loop started first is not counted).
+        #: Runs this loop inserted for ticks (a run another loop inserted first is not counted).
         self.started = 0
+        #: Schedules whose advance raised (logged; retried at a later pass).
+        self.failures = 0
 
     def notify(self) -> None:
         """A schedule was written in this process: look again now."""
@@ -184,7 +186,10 @@ class ScheduleLoop:
             full = False
             nxt: datetime | None = None
             try:
-                full = await self.fire_due() >= BATCH
+                # A full batch: more may be due, so pass again at once (unless a tick
+                # failed: then wait, rather than retry a failing start in a hot loop).
+                failed = self.failures
+                full = await self.fire_due() >= BATCH and self.failures == failed
                 nxt = await self.runner.adapter.next_schedule_due()
             except StarflowError as exc:
                 log.error("schedule pass failed", error=str(exc))
@@ -212,6 +217,7 @@ class ScheduleLoop:
                 try:
                     await self.advance(rec)
                 except StarflowError as exc:
+                    self.failures += 1
                     log.error("schedule tick failed", schedule=rec.id, error=str(exc))
 
         self.runner.busy += 1
@@ -264,11 +270,10 @@ class ScheduleLoop:
             due = rec.next_fire_at
             if rec.buffered_tick is not None:
                 due = self._recheck(now) if due is None else min(due, self._recheck(now))
-            after = await self._cas(rec, {"pending_tick": None, "started": rec.started + 1,
-                                          "due_at": due})
-            if after is not None and created:
+            if created:  # exactly one loop inserts each tick's run
                 self.started += 1
-            return after
+            return await self._cas(rec, {"pending_tick": None, "started": rec.started + 1,
+                                         "due_at": due})
         if rec.buffered_tick is not None:
             nxt, passed = self._count_until(rec, now)
             if await self._active(rec.last_run_id):

@@ -16,8 +16,9 @@ import pytest
 
 import starflow
 from starflow import ConfigError, ScheduleNotFound, Starflow, StarflowConfig
+from starflow.adapters import adapter_from_url
 from starflow.schedules import ScheduleLoop, next_tick, tick_run_id
-from starflow_testing import FakeClock, WorkflowEnvironment
+from starflow_testing import FakeClock, FaultInjectingAdapter, WorkflowEnvironment
 from starflow_testing._quiesce import quiesce
 
 START = datetime(2030, 1, 1, tzinfo=UTC)
@@ -144,6 +145,29 @@ class TestExactlyOncePerTick:
             after = await a.get_schedule("crashy")
         assert ids == [tick_run_id(workspace_id, "prod", "crashy", tick)]
         assert after.pending_tick is None and after.started == 1
+
+
+    async def test_a_failed_start_leaves_the_decided_tick_for_the_next_pass(
+            self, db_url: str, workspace_id: str) -> None:
+        """The run's insert fails at the write seam: logged, retried, started once."""
+        faults = FaultInjectingAdapter(adapter_from_url(db_url, workspace_id=workspace_id),
+                                       fail={"on_run_start": 1})
+        clock = FakeClock(START)
+        async with Starflow.open(adapter=faults, clock=clock, config=CONFIG,
+                                 maintenance=False) as sf:
+            await sf.schedule("flaky", report, "f", cron="*/5 * * * *")
+            await clock.jump_to(START + timedelta(minutes=5))
+            loop = ScheduleLoop(sf.runner)
+            await loop.fire_due()
+            assert faults.failures == ["on_run_start"] and loop.failures == 1
+            decided = await sf.get_schedule("flaky")
+            assert decided.pending_tick == START + timedelta(minutes=5)
+            assert await queued_ids(sf) == []
+            await loop.fire_due()
+            after = await sf.get_schedule("flaky")
+            assert await queued_ids(sf) == [
+                tick_run_id(workspace_id, "prod", "flaky", START + timedelta(minutes=5))]
+            assert after.pending_tick is None and after.started == 1
 
 
 class TestOverlap:
