@@ -135,10 +135,11 @@ def build_parser() -> argparse.ArgumentParser:
                              "or info for long-running commands)")
     parser.add_argument("--log-format", choices=("console", "json"), default="console",
                         help="log lines on stderr as console text or JSON (default console)")
-    from . import cli_ops, cli_schedules  # noqa: F401 - register runs, …, schedules, pools
+    from . import cli_ops  # noqa: F401 - registers runs, signal, resume, cancel, outbox, replay
 
     sub = parser.add_subparsers(dest="_command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
+    from . import cli_schedules  # noqa: F401 - registers schedules and pools (#18)
     for cmd in _COMMANDS.values():
         cmd.add_to(sub)
     return parser
