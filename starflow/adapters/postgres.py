@@ -60,7 +60,6 @@ from ._flow import (
     PoolLimits,
     PoolUsage,
     ScheduleRecord,
-    full_keys,
     has_limits,
     period_ms,
     pick_claims,
@@ -1192,47 +1191,36 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
         """
         ws, env = self.workspace_id, self.env
         since = now - limits.rate_period if limits.rate_period is not None else None
-        # One read after the lock: executing runs of the pool (and per key, if keys
-        # are limited) and claims within the rate window.
-        row = await conn.fetchrow(
-            "WITH a AS (SELECT concurrency_key FROM workflow_runs WHERE workspace_id = $1 "
-            "  AND env = $2 AND runner_pool = $3 AND status = 'running' "
-            "  AND claim_state IN ('claimed', 'running')) "
-            "SELECT (SELECT count(*) FROM a), "
-            "  CASE WHEN $4::timestamptz IS NULL THEN 0 ELSE (SELECT count(*) FROM "
-            "    workflow_runs WHERE workspace_id = $1 AND env = $2 AND runner_pool = $3 "
-            "    AND claimed_at > $4) END, "
-            "  CASE WHEN $5 THEN (SELECT COALESCE(jsonb_object_agg(k, n), '{}'::jsonb) FROM "
-            "    (SELECT concurrency_key AS k, count(*) AS n FROM a "
-            "     WHERE concurrency_key IS NOT NULL GROUP BY concurrency_key) g) END",
-            ws, env, pool, since, limits.key_concurrency is not None)
-        assert row is not None
-        active, recent = int(row[0]), int(row[1])
-        key_active: dict[str, int] = {k: int(n) for k, n in (row[2] or {}).items()}
+        # One statement after the lock (its snapshot sees every claim committed
+        # before the lock was granted): the pool's executing runs (per key, if
+        # keys are limited), its claims in the rate window, and the candidates.
+        keyed = limits.key_concurrency is not None
+        rows = await conn.fetch(
+            _LIMITED_CANDIDATES, ws, env, pool, since, keyed, names, now,
+            scan_size(limit, limits), False, limits.key_concurrency or 0)
+        head = rows[0]
+        active, recent = int(head[0]), int(head[1])
+        key_active: dict[str, int] = {k: int(n) for k, n in (head[2] or {}).items()}
         room = room_left(limits, active, recent)
-        full = full_keys(limits, key_active)
-        cands = [Candidate(r[0], r[1], r[2]) for r in await conn.fetch(
-            "SELECT id, runner_pool, concurrency_key FROM workflow_runs "
-            "WHERE claim_state = 'queued' AND workspace_id = $1 AND env = $2 "
-            "AND (runner_pool IS NULL OR (runner_pool = $3 AND NOT $4::bool)) "
-            "AND ($5::text[] IS NULL OR template_id = ANY($5::text[])) "
-            "AND (concurrency_key IS NULL OR NOT (concurrency_key = ANY($6::text[]))) "
-            "AND (not_before IS NULL OR not_before <= $7) "
-            "ORDER BY priority DESC, started_at LIMIT $8 FOR UPDATE SKIP LOCKED",
-            ws, env, pool, room is not None and room <= 0, names, full, now,
-            scan_size(limit, limits))]
+        if room is not None and room <= 0 and any(r[4] is not None for r in rows):
+            # The pool is at its limit: only runs queued for any pool can go, and
+            # the pool's own may have filled the candidates; look at those alone.
+            rows = await conn.fetch(
+                _LIMITED_CANDIDATES, ws, env, pool, since, keyed, names, now,
+                scan_size(limit, limits), True, limits.key_concurrency or 0)
+        cands = [Candidate(r[3], r[4], r[5]) for r in rows if r[3] is not None]
         ids = pick_claims(cands, limits, limit=limit, active=active, claimed_in_window=recent,
                           key_active=key_active)
         if not ids:
             return []
-        rows: list[asyncpg.Record] = await conn.fetch(
+        claimed: list[asyncpg.Record] = await conn.fetch(
             "UPDATE workflow_runs r SET claim_state = 'claimed', status = 'running', "
             "claim_attempts = r.claim_attempts + 1, leased_by = $2, lease_until = $3, "
             "last_heartbeat = $4, claimed_at = $4 WHERE r.id = ANY($1::uuid[]) "
             "AND r.claim_state = 'queued' "
             f"RETURNING {', '.join('r.' + c.strip() for c in _RUN_COLUMNS.split(','))}",
             ids, runner_id, lease_until, now)
-        return rows
+        return claimed
 
     async def upsert_schedule(self, schedule: ScheduleRecord, *, now: datetime
                               ) -> ScheduleRecord:
@@ -1614,6 +1602,45 @@ async def _migrate(conn: asyncpg.Connection) -> list[int]:
 
 
 _LIMIT_COLUMNS = "pool, concurrency, rate_limit, rate_period_ms, key_concurrency, updated_at"
+
+
+#: A limited claim's read, after the pool's limits row is locked: the counts
+#: (repeated on every row; one row of NULL candidates when none is queued) and
+#: up to $8 queued candidates in claim order, locked. $9: runs of any pool only;
+#: $5 and $10: keys are limited, to $10 executing runs each (full keys' runs skipped).
+_LIMITED_CANDIDATES = """
+WITH a AS (
+    SELECT concurrency_key FROM workflow_runs
+    WHERE workspace_id = $1 AND env = $2 AND runner_pool = $3
+      AND status = 'running' AND claim_state IN ('claimed', 'running')
+), counts AS (
+    SELECT (SELECT count(*) FROM a) AS active,
+           CASE WHEN $4::timestamptz IS NULL THEN 0 ELSE (
+               SELECT count(*) FROM workflow_runs WHERE workspace_id = $1 AND env = $2
+                 AND runner_pool = $3 AND claimed_at > $4) END AS recent,
+           CASE WHEN $5 THEN (
+               SELECT COALESCE(jsonb_object_agg(k, n), '{}'::jsonb) FROM (
+                   SELECT concurrency_key AS k, count(*) AS n FROM a
+                   WHERE concurrency_key IS NOT NULL GROUP BY concurrency_key) g) END AS keys
+), cand AS (
+    SELECT id, runner_pool, concurrency_key, priority, started_at FROM workflow_runs
+    WHERE claim_state = 'queued' AND workspace_id = $1 AND env = $2
+      AND (runner_pool IS NULL OR (runner_pool = $3 AND NOT $9::bool))
+      AND ($6::text[] IS NULL OR template_id = ANY($6::text[]))
+      AND (not_before IS NULL OR not_before <= $7)
+      AND (NOT $5 OR runner_pool IS NULL OR concurrency_key IS NULL
+           OR concurrency_key NOT IN (SELECT concurrency_key FROM a
+               WHERE concurrency_key IS NOT NULL
+               GROUP BY concurrency_key HAVING count(*) >= $10::int))
+    ORDER BY priority DESC, started_at
+    LIMIT $8
+    FOR UPDATE SKIP LOCKED
+)
+SELECT counts.active, counts.recent, counts.keys,
+       cand.id, cand.runner_pool, cand.concurrency_key
+FROM counts LEFT JOIN cand ON true
+ORDER BY cand.priority DESC, cand.started_at
+"""
 
 
 async def _locked_limits(conn: asyncpg.Connection, workspace_id: str, env: str, pool: str
