@@ -123,6 +123,35 @@ class TestConcurrency:
             assert await inputs(sf.adapter, await claim(sf.adapter, "p")) == [1]
 
 
+    async def test_a_pool_at_its_limit_still_takes_runs_of_any_pool_behind_its_own(
+            self, db_url: str, workspace_id: str) -> None:
+        clock = FakeClock(START)
+        async with app_on(db_url, workspace_id, clock) as sf:
+            await sf.set_pool_limits("p", concurrency=1)
+            for n in range(40):
+                await sf.options(pool="p").start(job, n)
+            first = await claim(sf.adapter, "p", clock.now(), limit=1)
+            assert await inputs(sf.adapter, first) == [0]
+            await clock.advance(timedelta(seconds=1))
+            free = {(await sf.start(job, 100 + n)).run_id for n in range(2)}
+            # 39 of the pool's runs come first in claim order; none can go.
+            assert set(await claim(sf.adapter, "p", clock.now(), limit=10)) == free
+
+    async def test_a_full_key_does_not_hide_other_keys(
+            self, db_url: str, workspace_id: str) -> None:
+        clock = FakeClock(START)
+        async with app_on(db_url, workspace_id, clock) as sf:
+            await sf.set_pool_limits("p", key_concurrency=1)
+            for n in range(40):
+                await sf.options(pool="p", concurrency_key="a").start(job, n)
+            await clock.advance(timedelta(seconds=1))
+            await sf.options(pool="p", concurrency_key="b").start(job, 99)
+            assert await inputs(sf.adapter, await claim(sf.adapter, "p", clock.now(),
+                                                        limit=2)) == [0]
+            assert await inputs(sf.adapter, await claim(sf.adapter, "p", clock.now(),
+                                                        limit=2)) == [99]
+
+
 class TestRateLimit:
     """At most n claims in any window of the period, across the period boundary too."""
 

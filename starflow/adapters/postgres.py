@@ -967,7 +967,9 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
             if pool is not None and len(runs) < limit:
                 # Flow control (#18): CLAIM_SQL leaves a limited pool's runs alone;
                 # they are claimed here, with the pool's limits row locked FOR UPDATE
-                # in this transaction (never check-then-claim).
+                # in this transaction (never check-then-claim). (Only this first claim
+                # of a limited pool in a process may take runs of any pool ahead of
+                # the pool's own older ones; later claims order them together.)
                 more = await self._claim_limited_pool(
                     conn, runner_id=runner_id, pool=pool, now=now, lease_until=lease_until,
                     limit=int(limit) - len(runs), names=names, after=after) or []
