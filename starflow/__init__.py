@@ -7,8 +7,8 @@ mark the calls worth recording with :func:`step`; pause durably with
 
 from __future__ import annotations
 
-from .adapters._flow import PoolLimits, PoolUsage, ScheduleRecord
-from .adapters.base import RunEvent, RunInfo, WorkflowStateAdapter
+from ._version import __version__
+from .adapters.base import WorkflowStateAdapter
 from .app import Starflow
 from .clock import Clock, SystemClock
 from .config import StarflowConfig
@@ -17,6 +17,7 @@ from .decorators import RetryPolicy, step, workflow
 from .errors import (
     ConfigError,
     DuplicateRun,
+    InvalidArgument,
     InvalidWakeToken,
     LeaseLostError,
     NonDeterminismError,
@@ -36,19 +37,20 @@ from .errors import (
     WorkflowDefinitionError,
     WorkflowFailed,
 )
+from .failure import RunFailure
 from .jobs import JobWorker
+from .progress import progress
+from .records import PoolLimits, PoolUsage, RunEvent, RunInfo, ScheduleRecord
 from .runner import RunHandle
 from .session import session_get, session_set
 from .waits import now, patched, sleep, wait_for, wake_token
 from .warm.base import LiveRun
-from .warm.progress import progress
-
-__version__ = "0.1.0"
 
 __all__ = [
     "Clock",
     "ConfigError",
     "DuplicateRun",
+    "InvalidArgument",
     "InvalidWakeToken",
     "JobWorker",
     "LeaseLostError",
@@ -61,6 +63,7 @@ __all__ = [
     "RetryPolicy",
     "RunCancelled",
     "RunEvent",
+    "RunFailure",
     "RunFinished",
     "RunHandle",
     "RunIdConflict",

@@ -2,40 +2,44 @@
 
 from __future__ import annotations
 
+import math
 import os
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import datetime, timedelta
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar, overload
 
 import anyio
 import anyio.lowlevel
 
 from .adapters import adapter_from_url
-from .adapters._flow import PoolLimits, PoolUsage, ScheduleRecord
-from .adapters.base import RUN_STATUSES, RunEvent, RunInfo, WorkflowStateAdapter
-from .adapters.mirroring import find_mirror
+from .adapters.base import WorkflowStateAdapter
 from .clock import Clock, SystemClock
 from .config import StarflowConfig, check_concurrency, int_problem
-from .decorators import definition_of, registry
+from .decorators import WorkflowDefinition, definition_of, registry
 from .errors import (
     ConfigError,
+    InvalidArgument,
     ResultTimeout,
     RunCancelled,
     RunNotFound,
     ScheduleNotFound,
     StarflowError,
     StorageError,
+    WorkflowDefinitionError,
 )
 from .jobs import JobWorker
+from .limits import check_name, name_problem, normalize_run_id
 from .logs import get_logger
 from .maintenance import Maintenance
+from .records import RUN_STATUSES, PoolLimits, PoolUsage, RunEvent, RunInfo, ScheduleRecord
 from .runner import RunHandle, Runner
 from .schedules import check_schedule, next_tick, start_scheduled_run, tick_run_id
+from .tokens import Keyring
 from .urls import scheme_of
-from .waits import Keyring
 from .warm.base import LiveRun, WarmTier, live_run
 from .warm.drainer import OutboxStatus, outbox_status
+from .warm.mirror import find_mirror
 from .worker import Worker
 
 __all__ = ["Starflow"]
@@ -46,18 +50,21 @@ R = TypeVar("R")
 log = get_logger("starflow")
 
 DEFAULT_URL = "sqlite:///starflow.db"
+DEFAULT_WORKSPACE = "celestial"
+DEFAULT_ENV = "prod"
 
 
 class Starflow:
     """A connection to one workflow database, scoped to (``workspace_id``, ``env``).
 
-    Open it with ``async with Starflow.open(url) as sf:``. While open, unless
-    ``maintenance=False``, it runs the lease sweep and fires durable timers in
-    the background.
+    Open it with ``async with Starflow.open(url) as sf:``. While open, it
+    fires the durable timers of the inline runs it paused and drains its own
+    warm-tier outbox; with ``maintenance=True`` it also runs the lease sweep,
+    every run's timers and session-var GC (see :meth:`open`).
     """
 
     def __init__(self, adapter: WorkflowStateAdapter, *, config: StarflowConfig | None = None,
-                 clock: Clock | None = None, maintenance: bool = True,
+                 clock: Clock | None = None, maintenance: bool | None = True,
                  runner_id: str | None = None) -> None:
         self.adapter = adapter
         self.config = config or StarflowConfig()
@@ -73,12 +80,12 @@ class Starflow:
         cls,
         url: str | None = None,
         *,
-        workspace_id: str = "celestial",
-        env: str = "prod",
+        workspace_id: str | None = None,
+        env: str | None = None,
         config: StarflowConfig | None = None,
         clock: Clock | None = None,
         warm: str | None = None,
-        maintenance: bool = True,
+        maintenance: bool | None = None,
         adapter: WorkflowStateAdapter | None = None,
     ) -> Starflow:
         """Describe an application; use the result as an async context manager.
@@ -86,20 +93,34 @@ class Starflow:
         Args:
             url: ``sqlite:///path.db``, ``postgresql://…``, ``memory://`` or
                 ``null://`` (schemes in any case, as RFC 3986 says). Default:
-                ``$STARFLOW_DATABASE_URL``, then ``sqlite:///starflow.db``.
-            workspace_id: Tenant scope of every read and write.
-            env: Environment scope of every read and write.
+                ``$STARFLOW_URL``, then ``$STARFLOW_DATABASE_URL``, then
+                ``sqlite:///starflow.db``.
+            workspace_id: Tenant scope of every read and write. Default:
+                ``$STARFLOW_WORKSPACE``, then ``"celestial"`` (the state model's
+                default workspace name).
+            env: Environment scope of every read and write. Default:
+                ``$STARFLOW_ENV``, then ``"prod"``.
             config: Timing and behaviour (:class:`StarflowConfig`).
             clock: Time source (``starflow_testing.FakeClock`` in tests).
             warm: ``"memory://"`` or ``"redis://…"``: mirror state to a warm tier.
-            maintenance: Run the lease sweep and durable timers in this process.
+            maintenance: ``True``: also run the server's background loops in this
+                process (the lease sweep, every run's durable timers, session-var
+                GC). ``None`` (the default, which fits a client: a script, a web
+                worker): only the timers of the inline runs this app paused, while
+                it is open, and the drainer of its own warm-tier mirror.
+                ``False``: no background task at all. ``starflow server``,
+                ``starflow worker --maintenance`` and ``sf.worker(maintenance=True)``
+                run the full set.
             adapter: A ready state adapter instead of ``url``.
         """
         config = config or StarflowConfig()
         if not isinstance(config, StarflowConfig):
             raise ConfigError(f"config must be a StarflowConfig, got {type(config).__name__}")
+        workspace_id = workspace_id or os.environ.get("STARFLOW_WORKSPACE") or DEFAULT_WORKSPACE
+        env = env or os.environ.get("STARFLOW_ENV") or DEFAULT_ENV
         if adapter is None:
-            url = url or os.environ.get("STARFLOW_DATABASE_URL") or DEFAULT_URL
+            url = (url or os.environ.get("STARFLOW_URL") or os.environ.get("STARFLOW_DATABASE_URL")
+                   or DEFAULT_URL)
             options: dict[str, Any] = {}
             scheme = scheme_of(url)
             if scheme in ("sqlite", "memory"):
@@ -110,7 +131,7 @@ class Starflow:
                 options["synchronous_commit"] = config.postgres_synchronous_commit
             adapter = adapter_from_url(url, workspace_id=workspace_id, env=env, **options)
         if warm is not None:
-            from .adapters.mirroring import mirror
+            from .warm.mirror import mirror
 
             adapter = mirror(adapter, warm, clock=clock)
         return cls(adapter, config=config, clock=clock, maintenance=maintenance)
@@ -125,8 +146,11 @@ class Starflow:
                                   keyring=keyring, runner_id=self._runner_id)
             self._tg = await anyio.create_task_group().__aenter__()
             await self._tg.start(self._runner.heartbeats.run)
-            if self._maintenance_enabled:
-                self._maintenance = Maintenance(self._runner, poll=self._shared_database)
+            # None: a client's share, its inline runs' timers and the outbox drainer
+            # of its own warm-tier mirror (Starflow.open(warm=...)).
+            if self._maintenance_enabled is not False:
+                self._maintenance = Maintenance(self._runner, poll=self._shared_database,
+                                                full=self._maintenance_enabled is True)
                 self._tg.start_soon(self._maintenance.run)
         except BaseException:
             await self.adapter.close()
@@ -141,6 +165,7 @@ class Starflow:
         finally:
             self._tg = None
             self._runner = None
+            self._maintenance = None
             await self.adapter.close()
 
     @property
@@ -166,13 +191,26 @@ class Starflow:
 
     # -- starting runs -------------------------------------------------------------
 
+    @overload
     async def run(self, wf: Callable[P, Awaitable[R]], /, *args: P.args, **kwargs: P.kwargs
-                  ) -> RunHandle:
+                  ) -> RunHandle[R]: ...
+
+    @overload
+    async def run(self, wf: str, /, *args: Any, **kwargs: Any) -> RunHandle[Any]: ...
+
+    async def run(self, wf: Callable[..., Awaitable[Any]] | str, /, *args: Any, **kwargs: Any
+                  ) -> RunHandle[Any]:
         """Start a run and drive it here until it succeeds, fails or pauses.
 
-        Pass ``run_id=`` (a UUID string) to make the start idempotent: a second
-        call with the same id and workflow returns the existing run (its new
-        arguments are ignored, with a warning if they differ).
+        ``wf`` is a ``@workflow`` function, whose own version the run takes
+        (``order_v1`` runs version 1 even when version 2 is registered too),
+        or a workflow name, which takes the newest version registered in this
+        process.
+
+        ``sf.options(run_id=i).run(wf, ...)`` (``i`` a UUID string) makes the
+        start idempotent: a second call with the same id and workflow returns
+        the existing run (its new arguments are ignored, with a warning if they
+        differ). ``sf.run(wf, x, run_id=i)`` works too, untyped.
 
         Raises:
             RunIdConflict: ``run_id`` names a run of another workflow (nothing written).
@@ -180,22 +218,32 @@ class Starflow:
             SerializationError: an argument cannot be stored (nothing written).
         """
         run_id = kwargs.pop("run_id", None)
-        return await self.options(run_id=run_id).run(wf, *args, **kwargs)  # type: ignore[arg-type]
+        return await self.options(run_id=run_id).run(wf, *args, **kwargs)
 
+    @overload
     async def start(self, wf: Callable[P, Awaitable[R]], /, *args: P.args, **kwargs: P.kwargs
-                    ) -> RunHandle:
+                    ) -> RunHandle[R]: ...
+
+    @overload
+    async def start(self, wf: str, /, *args: Any, **kwargs: Any) -> RunHandle[Any]: ...
+
+    async def start(self, wf: Callable[..., Awaitable[Any]] | str, /, *args: Any,
+                    **kwargs: Any) -> RunHandle[Any]:
         """Queue a run for workers (``claim_state`` queued); returns at once.
 
-        Keyword-only options: ``run_id=`` (idempotent start, as for :meth:`run`),
-        ``pool=`` (only workers of that pool claim it).
+        ``wf`` is a ``@workflow`` function (its version) or a name (the newest
+        registered version), as for :meth:`run`.
+
+        Options through :meth:`options`: ``sf.options(run_id=i, pool="gpu").start(wf, x)``
+        (an idempotent start, as for :meth:`run`; only workers of that pool claim
+        it). ``run_id=`` / ``pool=`` as keywords here work too, untyped.
 
         Raises:
             RunIdConflict: ``run_id`` names a run of another workflow (nothing written).
         """
         run_id = kwargs.pop("run_id", None)
         pool = kwargs.pop("pool", None)
-        return await self.options(run_id=run_id, pool=pool).start(  # type: ignore[arg-type]
-            wf, *args, **kwargs)
+        return await self.options(run_id=run_id, pool=pool).start(wf, *args, **kwargs)
 
     def options(self, *, run_id: str | None = None, pool: str | None = None,
                 priority: int = 0, concurrency_key: str | None = None,
@@ -222,16 +270,16 @@ class Starflow:
             debounce_key: The key debounced starts share (with ``debounce``).
 
         Raises:
-            ConfigError: an option is invalid (named with its value).
+            InvalidArgument: a key is not a storable name (nothing written).
+            ConfigError: another option is invalid (named with its value).
         """
+        for name, key in (("concurrency_key", concurrency_key), ("dedup_key", dedup_key),
+                          ("debounce_key", debounce_key)):
+            check_name(name, key, optional=True)
         problems = []
         if (problem := int_problem("priority", priority, -(2**31))) is not None or \
                 priority >= 2**31:
             problems.append(problem or f"priority must be an int below 2**31: {priority!r}")
-        for name, key in (("concurrency_key", concurrency_key), ("dedup_key", dedup_key),
-                          ("debounce_key", debounce_key)):
-            if key is not None and (not isinstance(key, str) or not key):
-                problems.append(f"{name} must be a non-empty string or None: {key!r}")
         if debounce is not None and (not isinstance(debounce, timedelta)
                                      or debounce <= timedelta(0)):
             problems.append(f"debounce must be a positive timedelta: {debounce!r}")
@@ -249,22 +297,24 @@ class Starflow:
 
     # -- schedules (#18) ----------------------------------------------------------
 
-    async def schedule(self, schedule_id: str, wf: Callable[..., Awaitable[Any]], /,
+    async def schedule(self, schedule_id: str, wf: Callable[..., Awaitable[Any]] | str, /,
                        *args: Any, cron: str, timezone: str = "UTC", overlap: str = "skip",
                        catchup: timedelta = timedelta(0), pool: str | None = None,
                        **kwargs: Any) -> ScheduleRecord:
         """Create or update the cron schedule ``schedule_id``: each tick queues a run.
 
-        Every maintenance loop on the database (``Starflow.open``, a worker with
-        ``maintenance=True``, ``starflow server``) fires due ticks; each tick
-        starts exactly one run (its id derived from the schedule and the tick
-        time) however many loops run. Writing a schedule again with the same
-        cron and time zone keeps its cursor, so calling this at every process
-        start still catches up on ticks missed while nothing ran.
+        Every server maintenance loop on the database (``starflow server``, a
+        worker with ``maintenance=True``, ``Starflow.open(maintenance=True)``)
+        fires due ticks; each tick starts exactly one run (its id derived from
+        the schedule and the tick time) however many loops run. Writing a
+        schedule again with the same cron and time zone keeps its cursor, so
+        calling this at every process start still catches up on ticks missed
+        while nothing ran.
 
         Args:
             schedule_id: The schedule's name in this workspace.
-            wf: The workflow; ``args`` / ``kwargs`` its arguments for every run.
+            wf: The workflow (or its name); ``args`` / ``kwargs`` its arguments
+                for every run.
             cron: A five-field cron expression (``"*/5 * * * *"``), read in ``timezone``.
             timezone: An IANA zone; DST follows its rules (see the guide).
             overlap: While the previous run is active: ``"skip"`` the tick,
@@ -276,6 +326,7 @@ class Starflow:
             pool: The pool runs are queued for (default: the workflow's).
 
         Raises:
+            InvalidArgument: ``schedule_id`` or ``pool`` is not a storable name.
             ConfigError: a bad cron, time zone or option (named; nothing written),
                 or cronsim is not installed.
             WorkflowDefinitionError: ``wf`` is not a workflow, or the arguments do
@@ -284,8 +335,7 @@ class Starflow:
         """
         now = self.clock.now()
         check_schedule(schedule_id, cron, timezone, overlap, catchup, pool, now=now)
-        definition = definition_of(wf)
-        definition = registry.get(definition.name) or definition
+        definition = workflow_definition(wf)
         encoded = Runner.encode_input(definition, args, kwargs)
         Runner.decode_input(definition, encoded)  # arguments that fit their annotations
         first = next_tick(cron, timezone, now)
@@ -308,6 +358,7 @@ class Starflow:
         Raises:
             ScheduleNotFound: there is none with this id.
         """
+        check_name("schedule_id", schedule_id)
         record = await self.adapter.get_schedule(schedule_id)
         if record is None:
             raise ScheduleNotFound(schedule_id)
@@ -332,11 +383,12 @@ class Starflow:
         Raises:
             ScheduleNotFound: there is none with this id.
         """
+        check_name("schedule_id", schedule_id)
         if not await self.adapter.delete_schedule(schedule_id):
             raise ScheduleNotFound(schedule_id)
         self._schedules_changed()
 
-    async def trigger_schedule(self, schedule_id: str) -> RunHandle:
+    async def trigger_schedule(self, schedule_id: str) -> RunHandle[Any]:
         """Queue a run of the schedule now, outside its cron (overlap is not consulted).
 
         The run becomes the schedule's last run, which later ticks' ``overlap`` sees.
@@ -365,7 +417,7 @@ class Starflow:
                             "it; try again")
 
     def _schedules_changed(self) -> None:
-        if self._maintenance is not None:
+        if self._maintenance is not None and self._maintenance.schedules is not None:
             self._maintenance.schedules.notify()
 
     # -- pool limits (#18) --------------------------------------------------------
@@ -391,11 +443,11 @@ class Starflow:
             The stored limits, or None when removed.
 
         Raises:
+            InvalidArgument: ``pool`` is not a storable name (nothing written).
             ConfigError: a limit is invalid (named with its value; nothing written).
         """
+        check_name("pool", pool)
         problems = []
-        if not isinstance(pool, str) or not pool:
-            problems.append(f"pool must be a non-empty string: {pool!r}")
         for name, value in (("concurrency", concurrency), ("key_concurrency", key_concurrency)):
             if value is not None and (problem := int_problem(name, value, 1)) is not None:
                 problems.append(problem)
@@ -423,7 +475,7 @@ class Starflow:
 
     # -- waking runs ---------------------------------------------------------------
 
-    async def signal(self, run_id: str, event: str, payload: Any = None) -> RunHandle:
+    async def signal(self, run_id: str, event: str, payload: Any = None) -> RunHandle[Any]:
         """Deliver a signal. A run paused on ``event`` wakes: inline runs are driven
         here until they pause again or end, worker runs go back to the queue. A
         signal for a run not yet waiting is kept until it waits.
@@ -433,21 +485,21 @@ class Starflow:
             RunFinished: the run has ended.
             SerializationError: the payload is not JSON-encodable (nothing written).
         """
-        return await self.runner.signal(run_id, event, payload)
+        return self._track(await self.runner.signal(normalize_run_id(run_id), event, payload))
 
-    async def resume(self, wake_token: str, payload: Any = None) -> RunHandle:
+    async def resume(self, wake_token: str, payload: Any = None) -> RunHandle[Any]:
         """Wake the wait a token was issued for, with ``payload``.
 
         Raises:
             InvalidWakeToken: forged, expired, used, or for another wait (nothing written).
         """
-        return await self.runner.resume(wake_token, payload)
+        return self._track(await self.runner.resume(wake_token, payload))
 
-    async def cancel(self, run_id: str) -> RunHandle:
+    async def cancel(self, run_id: str) -> RunHandle[Any]:
         """Cancel a run: a paused or queued run at once, a running one at its next boundary."""
-        return await self.runner.cancel(run_id)
+        return await self.runner.cancel(normalize_run_id(run_id))
 
-    async def retry(self, run_id: str) -> RunHandle:
+    async def retry(self, run_id: str) -> RunHandle[Any]:
         """Run a run that ended in ``error`` again from its recorded history.
 
         Use it after deploying a fix for what failed it (a ``NonDeterminismError``
@@ -455,12 +507,19 @@ class Starflow:
         too often): recorded steps are not run again. Inline runs are driven
         here until they pause or end; worker runs go back to the queue.
         """
-        return await self.runner.retry(run_id)
+        return self._track(await self.runner.retry(normalize_run_id(run_id)))
+
+    def _track(self, handle: RunHandle[R]) -> RunHandle[R]:
+        """Have this process fire the timers of an inline run it paused (no maintenance)."""
+        if self._maintenance is not None and self._maintenance.inline_timers is not None:
+            self._maintenance.inline_timers.track(handle.run_id, handle.status)
+        return handle
 
     # -- queries -------------------------------------------------------------------
 
     async def get_run(self, run_id: str) -> RunInfo:
         """The ``workflow_runs`` row (read cold)."""
+        run_id = normalize_run_id(run_id)
         run = await self.adapter.get_run(run_id)
         if run is None:
             raise RunNotFound(run_id)
@@ -474,7 +533,7 @@ class Starflow:
             status: Only runs in this status (``queued``, ``running``, ``paused``,
                 ``success``, ``error`` or ``cancelled``).
             template_id: Only runs of this workflow name.
-            limit: At most this many runs (an int >= 1).
+            limit: At most this many runs (an int from 1 to 2**31 - 1).
             since: Only runs started at or after this timezone-aware time.
 
         Raises:
@@ -485,21 +544,38 @@ class Starflow:
             problems.append(f"status must be one of {', '.join(RUN_STATUSES)}: {status!r}")
         if (problem := int_problem("limit", limit, 1)) is not None:
             problems.append(problem)
+        elif limit > MAX_LIST_LIMIT:
+            problems.append(f"limit must be at most {MAX_LIST_LIMIT}: {limit!r}")
+        if (problem := name_problem("template_id", template_id, optional=True)) is not None:
+            problems.append(problem)
         if since is not None and (not isinstance(since, datetime) or since.tzinfo is None):
             problems.append(f"since must be timezone-aware: {since!r}")
         if problems:
-            raise StarflowError("list_runs: " + "; ".join(problems))
+            raise InvalidArgument("list_runs: " + "; ".join(problems))
         return await self.adapter.list_runs(status=status, template_id=template_id,
                                             since=since, limit=limit)
 
     async def events(self, run_id: str) -> list[RunEvent]:
         """The run's ``workflow_run_events`` rows in order."""
+        run_id = normalize_run_id(run_id)
         if await self.adapter.get_run(run_id) is None:
             raise RunNotFound(run_id)
         return await self.adapter.list_events(run_id)
 
-    async def result(self, run_id: str, timeout: timedelta | float | None = None) -> Any:
+    @overload
+    async def result(self, run_id: RunHandle[R], timeout: timedelta | float | None = None
+                     ) -> R: ...
+
+    @overload
+    async def result(self, run_id: str, timeout: timedelta | float | None = None) -> Any: ...
+
+    async def result(self, run_id: RunHandle[Any] | str,
+                     timeout: timedelta | float | None = None) -> Any:
         """Wait until the run ends and return its value, decoded to the annotated type.
+
+        Given the :class:`RunHandle` that ``run`` or ``start`` returned, a type
+        checker knows the value's type (the workflow's return annotation); given
+        a run id, it is ``Any``.
 
         Raises:
             WorkflowFailed: the run ended with ``error``; it carries the cause:
@@ -508,8 +584,11 @@ class Starflow:
             RunCancelled: the run was cancelled (a ``WorkflowFailed``).
             ResultTimeout: ``timeout`` passed first (the run goes on).
         """
+        if isinstance(run_id, RunHandle):
+            run_id = run_id.run_id
         runner = self.runner
-        limit = timeout.total_seconds() if isinstance(timeout, timedelta) else timeout
+        run_id = normalize_run_id(run_id)
+        limit = _result_timeout(timeout)
         deadline = None if limit is None else self.clock.now() + timedelta(seconds=limit)
         poll = self.config.poll_interval.total_seconds()
         while True:
@@ -520,7 +599,7 @@ class Starflow:
             if run.status == "cancelled":
                 raise RunCancelled(run_id, run.error)
             if run.status == "error":
-                raise await runner.failure(run)
+                raise runner.failure(run)
             now = self.clock.now()
             if deadline is not None and now >= deadline:
                 raise ResultTimeout(
@@ -588,6 +667,7 @@ class Starflow:
 
         Inside a workflow use :func:`starflow.session_get`, which is recorded.
         """
+        check_session_names(session_id, key)
         return await self.adapter.session_get(session_id, key, now=self.clock.now())
 
     async def session_set(self, session_id: str, key: str, value: Any, *,
@@ -602,10 +682,11 @@ class Starflow:
             SerializationError: the value is not JSON-encodable (nothing written).
         """
         from . import serde
-        from .errors import StarflowError
 
-        if keep_until is not None and keep_until.tzinfo is None:
-            raise StarflowError(f"keep_until must be timezone-aware: {keep_until!r}")
+        check_session_names(session_id, key)
+        if keep_until is not None and (not isinstance(keep_until, datetime)
+                                       or keep_until.tzinfo is None):
+            raise InvalidArgument(f"keep_until must be timezone-aware: {keep_until!r}")
         encoded = serde.to_builtins(value, what=f"session var {session_id}/{key}")
         async with self.adapter.unit():
             await self.adapter.session_set(session_id, key, encoded, now=self.clock.now(),
@@ -622,6 +703,8 @@ class Starflow:
             concurrency: Jobs run at once.
             worker_id: Identity recorded as the jobs' ``leased_by``.
         """
+        if isinstance(pool, str) and pool:  # JobWorker names an empty or missing pool
+            check_name("pool", pool)
         return JobWorker(self.runner, pool=pool, concurrency=concurrency, worker_id=worker_id)
 
     async def sweep(self) -> int:
@@ -635,17 +718,53 @@ class Starflow:
         Args:
             pool: Claim runs queued for this pool (and runs queued for any pool).
             concurrency: Most runs driven at once.
-            maintenance: Also run the lease sweep and durable timers (unless this
-                app already runs them, ``Starflow.open(maintenance=True)``).
+            maintenance: Also run the lease sweep, every run's durable timers and
+                session-var GC (unless this app already runs them,
+                ``Starflow.open(maintenance=True)``).
             grace: Seconds ``worker.stop()`` waits for active runs to finish or
                 reach a step boundary before cancelling and releasing them.
         """
         check_concurrency(concurrency)  # before the maintenance loops are built
+        check_name("pool", pool, optional=True)
         mt = None
-        if maintenance and self._maintenance is None:
-            mt = Maintenance(self.runner, poll=self._shared_database)
+        if maintenance and (self._maintenance is None or not self._maintenance.full):
+            client = self._maintenance
+            mt = Maintenance(self.runner, poll=self._shared_database, drain=client is None,
+                             firing=client.firing if client is not None else None)
         return Worker(self.runner, pool=pool, concurrency=concurrency, maintenance=mt,
                       grace=grace)
+
+
+#: The largest ``list_runs(limit=)``: a 32-bit count, which both databases'
+#: LIMIT takes (past 2**63 SQLite raised a raw OverflowError).
+MAX_LIST_LIMIT = 2**31 - 1
+
+
+def check_session_names(session_id: object, key: object) -> None:
+    """A session variable's id and key: storable names (both indexed)."""
+    check_name("session_id", session_id)
+    check_name("key", key)
+
+
+def _result_timeout(timeout: object) -> float | None:
+    """``Starflow.result``'s timeout in seconds: None, or a finite number >= 0 (a
+    timedelta or seconds) no longer than :data:`~datetime.timedelta.max`."""
+    if timeout is None:
+        return None
+    if isinstance(timeout, timedelta):
+        seconds = timeout.total_seconds()
+    elif isinstance(timeout, int | float) and not isinstance(timeout, bool):
+        seconds = float(timeout)
+    else:
+        raise InvalidArgument(f"result timeout must be a timedelta or seconds: {timeout!r}")
+    if not math.isfinite(seconds) or seconds < 0 or seconds > _MAX_TIMEOUT_S:
+        raise InvalidArgument(
+            f"result timeout must be between 0 and {_MAX_TIMEOUT_S:.0f} seconds (100 years): "
+            f"{timeout!r}")
+    return seconds
+
+
+_MAX_TIMEOUT_S = 100 * 365 * 86400.0
 
 
 class RunOptions:
@@ -668,8 +787,15 @@ class RunOptions:
         return {"priority": self.priority, "concurrency_key": self.concurrency_key,
                 "dedup_key": self.dedup_key}
 
+    @overload
     async def run(self, wf: Callable[P, Awaitable[R]], /, *args: P.args, **kwargs: P.kwargs
-                  ) -> RunHandle:
+                  ) -> RunHandle[R]: ...
+
+    @overload
+    async def run(self, wf: str, /, *args: Any, **kwargs: Any) -> RunHandle[Any]: ...
+
+    async def run(self, wf: Callable[..., Awaitable[Any]] | str, /, *args: Any, **kwargs: Any
+                  ) -> RunHandle[Any]:
         """Like :meth:`Starflow.run`, with these options."""
         if self.pool is not None:
             raise ConfigError("pool= applies to queued runs: use .start(), not .run()")
@@ -678,23 +804,30 @@ class RunOptions:
         if flow:
             raise ConfigError(f"{', '.join(flow)} apply to queued runs: use .start(), "
                               "not .run()")
-        return await self._app.runner.start(definition_of(wf), args, kwargs,
-                                            run_id=self.run_id, inline=True)
+        return self._app._track(await self._app.runner.start(
+            workflow_definition(wf), args, kwargs, run_id=self.run_id, inline=True))
 
+    @overload
     async def start(self, wf: Callable[P, Awaitable[R]], /, *args: P.args, **kwargs: P.kwargs
-                    ) -> RunHandle:
+                    ) -> RunHandle[R]: ...
+
+    @overload
+    async def start(self, wf: str, /, *args: Any, **kwargs: Any) -> RunHandle[Any]: ...
+
+    async def start(self, wf: Callable[..., Awaitable[Any]] | str, /, *args: Any,
+                    **kwargs: Any) -> RunHandle[Any]:
         """Like :meth:`Starflow.start`, with these options.
 
         Raises:
             DuplicateRun: ``dedup_key`` names an active run of the pool (nothing written).
         """
+        check_name("pool", self.pool, optional=True)
         runner = self._app.runner
+        definition = workflow_definition(wf)
         if self.debounce is None:
-            return await runner.start(definition_of(wf), args, kwargs, run_id=self.run_id,
+            return await runner.start(definition, args, kwargs, run_id=self.run_id,
                                       inline=False, pool=self.pool, flow=self._flow())
         assert self.debounce_key is not None
-        definition = definition_of(wf)
-        definition = registry.get(definition.name) or definition
         encoded = runner.encode_input(definition, args, kwargs)
         runner.decode_input(definition, encoded)
         pool = self.pool if self.pool is not None else definition.pool
@@ -710,7 +843,29 @@ class RunOptions:
             try:
                 return await runner.start(definition, args, kwargs, run_id=None, inline=False,
                                           pool=pool, flow={**flow, "not_before": not_before})
-            except StorageError:
+            except StorageError as exc:
+                if exc.transient:
+                    raise
                 continue  # another caller inserted the pending run first: replace it
         raise StarflowError(f"debounce_key {self.debounce_key!r}: the pending run changed "
                             "under 5 attempts to replace it; try again")
+
+
+def workflow_definition(wf: object) -> WorkflowDefinition:
+    """The definition a start uses: a function's own version, a name's newest one.
+
+    Raises:
+        WorkflowDefinitionError: ``wf`` is not a workflow, or no workflow of that
+            name is registered in this process (nothing written).
+    """
+    if isinstance(wf, str):
+        definition = registry.get(wf)
+        if definition is None:
+            known = ", ".join(repr(n) for n in registry.names()) or "none"
+            raise WorkflowDefinitionError(
+                f"no workflow named {wf!r} is registered in this process (registered: "
+                f"{known}): import the module that defines it before starting it by name")
+        return definition
+    definition = definition_of(wf)
+    # Its (name, version) as registered now: the code a replay of the run will use.
+    return registry.get(definition.name, definition.version) or definition

@@ -31,13 +31,13 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import msgspec
 
-from .adapters._flow import ScheduleRecord
-from .adapters.base import StartOptions
 from .clock import wait_event
 from .context import WorkflowContext
 from .decorators import registry
 from .errors import ConfigError, StarflowError, StorageError
+from .limits import check_name
 from .logs import get_logger
+from .records import ScheduleRecord, StartOptions
 
 if TYPE_CHECKING:
     from zoneinfo import ZoneInfo
@@ -97,12 +97,12 @@ def check_schedule(schedule_id: object, cron: object, timezone: object, overlap:
     """Validate a schedule's settings, naming every bad one at once.
 
     Raises:
-        ConfigError: a setting is invalid (nothing has been written).
+        InvalidArgument: ``schedule_id`` or ``pool`` is not a storable name.
+        ConfigError: another setting is invalid (nothing has been written).
     """
+    check_name("schedule_id", schedule_id)
+    check_name("pool", pool, optional=True)
     problems: list[str] = []
-    if not isinstance(schedule_id, str) or not schedule_id or len(schedule_id) > 200:
-        problems.append(f"schedule id must be a non-empty string of at most 200 characters: "
-                        f"{schedule_id!r}")
     zone = None
     if not isinstance(timezone, str):
         problems.append(f"timezone must be an IANA name string: {timezone!r}")
@@ -123,8 +123,6 @@ def check_schedule(schedule_id: object, cron: object, timezone: object, overlap:
         problems.append(f"overlap must be one of {', '.join(OVERLAPS)}: {overlap!r}")
     if not isinstance(catchup, timedelta) or catchup < timedelta(0):
         problems.append(f"catchup must be a timedelta >= 0: {catchup!r}")
-    if pool is not None and (not isinstance(pool, str) or not pool):
-        problems.append(f"pool must be a non-empty string or None: {pool!r}")
     if problems:
         raise ConfigError("schedule: " + "; ".join(problems))
 

@@ -98,8 +98,20 @@ class TestQuickstart:
         assert "'tracking': 'TRACK-O-1'" in out
 
 
+class TestFailureData:
+    """examples/failure_data.py: a run's failure read back as data."""
+
+    def test_cause_node_and_raise_point(self, tmp_path: Path) -> None:
+        """The failing step's node, attempts, qualified type, message and its own frame."""
+        out = run_example("failure_data.py", tmp_path)
+        assert "run is error" in out
+        assert ("failed at step:price_of#2 after 2 attempt(s): builtins.KeyError: "
+                "\"lamp: brass, 'Error: none'\"") in out
+        assert "raised in price_of" in out
+
+
 #: Examples whose output a class above checks.
-CHECKED = {"saga.py", "fan_out.py", "long_sleep.py", "quickstart.py",
+CHECKED = {"saga.py", "fan_out.py", "long_sleep.py", "quickstart.py", "failure_data.py",
            "schedules_and_queues.py"}
 
 

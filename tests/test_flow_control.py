@@ -15,7 +15,7 @@ import anyio
 import pytest
 
 import starflow
-from starflow import ConfigError, DuplicateRun, Starflow
+from starflow import ConfigError, DuplicateRun, InvalidArgument, Starflow
 from starflow.adapters.base import WorkflowStateAdapter
 from starflow_testing import FakeClock
 from tests.conftest import POSTGRES_URL, require_postgres
@@ -248,11 +248,13 @@ class TestBadInput:
 
     async def test_pool_limits(self, db_url: str, workspace_id: str) -> None:
         async with app_on(db_url, workspace_id) as sf:
+            with pytest.raises(InvalidArgument, match="pool must be a non-empty string"):
+                await sf.set_pool_limits("", concurrency=1)
             with pytest.raises(ConfigError) as err:
-                await sf.set_pool_limits("", concurrency=0, key_concurrency=True,  # type: ignore[arg-type]
+                await sf.set_pool_limits("p", concurrency=0, key_concurrency=True,  # type: ignore[arg-type]
                                          rate_limit=(5, 60))  # type: ignore[arg-type]
             text = str(err.value)
-            for part in ("pool must be", "concurrency must be an int >= 1: 0",
+            for part in ("concurrency must be an int >= 1: 0",
                          "key_concurrency must be an int >= 1: True", "rate_limit must be"):
                 assert part in text
             assert await sf.pools() == []
@@ -263,11 +265,15 @@ class TestBadInput:
 
     async def test_options(self, db_url: str, workspace_id: str) -> None:
         async with app_on(db_url, workspace_id) as sf:
+            with pytest.raises(InvalidArgument, match="dedup_key must be a non-empty"):
+                sf.options(dedup_key="")
+            with pytest.raises(InvalidArgument, match="concurrency_key contains a NUL"):
+                sf.options(concurrency_key="a\x00")
             with pytest.raises(ConfigError) as err:
-                sf.options(priority=1.5, dedup_key="", debounce=timedelta(0))  # type: ignore[arg-type]
+                sf.options(priority=1.5, debounce=timedelta(0))  # type: ignore[arg-type]
             text = str(err.value)
-            for part in ("priority must be an int", "dedup_key must be a non-empty",
-                         "debounce must be a positive", "go together"):
+            for part in ("priority must be an int", "debounce must be a positive",
+                         "go together"):
                 assert part in text
             with pytest.raises(ConfigError, match="apply to queued runs"):
                 await sf.options(priority=3).run(job, 1)
@@ -295,7 +301,7 @@ class TestPlans:
                 FROM generate_series(1, 80000) g""")
             await conn.execute("ANALYZE workflow_runs")
             raw = await conn.fetchval(f"EXPLAIN (FORMAT JSON) {CLAIM_SQL}", "ws0", "prod",
-                                      "gpu", 5, "w", START, START, None)
+                                      "gpu", 5, "w", START, START, START, None)
             plan = json.loads(raw)
             assert "idx_workflow_runs_claim_priority" in _index_names(plan), raw
             assert '"Sort"' not in raw, raw  # priority order comes from the index

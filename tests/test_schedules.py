@@ -15,7 +15,7 @@ import msgspec
 import pytest
 
 import starflow
-from starflow import ConfigError, ScheduleNotFound, Starflow, StarflowConfig
+from starflow import ConfigError, InvalidArgument, ScheduleNotFound, Starflow, StarflowConfig
 from starflow.adapters import adapter_from_url
 from starflow.schedules import ScheduleLoop, next_tick, tick_run_id
 from starflow_testing import FakeClock, FaultInjectingAdapter, WorkflowEnvironment
@@ -309,7 +309,6 @@ class TestManagement:
          "timezone: unknown time zone 'Mars/Olympus'"),
         ({"cron": "0 3 * * *", "overlap": "queue"}, "overlap must be one of"),
         ({"cron": "0 3 * * *", "catchup": timedelta(seconds=-1)}, "catchup must be"),
-        ({"cron": "0 3 * * *", "pool": ""}, "pool must be"),
     ])
     async def test_bad_input_is_a_config_error_and_writes_nothing(
             self, db_url: str, workspace_id: str, kwargs: dict[str, Any], message: str) -> None:
@@ -318,13 +317,28 @@ class TestManagement:
                 await a.schedule("bad", report, "x", **kwargs)
             assert await a.schedules() == []
 
+    @pytest.mark.parametrize(("kwargs", "message"), [
+        ({"schedule_id": ""}, "schedule_id must be a non-empty string"),
+        ({"schedule_id": "s" * 201}, "schedule_id is 201 characters long"),
+        ({"schedule_id": "a\x00b"}, "schedule_id contains a NUL"),
+        ({"pool": ""}, "pool must be a non-empty string"),
+    ])
+    async def test_bad_names_are_invalid_arguments_and_write_nothing(
+            self, db_url: str, workspace_id: str, kwargs: dict[str, Any], message: str) -> None:
+        async with two_apps(db_url, workspace_id) as (_, a, _b):
+            options = dict(kwargs)
+            schedule_id = options.pop("schedule_id", "ok")
+            with pytest.raises(InvalidArgument, match=message):
+                await a.schedule(schedule_id, report, "x", cron="0 3 * * *", **options)
+            assert await a.schedules() == []
+
     async def test_every_problem_is_named_at_once(self) -> None:
         async with Starflow.open("memory://", clock=FakeClock(START)) as sf:
             with pytest.raises(ConfigError) as err:
-                await sf.schedule("", report, "x", cron="nope", timezone="Nowhere/None",
+                await sf.schedule("s", report, "x", cron="nope", timezone="Nowhere/None",
                                   overlap="x")
             text = str(err.value)
-            for part in ("schedule id", "cron: bad expression 'nope'",
+            for part in ("cron: bad expression 'nope'",
                          "unknown time zone 'Nowhere/None'", "overlap"):
                 assert part in text
             assert await sf.schedules() == []

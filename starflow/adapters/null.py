@@ -7,25 +7,41 @@ never be resumed, and queries find no runs.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from ._flow import PoolLimits, PoolUsage, ScheduleRecord
-from .base import (
-    AfterClaim,
-    AfterSweep,
+from ..records import (
     DefinitionRecord,
     JobRecord,
     OutboxLag,
     OutboxRow,
+    PoolLimits,
+    PoolUsage,
     RunEvent,
     RunInfo,
+    ScheduleRecord,
     SignalRecord,
     SweepResult,
-    Unit,
     WaitRecord,
-    WorkflowStateAdapter,
+)
+from .base import WorkflowStateAdapter
+from .units import (
+    ClaimJobs,
+    ClaimRuns,
+    DeleteSchedule,
+    EnsureDefinition,
+    ExpireSessionVars,
+    GetSecret,
+    HeartbeatJob,
+    MarkOutboxApplied,
+    PruneOutbox,
+    RearmDebounced,
+    SetPoolLimits,
+    SweepLeases,
+    Unit,
+    UpdateSchedule,
+    UpsertSchedule,
 )
 
 __all__ = ["NullWorkflowStateAdapter"]
@@ -65,38 +81,32 @@ class NullWorkflowStateAdapter(WorkflowStateAdapter):
     async def find_signal(self, run_id: str, event: str) -> SignalRecord | None:
         return None
 
-    async def claim_runs(self, runner_id: str, *, pool: str | None, now: datetime,
-                         lease_until: datetime, limit: int = 1,
-                         workflows: Collection[str] | None = None,
-                         after: AfterClaim | None = None) -> list[RunInfo]:
+    # Read-modify-writes (reached through ``perform``): nothing to claim or sweep.
+
+    async def _claim_runs(self, command: ClaimRuns) -> list[RunInfo]:
         return []
 
-    async def expire_old_leases(self, now: datetime, reason: str = "runner_lost",
-                                *, after: AfterSweep | None = None) -> list[SweepResult]:
+    async def _expire_old_leases(self, command: SweepLeases) -> list[SweepResult]:
         return []
 
-    async def ensure_definition(self, name: str, version: int, code_hash: str,
-                                *, now: datetime) -> str:
+    async def _ensure_definition(self, c: EnsureDefinition) -> str:
         import uuid
 
-        return str(uuid.uuid5(uuid.NAMESPACE_URL, f"starflow:{name}:{version}:{code_hash}"))
+        return str(uuid.uuid5(uuid.NAMESPACE_URL, f"starflow:{c.name}:{c.version}:{c.code_hash}"))
 
     async def get_definition(self, definition_id: str) -> DefinitionRecord | None:
         return None
 
-    async def expire_session_vars(self, now: datetime) -> int:
+    async def _expire_session_vars(self, command: ExpireSessionVars) -> int:
         return 0
 
-    async def get_secret(self, key_id: str, *, now: datetime, create: bool = True
-                         ) -> str | None:
+    async def _get_secret(self, command: GetSecret) -> str | None:
         return None
 
-    async def claim_jobs(self, worker_id: str, *, pool: str, now: datetime,
-                         lease_until: datetime, limit: int = 1) -> list[JobRecord]:
+    async def _claim_jobs(self, command: ClaimJobs) -> list[JobRecord]:
         return []
 
-    async def heartbeat_job(self, job_id: str, worker_id: str, *, now: datetime,
-                            lease_until: datetime) -> bool:
+    async def _heartbeat_job(self, command: HeartbeatJob) -> bool:
         return False
 
     async def get_job(self, job_id: str) -> JobRecord | None:
@@ -109,10 +119,10 @@ class NullWorkflowStateAdapter(WorkflowStateAdapter):
     async def pending_outbox(self, *, limit: int = 500) -> list[OutboxRow]:
         return []
 
-    async def mark_outbox_applied(self, ids: Sequence[int], *, now: datetime) -> int:
+    async def _mark_outbox_applied(self, command: MarkOutboxApplied) -> int:
         return 0
 
-    async def prune_outbox(self, applied_before: datetime) -> int:
+    async def _prune_outbox(self, command: PruneOutbox) -> int:
         return 0
 
     async def outbox_lag(self, now: datetime, edges: Sequence[float] = ()) -> OutboxLag:
@@ -120,9 +130,8 @@ class NullWorkflowStateAdapter(WorkflowStateAdapter):
 
     # -- schedules and flow control (#18): stored nowhere ---------------------
 
-    async def upsert_schedule(self, schedule: ScheduleRecord, *, now: datetime
-                              ) -> ScheduleRecord:
-        return schedule
+    async def _upsert_schedule(self, command: UpsertSchedule) -> ScheduleRecord:
+        return command.schedule
 
     async def get_schedule(self, schedule_id: str) -> ScheduleRecord | None:
         return None
@@ -130,11 +139,10 @@ class NullWorkflowStateAdapter(WorkflowStateAdapter):
     async def list_schedules(self) -> list[ScheduleRecord]:
         return []
 
-    async def delete_schedule(self, schedule_id: str) -> bool:
+    async def _delete_schedule(self, command: DeleteSchedule) -> bool:
         return False
 
-    async def update_schedule(self, schedule_id: str, revision: int, values: Mapping[str, Any],
-                              *, now: datetime) -> bool:
+    async def _update_schedule(self, command: UpdateSchedule) -> bool:
         return False
 
     async def due_schedules(self, now: datetime, *, limit: int = 100) -> list[ScheduleRecord]:
@@ -143,7 +151,7 @@ class NullWorkflowStateAdapter(WorkflowStateAdapter):
     async def next_schedule_due(self) -> datetime | None:
         return None
 
-    async def set_pool_limits(self, limits: PoolLimits, *, now: datetime) -> None:
+    async def _set_pool_limits(self, command: SetPoolLimits) -> None:
         return None
 
     async def get_pool_limits(self, pool: str) -> PoolLimits | None:
@@ -155,6 +163,5 @@ class NullWorkflowStateAdapter(WorkflowStateAdapter):
     async def find_active_dedup(self, pool: str | None, dedup_key: str) -> str | None:
         return None
 
-    async def rearm_debounced(self, template_id: str, pool: str | None, debounce_key: str,
-                              input: Any, not_before: datetime) -> str | None:
+    async def _rearm_debounced(self, command: RearmDebounced) -> str | None:
         return None

@@ -34,14 +34,13 @@ apply to the adapter's own connections when it logs in as a per-workspace role.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import re
 import secrets
 import uuid
-from collections.abc import AsyncIterator, Collection, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
@@ -52,56 +51,81 @@ from ..clock import Clock
 from ..errors import ConfigError, SerializationError, StarflowError, StorageError
 from ..logs import get_logger
 from ..migrations import load_migrations
-from ..urls import normalize_scheme
-from ._flow import (
-    SCHEDULE_COLUMNS,
-    SCHEDULE_UPDATABLE,
-    Candidate,
-    PoolLimits,
-    PoolUsage,
-    ScheduleRecord,
-    has_limits,
-    period_ms,
-    pick_claims,
-    room_left,
-    scan_size,
-    schedule_from_row,
-    schedule_insert_values,
-    schedule_upsert_sql,
-)
-from .base import (
-    FLOW_RUN_COLUMNS,
-    JSON_RUN_COLUMNS,
-    UPDATABLE_RUN_COLUMNS,
-    AfterClaim,
-    AfterSweep,
+from ..records import (
     DefinitionRecord,
-    DeleteSessionVars,
-    DeleteSignal,
-    DeleteWaits,
-    FailRunJobs,
-    FinishJob,
-    Guard,
-    InsertEvent,
-    InsertJob,
-    InsertOutbox,
-    InsertRun,
-    InsertSignal,
-    InsertWait,
     JobRecord,
-    Mark,
-    Op,
     OutboxLag,
     OutboxRow,
+    PoolLimits,
+    PoolUsage,
     RunEvent,
     RunInfo,
+    ScheduleRecord,
     SignalRecord,
     SweepResult,
+    WaitRecord,
+)
+from ..urls import normalize_scheme
+from ._flow import Candidate, pick_claims, room_left, scan_size
+from ._sql import (
+    ACTIVE_RUN,
+    CLAIM_ORDER,
+    POSTGRES,
+    RUN_COLUMNS,
+    announces_work,
+    claim_ids_sql,
+    claim_set,
+    claimable,
+    claimed_jobs,
+    claimed_runs,
+    definition_record,
+    guard_args,
+    guard_shape,
+    guard_sql,
+    job_record,
+    op_sql,
+    outbox_row,
+    period_ms,
+    pool_limits,
+    run_event,
+    run_info,
+    schedule_insert_args,
+    schedule_record,
+    schedule_value,
+    signal_queued_sql,
+    signal_record,
+    sweep_set,
+    swept,
+    uuid_or_none,
+    wait_exists_sql,
+    wait_record,
+)
+from ._sql import (
+    POSTGRES_QUERIES as Q,
+)
+from .base import WorkflowStateAdapter
+from .sweep import ABANDONED, REQUEUED
+from .units import (
+    ClaimJobs,
+    ClaimRuns,
+    DeleteSchedule,
+    EnsureDefinition,
+    ExpireSessionVars,
+    GetSecret,
+    Guard,
+    HeartbeatJob,
+    InsertRun,
+    Mark,
+    MarkOutboxApplied,
+    Op,
+    PruneOutbox,
+    RearmDebounced,
+    SetPoolLimits,
+    SweepLeases,
     Unit,
     UpdateRun,
-    UpsertSessionVar,
-    WaitRecord,
-    WorkflowStateAdapter,
+    UpdateSchedule,
+    UpsertSchedule,
 )
 
 if TYPE_CHECKING:
@@ -119,70 +143,40 @@ SYNCHRONOUS_COMMIT_LEVELS = frozenset({"on", "off", "local", "remote_write", "re
 #: ``pg_advisory_xact_lock`` key serializing concurrent ``migrate()`` calls.
 MIGRATION_LOCK_KEY = 0x5F_57A2_F10E_0001
 
-_RUN_COLUMNS = (
-    "id, template_id, workspace_id, env, status, started_at, completed_at, duration_ms, "
-    "checkpoint_json, error, claim_state, runner_pool, leased_by, lease_until, last_heartbeat, "
-    "claim_attempts, definition_id, input_json, result_json, start_mode, max_claim_attempts, "
-    "workflow_version"
-)
-#: Columns an ``InsertRun`` may name (besides id/workspace_id/env).
-_INSERTABLE_RUN_COLUMNS = UPDATABLE_RUN_COLUMNS | FLOW_RUN_COLUMNS | {
-    "template_id", "started_at", "input_json", "start_mode", "max_claim_attempts",
-    "workflow_version",
-}
-def _tenant(first: int, table: str = "") -> str:
-    """The tenant check of a lookup by key, on parameters ``$first`` and ``$first + 1``.
-
-    Written with ``IS NOT DISTINCT FROM`` (the same as ``=`` on these NOT NULL
-    columns) because the planner cannot serve it from an index: with stale or
-    missing statistics it otherwise picks an index led by (workspace_id, env)
-    over the primary key and filters a whole workspace's rows on every
-    boundary (tests/adapters/test_postgres.py, TestHotPathPlans). Listing
-    queries keep the indexable ``=``.
-    """
-    return f"({table}workspace_id, {table}env) IS NOT DISTINCT FROM (${first}, ${first + 1})"
-
-
-_IDENT = re.compile(r"^[a-z_][a-z0-9_]*$")
-
 # The claim path (ADR-047): one statement. The candidate select matches the
 # partial index idx_workflow_runs_claim_pool (claim_state = 'queued') and skips
 # rows another claimer has locked, so N claimers never wait on each other and
 # each queued run is returned to exactly one of them.
+#
+# Flow control (#18): highest priority first; a debounced run waits for its
+# not_before; a pool with stored limits is claimed by _claim_limited instead
+# (its limits row locked), so this statement leaves that pool's runs alone.
 CLAIM_SQL = f"""
 WITH picked AS (
     SELECT id FROM workflow_runs
     WHERE claim_state = 'queued'
       AND (runner_pool IS NULL OR runner_pool = $3)
       AND workspace_id = $1 AND env = $2
-      AND ($8::text[] IS NULL OR template_id = ANY($8::text[]))
-      AND (not_before IS NULL OR not_before <= $7)  -- #18: a debounced run waits
-      -- #18: a pool with stored limits is claimed by _claim_limited, not here
+      AND ($9::text[] IS NULL OR template_id = ANY($9::text[]))
+      AND {claimable(POSTGRES, 7)}
       AND (runner_pool IS NULL OR NOT EXISTS (
           SELECT 1 FROM starflow_pool_limits l
           WHERE l.workspace_id = $1 AND l.env = $2 AND l.pool = workflow_runs.runner_pool))
-    ORDER BY priority DESC, started_at               -- #18: highest priority first
+    ORDER BY {CLAIM_ORDER}
     LIMIT $4
     FOR UPDATE SKIP LOCKED
 )
-UPDATE workflow_runs r SET
-    claim_state = 'claimed',
-    status = 'running',
-    claim_attempts = r.claim_attempts + 1,
-    leased_by = $5,
-    lease_until = $6,
-    last_heartbeat = $7,
-    claimed_at = $7
+UPDATE workflow_runs r SET {claim_set(POSTGRES, 5)}
 FROM picked
 WHERE r.id = picked.id
-RETURNING {", ".join("r." + c.strip() for c in _RUN_COLUMNS.split(","))}
+RETURNING {", ".join("r." + c.strip() for c in RUN_COLUMNS.split(","))}
 """
 
 # The lease sweep: one statement per pass. Candidates come from the partial
 # index idx_workflow_runs_lease_until; SKIP LOCKED lets concurrent sweepers
 # (and a runner refreshing its lease right now) pass each other. Requeued runs
 # are announced on the workspace channel in the same transaction.
-SWEEP_SQL = """
+SWEEP_SQL = f"""
 WITH expired AS (
     SELECT id FROM workflow_runs
     WHERE lease_until IS NOT NULL AND lease_until < $4
@@ -190,24 +184,16 @@ WITH expired AS (
       AND workspace_id = $1 AND env = $2
     FOR UPDATE SKIP LOCKED
 ), swept AS (
-    UPDATE workflow_runs r SET
-        status = CASE WHEN r.claim_attempts < r.max_claim_attempts
-            THEN 'queued' ELSE 'error' END,
-        claim_state = CASE WHEN r.claim_attempts < r.max_claim_attempts
-            THEN 'queued' ELSE 'abandoned' END,
-        error = CASE WHEN r.claim_attempts < r.max_claim_attempts THEN r.error ELSE $3 END,
-        completed_at = CASE WHEN r.claim_attempts < r.max_claim_attempts
-            THEN r.completed_at ELSE $4 END,
-        lease_until = CASE WHEN r.claim_attempts < r.max_claim_attempts
-            THEN NULL ELSE r.lease_until END
+    UPDATE workflow_runs r SET {sweep_set("r.", "$3", "$4")}
     FROM expired
     WHERE r.id = expired.id
     RETURNING r.id, r.leased_by, r.claim_state, r.started_at
 ), lost AS (
     INSERT INTO workflow_run_events (run_id, event_type, node_id, payload_json, created_at)
     SELECT id, 'runner_lost', NULL,
-           jsonb_build_object(
-               'action', CASE WHEN claim_state = 'queued' THEN 'requeued' ELSE 'abandoned' END,
+           jsonb_build_object(  -- sweep.lost_payload, built in SQL
+               'action', CASE WHEN claim_state = 'queued' THEN '{REQUEUED}' ELSE '{ABANDONED}'
+                         END,
                'leased_by', leased_by,
                'reason', $3::text),
            $4
@@ -235,35 +221,6 @@ def _jsonb_decode(data: bytes) -> Any:
     return serde.decode(data[1:], sort_keys=True)
 
 
-def _uuid_or_none(value: str) -> str | None:
-    """The canonical form of a uuid string, or None if it is not one."""
-    if not isinstance(value, str):
-        return None
-    return _canonical_uuid(value)
-
-
-@functools.lru_cache(maxsize=4096)
-def _canonical_uuid(value: str) -> str | None:
-    # Cached: every unit of a run checks the same run id (a few µs each time).
-    try:
-        return str(uuid.UUID(value))
-    except ValueError:
-        return None
-
-
-def _require_uuid(value: str | None, what: str) -> str | None:
-    if value is None:
-        return None
-    canonical = _uuid_or_none(value)
-    if canonical is None:
-        raise ConfigError(
-            f"{what} must be a UUID on PostgreSQL (the column is uuid): got {value!r}; "
-            "pass str(uuid.uuid4()) or let starflow generate the id",
-            run_id=value if what == "run id" else None,
-        )
-    return canonical
-
-
 def channel_name(workspace_id: str, env: str) -> str:
     """The LISTEN/NOTIFY channel announcing claimable work in one (workspace, env)."""
     digest = hashlib.sha256(f"{workspace_id}\0{env}".encode()).hexdigest()[:40]
@@ -284,54 +241,6 @@ def _redact(url: str) -> str:
 
 def _is_driver_error(exc: BaseException) -> bool:
     return isinstance(exc, OSError) or type(exc).__module__.startswith("asyncpg")
-
-
-def _run(row: Any) -> RunInfo:
-    return RunInfo(
-        id=row[0],
-        template_id=row[1],
-        workspace_id=row[2],
-        env=row[3],
-        status=row[4],
-        started_at=row[5],
-        completed_at=row[6],
-        duration_ms=row[7],
-        checkpoint_json=row[8],
-        error=row[9],
-        claim_state=row[10],
-        runner_pool=row[11],
-        leased_by=row[12],
-        lease_until=row[13],
-        last_heartbeat=row[14],
-        claim_attempts=row[15],
-        definition_id=row[16],
-        input_json=row[17],
-        result_json=row[18],
-        start_mode=row[19],
-        max_claim_attempts=row[20],
-        workflow_version=row[21],
-    )
-
-
-_JOB_COLUMNS = (
-    "id, run_id, node_id, pool, step_name, idempotency_key, input_json, status, attempts, "
-    "max_attempts, leased_by, lease_until, last_heartbeat, result_json, error_json, "
-    "created_at, completed_at"
-)
-
-
-def _job(row: Any) -> JobRecord:
-    return JobRecord(
-        id=row[0], run_id=row[1], node_id=row[2], pool=row[3], step_name=row[4],
-        idempotency_key=row[5], input=row[6], status=row[7], attempts=row[8],
-        max_attempts=row[9], leased_by=row[10], lease_until=row[11], last_heartbeat=row[12],
-        result=row[13], error=row[14], created_at=row[15], completed_at=row[16],
-    )
-
-
-def _wait(row: Any) -> WaitRecord:
-    return WaitRecord(run_id=row[0], node_id=row[1], event=row[2], deadline=row[3],
-                      created_at=row[4])
 
 
 class _Statement:
@@ -597,128 +506,16 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
         Raises ConfigError (before anything is written) for a malformed run id.
         """
         plan: list[_Statement] = []
+        ws, env = self.workspace_id, self.env
         for op in _merge_run_writes(unit.ops):
-            sql, args = self._op_sql(op)
+            statement = op_sql(POSTGRES, op, ws, env)
+            assert statement is not None  # Mark ops are merged away
+            sql, args = self._notifying(*statement) if announces_work(op) else statement
             if plan and plan[-1].sql == sql:
                 plan[-1].args.append(args)
             else:
                 plan.append(_Statement(sql, args))
         return plan
-
-    def _op_sql(self, op: Op) -> tuple[str, tuple[Any, ...]]:
-        ws, env = self.workspace_id, self.env
-        if isinstance(op, InsertEvent):
-            return (
-                "INSERT INTO workflow_run_events (run_id, event_type, node_id, payload_json, "
-                "created_at) SELECT $1::uuid, $2::text, $3::text, $4::jsonb, $5::timestamptz "
-                "WHERE EXISTS (SELECT 1 FROM workflow_runs WHERE id = $1::uuid "
-                f"AND {_tenant(6)})",
-                (_require_uuid(op.run_id, "run id"), op.event_type, op.node_id, op.payload,
-                 op.created_at, ws, env),
-            )
-        if isinstance(op, UpdateRun):
-            cols = _columns(op.values, UPDATABLE_RUN_COLUMNS)
-            sets = ", ".join(f"{c} = ${i}" for i, c in enumerate(cols, start=4))
-            args = (_require_uuid(op.run_id, "run id"), ws, env,
-                    *(self._value(c, op.values[c]) for c in cols))
-            sql = (f"UPDATE workflow_runs SET {sets} "
-                   f"WHERE id = $1 AND {_tenant(2)}")
-            if op.values.get("claim_state") == "queued":
-                return self._notifying(sql, args)
-            return sql, args
-        if isinstance(op, InsertRun):
-            cols = _columns(op.values, _INSERTABLE_RUN_COLUMNS)
-            names = ", ".join(("id", "workspace_id", "env", *cols))
-            params = ", ".join(f"${i}" for i in range(1, len(cols) + 4))
-            args = (_require_uuid(op.run_id, "run id"), ws, env,
-                    *(self._value(c, op.values[c]) for c in cols))
-            sql = f"INSERT INTO workflow_runs ({names}) VALUES ({params})"
-            if "queued" in (op.values.get("claim_state"), op.values.get("status")):
-                return self._notifying(sql, args)
-            return sql, args
-        if isinstance(op, InsertWait):
-            return (
-                "INSERT INTO workflow_waits (run_id, node_id, workspace_id, env, event, "
-                "deadline, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7) "
-                "ON CONFLICT (run_id, node_id) DO UPDATE SET workspace_id = excluded.workspace_id,"
-                " env = excluded.env, event = excluded.event, deadline = excluded.deadline, "
-                "created_at = excluded.created_at",
-                (_require_uuid(op.run_id, "run id"), op.node_id, ws, env, op.event,
-                 op.deadline, op.created_at),
-            )
-        if isinstance(op, DeleteWaits):
-            return (
-                "DELETE FROM workflow_waits WHERE run_id = $1 "
-                f"AND {_tenant(2)}",
-                (_require_uuid(op.run_id, "run id"), ws, env),
-            )
-        if isinstance(op, InsertSignal):
-            return (
-                "INSERT INTO workflow_signals (run_id, workspace_id, env, event, payload_json, "
-                "created_at) VALUES ($1, $2, $3, $4, $5, $6)",
-                (_require_uuid(op.run_id, "run id"), ws, env, op.event, op.payload,
-                 op.created_at),
-            )
-        if isinstance(op, DeleteSignal):
-            return (
-                "DELETE FROM workflow_signals WHERE id = $1 "
-                f"AND {_tenant(2)}",
-                (op.signal_id, ws, env),
-            )
-        if isinstance(op, UpsertSessionVar):
-            return (
-                "INSERT INTO workflow_session_vars (workspace_id, env, session_id, key, "
-                "value_json, run_id, keep_until, updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7,"
-                " $8) ON CONFLICT (workspace_id, env, session_id, key) DO UPDATE SET "
-                "value_json = excluded.value_json, run_id = excluded.run_id, "
-                "keep_until = excluded.keep_until, updated_at = excluded.updated_at",
-                (ws, env, op.session_id, op.key, op.value, _require_uuid(op.run_id, "run id"),
-                 op.keep_until, op.updated_at),
-            )
-        if isinstance(op, DeleteSessionVars):
-            return (
-                "DELETE FROM workflow_session_vars WHERE "
-                f"{_tenant(1)} "
-                "AND run_id = $3 AND keep_until IS NULL",
-                (ws, env, _require_uuid(op.run_id, "run id")),
-            )
-        if isinstance(op, InsertJob):
-            job = op.job
-            # Announces work too: job workers of the pool wait on the same channel.
-            return self._notifying(
-                "INSERT INTO worker_jobs (id, workspace_id, env, run_id, node_id, pool, "
-                "step_name, idempotency_key, input_json, status, max_attempts, created_at) "
-                "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'queued', $10, $11) "
-                "ON CONFLICT DO NOTHING",
-                (_require_uuid(job.id, "job id"), ws, env, _require_uuid(job.run_id, "run id"),
-                 job.node_id, job.pool, job.step_name, job.idempotency_key, job.input,
-                 job.max_attempts, op.created_at),
-            )
-        if isinstance(op, FinishJob):
-            return (
-                "UPDATE worker_jobs SET status = $1, result_json = $2, error_json = $3, "
-                "completed_at = $4, leased_by = NULL, lease_until = NULL "
-                f"WHERE id = $5 AND {_tenant(6)} "
-                "AND status IN ('queued', 'claimed')",
-                (op.status, op.result, op.error, op.completed_at,
-                 _require_uuid(op.job_id, "job id"), ws, env),
-            )
-        if isinstance(op, FailRunJobs):
-            return (
-                "UPDATE worker_jobs SET status = 'failed', error_json = $1, completed_at = $2, "
-                "leased_by = NULL, lease_until = NULL "
-                f"WHERE run_id = $3 AND {_tenant(4)} "
-                "AND status IN ('queued', 'claimed')",
-                (op.error, op.completed_at, _require_uuid(op.run_id, "run id"), ws, env),
-            )
-        if isinstance(op, InsertOutbox):
-            return (
-                "INSERT INTO mirror_outbox (run_id, kind, payload, created_at, workspace_id, env)"
-                " VALUES ($1, $2, $3, $4, $5, $6)",
-                (_require_uuid(op.run_id, "run id"), op.kind, op.payload, op.created_at, ws,
-                 env),
-            )
-        raise TypeError(f"the PostgreSQL adapter cannot apply {type(op).__name__}")
 
     def _notifying(self, sql: str, args: tuple[Any, ...]) -> tuple[str, tuple[Any, ...]]:
         """Wrap a write so that, if it touched a row, it also announces work.
@@ -730,18 +527,9 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
         return (f"WITH w AS ({sql} RETURNING 1) SELECT pg_notify(${n}, '') FROM w",
                 (*args, self.channel))
 
-    @staticmethod
-    def _value(column: str, value: Any) -> Any:
-        if column in ("definition_id",):
-            return _require_uuid(value, "definition_id")
-        if column in JSON_RUN_COLUMNS and value is not None:
-            # Validate here so a bad value raises SerializationError itself.
-            serde.encode(value, what=column)
-        return value
-
     async def execute(self, unit: Unit) -> bool:
         guard = unit.guard
-        if guard is not None and _uuid_or_none(guard.run_id) is None:
+        if guard is not None and uuid_or_none(guard.run_id) is None:
             return False  # no such row can exist: the guard fails, nothing is written
         plan = self._plan(unit)
         if not plan and guard is None:
@@ -780,142 +568,82 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
 
     async def _check_guard(self, conn: asyncpg.Connection, guard: Guard) -> bool:
         # FOR NO KEY UPDATE: serializes the unit with every other guarded unit
-        # on this run, without blocking foreign-key checks of event inserts.
-        row = await conn.fetchrow(
-            "SELECT leased_by, status FROM workflow_runs "
-            f"WHERE id = $1 AND {_tenant(2)} FOR NO KEY UPDATE",
-            guard.run_id, self.workspace_id, self.env,
-        )
-        if row is None:
+        # on this run, without blocking foreign-key checks of event inserts; the
+        # lease/status condition is rechecked on the row's newest version.
+        if await conn.fetchval(
+                guard_sql(POSTGRES, *guard_shape(guard), " FOR NO KEY UPDATE"),
+                guard.run_id, self.workspace_id, self.env, *guard_args(POSTGRES, guard)) is None:
             return False
-        if guard.leased_by is not None and row[0] != guard.leased_by:
+        # Separate statements on purpose: under READ COMMITTED each takes a fresh
+        # snapshot after the row lock is held, so a wake that committed (and
+        # deleted the wait) or a signal another guarded unit queued while we
+        # waited is seen.
+        if guard.wait_node is not None and not await conn.fetchval(
+                wait_exists_sql(POSTGRES), guard.run_id, guard.wait_node):
             return False
-        if guard.status_in is not None and row[1] not in guard.status_in:
-            return False
-        if guard.wait_node is not None:
-            # A separate statement on purpose: under READ COMMITTED it takes a
-            # fresh snapshot after the row lock is held, so a wake that
-            # committed (and deleted the wait) while we waited is seen.
-            exists = await conn.fetchval(
-                "SELECT EXISTS (SELECT 1 FROM workflow_waits WHERE run_id = $1 AND node_id = $2)",
-                guard.run_id, guard.wait_node,
-            )
-            if not exists:
-                return False
-        if guard.no_signal is not None:
-            # Likewise a fresh snapshot: a signal another guarded unit queued for
-            # this run while we waited for the row lock is seen.
-            queued = await conn.fetchval(
-                "SELECT EXISTS (SELECT 1 FROM workflow_signals WHERE run_id = $1 AND event = $2 "
-                f"AND {_tenant(3)})",
-                guard.run_id, guard.no_signal, self.workspace_id, self.env,
-            )
-            if queued:
-                return False
-        return True
+        return guard.no_signal is None or not await conn.fetchval(
+            signal_queued_sql(POSTGRES), guard.run_id, guard.no_signal, self.workspace_id,
+            self.env)
 
     # -- reads -----------------------------------------------------------------
 
     async def get_run(self, run_id: str) -> RunInfo | None:
-        rid = _uuid_or_none(run_id)
+        rid = uuid_or_none(run_id)
         if rid is None:
             return None
         async with self._connection("get_run", run_id) as conn:
-            row = await conn.fetchrow(
-                f"SELECT {_RUN_COLUMNS} FROM workflow_runs "
-                f"WHERE id = $1 AND {_tenant(2)}",
-                rid, self.workspace_id, self.env,
-            )
-        return _run(row) if row is not None else None
+            row = await conn.fetchrow(Q.get_run, rid, self.workspace_id, self.env)
+        return run_info(row, POSTGRES) if row is not None else None
 
     async def list_runs(self, *, status: str | None = None, template_id: str | None = None,
                         since: datetime | None = None, limit: int = 50) -> list[RunInfo]:
-        where = ["workspace_id = $1", "env = $2"]
-        args: list[Any] = [self.workspace_id, self.env]
-        for clause, value in (("status = ", status), ("template_id = ", template_id),
-                              ("started_at >= ", since)):
-            if value is not None:
-                args.append(value)
-                where.append(f"{clause}${len(args)}")
-        args.append(int(limit))
-        # started_at DESC matches idx_workflow_runs_workspace_started.
-        sql = (f"SELECT {_RUN_COLUMNS} FROM workflow_runs WHERE {' AND '.join(where)} "
-               f"ORDER BY started_at DESC, id LIMIT ${len(args)}")
+        sql = Q.list_runs(status is not None, template_id is not None, since is not None)
         async with self._connection("list_runs") as conn:
-            rows = await conn.fetch(sql, *args)
-        return [_run(r) for r in rows]
+            rows = await conn.fetch(sql, self.workspace_id, self.env,
+                                    *(v for v in (status, template_id, since) if v is not None),
+                                    int(limit))
+        return [run_info(r, POSTGRES) for r in rows]
 
     async def list_events(self, run_id: str, *, after_id: int = 0) -> list[RunEvent]:
-        rid = _uuid_or_none(run_id)
+        rid = uuid_or_none(run_id)
         if rid is None:
             return []
         async with self._connection("list_events", run_id) as conn:
-            rows = await conn.fetch(
-                "SELECT e.id, e.run_id, e.event_type, e.node_id, e.payload_json, e.created_at "
-                "FROM workflow_run_events e JOIN workflow_runs r ON r.id = e.run_id "
-                "WHERE e.run_id = $1 "
-                f"AND {_tenant(2, 'r.')} AND e.id > $4 "
-                "ORDER BY e.id",
-                rid, self.workspace_id, self.env, after_id,
-            )
-        return [RunEvent(id=r[0], run_id=r[1], event_type=r[2], node_id=r[3],
-                         payload_json=r[4], created_at=r[5]) for r in rows]
+            rows = await conn.fetch(Q.list_events, rid, self.workspace_id, self.env, after_id)
+        return [run_event(r, POSTGRES) for r in rows]
 
     async def list_waits(self, run_id: str) -> list[WaitRecord]:
-        rid = _uuid_or_none(run_id)
+        rid = uuid_or_none(run_id)
         if rid is None:
             return []
         async with self._connection("list_waits", run_id) as conn:
-            rows = await conn.fetch(
-                "SELECT run_id, node_id, event, deadline, created_at FROM workflow_waits "
-                "WHERE run_id = $1 "
-                f"AND {_tenant(2)} ORDER BY created_at",
-                rid, self.workspace_id, self.env,
-            )
-        return [_wait(r) for r in rows]
+            rows = await conn.fetch(Q.list_waits, rid, self.workspace_id, self.env)
+        return [wait_record(r, POSTGRES) for r in rows]
 
     async def due_waits(self, now: datetime, *, limit: int = 100) -> list[WaitRecord]:
         async with self._connection("due_waits") as conn:
-            rows = await conn.fetch(
-                "SELECT run_id, node_id, event, deadline, created_at FROM workflow_waits "
-                "WHERE workspace_id = $1 AND env = $2 AND deadline IS NOT NULL "
-                "AND deadline <= $3 ORDER BY deadline LIMIT $4",
-                self.workspace_id, self.env, now, int(limit),
-            )
-        return [_wait(r) for r in rows]
+            rows = await conn.fetch(Q.due_waits, self.workspace_id, self.env, now, int(limit))
+        return [wait_record(r, POSTGRES) for r in rows]
 
     async def next_deadline(self) -> datetime | None:
         async with self._connection("next_deadline") as conn:
-            value: datetime | None = await conn.fetchval(
-                "SELECT min(deadline) FROM workflow_waits WHERE workspace_id = $1 AND env = $2 "
-                "AND deadline IS NOT NULL", self.workspace_id, self.env,
-            )
+            value: datetime | None = await conn.fetchval(Q.next_deadline, self.workspace_id,
+                                                         self.env)
         return value
 
     async def find_signal(self, run_id: str, event: str) -> SignalRecord | None:
-        rid = _uuid_or_none(run_id)
+        rid = uuid_or_none(run_id)
         if rid is None:
             return None
         async with self._connection("find_signal", run_id) as conn:
-            row = await conn.fetchrow(
-                "SELECT id, run_id, event, payload_json, created_at FROM workflow_signals "
-                "WHERE run_id = $1 AND event = $2 "
-                f"AND {_tenant(3)} "
-                "ORDER BY id LIMIT 1", rid, event, self.workspace_id, self.env,
-            )
-        if row is None:
-            return None
-        return SignalRecord(id=row[0], run_id=row[1], event=row[2], payload=row[3],
-                            created_at=row[4])
+            row = await conn.fetchrow(Q.find_signal, rid, event, self.workspace_id, self.env)
+        return signal_record(row, POSTGRES) if row is not None else None
 
     async def session_get(self, session_id: str, key: str, *, now: datetime | None = None
                           ) -> Any:
         async with self._connection("session_get") as conn:
-            row = await conn.fetchrow(
-                "SELECT value_json, keep_until FROM workflow_session_vars "
-                "WHERE workspace_id = $1 AND env = $2 AND session_id = $3 AND key = $4",
-                self.workspace_id, self.env, session_id, key,
-            )
+            row = await conn.fetchrow(Q.session_get, self.workspace_id, self.env, session_id,
+                                      key)
         if row is None:
             return None
         if now is not None and row[1] is not None and row[1] <= now:
@@ -923,220 +651,215 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
         return row[0]
 
     async def get_definition(self, definition_id: str) -> DefinitionRecord | None:
-        did = _uuid_or_none(definition_id)
+        did = uuid_or_none(definition_id)
         if did is None:
             return None
         async with self._connection("get_definition") as conn:
-            row = await conn.fetchrow(
-                "SELECT id, name, version, code_hash, created_at FROM workflow_definitions "
-                f"WHERE id = $1 AND {_tenant(2)}",
-                did, self.workspace_id, self.env,
-            )
-        if row is None:
-            return None
-        return DefinitionRecord(id=row[0], name=row[1], version=row[2], code_hash=row[3],
-                                created_at=row[4])
+            row = await conn.fetchrow(Q.get_definition, did, self.workspace_id, self.env)
+        return definition_record(row, POSTGRES) if row is not None else None
 
     # -- read-modify-writes ----------------------------------------------------
 
-    async def claim_runs(self, runner_id: str, *, pool: str | None, now: datetime,
-                         lease_until: datetime, limit: int = 1,
-                         workflows: Collection[str] | None = None,
-                         after: AfterClaim | None = None) -> list[RunInfo]:
-        names = sorted(set(workflows)) if workflows is not None else None
+    async def _claim_runs(self, c: ClaimRuns) -> list[RunInfo]:
+        names, after = c.workflows, c.after
         if names is not None and not names:
             return []
-        args = (self.workspace_id, self.env, pool, int(limit), runner_id, lease_until, now,
-                names)
+        args = (self.workspace_id, self.env, c.pool, c.limit, c.runner_id, c.lease_until, c.now,
+                c.now, list(names) if names is not None else None)
         async with self._connection("claim_runs") as conn:
-            if pool is not None and pool in self._limited_pools:
+            if c.pool is not None and c.pool in self._limited_pools:
                 # #18: a pool seen with limits goes straight to the limited claim
                 # (which also takes runs queued for any pool); None: limits removed.
-                limited = await self._claim_limited_pool(
-                    conn, runner_id=runner_id, pool=pool, now=now, lease_until=lease_until,
-                    limit=int(limit), names=names, after=after, known=True)
+                limited = await self._claim_limited_pool(conn, c, c.limit, known=True)
                 if limited is not None:
                     return limited
             if after is None:
-                rows = await conn.fetch(CLAIM_SQL, *args)
-                runs = _claimed(rows)
+                runs = claimed_runs(await conn.fetch(CLAIM_SQL, *args), POSTGRES)
             else:
                 async with conn.transaction():
-                    runs = _claimed(await conn.fetch(CLAIM_SQL, *args))
+                    runs = claimed_runs(await conn.fetch(CLAIM_SQL, *args), POSTGRES)
                     await self._apply_after(conn, after(runs) if runs else [])
-            if pool is not None and len(runs) < limit:
+            if c.pool is not None and len(runs) < c.limit:
                 # Flow control (#18): CLAIM_SQL leaves a limited pool's runs alone;
                 # they are claimed here, with the pool's limits row locked FOR UPDATE
                 # in this transaction (never check-then-claim). (Only this first claim
                 # of a limited pool in a process may take runs of any pool ahead of
                 # the pool's own older ones; later claims order them together.)
-                more = await self._claim_limited_pool(
-                    conn, runner_id=runner_id, pool=pool, now=now, lease_until=lease_until,
-                    limit=int(limit) - len(runs), names=names, after=after) or []
+                more = await self._claim_limited_pool(conn, c, c.limit - len(runs)) or []
                 if more:
                     runs = sorted([*runs, *more],
                                   key=lambda r: (r.started_at is not None, r.started_at, r.id))
         return runs
+
+    async def _claim_limited_pool(self, conn: asyncpg.Connection, c: ClaimRuns, limit: int,
+                                  *, known: bool = False) -> list[RunInfo] | None:
+        """Claim up to ``limit`` runs for ``c.pool`` under its stored limits; None if it
+        has none.
+
+        Unless ``known`` (the pool had limits at an earlier claim), one read
+        first tells whether it has any, so an unlimited pool's claim pays no
+        transaction. The limits row is then locked ``FOR UPDATE`` until commit.
+        """
+        pool = c.pool
+        assert pool is not None
+        scope = (self.workspace_id, self.env, pool)
+        if not known and await conn.fetchval(Q.get_pool_limits, *scope) is None:
+            return None
+        async with conn.transaction():
+            row = await conn.fetchrow(Q.lock_pool_limits, *scope)
+            if row is None:  # removed meanwhile: CLAIM_SQL takes its runs
+                self._limited_pools.discard(pool)
+                return None
+            self._limited_pools.add(pool)
+            runs = claimed_runs(await self._claim_limited(
+                conn, pool_limits(row, POSTGRES), c, limit), POSTGRES)
+            if c.after is not None and runs:
+                await self._apply_after(conn, c.after(runs))
+        return runs
+
+    async def _claim_limited(self, conn: asyncpg.Connection, limits: PoolLimits, c: ClaimRuns,
+                             limit: int) -> list[asyncpg.Record]:
+        """Claim for a pool with stored limits; the caller holds its limits row lock.
+
+        Every claimer of the pool takes that lock first, so the counts read
+        here stay true until this transaction commits its claims.
+        """
+        since = c.now - limits.rate_period if limits.rate_period is not None else None
+        names = list(c.workflows) if c.workflows is not None else None
+        # One statement after the lock (its snapshot sees every claim committed
+        # before the lock was granted): the pool's executing runs (per key, if
+        # keys are limited), its claims in the rate window, and the candidates.
+        keyed = limits.key_concurrency is not None
+        args = (self.workspace_id, self.env, c.pool, since, keyed, names, c.now,
+                scan_size(limit, limits))
+        rows = await conn.fetch(_LIMITED_CANDIDATES, *args, False, limits.key_concurrency or 0)
+        head = rows[0]
+        active, recent = int(head[0]), int(head[1])
+        key_active: dict[str, int] = {k: int(n) for k, n in (head[2] or {}).items()}
+        room = room_left(limits, active, recent)
+        if room is not None and room <= 0 and any(r[4] is not None for r in rows):
+            # The pool is at its limit: only runs queued for any pool can go, and
+            # the pool's own may have filled the candidates; look at those alone.
+            rows = await conn.fetch(_LIMITED_CANDIDATES, *args, True,
+                                    limits.key_concurrency or 0)
+        cands = [Candidate(str(r[3]), r[4], r[5]) for r in rows if r[3] is not None]
+        ids = pick_claims(cands, limits, limit=limit, active=active, claimed_in_window=recent,
+                          key_active=key_active)
+        if not ids:
+            return []
+        claimed: list[asyncpg.Record] = await conn.fetch(
+            claim_ids_sql(POSTGRES, len(ids)), c.runner_id, c.lease_until, c.now, c.now,
+            *POSTGRES.many(ids))
+        return claimed
 
     async def _apply_after(self, conn: asyncpg.Connection, ops: list[Op]) -> None:
         """Write ``ops`` on ``conn`` inside the caller's transaction."""
         for statement in self._plan(Unit(ops=ops)):
             await _run_statement(conn, statement)
 
-    async def expire_old_leases(self, now: datetime, reason: str = "runner_lost",
-                                *, after: AfterSweep | None = None) -> list[SweepResult]:
-        args = (self.workspace_id, self.env, reason, now, self.channel)
+    async def _expire_old_leases(self, c: SweepLeases) -> list[SweepResult]:
+        after = c.after
+        args = (self.workspace_id, self.env, c.reason, c.now, self.channel)
         async with self._connection("expire_old_leases") as conn:
             if after is None:
-                return _swept(await conn.fetch(SWEEP_SQL, *args))
+                return swept(await conn.fetch(SWEEP_SQL, *args))
             async with conn.transaction():
-                results = _swept(await conn.fetch(SWEEP_SQL, *args))
+                results = swept(await conn.fetch(SWEEP_SQL, *args))
                 await self._apply_after(conn, after(results) if results else [])
         return results
 
-    async def ensure_definition(self, name: str, version: int, code_hash: str,
-                                *, now: datetime) -> str:
+    async def _ensure_definition(self, c: EnsureDefinition) -> str:
+        ws, env = self.workspace_id, self.env
         async with self._connection("ensure_definition") as conn:
             for _ in range(3):
                 inserted: str | None = await conn.fetchval(
-                    "INSERT INTO workflow_definitions (id, workspace_id, env, name, version, "
-                    "code_hash, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7) "
-                    "ON CONFLICT (workspace_id, env, name, version) DO NOTHING RETURNING id",
-                    str(uuid.uuid4()), self.workspace_id, self.env, name, version, code_hash,
-                    now,
-                )
+                    Q.insert_definition + " RETURNING id", str(uuid.uuid4()), ws, env, c.name,
+                    c.version, c.code_hash, c.now)
                 if inserted is not None:
                     return inserted
                 # A separate statement: its snapshot sees a row that a concurrent
                 # ensure_definition committed while our insert waited on it.
-                existing: str | None = await conn.fetchval(
-                    "SELECT id FROM workflow_definitions WHERE workspace_id = $1 AND env = $2 "
-                    "AND name = $3 AND version = $4", self.workspace_id, self.env, name, version,
-                )
+                existing: str | None = await conn.fetchval(Q.definition_id, ws, env, c.name,
+                                                           c.version)
                 if existing is not None:
                     return existing
-        raise StorageError(f"could not record workflow definition {name!r} v{version}")
+        raise StorageError(f"could not record workflow definition {c.name!r} v{c.version}")
 
-    async def expire_session_vars(self, now: datetime) -> int:
+    async def _expire_session_vars(self, c: ExpireSessionVars) -> int:
         async with self._connection("expire_session_vars") as conn:
-            status: str = await conn.execute(
-                "DELETE FROM workflow_session_vars WHERE workspace_id = $1 AND env = $2 "
-                "AND keep_until IS NOT NULL AND keep_until <= $3",
-                self.workspace_id, self.env, now,
-            )
+            status: str = await conn.execute(Q.expire_session_vars, self.workspace_id,
+                                             self.env, c.now)
         return int(status.rsplit(" ", 1)[-1])
 
-    async def get_secret(self, key_id: str, *, now: datetime, create: bool = True
-                         ) -> str | None:
-        select = ("SELECT secret FROM starflow_keys WHERE workspace_id = $1 AND env = $2 "
-                  "AND key_id = $3")
+    async def _get_secret(self, c: GetSecret) -> str | None:
+        key = (self.workspace_id, self.env, c.key_id)
         async with self._connection("get_secret") as conn:
-            secret: str | None = await conn.fetchval(select, self.workspace_id, self.env, key_id)
-            if secret is not None or not create:
+            secret: str | None = await conn.fetchval(Q.secret, *key)
+            if secret is not None or not c.create:
                 return secret
-            secret = await conn.fetchval(
-                "INSERT INTO starflow_keys (workspace_id, env, key_id, secret, created_at) "
-                "VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING RETURNING secret",
-                self.workspace_id, self.env, key_id, secrets.token_hex(32), now,
-            )
+            secret = await conn.fetchval(Q.insert_secret + " RETURNING secret", *key,
+                                         secrets.token_hex(32), c.now)
             if secret is None:  # another process created it first: theirs wins
-                secret = await conn.fetchval(select, self.workspace_id, self.env, key_id)
+                secret = await conn.fetchval(Q.secret, *key)
         return secret
 
     # -- worker jobs -------------------------------------------------------------
 
-    async def claim_jobs(self, worker_id: str, *, pool: str, now: datetime,
-                         lease_until: datetime, limit: int = 1) -> list[JobRecord]:
+    async def _claim_jobs(self, c: ClaimJobs) -> list[JobRecord]:
         async with self._connection("claim_jobs") as conn:
-            rows = await conn.fetch(
-                "UPDATE worker_jobs SET status = 'claimed', attempts = attempts + 1, "
-                "leased_by = $1, lease_until = $2, last_heartbeat = $3 WHERE id IN ("
-                "  SELECT id FROM worker_jobs WHERE workspace_id = $4 AND env = $5 "
-                "  AND pool = $6 AND (status = 'queued' OR (status = 'claimed' "
-                "  AND lease_until < $3)) ORDER BY created_at, id LIMIT $7 "
-                "  FOR UPDATE SKIP LOCKED"
-                f") RETURNING {_JOB_COLUMNS}",
-                worker_id, lease_until, now, self.workspace_id, self.env, pool, int(limit),
-            )
-        jobs = [_job(r) for r in rows]
-        jobs.sort(key=lambda j: (j.created_at, j.id))
-        return jobs
+            rows = await conn.fetch(Q.claim_jobs, c.worker_id, c.lease_until, c.now,
+                                    self.workspace_id, self.env, c.pool, c.now, c.limit)
+        return claimed_jobs(rows, POSTGRES)
 
-    async def heartbeat_job(self, job_id: str, worker_id: str, *, now: datetime,
-                            lease_until: datetime) -> bool:
-        jid = _uuid_or_none(job_id)
+    async def _heartbeat_job(self, c: HeartbeatJob) -> bool:
+        jid = uuid_or_none(c.job_id)
         if jid is None:
             return False
         async with self._connection("heartbeat_job") as conn:
-            status: str = await conn.execute(
-                "UPDATE worker_jobs SET lease_until = $1, last_heartbeat = $2 WHERE id = $3 "
-                f"AND {_tenant(4)} "
-                "AND status = 'claimed' AND leased_by = $6",
-                lease_until, now, jid, self.workspace_id, self.env, worker_id,
-            )
+            status: str = await conn.execute(Q.heartbeat_job, c.lease_until, c.now, jid,
+                                             self.workspace_id, self.env, c.worker_id)
         return status.rsplit(" ", 1)[-1] == "1"
 
     async def get_job(self, job_id: str) -> JobRecord | None:
-        jid = _uuid_or_none(job_id)
+        jid = uuid_or_none(job_id)
         if jid is None:
             return None
         async with self._connection("get_job") as conn:
-            row = await conn.fetchrow(
-                f"SELECT {_JOB_COLUMNS} FROM worker_jobs WHERE id = $1 AND {_tenant(2)}",
-                jid, self.workspace_id, self.env)
-        return _job(row) if row is not None else None
+            row = await conn.fetchrow(Q.get_job, jid, self.workspace_id, self.env)
+        return job_record(row, POSTGRES) if row is not None else None
 
     async def list_jobs(self, *, run_id: str | None = None, status: str | None = None,
                         limit: int = 100) -> list[JobRecord]:
-        where = ["workspace_id = $1", "env = $2"]
-        args: list[Any] = [self.workspace_id, self.env]
+        rid = None
         if run_id is not None:
-            rid = _uuid_or_none(run_id)
+            rid = uuid_or_none(run_id)
             if rid is None:
                 return []
-            args.append(rid)
-            where.append(f"run_id = ${len(args)}")
-        if status is not None:
-            args.append(status)
-            where.append(f"status = ${len(args)}")
-        args.append(int(limit))
+        sql = Q.list_jobs(rid is not None, status is not None)
         async with self._connection("list_jobs") as conn:
-            rows = await conn.fetch(
-                f"SELECT {_JOB_COLUMNS} FROM worker_jobs WHERE {' AND '.join(where)} "
-                f"ORDER BY created_at, id LIMIT ${len(args)}", *args)
-        return [_job(r) for r in rows]
+            rows = await conn.fetch(sql, self.workspace_id, self.env,
+                                    *(v for v in (rid, status) if v is not None), int(limit))
+        return [job_record(r, POSTGRES) for r in rows]
 
     # -- the mirror outbox -------------------------------------------------------
 
     async def pending_outbox(self, *, limit: int = 500) -> list[OutboxRow]:
         async with self._connection("pending_outbox") as conn:
-            rows = await conn.fetch(
-                "SELECT id, run_id, kind, payload, created_at FROM mirror_outbox "
-                "WHERE workspace_id = $1 AND env = $2 AND applied_at IS NULL "
-                "ORDER BY id LIMIT $3",
-                self.workspace_id, self.env, int(limit),
-            )
-        return [OutboxRow(id=r[0], run_id=r[1], kind=r[2], payload=r[3], created_at=r[4])
-                for r in rows]
+            rows = await conn.fetch(Q.pending_outbox, self.workspace_id, self.env, int(limit))
+        return [outbox_row(r, POSTGRES) for r in rows]
 
-    async def mark_outbox_applied(self, ids: Sequence[int], *, now: datetime) -> int:
-        if not ids:
+    async def _mark_outbox_applied(self, c: MarkOutboxApplied) -> int:
+        if not c.ids:
             return 0
         async with self._connection("mark_outbox_applied") as conn:
-            status: str = await conn.execute(
-                "UPDATE mirror_outbox SET applied_at = $1 WHERE id = ANY($2::bigint[]) "
-                "AND workspace_id = $3 AND env = $4 AND applied_at IS NULL",
-                now, [int(i) for i in ids], self.workspace_id, self.env,
-            )
+            status: str = await conn.execute(Q.mark_outbox_applied(len(c.ids)), c.now,
+                                             *POSTGRES.many(c.ids), self.workspace_id, self.env)
         return int(status.rsplit(" ", 1)[-1])
 
-    async def prune_outbox(self, applied_before: datetime) -> int:
+    async def _prune_outbox(self, c: PruneOutbox) -> int:
         async with self._connection("prune_outbox") as conn:
-            status: str = await conn.execute(
-                "DELETE FROM mirror_outbox WHERE workspace_id = $1 AND env = $2 "
-                "AND applied_at IS NOT NULL AND applied_at < $3",
-                self.workspace_id, self.env, applied_before,
-            )
+            status: str = await conn.execute(Q.prune_outbox, self.workspace_id, self.env,
+                                             c.applied_before)
         return int(status.rsplit(" ", 1)[-1])
 
     async def outbox_lag(self, now: datetime, edges: Sequence[float] = ()) -> OutboxLag:
@@ -1154,219 +877,106 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
         return OutboxLag(pending=int(row[0]), oldest_created_at=row[1],
                          older_than=tuple(int(c) for c in row[2:]))
 
-    # -- schedules and flow control (#18) ------------------------------------
+    # -- schedules and flow control (#18) ----------------------------------------
 
-    async def _claim_limited_pool(self, conn: asyncpg.Connection, *, runner_id: str,
-                                  pool: str, now: datetime, lease_until: datetime, limit: int,
-                                  names: list[str] | None, after: AfterClaim | None,
-                                  known: bool = False) -> list[RunInfo] | None:
-        """Claim for ``pool`` under its stored limits; None if it has none.
-
-        Unless ``known`` (the pool had limits at an earlier claim), one read
-        first tells whether it has any, so an unlimited pool's claim pays no
-        transaction. The limits row is then locked ``FOR UPDATE`` until commit.
-        """
-        if not known and await conn.fetchval(
-                "SELECT 1 FROM starflow_pool_limits WHERE workspace_id = $1 AND env = $2 "
-                "AND pool = $3", self.workspace_id, self.env, pool) is None:
-            return None
-        async with conn.transaction():
-            limits = await _locked_limits(conn, self.workspace_id, self.env, pool)
-            if limits is None:  # removed meanwhile: CLAIM_SQL takes its runs
-                self._limited_pools.discard(pool)
-                return None
-            self._limited_pools.add(pool)
-            runs = _claimed(await self._claim_limited(
-                conn, limits, runner_id=runner_id, pool=pool, now=now,
-                lease_until=lease_until, limit=limit, names=names))
-            if after is not None and runs:
-                await self._apply_after(conn, after(runs))
-        return runs
-
-    async def _claim_limited(self, conn: asyncpg.Connection, limits: PoolLimits, *,
-                             runner_id: str, pool: str, now: datetime, lease_until: datetime,
-                             limit: int, names: list[str] | None) -> list[asyncpg.Record]:
-        """Claim for a pool with stored limits; the caller holds its limits row lock.
-
-        Every claimer of the pool takes that lock first, so the counts read
-        here stay true until this transaction commits its claims.
-        """
-        ws, env = self.workspace_id, self.env
-        since = now - limits.rate_period if limits.rate_period is not None else None
-        # One statement after the lock (its snapshot sees every claim committed
-        # before the lock was granted): the pool's executing runs (per key, if
-        # keys are limited), its claims in the rate window, and the candidates.
-        keyed = limits.key_concurrency is not None
-        rows = await conn.fetch(
-            _LIMITED_CANDIDATES, ws, env, pool, since, keyed, names, now,
-            scan_size(limit, limits), False, limits.key_concurrency or 0)
-        head = rows[0]
-        active, recent = int(head[0]), int(head[1])
-        key_active: dict[str, int] = {k: int(n) for k, n in (head[2] or {}).items()}
-        room = room_left(limits, active, recent)
-        if room is not None and room <= 0 and any(r[4] is not None for r in rows):
-            # The pool is at its limit: only runs queued for any pool can go, and
-            # the pool's own may have filled the candidates; look at those alone.
-            rows = await conn.fetch(
-                _LIMITED_CANDIDATES, ws, env, pool, since, keyed, names, now,
-                scan_size(limit, limits), True, limits.key_concurrency or 0)
-        cands = [Candidate(r[3], r[4], r[5]) for r in rows if r[3] is not None]
-        ids = pick_claims(cands, limits, limit=limit, active=active, claimed_in_window=recent,
-                          key_active=key_active)
-        if not ids:
-            return []
-        claimed: list[asyncpg.Record] = await conn.fetch(
-            "UPDATE workflow_runs r SET claim_state = 'claimed', status = 'running', "
-            "claim_attempts = r.claim_attempts + 1, leased_by = $2, lease_until = $3, "
-            "last_heartbeat = $4, claimed_at = $4 WHERE r.id = ANY($1::uuid[]) "
-            "AND r.claim_state = 'queued' "
-            f"RETURNING {', '.join('r.' + c.strip() for c in _RUN_COLUMNS.split(','))}",
-            ids, runner_id, lease_until, now)
-        return claimed
-
-    async def upsert_schedule(self, schedule: ScheduleRecord, *, now: datetime
-                              ) -> ScheduleRecord:
-        values = schedule_insert_values(schedule)
-        values["definition_id"] = _require_uuid(schedule.definition_id, "definition_id")
-        cols = ["workspace_id", "env", *values, "created_at", "updated_at"]
+    async def _upsert_schedule(self, c: UpsertSchedule) -> ScheduleRecord:
+        args = schedule_insert_args(POSTGRES, c.schedule)
         async with self._connection("upsert_schedule") as conn:
-            row = await conn.fetchrow(
-                f"INSERT INTO starflow_schedules ({', '.join(cols)}) "
-                f"VALUES ({', '.join(f'${i}' for i in range(1, len(cols) + 1))}) "
-                "ON CONFLICT (workspace_id, env, id) DO UPDATE SET "
-                + _SCHEDULE_UPSERT + f" RETURNING {', '.join(SCHEDULE_COLUMNS)}",
-                self.workspace_id, self.env, *values.values(), now, now)
-        return _schedule(row)
+            row = await conn.fetchrow(Q.upsert_schedule, self.workspace_id, self.env, *args,
+                                      c.now, c.now)
+        return schedule_record(row, POSTGRES)
 
     async def get_schedule(self, schedule_id: str) -> ScheduleRecord | None:
         async with self._connection("get_schedule") as conn:
-            row = await conn.fetchrow(
-                f"SELECT {', '.join(SCHEDULE_COLUMNS)} FROM starflow_schedules "
-                "WHERE workspace_id = $1 AND env = $2 AND id = $3",
-                self.workspace_id, self.env, schedule_id)
-        return None if row is None else _schedule(row)
+            row = await conn.fetchrow(Q.get_schedule, self.workspace_id, self.env, schedule_id)
+        return None if row is None else schedule_record(row, POSTGRES)
 
     async def list_schedules(self) -> list[ScheduleRecord]:
         async with self._connection("list_schedules") as conn:
-            rows = await conn.fetch(
-                f"SELECT {', '.join(SCHEDULE_COLUMNS)} FROM starflow_schedules "
-                "WHERE workspace_id = $1 AND env = $2 ORDER BY id", self.workspace_id, self.env)
-        return [_schedule(r) for r in rows]
+            rows = await conn.fetch(Q.list_schedules, self.workspace_id, self.env)
+        return [schedule_record(r, POSTGRES) for r in rows]
 
-    async def delete_schedule(self, schedule_id: str) -> bool:
+    async def _delete_schedule(self, c: DeleteSchedule) -> bool:
         async with self._connection("delete_schedule") as conn:
-            status = await conn.execute(
-                "DELETE FROM starflow_schedules WHERE workspace_id = $1 AND env = $2 "
-                "AND id = $3", self.workspace_id, self.env, schedule_id)
-        return bool(status != "DELETE 0")
+            status: str = await conn.execute(Q.delete_schedule, self.workspace_id, self.env,
+                                             c.schedule_id)
+        return status.rsplit(" ", 1)[-1] != "0"
 
-    async def update_schedule(self, schedule_id: str, revision: int, values: Mapping[str, Any],
-                              *, now: datetime) -> bool:
-        cols = sorted(values)
-        unknown = set(cols) - SCHEDULE_UPDATABLE
-        if unknown:
-            raise ValueError(f"update_schedule: not updatable: {sorted(unknown)}")
-        sets = "".join(f"{c} = ${i}, " for i, c in enumerate(cols, start=6))
-        args = [_require_uuid(values[c], "run id") if c == "last_run_id" else values[c]
-                for c in cols]
+    async def _update_schedule(self, c: UpdateSchedule) -> bool:
+        cols = tuple(sorted(c.values))
+        sql = Q.update_schedule(cols)
+        values = [schedule_value(POSTGRES, col, c.values[col]) for col in cols]
         async with self._connection("update_schedule") as conn:
-            status = await conn.execute(
-                f"UPDATE starflow_schedules SET {sets}revision = revision + 1, updated_at = $5 "
-                "WHERE workspace_id = $1 AND env = $2 AND id = $3 AND revision = $4",
-                self.workspace_id, self.env, schedule_id, revision, now, *args)
-        return bool(status != "UPDATE 0")
+            status: str = await conn.execute(sql, *values, c.now, self.workspace_id, self.env,
+                                             c.schedule_id, c.revision)
+        return status.rsplit(" ", 1)[-1] != "0"
 
     async def due_schedules(self, now: datetime, *, limit: int = 100) -> list[ScheduleRecord]:
         async with self._connection("due_schedules") as conn:
-            rows = await conn.fetch(
-                f"SELECT {', '.join(SCHEDULE_COLUMNS)} FROM starflow_schedules "
-                "WHERE workspace_id = $1 AND env = $2 AND NOT paused AND due_at <= $3 "
-                "ORDER BY due_at LIMIT $4", self.workspace_id, self.env, now, int(limit))
-        return [_schedule(r) for r in rows]
+            rows = await conn.fetch(Q.due_schedules, self.workspace_id, self.env, now,
+                                    int(limit))
+        return [schedule_record(r, POSTGRES) for r in rows]
 
     async def next_schedule_due(self) -> datetime | None:
         async with self._connection("next_schedule_due") as conn:
-            # ORDER BY … LIMIT 1, not min(): one index entry, whatever the planner's stats.
-            value: datetime | None = await conn.fetchval(
-                "SELECT due_at FROM starflow_schedules WHERE workspace_id = $1 AND env = $2 "
-                "AND NOT paused AND due_at IS NOT NULL ORDER BY due_at LIMIT 1",
-                self.workspace_id, self.env)
+            value: datetime | None = await conn.fetchval(Q.next_schedule_due,
+                                                         self.workspace_id, self.env)
         return value
 
-    async def set_pool_limits(self, limits: PoolLimits, *, now: datetime) -> None:
+    async def _set_pool_limits(self, c: SetPoolLimits) -> None:
+        lim = c.limits
+        scope = (self.workspace_id, self.env, lim.pool)
         async with self._connection("set_pool_limits") as conn:
-            if not has_limits(limits):
-                await conn.execute(
-                    "DELETE FROM starflow_pool_limits WHERE workspace_id = $1 AND env = $2 "
-                    "AND pool = $3", self.workspace_id, self.env, limits.pool)
+            if not lim.limited:
+                await conn.execute(Q.delete_pool_limits, *scope)
                 return
-            await conn.execute(
-                "INSERT INTO starflow_pool_limits (workspace_id, env, pool, concurrency, "
-                "rate_limit, rate_period_ms, key_concurrency, updated_at) "
-                "VALUES ($1, $2, $3, $4, $5, $6, $7, $8) "
-                "ON CONFLICT (workspace_id, env, pool) DO UPDATE SET "
-                "concurrency = EXCLUDED.concurrency, rate_limit = EXCLUDED.rate_limit, "
-                "rate_period_ms = EXCLUDED.rate_period_ms, "
-                "key_concurrency = EXCLUDED.key_concurrency, updated_at = EXCLUDED.updated_at",
-                self.workspace_id, self.env, limits.pool, limits.concurrency, limits.rate_limit,
-                period_ms(limits), limits.key_concurrency, now)
+            await conn.execute(Q.set_pool_limits, *scope, lim.concurrency, lim.rate_limit,
+                               period_ms(lim), lim.key_concurrency, c.now)
 
     async def get_pool_limits(self, pool: str) -> PoolLimits | None:
         async with self._connection("get_pool_limits") as conn:
-            row = await conn.fetchrow(
-                f"SELECT {_LIMIT_COLUMNS} FROM starflow_pool_limits WHERE workspace_id = $1 "
-                "AND env = $2 AND pool = $3", self.workspace_id, self.env, pool)
-        return None if row is None else _limits(row)
+            row = await conn.fetchrow(Q.get_pool_limits, self.workspace_id, self.env, pool)
+        return None if row is None else pool_limits(row, POSTGRES)
 
     async def pool_usage(self, now: datetime) -> list[PoolUsage]:
         ws, env = self.workspace_id, self.env
         async with self._connection("pool_usage") as conn:
-            limits = {r[0]: _limits(r) for r in await conn.fetch(
-                f"SELECT {_LIMIT_COLUMNS} FROM starflow_pool_limits WHERE workspace_id = $1 "
-                "AND env = $2", ws, env)}
-            counts = {r[0]: (int(r[1]), int(r[2])) for r in await conn.fetch(
-                "SELECT runner_pool, count(*) FILTER (WHERE claim_state = 'queued'), "
-                "count(*) FILTER (WHERE status = 'running' "
-                "  AND claim_state IN ('claimed', 'running')) "
-                "FROM workflow_runs WHERE workspace_id = $1 AND env = $2 "
-                "AND runner_pool IS NOT NULL AND (claim_state = 'queued' OR "
-                "(status = 'running' AND claim_state IN ('claimed', 'running'))) "
-                "GROUP BY runner_pool", ws, env)}
+            limits = {r[0]: pool_limits(r, POSTGRES)
+                      for r in await conn.fetch(Q.list_pool_limits, ws, env)}
+            counts = {r[0]: (int(r[1] or 0), int(r[2] or 0))
+                      for r in await conn.fetch(Q.pool_counts, ws, env)}
             out = []
             for pool in sorted(set(limits) | set(counts)):
                 lim = limits.get(pool)
                 window = 0
                 if lim is not None and lim.rate_period is not None:
-                    window = await conn.fetchval(
-                        "SELECT count(*) FROM workflow_runs WHERE workspace_id = $1 "
-                        "AND env = $2 AND runner_pool = $3 AND claimed_at > $4",
-                        ws, env, pool, now - lim.rate_period)
+                    window = int(await conn.fetchval(Q.pool_window, ws, env, pool,
+                                                     now - lim.rate_period))
                 queued, active = counts.get(pool, (0, 0))
                 out.append(PoolUsage(pool=pool, limits=lim, queued=queued, active=active,
-                                     claimed_in_window=int(window)))
+                                     claimed_in_window=window))
         return out
 
     async def find_active_dedup(self, pool: str | None, dedup_key: str) -> str | None:
         async with self._connection("find_active_dedup") as conn:
-            value: str | None = await conn.fetchval(
-                "SELECT id FROM workflow_runs WHERE workspace_id = $1 AND env = $2 "
-                "AND COALESCE(runner_pool, '') = $3 AND dedup_key = $4 "
-                "AND status IN ('queued', 'running', 'paused')",
-                self.workspace_id, self.env, pool or "", dedup_key)
-        return value
+            value = await conn.fetchval(Q.find_active_dedup, self.workspace_id, self.env,
+                                        pool or "", dedup_key)
+        return None if value is None else str(value)
 
-    async def rearm_debounced(self, template_id: str, pool: str | None, debounce_key: str,
-                              input: Any, not_before: datetime) -> str | None:
-        serde.encode(input, what="input_json")
+    async def _rearm_debounced(self, c: RearmDebounced) -> str | None:
+        serde.encode(c.input, what="input_json")  # SerializationError before any write
+        args = (c.input, c.not_before, self.workspace_id, self.env, c.pool or "",
+                c.template_id, c.debounce_key)
         async with self._connection("rearm_debounced") as conn:
-            value: str | None = await conn.fetchval(
-                "UPDATE workflow_runs SET input_json = $1, not_before = $2 "
-                "WHERE workspace_id = $3 AND env = $4 AND COALESCE(runner_pool, '') = $5 "
-                "AND template_id = $6 AND debounce_key = $7 AND claim_state = 'queued' "
-                "AND claim_attempts = 0 RETURNING id",
-                input, not_before, self.workspace_id, self.env, pool or "", template_id,
-                debounce_key)
-        return value
+            if c.after is None:
+                value = await conn.fetchval(Q.rearm_debounced, *args)
+                return None if value is None else str(value)
+            async with conn.transaction():
+                value = await conn.fetchval(Q.rearm_debounced, *args)
+                if value is None:
+                    return None
+                await self._apply_after(conn, c.after(str(value)))
+        return str(value)
 
     # -- waiting for work ------------------------------------------------------
 
@@ -1441,12 +1051,42 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
 # ---------------------------------------------------------------------------
 
 
-def _columns(values: dict[str, Any], allowed: frozenset[str] | set[str]) -> list[str]:
-    cols = list(values)
-    bad = [c for c in cols if c not in allowed or not _IDENT.match(c)]
-    if bad:
-        raise ValueError(f"not writable workflow_runs columns: {sorted(bad)}")
-    return cols
+#: A limited claim's read, after the pool's limits row is locked: the counts
+#: (repeated on every row; one row of NULL candidates when none is queued) and
+#: up to $8 queued candidates in claim order, locked. $9: runs of any pool only;
+#: $5 and $10: keys are limited, to $10 executing runs each (full keys' runs skipped).
+_LIMITED_CANDIDATES = f"""
+WITH a AS (
+    SELECT concurrency_key FROM workflow_runs
+    WHERE workspace_id = $1 AND env = $2 AND runner_pool = $3 AND {ACTIVE_RUN}
+), counts AS (
+    SELECT (SELECT count(*) FROM a) AS active,
+           CASE WHEN $4::timestamptz IS NULL THEN 0 ELSE (
+               SELECT count(*) FROM workflow_runs WHERE workspace_id = $1 AND env = $2
+                 AND runner_pool = $3 AND claimed_at > $4) END AS recent,
+           CASE WHEN $5 THEN (
+               SELECT COALESCE(jsonb_object_agg(k, n), '{{}}'::jsonb) FROM (
+                   SELECT concurrency_key AS k, count(*) AS n FROM a
+                   WHERE concurrency_key IS NOT NULL GROUP BY concurrency_key) g) END AS keys
+), cand AS (
+    SELECT id, runner_pool, concurrency_key, priority, started_at FROM workflow_runs
+    WHERE claim_state = 'queued' AND workspace_id = $1 AND env = $2
+      AND (runner_pool IS NULL OR (runner_pool = $3 AND NOT $9::bool))
+      AND ($6::text[] IS NULL OR template_id = ANY($6::text[]))
+      AND {claimable(POSTGRES, 7)}
+      AND (NOT $5 OR runner_pool IS NULL OR concurrency_key IS NULL
+           OR concurrency_key NOT IN (SELECT concurrency_key FROM a
+               WHERE concurrency_key IS NOT NULL
+               GROUP BY concurrency_key HAVING count(*) >= $10::int))
+    ORDER BY {CLAIM_ORDER}
+    LIMIT $8
+    FOR UPDATE SKIP LOCKED
+)
+SELECT counts.active, counts.recent, counts.keys,
+       cand.id, cand.runner_pool, cand.concurrency_key
+FROM counts LEFT JOIN cand ON true
+ORDER BY cand.priority DESC, cand.started_at
+"""
 
 
 def _merge_run_writes(ops: Sequence[Op]) -> list[Op]:
@@ -1541,15 +1181,8 @@ def _fused_sql(plan: Sequence[_Statement], guarded: bool, leased: bool, status: 
     cond = ""
     n = 0
     if guarded:
-        where = ["id = $1", _tenant(2)]
-        n = 3
-        if leased:
-            n += 1
-            where.append(f"leased_by = ${n}")
-        if status:
-            n += 1
-            where.append(f"status = ANY(${n}::text[])")
-        ctes.append(f"g AS (SELECT 1 FROM workflow_runs WHERE {' AND '.join(where)} "
+        n = 3 + leased + status
+        ctes.append(f"g AS ({guard_sql(POSTGRES, leased, 1 if status else None)} "
                     "FOR NO KEY UPDATE)")
         cond = " AND EXISTS (SELECT 1 FROM g)"
     for i, st in enumerate(plan):
@@ -1601,81 +1234,3 @@ async def _migrate(conn: asyncpg.Connection) -> list[int]:
                                mig.version, mig.name)
             applied.append(mig.version)
     return applied
-
-
-_LIMIT_COLUMNS = "pool, concurrency, rate_limit, rate_period_ms, key_concurrency, updated_at"
-
-
-#: A limited claim's read, after the pool's limits row is locked: the counts
-#: (repeated on every row; one row of NULL candidates when none is queued) and
-#: up to $8 queued candidates in claim order, locked. $9: runs of any pool only;
-#: $5 and $10: keys are limited, to $10 executing runs each (full keys' runs skipped).
-_LIMITED_CANDIDATES = """
-WITH a AS (
-    SELECT concurrency_key FROM workflow_runs
-    WHERE workspace_id = $1 AND env = $2 AND runner_pool = $3
-      AND status = 'running' AND claim_state IN ('claimed', 'running')
-), counts AS (
-    SELECT (SELECT count(*) FROM a) AS active,
-           CASE WHEN $4::timestamptz IS NULL THEN 0 ELSE (
-               SELECT count(*) FROM workflow_runs WHERE workspace_id = $1 AND env = $2
-                 AND runner_pool = $3 AND claimed_at > $4) END AS recent,
-           CASE WHEN $5 THEN (
-               SELECT COALESCE(jsonb_object_agg(k, n), '{}'::jsonb) FROM (
-                   SELECT concurrency_key AS k, count(*) AS n FROM a
-                   WHERE concurrency_key IS NOT NULL GROUP BY concurrency_key) g) END AS keys
-), cand AS (
-    SELECT id, runner_pool, concurrency_key, priority, started_at FROM workflow_runs
-    WHERE claim_state = 'queued' AND workspace_id = $1 AND env = $2
-      AND (runner_pool IS NULL OR (runner_pool = $3 AND NOT $9::bool))
-      AND ($6::text[] IS NULL OR template_id = ANY($6::text[]))
-      AND (not_before IS NULL OR not_before <= $7)
-      AND (NOT $5 OR runner_pool IS NULL OR concurrency_key IS NULL
-           OR concurrency_key NOT IN (SELECT concurrency_key FROM a
-               WHERE concurrency_key IS NOT NULL
-               GROUP BY concurrency_key HAVING count(*) >= $10::int))
-    ORDER BY priority DESC, started_at
-    LIMIT $8
-    FOR UPDATE SKIP LOCKED
-)
-SELECT counts.active, counts.recent, counts.keys,
-       cand.id, cand.runner_pool, cand.concurrency_key
-FROM counts LEFT JOIN cand ON true
-ORDER BY cand.priority DESC, cand.started_at
-"""
-
-
-async def _locked_limits(conn: asyncpg.Connection, workspace_id: str, env: str, pool: str
-                         ) -> PoolLimits | None:
-    """A pool's limits row, locked until the caller's transaction ends (None: no limits)."""
-    row = await conn.fetchrow(
-        f"SELECT {_LIMIT_COLUMNS} FROM starflow_pool_limits WHERE workspace_id = $1 "
-        "AND env = $2 AND pool = $3 FOR UPDATE", workspace_id, env, pool)
-    return None if row is None else _limits(row)
-
-
-def _limits(row: Any) -> PoolLimits:
-    return PoolLimits(pool=row[0], concurrency=row[1], rate_limit=row[2],
-                      rate_period=None if row[3] is None else timedelta(milliseconds=row[3]),
-                      key_concurrency=row[4], updated_at=row[5])
-
-
-def _schedule(row: Any) -> ScheduleRecord:
-    return schedule_from_row(tuple(row), ts=lambda v: v, json=lambda v: v)
-
-
-#: The ``DO UPDATE SET`` of a schedule upsert (see ``upsert_schedule``'s contract).
-_SCHEDULE_UPSERT = schedule_upsert_sql("EXCLUDED")
-
-
-def _claimed(rows: Sequence[asyncpg.Record]) -> list[RunInfo]:
-    runs = [_run(r) for r in rows]
-    # UPDATE … RETURNING has no order; hand runs out oldest first, like SQLite.
-    runs.sort(key=lambda r: (r.started_at is not None, r.started_at, r.id))
-    return runs
-
-
-def _swept(rows: Sequence[asyncpg.Record]) -> list[SweepResult]:
-    return [SweepResult(run_id=r[0], leased_by=r[1],
-                        action="requeued" if r[2] == "queued" else "abandoned")
-            for r in rows]

@@ -20,66 +20,88 @@ import functools
 import sqlite3
 import threading
 import uuid
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 import anyio.lowlevel
 
-from .. import serde
 from ..clock import format_ts, parse_ts
 from ..errors import ConfigError, StorageError
 from ..migrations import load_migrations
-from ..urls import normalize_scheme
-from ._flow import (
-    SCHEDULE_COLUMNS,
-    SCHEDULE_UPDATABLE,
-    Candidate,
-    PoolLimits,
-    PoolUsage,
-    ScheduleRecord,
-    full_keys,
-    has_limits,
-    period_ms,
-    pick_claims,
-    room_left,
-    scan_size,
-    schedule_from_row,
-    schedule_insert_values,
-    schedule_upsert_sql,
-)
-from .base import (
-    JSON_RUN_COLUMNS,
-    AfterClaim,
-    AfterSweep,
+from ..records import (
     DefinitionRecord,
-    DeleteSessionVars,
-    DeleteSignal,
-    DeleteWaits,
-    FailRunJobs,
-    FinishJob,
-    Guard,
-    InsertEvent,
-    InsertJob,
-    InsertOutbox,
-    InsertRun,
-    InsertSignal,
-    InsertWait,
     JobRecord,
-    Mark,
-    Op,
     OutboxLag,
     OutboxRow,
+    PoolLimits,
+    PoolUsage,
     RunEvent,
     RunInfo,
+    ScheduleRecord,
     SignalRecord,
     SweepResult,
-    Unit,
-    UpdateRun,
-    UpsertSessionVar,
     WaitRecord,
-    WorkflowStateAdapter,
+)
+from ..urls import normalize_scheme
+from ._flow import Candidate, full_keys, pick_claims, room_left, scan_size
+from ._sql import (
+    CLAIM_ORDER,
+    RUN_COLUMNS,
+    SQLITE,
+    claim_ids_sql,
+    claim_set,
+    claimable,
+    claimed_jobs,
+    claimed_runs,
+    definition_record,
+    event_args,
+    event_sql,
+    guard_args,
+    guard_shape,
+    guard_sql,
+    job_record,
+    op_sql,
+    outbox_row,
+    period_ms,
+    pool_limits,
+    run_event,
+    run_info,
+    schedule_insert_args,
+    schedule_record,
+    schedule_value,
+    signal_queued_sql,
+    signal_record,
+    sweep_set,
+    swept,
+    wait_exists_sql,
+    wait_record,
+)
+from ._sql import (
+    SQLITE_QUERIES as Q,
+)
+from .base import WorkflowStateAdapter
+from .sweep import lost_payload
+from .units import (
+    ClaimJobs,
+    ClaimRuns,
+    DeleteSchedule,
+    EnsureDefinition,
+    ExpireSessionVars,
+    GetSecret,
+    Guard,
+    HeartbeatJob,
+    InsertEvent,
+    MarkOutboxApplied,
+    Op,
+    PruneOutbox,
+    RearmDebounced,
+    SetPoolLimits,
+    SweepLeases,
+    Unit,
+    UpdateSchedule,
+    UpsertSchedule,
 )
 
 if TYPE_CHECKING:
@@ -93,59 +115,6 @@ _NOBODY = ""
 #: What :meth:`LocalWorkflowStateAdapter._on_loop` returns when it did not run.
 _NOT_RUN = object()
 WriteFn = Callable[[sqlite3.Connection], Any]
-
-_RUN_COLUMNS = (
-    "id, template_id, workspace_id, env, status, started_at, completed_at, duration_ms, "
-    "checkpoint_json, error, claim_state, runner_pool, leased_by, lease_until, last_heartbeat, "
-    "claim_attempts, definition_id, input_json, result_json, start_mode, max_claim_attempts, "
-    "workflow_version"
-)
-
-
-def _db_value(column: str, value: Any) -> Any:
-    if value is None:
-        return None
-    if column in JSON_RUN_COLUMNS:
-        return serde.encode(value, what=column).decode()
-    if isinstance(value, datetime):
-        return format_ts(value)
-    return value
-
-
-def _ts(value: str | None) -> datetime | None:
-    return parse_ts(value) if value else None
-
-
-def _json(value: str | None) -> Any:
-    return serde.decode(value) if value is not None else None
-
-
-def _run(row: sqlite3.Row) -> RunInfo:
-    return RunInfo(
-        id=row[0],
-        template_id=row[1],
-        workspace_id=row[2],
-        env=row[3],
-        status=row[4],
-        started_at=_ts(row[5]),
-        completed_at=_ts(row[6]),
-        duration_ms=row[7],
-        checkpoint_json=_json(row[8]),
-        error=row[9],
-        claim_state=row[10],
-        runner_pool=row[11],
-        leased_by=row[12],
-        lease_until=_ts(row[13]),
-        last_heartbeat=_ts(row[14]),
-        claim_attempts=row[15],
-        definition_id=row[16],
-        input_json=_json(row[17]),
-        result_json=_json(row[18]),
-        start_mode=row[19],
-        max_claim_attempts=row[20],
-        workflow_version=row[21],
-    )
-
 
 class _Write:
     """A queued write and the slots its outcome is left in."""
@@ -297,7 +266,13 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
             self.applied_migrations = tuple(self._migrate(conn))
 
         self._sync_mode = self.synchronous
-        await self._call(setup)
+        try:
+            await self._call(setup)
+        except BaseException:
+            # aiosqlite's thread holds the process open until the connection is
+            # closed: a database that cannot be set up must not hang the exit.
+            await self.close()
+            raise
 
     async def close(self) -> None:
         if self._db is not None:
@@ -547,27 +522,16 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
                 self._apply_op(conn, op)
             return True
         if g is not None:
-            row = conn.execute(
-                "SELECT leased_by, status FROM workflow_runs "
-                "WHERE id = ? AND workspace_id = ? AND env = ?",
-                (g.run_id, self.workspace_id, self.env),
-            ).fetchone()
-            if row is None:
+            if conn.execute(guard_sql(SQLITE, *guard_shape(g)),
+                            (g.run_id, self.workspace_id, self.env, *guard_args(SQLITE, g)),
+                            ).fetchone() is None:
                 return False
-            if g.leased_by is not None and row[0] != g.leased_by:
-                return False
-            if g.status_in is not None and row[1] not in g.status_in:
-                return False
-            if g.wait_node is not None and conn.execute(
-                "SELECT 1 FROM workflow_waits WHERE run_id = ? AND node_id = ?",
-                (g.run_id, g.wait_node),
-            ).fetchone() is None:
+            if g.wait_node is not None and not conn.execute(
+                    wait_exists_sql(SQLITE), (g.run_id, g.wait_node)).fetchone()[0]:
                 return False
             if g.no_signal is not None and conn.execute(
-                "SELECT 1 FROM workflow_signals WHERE run_id = ? AND event = ? "
-                "AND workspace_id = ? AND env = ?",
-                (g.run_id, g.no_signal, self.workspace_id, self.env),
-            ).fetchone() is not None:
+                    signal_queued_sql(SQLITE),
+                    (g.run_id, g.no_signal, self.workspace_id, self.env)).fetchone()[0]:
                 return False
         for op in unit.ops:
             self._apply_op(conn, op)
@@ -576,253 +540,104 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
     def _insert_event(self, conn: sqlite3.Connection, op: InsertEvent,
                       guard: Guard | None = None) -> int:
         """Insert ``op`` if its run is in scope (and ``guard`` holds); the rows inserted."""
-        args: list[Any] = [op.run_id, op.event_type, op.node_id,
-                           None if op.payload is None else serde.encode(op.payload).decode(),
-                           format_ts(op.created_at), op.run_id, self.workspace_id, self.env]
-        leased = statuses = 0
-        if guard is not None:
-            if guard.leased_by is not None:
-                leased = 1
-                args.append(guard.leased_by)
-            if guard.status_in is not None:
-                statuses = len(guard.status_in)
-                args.extend(guard.status_in)
-        return conn.execute(_event_sql(leased, statuses), args).rowcount
+        args = event_args(SQLITE, op, self.workspace_id, self.env)
+        if guard is None:
+            return conn.execute(event_sql(SQLITE), args).rowcount
+        return conn.execute(event_sql(SQLITE, *guard_shape(guard)),
+                            (*args, *guard_args(SQLITE, guard))).rowcount
 
     def _apply_op(self, conn: sqlite3.Connection, op: Op) -> None:
-        ws, env = self.workspace_id, self.env
-        if isinstance(op, InsertEvent):
-            self._insert_event(conn, op)
-        elif isinstance(op, UpdateRun):
-            cols = list(op.values)
-            sets = ", ".join(f"{c} = ?" for c in cols)
-            conn.execute(
-                f"UPDATE workflow_runs SET {sets} WHERE id = ? AND workspace_id = ? AND env = ?",
-                (*(_db_value(c, op.values[c]) for c in cols), op.run_id, ws, env),
-            )
-        elif isinstance(op, InsertRun):
-            cols = ["id", "workspace_id", "env", *op.values]
-            conn.execute(
-                f"INSERT INTO workflow_runs ({', '.join(cols)}) "
-                f"VALUES ({', '.join('?' for _ in cols)})",
-                (op.run_id, ws, env, *(_db_value(c, v) for c, v in op.values.items())),
-            )
-        elif isinstance(op, InsertWait):
-            conn.execute(
-                "INSERT OR REPLACE INTO workflow_waits (run_id, node_id, workspace_id, env, "
-                "event, deadline, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (op.run_id, op.node_id, ws, env, op.event,
-                 format_ts(op.deadline) if op.deadline else None, format_ts(op.created_at)),
-            )
-        elif isinstance(op, DeleteWaits):
-            conn.execute(
-                "DELETE FROM workflow_waits WHERE run_id = ? AND workspace_id = ? AND env = ?",
-                (op.run_id, ws, env),
-            )
-        elif isinstance(op, InsertSignal):
-            conn.execute(
-                "INSERT INTO workflow_signals (run_id, workspace_id, env, event, payload_json, "
-                "created_at) VALUES (?, ?, ?, ?, ?, ?)",
-                (op.run_id, ws, env, op.event, serde.encode(op.payload).decode(),
-                 format_ts(op.created_at)),
-            )
-        elif isinstance(op, DeleteSignal):
-            conn.execute(
-                "DELETE FROM workflow_signals WHERE id = ? AND workspace_id = ? AND env = ?",
-                (op.signal_id, ws, env),
-            )
-        elif isinstance(op, UpsertSessionVar):
-            conn.execute(
-                "INSERT INTO workflow_session_vars (workspace_id, env, session_id, key, "
-                "value_json, run_id, keep_until, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
-                "ON CONFLICT (workspace_id, env, session_id, key) DO UPDATE SET "
-                "value_json = excluded.value_json, run_id = excluded.run_id, "
-                "keep_until = excluded.keep_until, updated_at = excluded.updated_at",
-                (ws, env, op.session_id, op.key, serde.encode(op.value).decode(), op.run_id,
-                 format_ts(op.keep_until) if op.keep_until else None,
-                 format_ts(op.updated_at)),
-            )
-        elif isinstance(op, DeleteSessionVars):
-            conn.execute(
-                "DELETE FROM workflow_session_vars WHERE workspace_id = ? AND env = ? "
-                "AND run_id = ? AND keep_until IS NULL",
-                (ws, env, op.run_id),
-            )
-        elif isinstance(op, Mark):
-            pass
-        elif isinstance(op, InsertJob):
-            job = op.job
-            conn.execute(
-                "INSERT INTO worker_jobs (id, workspace_id, env, run_id, node_id, pool, "
-                "step_name, idempotency_key, input_json, status, max_attempts, created_at) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'queued', ?, ?) "
-                "ON CONFLICT DO NOTHING",
-                (job.id, ws, env, job.run_id, job.node_id, job.pool, job.step_name,
-                 job.idempotency_key, serde.encode(job.input).decode(), job.max_attempts,
-                 format_ts(op.created_at)),
-            )
-        elif isinstance(op, FinishJob):
-            conn.execute(
-                "UPDATE worker_jobs SET status = ?, result_json = ?, error_json = ?, "
-                "completed_at = ?, leased_by = NULL, lease_until = NULL "
-                "WHERE id = ? AND workspace_id = ? AND env = ? "
-                "AND status IN ('queued', 'claimed')",
-                (op.status, serde.encode(op.result).decode(),
-                 None if op.error is None else serde.encode(op.error).decode(),
-                 format_ts(op.completed_at), op.job_id, ws, env),
-            )
-        elif isinstance(op, FailRunJobs):
-            conn.execute(
-                "UPDATE worker_jobs SET status = 'failed', error_json = ?, completed_at = ?, "
-                "leased_by = NULL, lease_until = NULL "
-                "WHERE run_id = ? AND workspace_id = ? AND env = ? "
-                "AND status IN ('queued', 'claimed')",
-                (serde.encode(op.error).decode(), format_ts(op.completed_at), op.run_id, ws,
-                 env),
-            )
-        elif isinstance(op, InsertOutbox):
-            conn.execute(
-                "INSERT INTO mirror_outbox (run_id, kind, payload, created_at, workspace_id, env)"
-                " VALUES (?, ?, ?, ?, ?, ?)",
-                (op.run_id, op.kind, serde.encode(op.payload).decode(),
-                 format_ts(op.created_at), ws, env),
-            )
-        else:  # pragma: no cover - a new Op type without SQL is a programming error
-            raise TypeError(f"the SQLite adapter cannot apply {type(op).__name__}")
+        statement = op_sql(SQLITE, op, self.workspace_id, self.env)
+        if statement is not None:
+            conn.execute(*statement)
 
     # -- reads -----------------------------------------------------------------
 
     async def get_run(self, run_id: str) -> RunInfo | None:
         def q(conn: sqlite3.Connection) -> RunInfo | None:
-            row = conn.execute(
-                f"SELECT {_RUN_COLUMNS} FROM workflow_runs "
-                "WHERE id = ? AND workspace_id = ? AND env = ?",
-                (run_id, self.workspace_id, self.env),
-            ).fetchone()
-            return _run(row) if row else None
+            row = conn.execute(Q.get_run, (run_id, self.workspace_id, self.env)).fetchone()
+            return run_info(row, SQLITE) if row else None
 
         return await self._lookup(q)
 
     async def list_runs(self, *, status: str | None = None, template_id: str | None = None,
                         since: datetime | None = None, limit: int = 50) -> list[RunInfo]:
-        where = ["workspace_id = ?", "env = ?"]
-        args: list[Any] = [self.workspace_id, self.env]
-        if status is not None:
-            where.append("status = ?")
-            args.append(status)
-        if template_id is not None:
-            where.append("template_id = ?")
-            args.append(template_id)
-        if since is not None:
-            where.append("started_at >= ?")
-            args.append(format_ts(since))
-        args.append(int(limit))
-        sql = (f"SELECT {_RUN_COLUMNS} FROM workflow_runs WHERE {' AND '.join(where)} "
-               "ORDER BY started_at DESC, id LIMIT ?")
-        return await self._call(lambda conn: [_run(r) for r in conn.execute(sql, args)])
+        args = [self.workspace_id, self.env,
+                *(v for v in (status, template_id, SQLITE.ts(since)) if v is not None),
+                int(limit)]
+        sql = Q.list_runs(status is not None, template_id is not None, since is not None)
+        return await self._call(lambda conn: [run_info(r, SQLITE)
+                                              for r in conn.execute(sql, args)])
 
     async def list_events(self, run_id: str, *, after_id: int = 0) -> list[RunEvent]:
-        def q(conn: sqlite3.Connection) -> list[RunEvent]:
-            rows = conn.execute(
-                "SELECT e.id, e.run_id, e.event_type, e.node_id, e.payload_json, e.created_at "
-                "FROM workflow_run_events e JOIN workflow_runs r ON r.id = e.run_id "
-                "WHERE e.run_id = ? AND r.workspace_id = ? AND r.env = ? AND e.id > ? "
-                "ORDER BY e.id",
-                (run_id, self.workspace_id, self.env, after_id),
-            )
-            return [
-                RunEvent(id=r[0], run_id=r[1], event_type=r[2], node_id=r[3],
-                         payload_json=_json(r[4]), created_at=parse_ts(r[5]))
-                for r in rows
-            ]
-
-        return await self._call(q)
+        return await self._call(lambda conn: [
+            run_event(r, SQLITE) for r in conn.execute(
+                Q.list_events, (run_id, self.workspace_id, self.env, after_id))])
 
     async def list_waits(self, run_id: str) -> list[WaitRecord]:
         return await self._lookup(lambda conn: [
-            _wait(r) for r in conn.execute(
-                "SELECT run_id, node_id, event, deadline, created_at FROM workflow_waits "
-                "WHERE run_id = ? AND workspace_id = ? AND env = ? ORDER BY created_at",
-                (run_id, self.workspace_id, self.env))
-        ])
+            wait_record(r, SQLITE) for r in conn.execute(
+                Q.list_waits, (run_id, self.workspace_id, self.env))])
 
     async def due_waits(self, now: datetime, *, limit: int = 100) -> list[WaitRecord]:
         return await self._call(lambda conn: [
-            _wait(r) for r in conn.execute(
-                "SELECT run_id, node_id, event, deadline, created_at FROM workflow_waits "
-                "WHERE workspace_id = ? AND env = ? AND deadline IS NOT NULL AND deadline <= ? "
-                "ORDER BY deadline LIMIT ?",
-                (self.workspace_id, self.env, format_ts(now), int(limit)))
-        ])
+            wait_record(r, SQLITE) for r in conn.execute(
+                Q.due_waits, (self.workspace_id, self.env, format_ts(now), int(limit)))])
 
     async def next_deadline(self) -> datetime | None:
         row = await self._call(lambda conn: conn.execute(
-            "SELECT min(deadline) FROM workflow_waits WHERE workspace_id = ? AND env = ? "
-            "AND deadline IS NOT NULL", (self.workspace_id, self.env)).fetchone())
-        return _ts(row[0]) if row else None
+            Q.next_deadline, (self.workspace_id, self.env)).fetchone())
+        return SQLITE.ts_out(row[0]) if row else None
 
     async def find_signal(self, run_id: str, event: str) -> SignalRecord | None:
         row = await self._lookup(lambda conn: conn.execute(
-            "SELECT id, run_id, event, payload_json, created_at FROM workflow_signals "
-            "WHERE run_id = ? AND event = ? AND workspace_id = ? AND env = ? "
-            "ORDER BY id LIMIT 1", (run_id, event, self.workspace_id, self.env)).fetchone())
-        if row is None:
-            return None
-        return SignalRecord(id=row[0], run_id=row[1], event=row[2], payload=_json(row[3]),
-                            created_at=parse_ts(row[4]))
+            Q.find_signal, (run_id, event, self.workspace_id, self.env)).fetchone())
+        return signal_record(row, SQLITE) if row is not None else None
 
     async def session_get(self, session_id: str, key: str, *, now: datetime | None = None
                           ) -> Any:
         row = await self._lookup(lambda conn: conn.execute(
-            "SELECT value_json, keep_until FROM workflow_session_vars "
-            "WHERE workspace_id = ? AND env = ? AND session_id = ? AND key = ?",
-            (self.workspace_id, self.env, session_id, key)).fetchone())
+            Q.session_get, (self.workspace_id, self.env, session_id, key)).fetchone())
         if row is None:
             return None
         if now is not None and row[1] is not None and parse_ts(row[1]) <= now:
             return None
-        return _json(row[0])
+        return SQLITE.json_out(row[0])
 
     # -- read-modify-writes ----------------------------------------------------
 
-    async def claim_runs(self, runner_id: str, *, pool: str | None, now: datetime,
-                         lease_until: datetime, limit: int = 1,
-                         workflows: Collection[str] | None = None,
-                         after: AfterClaim | None = None) -> list[RunInfo]:
-        names = sorted(set(workflows)) if workflows is not None else None
+    async def _claim_runs(self, c: ClaimRuns) -> list[RunInfo]:
+        names, after = c.workflows, c.after
         if names is not None and not names:
             return []
         only = f" AND template_id IN ({', '.join('?' for _ in names)})" if names else ""
+        ts = format_ts(c.now)
 
         def claim(conn: sqlite3.Connection) -> list[RunInfo]:
             # Flow control (#18): a pool with stored limits is claimed by
             # _claim_limited, in this same writer transaction (never check-then-claim).
-            limits = self._pool_limits_on(conn, pool) if pool is not None else None
-            if limits is not None and pool is not None:
-                rows = self._claim_limited(conn, limits, runner_id=runner_id, pool=pool,
-                                           now=now, lease_until=lease_until, limit=int(limit),
-                                           names=names)
+            limits = None
+            if c.pool is not None:
+                row = conn.execute(Q.get_pool_limits,
+                                   (self.workspace_id, self.env, c.pool)).fetchone()
+                limits = pool_limits(row, SQLITE) if row is not None else None
+            if limits is not None:
+                rows = self._claim_limited(conn, limits, c, only)
             else:
                 rows = conn.execute(
-                    "UPDATE workflow_runs SET claim_state = 'claimed', status = 'running', "
-                    "claim_attempts = claim_attempts + 1, leased_by = ?, lease_until = ?, "
-                    "last_heartbeat = ?, claimed_at = ? WHERE id IN ("
+                    f"UPDATE workflow_runs SET {claim_set(SQLITE, 1)} WHERE id IN ("
                     # Unary + keeps the planner off the (workspace, started_at) index,
                     # which would walk every run of the workspace: the partial
                     # queued index holds only what can be claimed.
                     "  SELECT id FROM workflow_runs WHERE claim_state = 'queued' "
                     "  AND +workspace_id = ? AND +env = ? "
                     "  AND (runner_pool IS NULL OR runner_pool = ?)"
-                    # #18: not before a debounced run's time; highest priority first.
-                    f"{only} AND (not_before IS NULL OR not_before <= ?) "
-                    "  ORDER BY priority DESC, started_at LIMIT ?"
-                    f") RETURNING {_RUN_COLUMNS}",
-                    (runner_id, format_ts(lease_until), format_ts(now), format_ts(now),
-                     self.workspace_id, self.env, pool, *(names or ()), format_ts(now), int(limit)),
+                    f"{only} AND {claimable(SQLITE, 1)} ORDER BY {CLAIM_ORDER} LIMIT ?"
+                    f") RETURNING {RUN_COLUMNS}",
+                    (c.runner_id, format_ts(c.lease_until), ts, ts, self.workspace_id,
+                     self.env, c.pool, *(names or ()), ts, c.limit),
                 ).fetchall()
-            # RETURNING has no guaranteed order: hand runs out oldest first.
-            runs = [_run(r) for r in rows]
-            runs.sort(key=lambda r: (r.started_at is not None, r.started_at, r.id))
+            runs = claimed_runs(rows, SQLITE)
             if after is not None and runs:
                 for op in after(runs):
                     self._apply_op(conn, op)
@@ -831,22 +646,50 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
         result: list[RunInfo] = await self._write(claim)
         return result
 
-    async def expire_old_leases(self, now: datetime, reason: str = "runner_lost",
-                                *, after: AfterSweep | None = None) -> list[SweepResult]:
-        ts = format_ts(now)
+    def _claim_limited(self, conn: sqlite3.Connection, limits: PoolLimits, c: ClaimRuns,
+                       only: str) -> list[sqlite3.Row]:
+        """Claim for a pool with stored limits, inside the writer's transaction.
+
+        ``BEGIN IMMEDIATE`` holds the database's write lock from the counts to
+        the UPDATE, so no other claimer (of any process) spends the same room.
+        """
+        assert c.pool is not None
+        scope = (self.workspace_id, self.env, c.pool)
+        ts = format_ts(c.now)
+        active = int(conn.execute(Q.pool_active, scope).fetchone()[0])
+        recent = 0
+        if limits.rate_limit is not None and limits.rate_period is not None:
+            recent = int(conn.execute(
+                Q.pool_window, (*scope, format_ts(c.now - limits.rate_period))).fetchone()[0])
+        key_active: dict[str, int] = {}
+        if limits.key_concurrency is not None:
+            key_active = {r[0]: int(r[1]) for r in conn.execute(Q.key_active, scope)}
+        room = room_left(limits, active, recent)
+        full = full_keys(limits, key_active)
+        at_limit = room is not None and room <= 0
+        mine = "runner_pool IS NULL" if at_limit else "(runner_pool IS NULL OR runner_pool = ?)"
+        skip = (f" AND (concurrency_key IS NULL OR concurrency_key NOT IN "
+                f"({', '.join('?' for _ in full)}))") if full else ""
+        cands = [Candidate(r[0], r[1], r[2]) for r in conn.execute(
+            "SELECT id, runner_pool, concurrency_key FROM workflow_runs "
+            "WHERE claim_state = 'queued' AND +workspace_id = ? AND +env = ? "
+            f"AND {mine}{only}{skip} AND {claimable(SQLITE, 1)} "
+            f"ORDER BY {CLAIM_ORDER} LIMIT ?",
+            (self.workspace_id, self.env, *(() if at_limit else (c.pool,)),
+             *(c.workflows or ()), *full, ts, scan_size(c.limit, limits)))]
+        ids = pick_claims(cands, limits, limit=c.limit, active=active, claimed_in_window=recent,
+                          key_active=key_active)
+        if not ids:
+            return []
+        return conn.execute(claim_ids_sql(SQLITE, len(ids)), (
+            c.runner_id, format_ts(c.lease_until), ts, ts, *SQLITE.many(ids))).fetchall()
+
+    async def _expire_old_leases(self, c: SweepLeases) -> list[SweepResult]:
+        ts, reason, after = format_ts(c.now), c.reason, c.after
 
         def sweep(conn: sqlite3.Connection) -> list[SweepResult]:
             rows = conn.execute(
-                "UPDATE workflow_runs SET "
-                "status = CASE WHEN claim_attempts < max_claim_attempts "
-                "  THEN 'queued' ELSE 'error' END, "
-                "claim_state = CASE WHEN claim_attempts < max_claim_attempts "
-                "  THEN 'queued' ELSE 'abandoned' END, "
-                "error = CASE WHEN claim_attempts < max_claim_attempts THEN error ELSE ? END, "
-                "completed_at = CASE WHEN claim_attempts < max_claim_attempts "
-                "  THEN completed_at ELSE ? END, "
-                "lease_until = CASE WHEN claim_attempts < max_claim_attempts "
-                "  THEN NULL ELSE lease_until END "
+                f"UPDATE workflow_runs SET {sweep_set('', '?', '?')} "
                 # Unary +: search the partial lease index (only leased runs), not
                 # every run of the workspace.
                 "WHERE +workspace_id = ? AND +env = ? AND lease_until IS NOT NULL "
@@ -854,16 +697,12 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
                 "RETURNING id, leased_by, claim_state",
                 (reason, ts, self.workspace_id, self.env, ts),
             ).fetchall()
-            results = [
-                SweepResult(run_id=r[0], leased_by=r[1],
-                            action="requeued" if r[2] == "queued" else "abandoned")
-                for r in rows
-            ]
+            results = swept(rows)
             conn.executemany(
                 "INSERT INTO workflow_run_events (run_id, event_type, node_id, payload_json, "
                 "created_at) VALUES (?, 'runner_lost', NULL, ?, ?)",
-                [(r.run_id, serde.encode({"leased_by": r.leased_by, "action": r.action,
-                                          "reason": reason}).decode(), ts) for r in results],
+                [(r.run_id, SQLITE.json(lost_payload(r.leased_by, r.action, reason)), ts)
+                 for r in results],
             )
             if after is not None and results:
                 for op in after(results):
@@ -873,20 +712,13 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
         result: list[SweepResult] = await self._write(sweep)
         return result
 
-    async def ensure_definition(self, name: str, version: int, code_hash: str,
-                                *, now: datetime) -> str:
+    async def _ensure_definition(self, c: EnsureDefinition) -> str:
+        ws, env = self.workspace_id, self.env
+
         def ensure(conn: sqlite3.Connection) -> str:
-            conn.execute(
-                "INSERT INTO workflow_definitions (id, workspace_id, env, name, version, "
-                "code_hash, created_at) VALUES (?, ?, ?, ?, ?, ?, ?) "
-                "ON CONFLICT (workspace_id, env, name, version) DO NOTHING",
-                (str(uuid.uuid4()), self.workspace_id, self.env, name, version, code_hash,
-                 format_ts(now)),
-            )
-            row = conn.execute(
-                "SELECT id FROM workflow_definitions WHERE workspace_id = ? AND env = ? "
-                "AND name = ? AND version = ?", (self.workspace_id, self.env, name, version),
-            ).fetchone()
+            conn.execute(Q.insert_definition, (str(uuid.uuid4()), ws, env, c.name, c.version,
+                                               c.code_hash, format_ts(c.now)))
+            row = conn.execute(Q.definition_id, (ws, env, c.name, c.version)).fetchone()
             return str(row[0])
 
         result: str = await self._write(ensure)
@@ -894,44 +726,28 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
 
     async def get_definition(self, definition_id: str) -> DefinitionRecord | None:
         row = await self._lookup(lambda conn: conn.execute(
-            "SELECT id, name, version, code_hash, created_at FROM workflow_definitions "
-            "WHERE id = ? AND workspace_id = ? AND env = ?",
-            (definition_id, self.workspace_id, self.env)).fetchone())
-        if row is None:
-            return None
-        return DefinitionRecord(id=row[0], name=row[1], version=row[2], code_hash=row[3],
-                                created_at=parse_ts(row[4]))
+            Q.get_definition, (definition_id, self.workspace_id, self.env)).fetchone())
+        return definition_record(row, SQLITE) if row is not None else None
 
-    async def expire_session_vars(self, now: datetime) -> int:
+    async def _expire_session_vars(self, c: ExpireSessionVars) -> int:
         def gc(conn: sqlite3.Connection) -> int:
-            cur = conn.execute(
-                "DELETE FROM workflow_session_vars WHERE workspace_id = ? AND env = ? "
-                "AND keep_until IS NOT NULL AND keep_until <= ?",
-                (self.workspace_id, self.env, format_ts(now)),
-            )
-            return int(cur.rowcount)
+            return int(conn.execute(Q.expire_session_vars,
+                                    (self.workspace_id, self.env, format_ts(c.now))).rowcount)
 
         result: int = await self._write(gc)
         return result
 
-    async def get_secret(self, key_id: str, *, now: datetime, create: bool = True
-                         ) -> str | None:
+    async def _get_secret(self, c: GetSecret) -> str | None:
+        key = (self.workspace_id, self.env, c.key_id)
+
         def get(conn: sqlite3.Connection) -> str | None:
-            row = conn.execute(
-                "SELECT secret FROM starflow_keys WHERE workspace_id = ? AND env = ? "
-                "AND key_id = ?", (self.workspace_id, self.env, key_id)).fetchone()
-            if row is not None or not create:
+            row = conn.execute(Q.secret, key).fetchone()
+            if row is not None or not c.create:
                 return row[0] if row else None
             import secrets
 
-            conn.execute(
-                "INSERT OR IGNORE INTO starflow_keys (workspace_id, env, key_id, secret, "
-                "created_at) VALUES (?, ?, ?, ?, ?)",
-                (self.workspace_id, self.env, key_id, secrets.token_hex(32), format_ts(now)),
-            )
-            row = conn.execute(
-                "SELECT secret FROM starflow_keys WHERE workspace_id = ? AND env = ? "
-                "AND key_id = ?", (self.workspace_id, self.env, key_id)).fetchone()
+            conn.execute(Q.insert_secret, (*key, secrets.token_hex(32), format_ts(c.now)))
+            row = conn.execute(Q.secret, key).fetchone()
             return str(row[0])
 
         result: str | None = await self._write(get)
@@ -939,99 +755,63 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
 
     # -- worker jobs -------------------------------------------------------------
 
-    async def claim_jobs(self, worker_id: str, *, pool: str, now: datetime,
-                         lease_until: datetime, limit: int = 1) -> list[JobRecord]:
-        ts = format_ts(now)
+    async def _claim_jobs(self, c: ClaimJobs) -> list[JobRecord]:
+        ts = format_ts(c.now)
 
         def claim(conn: sqlite3.Connection) -> list[JobRecord]:
-            rows = conn.execute(
-                "UPDATE worker_jobs SET status = 'claimed', attempts = attempts + 1, "
-                "leased_by = ?, lease_until = ?, last_heartbeat = ? WHERE id IN ("
-                "  SELECT id FROM worker_jobs WHERE workspace_id = ? AND env = ? AND pool = ?"
-                "  AND (status = 'queued' OR (status = 'claimed' AND lease_until < ?))"
-                "  ORDER BY created_at, id LIMIT ?"
-                f") RETURNING {_JOB_COLUMNS}",
-                (worker_id, format_ts(lease_until), ts, self.workspace_id, self.env, pool, ts,
-                 int(limit)),
-            ).fetchall()
-            jobs = [_job(r) for r in rows]
-            jobs.sort(key=lambda j: (j.created_at, j.id))
-            return jobs
+            rows = conn.execute(Q.claim_jobs, (
+                c.worker_id, format_ts(c.lease_until), ts, self.workspace_id, self.env, c.pool,
+                ts, c.limit)).fetchall()
+            return claimed_jobs(rows, SQLITE)
 
         result: list[JobRecord] = await self._write(claim)
         return result
 
-    async def heartbeat_job(self, job_id: str, worker_id: str, *, now: datetime,
-                            lease_until: datetime) -> bool:
+    async def _heartbeat_job(self, c: HeartbeatJob) -> bool:
         def beat(conn: sqlite3.Connection) -> bool:
-            cur = conn.execute(
-                "UPDATE worker_jobs SET lease_until = ?, last_heartbeat = ? WHERE id = ? "
-                "AND workspace_id = ? AND env = ? AND status = 'claimed' AND leased_by = ?",
-                (format_ts(lease_until), format_ts(now), job_id, self.workspace_id, self.env,
-                 worker_id),
-            )
-            return cur.rowcount == 1
+            return bool(conn.execute(Q.heartbeat_job, (
+                format_ts(c.lease_until), format_ts(c.now), c.job_id, self.workspace_id,
+                self.env, c.worker_id)).rowcount == 1)
 
         result: bool = await self._write(beat)
         return result
 
     async def get_job(self, job_id: str) -> JobRecord | None:
         row = await self._lookup(lambda conn: conn.execute(
-            f"SELECT {_JOB_COLUMNS} FROM worker_jobs WHERE id = ? AND workspace_id = ? "
-            "AND env = ?", (job_id, self.workspace_id, self.env)).fetchone())
-        return _job(row) if row else None
+            Q.get_job, (job_id, self.workspace_id, self.env)).fetchone())
+        return job_record(row, SQLITE) if row else None
 
     async def list_jobs(self, *, run_id: str | None = None, status: str | None = None,
                         limit: int = 100) -> list[JobRecord]:
-        where = ["workspace_id = ?", "env = ?"]
-        args: list[Any] = [self.workspace_id, self.env]
-        if run_id is not None:
-            where.append("run_id = ?")
-            args.append(run_id)
-        if status is not None:
-            where.append("status = ?")
-            args.append(status)
-        args.append(int(limit))
-        sql = (f"SELECT {_JOB_COLUMNS} FROM worker_jobs WHERE {' AND '.join(where)} "
-               "ORDER BY created_at, id LIMIT ?")
-        return await self._call(lambda conn: [_job(r) for r in conn.execute(sql, args)])
+        args = [self.workspace_id, self.env,
+                *(v for v in (run_id, status) if v is not None), int(limit)]
+        sql = Q.list_jobs(run_id is not None, status is not None)
+        return await self._call(lambda conn: [job_record(r, SQLITE)
+                                              for r in conn.execute(sql, args)])
 
     # -- the mirror outbox -------------------------------------------------------
 
     async def pending_outbox(self, *, limit: int = 500) -> list[OutboxRow]:
         return await self._call(lambda conn: [
-            OutboxRow(id=r[0], run_id=r[1], kind=r[2], payload=_json(r[3]),
-                      created_at=parse_ts(r[4]))
-            for r in conn.execute(
-                "SELECT id, run_id, kind, payload, created_at FROM mirror_outbox "
-                "WHERE workspace_id = ? AND env = ? AND applied_at IS NULL ORDER BY id LIMIT ?",
-                (self.workspace_id, self.env, int(limit)))
-        ])
+            outbox_row(r, SQLITE) for r in conn.execute(
+                Q.pending_outbox, (self.workspace_id, self.env, int(limit)))])
 
-    async def mark_outbox_applied(self, ids: Sequence[int], *, now: datetime) -> int:
-        if not ids:
+    async def _mark_outbox_applied(self, c: MarkOutboxApplied) -> int:
+        if not c.ids:
             return 0
-        marks = ", ".join("?" for _ in ids)
+        sql = Q.mark_outbox_applied(len(c.ids))
 
         def mark(conn: sqlite3.Connection) -> int:
-            cur = conn.execute(
-                f"UPDATE mirror_outbox SET applied_at = ? WHERE id IN ({marks}) "
-                "AND workspace_id = ? AND env = ? AND applied_at IS NULL",
-                (format_ts(now), *(int(i) for i in ids), self.workspace_id, self.env),
-            )
-            return int(cur.rowcount)
+            return int(conn.execute(sql, (format_ts(c.now), *SQLITE.many(c.ids),
+                                          self.workspace_id, self.env)).rowcount)
 
         result: int = await self._write(mark)
         return result
 
-    async def prune_outbox(self, applied_before: datetime) -> int:
+    async def _prune_outbox(self, c: PruneOutbox) -> int:
         def prune(conn: sqlite3.Connection) -> int:
-            cur = conn.execute(
-                "DELETE FROM mirror_outbox WHERE workspace_id = ? AND env = ? "
-                "AND applied_at IS NOT NULL AND applied_at < ?",
-                (self.workspace_id, self.env, format_ts(applied_before)),
-            )
-            return int(cur.rowcount)
+            return int(conn.execute(Q.prune_outbox, (
+                self.workspace_id, self.env, format_ts(c.applied_before))).rowcount)
 
         result: int = await self._write(prune)
         return result
@@ -1043,258 +823,126 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
             f"SELECT count(*), min(created_at){buckets} FROM mirror_outbox "
             "WHERE workspace_id = ? AND env = ? AND applied_at IS NULL",
             (*cutoffs, self.workspace_id, self.env)).fetchone())
-        return OutboxLag(pending=int(row[0]), oldest_created_at=_ts(row[1]),
+        return OutboxLag(pending=int(row[0]), oldest_created_at=SQLITE.ts_out(row[1]),
                          older_than=tuple(int(c or 0) for c in row[2:]))
 
-    # -- schedules and flow control (#18) ------------------------------------
 
-    def _pool_limits_on(self, conn: sqlite3.Connection, pool: str) -> PoolLimits | None:
-        row = conn.execute(
-            "SELECT pool, concurrency, rate_limit, rate_period_ms, key_concurrency, updated_at "
-            "FROM starflow_pool_limits WHERE workspace_id = ? AND env = ? AND pool = ?",
-            (self.workspace_id, self.env, pool)).fetchone()
-        return None if row is None else _limits(row)
+    # -- schedules and flow control (#18) ----------------------------------------
 
-    def _claim_limited(self, conn: sqlite3.Connection, limits: PoolLimits, *, runner_id: str,
-                       pool: str, now: datetime, lease_until: datetime, limit: int,
-                       names: list[str] | None) -> list[sqlite3.Row]:
-        """Claim for a pool with stored limits, inside the writer's transaction.
-
-        ``BEGIN IMMEDIATE`` holds the database's write lock from the counts to
-        the UPDATE, so no other claimer (of any process) spends the same room.
-        """
-        ws, env = self.workspace_id, self.env
-        active = conn.execute(
-            "SELECT count(*) FROM workflow_runs WHERE workspace_id = ? AND env = ? "
-            "AND runner_pool = ? AND status = 'running' AND claim_state IN ('claimed', 'running')",
-            (ws, env, pool)).fetchone()[0]
-        recent = 0
-        if limits.rate_limit is not None and limits.rate_period is not None:
-            recent = conn.execute(
-                "SELECT count(*) FROM workflow_runs WHERE workspace_id = ? AND env = ? "
-                "AND runner_pool = ? AND claimed_at > ?",
-                (ws, env, pool, format_ts(now - limits.rate_period))).fetchone()[0]
-        key_active: dict[str, int] = {}
-        if limits.key_concurrency is not None:
-            key_active = {r[0]: int(r[1]) for r in conn.execute(
-                "SELECT concurrency_key, count(*) FROM workflow_runs WHERE workspace_id = ? "
-                "AND env = ? AND runner_pool = ? AND status = 'running' "
-                "AND claim_state IN ('claimed', 'running') AND concurrency_key IS NOT NULL "
-                "GROUP BY concurrency_key", (ws, env, pool))}
-        room = room_left(limits, active, recent)
-        full = full_keys(limits, key_active)
-        only = f" AND template_id IN ({', '.join('?' for _ in names)})" if names else ""
-        mine = "runner_pool IS NULL" if room is not None and room <= 0 else \
-            "(runner_pool IS NULL OR runner_pool = ?)"
-        skip = (f" AND (concurrency_key IS NULL OR concurrency_key NOT IN "
-                f"({', '.join('?' for _ in full)}))") if full else ""
-        cands = [Candidate(r[0], r[1], r[2]) for r in conn.execute(
-            "SELECT id, runner_pool, concurrency_key FROM workflow_runs "
-            "WHERE claim_state = 'queued' AND +workspace_id = ? AND +env = ? "
-            f"AND {mine}{only}{skip} AND (not_before IS NULL OR not_before <= ?) "
-            "ORDER BY priority DESC, started_at LIMIT ?",
-            (ws, env, *(() if room is not None and room <= 0 else (pool,)), *(names or ()),
-             *full, format_ts(now), scan_size(limit, limits)))]
-        ids = pick_claims(cands, limits, limit=limit, active=active, claimed_in_window=recent,
-                          key_active=key_active)
-        if not ids:
-            return []
-        return conn.execute(
-            "UPDATE workflow_runs SET claim_state = 'claimed', status = 'running', "
-            "claim_attempts = claim_attempts + 1, leased_by = ?, lease_until = ?, "
-            f"last_heartbeat = ?, claimed_at = ? WHERE id IN ({', '.join('?' for _ in ids)}) "
-            f"AND claim_state = 'queued' RETURNING {_RUN_COLUMNS}",
-            (runner_id, format_ts(lease_until), format_ts(now), format_ts(now), *ids),
-        ).fetchall()
-
-    async def upsert_schedule(self, schedule: ScheduleRecord, *, now: datetime
-                              ) -> ScheduleRecord:
-        ts = format_ts(now)
-        values = _schedule_values(schedule)
+    async def _upsert_schedule(self, c: UpsertSchedule) -> ScheduleRecord:
+        ts = format_ts(c.now)
+        args = (self.workspace_id, self.env, *schedule_insert_args(SQLITE, c.schedule), ts, ts)
 
         def upsert(conn: sqlite3.Connection) -> ScheduleRecord:
-            cols = ["workspace_id", "env", *values, "created_at", "updated_at"]
-            row = conn.execute(
-                f"INSERT INTO starflow_schedules ({', '.join(cols)}) "
-                f"VALUES ({', '.join('?' for _ in cols)}) "
-                "ON CONFLICT (workspace_id, env, id) DO UPDATE SET "
-                + _SCHEDULE_UPSERT + f" RETURNING {', '.join(SCHEDULE_COLUMNS)}",
-                (self.workspace_id, self.env, *values.values(), ts, ts)).fetchone()
-            return _schedule(row)
+            return schedule_record(conn.execute(Q.upsert_schedule, args).fetchone(), SQLITE)
 
         result: ScheduleRecord = await self._write(upsert)
         return result
 
     async def get_schedule(self, schedule_id: str) -> ScheduleRecord | None:
         row = await self._lookup(lambda conn: conn.execute(
-            f"SELECT {', '.join(SCHEDULE_COLUMNS)} FROM starflow_schedules "
-            "WHERE workspace_id = ? AND env = ? AND id = ?",
-            (self.workspace_id, self.env, schedule_id)).fetchone())
-        return None if row is None else _schedule(row)
+            Q.get_schedule, (self.workspace_id, self.env, schedule_id)).fetchone())
+        return None if row is None else schedule_record(row, SQLITE)
 
     async def list_schedules(self) -> list[ScheduleRecord]:
-        rows = await self._call(lambda conn: conn.execute(
-            f"SELECT {', '.join(SCHEDULE_COLUMNS)} FROM starflow_schedules "
-            "WHERE workspace_id = ? AND env = ? ORDER BY id",
-            (self.workspace_id, self.env)).fetchall())
-        return [_schedule(r) for r in rows]
+        return await self._call(lambda conn: [
+            schedule_record(r, SQLITE)
+            for r in conn.execute(Q.list_schedules, (self.workspace_id, self.env))])
 
-    async def delete_schedule(self, schedule_id: str) -> bool:
+    async def _delete_schedule(self, c: DeleteSchedule) -> bool:
         def delete(conn: sqlite3.Connection) -> bool:
-            return conn.execute(
-                "DELETE FROM starflow_schedules WHERE workspace_id = ? AND env = ? AND id = ?",
-                (self.workspace_id, self.env, schedule_id)).rowcount > 0
+            return bool(conn.execute(Q.delete_schedule, (
+                self.workspace_id, self.env, c.schedule_id)).rowcount > 0)
 
         result: bool = await self._write(delete)
         return result
 
-    async def update_schedule(self, schedule_id: str, revision: int, values: Mapping[str, Any],
-                              *, now: datetime) -> bool:
-        cols = sorted(values)
-        unknown = set(cols) - SCHEDULE_UPDATABLE
-        if unknown:
-            raise ValueError(f"update_schedule: not updatable: {sorted(unknown)}")
-        sets = "".join(f"{c} = ?, " for c in cols)
-        args = [_schedule_db(c, values[c]) for c in cols]
+    async def _update_schedule(self, c: UpdateSchedule) -> bool:
+        cols = tuple(sorted(c.values))
+        sql = Q.update_schedule(cols)
+        args = (*(schedule_value(SQLITE, col, c.values[col]) for col in cols),
+                format_ts(c.now), self.workspace_id, self.env, c.schedule_id, c.revision)
 
         def update(conn: sqlite3.Connection) -> bool:
-            return conn.execute(
-                f"UPDATE starflow_schedules SET {sets}revision = revision + 1, updated_at = ? "
-                "WHERE workspace_id = ? AND env = ? AND id = ? AND revision = ?",
-                (*args, format_ts(now), self.workspace_id, self.env, schedule_id, revision),
-            ).rowcount > 0
+            return bool(conn.execute(sql, args).rowcount > 0)
 
         result: bool = await self._write(update)
         return result
 
     async def due_schedules(self, now: datetime, *, limit: int = 100) -> list[ScheduleRecord]:
         # On the loop when the connection is free: usually none or a few rows, by index.
-        rows = await self._lookup(lambda conn: conn.execute(
-            f"SELECT {', '.join(SCHEDULE_COLUMNS)} FROM starflow_schedules "
-            "WHERE workspace_id = ? AND env = ? AND paused = 0 AND due_at <= ? "
-            "ORDER BY due_at LIMIT ?",
-            (self.workspace_id, self.env, format_ts(now), int(limit))).fetchall())
-        return [_schedule(r) for r in rows]
+        return await self._lookup(lambda conn: [
+            schedule_record(r, SQLITE) for r in conn.execute(
+                Q.due_schedules, (self.workspace_id, self.env, format_ts(now), int(limit)))])
 
     async def next_schedule_due(self) -> datetime | None:
         row = await self._lookup(lambda conn: conn.execute(
-            "SELECT due_at FROM starflow_schedules WHERE workspace_id = ? AND env = ? "
-            "AND paused = 0 AND due_at IS NOT NULL ORDER BY due_at LIMIT 1",
-            (self.workspace_id, self.env)).fetchone())
-        return None if row is None else _ts(row[0])
+            Q.next_schedule_due, (self.workspace_id, self.env)).fetchone())
+        return None if row is None else SQLITE.ts_out(row[0])
 
-    async def set_pool_limits(self, limits: PoolLimits, *, now: datetime) -> None:
+    async def _set_pool_limits(self, c: SetPoolLimits) -> None:
+        lim = c.limits
+        scope = (self.workspace_id, self.env, lim.pool)
+
         def store(conn: sqlite3.Connection) -> None:
-            if not has_limits(limits):
-                conn.execute("DELETE FROM starflow_pool_limits WHERE workspace_id = ? "
-                             "AND env = ? AND pool = ?", (self.workspace_id, self.env, limits.pool))
+            if not lim.limited:
+                conn.execute(Q.delete_pool_limits, scope)
                 return
-            conn.execute(
-                "INSERT OR REPLACE INTO starflow_pool_limits (workspace_id, env, pool, "
-                "concurrency, rate_limit, rate_period_ms, key_concurrency, updated_at) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (self.workspace_id, self.env, limits.pool, limits.concurrency, limits.rate_limit,
-                 period_ms(limits), limits.key_concurrency, format_ts(now)))
+            conn.execute(Q.set_pool_limits, (*scope, lim.concurrency, lim.rate_limit,
+                                             period_ms(lim), lim.key_concurrency,
+                                             format_ts(c.now)))
 
         await self._write(store)
 
     async def get_pool_limits(self, pool: str) -> PoolLimits | None:
-        return await self._lookup(lambda conn: self._pool_limits_on(conn, pool))
+        row = await self._lookup(lambda conn: conn.execute(
+            Q.get_pool_limits, (self.workspace_id, self.env, pool)).fetchone())
+        return None if row is None else pool_limits(row, SQLITE)
 
     async def pool_usage(self, now: datetime) -> list[PoolUsage]:
         ws, env = self.workspace_id, self.env
 
         def usage(conn: sqlite3.Connection) -> list[PoolUsage]:
-            limits = {r[0]: _limits(r) for r in conn.execute(
-                "SELECT pool, concurrency, rate_limit, rate_period_ms, key_concurrency, "
-                "updated_at FROM starflow_pool_limits WHERE workspace_id = ? AND env = ?",
-                (ws, env))}
-            counts = {r[0]: (int(r[1]), int(r[2])) for r in conn.execute(
-                "SELECT runner_pool, sum(claim_state = 'queued'), "
-                "sum(status = 'running' AND claim_state IN ('claimed', 'running')) "
-                "FROM workflow_runs WHERE workspace_id = ? AND env = ? "
-                "AND runner_pool IS NOT NULL AND (claim_state = 'queued' OR "
-                "(status = 'running' AND claim_state IN ('claimed', 'running'))) "
-                "GROUP BY runner_pool", (ws, env))}
+            limits = {r[0]: pool_limits(r, SQLITE)
+                      for r in conn.execute(Q.list_pool_limits, (ws, env))}
+            counts = {r[0]: (int(r[1] or 0), int(r[2] or 0))
+                      for r in conn.execute(Q.pool_counts, (ws, env))}
             out = []
             for pool in sorted(set(limits) | set(counts)):
                 lim = limits.get(pool)
                 window = 0
                 if lim is not None and lim.rate_period is not None:
-                    window = conn.execute(
-                        "SELECT count(*) FROM workflow_runs WHERE workspace_id = ? AND env = ? "
-                        "AND runner_pool = ? AND claimed_at > ?",
-                        (ws, env, pool, format_ts(now - lim.rate_period))).fetchone()[0]
+                    window = int(conn.execute(Q.pool_window, (
+                        ws, env, pool, format_ts(now - lim.rate_period))).fetchone()[0])
                 queued, active = counts.get(pool, (0, 0))
                 out.append(PoolUsage(pool=pool, limits=lim, queued=queued, active=active,
-                                     claimed_in_window=int(window)))
+                                     claimed_in_window=window))
             return out
 
         return await self._call(usage)
 
     async def find_active_dedup(self, pool: str | None, dedup_key: str) -> str | None:
         row = await self._lookup(lambda conn: conn.execute(
-            "SELECT id FROM workflow_runs WHERE workspace_id = ? AND env = ? "
-            "AND COALESCE(runner_pool, '') = ? AND dedup_key = ? "
-            "AND status IN ('queued', 'running', 'paused')",
-            (self.workspace_id, self.env, pool or "", dedup_key)).fetchone())
+            Q.find_active_dedup, (self.workspace_id, self.env, pool or "", dedup_key)
+        ).fetchone())
         return None if row is None else str(row[0])
 
-    async def rearm_debounced(self, template_id: str, pool: str | None, debounce_key: str,
-                              input: Any, not_before: datetime) -> str | None:
-        encoded = serde.encode(input, what="input_json").decode()
+    async def _rearm_debounced(self, c: RearmDebounced) -> str | None:
+        args = (SQLITE.json(c.input, what="input_json"), format_ts(c.not_before),
+                self.workspace_id, self.env, c.pool or "", c.template_id, c.debounce_key)
 
         def rearm(conn: sqlite3.Connection) -> str | None:
-            row = conn.execute(
-                "UPDATE workflow_runs SET input_json = ?, not_before = ? "
-                "WHERE workspace_id = ? AND env = ? AND COALESCE(runner_pool, '') = ? "
-                "AND template_id = ? AND debounce_key = ? AND claim_state = 'queued' "
-                "AND claim_attempts = 0 RETURNING id",
-                (encoded, format_ts(not_before), self.workspace_id, self.env, pool or "",
-                 template_id, debounce_key)).fetchone()
-            return None if row is None else str(row[0])
+            row = conn.execute(Q.rearm_debounced, args).fetchone()
+            if row is None:
+                return None
+            run_id = str(row[0])
+            if c.after is not None:
+                for op in c.after(run_id):
+                    self._apply_op(conn, op)
+            return run_id
 
         result: str | None = await self._write(rearm)
         return result
-
-
-_JOB_COLUMNS = (
-    "id, run_id, node_id, pool, step_name, idempotency_key, input_json, status, attempts, "
-    "max_attempts, leased_by, lease_until, last_heartbeat, result_json, error_json, "
-    "created_at, completed_at"
-)
-
-
-def _limits(row: Any) -> PoolLimits:
-    return PoolLimits(pool=row[0], concurrency=row[1], rate_limit=row[2],
-                      rate_period=None if row[3] is None else timedelta(milliseconds=row[3]),
-                      key_concurrency=row[4], updated_at=_ts(row[5]))
-
-
-def _schedule_db(column: str, value: Any) -> Any:
-    if value is None:
-        return None
-    if column == "input_json":
-        return serde.encode(value, what="schedule input").decode()
-    if isinstance(value, datetime):
-        return format_ts(value)
-    if isinstance(value, bool):
-        return int(value)
-    return value
-
-
-def _schedule_values(schedule: ScheduleRecord) -> dict[str, Any]:
-    values = schedule_insert_values(schedule)
-    return {c: _schedule_db(c, v) for c, v in values.items()}
-
-
-def _schedule(row: Any) -> ScheduleRecord:
-    return schedule_from_row(tuple(row), ts=_ts, json=_json)
-
-
-#: The ``DO UPDATE SET`` of a schedule upsert (see ``upsert_schedule``'s contract).
-_SCHEDULE_UPSERT = schedule_upsert_sql("excluded")
-
 
 def _storage_error(exc: sqlite3.Error, run_id: str | None) -> StorageError:
     """The StorageError for a failed write of ``run_id``'s unit (as PostgreSQL words it)."""
@@ -1303,35 +951,6 @@ def _storage_error(exc: sqlite3.Error, run_id: str | None) -> StorageError:
             f"SQLite error: {exc}: run {run_id} already exists; run ids are unique across "
             "workspaces: start the run with a new id, or get_run() it first", run_id=run_id)
     return StorageError(f"SQLite error: {exc}", run_id=run_id)
-
-
-@functools.cache
-def _event_sql(leased: int, statuses: int) -> str:
-    """An event INSERT that writes only if its run is in scope and, for a guard,
-    leased by ``?`` (``leased``) with a status among ``statuses`` placeholders."""
-    conditions = "id = ? AND workspace_id = ? AND env = ?"
-    if leased:
-        conditions += " AND leased_by = ?"
-    if statuses:
-        conditions += f" AND status IN ({', '.join(['?'] * statuses)})"
-    return ("INSERT INTO workflow_run_events (run_id, event_type, node_id, payload_json, "
-            f"created_at) SELECT ?, ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM workflow_runs "
-            f"WHERE {conditions})")
-
-
-def _job(row: sqlite3.Row) -> JobRecord:
-    return JobRecord(
-        id=row[0], run_id=row[1], node_id=row[2], pool=row[3], step_name=row[4],
-        idempotency_key=row[5], input=_json(row[6]), status=row[7], attempts=row[8],
-        max_attempts=row[9], leased_by=row[10], lease_until=_ts(row[11]),
-        last_heartbeat=_ts(row[12]), result=_json(row[13]), error=_json(row[14]),
-        created_at=parse_ts(row[15]), completed_at=_ts(row[16]),
-    )
-
-
-def _wait(row: sqlite3.Row) -> WaitRecord:
-    return WaitRecord(run_id=row[0], node_id=row[1], event=row[2], deadline=_ts(row[3]),
-                      created_at=parse_ts(row[4]))
 
 
 def _split_sql(script: str) -> list[str]:

@@ -15,7 +15,9 @@ from typing import Any
 import anyio
 import anyio.lowlevel
 
-from starflow.adapters.base import DelegatingAdapter, RunInfo, SweepResult, Unit
+from starflow.adapters.base import DelegatingAdapter
+from starflow.adapters.units import Unit
+from starflow.records import RunInfo, SweepResult
 from starflow_testing import FakeClock
 
 HERE = Path(__file__).parent

@@ -9,7 +9,7 @@ import anyio
 import pytest
 
 from starflow import LeaseLostError, Starflow
-from starflow.adapters.base import Guard
+from starflow.adapters.units import Guard
 from starflow.maintenance import Maintenance
 from starflow_testing import FakeClock
 

@@ -86,3 +86,15 @@ CREATE UNIQUE INDEX idx_workflow_runs_dedup
 CREATE UNIQUE INDEX idx_workflow_runs_debounce
     ON workflow_runs (workspace_id, env, COALESCE(runner_pool, ''), template_id, debounce_key)
     WHERE debounce_key IS NOT NULL AND claim_state = 'queued' AND claim_attempts = 0;
+
+-- Role pins (025) on the new tenant tables: a pinned role sees only its workspace.
+CREATE POLICY starflow_role_pin ON starflow_schedules AS RESTRICTIVE USING (
+    workspace_id = COALESCE((SELECT p.workspace_id FROM starflow_role_workspaces p
+                             WHERE p.role_name = current_user), workspace_id)
+    AND env = COALESCE((SELECT p.env FROM starflow_role_workspaces p
+                        WHERE p.role_name = current_user), env));
+CREATE POLICY starflow_role_pin ON starflow_pool_limits AS RESTRICTIVE USING (
+    workspace_id = COALESCE((SELECT p.workspace_id FROM starflow_role_workspaces p
+                             WHERE p.role_name = current_user), workspace_id)
+    AND env = COALESCE((SELECT p.env FROM starflow_role_workspaces p
+                        WHERE p.role_name = current_user), env));

@@ -1,8 +1,7 @@
 """``starflow schedules …`` and ``starflow pools``: cron schedules and pool limits.
 
-Registered with :func:`starflow.cli.command` when the parser is built. Human
-output is aligned tables on stdout; ``--json`` gives stable keys instead.
-Timestamps are ISO-8601 UTC.
+Human output is aligned tables on stdout; ``--json`` gives stable keys
+instead. Timestamps are ISO-8601 UTC.
 """
 
 from __future__ import annotations
@@ -14,17 +13,11 @@ from typing import Any
 
 import msgspec
 
-from .adapters._flow import PoolUsage, ScheduleRecord
-from .cli import _GROUP_HELP, EXIT_OK, app_args, command, db_args, open_app
-from .cli_ops import iso, render_table
+from ..records import PoolUsage, ScheduleRecord
+from ._base import EXIT_OK, app_args, command, db_args, open_app
+from ._format import iso, json_flag, render_table, write, write_json
 
 __all__ = ["pool_json", "schedule_json"]
-
-_GROUP_HELP.setdefault("schedules", "list, show, pause, resume, delete and trigger schedules")
-
-
-def _write_json(value: Any) -> None:
-    sys.stdout.write(msgspec.json.format(msgspec.json.encode(value), indent=2).decode() + "\n")
 
 
 def _duration(delta: timedelta | None) -> str | None:
@@ -79,28 +72,23 @@ def pool_json(usage: PoolUsage) -> dict[str, Any]:
     }
 
 
-def _json_flag(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--json", action="store_true",
-                        help="machine-readable JSON on stdout (stable keys)")
-
-
 def _id_arg(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("schedule_id", metavar="SCHEDULE_ID")
-    _json_flag(parser)
+    json_flag(parser)
 
 
 @command("list", group="schedules", help="every schedule, with its next tick and counters",
-         args=[app_args, db_args], configure=_json_flag)
+         args=[app_args, db_args], configure=json_flag)
 async def _schedules_list(ns: argparse.Namespace) -> int:
     async with open_app(ns, must_exist=True) as sf:
         schedules = await sf.schedules()
     if ns.json:
-        _write_json([schedule_json(s) for s in schedules])
+        write_json([schedule_json(s) for s in schedules])
         return EXIT_OK
     if not schedules:
         sys.stderr.write("no schedules\n")
         return EXIT_OK
-    sys.stdout.write(render_table(
+    write(render_table(
         ["id", "workflow", "cron", "timezone", "state", "next", "last run", "started",
          "skipped"],
         [(s.id, s.workflow, s.cron, s.timezone, "paused" if s.paused else "active",
@@ -111,7 +99,7 @@ async def _schedules_list(ns: argparse.Namespace) -> int:
 
 def _print_schedule(rec: ScheduleRecord, as_json: bool) -> None:
     if as_json:
-        _write_json(schedule_json(rec))
+        write_json(schedule_json(rec))
         return
     fields: list[tuple[str, Any]] = [
         ("schedule", rec.id),
@@ -133,7 +121,7 @@ def _print_schedule(rec: ScheduleRecord, as_json: bool) -> None:
     width = max(len(k) for k, _ in fields)
     for key, value in fields:
         if value is not None:
-            sys.stdout.write(f"{key.ljust(width)}  {value}\n")
+            write(f"{key.ljust(width)}  {value}\n")
 
 
 @command("show", group="schedules", help="one schedule's settings, next tick and counters",
@@ -170,9 +158,9 @@ async def _schedules_delete(ns: argparse.Namespace) -> int:
     async with open_app(ns, must_exist=True) as sf:
         await sf.delete_schedule(ns.schedule_id)
     if ns.json:
-        _write_json({"deleted": ns.schedule_id})
+        write_json({"deleted": ns.schedule_id})
     else:
-        sys.stdout.write(f"deleted schedule {ns.schedule_id}\n")
+        write(f"deleted schedule {ns.schedule_id}\n")
     return EXIT_OK
 
 
@@ -182,19 +170,19 @@ async def _schedules_trigger(ns: argparse.Namespace) -> int:
     async with open_app(ns, must_exist=True) as sf:
         handle = await sf.trigger_schedule(ns.schedule_id)
     if ns.json:
-        _write_json({"run_id": handle.run_id, "status": handle.status})
+        write_json({"run_id": handle.run_id, "status": handle.status})
     else:
-        sys.stdout.write(f"{handle.run_id} {handle.status}\n")
+        write(f"{handle.run_id} {handle.status}\n")
     return EXIT_OK
 
 
 @command("pools", help="pool limits and current use (queued, executing, claims in window)",
-         args=[app_args, db_args], configure=_json_flag)
+         args=[app_args, db_args], configure=json_flag)
 async def _pools(ns: argparse.Namespace) -> int:
     async with open_app(ns, must_exist=True) as sf:
         pools = await sf.pools()
     if ns.json:
-        _write_json([pool_json(p) for p in pools])
+        write_json([pool_json(p) for p in pools])
         return EXIT_OK
     if not pools:
         sys.stderr.write("no pools with limits or queued runs\n")
@@ -203,7 +191,7 @@ async def _pools(ns: argparse.Namespace) -> int:
     def limit(used: int, cap: int | None) -> str:
         return f"{used}/{cap}" if cap is not None else str(used)
 
-    sys.stdout.write(render_table(
+    write(render_table(
         ["pool", "queued", "executing", "rate", "key concurrency"],
         [(p.pool, p.queued, limit(p.active, p.limits.concurrency if p.limits else None),
           (f"{p.claimed_in_window}/{p.limits.rate_limit} per "

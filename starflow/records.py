@@ -1,0 +1,326 @@
+"""The state model's records: typed rows the adapters return and take.
+
+:class:`RunInfo` (a ``workflow_runs`` row), :class:`RunEvent`, waits, signals,
+definitions, worker jobs, outbox rows, schedules and pool limits, the run
+statuses and claim states. They
+are plain ``msgspec`` structs with no behaviour beyond aliases, in the base
+layer so that every layer above (adapters, warm tier, runtime, CLI) can use
+them without depending on the adapter port.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+import msgspec
+
+from .failure import RunFailure
+
+__all__ = [
+    "CLAIM_STATES",
+    "RUN_STATUSES",
+    "TERMINAL_STATUSES",
+    "DefinitionRecord",
+    "JobRecord",
+    "JobSpec",
+    "OutboxLag",
+    "OutboxRow",
+    "PoolLimits",
+    "PoolUsage",
+    "RunEvent",
+    "RunInfo",
+    "ScheduleRecord",
+    "SignalRecord",
+    "StartOptions",
+    "SweepResult",
+    "WaitRecord",
+]
+
+
+RUN_STATUSES = ("queued", "running", "paused", "success", "error", "cancelled")
+TERMINAL_STATUSES = frozenset({"success", "error", "cancelled"})
+CLAIM_STATES = ("queued", "claimed", "running", "complete", "failed", "abandoned")
+
+
+class RunInfo(msgspec.Struct, frozen=True, kw_only=True):
+    """One ``workflow_runs`` row, typed. Column names are the state model's."""
+
+    id: str
+    template_id: str | None
+    workspace_id: str
+    env: str
+    status: str
+    started_at: datetime | None
+    completed_at: datetime | None = None
+    duration_ms: int | None = None
+    checkpoint_json: dict[str, Any] | None = None
+    error: str | None = None
+    claim_state: str = "running"
+    runner_pool: str | None = None
+    leased_by: str | None = None
+    lease_until: datetime | None = None
+    last_heartbeat: datetime | None = None
+    claim_attempts: int = 0
+    definition_id: str | None = None
+    input_json: Any = None
+    result_json: Any = None
+    start_mode: str = "inline"
+    max_claim_attempts: int = 3
+    workflow_version: int | None = None
+    #: Why the run failed, as data (migration 024): see :attr:`failure`.
+    failure_json: dict[str, Any] | None = None
+
+    @property
+    def run_id(self) -> str:
+        """Alias of ``id``."""
+        return self.id
+
+    @property
+    def failure(self) -> RunFailure | None:
+        """Why the run ended in ``error``: type, message, node, attempts, traceback.
+
+        ``None`` for a run that did not fail with an exception (``runner_lost``,
+        ``cancelled``, a run that has not failed) or failed before migration 024.
+        """
+        return RunFailure.from_json(self.failure_json)
+
+    @property
+    def is_terminal(self) -> bool:
+        """True once the run reached ``success``, ``error`` or ``cancelled``."""
+        return self.status in TERMINAL_STATUSES
+
+
+class RunEvent(msgspec.Struct, frozen=True, kw_only=True):
+    """One ``workflow_run_events`` row."""
+
+    id: int
+    run_id: str
+    event_type: str
+    node_id: str | None
+    payload_json: Any
+    created_at: datetime
+
+    @property
+    def payload(self) -> Any:
+        """Alias of ``payload_json``."""
+        return self.payload_json
+
+
+class WaitRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """A registered wake: a run paused on a signal and/or a deadline."""
+
+    run_id: str
+    node_id: str
+    event: str | None
+    deadline: datetime | None
+    created_at: datetime
+
+
+class SignalRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """An undelivered signal in a run's inbox."""
+
+    id: int
+    run_id: str
+    event: str
+    payload: Any
+    created_at: datetime
+
+
+class DefinitionRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """A ``workflow_definitions`` row."""
+
+    id: str
+    name: str
+    version: int
+    code_hash: str
+    created_at: datetime
+
+
+class SweepResult(msgspec.Struct, frozen=True, kw_only=True):
+    """One run the lease sweep acted on."""
+
+    run_id: str
+    leased_by: str | None
+    action: str  # "requeued" or "abandoned"
+
+
+class JobSpec(msgspec.Struct, frozen=True, kw_only=True):
+    """A worker job a ``@step(pool=...)`` call dispatches (a ``worker_jobs`` row to insert).
+
+    Attributes:
+        id: The job id (a UUID derived from the idempotency key).
+        run_id: The run waiting on the job.
+        node_id: The step's node id (``step:render#1``); the run waits there.
+        pool: Worker pool that serves it.
+        step_name: Registered name of the step function.
+        idempotency_key: ``run_id:node_id``; unique, so a job is never dispatched twice.
+        input: The encoded call arguments ``{"args": [...], "kwargs": {...}}``.
+        args_hash: Hash of ``input`` (recorded on the step's ``node_start``).
+        max_attempts: Claims the job may use before a lost worker fails it.
+    """
+
+    id: str
+    run_id: str
+    node_id: str
+    pool: str
+    step_name: str
+    idempotency_key: str
+    input: Any
+    args_hash: str | None = None
+    max_attempts: int = 3
+
+
+class JobRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """One ``worker_jobs`` row.
+
+    ``status`` is ``queued``, ``claimed`` (a worker holds the lease),
+    ``complete`` or ``failed``.
+    """
+
+    id: str
+    run_id: str
+    node_id: str
+    pool: str
+    step_name: str
+    idempotency_key: str
+    input: Any
+    status: str
+    attempts: int
+    max_attempts: int
+    leased_by: str | None
+    lease_until: datetime | None
+    last_heartbeat: datetime | None
+    result: Any
+    error: Any
+    created_at: datetime
+    completed_at: datetime | None
+
+
+class OutboxRow(msgspec.Struct, frozen=True, kw_only=True):
+    """One ``mirror_outbox`` row: a projection waiting for (or pushed to) the warm tier."""
+
+    id: int
+    run_id: str | None
+    kind: str
+    payload: Any
+    created_at: datetime
+    applied_at: datetime | None = None
+
+
+class OutboxLag(msgspec.Struct, frozen=True, kw_only=True):
+    """Unapplied ``mirror_outbox`` rows by age (the drift signal).
+
+    Attributes:
+        pending: ``count(*) WHERE applied_at IS NULL`` in scope.
+        oldest_created_at: ``created_at`` of the oldest pending row.
+        older_than: For each age edge asked for (seconds, ascending), how many
+            pending rows are at least that old.
+    """
+
+    pending: int
+    oldest_created_at: datetime | None
+    older_than: tuple[int, ...] = ()
+
+
+class StartOptions(msgspec.Struct, frozen=True, kw_only=True):
+    """What ``on_run_start`` records besides the context."""
+
+    input: Any = None
+    status: str = "running"
+    claim_state: str = "running"
+    runner_pool: str | None = None
+    definition_id: str | None = None
+    start_mode: str = "inline"
+    max_claim_attempts: int = 3
+    # Flow control (#18); written only when set, so other starts' rows are unchanged.
+    priority: int = 0
+    concurrency_key: str | None = None
+    dedup_key: str | None = None
+    debounce_key: str | None = None
+    not_before: datetime | None = None
+
+
+class ScheduleRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """A ``starflow_schedules`` row: a cron schedule (``sf.schedule``).
+
+    Attributes:
+        id: The schedule's name, unique in its workspace.
+        workflow: The workflow's name; ``workflow_version`` and ``definition_id``
+            the definition registered when the schedule was written (a process
+            that has a newer version registered starts that one).
+        input: The encoded arguments (``{"args": [...], "kwargs": {...}}``).
+        cron: The cron expression; ``timezone`` the IANA zone it is read in.
+        overlap: ``skip``, ``buffer_one`` or ``allow``.
+        catchup: How far back missed ticks still start after downtime.
+        pool: The pool its runs are queued for.
+        paused: Whether ticks are skipped (no catch-up on resume).
+        next_fire_at: The earliest tick not yet handled (UTC).
+        due_at: When a maintenance loop must look at the row again.
+        pending_tick: A tick decided to start whose run may not exist yet.
+        buffered_tick: ``buffer_one``: the tick waiting for the active run to end.
+        last_tick: The last tick a run was started for; ``last_run_id`` its run.
+        started: Runs started by ticks (not by ``trigger``).
+        skipped_missed: Ticks skipped because they were older than ``catchup``.
+        skipped_overlap: Ticks skipped because the previous run was still active.
+        revision: Grows by one with every write (compare-and-set).
+    """
+
+    id: str
+    workflow: str
+    workflow_version: int
+    definition_id: str | None
+    input: Any
+    cron: str
+    timezone: str
+    overlap: str
+    catchup: timedelta
+    pool: str | None
+    paused: bool = False
+    next_fire_at: datetime | None = None
+    due_at: datetime | None = None
+    pending_tick: datetime | None = None
+    buffered_tick: datetime | None = None
+    last_tick: datetime | None = None
+    last_run_id: str | None = None
+    started: int = 0
+    skipped_missed: int = 0
+    skipped_overlap: int = 0
+    revision: int = 1
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+
+
+class PoolLimits(msgspec.Struct, frozen=True, kw_only=True):
+    """A pool's stored limits (``None``: no limit of that kind).
+
+    Attributes:
+        pool: The pool.
+        concurrency: Runs of the pool executing at once, across every worker.
+        rate_limit: Claims of runs of the pool per ``rate_period``.
+        rate_period: The rate limit's sliding window.
+        key_concurrency: Runs with one ``concurrency_key`` executing at once.
+    """
+
+    pool: str
+    concurrency: int | None = None
+    rate_limit: int | None = None
+    rate_period: timedelta | None = None
+    key_concurrency: int | None = None
+    updated_at: datetime | None = None
+
+    @property
+    def limited(self) -> bool:
+        """Whether any limit is set (limits with none set are not stored)."""
+        return any(v is not None for v in (self.concurrency, self.rate_limit,
+                                           self.key_concurrency))
+
+
+class PoolUsage(msgspec.Struct, frozen=True, kw_only=True):
+    """What a pool uses now (``sf.pools()``, ``starflow pools``)."""
+
+    pool: str
+    limits: PoolLimits | None
+    queued: int
+    active: int
+    claimed_in_window: int
