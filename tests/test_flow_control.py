@@ -5,21 +5,27 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
+import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import pytest
 
 import starflow
-from starflow import ConfigError, DuplicateRun, InvalidArgument, Starflow
-from starflow.adapters.base import WorkflowStateAdapter
+from starflow import ConfigError, DuplicateRun, InvalidArgument, Starflow, StorageError
+from starflow.adapters.base import DelegatingAdapter, WorkflowStateAdapter
+from starflow.adapters.units import Command, Unit
+from starflow.records import PoolLimits, ScheduleRecord
+from starflow.warm.mirror import mirror
 from starflow_testing import FakeClock
+from starflow_testing.faults import FaultInjectingAdapter
 from tests.conftest import POSTGRES_URL, require_postgres
 
+R = TypeVar("R")
 START = datetime(2030, 1, 1, tzinfo=UTC)
 LEASE = START + timedelta(hours=1)
 
@@ -383,3 +389,65 @@ class TestWorkerProcesses:
         pids = {pid for _, _, pid in side_effects(tmp_path / "side.log")}
         assert len(pids) >= 2, pids
         assert len(ids) == 12
+
+
+class _Seams(DelegatingAdapter):
+    """Records what reaches the two write seams (where every wrapper sees writes)."""
+
+    def __init__(self, inner: WorkflowStateAdapter) -> None:
+        super().__init__(inner)
+        self.writes: list[str] = []
+
+    async def execute(self, unit: Unit) -> bool:
+        self.writes.extend(unit.methods)
+        return await self.inner.execute(unit)
+
+    async def perform(self, command: Command[R]) -> R:
+        self.writes.append(command.method)
+        return await self.inner.perform(command)
+
+
+def _schedule(schedule_id: str = "s") -> ScheduleRecord:
+    return ScheduleRecord(id=schedule_id, workflow="flow-job", workflow_version=1,
+                          definition_id=None, input={"args": [1], "kwargs": {}},
+                          cron="0 3 * * *", timezone="UTC", overlap="skip",
+                          catchup=timedelta(0), pool=None, next_fire_at=LEASE, due_at=LEASE)
+
+
+class TestThroughTheSeams:
+    """Schedule and pool-limit writes and the debounce re-arm reach ``perform``, so a
+    fault there writes nothing and the mirror writes its outbox row with them."""
+
+    async def test_every_write_reaches_perform(self, adapter: WorkflowStateAdapter) -> None:
+        seen = _Seams(adapter)
+        stored = await seen.upsert_schedule(_schedule(), now=START)
+        assert await seen.update_schedule("s", stored.revision, {"paused": True}, now=START)
+        await seen.set_pool_limits(PoolLimits(pool="p", concurrency=1), now=START)
+        assert await seen.rearm_debounced("flow-job", None, "k", {"args": [2]}, LEASE) is None
+        assert await seen.delete_schedule("s")
+        assert seen.writes == ["upsert_schedule", "update_schedule", "set_pool_limits",
+                               "rearm_debounced", "delete_schedule"]
+
+    async def test_a_fault_writes_nothing(self, adapter: WorkflowStateAdapter) -> None:
+        faults = FaultInjectingAdapter(adapter, fail={"upsert_schedule": 1,
+                                                      "set_pool_limits": 1})
+        with pytest.raises(StorageError, match="injected fault"):
+            await faults.upsert_schedule(_schedule(), now=START)
+        with pytest.raises(StorageError, match="injected fault"):
+            await faults.set_pool_limits(PoolLimits(pool="p", concurrency=1), now=START)
+        assert await adapter.list_schedules() == []
+        assert await adapter.get_pool_limits("p") is None
+        assert (await faults.upsert_schedule(_schedule(), now=START)).id == "s"
+
+    async def test_the_mirror_sees_a_rearm(self, db_url: str, workspace_id: str) -> None:
+        async with app_on(db_url, workspace_id) as sf:
+            first = await sf.options(debounce=timedelta(seconds=5),
+                                     debounce_key="k").start(job, 1)
+            mirrored = mirror(sf.adapter, f"memory://rearm-{uuid.uuid4().hex[:8]}")
+            before = len(await mirrored.pending_outbox(limit=10_000))
+            run_id = await mirrored.rearm_debounced("flow-job", None, "k",
+                                                    {"args": [7], "kwargs": {}}, LEASE)
+            assert run_id == first.run_id
+            rows = (await mirrored.pending_outbox(limit=10_000))[before:]
+            assert [(r.run_id, r.kind, r.payload["op"], r.payload["columns"]) for r in rows] == [
+                (run_id, "run", "update", {"input_json": {"args": [7], "kwargs": {}}})]
