@@ -6,9 +6,10 @@ milliseconds on a ``FakeClock``. Then a "payments" pool gets stored limits
 shows priorities, deduplication and debouncing.
 
 In production the same calls run against SQLite or PostgreSQL: every
-maintenance loop (``Starflow.open``, ``starflow worker --maintenance``,
-``starflow server``) fires due ticks, each exactly once, and every worker of
-every host obeys the pool's limits because the claim enforces them.
+server maintenance loop (``starflow server``, ``starflow worker
+--maintenance``, ``Starflow.open(maintenance=True)``) fires due ticks, each
+exactly once, and every worker of every host obeys the pool's limits because
+the claim enforces them.
 
     pip install 'starflow[schedules]'
     python examples/schedules_and_queues.py
