@@ -8,6 +8,7 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -368,3 +369,23 @@ anyio.run(main)
                          check=True).stdout
     assert "pip install 'starflow[schedules]'" in out
     assert out.strip().endswith("[]")
+
+
+async def test_sqlite_due_queries_search_the_partial_index(tmp_path: Path) -> None:
+    """The loop's two reads repeat the partial index's WHERE term, so SQLite uses it."""
+    import sqlite3
+
+    from starflow.adapters._sql import SQLITE_QUERIES as Q
+    from starflow.adapters.sqlite import LocalWorkflowStateAdapter
+
+    adapter = LocalWorkflowStateAdapter(str(tmp_path / "due.db"), workspace_id="plans")
+    async with adapter:
+        for sql, args in ((Q.due_schedules, ("plans", "prod", "2030", 5)),
+                          (Q.next_schedule_due, ("plans", "prod"))):
+            def explain(conn: sqlite3.Connection, sql: str = sql,
+                        args: tuple[Any, ...] = args) -> str:
+                rows = conn.execute("EXPLAIN QUERY PLAN " + sql, args).fetchall()
+                return " ".join(str(r[3]) for r in rows)
+
+            plan = await adapter._call(explain)
+            assert "idx_starflow_schedules_due" in plan, plan

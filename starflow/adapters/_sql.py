@@ -236,6 +236,10 @@ class Dialect:
         """A boolean column's value."""
         return bool(value)
 
+    def unset(self, column: str) -> str:
+        """``column`` (a boolean) is false, spelled as the partial indexes spell it."""
+        return f"NOT {column}"
+
     # -- codecs (database → Python) ---------------------------------------------
 
     def ts_out(self, value: Any) -> datetime | None:
@@ -283,6 +287,10 @@ class _SQLite(Dialect):
 
     def flag(self, value: bool) -> Any:
         return int(bool(value))
+
+    def unset(self, column: str) -> str:
+        # SQLite uses a partial index only if the query repeats its WHERE term.
+        return f"{column} = 0"
 
     def ts_out(self, value: Any) -> datetime | None:
         return parse_ts(value) if value else None
@@ -871,12 +879,12 @@ class Queries:
         #: (ws, env)
         self.list_schedules = f"{sched} ORDER BY id"
         #: (ws, env, now, limit)
-        self.due_schedules = (f"{sched} AND NOT paused AND due_at <= {p(3)} "
+        self.due_schedules = (f"{sched} AND {d.unset('paused')} AND due_at <= {p(3)} "
                               f"ORDER BY due_at LIMIT {p(4)}")
         #: (ws, env). ORDER BY … LIMIT 1, not min(): one index entry, whatever the
         #: planner's statistics (PostgreSQL answered min() by a scan of every schedule).
         self.next_schedule_due = ("SELECT due_at FROM starflow_schedules WHERE "
-                                  f"{t(1)} AND NOT paused AND due_at IS NOT NULL "
+                                  f"{t(1)} AND {d.unset('paused')} AND due_at IS NOT NULL "
                                   "ORDER BY due_at LIMIT 1")
         #: (ws, env, id)
         self.delete_schedule = f"DELETE FROM starflow_schedules WHERE {t(1)} AND id = {p(3)}"
