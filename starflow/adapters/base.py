@@ -19,12 +19,15 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from contextvars import ContextVar, Token
 from datetime import datetime
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from ..clock import Clock
 from ..context import WorkflowContext
+
+if TYPE_CHECKING:  # pages builds on this module's records
+    from .pages import RunPage, RunPageQuery
 
 __all__ = [
     "DefinitionRecord",
@@ -815,6 +818,14 @@ class WorkflowStateAdapter(abc.ABC):
         """Runs in scope, newest first."""
 
     @abc.abstractmethod
+    async def list_runs_page(self, query: RunPageQuery) -> RunPage:
+        """One page of runs in scope, newest first, by keyset (see ``adapters.pages``).
+
+        Raises:
+            StarflowError: the query is invalid (every problem named; nothing read).
+        """
+
+    @abc.abstractmethod
     async def list_events(self, run_id: str, *, after_id: int = 0) -> list[RunEvent]:
         """The run's events in order (one query; the journal is rebuilt from it)."""
 
@@ -977,6 +988,9 @@ class DelegatingAdapter(WorkflowStateAdapter):
                         since: datetime | None = None, limit: int = 50) -> list[RunInfo]:
         return await self.inner.list_runs(status=status, template_id=template_id,
                                           since=since, limit=limit)
+
+    async def list_runs_page(self, query: RunPageQuery) -> RunPage:
+        return await self.inner.list_runs_page(query)
 
     async def list_events(self, run_id: str, *, after_id: int = 0) -> list[RunEvent]:
         return await self.inner.list_events(run_id, after_id=after_id)

@@ -86,6 +86,7 @@ from .base import (
     WaitRecord,
     WorkflowStateAdapter,
 )
+from .pages import RunPage, RunPageQuery, make_page, page_sql
 
 if TYPE_CHECKING:
     import asyncpg
@@ -819,6 +820,28 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
         async with self._connection("list_runs") as conn:
             rows = await conn.fetch(sql, *args)
         return [_run(r) for r in rows]
+
+    async def list_runs_page(self, query: RunPageQuery) -> RunPage:
+        query.check()
+        if query.after is not None and _uuid_or_none(query.after.id) is None:
+            raise StarflowError(f"list_runs_page: after.id must be a run id (a UUID on "
+                                f"PostgreSQL): {query.after.id!r}")
+        args: list[Any] = []
+
+        def param(value: Any) -> str:
+            args.append(value)
+            return f"${len(args)}"
+
+        built = page_sql(query, workspace_id=self.workspace_id, env=self.env,
+                         columns=_RUN_COLUMNS, param=param, ts=lambda t: t, uuid_ids=True)
+        if built is None:
+            return make_page([], query, {} if query.counts else None)
+        select, count_sql, shared = built
+        async with self._connection("list_runs_page") as conn:
+            rows = await conn.fetch(select, *args)
+            counts = (None if count_sql is None else
+                      {r[0]: r[1] for r in await conn.fetch(count_sql, *args[:shared])})
+        return make_page([_run(r) for r in rows], query, counts)
 
     async def list_events(self, run_id: str, *, after_id: int = 0) -> list[RunEvent]:
         rid = _uuid_or_none(run_id)

@@ -64,6 +64,7 @@ from .base import (
     WaitRecord,
     WorkflowStateAdapter,
 )
+from .pages import RunPage, RunPageQuery, make_page, page_sql
 
 if TYPE_CHECKING:
     import aiosqlite
@@ -703,6 +704,29 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
         sql = (f"SELECT {_RUN_COLUMNS} FROM workflow_runs WHERE {' AND '.join(where)} "
                "ORDER BY started_at DESC, id LIMIT ?")
         return await self._call(lambda conn: [_run(r) for r in conn.execute(sql, args)])
+
+    async def list_runs_page(self, query: RunPageQuery) -> RunPage:
+        query.check()
+        args: list[Any] = []
+
+        def param(value: Any) -> str:
+            args.append(value)
+            return "?"
+
+        built = page_sql(query, workspace_id=self.workspace_id, env=self.env,
+                         columns=_RUN_COLUMNS, param=param, ts=format_ts, uuid_ids=False)
+        if built is None:
+            return make_page([], query, {} if query.counts else None)
+        select, count_sql, shared = built
+
+        def q(conn: sqlite3.Connection) -> tuple[list[RunInfo], dict[str, int] | None]:
+            runs = [_run(r) for r in conn.execute(select, args)]
+            counts = (None if count_sql is None else
+                      {r[0]: r[1] for r in conn.execute(count_sql, args[:shared])})
+            return runs, counts
+
+        runs, counts = await self._call(q)
+        return make_page(runs, query, counts)
 
     async def list_events(self, run_id: str, *, after_id: int = 0) -> list[RunEvent]:
         def q(conn: sqlite3.Connection) -> list[RunEvent]:
