@@ -135,8 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
                              "or info for long-running commands)")
     parser.add_argument("--log-format", choices=("console", "json"), default="console",
                         help="log lines on stderr as console text or JSON (default console)")
-    from . import cli_ops  # noqa: F401 - registers runs, signal, resume, cancel, outbox, replay
-    from . import cli_ui  # noqa: F401 - registers ui
+    from . import cli_ops, cli_ui  # noqa: F401 - they register their commands
 
     sub = parser.add_subparsers(dest="_command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True

@@ -9,13 +9,17 @@ every request gets 401.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ipaddress
 import os
 import secrets
+import signal
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 import anyio
+import anyio.abc
 
 from .cli import EXIT_OK, EXIT_USAGE, CommandError, app_args, command, db_args, resolve_app
 
@@ -98,6 +102,40 @@ async def _open(ns: argparse.Namespace) -> Any:
         raise CommandError(f"--warm {ns.warm}: {exc}", EXIT_USAGE) from exc
 
 
+async def _serve(server: Any, scope: anyio.CancelScope, *,
+                 task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+    task_status.started()
+    try:
+        await server.serve()
+    except SystemExit:
+        pass  # uvicorn exits this way when it cannot bind: reported by the caller
+    finally:
+        scope.cancel()  # stops the signal watcher too
+
+
+async def _stop_on_signals(server: Any) -> None:
+    """SIGINT/SIGTERM: finish open requests and stop (exit 0); a second one: stop now."""
+    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async for _ in signals:
+            if server.should_exit:
+                server.force_exit = True
+            server.should_exit = True
+
+
+def _server_class() -> Any:
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        """uvicorn's server with the signals left to this command (uvicorn would
+        re-raise them at exit, turning a clean stop into a KeyboardInterrupt)."""
+
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            yield
+
+    return Server
+
+
 @command("ui", help="serve the web page: runs, a run's history, operations, and actions",
          args=[app_args, db_args], configure=_ui_args)
 async def _ui(ns: argparse.Namespace) -> int:
@@ -116,9 +154,10 @@ async def _ui(ns: argparse.Namespace) -> int:
         config = uvicorn.Config(app, host=ns.host, port=ns.port, log_level="warning",
                                 lifespan="off", timeout_graceful_shutdown=2,
                                 access_log=False)
-        server = uvicorn.Server(config)
+        server = _server_class()(config)
         async with anyio.create_task_group() as tg:
-            tg.start_soon(server.serve)
+            tg.start_soon(_stop_on_signals, server)
+            await tg.start(_serve, server, tg.cancel_scope)
             while not server.started:
                 if server.should_exit:
                     break
