@@ -16,6 +16,7 @@ The command line does the same for any database: ``starflow ui --db URL``.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import secrets
@@ -86,7 +87,5 @@ async def main(serve_forever: bool) -> None:
 
 
 if __name__ == "__main__":
-    try:
+    with contextlib.suppress(KeyboardInterrupt):  # uvicorn hands Ctrl+C back once stopped
         anyio.run(main, "--serve" in sys.argv[1:])
-    except KeyboardInterrupt:  # uvicorn hands Ctrl+C back once it has stopped
-        pass

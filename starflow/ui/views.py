@@ -113,12 +113,14 @@ def fold_json(value: Any) -> FoldedJSON:
         raw = msgspec.json.encode(scrub(value))
     except (TypeError, msgspec.EncodeError):
         raw = msgspec.json.encode(repr(value))
+    one_line = raw.decode(errors="replace")  # compact: msgspec adds no whitespace
+    if len(one_line) <= 72:  # small values stay on one line: the timeline stays short
+        return FoldedJSON(text=one_line, folded=False, summary=one_line, size=len(raw))
     text = msgspec.json.format(raw, indent=2).decode()
     size = len(text)
     if size > MAX_JSON_CHARS:
         text = text[:MAX_JSON_CHARS] + f"\n… cut: {size - MAX_JSON_CHARS} more characters"
     folded = size > FOLD_CHARS or text.count("\n") > FOLD_LINES
-    one_line = " ".join(raw.decode(errors="replace").split())
     summary = one_line if len(one_line) <= 80 else one_line[:77] + "…"
     return FoldedJSON(text=text, folded=folded, summary=summary, size=len(raw))
 
@@ -165,7 +167,8 @@ def _detail(ev: RunEvent) -> str:
         what = f"waiting for {p['event']!r}" if p.get("event") else "sleeping"
         return what + (f" until {p['deadline']}" if p.get("deadline") else "")
     if ev.event_type == "phase":
-        return f"phase {p.get('previous')!r} → {p.get('phase')!r}"
+        before = p.get("previous")
+        return f"phase {'—' if before is None else repr(before)} → {p.get('phase')!r}"
     if ev.event_type == "node_error":
         err = p.get("error")
         if not isinstance(err, dict):
