@@ -69,6 +69,9 @@ def _ui_args(parser: argparse.ArgumentParser) -> None:
                              "127.0.0.1 without one)")
     parser.add_argument("--warm", metavar="URL", default=None,
                         help="warm tier (memory:// or redis://…) feeding the live views")
+    parser.add_argument("--all-workspaces", action="store_true",
+                        help="show every workspace and env of the database (under "
+                             "/w/WORKSPACE/ENV/), not only --workspace/--env")
     parser.add_argument("--poll", type=_poll, default=1.0, metavar="SECONDS",
                         help="without a warm tier, how often live views read the database "
                              "(default 1)")
@@ -148,38 +151,54 @@ async def _ui(ns: argparse.Namespace) -> int:
 
     token, made_up = _token(ns)
     allowed = None if token is not None else ["127.0.0.1", "localhost", "[::1]", "::1"]
+    url = ns.db or os.environ.get("STARFLOW_DATABASE_URL")
+    if ns.all_workspaces and url is None:
+        raise CommandError("--all-workspaces needs --db URL (or STARFLOW_DATABASE_URL)",
+                           EXIT_USAGE)
     sf = await _open(ns)
-    async with sf:
-        app = create_app(sf, token=token, allowed_hosts=allowed, poll_interval=ns.poll)
+    async with sf, anyio.create_task_group() as tg:
+        scopes = None
+        if ns.all_workspaces:
+            from .app import Starflow
+            from .ui.scopes import Scopes
+
+            def open_scope(workspace_id: str, env: str) -> Starflow:
+                return Starflow.open(url, workspace_id=workspace_id, env=env,
+                                     config=sf.config, warm=ns.warm, maintenance=False)
+
+            scopes = Scopes(tg, open_scope)
+        app = create_app(sf, token=token, allowed_hosts=allowed, poll_interval=ns.poll,
+                         scopes=scopes)
         config = uvicorn.Config(app, host=ns.host, port=ns.port, log_level="warning",
                                 lifespan="off", timeout_graceful_shutdown=2,
                                 access_log=False)
         server = _server_class()(config)
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(_stop_on_signals, server)
-            await tg.start(_serve, server, tg.cancel_scope)
-            while not server.started:
-                if server.should_exit:
-                    break
-                await anyio.sleep(0.05)
-            if server.started:
-                port = server.servers[0].sockets[0].getsockname()[1]
-                host = ns.host
-                if host in ("0.0.0.0", "::", ""):  # every interface: name this machine
-                    import socket
+        # the scopes' apps live in tg too: they close when the server stops
+        tg.start_soon(_stop_on_signals, server)
+        await tg.start(_serve, server, tg.cancel_scope)
+        while not server.started:
+            if server.should_exit:
+                break
+            await anyio.sleep(0.05)
+        if server.started:
+            port = server.servers[0].sockets[0].getsockname()[1]
+            host = ns.host
+            if host in ("0.0.0.0", "::", ""):  # every interface: name this machine
+                import socket
 
-                    host = socket.gethostname()
-                host = f"[{host}]" if ":" in host else host
-                address = f"http://{host}:{port}/"
-                scope = f"{sf.adapter.workspace_id}/{sf.adapter.env}"
-                if token is not None:
-                    address += f"?token={token}"
-                sys.stdout.write(f"starflow ui for {scope}: open {address}\n")
-                if made_up:
-                    sys.stdout.write("(a token was made up for this run: pass --token or set "
-                                     "STARFLOW_UI_TOKEN to keep one)\n")
-                sys.stdout.write("press Ctrl+C to stop\n")
-                sys.stdout.flush()
+                host = socket.gethostname()
+            host = f"[{host}]" if ":" in host else host
+            address = f"http://{host}:{port}/"
+            scope = ("every workspace and env" if ns.all_workspaces else
+                     f"{sf.adapter.workspace_id}/{sf.adapter.env}")
+            if token is not None:
+                address += f"?token={token}"
+            sys.stdout.write(f"starflow ui for {scope}: open {address}\n")
+            if made_up:
+                sys.stdout.write("(a token was made up for this run: pass --token or set "
+                                 "STARFLOW_UI_TOKEN to keep one)\n")
+            sys.stdout.write("press Ctrl+C to stop\n")
+            sys.stdout.flush()
     if not server.started:
         raise CommandError(f"the ui could not listen on {ns.host}:{ns.port} (is the port in "
                            "use? try --port 0)")

@@ -53,6 +53,7 @@ if TYPE_CHECKING:
     from starlette.types import ASGIApp, Receive, Scope, Send
 
     from ..app import Starflow
+    from .scopes import Scopes
 
 __all__ = ["create_app"]
 
@@ -147,7 +148,7 @@ class UI:
     """The pages and actions of one Starflow (one workspace and env)."""
 
     def __init__(self, sf: Starflow, *, poll_interval: float, page_size: int,
-                 title: str | None) -> None:
+                 title: str | None, switch: bool = False) -> None:
         from jinja2 import Environment, PackageLoader, select_autoescape
         from starlette.templating import Jinja2Templates
 
@@ -155,6 +156,7 @@ class UI:
         self.poll_interval = poll_interval
         self.page_size = page_size
         self.title = title or "starflow"
+        self.switch = switch
         self._secret = secrets.token_bytes(32)
         self._pending: dict[str, _Pending] = {}
         env = Environment(loader=PackageLoader("starflow.ui", "templates"),
@@ -177,6 +179,7 @@ class UI:
             title=self.title, csrf=self.csrf, workspace_id=self.sf.adapter.workspace_id,
             env=self.sf.adapter.env, now=self.sf.clock.now(),
             warm=self.sf.warm is not None,
+            switch_url=request.scope.get("starflow_ui_switch") if self.switch else None,
         )
         return self.templates.TemplateResponse(request, name, context, status_code=status,
                                                headers={"Cache-Control": "no-store"})
@@ -615,7 +618,8 @@ def _see_other(request: Request, run_id: str, done: str) -> Response:
 
 def create_app(sf: Starflow, *, token: str | None = None,
                allowed_hosts: Sequence[str] | None = None, poll_interval: float = 1.0,
-               page_size: int = 50, title: str | None = None) -> Starlette:
+               page_size: int = 50, title: str | None = None,
+               scopes: Scopes | None = None) -> Starlette:
     """The web UI of one open :class:`~starflow.Starflow`, as a Starlette app.
 
     Serve it with uvicorn, or mount it in your own Starlette/FastAPI app
@@ -633,6 +637,9 @@ def create_app(sf: Starflow, *, token: str | None = None,
             no warm tier to push changes.
         page_size: Runs per page of the runs table (1 to 500).
         title: Shown in the header and the window title.
+        scopes: Serve every workspace and env through these
+            (:class:`~starflow.ui.scopes.Scopes`), under ``/w/WORKSPACE/ENV/``;
+            ``sf``'s own scope is the one ``/`` leads to.
 
     Raises:
         StarflowError: the ``ui`` extra is not installed, or an argument is invalid.
@@ -641,9 +648,9 @@ def create_app(sf: Starflow, *, token: str | None = None,
     from starlette.applications import Starlette
     from starlette.middleware import Middleware
     from starlette.middleware.trustedhost import TrustedHostMiddleware
+    from starlette.requests import Request
     from starlette.responses import RedirectResponse
     from starlette.routing import Mount, Route
-    from starlette.staticfiles import StaticFiles
 
     problems = []
     if not (isinstance(poll_interval, int | float) and poll_interval > 0):
@@ -656,7 +663,79 @@ def create_app(sf: Starflow, *, token: str | None = None,
     if problems:
         raise StarflowError("create_app: " + "; ".join(problems))
 
-    ui = UI(sf, poll_interval=float(poll_interval), page_size=page_size, title=title)
+    def build(one: Starflow, switch: bool) -> Starlette:
+        return _scope_app(UI(one, poll_interval=float(poll_interval), page_size=page_size,
+                             title=title, switch=switch))
+
+    middleware = []
+    if allowed_hosts is not None:
+        middleware.append(Middleware(TrustedHostMiddleware, allowed_hosts=list(allowed_hosts)))
+    if token is not None:
+        middleware.append(Middleware(TokenAuth, token=token))
+    if scopes is None:
+        inner = build(sf, switch=False)
+        app = Starlette(routes=inner.routes, middleware=middleware)
+        app.state.ui = inner.state.ui
+        return app
+
+    scopes.add(sf)
+    apps: dict[tuple[str, str], Starlette] = {}
+
+    async def scoped(scope: Scope, receive: Receive, send: Send) -> None:
+        from starlette.responses import PlainTextResponse
+
+        params = scope.get("path_params", {})
+        try:
+            one = await scopes.get(params.get("workspace", ""), params.get("env", ""))
+        except StarflowError as exc:
+            await PlainTextResponse(f"{exc}\n", status_code=404)(scope, receive, send)
+            return
+        key = (one.adapter.workspace_id, one.adapter.env)
+        if key not in apps:
+            apps[key] = build(one, switch=True)
+        inner = apps[key]
+        # The inner app's own router names its pages; the switch form is the outer one's.
+        switch_url = str(Request(scope).url_for("switch"))
+        # and its URLs start at this mount (Starlette builds them from app_root_path)
+        await inner({**scope, "router": inner.router, "starflow_ui_switch": switch_url,
+                     "app_root_path": scope.get("root_path", "")}, receive, send)
+
+    def scope_url(request: Request, workspace_id: str, env: str) -> str:
+        return str(request.url_for("scoped", workspace=workspace_id, env=env,
+                                   path="/runs"))
+
+    async def home(request: Request) -> Response:
+        return RedirectResponse(scope_url(request, sf.adapter.workspace_id, sf.adapter.env),
+                                status_code=303)
+
+    async def switch(request: Request) -> Response:
+        from starlette.responses import PlainTextResponse
+
+        from .scopes import check_scope
+
+        workspace_id = request.query_params.get("workspace", "").strip()
+        env = request.query_params.get("env", "").strip()
+        try:
+            check_scope(workspace_id, env)
+        except StarflowError as exc:
+            return PlainTextResponse(f"{exc}\n", status_code=400)
+        return RedirectResponse(scope_url(request, workspace_id, env), status_code=303)
+
+    app = Starlette(routes=[
+        Route("/", home, name="home"),
+        Route("/switch", switch, name="switch"),
+        Mount("/w/{workspace}/{env}", app=scoped, name="scoped"),
+    ], middleware=middleware)
+    app.state.scoped_apps = apps
+    return app
+
+
+def _scope_app(ui: UI) -> Starlette:
+    """The pages of one scope (no middleware: the outer app carries it)."""
+    from starlette.applications import Starlette
+    from starlette.responses import RedirectResponse
+    from starlette.routing import Mount, Route
+    from starlette.staticfiles import StaticFiles
 
     def page(fn: Callable[[Request], Awaitable[Response]]
              ) -> Callable[[Request], Awaitable[Response]]:
@@ -684,11 +763,6 @@ def create_app(sf: Starflow, *, token: str | None = None,
         Route("/ops", page(ui.ops), name="ops"),
         Mount("/static", StaticFiles(packages=[("starflow.ui", "static")]), name="static"),
     ]
-    middleware = []
-    if allowed_hosts is not None:
-        middleware.append(Middleware(TrustedHostMiddleware, allowed_hosts=list(allowed_hosts)))
-    if token is not None:
-        middleware.append(Middleware(TokenAuth, token=token))
-    app = Starlette(routes=routes, middleware=middleware)
+    app = Starlette(routes=routes)
     app.state.ui = ui
     return app

@@ -87,6 +87,29 @@ class TestServer:
         finally:
             assert _stop(proc) == 0
 
+    def test_all_workspaces(self, seeded: Seeded) -> None:
+        proc, line = _start("--db", seeded.url, "--all-workspaces")
+        try:
+            assert "for every workspace and env" in line, line
+            match = re.search(r"open (http://127\.0\.0\.1:(\d+)/)$", line.strip())
+            assert match, line
+            with httpx.Client(base_url=match.group(1), trust_env=False) as client:
+                home = client.get("/")
+                assert home.status_code == 303
+                assert home.headers["location"].endswith("/w/celestial/prod/runs")
+                page = client.get("/w/celestial/prod/runs")
+                assert page.status_code == 200 and seeded.paused[0][:8] in page.text
+                other = client.get("/w/elsewhere/dev/runs")  # opened on demand, empty
+                assert other.status_code == 200 and "no runs match" in other.text
+        finally:
+            assert _stop(proc) == 0
+
+    def test_all_workspaces_needs_a_url(self, cli: Cli, seeded: Seeded,
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.delenv("STARFLOW_DATABASE_URL", raising=False)
+        err = cli.fails("ui", "--app", "tests.cli.cli_app", "--all-workspaces", code=2)
+        assert "--all-workspaces needs --db URL" in err
+
     def test_any_interface_needs_the_printed_token(self, seeded: Seeded) -> None:
         proc, line = _start("--db", seeded.url, "--host", "0.0.0.0")
         try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import anyio
 import pytest
@@ -391,3 +392,90 @@ async def test_mounted_in_another_app(sf: Starflow) -> None:
         assert "/admin/starflow/static/ui.css" in html
         css = await client.get("/admin/starflow/static/ui.css")
         assert css.status_code == 200 and "--accent" in css.text
+
+
+async def test_run_stream_from_the_warm_tier(tmp_path: Any) -> None:
+    """With a warm tier, the run page's stream is pushed from it and ends with the run."""
+    from datetime import timedelta
+
+    from starflow import StarflowConfig
+
+    config = StarflowConfig(poll_interval=timedelta(milliseconds=50))
+    async with Starflow.open(f"sqlite:///{tmp_path / 'warm.db'}", warm="memory://",
+                             config=config) as sf:
+        assert sf.warm is not None
+        run_id = (await sf.run(approval, "lamp")).run_id
+        ui: UI = create_app(sf, poll_interval=30).state.ui  # a poll would time out here
+        got: list[str] = []
+        with anyio.fail_after(10):
+            stream = ui._run_changes(run_id)
+            await anext(stream)
+
+            async def signal_soon() -> None:
+                await anyio.sleep(0.2)
+                await sf.signal(run_id, "approve", {"ok": True})
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(signal_soon)
+                async for message in stream:
+                    got.append(message)
+        assert got[0].startswith("event: changed")
+        assert got[-1] == 'event: end\ndata: {"status":"success"}\n\n'
+
+
+async def test_all_workspaces(tmp_path: Any) -> None:
+    """With scopes, each workspace/env has its own pages under /w/WS/ENV/, opened on
+    first use; the header switches between them; bad names are refused."""
+    from starflow import StarflowConfig
+    from starflow.ui.scopes import Scopes
+
+    url = f"sqlite:///{tmp_path / 'scopes.db'}"
+    config = StarflowConfig()
+    async with Starflow.open(url, workspace_id="shop", maintenance=False) as shop, \
+            Starflow.open(url, workspace_id="billing", env="dev", maintenance=False) as billing:
+        in_shop = (await shop.run(quick, 1)).run_id
+        in_billing = (await billing.run(approval, "lamp")).run_id
+
+    async with Starflow.open(url, workspace_id="shop", maintenance=False) as sf, \
+            anyio.create_task_group() as tg:
+        opened: list[tuple[str, str]] = []
+
+        def open_scope(workspace_id: str, env: str) -> Starflow:
+            opened.append((workspace_id, env))
+            return Starflow.open(url, workspace_id=workspace_id, env=env, config=config,
+                                 maintenance=False)
+
+        app = create_app(sf, token=TOKEN, scopes=Scopes(tg, open_scope, limit=2))
+        async with client_for(app, authorization=f"Bearer {TOKEN}") as client:
+            home = await client.get("/")
+            assert home.headers["location"] == "http://127.0.0.1/w/shop/prod/runs"
+            shop_page = (await client.get("/w/shop/prod/runs")).text
+            assert in_shop[:8] in shop_page and in_billing[:8] not in shop_page
+            assert 'action="http://127.0.0.1/switch"' in shop_page
+            switched = await client.get("/switch", params={"workspace": "billing",
+                                                           "env": "dev"})
+            assert switched.headers["location"] == "http://127.0.0.1/w/billing/dev/runs"
+            billing_page = (await client.get("/w/billing/dev/runs")).text
+            assert in_billing[:8] in billing_page and in_shop[:8] not in billing_page
+            run_page = (await client.get(f"/w/billing/dev/runs/{in_billing}")).text
+            assert 'action="http://127.0.0.1/w/billing/dev/runs/' in run_page
+            # acting in one scope writes there
+            csrf = re.search(r'name="csrf" value="([0-9a-f]+)"', run_page)
+            assert csrf
+            done = await client.post(f"/w/billing/dev/runs/{in_billing}/cancel",
+                                     data={"csrf": csrf.group(1), "confirmed": "yes"})
+            assert done.headers["location"].startswith(
+                f"http://127.0.0.1/w/billing/dev/runs/{in_billing}")
+            assert opened == [("billing", "dev")]  # shop/prod is the server's own app
+            assert (await client.get("/w/x y/prod/runs")).status_code == 404
+            assert (await client.get("/switch", params={"workspace": "a/b",
+                                                        "env": "p"})).status_code == 400
+            too_many = await client.get("/w/third/prod/runs")
+            assert too_many.status_code == 404 and "already shows 2" in too_many.text
+            assert (await client.get("/w/shop/prod/runs")).status_code == 200
+            assert (await client.get("/w/shop/prod/runs",
+                                     headers={"authorization": ""})).status_code == 401
+        tg.cancel_scope.cancel()
+    async with Starflow.open(url, workspace_id="billing", env="dev",
+                             maintenance=False) as billing:
+        assert (await billing.get_run(in_billing)).status == "cancelled"
