@@ -39,6 +39,7 @@ from ..errors import (
     InvalidWakeToken,
     RunFinished,
     RunNotFound,
+    SerializationError,
     StarflowError,
     WarmTierError,
     WorkflowDefinitionError,
@@ -474,8 +475,7 @@ class UI:
         except BadInput as exc:
             return await self.run_page(request, error=str(exc), status=exc.status)
         except StarflowError as exc:
-            return await self.run_page(request, error=views.scrub(str(exc)) +
-                                       " (nothing was written)", status=409)
+            return await self.run_page(request, error=_failure(exc), status=409)
 
     def _confirm(self, request: Request, description: str, fields: Mapping[str, str],
                  run: RunInfo | None = None, payload: views.FoldedJSON | None = None
@@ -593,16 +593,28 @@ class UI:
         except BadInput as exc:
             return await self.ops(request, error=str(exc), status=exc.status)
         except InvalidWakeToken as exc:
-            return await self.ops(request, error=views.scrub(str(exc)) +
-                                  " (nothing was written)", status=400)
-        except (RunFinished, StarflowError) as exc:
-            return await self.ops(request, error=views.scrub(str(exc)) +
-                                  " (nothing was written)", status=409)
+            return await self.ops(request, error=_failure(exc), status=400)
+        except StarflowError as exc:
+            return await self.ops(request, error=_failure(exc), status=409)
 
     def _expire_pending(self) -> None:
         now = time.monotonic()
         for key in [k for k, p in self._pending.items() if p.expires < now]:
             del self._pending[key]
+
+
+#: Errors the API raises before it writes anything.
+_REFUSED_BEFORE_WRITING = (InvalidWakeToken, RunFinished, RunNotFound, SerializationError,
+                           WorkflowDefinitionError)
+
+
+def _failure(exc: StarflowError) -> str:
+    """An API error as the page shows it: whether anything was written, never a token."""
+    text = views.scrub(str(exc))
+    if isinstance(exc, _REFUSED_BEFORE_WRITING):
+        return f"{text} (nothing was written)"
+    return (f"{type(exc).__name__}: {text} (the action may have been applied in part: "
+            "the page below shows the run as it is now)")
 
 
 def _event(name: str, data: Any) -> str:
