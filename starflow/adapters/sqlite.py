@@ -711,7 +711,7 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
 
         def param(value: Any) -> str:
             args.append(value)
-            return "?"
+            return f"?{len(args)}"
 
         built = page_sql(query, workspace_id=self.workspace_id, env=self.env,
                          columns=_RUN_COLUMNS, param=param, ts=format_ts, uuid_ids=False)

@@ -34,7 +34,7 @@ import anyio
 import msgspec
 
 from ..adapters.base import RUN_STATUSES, RunInfo
-from ..adapters.pages import MAX_PAGE, RunCursor, RunPage, RunPageQuery
+from ..adapters.pages import COUNT_CAP, MAX_PAGE, RunCursor, RunPage, RunPageQuery
 from ..errors import (
     InvalidWakeToken,
     RunFinished,
@@ -163,7 +163,8 @@ class UI:
         env = Environment(loader=PackageLoader("starflow.ui", "templates"),
                           autoescape=select_autoescape(default=True), trim_blocks=True,
                           lstrip_blocks=True)
-        env.filters.update(iso=views.iso, duration=views.human_duration)
+        env.filters.update(iso=views.iso, duration=views.human_duration,
+                           count=lambda n: f"{COUNT_CAP:,}+" if n > COUNT_CAP else f"{n:,}")
         env.globals.update(statuses=RUN_STATUSES)
         self.templates = Jinja2Templates(env=env)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -108,6 +109,19 @@ class TestPages:
         assert page.counts is not None and page.counts["queued"] == 2
         assert sum(page.counts.values()) == 2
 
+    async def test_counts_are_capped(self, adapter: WorkflowStateAdapter,
+                                     monkeypatch: pytest.MonkeyPatch) -> None:
+        """Past COUNT_CAP a count reads COUNT_CAP + 1: its cost stays bounded."""
+        from starflow.adapters import pages
+
+        monkeypatch.setattr(pages, "COUNT_CAP", 2)
+        for i in range(4):
+            await start(adapter, i)
+        await start(adapter, 9, status="paused")
+        page = await adapter.list_runs_page(RunPageQuery(counts=True))
+        assert page.counts is not None
+        assert page.counts["running"] == 3 and page.counts["paused"] == 1
+
     async def test_expired_leases(self, adapter: WorkflowStateAdapter) -> None:
         """``lease_expired_at`` lists running/paused runs whose lease ended before it."""
         stale = await start(adapter, 1)
@@ -167,6 +181,17 @@ def plan_queries() -> list[RunPageQuery]:
             RunPageQuery(status="error"), RunPageQuery(status="error", after=cursor)]
 
 
+def collector(mark: str) -> tuple[list[Any], Callable[[Any], str]]:
+    """Arguments of a statement, and the ``param`` that numbers their placeholders."""
+    args: list[Any] = []
+
+    def param(value: Any) -> str:
+        args.append(value)
+        return f"{mark}{len(args)}"
+
+    return args, param
+
+
 class TestPlans:
     """With 100,000 runs, a page is an index range scan, not a table scan and sort."""
 
@@ -181,11 +206,7 @@ class TestPlans:
                 FROM generate_series(1, {SEEDED}) g""", T0)
             await conn.execute("ANALYZE workflow_runs")
             for query in plan_queries():
-                args: list[Any] = []
-
-                def param(value: Any, args: list[Any] = args) -> str:
-                    args.append(value)
-                    return f"${len(args)}"
+                args, param = collector("$")
 
                 built = page_sql(query, workspace_id="ws0", env="prod", columns="id",
                                  param=param, ts=lambda t: t, uuid_ids=True)
@@ -205,6 +226,17 @@ class TestPlans:
                 if query.after is not None:  # the cursor bounds the index range itself
                     conds = " ".join(n.get("Index Cond", "") for n in nodes)
                     assert "ROW(started_at, id) <" in conds, json.dumps(plan, indent=1)
+            # The counts per status: capped index-only ranges, never a scan of the table.
+            args, param = collector("$")
+            built = page_sql(RunPageQuery(counts=True), workspace_id="ws0", env="prod",
+                             columns="id", param=param, ts=lambda t: t, uuid_ids=True)
+            assert built is not None and built[1] is not None
+            raw = await conn.fetchval(f"EXPLAIN (FORMAT JSON) {built[1]}", *args[:built[2]])
+            plan = raw if isinstance(raw, list) else json.loads(raw)
+            nodes = list(_plan_nodes(plan))
+            assert "Seq Scan" not in {n.get("Node Type") for n in nodes}, plan
+            assert {n.get("Index Name") for n in nodes if "Index Name" in n} == \
+                {"idx_workflow_runs_status_page"}, json.dumps(plan, indent=1)
 
     async def test_sqlite(self, tmp_path: Path) -> None:
         path = tmp_path / "pages.db"
@@ -222,11 +254,7 @@ class TestPlans:
             conn.commit()
             conn.execute("ANALYZE")
             for query in plan_queries():
-                args: list[Any] = []
-
-                def param(value: Any, args: list[Any] = args) -> str:
-                    args.append(value)
-                    return "?"
+                args, param = collector("?")
 
                 built = page_sql(query, workspace_id="ws0", env="prod", columns=_RUN_COLUMNS,
                                  param=param, ts=format_ts, uuid_ids=False)
@@ -239,6 +267,14 @@ class TestPlans:
                 assert "TEMP B-TREE" not in plan and "SCAN" not in plan, (query, plan)
                 if query.after is not None:  # the cursor bounds the index range itself
                     assert "(started_at,id)<(?,?))" in plan, plan
+            args, param = collector("?")
+            built = page_sql(RunPageQuery(counts=True), workspace_id="ws0", env="prod",
+                             columns=_RUN_COLUMNS, param=param, ts=format_ts, uuid_ids=False)
+            assert built is not None and built[1] is not None
+            plan = " | ".join(row[3] for row in
+                              conn.execute(f"EXPLAIN QUERY PLAN {built[1]}", args[:built[2]]))
+            assert "SCAN workflow_runs" not in plan, plan
+            assert plan.count("USING COVERING INDEX idx_workflow_runs_status_page") == 6, plan
             # and the rows: a next page continues exactly below the first
             count = conn.execute("SELECT count(*) FROM workflow_runs WHERE workspace_id='ws0'"
                                  ).fetchone()[0]
