@@ -61,6 +61,8 @@ __all__ = ["create_app"]
 TOKEN_COOKIE = "starflow_ui_token"
 #: Host names a loopback server without a token answers to.
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]", "::1")
+#: A run's page shows its first and last this many events (a long run's page stays small).
+TIMELINE_EDGE = 1000
 #: The largest form accepted (a signal payload included).
 MAX_FORM_BYTES = 1024 * 1024
 #: How long a confirmation page for a wake by token stays valid.
@@ -302,6 +304,8 @@ class UI:
         for session_id, key in views.session_keys(events):
             value = await sf.session_get(session_id, key)
             session.append((session_id, key, views.fold_json(value)))
+        timeline = views.timeline(run, events)
+        hidden = max(0, len(timeline) - 2 * TIMELINE_EDGE)
         done = request.query_params.get("done")
         if message is None and done in _DONE:
             message = _DONE[done]
@@ -309,7 +313,9 @@ class UI:
             "run": run,
             "run_error": views.scrub(run.error) if run.error else None,
             "cause": views.node_error(events) if run.status == "error" else None,
-            "timeline": views.timeline(run, events),
+            "timeline": timeline[:TIMELINE_EDGE] + timeline[-TIMELINE_EDGE:]
+            if hidden else timeline,
+            "timeline_total": len(timeline), "timeline_hidden": hidden,
             "waiting": views.waiting_on(run, waits, now),
             "input": views.fold_json(run.input_json),
             "result": views.fold_json(run.result_json) if run.status == "success" else None,

@@ -479,3 +479,17 @@ async def test_all_workspaces(tmp_path: Any) -> None:
     async with Starflow.open(url, workspace_id="billing", env="dev",
                              maintenance=False) as billing:
         assert (await billing.get_run(in_billing)).status == "cancelled"
+
+
+async def test_long_timeline_shows_its_ends(sf: Starflow, monkeypatch: Any) -> None:
+    """A run with many events shows the first and last ones and says how many it skips."""
+    from starflow.ui import app as ui_app
+
+    monkeypatch.setattr(ui_app, "TIMELINE_EDGE", 2)
+    run_id = (await sf.run(approval, "lamp")).run_id
+    total = len(await sf.events(run_id))
+    async with client_for(create_app(sf)) as client:
+        html = (await client.get(f"/runs/{run_id}")).text
+    assert f"({total} events)" in html
+    assert html.count("<tr class=\"ev-") == 4
+    assert f"… {total - 4} events in between not shown" in html
