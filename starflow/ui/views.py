@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -139,20 +139,6 @@ class TimelineRow:
     attempts: int | None = None
     detail: str = ""
     payload: FoldedJSON | None = None
-
-
-@dataclass
-class NodeSummary:
-    """What one durable node (step, wait, sleep) did, across its events."""
-
-    node_id: str
-    kind: str
-    status: str = "started"
-    started: datetime | None = None
-    ended: datetime | None = None
-    attempts: int | None = None
-    via: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def _kind(ev: RunEvent) -> str:
