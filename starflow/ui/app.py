@@ -285,6 +285,7 @@ class UI:
                    if page.next else None)
         name = "_runs.html" if params.get("partial") else "runs.html"
         return self.render(request, name, filters=filters, page=page, qs=qs, next_qs=next_qs,
+                           version=page_version(page),
                            status_links=status_links,
                            first=query.after is None, error=None, limit=query.limit)
 
@@ -324,6 +325,7 @@ class UI:
             "parent_run_id": getattr(run, "parent_run_id", None),
             "message": message, "error": error,
             "live": not run.is_terminal,
+            "version": run_version(run.status, events[-1].id if events else 0),
             "signal_event": request.query_params.get("event", ""),
         }
         name = "_run.html" if request.query_params.get("partial") else "run.html"
@@ -381,13 +383,15 @@ class UI:
             from starlette.responses import PlainTextResponse
 
             return PlainTextResponse(str(exc), status_code=exc.status)
-        return self.sse(self._run_changes(run_id))
+        return self.sse(self._run_changes(run_id, request.query_params.get("seen")))
 
-    async def _run_changes(self, run_id: str) -> AsyncIterator[str]:
+    async def _run_changes(self, run_id: str, seen: str | None = None) -> AsyncIterator[str]:
         """``changed`` whenever the run's row or events move; ``end`` once it ended.
 
-        Fed by the warm tier when there is one (pushed), else by a short poll
-        of the cold row and its newest events."""
+        ``seen`` is the version the page was rendered at (:func:`run_version`):
+        a change between the render and this stream's first read is reported
+        too. Fed by the warm tier when there is one (pushed), else by a short
+        poll of the cold row and its newest events."""
         yield "retry: 2000\n\n"
         if self.sf.warm is not None:
             try:
@@ -411,7 +415,8 @@ class UI:
                 last_event = fresh[-1].id
             state = (run.status, last_event, run.leased_by, run.lease_until, run.claim_attempts)
             if state != last:
-                if last is not None:
+                stale = seen is not None and seen != run_version(run.status, last_event)
+                if last is not None or stale:
                     yield _event("changed", {"status": run.status})
                 last = state
                 idle = 0
@@ -432,18 +437,20 @@ class UI:
 
             return PlainTextResponse(str(exc), status_code=exc.status)
         query = msgspec.structs.replace(query, counts=False)
-        return self.sse(self._table_changes(query))
+        return self.sse(self._table_changes(query, request.query_params.get("seen")))
 
-    async def _table_changes(self, query: RunPageQuery) -> AsyncIterator[str]:
-        """``changed`` whenever the first page's rows or their statuses change."""
+    async def _table_changes(self, query: RunPageQuery, seen: str | None = None
+                             ) -> AsyncIterator[str]:
+        """``changed`` whenever the first page's rows or their statuses change
+        (``seen``: the page's version when it was rendered, :func:`page_version`)."""
         yield "retry: 2000\n\n"
         last = None
         idle = 0
         while True:
             page = await self.sf.adapter.list_runs_page(query)
-            state = ([(r.id, r.status, r.claim_state) for r in page.runs], page.next)
+            state = page_version(page)
             if state != last:
-                if last is not None:
+                if last is not None or (seen is not None and seen != state):
                     yield _event("changed", {"rows": len(page.runs)})
                 last = state
                 idle = 0
@@ -622,6 +629,18 @@ def _failure(exc: StarflowError) -> str:
         return f"{text} (nothing was written)"
     return (f"{type(exc).__name__}: {text} (the action may have been applied in part: "
             "the page below shows the run as it is now)")
+
+
+def run_version(status: str, last_event_id: int) -> str:
+    """What a run page was rendered from: its status and its newest event."""
+    return f"{status}.{last_event_id}"
+
+
+def page_version(page: RunPage) -> str:
+    """What a runs table was rendered from: its rows' ids and states."""
+    rows = [(r.id, r.status, r.claim_state) for r in page.runs]
+    raw = msgspec.json.encode([rows, page.next.encode() if page.next else None])
+    return hashlib.sha256(raw).hexdigest()[:16]
 
 
 def _event(name: str, data: Any) -> str:

@@ -493,3 +493,32 @@ async def test_long_timeline_shows_its_ends(sf: Starflow, monkeypatch: Any) -> N
     assert f"({total} events)" in html
     assert html.count("<tr class=\"ev-") == 4
     assert f"… {total - 4} events in between not shown" in html
+
+
+async def test_streams_catch_up_with_a_stale_page(sf: Starflow) -> None:
+    """A change between a page's render and its stream's first read is reported:
+    the stream compares with the version the page was rendered at."""
+    from starflow.adapters.pages import RunPageQuery
+    from starflow.ui.app import page_version, run_version
+
+    run_id = (await sf.run(approval, "lamp")).run_id
+    events = await sf.events(run_id)
+    rendered = run_version("paused", events[-1].id)
+    table = page_version(await sf.adapter.list_runs_page(RunPageQuery()))
+    ui: UI = create_app(sf, poll_interval=0.02).state.ui
+    with anyio.fail_after(10):
+        current = ui._run_changes(run_id, rendered)
+        await anext(current)
+        with anyio.move_on_after(0.2) as quiet:  # up to date: nothing to say
+            await anext(current)
+        assert quiet.cancelled_caught
+        await current.aclose()
+        await sf.cancel(run_id)  # changes after the render, before the stream starts
+        stale = ui._run_changes(run_id, rendered)
+        assert (await anext(stale)).startswith("retry:")
+        assert (await anext(stale)).startswith("event: changed")
+        await stale.aclose()
+        stale_table = ui._table_changes(RunPageQuery(), table)
+        await anext(stale_table)
+        assert (await anext(stale_table)).startswith("event: changed")
+        await stale_table.aclose()

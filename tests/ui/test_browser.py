@@ -96,7 +96,8 @@ async def until(sf: Starflow, run_id: str, status: str) -> None:
 @pytest.mark.timeout(90)
 async def test_find_signal_watch_and_cancel(sf: Starflow) -> None:
     """Open the runs page, filter, open a paused run, signal it from the form,
-    watch it complete without a reload, cancel another; the database agrees."""
+    watch it complete without a reload, cancel another, see a new run appear in
+    the table without a reload; the database agrees."""
     executable = chromium_path()
     from playwright.async_api import async_playwright
 
@@ -155,6 +156,15 @@ async def test_find_signal_watch_and_cancel(sf: Starflow) -> None:
                 await page.click("#confirm")
                 await page.wait_for_selector('[data-run-status="cancelled"]')
                 assert await page.locator("text=Run cancelled.").count() == 1
+
+                # The runs table updates itself too: a run started now appears.
+                await page.goto(f"{base}/runs")
+                await page.wait_for_selector("#live-state:has-text('live')")
+                await page.evaluate("window.__sameDocument = true")
+                later = (await sf.run(quick, 2)).run_id
+                await page.wait_for_selector(f'tr[data-run="{later}"]')
+                assert await page.evaluate("window.__sameDocument === true")
+                assert await page.locator("text=cancelled").count() >= 1
             finally:
                 await browser.close()
         worker.stop(0)
