@@ -84,8 +84,16 @@ class TestServer:
                     assert run_id[:8] in page.text
                 # a rebinding page arriving under another host name is turned away
                 assert client.get("/runs", headers={"Host": "evil.example"}).status_code == 400
+                # a live view is open while the server is stopped: it still stops promptly
+                with client.stream("GET", f"/runs/{seeded.paused[0]}/stream") as live:
+                    assert live.headers["content-type"].startswith("text/event-stream")
+                    assert next(live.iter_text()).startswith("retry:")
+                    began = time.monotonic()
+                    assert _stop(proc) == 0
+                    assert time.monotonic() - began < 8
         finally:
-            assert _stop(proc) == 0
+            if proc.poll() is None:
+                assert _stop(proc) == 0
 
     def test_all_workspaces(self, seeded: Seeded) -> None:
         proc, line = _start("--db", seeded.url, "--all-workspaces")
