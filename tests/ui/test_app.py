@@ -522,3 +522,28 @@ async def test_streams_catch_up_with_a_stale_page(sf: Starflow) -> None:
         await anext(stale_table)
         assert (await anext(stale_table)).startswith("event: changed")
         await stale_table.aclose()
+
+
+async def test_on_postgres() -> None:
+    """The same pages and a signal on PostgreSQL (ids are a uuid column there)."""
+    import uuid
+
+    from tests.conftest import POSTGRES_URL, require_postgres
+
+    require_postgres()
+    async with Starflow.open(POSTGRES_URL, workspace_id=f"ws-{uuid.uuid4().hex[:12]}",
+                             maintenance=False) as sf:
+        run_id = (await sf.run(approval, "lamp")).run_id
+        async with client_for(create_app(sf)) as client:
+            page = (await client.get("/runs", params={"id": run_id[:6],
+                                                      "status": "paused"})).text
+            assert run_id[:8] in page and "paused <b>1</b>" in page
+            assert (await client.get("/runs", params={"id": "zz"})).status_code == 200
+            assert (await client.get("/runs/not-a-uuid")).status_code == 404
+            html = (await client.get(f"/runs/{run_id}")).text
+            assert "wait:approve#1" in html and "sfw1." not in html
+            sent = await client.post(f"/runs/{run_id}/signal", data={
+                "csrf": csrf_of(html), "event": "approve", "payload": '{"ok": true}',
+                "confirmed": "yes"})
+            assert sent.status_code == 303
+        assert (await sf.get_run(run_id)).status == "success"
