@@ -23,6 +23,7 @@ from ..waits import REDACTED, redact_wake_tokens
 __all__ = [
     "FoldedJSON",
     "TimelineRow",
+    "bucket_label",
     "fold_json",
     "human_duration",
     "iso",
@@ -78,6 +79,15 @@ def human_duration(seconds: float | None) -> str:
     else:
         text = f"{int(seconds) // 86400}d{int(seconds) % 86400 // 3600:02d}h"
     return f"-{text}" if negative else text
+
+
+def bucket_label(key: str) -> str:
+    """An outbox age bucket for people: ``lt_1s`` → ``< 1s``, ``1s_2s`` → ``1s-2s``."""
+    if key.startswith("lt_"):
+        return "< " + key[3:]
+    if key.startswith(("gt_", "ge_")):
+        return "> " + key[3:]
+    return key.replace("_", "-")
 
 
 def parse_when(text: str, now: datetime) -> datetime:

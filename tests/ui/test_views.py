@@ -116,6 +116,10 @@ class TestFolding:
         with pytest.raises(ValueError, match="not an ISO date/time"):
             views.parse_when("yesterday", T0)
 
+    def test_bucket_labels(self) -> None:
+        assert [views.bucket_label(k) for k in ("lt_1s", "1s_2s", "gt_30s")] == \
+            ["< 1s", "1s-2s", "> 30s"]
+
     def test_durations(self) -> None:
         assert [views.human_duration(s) for s in (None, 0.25, 12, 245, 7380, 273600)] == \
             ["-", "250ms", "12.0s", "4m05s", "2h03m", "3d04h"]
