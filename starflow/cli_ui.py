@@ -156,24 +156,21 @@ async def _ui(ns: argparse.Namespace) -> int:
         raise CommandError("--all-workspaces needs --db URL (or STARFLOW_DATABASE_URL)",
                            EXIT_USAGE)
     sf = await _open(ns)
-    async with sf, anyio.create_task_group() as tg:
-        scopes = None
-        if ns.all_workspaces:
-            from .app import Starflow
-            from .ui.scopes import Scopes
+    from .app import Starflow
+    from .ui.scopes import Scopes
 
-            def open_scope(workspace_id: str, env: str) -> Starflow:
-                return Starflow.open(url, workspace_id=workspace_id, env=env,
-                                     config=sf.config, warm=ns.warm, maintenance=False)
+    def open_scope(workspace_id: str, env: str) -> Starflow:
+        return Starflow.open(url, workspace_id=workspace_id, env=env, config=sf.config,
+                             warm=ns.warm, maintenance=False)
 
-            scopes = Scopes(tg, open_scope)
+    scopes = Scopes(open_scope) if ns.all_workspaces else None
+    async with sf, scopes or contextlib.nullcontext(), anyio.create_task_group() as tg:
         app = create_app(sf, token=token, allowed_hosts=allowed, poll_interval=ns.poll,
                          scopes=scopes)
         config = uvicorn.Config(app, host=ns.host, port=ns.port, log_level="warning",
                                 lifespan="off", timeout_graceful_shutdown=2,
                                 access_log=False)
         server = _server_class()(config)
-        # the scopes' apps live in tg too: they close when the server stops
         tg.start_soon(_stop_on_signals, server)
         await tg.start(_serve, server, tg.cancel_scope)
         while not server.started:

@@ -676,8 +676,8 @@ def create_app(sf: Starflow, *, token: str | None = None,
             no warm tier to push changes.
         page_size: Runs per page of the runs table (1 to 500).
         title: Shown in the header and the window title.
-        scopes: Serve every workspace and env through these
-            (:class:`~starflow.ui.scopes.Scopes`), under ``/w/WORKSPACE/ENV/``;
+        scopes: Serve every workspace and env through these (an entered
+            :class:`~starflow.ui.scopes.Scopes`), under ``/w/WORKSPACE/ENV/``;
             ``sf``'s own scope is the one ``/`` leads to.
 
     Raises:

@@ -436,16 +436,16 @@ async def test_all_workspaces(tmp_path: Any) -> None:
         in_shop = (await shop.run(quick, 1)).run_id
         in_billing = (await billing.run(approval, "lamp")).run_id
 
+    opened: list[tuple[str, str]] = []
+
+    def open_scope(workspace_id: str, env: str) -> Starflow:
+        opened.append((workspace_id, env))
+        return Starflow.open(url, workspace_id=workspace_id, env=env, config=config,
+                             maintenance=False)
+
     async with Starflow.open(url, workspace_id="shop", maintenance=False) as sf, \
-            anyio.create_task_group() as tg:
-        opened: list[tuple[str, str]] = []
-
-        def open_scope(workspace_id: str, env: str) -> Starflow:
-            opened.append((workspace_id, env))
-            return Starflow.open(url, workspace_id=workspace_id, env=env, config=config,
-                                 maintenance=False)
-
-        app = create_app(sf, token=TOKEN, scopes=Scopes(tg, open_scope, limit=2))
+            Scopes(open_scope, limit=2) as scopes:
+        app = create_app(sf, token=TOKEN, scopes=scopes)
         async with client_for(app, authorization=f"Bearer {TOKEN}") as client:
             home = await client.get("/")
             assert home.headers["location"] == "http://127.0.0.1/w/shop/prod/runs"
@@ -475,7 +475,6 @@ async def test_all_workspaces(tmp_path: Any) -> None:
             assert (await client.get("/w/shop/prod/runs")).status_code == 200
             assert (await client.get("/w/shop/prod/runs",
                                      headers={"authorization": ""})).status_code == 401
-        tg.cancel_scope.cancel()
     async with Starflow.open(url, workspace_id="billing", env="dev",
                              maintenance=False) as billing:
         assert (await billing.get_run(in_billing)).status == "cancelled"
