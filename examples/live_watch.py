@@ -59,7 +59,7 @@ async def main() -> None:
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(watcher)
-            handle = await sf.run(report, 4, run_id=run_id)
+            handle = await sf.options(run_id=run_id).run(report, 4)
             print("run is", handle.status, "- waiting for 'reviewed'")
             # A hint: may still show the state of a moment ago.
             print("live runs:", [r.status for r in await sf.live_runs()])

@@ -54,7 +54,7 @@ async def main() -> None:
                 note = await send_email(order_id)
             return f"v2 {receipt} {note}"
 
-        new = await sf.run(order_v1, "o-2")  # new runs take the newest version
+        new = await sf.run("order", "o-2")  # by name: the newest registered version
         print("old run version:", (await sf.get_run(old.run_id)).workflow_version)
         print("new run version:", (await sf.get_run(new.run_id)).workflow_version)
         print((await sf.signal(old.run_id, "shipped")).result)  # v1 code

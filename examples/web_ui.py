@@ -7,7 +7,7 @@ This example starts a run that waits for approval, serves the page on a free
 approves the run through the page's own form (CSRF token, confirmation) and
 stops. ``--serve`` keeps serving until Ctrl+C, to look at it in a browser.
 
-    pip install 'starflow[ui]'
+    pip install 'starflow-durable[ui]'
     python examples/web_ui.py            # a bounded tour, then exit
     python examples/web_ui.py --serve    # open the printed address
 

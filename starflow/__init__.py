@@ -7,7 +7,8 @@ mark the calls worth recording with :func:`step`; pause durably with
 
 from __future__ import annotations
 
-from .adapters.base import RunEvent, RunInfo, WorkflowStateAdapter
+from ._version import __version__
+from .adapters.base import WorkflowStateAdapter
 from .app import Starflow
 from .clock import Clock, SystemClock
 from .config import StarflowConfig
@@ -15,6 +16,7 @@ from .context import WorkflowContext, context
 from .decorators import RetryPolicy, step, workflow
 from .errors import (
     ConfigError,
+    InvalidArgument,
     InvalidWakeToken,
     LeaseLostError,
     NonDeterminismError,
@@ -33,18 +35,19 @@ from .errors import (
     WorkflowDefinitionError,
     WorkflowFailed,
 )
+from .failure import RunFailure
 from .jobs import JobWorker
+from .progress import progress
+from .records import RunEvent, RunInfo
 from .runner import RunHandle
 from .session import session_get, session_set
 from .waits import now, patched, sleep, wait_for, wake_token
 from .warm.base import LiveRun
-from .warm.progress import progress
-
-__version__ = "0.1.0"
 
 __all__ = [
     "Clock",
     "ConfigError",
+    "InvalidArgument",
     "InvalidWakeToken",
     "JobWorker",
     "LeaseLostError",
@@ -55,6 +58,7 @@ __all__ = [
     "RetryPolicy",
     "RunCancelled",
     "RunEvent",
+    "RunFailure",
     "RunFinished",
     "RunHandle",
     "RunIdConflict",

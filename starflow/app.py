@@ -2,35 +2,39 @@
 
 from __future__ import annotations
 
+import math
 import os
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import datetime, timedelta
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar, overload
 
 import anyio
 
 from .adapters import adapter_from_url
-from .adapters.base import RUN_STATUSES, RunEvent, RunInfo, WorkflowStateAdapter
-from .adapters.mirroring import find_mirror
+from .adapters.base import WorkflowStateAdapter
 from .clock import Clock, SystemClock
 from .config import StarflowConfig, check_concurrency, int_problem
-from .decorators import definition_of
+from .decorators import WorkflowDefinition, definition_of, registry
 from .errors import (
     ConfigError,
+    InvalidArgument,
     ResultTimeout,
     RunCancelled,
     RunNotFound,
-    StarflowError,
+    WorkflowDefinitionError,
 )
 from .jobs import JobWorker
+from .limits import check_name, name_problem, normalize_run_id
 from .logs import get_logger
 from .maintenance import Maintenance
+from .records import RUN_STATUSES, RunEvent, RunInfo
 from .runner import RunHandle, Runner
+from .tokens import Keyring
 from .urls import scheme_of
-from .waits import Keyring
 from .warm.base import LiveRun, WarmTier, live_run
 from .warm.drainer import OutboxStatus, outbox_status
+from .warm.mirror import find_mirror
 from .worker import Worker
 
 __all__ = ["Starflow"]
@@ -41,18 +45,21 @@ R = TypeVar("R")
 log = get_logger("starflow")
 
 DEFAULT_URL = "sqlite:///starflow.db"
+DEFAULT_WORKSPACE = "celestial"
+DEFAULT_ENV = "prod"
 
 
 class Starflow:
     """A connection to one workflow database, scoped to (``workspace_id``, ``env``).
 
-    Open it with ``async with Starflow.open(url) as sf:``. While open, unless
-    ``maintenance=False``, it runs the lease sweep and fires durable timers in
-    the background.
+    Open it with ``async with Starflow.open(url) as sf:``. While open, it
+    fires the durable timers of the inline runs it paused and drains its own
+    warm-tier outbox; with ``maintenance=True`` it also runs the lease sweep,
+    every run's timers and session-var GC (see :meth:`open`).
     """
 
     def __init__(self, adapter: WorkflowStateAdapter, *, config: StarflowConfig | None = None,
-                 clock: Clock | None = None, maintenance: bool = True,
+                 clock: Clock | None = None, maintenance: bool | None = True,
                  runner_id: str | None = None) -> None:
         self.adapter = adapter
         self.config = config or StarflowConfig()
@@ -68,12 +75,12 @@ class Starflow:
         cls,
         url: str | None = None,
         *,
-        workspace_id: str = "celestial",
-        env: str = "prod",
+        workspace_id: str | None = None,
+        env: str | None = None,
         config: StarflowConfig | None = None,
         clock: Clock | None = None,
         warm: str | None = None,
-        maintenance: bool = True,
+        maintenance: bool | None = None,
         adapter: WorkflowStateAdapter | None = None,
     ) -> Starflow:
         """Describe an application; use the result as an async context manager.
@@ -81,20 +88,34 @@ class Starflow:
         Args:
             url: ``sqlite:///path.db``, ``postgresql://…``, ``memory://`` or
                 ``null://`` (schemes in any case, as RFC 3986 says). Default:
-                ``$STARFLOW_DATABASE_URL``, then ``sqlite:///starflow.db``.
-            workspace_id: Tenant scope of every read and write.
-            env: Environment scope of every read and write.
+                ``$STARFLOW_URL``, then ``$STARFLOW_DATABASE_URL``, then
+                ``sqlite:///starflow.db``.
+            workspace_id: Tenant scope of every read and write. Default:
+                ``$STARFLOW_WORKSPACE``, then ``"celestial"`` (the state model's
+                default workspace name).
+            env: Environment scope of every read and write. Default:
+                ``$STARFLOW_ENV``, then ``"prod"``.
             config: Timing and behaviour (:class:`StarflowConfig`).
             clock: Time source (``starflow_testing.FakeClock`` in tests).
             warm: ``"memory://"`` or ``"redis://…"``: mirror state to a warm tier.
-            maintenance: Run the lease sweep and durable timers in this process.
+            maintenance: ``True``: also run the server's background loops in this
+                process (the lease sweep, every run's durable timers, session-var
+                GC). ``None`` (the default, which fits a client: a script, a web
+                worker): only the timers of the inline runs this app paused, while
+                it is open, and the drainer of its own warm-tier mirror.
+                ``False``: no background task at all. ``starflow server``,
+                ``starflow worker --maintenance`` and ``sf.worker(maintenance=True)``
+                run the full set.
             adapter: A ready state adapter instead of ``url``.
         """
         config = config or StarflowConfig()
         if not isinstance(config, StarflowConfig):
             raise ConfigError(f"config must be a StarflowConfig, got {type(config).__name__}")
+        workspace_id = workspace_id or os.environ.get("STARFLOW_WORKSPACE") or DEFAULT_WORKSPACE
+        env = env or os.environ.get("STARFLOW_ENV") or DEFAULT_ENV
         if adapter is None:
-            url = url or os.environ.get("STARFLOW_DATABASE_URL") or DEFAULT_URL
+            url = (url or os.environ.get("STARFLOW_URL") or os.environ.get("STARFLOW_DATABASE_URL")
+                   or DEFAULT_URL)
             options: dict[str, Any] = {}
             scheme = scheme_of(url)
             if scheme in ("sqlite", "memory"):
@@ -105,7 +126,7 @@ class Starflow:
                 options["synchronous_commit"] = config.postgres_synchronous_commit
             adapter = adapter_from_url(url, workspace_id=workspace_id, env=env, **options)
         if warm is not None:
-            from .adapters.mirroring import mirror
+            from .warm.mirror import mirror
 
             adapter = mirror(adapter, warm, clock=clock)
         return cls(adapter, config=config, clock=clock, maintenance=maintenance)
@@ -120,8 +141,11 @@ class Starflow:
                                   keyring=keyring, runner_id=self._runner_id)
             self._tg = await anyio.create_task_group().__aenter__()
             await self._tg.start(self._runner.heartbeats.run)
-            if self._maintenance_enabled:
-                self._maintenance = Maintenance(self._runner, poll=self._shared_database)
+            # None: a client's share, its inline runs' timers and the outbox drainer
+            # of its own warm-tier mirror (Starflow.open(warm=...)).
+            if self._maintenance_enabled is not False:
+                self._maintenance = Maintenance(self._runner, poll=self._shared_database,
+                                                full=self._maintenance_enabled is True)
                 self._tg.start_soon(self._maintenance.run)
         except BaseException:
             await self.adapter.close()
@@ -136,6 +160,7 @@ class Starflow:
         finally:
             self._tg = None
             self._runner = None
+            self._maintenance = None
             await self.adapter.close()
 
     @property
@@ -161,13 +186,26 @@ class Starflow:
 
     # -- starting runs -------------------------------------------------------------
 
+    @overload
     async def run(self, wf: Callable[P, Awaitable[R]], /, *args: P.args, **kwargs: P.kwargs
-                  ) -> RunHandle:
+                  ) -> RunHandle[R]: ...
+
+    @overload
+    async def run(self, wf: str, /, *args: Any, **kwargs: Any) -> RunHandle[Any]: ...
+
+    async def run(self, wf: Callable[..., Awaitable[Any]] | str, /, *args: Any, **kwargs: Any
+                  ) -> RunHandle[Any]:
         """Start a run and drive it here until it succeeds, fails or pauses.
 
-        Pass ``run_id=`` (a UUID string) to make the start idempotent: a second
-        call with the same id and workflow returns the existing run (its new
-        arguments are ignored, with a warning if they differ).
+        ``wf`` is a ``@workflow`` function, whose own version the run takes
+        (``order_v1`` runs version 1 even when version 2 is registered too),
+        or a workflow name, which takes the newest version registered in this
+        process.
+
+        ``sf.options(run_id=i).run(wf, ...)`` (``i`` a UUID string) makes the
+        start idempotent: a second call with the same id and workflow returns
+        the existing run (its new arguments are ignored, with a warning if they
+        differ). ``sf.run(wf, x, run_id=i)`` works too, untyped.
 
         Raises:
             RunIdConflict: ``run_id`` names a run of another workflow (nothing written).
@@ -175,22 +213,32 @@ class Starflow:
             SerializationError: an argument cannot be stored (nothing written).
         """
         run_id = kwargs.pop("run_id", None)
-        return await self.options(run_id=run_id).run(wf, *args, **kwargs)  # type: ignore[arg-type]
+        return await self.options(run_id=run_id).run(wf, *args, **kwargs)
 
+    @overload
     async def start(self, wf: Callable[P, Awaitable[R]], /, *args: P.args, **kwargs: P.kwargs
-                    ) -> RunHandle:
+                    ) -> RunHandle[R]: ...
+
+    @overload
+    async def start(self, wf: str, /, *args: Any, **kwargs: Any) -> RunHandle[Any]: ...
+
+    async def start(self, wf: Callable[..., Awaitable[Any]] | str, /, *args: Any,
+                    **kwargs: Any) -> RunHandle[Any]:
         """Queue a run for workers (``claim_state`` queued); returns at once.
 
-        Keyword-only options: ``run_id=`` (idempotent start, as for :meth:`run`),
-        ``pool=`` (only workers of that pool claim it).
+        ``wf`` is a ``@workflow`` function (its version) or a name (the newest
+        registered version), as for :meth:`run`.
+
+        Options through :meth:`options`: ``sf.options(run_id=i, pool="gpu").start(wf, x)``
+        (an idempotent start, as for :meth:`run`; only workers of that pool claim
+        it). ``run_id=`` / ``pool=`` as keywords here work too, untyped.
 
         Raises:
             RunIdConflict: ``run_id`` names a run of another workflow (nothing written).
         """
         run_id = kwargs.pop("run_id", None)
         pool = kwargs.pop("pool", None)
-        return await self.options(run_id=run_id, pool=pool).start(  # type: ignore[arg-type]
-            wf, *args, **kwargs)
+        return await self.options(run_id=run_id, pool=pool).start(wf, *args, **kwargs)
 
     def options(self, *, run_id: str | None = None, pool: str | None = None) -> RunOptions:
         """Start options that type checkers see: ``sf.options(run_id=i).run(wf, x)``.
@@ -204,7 +252,7 @@ class Starflow:
 
     # -- waking runs ---------------------------------------------------------------
 
-    async def signal(self, run_id: str, event: str, payload: Any = None) -> RunHandle:
+    async def signal(self, run_id: str, event: str, payload: Any = None) -> RunHandle[Any]:
         """Deliver a signal. A run paused on ``event`` wakes: inline runs are driven
         here until they pause again or end, worker runs go back to the queue. A
         signal for a run not yet waiting is kept until it waits.
@@ -214,21 +262,21 @@ class Starflow:
             RunFinished: the run has ended.
             SerializationError: the payload is not JSON-encodable (nothing written).
         """
-        return await self.runner.signal(run_id, event, payload)
+        return self._track(await self.runner.signal(normalize_run_id(run_id), event, payload))
 
-    async def resume(self, wake_token: str, payload: Any = None) -> RunHandle:
+    async def resume(self, wake_token: str, payload: Any = None) -> RunHandle[Any]:
         """Wake the wait a token was issued for, with ``payload``.
 
         Raises:
             InvalidWakeToken: forged, expired, used, or for another wait (nothing written).
         """
-        return await self.runner.resume(wake_token, payload)
+        return self._track(await self.runner.resume(wake_token, payload))
 
-    async def cancel(self, run_id: str) -> RunHandle:
+    async def cancel(self, run_id: str) -> RunHandle[Any]:
         """Cancel a run: a paused or queued run at once, a running one at its next boundary."""
-        return await self.runner.cancel(run_id)
+        return await self.runner.cancel(normalize_run_id(run_id))
 
-    async def retry(self, run_id: str) -> RunHandle:
+    async def retry(self, run_id: str) -> RunHandle[Any]:
         """Run a run that ended in ``error`` again from its recorded history.
 
         Use it after deploying a fix for what failed it (a ``NonDeterminismError``
@@ -236,12 +284,19 @@ class Starflow:
         too often): recorded steps are not run again. Inline runs are driven
         here until they pause or end; worker runs go back to the queue.
         """
-        return await self.runner.retry(run_id)
+        return self._track(await self.runner.retry(normalize_run_id(run_id)))
+
+    def _track(self, handle: RunHandle[R]) -> RunHandle[R]:
+        """Have this process fire the timers of an inline run it paused (no maintenance)."""
+        if self._maintenance is not None and self._maintenance.inline_timers is not None:
+            self._maintenance.inline_timers.track(handle.run_id, handle.status)
+        return handle
 
     # -- queries -------------------------------------------------------------------
 
     async def get_run(self, run_id: str) -> RunInfo:
         """The ``workflow_runs`` row (read cold)."""
+        run_id = normalize_run_id(run_id)
         run = await self.adapter.get_run(run_id)
         if run is None:
             raise RunNotFound(run_id)
@@ -255,7 +310,7 @@ class Starflow:
             status: Only runs in this status (``queued``, ``running``, ``paused``,
                 ``success``, ``error`` or ``cancelled``).
             template_id: Only runs of this workflow name.
-            limit: At most this many runs (an int >= 1).
+            limit: At most this many runs (an int from 1 to 2**31 - 1).
             since: Only runs started at or after this timezone-aware time.
 
         Raises:
@@ -266,21 +321,38 @@ class Starflow:
             problems.append(f"status must be one of {', '.join(RUN_STATUSES)}: {status!r}")
         if (problem := int_problem("limit", limit, 1)) is not None:
             problems.append(problem)
+        elif limit > MAX_LIST_LIMIT:
+            problems.append(f"limit must be at most {MAX_LIST_LIMIT}: {limit!r}")
+        if (problem := name_problem("template_id", template_id, optional=True)) is not None:
+            problems.append(problem)
         if since is not None and (not isinstance(since, datetime) or since.tzinfo is None):
             problems.append(f"since must be timezone-aware: {since!r}")
         if problems:
-            raise StarflowError("list_runs: " + "; ".join(problems))
+            raise InvalidArgument("list_runs: " + "; ".join(problems))
         return await self.adapter.list_runs(status=status, template_id=template_id,
                                             since=since, limit=limit)
 
     async def events(self, run_id: str) -> list[RunEvent]:
         """The run's ``workflow_run_events`` rows in order."""
+        run_id = normalize_run_id(run_id)
         if await self.adapter.get_run(run_id) is None:
             raise RunNotFound(run_id)
         return await self.adapter.list_events(run_id)
 
-    async def result(self, run_id: str, timeout: timedelta | float | None = None) -> Any:
+    @overload
+    async def result(self, run_id: RunHandle[R], timeout: timedelta | float | None = None
+                     ) -> R: ...
+
+    @overload
+    async def result(self, run_id: str, timeout: timedelta | float | None = None) -> Any: ...
+
+    async def result(self, run_id: RunHandle[Any] | str,
+                     timeout: timedelta | float | None = None) -> Any:
         """Wait until the run ends and return its value, decoded to the annotated type.
+
+        Given the :class:`RunHandle` that ``run`` or ``start`` returned, a type
+        checker knows the value's type (the workflow's return annotation); given
+        a run id, it is ``Any``.
 
         Raises:
             WorkflowFailed: the run ended with ``error``; it carries the cause:
@@ -289,8 +361,11 @@ class Starflow:
             RunCancelled: the run was cancelled (a ``WorkflowFailed``).
             ResultTimeout: ``timeout`` passed first (the run goes on).
         """
+        if isinstance(run_id, RunHandle):
+            run_id = run_id.run_id
         runner = self.runner
-        limit = timeout.total_seconds() if isinstance(timeout, timedelta) else timeout
+        run_id = normalize_run_id(run_id)
+        limit = _result_timeout(timeout)
         deadline = None if limit is None else self.clock.now() + timedelta(seconds=limit)
         poll = self.config.poll_interval.total_seconds()
         while True:
@@ -301,7 +376,7 @@ class Starflow:
             if run.status == "cancelled":
                 raise RunCancelled(run_id, run.error)
             if run.status == "error":
-                raise await runner.failure(run)
+                raise runner.failure(run)
             now = self.clock.now()
             if deadline is not None and now >= deadline:
                 raise ResultTimeout(
@@ -369,6 +444,7 @@ class Starflow:
 
         Inside a workflow use :func:`starflow.session_get`, which is recorded.
         """
+        check_session_names(session_id, key)
         return await self.adapter.session_get(session_id, key, now=self.clock.now())
 
     async def session_set(self, session_id: str, key: str, value: Any, *,
@@ -383,10 +459,11 @@ class Starflow:
             SerializationError: the value is not JSON-encodable (nothing written).
         """
         from . import serde
-        from .errors import StarflowError
 
-        if keep_until is not None and keep_until.tzinfo is None:
-            raise StarflowError(f"keep_until must be timezone-aware: {keep_until!r}")
+        check_session_names(session_id, key)
+        if keep_until is not None and (not isinstance(keep_until, datetime)
+                                       or keep_until.tzinfo is None):
+            raise InvalidArgument(f"keep_until must be timezone-aware: {keep_until!r}")
         encoded = serde.to_builtins(value, what=f"session var {session_id}/{key}")
         async with self.adapter.unit():
             await self.adapter.session_set(session_id, key, encoded, now=self.clock.now(),
@@ -403,11 +480,19 @@ class Starflow:
             concurrency: Jobs run at once.
             worker_id: Identity recorded as the jobs' ``leased_by``.
         """
+        if isinstance(pool, str) and pool:  # JobWorker names an empty or missing pool
+            check_name("pool", pool)
         return JobWorker(self.runner, pool=pool, concurrency=concurrency, worker_id=worker_id)
 
     async def sweep(self) -> int:
         """Run one lease-sweep pass now; returns how many runs it requeued or abandoned."""
         return await self.runner.sweep()
+
+    async def stuck_runs(self, limit: int = 1000) -> list[RunInfo]:
+        """Queued runs no worker has claimed for ``config.stuck_after``, oldest first:
+        no worker serves their pool (or none runs at all). The lease sweep warns
+        about them; ``starflow runs list --stuck`` lists them."""
+        return await self.runner.stuck_runs(limit)
 
     def worker(self, pool: str | None = None, concurrency: int = 16,
                maintenance: bool = False, grace: float = 30.0) -> Worker:
@@ -416,17 +501,53 @@ class Starflow:
         Args:
             pool: Claim runs queued for this pool (and runs queued for any pool).
             concurrency: Most runs driven at once.
-            maintenance: Also run the lease sweep and durable timers (unless this
-                app already runs them, ``Starflow.open(maintenance=True)``).
+            maintenance: Also run the lease sweep, every run's durable timers and
+                session-var GC (unless this app already runs them,
+                ``Starflow.open(maintenance=True)``).
             grace: Seconds ``worker.stop()`` waits for active runs to finish or
                 reach a step boundary before cancelling and releasing them.
         """
         check_concurrency(concurrency)  # before the maintenance loops are built
+        check_name("pool", pool, optional=True)
         mt = None
-        if maintenance and self._maintenance is None:
-            mt = Maintenance(self.runner, poll=self._shared_database)
+        if maintenance and (self._maintenance is None or not self._maintenance.full):
+            client = self._maintenance
+            mt = Maintenance(self.runner, poll=self._shared_database, drain=client is None,
+                             firing=client.firing if client is not None else None)
         return Worker(self.runner, pool=pool, concurrency=concurrency, maintenance=mt,
                       grace=grace)
+
+
+#: The largest ``list_runs(limit=)``: a 32-bit count, which both databases'
+#: LIMIT takes (past 2**63 SQLite raised a raw OverflowError).
+MAX_LIST_LIMIT = 2**31 - 1
+
+
+def check_session_names(session_id: object, key: object) -> None:
+    """A session variable's id and key: storable names (both indexed)."""
+    check_name("session_id", session_id)
+    check_name("key", key)
+
+
+def _result_timeout(timeout: object) -> float | None:
+    """``Starflow.result``'s timeout in seconds: None, or a finite number >= 0 (a
+    timedelta or seconds) no longer than :data:`~datetime.timedelta.max`."""
+    if timeout is None:
+        return None
+    if isinstance(timeout, timedelta):
+        seconds = timeout.total_seconds()
+    elif isinstance(timeout, int | float) and not isinstance(timeout, bool):
+        seconds = float(timeout)
+    else:
+        raise InvalidArgument(f"result timeout must be a timedelta or seconds: {timeout!r}")
+    if not math.isfinite(seconds) or seconds < 0 or seconds > _MAX_TIMEOUT_S:
+        raise InvalidArgument(
+            f"result timeout must be between 0 and {_MAX_TIMEOUT_S:.0f} seconds (100 years): "
+            f"{timeout!r}")
+    return seconds
+
+
+_MAX_TIMEOUT_S = 100 * 365 * 86400.0
 
 
 class RunOptions:
@@ -437,16 +558,51 @@ class RunOptions:
         self.run_id = run_id
         self.pool = pool
 
+    @overload
     async def run(self, wf: Callable[P, Awaitable[R]], /, *args: P.args, **kwargs: P.kwargs
-                  ) -> RunHandle:
+                  ) -> RunHandle[R]: ...
+
+    @overload
+    async def run(self, wf: str, /, *args: Any, **kwargs: Any) -> RunHandle[Any]: ...
+
+    async def run(self, wf: Callable[..., Awaitable[Any]] | str, /, *args: Any, **kwargs: Any
+                  ) -> RunHandle[Any]:
         """Like :meth:`Starflow.run`, with these options."""
         if self.pool is not None:
             raise ConfigError("pool= applies to queued runs: use .start(), not .run()")
-        return await self._app.runner.start(definition_of(wf), args, kwargs,
-                                            run_id=self.run_id, inline=True)
+        return self._app._track(await self._app.runner.start(
+            workflow_definition(wf), args, kwargs, run_id=self.run_id, inline=True))
 
+    @overload
     async def start(self, wf: Callable[P, Awaitable[R]], /, *args: P.args, **kwargs: P.kwargs
-                    ) -> RunHandle:
+                    ) -> RunHandle[R]: ...
+
+    @overload
+    async def start(self, wf: str, /, *args: Any, **kwargs: Any) -> RunHandle[Any]: ...
+
+    async def start(self, wf: Callable[..., Awaitable[Any]] | str, /, *args: Any,
+                    **kwargs: Any) -> RunHandle[Any]:
         """Like :meth:`Starflow.start`, with these options."""
-        return await self._app.runner.start(definition_of(wf), args, kwargs,
+        check_name("pool", self.pool, optional=True)
+        return await self._app.runner.start(workflow_definition(wf), args, kwargs,
                                             run_id=self.run_id, inline=False, pool=self.pool)
+
+
+def workflow_definition(wf: object) -> WorkflowDefinition:
+    """The definition a start uses: a function's own version, a name's newest one.
+
+    Raises:
+        WorkflowDefinitionError: ``wf`` is not a workflow, or no workflow of that
+            name is registered in this process (nothing written).
+    """
+    if isinstance(wf, str):
+        definition = registry.get(wf)
+        if definition is None:
+            known = ", ".join(repr(n) for n in registry.names()) or "none"
+            raise WorkflowDefinitionError(
+                f"no workflow named {wf!r} is registered in this process (registered: "
+                f"{known}): import the module that defines it before starting it by name")
+        return definition
+    definition = definition_of(wf)
+    # Its (name, version) as registered now: the code a replay of the run will use.
+    return registry.get(definition.name, definition.version) or definition

@@ -4,22 +4,26 @@ that tells decorated functions whether they run inside a workflow.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any
+from datetime import datetime, timedelta
+from typing import Any, Protocol
 
 import msgspec
 
-from .errors import ReservedKeyError, StarflowError
-
-if TYPE_CHECKING:
-    from .engine import Engine
+from .adapters.base import WorkflowStateAdapter
+from .errors import InvalidArgument, ReservedKeyError, StarflowError
+from .limits import check_name
 
 __all__ = [
     "RESERVED_KEYS",
     "RESERVED_PREFIX",
+    "CheckpointWait",
+    "RunningEngine",
     "Variables",
     "WorkflowContext",
+    "check_event",
+    "checkpoint_wait",
     "context",
     "current_engine",
     "current_node",
@@ -31,6 +35,53 @@ CHECKOUT_KEY = "__celestialCheckout"
 LEASES_KEY = "__celestialLeases"
 IDEMPOTENCY_KEY = "__celestialIdempotency"
 RESERVED_KEYS = (WAIT_KEY, CHECKOUT_KEY, LEASES_KEY, IDEMPOTENCY_KEY)
+
+
+def check_event(event: object, what: str, *, run_id: str | None = None) -> str:
+    """The one rule for a signal name: a non-empty string without ``#`` (node ids
+    are ``wait:<event>#<n>``). Shared by ``wait_for``, ``wake_token`` and
+    ``Starflow.signal``, so a signal is never kept for a wait that cannot exist."""
+    if not isinstance(event, str) or not event or "#" in event:
+        raise InvalidArgument(f"{what} event must be a non-empty string without '#': "
+                              f"{event!r}", run_id=run_id)
+    check_name(f"{what} event", event, run_id=run_id)
+    return event
+
+
+class CheckpointWait(msgspec.Struct, frozen=True, kw_only=True):
+    """The durable wait a run pauses on, as its checkpoint records it (``__celestialWait``).
+
+    Written by the engine when the run suspends (:meth:`variable`), read back
+    by :func:`checkpoint_wait`: the one place that knows the shape.
+    """
+
+    node_id: str | None
+    event: str | None = None
+    #: ISO-8601 text, as stored.
+    deadline: str | None = None
+    wake_token: str | None = None
+    #: The worker job that is the wait's wake source (a ``@step(pool=...)`` call).
+    job_id: str | None = None
+
+    def variable(self) -> dict[str, Any]:
+        """The ``__celestialWait`` variable (status ``pending``) the checkpoint holds."""
+        value: dict[str, Any] = {"status": "pending", "node_id": self.node_id,
+                                 "event": self.event, "deadline": self.deadline,
+                                 "wake_token": self.wake_token}
+        if self.job_id is not None:
+            value["job_id"] = self.job_id
+        return value
+
+
+def checkpoint_wait(checkpoint: Mapping[str, Any] | None) -> CheckpointWait | None:
+    """The wait a ``checkpoint_json`` records the run paused on; ``None`` if none."""
+    variables = (checkpoint or {}).get("variables")
+    wait = variables.get(WAIT_KEY) if isinstance(variables, Mapping) else None
+    if not isinstance(wait, Mapping) or not wait:
+        return None
+    return CheckpointWait(node_id=wait.get("node_id"), event=wait.get("event"),
+                          deadline=wait.get("deadline"), wake_token=wait.get("wake_token"),
+                          job_id=wait.get("job_id"))
 
 
 class Variables(dict[str, Any]):
@@ -177,14 +228,13 @@ class WorkflowContext(msgspec.Struct, kw_only=True):
     def wake_token_for(self, event: str, *, timeout: Any = None) -> str:
         """The wake token of the next ``wait_for(event)`` of this run (see
         :func:`starflow.wake_token`)."""
-        from .waits import wake_token
-
         engine = current_engine.get()
         if engine is None or engine.ctx is not self:
             raise StarflowError(
                 "wake_token_for() needs the running workflow: call it on starflow.context() "
                 f"inside run {self.run_id}", run_id=self.run_id)
-        return wake_token(event, timeout=timeout)
+        check_event(event, "wake_token")
+        return engine.wake_token_for(event, timeout)
 
     def snapshot(self) -> dict[str, Any]:
         """The JSON-ready snapshot stored as ``checkpoint_json``."""
@@ -209,7 +259,36 @@ class WorkflowContext(msgspec.Struct, kw_only=True):
         )
 
 
-current_engine: ContextVar[Engine | None] = ContextVar("starflow_engine", default=None)
+class RunningEngine(Protocol):
+    """What workflow code reaches through :data:`current_engine`: the running
+    execution (``starflow.engine.Engine`` is the one implementation). A Protocol,
+    so the primitives below the engine (context, waits, decorators, session,
+    progress) do not import it."""
+
+    @property
+    def ctx(self) -> WorkflowContext: ...
+
+    @property
+    def run_id(self) -> str: ...
+
+    @property
+    def adapter(self) -> WorkflowStateAdapter: ...
+
+    def now(self) -> datetime: ...
+
+    def patched(self, change_id: str) -> bool: ...
+
+    def wake_token_for(self, event: str | None, timeout: timedelta | None = None) -> str: ...
+
+    async def wait(self, event: str | None, timeout: timedelta | None, type_: Any) -> Any: ...
+
+    # ``sdef`` is a ``decorators.StepDefinition``; decorators imports this module.
+    async def run_step(self, sdef: Any, fn: Callable[..., Awaitable[Any]],
+                       args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any: ...
+
+
+#: The engine executing the current task's workflow run (None outside a run).
+current_engine: ContextVar[RunningEngine | None] = ContextVar("starflow_engine", default=None)
 current_node: ContextVar[str | None] = ContextVar("starflow_node", default=None)
 
 

@@ -20,6 +20,7 @@ import wrapt
 from .config import int_problem
 from .context import current_engine, current_node
 from .errors import WorkflowDefinitionError
+from .limits import name_problem
 
 __all__ = [
     "RetryPolicy",
@@ -248,7 +249,8 @@ def _wrong_order_problems(fn: object, kind: str) -> list[str]:
 def _pool_problems(pool: object) -> list[str]:
     if pool is not None and (not isinstance(pool, str) or not pool.strip()):
         return [f"pool must be a non-empty string: {pool!r}"]
-    return []
+    problem = name_problem("pool", pool, optional=True)
+    return [problem] if problem is not None else []
 
 
 def _fail(kind: str, fn: object, problems: list[str]) -> None:
@@ -288,7 +290,8 @@ def workflow(
     Args:
         name: Registered name (``workflow_runs.template_id``); the function's
             name by default.
-        version: Definition version; new runs use the newest registered one,
+        version: Definition version. A run started with this function takes
+            it; a run started by name takes the newest registered version;
             running and paused runs keep theirs.
         max_claim_attempts: Claims before an expired lease abandons the run
             (default: ``StarflowConfig.max_claim_attempts``).
@@ -309,6 +312,8 @@ def workflow(
         wf_name = name if name is not None else getattr(func, "__name__", "")
         if not isinstance(wf_name, str) or not wf_name.strip():
             problems.append(f"name must be a non-empty string: {wf_name!r}")
+        elif (problem := name_problem("name", wf_name)) is not None:
+            problems.append(problem)
         if (problem := int_problem("version", version, 1)) is not None:
             problems.append(problem)
         if max_claim_attempts is not None and (
@@ -391,6 +396,8 @@ def step(
             problems.append(f"name must be a non-empty string: {step_name!r}")
         elif "#" in step_name:
             problems.append(f"name must not contain '#': {step_name!r}")
+        elif (problem := name_problem("name", step_name)) is not None:
+            problems.append(problem)
         if retry is not None and not isinstance(retry, RetryPolicy):
             problems.append(f"retry must be a RetryPolicy, got {retry!r}")
         problems.extend(_pool_problems(pool))

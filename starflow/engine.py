@@ -10,26 +10,24 @@ more is written.
 
 from __future__ import annotations
 
-import heapq
 import math
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Literal, NoReturn
+from typing import Any, NoReturn
 
 import anyio
-import anyio.abc
-import anyio.lowlevel
 
-from . import logs, observability, serde
-from .adapters.base import Guard, JobSpec, WorkflowStateAdapter
-from .clock import Clock, format_ts, wait_event
-from .config import StarflowConfig
+from . import logs, observability, requeue, serde
+from .adapters.base import WorkflowStateAdapter
+from .adapters.units import Guard
+from .clock import format_ts
 from .context import (
     IDEMPOTENCY_KEY,
     RESERVED_PREFIX,
     WAIT_KEY,
+    CheckpointWait,
     WorkflowContext,
     current_engine,
     current_node,
@@ -43,103 +41,30 @@ from .errors import (
     StorageError,
     WaitTimeout,
 )
+from .execution import Abort, Outcome, PendingWait, Runtime, Suspend, find_unwinding
+from .failure import error_info, run_failure
+from .heartbeats import Heartbeats
+from .limits import storable_text
 from .logs import get_logger
-from .replay import Journal, NodeRecord, node_id
-from .waits import Keyring, WakeClaims
+from .records import JobSpec
+from .replay import (
+    DIVERGENCE_FIX,
+    Journal,
+    NodeRecord,
+    check_recorded,
+    node_id,
+    replay_variables,
+    variables_diff,
+    variables_snapshot,
+)
+from .requeue import lease_guard
+from .tokens import WakeClaims
 
-__all__ = ["Engine", "Outcome", "PendingWait", "Runtime"]
+# Outcome, PendingWait and Runtime live in execution.py and Heartbeats in heartbeats.py;
+# they are re-exported here for the modules that import them from the engine.
+__all__ = ["Engine", "Heartbeats", "Outcome", "PendingWait", "Runtime"]
 
 log = get_logger("starflow.engine")
-
-OutcomeStatus = Literal["success", "error", "paused", "lease_lost", "storage", "cancelled",
-                        "released", "killed"]
-
-
-@dataclass
-class Runtime:
-    """What an engine needs from the application."""
-
-    adapter: WorkflowStateAdapter
-    clock: Clock
-    config: StarflowConfig
-    runner_id: str
-    keyring: Keyring
-    #: The runner's shared heartbeat loop; engines fall back to their own task
-    #: when it is absent or not running.
-    heartbeats: Heartbeats | None = None
-
-
-@dataclass(frozen=True)
-class PendingWait:
-    """The wait a run paused on."""
-
-    node_id: str
-    event: str | None
-    deadline: datetime | None
-    wake_token: str
-    #: Set when the wait is on a worker job (a ``@step(pool=...)`` call).
-    job: JobSpec | None = None
-
-
-@dataclass
-class Outcome:
-    """How one execution of a run ended."""
-
-    status: OutcomeStatus
-    result: Any = None
-    error: str | None = None
-    exception: BaseException | None = None
-    wait: PendingWait | None = None
-    definition: WorkflowDefinition | None = None
-
-
-class _Suspend(BaseException):
-    """Unwinds the workflow body at a durable wait (not catchable by ``except Exception``)."""
-
-    def __init__(self, wait: PendingWait) -> None:
-        super().__init__(wait.node_id)
-        self.wait = wait
-
-
-class _Abort(BaseException):
-    """Unwinds the workflow body when this runner must stop writing."""
-
-    def __init__(self, reason: Literal["lease_lost", "storage", "released"],
-                 cause: BaseException | None = None) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.cause = cause
-
-
-#: What to do about a replay that diverged from its history (every such message ends so).
-_DIVERGENCE_FIX = ("Revert the change, bump the workflow version, or guard it with "
-                   "starflow.patched()")
-
-
-def _shown(value: Any, limit: int = 200) -> str:
-    """Recorded or current step arguments as compact JSON, cut for a message."""
-    if value is None:
-        return "(not recorded)"
-    text = serde.encode(value).decode()
-    return text if len(text) <= limit else text[:limit] + "…"
-
-
-def error_info(exc: BaseException, attempts: int) -> dict[str, Any]:
-    """How a step failure is recorded: qualified type, message, attempts made."""
-    return {"type": f"{type(exc).__module__}.{type(exc).__qualname__}", "message": str(exc),
-            "attempts": attempts}
-
-
-def _find(group: BaseException, kind: type[BaseException]) -> BaseException | None:
-    if isinstance(group, kind):
-        return group
-    if isinstance(group, BaseExceptionGroup):
-        for exc in group.exceptions:
-            found = _find(exc, kind)
-            if found is not None:
-                return found
-    return None
-
 
 @dataclass
 class Engine:
@@ -154,12 +79,11 @@ class Engine:
     started_at: datetime
     _counters: dict[tuple[str, str | None], int] = field(default_factory=dict)
     _last_time: datetime | None = None
-    _replaying: bool = True
     _suspending: bool = False
     _body_scope: anyio.CancelScope | None = None
     _lease_lost: bool = False
-    #: Set by :meth:`crash`: the stop is a simulated SIGKILL, not a takeover.
-    _crashed: bool = False
+    #: Set by :meth:`kill` with an error: the owner stopped this execution.
+    _stop_error: StarflowError | None = None
     _body_done: bool = False
     node_status: dict[str, str] = field(default_factory=dict)
     #: ``patched()`` answers of this execution, by change id.
@@ -178,12 +102,11 @@ class Engine:
 
     def __post_init__(self) -> None:
         self._last_time = self.started_at
-        self._replaying = bool(self.journal.nodes)
+        self.journal.replaying = bool(self.journal.nodes)
         self._log = log.bind(run_id=self.run_id, runner_id=self.runtime.runner_id,
                              workspace=self.ctx.workspace_id, workflow=self.definition.name)
         # Every boundary of this execution carries the same guard: build it once.
-        self._lease_guard = Guard(run_id=self.run_id, leased_by=self.runtime.runner_id,
-                                  status_in=("running",))
+        self._lease_guard = lease_guard(self.run_id, self.runtime.runner_id)
 
     @property
     def run_id(self) -> str:
@@ -223,7 +146,7 @@ class Engine:
         markers, self._markers = self._markers, []
         for attempt in range(retries + 1):
             if self._lease_lost:  # killed, cancelled or taken over: write nothing more
-                raise _Abort("lease_lost")
+                raise Abort("lease_lost")
             ts = clock.now()
             try:
                 async with self.adapter.unit(guard=guard or self._guard, durable=durable) as unit:
@@ -237,26 +160,45 @@ class Engine:
                             {"output": True, "kind": "patch", "name": change_id}, now=ts)
                     await build(ts)
             except StorageError as exc:
+                if not exc.transient:
+                    # Refused for what it is: it would be refused again, here or by the
+                    # runner the sweep hands the run to. Raised into the workflow body,
+                    # which ends the run with this error (once).
+                    self._log.error("boundary write refused by the database; failing the "
+                                    "run", error=str(exc))
+                    raise
                 if attempt == retries:
                     self._log.error("boundary write failed; giving the run up to the sweep",
                                     error=str(exc), attempts=attempt + 1)
-                    raise _Abort("storage", exc) from exc
+                    raise Abort("storage", exc) from exc
                 self._log.warning("boundary write failed; retrying", error=str(exc),
                                   attempt=attempt + 1)
                 await clock.sleep(min(0.05 * 2**attempt, 2.0))
                 continue
             if not unit.held:
                 self._lease_lost = True
-                raise _Abort("lease_lost")
+                raise Abort("lease_lost")
             # Every engine unit records the phase if it changed (see _phase).
             self.journal.last_phase = self.ctx.phase
             self.claimed = False
             return ts
         raise AssertionError("unreachable")  # pragma: no cover
 
-    async def _phase(self, ts: datetime) -> None:
-        """Add a phase event to the unit being built if the phase changed."""
+    async def _phase(self, ts: datetime, *, strict: bool = True) -> None:
+        """Add a phase event to the unit being built if the phase changed.
+
+        Args:
+            strict: Raise :class:`SerializationError` for a phase the database
+                cannot hold; else (the run's final error) leave the event out.
+        """
         if self.ctx.phase != self.journal.last_phase:
+            try:
+                serde.check_storable(self.ctx.phase, what="the run's phase",
+                                     run_id=self.run_id)
+            except SerializationError:
+                if strict:
+                    raise
+                return
             await self.adapter.record_phase_if_changed(
                 self.run_id, self.ctx, {"previous": self.journal.last_phase}, now=ts)
 
@@ -268,50 +210,6 @@ class Engine:
         self._counters[key] = n
         return node_id(kind, name, n)
 
-    async def _check_frontier(self, nid: str, what: str) -> None:
-        """A new node may run only once every recorded node has been replayed.
-
-        Concurrent branches replay at different speeds, so before declaring
-        divergence the engine lets other tasks run while they make progress.
-        """
-        if not self._replaying:
-            return
-        stalls = 0
-        seen = len(self.journal.consumed)
-        while True:
-            pending = self.journal.unconsumed()
-            if not pending:
-                self._replaying = False
-                return
-            if stalls >= 3:
-                raise NonDeterminismError(
-                    f"run {self.run_id}: the code reached new node {nid} ({what}) while the "
-                    f"history still holds {', '.join(pending[:5])} not reached by this replay; "
-                    f"the workflow code changed under a running or paused run. {_DIVERGENCE_FIX}",
-                    run_id=self.run_id, node_id=nid, recorded=pending[0], current=nid,
-                )
-            await anyio.lowlevel.cancel_shielded_checkpoint()
-            now_seen = len(self.journal.consumed)
-            stalls = 0 if now_seen != seen else stalls + 1
-            seen = now_seen
-
-    def _check_recorded(self, rec: NodeRecord, kind: str, name: str, h: str | None,
-                        encoded: Any = None) -> None:
-        if rec.kind is not None and (rec.kind != kind or rec.name != name):
-            raise NonDeterminismError(
-                f"run {self.run_id}: node {rec.node_id} was recorded as {rec.kind} {rec.name!r} "
-                f"but the code now calls {kind} {name!r}",
-                run_id=self.run_id, node_id=rec.node_id,
-                recorded=f"{rec.kind}:{rec.name}", current=f"{kind}:{name}",
-            )
-        if h is not None and rec.args_hash is not None and rec.args_hash != h:
-            raise NonDeterminismError(
-                f"run {self.run_id}: step {rec.node_id} was recorded with arguments "
-                f"{_shown(rec.input)} (hash {rec.args_hash}) but is now called with "
-                f"{_shown(encoded)} (hash {h}): its arguments changed. {_DIVERGENCE_FIX}",
-                run_id=self.run_id, node_id=rec.node_id, recorded=rec.args_hash, current=h,
-            )
-
     def patched(self, change_id: str) -> bool:
         """``starflow.patched``: whether this run takes the new path of a code change.
 
@@ -322,25 +220,13 @@ class Engine:
         the old path is replayed. The answer is fixed for the whole execution.
         """
         known = self._patches.get(change_id)
-        if known is not None:
-            return known
-        nid = node_id("patch", change_id, 1)
-        rec = self.journal.get(nid)
-        if rec is not None:
-            self.journal.consume(nid)
-            result = True
-        elif self._replaying and self.journal.unconsumed():
-            result = False
-        else:
-            # Nothing recorded lies ahead: this is the run's frontier.
-            self._replaying = False
-            self.journal.record(NodeRecord(node_id=nid, kind="patch", name=change_id,
-                                           status="complete", output=True))
-            self._markers.append((nid, change_id))
-            result = True
-        self._patches[change_id] = result
-        self._log.debug("patch decided", change_id=change_id, patched=result)
-        return result
+        if known is None:
+            known, marker = self.journal.decide_patch(change_id)
+            if marker is not None:
+                self._markers.append((marker, change_id))
+            self._patches[change_id] = known
+            self._log.debug("patch decided", change_id=change_id, patched=known)
+        return known
 
     def next_wait_id(self, event: str | None) -> str:
         """The node id the next ``wait_for(event)`` (``sleep`` for None) will get."""
@@ -369,7 +255,7 @@ class Engine:
 
     def _guard_suspending(self) -> None:
         if self._suspending:
-            raise _Suspend(self._pending_wait)
+            raise Suspend(self._pending_wait)
 
     # -- steps -------------------------------------------------------------------
 
@@ -389,10 +275,10 @@ class Engine:
         h = serde.args_hash(encoded)
         rec = self.journal.get(nid)
         if rec is not None:
-            self._check_recorded(rec, "step", sdef.name, h, encoded)
+            check_recorded(self.run_id, rec, "step", sdef.name, h, encoded)
             self.journal.consume(nid)
             if rec.finished and rec.variables:
-                self._replay_variables(rec.variables)
+                replay_variables(self.ctx.variables, rec.variables)
             if rec.status == "complete":
                 self._advance(rec.recorded_at)
                 return serde.convert(rec.output, sdef.return_type,
@@ -405,10 +291,10 @@ class Engine:
                                  run_id=self.run_id, node_id=nid,
                                  attempts=int(err.get("attempts", 1)))
         else:
-            await self._check_frontier(nid, f"step {sdef.name!r}")
+            await self.journal.reach_frontier(self.run_id, nid, f"step {sdef.name!r}")
         self._guard_suspending()
         if self.should_yield is not None and self.should_yield():
-            raise _Abort("released")
+            raise Abort("released")
         if sdef.pool is not None:
             self._dispatch(sdef, nid, h, encoded)
 
@@ -420,7 +306,7 @@ class Engine:
 
         await self._commit(start, durable=False)
         self.node_status[nid] = "running"
-        variables_before = self._variables_snapshot()
+        variables_before = variables_snapshot(self.ctx.variables, RESERVED_PREFIX)
         policy = sdef.retry
         clock = self.runtime.clock
         attempt = 0
@@ -437,6 +323,10 @@ class Engine:
                     await clock.sleep(policy.delay(attempt))
                     continue
                 info = error_info(exc, attempt)
+                # The failure is recorded once, or the step ends here: a message the
+                # database refused would fail the write and re-run the step elsewhere.
+                serde.check_storable(info, what=f"the error raised by step {sdef.name}",
+                                     run_id=self.run_id, node_id=nid)
                 failure = {"error": info}
                 changes = self._variable_changes(variables_before, nid)
                 if changes is not None:
@@ -476,44 +366,18 @@ class Engine:
         return serde.convert(output, sdef.return_type, what=f"output of {nid}",
                              run_id=self.run_id, node_id=nid)
 
-    # -- variables written by steps ---------------------------------------------
-    #
-    # A recorded step is not run again on replay, so what it wrote to the context's
-    # variables (the phase included) would be missing after every wake or takeover.
-    # Its writes are recorded with its outcome and applied again when it is replayed.
-
-    def _variables_snapshot(self) -> dict[str, bytes] | None:
-        """The user variables as JSON, per key (None if one cannot be encoded)."""
-        variables = self.ctx.variables
-        if not variables:
-            return {}
-        try:
-            return {k: serde.encode(v) for k, v in variables.items()
-                    if not k.startswith(RESERVED_PREFIX)}
-        except SerializationError:
-            return None
+    # -- variables written by steps (see replay.variables_snapshot) --------------
 
     def _variable_changes(self, before: dict[str, bytes] | None, nid: str
                           ) -> dict[str, Any] | None:
         """What the step changed in the user variables since ``before``, if anything."""
-        after = self._variables_snapshot()
+        after = variables_snapshot(self.ctx.variables, RESERVED_PREFIX)
         if before is None or after is None:
             if before != after:
                 self._log.warning("a workflow variable is not JSON-encodable: the step's "
                                   "variable writes are not recorded for replay", node_id=nid)
             return None
-        changed = [k for k, v in after.items() if before.get(k) != v]
-        unset = [k for k in before if k not in after]
-        if not changed and not unset:
-            return None
-        return {"set": {k: serde.decode(after[k]) for k in changed}, "unset": unset}
-
-    def _replay_variables(self, changes: dict[str, Any]) -> None:
-        variables = self.ctx.variables
-        for key, value in (changes.get("set") or {}).items():
-            variables._engine_set(key, value)  # type: ignore[attr-defined]
-        for key in changes.get("unset") or ():
-            variables._engine_pop(key)  # type: ignore[attr-defined]
+        return variables_diff(before, after)
 
     def _dispatch(self, sdef: StepDefinition, nid: str, h: str, encoded: Any) -> NoReturn:
         """Hand a ``@step(pool=...)`` call to that pool's job workers and wait durably.
@@ -544,15 +408,14 @@ class Engine:
         pending = PendingWait(node_id=nid, event=event, deadline=deadline, wake_token=token,
                               job=job)
         # enterDurableWait steps 1-2 (in memory); the engine writes steps 3-6.
-        self.ctx.variables._engine_set(WAIT_KEY, {  # type: ignore[attr-defined]
-            "status": "pending", "node_id": nid, "event": event,
-            "deadline": format_ts(deadline) if deadline else None, "wake_token": token,
-            **({"job_id": job.id} if job is not None else {}),
-        })
+        recorded = CheckpointWait(node_id=nid, event=event,
+                                  deadline=format_ts(deadline) if deadline else None,
+                                  wake_token=token, job_id=job.id if job is not None else None)
+        self.ctx.variables._engine_set(WAIT_KEY, recorded.variable())  # type: ignore[attr-defined]
         self.node_status[nid] = "waiting"
         self._pending_wait = pending
         self._suspending = True
-        raise _Suspend(pending)
+        raise Suspend(pending)
 
     # -- waits -------------------------------------------------------------------
 
@@ -586,7 +449,8 @@ class Engine:
         if rec is not None:
             self.journal.consume(nid)
         else:
-            await self._check_frontier(nid, f"{kind} {event!r}" if event else "sleep")
+            await self.journal.reach_frontier(self.run_id, nid,
+                                              f"{kind} {event!r}" if event else "sleep")
         self._guard_suspending()
         if event is not None:
             signal = await self.adapter.find_signal(self.run_id, event)
@@ -652,27 +516,25 @@ class Engine:
             if not await self.refresh_lease_once():
                 return
 
-    def kill(self) -> None:
+    def kill(self, error: StarflowError | None = None) -> None:
         """Stop this execution at once, writing nothing more.
 
         The body is cancelled: no final boundary, no release to the queue, the
         lease is left as it is. Used when the run was cancelled or reclaimed
-        elsewhere, and by test harnesses to simulate SIGKILL (once the lease
-        expires, the sweep recovers the run like any run whose runner was lost).
+        elsewhere (the outcome is ``lease_lost``).
+
+        Args:
+            error: Set by the owner of this process stopping the execution on
+                purpose (``Runner.stop``; ``starflow_testing`` simulates a
+                SIGKILL so): the outcome is ``stopped`` with it, and the call
+                driving the run raises it. No other runner took the run over;
+                once the lease expires, the sweep recovers it.
         """
+        if error is not None:
+            self._stop_error = error
         self._lease_lost = True
         if self._body_scope is not None:
             self._body_scope.cancel()
-
-    def crash(self) -> None:
-        """Simulate a SIGKILL of this runner (test harnesses): stop as :meth:`kill` does.
-
-        Nothing more is written and the lease is left for the sweep; the
-        execution's outcome is ``killed`` rather than ``lease_lost``, since no
-        other runner took the run over.
-        """
-        self._crashed = True
-        self.kill()
 
     def _swallowed_pause(self, raised: BaseException | None) -> Outcome:
         """The body caught the pause's unwinding (``except BaseException``) and returned
@@ -695,11 +557,11 @@ class Engine:
                     raise self.input_error
                 value = await self.definition.fn(*self.args, **self.kwargs)
             except BaseException as exc:
-                suspend = _find(exc, _Suspend)
-                abort = _find(exc, _Abort)
-                if isinstance(abort, _Abort):
+                suspend = find_unwinding(exc, Suspend)
+                abort = find_unwinding(exc, Abort)
+                if isinstance(abort, Abort):
                     return Outcome(abort.reason, exception=abort.cause)
-                if isinstance(suspend, _Suspend):
+                if isinstance(suspend, Suspend):
                     return Outcome("paused", wait=suspend.wait)
                 if isinstance(exc, anyio.get_cancelled_exc_class()) or not isinstance(
                     exc, Exception
@@ -715,7 +577,7 @@ class Engine:
                 exc2 = NonDeterminismError(
                     f"run {self.run_id}: the workflow returned without reaching recorded "
                     f"node(s) {', '.join(pending[:5])}: the code changed under the run. "
-                    f"{_DIVERGENCE_FIX}",
+                    f"{DIVERGENCE_FIX}",
                     run_id=self.run_id, node_id=pending[0], recorded=pending[0], current=None)
                 return Outcome("error", error=f"NonDeterminismError: {exc2}", exception=exc2)
             return Outcome("success", result=value)
@@ -761,9 +623,9 @@ class Engine:
             if outcome.status == "released":
                 await self._release()
             outcome = await self._finalize(outcome)
-            if self._crashed and outcome.status in ("lease_lost", "storage"):
-                # Stopped by crash(), possibly while its final write was being built.
-                outcome = Outcome("killed")
+            if self._stop_error is not None and outcome.status in ("lease_lost", "storage"):
+                # Stopped by its owner, possibly while its final write was being built.
+                outcome = Outcome("stopped", exception=self._stop_error)
             return outcome
         except anyio.get_cancelled_exc_class():
             with anyio.CancelScope(shield=True):
@@ -778,11 +640,7 @@ class Engine:
             return
         ts = self.runtime.clock.now()
         try:
-            async with self.adapter.unit(guard=self._guard) as unit:
-                await self.adapter.update_run(self.run_id, "release_lease", status="queued",
-                                              claim_state="queued", leased_by=None,
-                                              lease_until=None)
-            if unit.held:
+            if await requeue.release(self.adapter, self.run_id, self.runtime.runner_id):
                 self._log.info("run released to the queue", at=format_ts(ts))
         except StarflowError as exc:
             self._log.warning("could not release the lease; the sweep will", error=str(exc))
@@ -790,8 +648,43 @@ class Engine:
     def _duration_ms(self, ts: datetime) -> int:
         return max(0, int((ts - self.started_at).total_seconds() * 1000))
 
+    def _unstorable_end(self, outcome: Outcome) -> Outcome | None:
+        """The error outcome for a success or pause whose writes a database would
+        refuse (the return value, the phase, a variable of the checkpoint), checked
+        before the write: the run then fails once with the real error instead of
+        losing its runner on a write that can never succeed."""
+        try:
+            if outcome.status == "success":  # (the value is checked as it is encoded)
+                serde.check_storable(self.ctx.phase, what="the run's phase",
+                                     run_id=self.run_id)
+            elif outcome.status == "paused":
+                variables = {k: v for k, v in self.ctx.variables.items()
+                             if not k.startswith(RESERVED_PREFIX)}
+                serde.to_builtins(variables, what="the workflow's variables (saved with "
+                                  "the checkpoint of a durable wait)", run_id=self.run_id,
+                                  node_id=outcome.wait.node_id if outcome.wait else None)
+        except SerializationError as exc:
+            return Outcome("error", error=f"SerializationError: {exc}", exception=exc)
+        return None
+
     async def _finalize(self, outcome: Outcome) -> Outcome:
         try:
+            return await self._finalize_once(outcome)
+        except StorageError as exc:
+            # A final write the database refused for what it held (permanent: a
+            # transient failure became _Abort in _commit). Record the failure instead;
+            # if even that is refused, the run is left to the sweep.
+            if outcome.status == "error":
+                return Outcome("storage", exception=exc)
+            try:
+                return await self._finalize_once(
+                    Outcome("error", error=f"StorageError: {exc}", exception=exc))
+            except StorageError as again:
+                return Outcome("storage", exception=again)
+
+    async def _finalize_once(self, outcome: Outcome) -> Outcome:
+        try:
+            outcome = self._unstorable_end(outcome) or outcome
             if outcome.status == "success":
                 try:
                     result = serde.to_builtins(outcome.result, what="the workflow's return value",
@@ -808,12 +701,16 @@ class Engine:
                     await self._commit(complete)
                     return Outcome("success", result=result, definition=self.definition)
             if outcome.status == "error":
-                message = outcome.error or "error"
+                # Whatever the exception said, the run's error must be recorded.
+                message = storable_text(outcome.error or "error")
+                cause = (run_failure(outcome.exception) if outcome.exception is not None
+                         else None)
 
                 async def failed(ts: datetime) -> None:
-                    await self._phase(ts)
+                    await self._phase(ts, strict=False)
                     await self.adapter.on_run_error(self.run_id, message, now=ts,
-                                                    duration_ms=self._duration_ms(ts))
+                                                    duration_ms=self._duration_ms(ts),
+                                                    failure=cause)
                     await self.adapter.clear_lease(self.run_id)
 
                 await self._commit(failed)
@@ -851,73 +748,5 @@ class Engine:
                 await self._commit(pause)
                 return outcome
             return outcome
-        except _Abort as abort:
+        except Abort as abort:
             return Outcome(abort.reason, exception=abort.cause)
-
-
-class Heartbeats:
-    """One task that refreshes the lease of every engine of a runner.
-
-    Each engine is refreshed ``heartbeat_interval`` after it started and then
-    after each refresh, exactly as with a task per engine, without the cost of
-    starting and cancelling a task for every run execution. While no engine
-    runs, the loop holds no timer (so a fake clock has nothing to skip to).
-    """
-
-    def __init__(self, clock: Clock, config: StarflowConfig) -> None:
-        self._clock = clock
-        self._interval = config.heartbeat_interval
-        self._due: list[tuple[datetime, int, Engine]] = []
-        self._active: set[int] = set()
-        self._seq = 0
-        self._changed = anyio.Event()
-        self.running = False
-
-    def add(self, engine: Engine) -> None:
-        """Start refreshing ``engine``'s lease."""
-        self._active.add(id(engine))
-        self._schedule(engine)
-
-    def remove(self, engine: Engine) -> None:
-        """Stop refreshing ``engine``'s lease (its entry is dropped when due)."""
-        self._active.discard(id(engine))
-
-    def _schedule(self, engine: Engine) -> None:
-        self._seq += 1
-        entry = (self._clock.now() + self._interval, self._seq, engine)
-        heapq.heappush(self._due, entry)
-        # The task sleeps until the earliest entry: wake it only if this one is
-        # now the earliest. With one interval for all, a new entry is never
-        # earlier than a live one, so a run starting while others hold leases
-        # costs the task nothing (waking it per run was a tenth of a short
-        # run's CPU).
-        if self._due[0] is entry:
-            self._changed.set()
-
-    async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
-                  ) -> None:
-        """Refresh due leases until cancelled (``await tg.start(heartbeats.run)``)."""
-        self.running = True
-        task_status.started()
-        try:
-            async with anyio.create_task_group() as tg:
-                while True:
-                    now = self._clock.now()
-                    due = self._due
-                    while due and (due[0][0] <= now or id(due[0][2]) not in self._active):
-                        # Due, or of an engine that stopped: either way off the heap,
-                        # so the task never sleeps until a run that is over.
-                        _, _, engine = heapq.heappop(due)
-                        if id(engine) in self._active:
-                            tg.start_soon(self._refresh, engine)
-                    changed = self._changed
-                    delay = ((self._due[0][0] - now).total_seconds() if self._due else None)
-                    await wait_event(self._clock, changed, delay)
-                    if changed.is_set():
-                        self._changed = anyio.Event()
-        finally:
-            self.running = False
-
-    async def _refresh(self, engine: Engine) -> None:
-        if await engine.refresh_lease_once() and id(engine) in self._active:
-            self._schedule(engine)

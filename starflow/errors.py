@@ -5,6 +5,7 @@ All of them derive from :class:`StarflowError`, carry the ``run_id`` and
 
     StarflowError
     ├── ConfigError               invalid configuration or URL
+    ├── InvalidArgument           a bad argument to a public call (a name too long…)
     ├── WorkflowDefinitionError   a function that is not a valid workflow / step
     ├── SerializationError        a value that cannot be stored as JSON
     ├── ReservedKeyError          a write to a ``__celestial…`` context key
@@ -26,8 +27,11 @@ All of them derive from :class:`StarflowError`, carry the ``run_id`` and
 
 from __future__ import annotations
 
+from .driver_errors import is_transient
+
 __all__ = [
     "ConfigError",
+    "InvalidArgument",
     "InvalidWakeToken",
     "LeaseLostError",
     "NonDeterminismError",
@@ -78,6 +82,12 @@ def _rebuild(cls: type[StarflowError], message: str, state: dict[str, object]) -
 
 class ConfigError(StarflowError):
     """A configuration value, URL or option is invalid."""
+
+
+class InvalidArgument(StarflowError, ValueError):
+    """An argument to a public call cannot be accepted (a name too long, a NUL
+    character, a timeout out of range…); the message names the parameter and
+    its value. Nothing was written."""
 
 
 class WorkflowDefinitionError(StarflowError):
@@ -263,11 +273,17 @@ class WorkflowFailed(StarflowError):
         error_message: ``str()`` of the cause (the run's error when there is no
             exception).
         attempts: Attempts the failing step made (``None`` without a failing step).
+        traceback: The cause's formatted traceback, bounded (the last frames of
+            each exception, 16 KiB at most); ``None`` without an exception.
+
+    All of them are read from the run's recorded failure (``RunInfo.failure``),
+    never parsed out of the ``error`` text.
     """
 
     def __init__(self, run_id: str, status: str, error: str | None, *,
                  node_id: str | None = None, error_type: str | None = None,
-                 error_message: str | None = None, attempts: int | None = None) -> None:
+                 error_message: str | None = None, attempts: int | None = None,
+                 traceback: str | None = None) -> None:
         if node_id is not None:
             tries = f" after {attempts} attempt(s)" if attempts else ""
             message = (
@@ -286,6 +302,7 @@ class WorkflowFailed(StarflowError):
         self.error_type = error_type
         self.error_message = error_message if error_message is not None else error
         self.attempts = attempts
+        self.traceback = traceback
 
 
 class RunCancelled(WorkflowFailed):
@@ -299,6 +316,7 @@ class RunCancelled(WorkflowFailed):
         self.error_type = None
         self.error_message = error
         self.attempts = None
+        self.traceback = None
 
 
 class ResultTimeout(StarflowError, TimeoutError):
@@ -306,7 +324,25 @@ class ResultTimeout(StarflowError, TimeoutError):
 
 
 class StorageError(StarflowError):
-    """The database failed; the driver's exception is chained as ``__cause__``."""
+    """The database failed; the driver's exception is chained as ``__cause__``.
+
+    Attributes:
+        transient: Whether trying the write again may succeed (a lost
+            connection, a busy lock) or not (the database refused the values
+            or the statement). Classified once, from the driver's exception
+            (:func:`starflow.driver_errors.is_transient`), unless given.
+    """
+
+    def __init__(self, message: str, *, run_id: str | None = None,
+                 node_id: str | None = None, transient: bool | None = None) -> None:
+        super().__init__(message, run_id=run_id, node_id=node_id)
+        self._transient = transient
+
+    @property
+    def transient(self) -> bool:
+        if self._transient is not None:
+            return self._transient
+        return is_transient(self.__cause__)
 
 
 class WarmTierError(StarflowError):

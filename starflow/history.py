@@ -1,6 +1,6 @@
 """Run histories: the export format for one run's row and events.
 
-``starflow runs export`` writes it and ``starflow_testing.Replayer`` reads it,
+``starflow runs export`` writes it and :class:`starflow.replayer.Replayer` reads it,
 so a production history can be replayed against new workflow code in a test.
 Wake tokens are bearer secrets and are redacted from exports.
 """
@@ -13,9 +13,10 @@ from typing import Any
 import msgspec
 
 from . import serde
-from .adapters.base import RunEvent, RunInfo, WorkflowStateAdapter
+from .adapters.base import WorkflowStateAdapter
 from .errors import RunNotFound, SerializationError
-from .waits import redact_wake_tokens
+from .records import RunEvent, RunInfo
+from .tokens import redact_wake_tokens
 
 __all__ = ["HISTORY_FORMAT", "RunHistory", "export_run", "load_history", "read_history"]
 

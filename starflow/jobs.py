@@ -28,12 +28,12 @@ import anyio
 import anyio.abc
 
 from . import serde
-from .adapters.base import JobRecord
 from .config import check_concurrency
 from .decorators import StepDefinition, registry
-from .engine import error_info
-from .errors import ConfigError, RunnerKilled, StarflowError
+from .errors import ConfigError, StarflowError
+from .failure import error_info
 from .logs import get_logger
+from .records import JobRecord
 from .runner import Runner
 
 __all__ = ["JobWorker", "current_job"]
@@ -165,13 +165,14 @@ class JobWorker:
                 await self._post(job, error=error_info(exc, attempts))
                 return
             await self._post(job, result=result)
-        except RunnerKilled:
-            # The job's outcome was recorded and the run woken; then a test harness
-            # killed the runner driving the woken run here (simulated SIGKILL).
-            log_.info("runner killed (simulated SIGKILL)")
         except StarflowError as exc:
-            log_.error("job outcome could not be recorded; the lease will expire and the job "
-                       "be claimed again", error=str(exc))
+            if self.runner.stopped(exc):
+                # The job's outcome was recorded and the run woken; then the process's
+                # owner stopped the execution of the woken run here (Runner.stop).
+                log_.info("execution stopped by its owner", reason=str(exc))
+            else:
+                log_.error("job outcome could not be recorded; the lease will expire and "
+                           "the job be claimed again", error=str(exc))
         finally:
             self.active -= 1
             self.completed += 1
@@ -241,6 +242,12 @@ class JobWorker:
                                            run_id=job.run_id, node_id=job.node_id)
             except StarflowError as exc:
                 error = error_info(exc, 1)
+        else:
+            try:  # a message no database can hold must not fail the write (and re-run)
+                serde.check_storable(error, what=f"the error raised by step {job.step_name}",
+                                     run_id=job.run_id, node_id=job.node_id)
+            except StarflowError as exc:
+                error = error_info(exc, int(error.get("attempts", 1)))
         status = "complete" if error is None else "failed"
 
         async def finish(ts: Any) -> None:

@@ -2,24 +2,29 @@
 (with a warm tier) the outbox drainer and drift sweep.
 
 The state model's starflow-server runs the sweep once at boot and then every
-``sweep_interval``; starflow runs these loops in ``Starflow.open`` (unless
-``maintenance=False``), in ``starflow server``, or in a worker started with
-``maintenance=True``. Every action is guarded in the database, so several
-processes may run maintenance against one database at once.
+``sweep_interval``; starflow runs these loops in ``starflow server``, in a
+worker started with ``maintenance=True`` (``starflow worker --maintenance``),
+or in an app opened with ``Starflow.open(maintenance=True)``. An app opened
+without them fires only its own inline runs' timers (:class:`InlineTimers`).
+Every action is guarded in the database, so several processes may run
+maintenance against one database at once.
 """
 
 from __future__ import annotations
 
+from datetime import datetime
+
 import anyio
 
-from .adapters.mirroring import find_mirror
 from .clock import wait_event
 from .errors import StarflowError
 from .logs import get_logger
+from .records import WaitRecord
 from .runner import Runner
 from .warm.drainer import OutboxDrainer
+from .warm.mirror import find_mirror
 
-__all__ = ["Maintenance"]
+__all__ = ["InlineTimers", "Maintenance"]
 
 log = get_logger("starflow.maintenance")
 
@@ -31,17 +36,30 @@ class Maintenance:
         runner: The process's runner.
         poll: Whether to poll the database for timers registered by other
             processes (off for a private in-memory database).
+        full: Run the server's loops (sweep, every run's timers, session-var
+            GC). False, a client's share: only the timers of the inline runs
+            this process paused (:attr:`inline_timers`).
+        drain: Run the outbox drainer when the adapter mirrors to a warm tier
+            (False when another Maintenance of the process drains it already).
+        firing: The (run id, node id) of the timers being fired, shared with
+            another Maintenance of the process so that one timer is fired once.
     """
 
-    def __init__(self, runner: Runner, *, poll: bool = True) -> None:
+    def __init__(self, runner: Runner, *, poll: bool = True, full: bool = True,
+                 drain: bool = True, firing: set[tuple[str, str]] | None = None) -> None:
         self.runner = runner
         self.poll = poll
-        self._firing: set[tuple[str, str]] = set()
+        self.full = full
+        #: Timers being fired now (shared by the process's timer loops).
+        self.firing: set[tuple[str, str]] = firing if firing is not None else set()
         self.sweeps = 0
+        #: A client's timers (``full=False``): its own inline runs'.
+        self.inline_timers: InlineTimers | None = (
+            None if full else InlineTimers(runner, firing=self.firing))
         #: The outbox drainer and drift sweep, when the adapter mirrors to a warm tier.
         self.drainer: OutboxDrainer | None = None
         mirror = find_mirror(runner.adapter)
-        if mirror is not None:
+        if mirror is not None and drain:
             self.drainer = OutboxDrainer(mirror, clock=runner.clock, config=runner.config)
 
     async def run(self, *, sweep_now: bool = True) -> None:
@@ -52,9 +70,13 @@ class Maintenance:
                 a worker, just ran it before claiming).
         """
         async with anyio.create_task_group() as tg:
-            tg.start_soon(self._sweep_loop, sweep_now)
-            tg.start_soon(self._timer_loop)
-            tg.start_soon(self._session_gc_loop)
+            if self.inline_timers is not None:
+                tg.start_soon(self.inline_timers.run)
+            else:
+                tg.start_soon(self._sweep_loop, sweep_now)
+                tg.start_soon(self._stuck_loop)
+                tg.start_soon(self._timer_loop)
+                tg.start_soon(self._session_gc_loop)
             if self.drainer is not None:
                 tg.start_soon(self.drainer.run)
 
@@ -77,22 +99,35 @@ class Maintenance:
                 log.error("lease sweep failed", error=str(exc))
             await self.runner.clock.sleep(interval)
 
+    async def _stuck_loop(self) -> None:
+        """At the sweep interval, warn about queued runs no worker claims (issue #20).
+
+        A loop of its own, so the sweep pass stays one write and its timing is
+        unchanged."""
+        interval = self.runner.config.sweep_interval.total_seconds()
+        while True:
+            await self.runner.clock.sleep(interval)
+            try:
+                await self.runner.warn_stuck()
+            except StarflowError as exc:
+                log.error("stuck-run check failed", error=str(exc))
+
     async def fire_due(self, tg: anyio.abc.TaskGroup) -> int:
         """Start a wake for every due timer not already being fired."""
         due = await self.runner.due_timers()
         started = 0
         for wait in due:
             key = (wait.run_id, wait.node_id)
-            if key in self._firing:
+            if key in self.firing:
                 continue
-            self._firing.add(key)
+            self.firing.add(key)
             self.runner.busy += 1
             started += 1
             tg.start_soon(self._fire, wait, key)
         return started
 
     async def _fire(self, wait: object, key: tuple[str, str]) -> None:
-        from .adapters.base import WaitRecord
+        from .records import WaitRecord
 
         assert isinstance(wait, WaitRecord)
         try:
@@ -101,7 +136,7 @@ class Maintenance:
             log.error("timer wake failed", run_id=wait.run_id, node_id=wait.node_id,
                       error=str(exc))
         finally:
-            self._firing.discard(key)
+            self.firing.discard(key)
             self.runner.busy -= 1
             self.runner.notify_timers()
 
@@ -144,3 +179,92 @@ class Maintenance:
             if removed:
                 log.info("expired session vars removed", count=removed)
 
+
+
+class InlineTimers:
+    """Fires the durable timers of the inline runs this process paused.
+
+    A process that runs no maintenance (``Starflow.open()``'s default: a web
+    worker, a one-shot script) still sees its own inline runs through their
+    sleeps and ``wait_for`` timeouts while it stays open: ``await sf.run(wf)``
+    then ``await sf.result(run_id)`` finishes a workflow that sleeps five
+    seconds. It watches only the runs :meth:`track` was given (paused handles
+    of ``run``, ``signal``, ``resume``, ``retry`` here), reads only their waits,
+    and forgets a run once it has no timed wait left. Once the process closes,
+    the timers of runs still paused are fired by a process that runs
+    maintenance (``starflow server``, ``starflow worker --maintenance``).
+    Firing is guarded in the database, so both may try.
+    """
+
+    def __init__(self, runner: Runner, *, firing: set[tuple[str, str]] | None = None) -> None:
+        self.runner = runner
+        self._runs: set[str] = set()
+        self._firing: set[tuple[str, str]] = firing if firing is not None else set()
+        self._changed = anyio.Event()
+
+    @property
+    def tracked(self) -> frozenset[str]:
+        """The run ids watched now."""
+        return frozenset(self._runs)
+
+    def track(self, run_id: str, status: str) -> None:
+        """Watch ``run_id``'s timers if it is paused (again: its wait may be a new one)."""
+        if status == "paused":
+            self._runs.add(run_id)
+            self._changed.set()
+
+    async def run(self) -> None:
+        """Fire due timers of the tracked runs until cancelled."""
+        clock = self.runner.clock
+        poll = self.runner.config.poll_interval.total_seconds()
+        async with anyio.create_task_group() as tg:
+            while True:
+                self._changed = changed = anyio.Event()
+                try:
+                    nearest = await self._fire_due(tg)
+                except StarflowError as exc:
+                    log.error("inline timer pass failed", error=str(exc))
+                    await clock.sleep(poll)
+                    continue
+                delay = (None if nearest is None
+                         else max(0.0, (nearest - clock.now()).total_seconds()))
+                await wait_event(clock, changed, delay)
+
+    async def _fire_due(self, tg: anyio.abc.TaskGroup) -> datetime | None:
+        """Start a wake for each due timer; return the nearest deadline not yet due."""
+        now = self.runner.clock.now()
+        nearest: datetime | None = None
+        for run_id in list(self._runs):
+            timed = [w for w in await self.runner.adapter.list_waits(run_id)
+                     if w.deadline is not None]
+            if not timed:
+                self._runs.discard(run_id)  # ended, or only a signal can wake it
+                continue
+            for wait in timed:
+                assert wait.deadline is not None
+                key = (wait.run_id, wait.node_id)
+                if wait.deadline <= now:
+                    if key not in self._firing:
+                        self._firing.add(key)
+                        self.runner.busy += 1
+                        tg.start_soon(self._fire, wait, key)
+                elif nearest is None or wait.deadline < nearest:
+                    nearest = wait.deadline
+        return nearest
+
+    async def _fire(self, wait: WaitRecord, key: tuple[str, str]) -> None:
+        try:
+            handle = await self.runner.fire_timer(wait)
+        except StarflowError as exc:
+            log.error("timer wake failed", run_id=wait.run_id, node_id=wait.node_id,
+                      error=str(exc))
+            handle = None
+        finally:
+            self._firing.discard(key)
+            self.runner.busy -= 1
+            self.runner.notify_timers()
+        self._runs.discard(wait.run_id)
+        if handle is not None:
+            self.track(handle.run_id, handle.status)
+        else:
+            self._changed.set()

@@ -17,8 +17,8 @@ Metrics are opt-in, because registering collectors is a side effect:
 :func:`enable_metrics` registers starflow's collectors in a Prometheus
 ``CollectorRegistry`` (the default one unless given) and returns them.
 
-Install the extras with ``pip install 'starflow[otel]'`` and
-``pip install 'starflow[metrics]'``.
+Install the extras with ``pip install 'starflow-durable[otel]'`` and
+``pip install 'starflow-durable[metrics]'``.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ._version import __version__
 from .clock import monotonic
 from .errors import ConfigError
 
@@ -290,8 +291,6 @@ def _global_tracer() -> Any:
 
 
 def _version() -> str:
-    from . import __version__
-
     return __version__
 
 
@@ -318,7 +317,7 @@ def enable_tracing(tracer_provider: Any = None) -> None:
         from opentelemetry import trace
     except ImportError:
         raise ConfigError("tracing needs opentelemetry-api: install it with "
-                          "pip install 'starflow[otel]'") from None
+                          "pip install 'starflow-durable[otel]'") from None
     provider = tracer_provider if tracer_provider is not None else trace.get_tracer_provider()
     _State.explicit_tracer = provider.get_tracer("starflow", _version())
 
@@ -341,7 +340,7 @@ def enable_metrics(registry: CollectorRegistry | None = None) -> StarflowMetrics
         import prometheus_client
     except ImportError:
         raise ConfigError("metrics need prometheus-client: install it with "
-                          "pip install 'starflow[metrics]'") from None
+                          "pip install 'starflow-durable[metrics]'") from None
     target = registry if registry is not None else prometheus_client.REGISTRY
     if _State.metrics is not None and _State.metrics.registry is target:
         return _State.metrics

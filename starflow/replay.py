@@ -8,14 +8,24 @@ recorded phase. Replay matches calls to records by node id.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from .adapters.base import RunEvent
+import anyio.lowlevel
 
-__all__ = ["Journal", "NodeRecord", "node_id"]
+from . import serde
+from .errors import NonDeterminismError, SerializationError
+from .limits import MAX_VALUE_DEPTH
+from .records import RunEvent
+
+__all__ = ["DIVERGENCE_FIX", "Journal", "NodeRecord", "check_recorded", "node_id",
+           "replay_variables", "variables_diff", "variables_snapshot"]
+
+#: What to do about a replay that diverged from its history (every such message ends so).
+DIVERGENCE_FIX = ("Revert the change, bump the workflow version, or guard it with "
+                  "starflow.patched()")
 
 
 def node_id(kind: str, name: str | None, occurrence: int) -> str:
@@ -53,6 +63,8 @@ class Journal:
     last_phase: Any = None
     started_at: datetime | None = None
     consumed: set[str] = field(default_factory=set)
+    #: True while this execution replays recorded nodes (until it reaches new ones).
+    replaying: bool = False
 
     @classmethod
     def from_events(cls, events: Iterable[RunEvent], started_at: datetime | None = None
@@ -114,3 +126,116 @@ class Journal:
         """Add a node recorded by this execution (it counts as consumed)."""
         self.nodes[rec.node_id] = rec
         self.consumed.add(rec.node_id)
+
+    def decide_patch(self, change_id: str) -> tuple[bool, str | None]:
+        """Whether this run takes the new path of ``change_id`` (``starflow.patched``).
+
+        Returns the answer and, when it is a new decision at the frontier, the
+        marker node id to record with the next boundary (it is recorded in the
+        journal here).
+        """
+        nid = node_id("patch", change_id, 1)
+        if self.get(nid) is not None:
+            self.consume(nid)
+            return True, None
+        if self.replaying and self.unconsumed():
+            return False, None  # the history goes past this point: old code ran here
+        # Nothing recorded lies ahead: this is the run's frontier.
+        self.replaying = False
+        self.record(NodeRecord(node_id=nid, kind="patch", name=change_id, status="complete",
+                               output=True))
+        return True, nid
+
+    async def reach_frontier(self, run_id: str, nid: str, what: str) -> None:
+        """A new node may run only once every recorded node has been replayed.
+
+        Concurrent branches replay at different speeds, so before declaring
+        divergence this lets other tasks run while they make progress.
+
+        Raises:
+            NonDeterminismError: recorded nodes remain that the code does not reach.
+        """
+        if not self.replaying:
+            return
+        stalls = 0
+        seen = len(self.consumed)
+        while True:
+            pending = self.unconsumed()
+            if not pending:
+                self.replaying = False
+                return
+            if stalls >= 3:
+                raise NonDeterminismError(
+                    f"run {run_id}: the code reached new node {nid} ({what}) while the "
+                    f"history still holds {', '.join(pending[:5])} not reached by this replay; "
+                    f"the workflow code changed under a running or paused run. {DIVERGENCE_FIX}",
+                    run_id=run_id, node_id=nid, recorded=pending[0], current=nid,
+                )
+            await anyio.lowlevel.cancel_shielded_checkpoint()
+            now_seen = len(self.consumed)
+            stalls = 0 if now_seen != seen else stalls + 1
+            seen = now_seen
+
+
+def _shown(value: Any, limit: int = 200) -> str:
+    """Recorded or current step arguments as compact JSON, cut for a message."""
+    if value is None:
+        return "(not recorded)"
+    text = serde.encode(value).decode()
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
+def check_recorded(run_id: str, rec: NodeRecord, kind: str, name: str, h: str | None,
+                   encoded: Any = None) -> None:
+    """A replayed call must be the recorded one: same kind, name and argument hash.
+
+    Raises:
+        NonDeterminismError: the code calls something else at this node.
+    """
+    if rec.kind is not None and (rec.kind != kind or rec.name != name):
+        raise NonDeterminismError(
+            f"run {run_id}: node {rec.node_id} was recorded as {rec.kind} {rec.name!r} "
+            f"but the code now calls {kind} {name!r}",
+            run_id=run_id, node_id=rec.node_id,
+            recorded=f"{rec.kind}:{rec.name}", current=f"{kind}:{name}",
+        )
+    if h is not None and rec.args_hash is not None and rec.args_hash != h:
+        raise NonDeterminismError(
+            f"run {run_id}: step {rec.node_id} was recorded with arguments "
+            f"{_shown(rec.input)} (hash {rec.args_hash}) but is now called with "
+            f"{_shown(encoded)} (hash {h}): its arguments changed. {DIVERGENCE_FIX}",
+            run_id=run_id, node_id=rec.node_id, recorded=rec.args_hash, current=h,
+        )
+
+
+# A recorded step is not run again on replay, so what it wrote to the context's
+# variables (the phase included) would be missing after every wake or takeover.
+# Its writes are recorded with its outcome and applied again when it is replayed.
+
+def variables_snapshot(variables: Mapping[str, Any], reserved_prefix: str
+                       ) -> dict[str, bytes] | None:
+    """The user variables as JSON, per key (None if one cannot be encoded)."""
+    if not variables:
+        return {}
+    try:
+        return {k: serde.encode(v, max_depth=MAX_VALUE_DEPTH) for k, v in variables.items()
+                if not k.startswith(reserved_prefix)}
+    except SerializationError:
+        return None
+
+
+def variables_diff(before: dict[str, bytes], after: dict[str, bytes]) -> dict[str, Any] | None:
+    """What changed between two snapshots (``{"set": …, "unset": …}``), if anything."""
+    changed = [k for k, v in after.items() if before.get(k) != v]
+    unset = [k for k in before if k not in after]
+    if not changed and not unset:
+        return None
+    return {"set": {k: serde.decode(after[k]) for k in changed}, "unset": unset}
+
+
+def replay_variables(variables: Any, changes: dict[str, Any]) -> None:
+    """Apply a replayed step's recorded variable writes (``Variables`` of the context)."""
+    for key, value in (changes.get("set") or {}).items():
+        variables._engine_set(key, value)
+    for key in changes.get("unset") or ():
+        variables._engine_pop(key)

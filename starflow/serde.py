@@ -18,8 +18,10 @@ from typing import Any, TypeVar
 import msgspec
 
 from .errors import SerializationError
+from .limits import MAX_NESTING_DEPTH, MAX_PAYLOAD_BYTES, MAX_VALUE_DEPTH, text_problem
 
-__all__ = ["args_hash", "convert", "convert_call", "decode", "encode", "to_builtins"]
+__all__ = ["args_hash", "check_storable", "convert", "convert_call", "decode", "encode",
+           "to_builtins"]
 
 T = TypeVar("T")
 
@@ -46,8 +48,9 @@ def _stdlib_time_type(type_: Any) -> Any:
 _decoder = msgspec.json.Decoder()
 
 
-#: What msgspec raises for a value it cannot encode (enc_hook refusals included).
-_REFUSALS = (TypeError, ValueError, OverflowError, NotImplementedError)
+#: What msgspec raises for a value it cannot encode (enc_hook refusals included;
+#: RecursionError for a value nested past the interpreter's stack).
+_REFUSALS = (TypeError, ValueError, OverflowError, NotImplementedError, RecursionError)
 
 
 def _refused(what: str, exc: BaseException, run_id: str | None, node_id: str | None
@@ -73,6 +76,80 @@ def _non_finite(value: Any) -> float | None:
     return None
 
 
+def _path(path: str, key: Any) -> str:
+    return f"{path}[{key}]" if isinstance(key, int) else f"{path}[{key!r}]"
+
+
+def _unstorable(value: Any, limit: int, path: str = "$", depth: int = 0
+                ) -> tuple[str, str] | None:
+    """The first part of builtins ``value`` that a database cannot hold, as
+    (JSON path, reason), or ``None``. Iterative over siblings, recursive only
+    to ``limit`` levels, so it never overflows the stack."""
+    if isinstance(value, str):
+        problem = text_problem(value)
+        return None if problem is None else (path, f"the string {problem}")
+    if isinstance(value, dict | list):
+        if depth >= limit:
+            return path, f"it is nested more than {limit} levels deep (lists and objects)"
+        items = value.items() if isinstance(value, dict) else enumerate(value)
+        for key, item in items:
+            if isinstance(key, str):
+                problem = text_problem(key)
+                if problem is not None:
+                    return _path(path, key.encode("utf-8", "backslashreplace").decode()), \
+                        f"the key {problem}"
+            found = _unstorable(item, limit, _path(path, key), depth + 1)
+            if found is not None:
+                return found
+    return None
+
+
+def _as_builtins(value: Any) -> Any:
+    if isinstance(value, str | dict | list):
+        return value
+    try:
+        return msgspec.to_builtins(value, str_keys=True, enc_hook=_enc_hook)
+    except _REFUSALS:
+        return None
+
+
+def _refuse_unstorable(value: Any, what: str, run_id: str | None, node_id: str | None,
+                       limit: int = MAX_NESTING_DEPTH) -> SerializationError:
+    found = _unstorable(_as_builtins(value), limit)
+    path, reason = found if found is not None else ("$", "it cannot be encoded as UTF-8 JSON")
+    if len(path) > 100:
+        path = path[:80] + "…"
+    where = f" (node {node_id})" if node_id else ""
+    return SerializationError(
+        f"{what}{where} cannot be stored: at {path} {reason}. It was not written; change "
+        "the value (a NUL or lone surrogate can be escaped or base64-encoded, deep nesting "
+        "flattened)", run_id=run_id, node_id=node_id)
+
+
+def _check_encoded(data: bytes, value: Any, what: str, run_id: str | None,
+                   node_id: str | None, limit: int) -> None:
+    """Refuse encoded JSON that one of the databases cannot hold. Cheap for the
+    usual value: a NUL shows as ``\\u0000`` in the JSON text, and a document with
+    fewer brackets than the depth limit cannot be nested past it."""
+    if len(data) > MAX_PAYLOAD_BYTES:
+        raise SerializationError(
+            f"{what} cannot be stored: it is {len(data)} bytes as JSON; the most is "
+            f"{MAX_PAYLOAD_BYTES} bytes. It was not written; store large data elsewhere "
+            "(an object store) and keep its key in the workflow", run_id=run_id,
+            node_id=node_id)
+    if (b"\\u0000" in data
+            or data.count(b"[") + data.count(b"{") > limit) \
+            and _unstorable(_as_builtins(value), limit) is not None:
+        raise _refuse_unstorable(value, what, run_id, node_id, limit)
+
+
+def check_storable(value: Any, *, what: str, run_id: str | None = None,
+                   node_id: str | None = None) -> None:
+    """Raise :class:`SerializationError` unless ``value`` can be stored on both
+    databases inside any document that wraps it (see :mod:`starflow.limits`)."""
+    encode(value, what=what, run_id=run_id, node_id=node_id, max_depth=MAX_VALUE_DEPTH)
+
+
 def to_builtins(value: Any, *, what: str, run_id: str | None = None,
                 node_id: str | None = None) -> Any:
     """Convert ``value`` to JSON-compatible builtins, or raise :class:`SerializationError`.
@@ -80,15 +157,25 @@ def to_builtins(value: Any, *, what: str, run_id: str | None = None,
     The result is what a later decode of the stored JSON gives back, so a live
     execution sees the same value as its replay: dict keys become strings (JSON
     has no others), and NaN or infinity, which JSON cannot hold (msgspec would
-    write ``null``), is refused.
+    write ``null``), is refused. So is what either database cannot hold: a NUL
+    character or lone surrogate in a string or key, nesting deeper than
+    :data:`~starflow.limits.MAX_VALUE_DEPTH`, a document larger than
+    :data:`~starflow.limits.MAX_PAYLOAD_BYTES`; the error names the JSON path.
     """
     try:
         builtins = msgspec.to_builtins(value, order="deterministic", str_keys=True,
                                        enc_hook=_enc_hook)
+    except RecursionError as exc:
+        raise SerializationError(
+            f"{what} cannot be stored: it is nested more than {MAX_VALUE_DEPTH} levels "
+            "deep (lists, dicts, objects). It was not written; flatten it",
+            run_id=run_id, node_id=node_id) from exc
     except _REFUSALS as exc:
         raise _refused(what, exc, run_id, node_id) from exc
+    data = encode(builtins, what=what, run_id=run_id, node_id=node_id,
+                  max_depth=MAX_VALUE_DEPTH)
     # A non-finite float is encoded as null: look for one only where a null appears.
-    if b"null" in _encoder.encode(builtins):
+    if b"null" in data:
         bad = _non_finite(builtins)
         if bad is not None:
             raise _refused(what, ValueError(f"{bad!r} has no JSON representation"),
@@ -97,12 +184,26 @@ def to_builtins(value: Any, *, what: str, run_id: str | None = None,
 
 
 def encode(value: Any, *, what: str = "value", run_id: str | None = None,
-           node_id: str | None = None) -> bytes:
-    """Encode ``value`` as deterministic JSON bytes."""
+           node_id: str | None = None, max_depth: int = MAX_NESTING_DEPTH) -> bytes:
+    """Encode ``value`` as deterministic JSON bytes that both databases can hold.
+
+    Args:
+        max_depth: Most levels of nesting: a whole stored document's by default;
+            :data:`~starflow.limits.MAX_VALUE_DEPTH` for a value still to be
+            wrapped in one.
+
+    Raises:
+        SerializationError: the value cannot be encoded, or holds what a database
+            cannot store (named by its JSON path).
+    """
     try:
-        return _encoder.encode(value)
+        data = _encoder.encode(value)
+    except (UnicodeEncodeError, RecursionError) as exc:
+        raise _refuse_unstorable(value, what, run_id, node_id, max_depth) from exc
     except _REFUSALS as exc:
         raise _refused(what, exc, run_id, node_id) from exc
+    _check_encoded(data, value, what, run_id, node_id, max_depth)
+    return data
 
 
 def decode(data: bytes | str, *, what: str = "stored value", sort_keys: bool = False) -> Any:

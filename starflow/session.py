@@ -17,6 +17,7 @@ import wrapt
 from .context import current_engine
 from .decorators import step
 from .errors import StarflowError
+from .limits import check_name
 
 __all__ = ["session_get", "session_set"]
 
@@ -33,6 +34,21 @@ def _engine() -> Any:
     return engine
 
 
+async def _check_names(wrapped: Any, instance: Any, args: tuple[Any, ...],
+                       kwargs: dict[str, Any]) -> Any:
+    engine = _engine()
+    check_name("session_id", kwargs.get("session_id", args[0] if args else None),
+               run_id=engine.run_id)
+    check_name("key", kwargs.get("key", args[1] if len(args) > 1 else None),
+               run_id=engine.run_id)
+    return await wrapped(*args, **kwargs)
+
+
+def _checks_names(fn: F) -> F:
+    return cast(F, wrapt.FunctionWrapper(fn, _check_names))
+
+
+@_checks_names
 @step(name="session_get")
 async def session_get(session_id: str, key: str) -> Any:
     """Read a session variable (``None`` if absent or expired)."""
@@ -45,6 +61,10 @@ async def _check_keep_until(wrapped: Any, instance: Any, args: tuple[Any, ...],
     # Checked in front of the step, which then gets the call exactly as made: its
     # argument hash, and so every recorded history, stays the same.
     engine = _engine()
+    check_name("session_id", kwargs.get("session_id", args[0] if args else None),
+               run_id=engine.run_id)
+    check_name("key", kwargs.get("key", args[1] if len(args) > 1 else None),
+               run_id=engine.run_id)
     keep_until = kwargs["keep_until"] if "keep_until" in kwargs else (
         args[3] if len(args) > 3 else None)
     if keep_until is not None and (not isinstance(keep_until, datetime)

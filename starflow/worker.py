@@ -7,19 +7,18 @@ from datetime import datetime
 import anyio
 import anyio.abc
 
-from .adapters.base import RunInfo
 from .clock import wait_event
 from .config import check_concurrency
 from .decorators import registry
 from .errors import (
     ConfigError,
-    RunnerKilled,
     StarflowError,
     StorageError,
     WorkflowDefinitionError,
 )
 from .logs import get_logger
 from .maintenance import Maintenance
+from .records import RunInfo
 from .runner import Runner
 
 __all__ = ["Worker"]
@@ -151,12 +150,14 @@ class Worker:
             except StarflowError as exc2:
                 self._log.error("could not release the run; the sweep will", run_id=run.id,
                                 error=str(exc2))
-        except RunnerKilled:
-            # A test harness simulated SIGKILL of this run's runner: not a failure
-            # and not a takeover; the sweep recovers the run once its lease expires.
-            self._log.info("runner killed (simulated SIGKILL)", run_id=run.id)
         except StarflowError as exc:
-            self._log.error("run failed to drive", run_id=run.id, error=str(exc))
+            if runner.stopped(exc):
+                # Stopped by this process's owner (Runner.stop): not a failure and not
+                # a takeover; the sweep recovers the run once its lease expires.
+                self._log.info("execution stopped by its owner", run_id=run.id,
+                               reason=str(exc))
+            else:
+                self._log.error("run failed to drive", run_id=run.id, error=str(exc))
         finally:
             self._driving.discard(run.id)
             self.active -= 1

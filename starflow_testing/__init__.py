@@ -16,12 +16,12 @@ from __future__ import annotations
 
 from starflow.errors import RunnerKilled
 from starflow.history import RunHistory, export_run, load_history, read_history
+from starflow.replayer import Replayer, ReplayResult
 
 from .clock import FakeClock
 from .environment import WorkflowEnvironment
 from .faults import FaultInjectingAdapter
 from .logs import capture_logs
-from .replayer import Replayer, ReplayResult
 
 __all__ = [
     "FakeClock",

@@ -4,21 +4,25 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Coroutine
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 
 from starflow.adapters.base import DelegatingAdapter, WorkflowStateAdapter
+from starflow.adapters.units import Command
 
 __all__ = ["InflightTracker", "forwarded_reads"]
 
+R = TypeVar("R")
+
 #: DelegatingAdapter methods that are not database calls (or block by design).
 _NOT_CALLS = frozenset({"open", "close", "migrate", "wait_for_work", "idle", "execute",
-                        "unit"})
+                        "perform", "unit"})
 
 
 def forwarded_reads() -> list[str]:
-    """Names of the coroutine methods :class:`DelegatingAdapter` forwards, besides ``execute``."""
+    """Names of the coroutine methods :class:`DelegatingAdapter` forwards, besides the
+    two write seams ``execute`` and ``perform``: the reads."""
     import inspect
 
     return sorted(
@@ -64,6 +68,13 @@ class InflightTracker(DelegatingAdapter):
         self._enter()
         try:
             return await self.inner.execute(unit)
+        finally:
+            self._exit()
+
+    async def perform(self, command: Command[R]) -> R:
+        self._enter()
+        try:
+            return await self.inner.perform(command)
         finally:
             self._exit()
 

@@ -8,17 +8,18 @@ import tempfile
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime, timedelta
-from typing import Any, Literal, ParamSpec, TypeVar
+from typing import Any, Literal, ParamSpec, TypeVar, overload
 
 import anyio
 import msgspec
 
 from starflow.adapters import adapter_from_url
-from starflow.adapters.base import RunEvent, RunInfo, WorkflowStateAdapter
+from starflow.adapters.base import WorkflowStateAdapter
 from starflow.app import Starflow
 from starflow.config import StarflowConfig
-from starflow.errors import ConfigError, ResultTimeout, StarflowError
+from starflow.errors import ConfigError, ResultTimeout, RunnerKilled, StarflowError
 from starflow.logs import get_logger
+from starflow.records import RunEvent, RunInfo
 from starflow.runner import RunHandle, Runner
 
 from ._quiesce import quiesce
@@ -199,7 +200,7 @@ class WorkflowEnvironment:
         except ImportError as exc:  # pragma: no cover - depends on the install
             raise ConfigError(
                 "WorkflowEnvironment(patch_time=True) needs freezegun: install it with "
-                "pip install 'starflow[testing]', or pass patch_time=False") from exc
+                "pip install 'starflow-durable[testing]', or pass patch_time=False") from exc
         self._freezer = freeze_time(self.clock.now(), real_asyncio=True)
         factory = self._freezer.start()
         self._unsubscribe = self.clock.on_change(factory.move_to)
@@ -348,30 +349,39 @@ class WorkflowEnvironment:
     # -- the application API -------------------------------------------------------
 
     async def run(self, wf: Callable[P, Awaitable[R]], /, *args: P.args, **kwargs: P.kwargs
-                  ) -> RunHandle:
+                  ) -> RunHandle[R]:
         """``Starflow.run``: start a run and drive it here until it ends or pauses."""
         return await self._skipping(lambda: self.app.run(wf, *args, **kwargs))
 
     async def start(self, wf: Callable[P, Awaitable[R]], /, *args: P.args, **kwargs: P.kwargs
-                    ) -> RunHandle:
+                    ) -> RunHandle[R]:
         """``Starflow.start``: queue a run for the embedded worker."""
         return await self.app.start(wf, *args, **kwargs)
 
-    async def signal(self, run_id: str, event: str, payload: Any = None) -> RunHandle:
+    async def signal(self, run_id: str, event: str, payload: Any = None) -> RunHandle[Any]:
         """``Starflow.signal``: deliver a signal (an inline run is driven here)."""
         return await self._skipping(lambda: self.app.signal(run_id, event, payload))
 
-    async def resume(self, wake_token: str, payload: Any = None) -> RunHandle:
+    async def resume(self, wake_token: str, payload: Any = None) -> RunHandle[Any]:
         """``Starflow.resume``: wake a wait through its token."""
         return await self._skipping(lambda: self.app.resume(wake_token, payload))
 
-    async def cancel(self, run_id: str) -> RunHandle:
+    async def cancel(self, run_id: str) -> RunHandle[Any]:
         """``Starflow.cancel``."""
         return await self.app.cancel(run_id)
 
-    async def result(self, run_id: str, timeout: timedelta | float | None = None
-                     ) -> Any:
+    @overload
+    async def result(self, run_id: RunHandle[R], timeout: timedelta | float | None = None
+                     ) -> R: ...
+
+    @overload
+    async def result(self, run_id: str, timeout: timedelta | float | None = None) -> Any: ...
+
+    async def result(self, run_id: RunHandle[Any] | str,
+                     timeout: timedelta | float | None = None) -> Any:
         """``Starflow.result``, skipping time while the run waits on timers.
+
+        Given the handle ``run`` or ``start`` returned, the value is typed.
 
         Raises:
             WorkflowFailed: the run ended with ``error`` or ``cancelled``.
@@ -379,19 +389,23 @@ class WorkflowEnvironment:
                 environment can make the run progress (it waits for a signal
                 nobody sends, or for a pool no worker serves).
         """
+        if isinstance(run_id, RunHandle):
+            run_id = run_id.run_id
+        rid = run_id
+
         async def stuck() -> None:
-            run = await self.adapter.get_run(run_id)
+            run = await self.adapter.get_run(rid)
             if run is None or run.is_terminal:
                 # It ended after result() last looked: wake result() to see it.
                 self.runner.notify_settled()
                 return
             raise ResultTimeout(
-                f"run {run_id} cannot make progress in this environment: no engine runs, "
+                f"run {rid} cannot make progress in this environment: no engine runs, "
                 "no timer is due and no lease awaits the sweep; it probably waits for a "
                 "signal (send it first) or is queued for a pool the environment's worker "
-                "does not serve (pass pools=...)", run_id=run_id)
+                "does not serve (pass pools=...)", run_id=rid)
 
-        return await self._skipping(lambda: self.app.result(run_id, timeout=timeout), stuck)
+        return await self._skipping(lambda: self.app.result(rid, timeout=timeout), stuck)
 
     async def get_run(self, run_id: str) -> RunInfo:
         """``Starflow.get_run``."""
@@ -420,17 +434,20 @@ class WorkflowEnvironment:
 
         The call that was driving the run in this environment (:meth:`run`,
         :meth:`signal` or :meth:`resume`) raises
-        :class:`~starflow.errors.RunnerKilled`; the embedded worker logs
-        ``runner killed (simulated SIGKILL)``. Neither reports a takeover
+        :class:`~starflow.errors.RunnerKilled`; the embedded worker logs it as
+        stopped, at info level. Neither reports a takeover
         (:class:`~starflow.LeaseLostError`): no other runner took the run.
+        The kill itself is logged as ``runner killed (simulated SIGKILL)``.
+
+        It goes through the runtime's one seam for it, ``Runner.stop``: the
+        product has no other kill-simulation path.
 
         Raises:
             StarflowError: no engine of this environment is executing the run.
         """
-        engine = self.runner.engines.get(run_id)
-        if engine is None:
+        if not self.runner.stop(run_id, RunnerKilled(run_id)):
             raise StarflowError(
                 f"run {run_id} is not executing in this environment, so there is no runner "
                 "to kill: kill it while a step is in progress", run_id=run_id)
-        engine.crash()
+        log.info("runner killed (simulated SIGKILL)", run_id=run_id)
         await self.quiesce()

@@ -2,9 +2,12 @@
 
 Every lifecycle boundary of the state model reaches the adapter as a
 :class:`~starflow.adapters.base.Unit` through ``execute``; the boundary
-methods that built a unit are ``unit.methods``. This wrapper counts calls per
-method name (boundaries seen inside units, and reads such as ``get_run`` or
-``claim_runs``) and, on the N-th call of a method you name, raises
+methods that built a unit are ``unit.methods``. Every read-modify-write (a
+claim, a sweep pass, an outbox drain…) reaches it as a
+:class:`~starflow.adapters.base.Command` through ``perform``, named by
+``command.method`` (``claim_runs``). This wrapper counts calls per method name
+(boundaries seen inside units, commands, and reads such as ``get_run``) and,
+on the N-th call of a method you name, raises
 :class:`~starflow.StorageError` before anything reaches the database, or
 hangs until the test releases it.
 """
@@ -14,16 +17,19 @@ from __future__ import annotations
 import functools
 from collections import Counter
 from collections.abc import Callable, Collection, Coroutine, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 
-from starflow.adapters.base import DelegatingAdapter, Unit, WorkflowStateAdapter
+from starflow.adapters.base import DelegatingAdapter, WorkflowStateAdapter
+from starflow.adapters.units import Command, Unit
 from starflow.errors import StorageError
 
 from ._tracking import forwarded_reads
 
 __all__ = ["FaultInjectingAdapter", "FaultSpec"]
+
+R = TypeVar("R")
 
 #: Which calls of a method to fault: the N-th (1-based), or several of them.
 FaultSpec = int | Collection[int]
@@ -132,6 +138,12 @@ class FaultInjectingAdapter(DelegatingAdapter):
         # back to back in one unit are two calls, the ops of one call are one.
         await self._enter(unit.methods)
         return await self.inner.execute(unit)
+
+    async def perform(self, command: Command[R]) -> R:
+        # Claims, sweeps, job claims, outbox drains, definitions, secrets and
+        # session GC: one call each, named by the method that built the command.
+        await self._enter([command.method])
+        return await self.inner.perform(command)
 
 
 def _faulty(name: str) -> Callable[..., Coroutine[Any, Any, Any]]:

@@ -82,8 +82,20 @@ class TestQuickstart:
         assert "'tracking': 'TRACK-O-1'" in out
 
 
+class TestFailureData:
+    """examples/failure_data.py: a run's failure read back as data."""
+
+    def test_cause_node_and_raise_point(self, tmp_path: Path) -> None:
+        """The failing step's node, attempts, qualified type, message and its own frame."""
+        out = run_example("failure_data.py", tmp_path)
+        assert "run is error" in out
+        assert ("failed at step:price_of#2 after 2 attempt(s): builtins.KeyError: "
+                "\"lamp: brass, 'Error: none'\"") in out
+        assert "raised in price_of" in out
+
+
 #: Examples whose output a class above checks.
-CHECKED = {"saga.py", "fan_out.py", "long_sleep.py", "quickstart.py"}
+CHECKED = {"saga.py", "fan_out.py", "long_sleep.py", "quickstart.py", "failure_data.py"}
 
 
 @pytest.mark.parametrize(
@@ -112,11 +124,17 @@ class TestLiveWatch:
 class TestWorkerDeployment:
     """examples/worker_deployment.py: queued runs, a signal requeue, a swept lost runner."""
 
-    @pytest.mark.parametrize("db", ["sqlite", "postgres"])
+    @pytest.mark.parametrize("db", ["sqlite", "postgres", "pgbouncer"])
     def test_workers_finish_every_run(self, tmp_path: Path, db: str,
                                       monkeypatch: pytest.MonkeyPatch) -> None:
         """Every queued run ships; the lost runner's run is swept, requeued and finished."""
-        if db == "postgres":
+        if db == "pgbouncer":  # unchanged, through a transaction pooler (polling)
+            from conftest import pgbouncer_url, require_pgbouncer
+
+            require_pgbouncer()
+            monkeypatch.setenv("STARFLOW_WORKSPACE", f"example-{uuid.uuid4().hex[:12]}")
+            out = run_example("worker_deployment.py", tmp_path, url=pgbouncer_url())
+        elif db == "postgres":
             from conftest import POSTGRES_URL, require_postgres
 
             require_postgres()

@@ -7,7 +7,7 @@ import importlib
 import pytest
 
 
-@pytest.mark.parametrize("module_name", ["starflow", "starflow_testing"])
+@pytest.mark.parametrize("module_name", ["starflow", "starflow_testing", "starflow.sync"])
 def test_all_is_sorted_and_importable(module_name: str) -> None:
     """__all__ is sorted, has no duplicates, and every name exists."""
     module = importlib.import_module(module_name)
@@ -65,8 +65,9 @@ def test_error_classes_are_pinned_and_drawn() -> None:
                     if isinstance(getattr(starflow, name), type)
                     and issubclass(getattr(starflow, name), BaseException))
     assert errors == [
-        "ConfigError", "InvalidWakeToken", "LeaseLostError", "NonDeterminismError",
-        "ReservedKeyError", "ResultTimeout", "RunCancelled", "RunFinished", "RunIdConflict",
+        "ConfigError", "InvalidArgument", "InvalidWakeToken", "LeaseLostError",
+        "NonDeterminismError", "ReservedKeyError", "ResultTimeout", "RunCancelled",
+        "RunFinished", "RunIdConflict",
         "RunNotFound", "SerializationError", "StarflowError", "StepFailed", "StorageError",
         "WaitTimeout", "WarmTierError", "WorkflowDefinitionError", "WorkflowFailed",
     ]
@@ -82,3 +83,16 @@ def test_error_classes_are_pinned_and_drawn() -> None:
         assert drawn.search(tree), f"{name} is not drawn in the errors.py docstring"
         assert drawn.search(page), f"{name} is not drawn in docs/errors.md"
         assert f"\n## {name}\n" in page, f"docs/errors.md has no section for {name}"
+
+
+def test_sync_facade_has_the_async_methods() -> None:
+    """starflow.sync.Starflow has every public method of starflow.Starflow, same names."""
+    import starflow
+    from starflow import sync
+
+    assert sync.__all__ == ["RunOptions", "Starflow", "SyncWorker"]
+    public = {n for n in dir(starflow.Starflow) if not n.startswith("_")}
+    # Not offered: the adapter/runner internals, and job workers (run them as processes).
+    internal = {"adapter", "runner", "clock", "warm", "job_worker"}
+    missing = sorted(public - internal - set(dir(sync.Starflow)))
+    assert not missing, f"starflow.sync.Starflow lacks {missing}"

@@ -333,10 +333,10 @@ class TestDisabled:
     def test_missing_package_message(self, monkeypatch: pytest.MonkeyPatch) -> None:
         """Enabling without the package raises ConfigError naming the extra."""
         monkeypatch.setitem(sys.modules, "prometheus_client", None)
-        with pytest.raises(ConfigError, match=r"starflow\[metrics\]"):
+        with pytest.raises(ConfigError, match=r"starflow-durable\[metrics\]"):
             obs.enable_metrics()
         monkeypatch.setitem(sys.modules, "opentelemetry", None)
-        with pytest.raises(ConfigError, match=r"starflow\[otel\]"):
+        with pytest.raises(ConfigError, match=r"starflow-durable\[otel\]"):
             obs.enable_tracing()
 
 
@@ -362,19 +362,14 @@ class TestLogBinding:
         assert entry["node_id"] == "step:obs-add#1"
         assert structlog.contextvars.get_contextvars() == {}
 
-    def test_starflow_logger_merges_bound_values(
-            self, captured: list[MutableMapping[str, Any]]) -> None:
-        """starflow's own events inside bound() carry the bound values."""
-        from starflow.logs import get_level, set_level
+    def test_starflow_logger_merges_bound_values(self) -> None:
+        """starflow's own records inside bound() carry the bound values."""
+        from starflow_testing import capture_logs
 
-        level = get_level()
-        set_level("debug")
-        try:
+        with capture_logs() as records:
             with bound(run_id="r", node_id="step:x#1"):
                 get_logger("starflow.test").debug("inside")
             get_logger("starflow.test").debug("outside")
-        finally:
-            set_level(level)
-        inside, outside = captured
+        inside, outside = records
         assert (inside["run_id"], inside["node_id"]) == ("r", "step:x#1")
         assert "node_id" not in outside

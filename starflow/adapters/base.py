@@ -8,438 +8,119 @@ method, :meth:`WorkflowStateAdapter.execute`, which applies a :class:`Unit`
 the guard held, plus the reads.
 
 Several boundary calls made inside ``async with adapter.unit(...)`` become one
-unit and therefore one transaction. That single seam is what group commit,
-the mirror outbox, fault injection and the durability level build on.
+unit and therefore one transaction (only calls on that adapter). That single
+seam is what group commit, the mirror outbox, fault injection and the
+durability level build on.
+
+The read-modify-writes (claims, the lease sweep, job claims and heartbeats,
+outbox drains, definitions, secrets, session GC) are concrete here too: each
+builds a :class:`Command` and submits it to the sibling seam
+:meth:`WorkflowStateAdapter.perform`, which a concrete adapter serves with one
+``_<method>`` handler per command. Wrappers override ``execute`` and
+``perform`` and see every write.
 """
 
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from contextvars import ContextVar, Token
 from datetime import datetime
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
-
-import msgspec
+from typing import Any, Protocol, cast
 
 from ..clock import Clock
-from ..context import WorkflowContext
-
-if TYPE_CHECKING:  # pages builds on this module's records
-    from .pages import RunPage, RunPageQuery
+from ..failure import RunFailure
+from ..limits import check_tenant
+from ..records import (
+    DefinitionRecord,
+    JobRecord,
+    JobSpec,
+    OutboxLag,
+    OutboxRow,
+    RunEvent,
+    RunInfo,
+    SignalRecord,
+    StartOptions,
+    SweepResult,
+    WaitRecord,
+)
+from .pages import RunPage, RunPageQuery
+from .units import (
+    UPDATABLE_RUN_COLUMNS,
+    AfterClaim,
+    AfterSweep,
+    ClaimJobs,
+    ClaimRuns,
+    Command,
+    DeleteSessionVars,
+    DeleteSignal,
+    DeleteWaits,
+    EnsureDefinition,
+    ExpireSessionVars,
+    FailRunJobs,
+    FinishJob,
+    GetSecret,
+    Guard,
+    HeartbeatJob,
+    InsertEvent,
+    InsertJob,
+    InsertRun,
+    InsertSignal,
+    InsertWait,
+    Mark,
+    MarkOutboxApplied,
+    Op,
+    PruneOutbox,
+    R,
+    SweepLeases,
+    Unit,
+    UpdateRun,
+    UpsertSessionVar,
+)
 
 __all__ = [
-    "DefinitionRecord",
+    "ClaimJobs",
+    "ClaimRuns",
+    "Command",
     "DelegatingAdapter",
+    "EnsureDefinition",
+    "ExpireSessionVars",
+    "GetSecret",
     "Guard",
-    "JobRecord",
-    "JobSpec",
+    "HeartbeatJob",
+    "MarkOutboxApplied",
     "Op",
-    "OutboxLag",
-    "OutboxRow",
-    "RunEvent",
-    "RunInfo",
-    "SignalRecord",
-    "StartOptions",
-    "SweepResult",
+    "PruneOutbox",
+    "RunContext",
+    "SweepLeases",
     "Unit",
-    "WaitRecord",
     "WorkflowStateAdapter",
 ]
 
-# ---------------------------------------------------------------------------
-# Records returned by reads
-# ---------------------------------------------------------------------------
 
-RUN_STATUSES = ("queued", "running", "paused", "success", "error", "cancelled")
-TERMINAL_STATUSES = frozenset({"success", "error", "cancelled"})
-CLAIM_STATES = ("queued", "claimed", "running", "complete", "failed", "abandoned")
-
-
-class RunInfo(msgspec.Struct, frozen=True, kw_only=True):
-    """One ``workflow_runs`` row, typed. Column names are the state model's."""
-
-    id: str
-    template_id: str | None
-    workspace_id: str
-    env: str
-    status: str
-    started_at: datetime | None
-    completed_at: datetime | None = None
-    duration_ms: int | None = None
-    checkpoint_json: dict[str, Any] | None = None
-    error: str | None = None
-    claim_state: str = "running"
-    runner_pool: str | None = None
-    leased_by: str | None = None
-    lease_until: datetime | None = None
-    last_heartbeat: datetime | None = None
-    claim_attempts: int = 0
-    definition_id: str | None = None
-    input_json: Any = None
-    result_json: Any = None
-    start_mode: str = "inline"
-    max_claim_attempts: int = 3
-    workflow_version: int | None = None
+class RunContext(Protocol):
+    """What the boundaries read from a run's context (the runtime's
+    :class:`~starflow.WorkflowContext` is one): the adapters know no runtime type."""
 
     @property
-    def run_id(self) -> str:
-        """Alias of ``id``."""
-        return self.id
+    def workflow(self) -> str: ...
 
     @property
-    def is_terminal(self) -> bool:
-        """True once the run reached ``success``, ``error`` or ``cancelled``."""
-        return self.status in TERMINAL_STATUSES
-
-
-class RunEvent(msgspec.Struct, frozen=True, kw_only=True):
-    """One ``workflow_run_events`` row."""
-
-    id: int
-    run_id: str
-    event_type: str
-    node_id: str | None
-    payload_json: Any
-    created_at: datetime
+    def version(self) -> int: ...
 
     @property
-    def payload(self) -> Any:
-        """Alias of ``payload_json``."""
-        return self.payload_json
+    def phase(self) -> Any: ...
 
+    def snapshot(self) -> dict[str, Any]:
+        """The JSON-ready snapshot stored as ``checkpoint_json``."""
+        ...
 
-class WaitRecord(msgspec.Struct, frozen=True, kw_only=True):
-    """A registered wake: a run paused on a signal and/or a deadline."""
 
-    run_id: str
-    node_id: str
-    event: str | None
-    deadline: datetime | None
-    created_at: datetime
-
-
-class SignalRecord(msgspec.Struct, frozen=True, kw_only=True):
-    """An undelivered signal in a run's inbox."""
-
-    id: int
-    run_id: str
-    event: str
-    payload: Any
-    created_at: datetime
-
-
-class DefinitionRecord(msgspec.Struct, frozen=True, kw_only=True):
-    """A ``workflow_definitions`` row."""
-
-    id: str
-    name: str
-    version: int
-    code_hash: str
-    created_at: datetime
-
-
-class SweepResult(msgspec.Struct, frozen=True, kw_only=True):
-    """One run the lease sweep acted on."""
-
-    run_id: str
-    leased_by: str | None
-    action: str  # "requeued" or "abandoned"
-
-
-class JobSpec(msgspec.Struct, frozen=True, kw_only=True):
-    """A worker job a ``@step(pool=...)`` call dispatches (a ``worker_jobs`` row to insert).
-
-    Attributes:
-        id: The job id (a UUID derived from the idempotency key).
-        run_id: The run waiting on the job.
-        node_id: The step's node id (``step:render#1``); the run waits there.
-        pool: Worker pool that serves it.
-        step_name: Registered name of the step function.
-        idempotency_key: ``run_id:node_id``; unique, so a job is never dispatched twice.
-        input: The encoded call arguments ``{"args": [...], "kwargs": {...}}``.
-        args_hash: Hash of ``input`` (recorded on the step's ``node_start``).
-        max_attempts: Claims the job may use before a lost worker fails it.
-    """
-
-    id: str
-    run_id: str
-    node_id: str
-    pool: str
-    step_name: str
-    idempotency_key: str
-    input: Any
-    args_hash: str | None = None
-    max_attempts: int = 3
-
-
-class JobRecord(msgspec.Struct, frozen=True, kw_only=True):
-    """One ``worker_jobs`` row.
-
-    ``status`` is ``queued``, ``claimed`` (a worker holds the lease),
-    ``complete`` or ``failed``.
-    """
-
-    id: str
-    run_id: str
-    node_id: str
-    pool: str
-    step_name: str
-    idempotency_key: str
-    input: Any
-    status: str
-    attempts: int
-    max_attempts: int
-    leased_by: str | None
-    lease_until: datetime | None
-    last_heartbeat: datetime | None
-    result: Any
-    error: Any
-    created_at: datetime
-    completed_at: datetime | None
-
-
-class OutboxRow(msgspec.Struct, frozen=True, kw_only=True):
-    """One ``mirror_outbox`` row: a projection waiting for (or pushed to) the warm tier."""
-
-    id: int
-    run_id: str | None
-    kind: str
-    payload: Any
-    created_at: datetime
-    applied_at: datetime | None = None
-
-
-class OutboxLag(msgspec.Struct, frozen=True, kw_only=True):
-    """Unapplied ``mirror_outbox`` rows by age (the drift signal).
-
-    Attributes:
-        pending: ``count(*) WHERE applied_at IS NULL`` in scope.
-        oldest_created_at: ``created_at`` of the oldest pending row.
-        older_than: For each age edge asked for (seconds, ascending), how many
-            pending rows are at least that old.
-    """
-
-    pending: int
-    oldest_created_at: datetime | None
-    older_than: tuple[int, ...] = ()
-
-
-class StartOptions(msgspec.Struct, frozen=True, kw_only=True):
-    """What ``on_run_start`` records besides the context."""
-
-    input: Any = None
-    status: str = "running"
-    claim_state: str = "running"
-    runner_pool: str | None = None
-    definition_id: str | None = None
-    start_mode: str = "inline"
-    max_claim_attempts: int = 3
-
-
-# ---------------------------------------------------------------------------
-# The write seam
-# ---------------------------------------------------------------------------
-
-#: Columns of ``workflow_runs`` an :class:`UpdateRun` may set.
-UPDATABLE_RUN_COLUMNS = frozenset(
-    {
-        "status",
-        "completed_at",
-        "duration_ms",
-        "checkpoint_json",
-        "error",
-        "claim_state",
-        "runner_pool",
-        "leased_by",
-        "lease_until",
-        "last_heartbeat",
-        "result_json",
-        "definition_id",
-        "claim_attempts",
-    }
-)
-#: Columns holding JSON (encoded by the adapter).
-JSON_RUN_COLUMNS = frozenset({"checkpoint_json", "input_json", "result_json"})
-
-
-class Op(msgspec.Struct, frozen=True, kw_only=True, tag=True):
-    """One write of a unit. ``method`` names the boundary that produced it.
-
-    ``same_call`` marks the second and later ops of one boundary call that
-    writes several (``on_run_paused``: the row update and its event), so
-    :attr:`Unit.methods` counts calls exactly, however a unit's calls repeat.
-    """
-
-    method: str
-    same_call: bool = False
-
-
-class Mark(Op, frozen=True, kw_only=True):
-    """A boundary call that had nothing to write (e.g. an unchanged phase).
-
-    Adapters ignore it; it keeps the call visible to wrappers that observe units.
-    """
-
-
-class InsertRun(Op, frozen=True, kw_only=True):
-    run_id: str
-    values: dict[str, Any]
-
-
-class UpdateRun(Op, frozen=True, kw_only=True):
-    run_id: str
-    values: dict[str, Any]
-
-
-class InsertEvent(Op, frozen=True, kw_only=True):
-    run_id: str
-    event_type: str
-    node_id: str | None
-    payload: Any
-    created_at: datetime
-
-
-class UpsertSessionVar(Op, frozen=True, kw_only=True):
-    session_id: str
-    key: str
-    value: Any
-    run_id: str | None
-    keep_until: datetime | None
-    updated_at: datetime
-
-
-class DeleteSessionVars(Op, frozen=True, kw_only=True):
-    """Drop the session vars a run created that were not kept past it."""
-
-    run_id: str
-
-
-class InsertWait(Op, frozen=True, kw_only=True):
-    run_id: str
-    node_id: str
-    event: str | None
-    deadline: datetime | None
-    created_at: datetime
-
-
-class DeleteWaits(Op, frozen=True, kw_only=True):
-    run_id: str
-
-
-class InsertSignal(Op, frozen=True, kw_only=True):
-    run_id: str
-    event: str
-    payload: Any
-    created_at: datetime
-
-
-class DeleteSignal(Op, frozen=True, kw_only=True):
-    signal_id: int
-
-
-class InsertOutbox(Op, frozen=True, kw_only=True):
-    run_id: str | None
-    kind: str
-    payload: Any
-    created_at: datetime
-
-
-class InsertJob(Op, frozen=True, kw_only=True):
-    """Insert a ``worker_jobs`` row; a second insert with the same idempotency key is a no-op."""
-
-    job: JobSpec
-    created_at: datetime
-
-
-class FinishJob(Op, frozen=True, kw_only=True):
-    """Record a job's outcome (only while it is queued or claimed) and drop its lease."""
-
-    job_id: str
-    status: str  # complete | failed
-    result: Any
-    error: Any
-    completed_at: datetime
-
-
-class FailRunJobs(Op, frozen=True, kw_only=True):
-    """Fail every unfinished (queued or claimed) job of a run and drop their leases."""
-
-    run_id: str
-    error: Any
-    completed_at: datetime
-
-
-class Guard(msgspec.Struct, frozen=True, kw_only=True):
-    """The condition a unit needs, checked in the same transaction as its writes.
-
-    Attributes:
-        run_id: The run row the condition is about (it must exist in scope).
-        leased_by: If set, the row's ``leased_by`` must equal it (lease fencing).
-        status_in: If set, the row's ``status`` must be one of these.
-        wait_node: If set, a wait registration for this node must exist
-            (exactly one wake wins it, because the wake deletes it).
-        no_signal: If set, no signal for this event may be queued for the run
-            (of two early wakes of one wait, exactly one is kept).
-    """
-
-    run_id: str
-    leased_by: str | None = None
-    status_in: tuple[str, ...] | None = None
-    wait_node: str | None = None
-    no_signal: str | None = None
-
-
-class Unit(msgspec.Struct, kw_only=True):
-    """Writes that commit together or not at all.
-
-    Attributes:
-        ops: The writes, in order.
-        guard: Condition checked first; when it fails nothing is written.
-        durable: False for writes that carry no durability promise (a
-            ``node_start``): committed in order but without waiting for a flush.
-        held: After execution through :meth:`WorkflowStateAdapter.unit`:
-            whether the guard held and the ops were written.
-    """
-
-    ops: list[Op] = msgspec.field(default_factory=list)
-    guard: Guard | None = None
-    durable: bool = True
-    held: bool | None = None
-
-    @property
-    def run_id(self) -> str | None:
-        """The run this unit writes for: its guard's, else its first op's (None if neither)."""
-        if self.guard is not None:
-            return self.guard.run_id
-        for op in self.ops:
-            run_id = getattr(op, "run_id", None)
-            if isinstance(run_id, str):
-                return run_id
-        return None
-
-    @property
-    def releases_lease(self) -> bool:
-        """Whether the unit clears its run's lease (the run ends, pauses or is handed back)."""
-        return any(isinstance(op, UpdateRun) and "leased_by" in op.values
-                   and op.values["leased_by"] is None for op in self.ops)
-
-    @property
-    def methods(self) -> list[str]:
-        """The boundary methods that built this unit, in call order (one entry per call).
-
-        Exact: two calls of one method back to back (a ``patched()`` marker's
-        ``on_node_complete`` and a step's) are two entries; the several ops of
-        one call (``Op.same_call``) are one.
-        """
-        return [op.method for op in self.ops if not op.same_call]
-
-#: Extra ops for a claim / sweep transaction, computed from what it changed.
-AfterClaim = Callable[[list[RunInfo]], list[Op]]
-AfterSweep = Callable[[list[SweepResult]], list[Op]]
-
-_pending: ContextVar[Unit | None] = ContextVar("starflow_pending_unit", default=None)
+#: The unit being collected in this context and the adapter it belongs to: only
+#: that adapter's boundary calls join it (another adapter's are its own writes).
+_pending: ContextVar[tuple[WorkflowStateAdapter, Unit] | None] = ContextVar(
+    "starflow_pending_unit", default=None)
 
 
 class UnitScope:
@@ -455,12 +136,12 @@ class UnitScope:
     def __init__(self, adapter: WorkflowStateAdapter, unit: Unit) -> None:
         self._adapter = adapter
         self._unit = unit
-        self._token: Token[Unit | None] | None = None
+        self._token: Token[tuple[WorkflowStateAdapter, Unit] | None] | None = None
 
     async def __aenter__(self) -> Unit:
         if _pending.get() is not None:
             raise RuntimeError("adapter units do not nest")
-        self._token = _pending.set(self._unit)
+        self._token = _pending.set((self._adapter, self._unit))
         return self._unit
 
     async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
@@ -493,6 +174,7 @@ class WorkflowStateAdapter(abc.ABC):
                 f"workspace_id and env must be non-empty: workspace_id={workspace_id!r}, "
                 f"env={env!r}"
             )
+        check_tenant(workspace_id, env)
         self.workspace_id = workspace_id
         self.env = env
 
@@ -557,7 +239,9 @@ class WorkflowStateAdapter(abc.ABC):
         """Group the boundary calls made inside the block into one atomic unit.
 
         The unit is executed when the block exits normally; if the block raises,
-        nothing is written. ``unit.held`` tells whether its guard held::
+        nothing is written. Only this adapter's boundary calls join it: a call on
+        another adapter inside the block is that adapter's own write, at once.
+        ``unit.held`` tells whether its guard held::
 
             async with adapter.unit(guard=Guard(run_id=r, leased_by=me)) as u:
                 await adapter.on_node_complete(r, node, output, now=t)
@@ -565,17 +249,37 @@ class WorkflowStateAdapter(abc.ABC):
         """
         return UnitScope(self, Unit(guard=guard, durable=durable))
 
+    async def perform(self, command: Command[R]) -> R:
+        """Run one read-modify-write ``command`` atomically; what it returns.
+
+        The sibling of :meth:`execute`: claims, sweeps, job claims and
+        heartbeats, outbox drains, definitions, secrets and session GC all
+        arrive here, whichever public method built them. A concrete adapter
+        handles command ``C`` in a method named after ``C.method`` with a
+        leading underscore (``_claim_runs(command)``); wrappers override this
+        method to see every command.
+
+        Raises:
+            StorageError: the database failed; nothing was written.
+        """
+        handler = getattr(self, "_" + command.method, None)
+        if handler is None:
+            raise NotImplementedError(
+                f"{type(self).__name__} cannot perform {type(command).__name__}: "
+                f"it has no _{command.method} method")
+        return cast(R, await handler(command))
+
     async def _submit(self, op: Op) -> None:
         pending = _pending.get()
-        if pending is not None:
-            pending.ops.append(op)
+        if pending is not None and pending[0] is self:
+            pending[1].ops.append(op)
         else:
             await self.execute(Unit(ops=[op]))
 
     # -- the state model's write boundaries ----------------------------------
 
     async def on_run_start(
-        self, run_id: str, ctx: WorkflowContext, options: StartOptions | None = None,
+        self, run_id: str, ctx: RunContext, options: StartOptions | None = None,
         *, now: datetime,
     ) -> None:
         """INSERT workflow_runs (status running, or queued for workers)."""
@@ -640,14 +344,14 @@ class WorkflowStateAdapter(abc.ABC):
         """INSERT a node_error event (terminal: past the last retry)."""
         await self._event("on_node_error", run_id, "node_error", node_id, error, now)
 
-    async def save_checkpoint(self, run_id: str, ctx: WorkflowContext) -> None:
+    async def save_checkpoint(self, run_id: str, ctx: RunContext) -> None:
         """UPSERT workflow_runs.checkpoint_json."""
         await self._submit(
             UpdateRun(method="save_checkpoint", run_id=run_id,
                       values={"checkpoint_json": ctx.snapshot()})
         )
 
-    async def on_run_paused(self, run_id: str, ctx: WorkflowContext, *, now: datetime,
+    async def on_run_paused(self, run_id: str, ctx: RunContext, *, now: datetime,
                             payload: Any = None) -> None:
         """UPDATE status paused; INSERT a run_paused event."""
         await self._submit(
@@ -665,7 +369,7 @@ class WorkflowStateAdapter(abc.ABC):
         await self._event("on_run_resumed", run_id, "run_resumed", None, payload, now,
                           same_call=True)
 
-    async def on_run_complete(self, run_id: str, ctx: WorkflowContext, duration_ms: int,
+    async def on_run_complete(self, run_id: str, ctx: RunContext, duration_ms: int,
                               *, now: datetime, result: Any = None) -> None:
         """UPDATE status success, duration; clear the checkpoint; drop run-scoped session vars."""
         await self._submit(
@@ -687,9 +391,14 @@ class WorkflowStateAdapter(abc.ABC):
 
     async def on_run_error(self, run_id: str, error: str, *, now: datetime,
                            duration_ms: int | None = None, status: str = "error",
-                           claim_state: str = "failed") -> None:
+                           claim_state: str = "failed", failure: RunFailure | None = None
+                           ) -> None:
         """UPDATE status error (or cancelled), message; clear the checkpoint; drop
-        run-scoped session vars (an ended run's vars would otherwise live forever)."""
+        run-scoped session vars (an ended run's vars would otherwise live forever).
+
+        ``failure``, the structured cause, goes to ``failure_json`` (migration
+        024); without one the column is cleared.
+        """
         await self._submit(
             UpdateRun(
                 method="on_run_error",
@@ -701,6 +410,7 @@ class WorkflowStateAdapter(abc.ABC):
                     "completed_at": now,
                     "duration_ms": duration_ms,
                     "checkpoint_json": None,
+                    "failure_json": failure.to_json() if failure is not None else None,
                 },
             )
         )
@@ -713,7 +423,7 @@ class WorkflowStateAdapter(abc.ABC):
                       values={"leased_by": None, "lease_until": None})
         )
 
-    async def record_phase_if_changed(self, run_id: str, ctx: WorkflowContext,
+    async def record_phase_if_changed(self, run_id: str, ctx: RunContext,
                                       meta: Mapping[str, Any], *, now: datetime) -> bool:
         """INSERT a phase event when ``ctx.phase`` differs from ``meta["previous"]``.
 
@@ -845,7 +555,6 @@ class WorkflowStateAdapter(abc.ABC):
     async def find_signal(self, run_id: str, event: str) -> SignalRecord | None:
         """The oldest undelivered signal for ``event``."""
 
-    @abc.abstractmethod
     async def claim_runs(self, runner_id: str, *, pool: str | None, now: datetime,
                          lease_until: datetime, limit: int = 1,
                          workflows: Collection[str] | None = None,
@@ -865,41 +574,50 @@ class WorkflowStateAdapter(abc.ABC):
             workflows: If set, only runs whose ``template_id`` is one of these
                 names (the workflows registered in the claiming process).
         """
+        names = tuple(sorted(set(workflows))) if workflows is not None else None
+        return await self.perform(ClaimRuns(runner_id=runner_id, pool=pool, now=now,
+                                            lease_until=lease_until, limit=int(limit),
+                                            workflows=names, after=after))
 
-    @abc.abstractmethod
     async def expire_old_leases(self, now: datetime, reason: str = "runner_lost",
-                                *, after: AfterSweep | None = None) -> list[SweepResult]:
+                                *, after: AfterSweep | None = None,
+                                requeue: bool = True) -> list[SweepResult]:
         """The lease sweep: runs running/paused whose ``lease_until < now``.
 
         ``after``, if given, maps the results to more ops written in the same
         transaction (the mirror's outbox rows).
 
-        Under their ``max_claim_attempts`` they are requeued; past it they get
-        status error, claim_state abandoned, error ``reason``. Each gets a
-        ``runner_lost`` event. Safe with several sweepers at once.
+        The lost execution counts as a claim attempt (an inline run never
+        claimed since it last made progress counts one: ``claim_attempts``
+        becomes 1). Under their ``max_claim_attempts`` they are requeued; at it
+        (or always, with ``requeue=False``: ``StarflowConfig.lost_runs="fail"``)
+        they get status error, claim_state abandoned, error ``reason``. Each gets
+        a ``runner_lost`` event. Safe with several sweepers at once.
         """
+        return await self.perform(SweepLeases(now=now, reason=reason, after=after,
+                                              requeue=requeue))
 
-    @abc.abstractmethod
     async def ensure_definition(self, name: str, version: int, code_hash: str,
                                 *, now: datetime) -> str:
         """The id of the (name, version) definition, inserting it if new."""
+        return await self.perform(EnsureDefinition(name=name, version=version,
+                                                   code_hash=code_hash, now=now))
 
     @abc.abstractmethod
     async def get_definition(self, definition_id: str) -> DefinitionRecord | None:
         """A definition row by id."""
 
-    @abc.abstractmethod
     async def expire_session_vars(self, now: datetime) -> int:
         """Delete session vars whose ``keep_until`` has passed; return how many."""
+        return await self.perform(ExpireSessionVars(now=now))
 
-    @abc.abstractmethod
     async def get_secret(self, key_id: str, *, now: datetime, create: bool = True
                          ) -> str | None:
         """A stored HMAC secret for wake tokens, created on first use if asked."""
+        return await self.perform(GetSecret(key_id=key_id, now=now, create=create))
 
     # -- worker jobs (ADR-047 §8) ---------------------------------------------
 
-    @abc.abstractmethod
     async def claim_jobs(self, worker_id: str, *, pool: str, now: datetime,
                          lease_until: datetime, limit: int = 1) -> list[JobRecord]:
         """Claim jobs of ``pool``: queued ones, and claimed ones whose lease expired.
@@ -908,11 +626,14 @@ class WorkflowStateAdapter(abc.ABC):
         ``lease_until``, ``last_heartbeat``. Each job is claimed by exactly one
         caller at a time; oldest first.
         """
+        return await self.perform(ClaimJobs(worker_id=worker_id, pool=pool, now=now,
+                                            lease_until=lease_until, limit=int(limit)))
 
-    @abc.abstractmethod
     async def heartbeat_job(self, job_id: str, worker_id: str, *, now: datetime,
                             lease_until: datetime) -> bool:
         """Extend a claimed job's lease; False (nothing written) if ``worker_id`` lost it."""
+        return await self.perform(HeartbeatJob(job_id=job_id, worker_id=worker_id, now=now,
+                                               lease_until=lease_until))
 
     @abc.abstractmethod
     async def get_job(self, job_id: str) -> JobRecord | None:
@@ -929,13 +650,13 @@ class WorkflowStateAdapter(abc.ABC):
     async def pending_outbox(self, *, limit: int = 500) -> list[OutboxRow]:
         """Unapplied ``mirror_outbox`` rows in scope, in ``id`` order (oldest first)."""
 
-    @abc.abstractmethod
     async def mark_outbox_applied(self, ids: Sequence[int], *, now: datetime) -> int:
         """Set ``applied_at = now`` on these rows (in scope, still unapplied); return how many."""
+        return await self.perform(MarkOutboxApplied(ids=tuple(int(i) for i in ids), now=now))
 
-    @abc.abstractmethod
     async def prune_outbox(self, applied_before: datetime) -> int:
         """Delete rows in scope applied before ``applied_before``; return how many."""
+        return await self.perform(PruneOutbox(applied_before=applied_before))
 
     @abc.abstractmethod
     async def outbox_lag(self, now: datetime, edges: Sequence[float] = ()) -> OutboxLag:
@@ -946,8 +667,9 @@ class DelegatingAdapter(WorkflowStateAdapter):
     """Base for adapters that wrap another one (spies, fault injection, mirror).
 
     Every boundary method is inherited, so it reaches :meth:`execute` here,
-    which forwards to the inner adapter; override :meth:`execute` to observe or
-    change units, or any read to observe reads.
+    which forwards to the inner adapter; likewise every read-modify-write
+    reaches :meth:`perform`. Override :meth:`execute` and :meth:`perform` to
+    observe or change writes, or any read to observe reads.
     """
 
     def __init__(self, inner: WorkflowStateAdapter) -> None:
@@ -976,6 +698,9 @@ class DelegatingAdapter(WorkflowStateAdapter):
 
     async def execute(self, unit: Unit) -> bool:
         return await self.inner.execute(unit)
+
+    async def perform(self, command: Command[R]) -> R:
+        return await self.inner.perform(command)
 
     async def session_get(self, session_id: str, key: str, *, now: datetime | None = None
                           ) -> Any:
@@ -1007,41 +732,8 @@ class DelegatingAdapter(WorkflowStateAdapter):
     async def find_signal(self, run_id: str, event: str) -> SignalRecord | None:
         return await self.inner.find_signal(run_id, event)
 
-    async def claim_runs(self, runner_id: str, *, pool: str | None, now: datetime,
-                         lease_until: datetime, limit: int = 1,
-                         workflows: Collection[str] | None = None,
-                         after: AfterClaim | None = None) -> list[RunInfo]:
-        return await self.inner.claim_runs(runner_id, pool=pool, now=now,
-                                           lease_until=lease_until, limit=limit, after=after,
-                                           workflows=workflows)
-
-    async def expire_old_leases(self, now: datetime, reason: str = "runner_lost",
-                                *, after: AfterSweep | None = None) -> list[SweepResult]:
-        return await self.inner.expire_old_leases(now, reason, after=after)
-
-    async def ensure_definition(self, name: str, version: int, code_hash: str,
-                                *, now: datetime) -> str:
-        return await self.inner.ensure_definition(name, version, code_hash, now=now)
-
     async def get_definition(self, definition_id: str) -> DefinitionRecord | None:
         return await self.inner.get_definition(definition_id)
-
-    async def expire_session_vars(self, now: datetime) -> int:
-        return await self.inner.expire_session_vars(now)
-
-    async def get_secret(self, key_id: str, *, now: datetime, create: bool = True
-                         ) -> str | None:
-        return await self.inner.get_secret(key_id, now=now, create=create)
-
-    async def claim_jobs(self, worker_id: str, *, pool: str, now: datetime,
-                         lease_until: datetime, limit: int = 1) -> list[JobRecord]:
-        return await self.inner.claim_jobs(worker_id, pool=pool, now=now,
-                                           lease_until=lease_until, limit=limit)
-
-    async def heartbeat_job(self, job_id: str, worker_id: str, *, now: datetime,
-                            lease_until: datetime) -> bool:
-        return await self.inner.heartbeat_job(job_id, worker_id, now=now,
-                                              lease_until=lease_until)
 
     async def get_job(self, job_id: str) -> JobRecord | None:
         return await self.inner.get_job(job_id)
@@ -1052,12 +744,6 @@ class DelegatingAdapter(WorkflowStateAdapter):
 
     async def pending_outbox(self, *, limit: int = 500) -> list[OutboxRow]:
         return await self.inner.pending_outbox(limit=limit)
-
-    async def mark_outbox_applied(self, ids: Sequence[int], *, now: datetime) -> int:
-        return await self.inner.mark_outbox_applied(ids, now=now)
-
-    async def prune_outbox(self, applied_before: datetime) -> int:
-        return await self.inner.prune_outbox(applied_before)
 
     async def outbox_lag(self, now: datetime, edges: Sequence[float] = ()) -> OutboxLag:
         return await self.inner.outbox_lag(now, edges)

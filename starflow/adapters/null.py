@@ -7,14 +7,12 @@ never be resumed, and queries find no runs.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from .base import (
+from ..records import (
     RUN_STATUSES,
-    AfterClaim,
-    AfterSweep,
     DefinitionRecord,
     JobRecord,
     OutboxLag,
@@ -23,11 +21,22 @@ from .base import (
     RunInfo,
     SignalRecord,
     SweepResult,
-    Unit,
     WaitRecord,
-    WorkflowStateAdapter,
 )
+from .base import WorkflowStateAdapter
 from .pages import RunPage, RunPageQuery
+from .units import (
+    ClaimJobs,
+    ClaimRuns,
+    EnsureDefinition,
+    ExpireSessionVars,
+    GetSecret,
+    HeartbeatJob,
+    MarkOutboxApplied,
+    PruneOutbox,
+    SweepLeases,
+    Unit,
+)
 
 __all__ = ["NullWorkflowStateAdapter"]
 
@@ -70,38 +79,32 @@ class NullWorkflowStateAdapter(WorkflowStateAdapter):
     async def find_signal(self, run_id: str, event: str) -> SignalRecord | None:
         return None
 
-    async def claim_runs(self, runner_id: str, *, pool: str | None, now: datetime,
-                         lease_until: datetime, limit: int = 1,
-                         workflows: Collection[str] | None = None,
-                         after: AfterClaim | None = None) -> list[RunInfo]:
+    # Read-modify-writes (reached through ``perform``): nothing to claim or sweep.
+
+    async def _claim_runs(self, command: ClaimRuns) -> list[RunInfo]:
         return []
 
-    async def expire_old_leases(self, now: datetime, reason: str = "runner_lost",
-                                *, after: AfterSweep | None = None) -> list[SweepResult]:
+    async def _expire_old_leases(self, command: SweepLeases) -> list[SweepResult]:
         return []
 
-    async def ensure_definition(self, name: str, version: int, code_hash: str,
-                                *, now: datetime) -> str:
+    async def _ensure_definition(self, c: EnsureDefinition) -> str:
         import uuid
 
-        return str(uuid.uuid5(uuid.NAMESPACE_URL, f"starflow:{name}:{version}:{code_hash}"))
+        return str(uuid.uuid5(uuid.NAMESPACE_URL, f"starflow:{c.name}:{c.version}:{c.code_hash}"))
 
     async def get_definition(self, definition_id: str) -> DefinitionRecord | None:
         return None
 
-    async def expire_session_vars(self, now: datetime) -> int:
+    async def _expire_session_vars(self, command: ExpireSessionVars) -> int:
         return 0
 
-    async def get_secret(self, key_id: str, *, now: datetime, create: bool = True
-                         ) -> str | None:
+    async def _get_secret(self, command: GetSecret) -> str | None:
         return None
 
-    async def claim_jobs(self, worker_id: str, *, pool: str, now: datetime,
-                         lease_until: datetime, limit: int = 1) -> list[JobRecord]:
+    async def _claim_jobs(self, command: ClaimJobs) -> list[JobRecord]:
         return []
 
-    async def heartbeat_job(self, job_id: str, worker_id: str, *, now: datetime,
-                            lease_until: datetime) -> bool:
+    async def _heartbeat_job(self, command: HeartbeatJob) -> bool:
         return False
 
     async def get_job(self, job_id: str) -> JobRecord | None:
@@ -114,10 +117,10 @@ class NullWorkflowStateAdapter(WorkflowStateAdapter):
     async def pending_outbox(self, *, limit: int = 500) -> list[OutboxRow]:
         return []
 
-    async def mark_outbox_applied(self, ids: Sequence[int], *, now: datetime) -> int:
+    async def _mark_outbox_applied(self, command: MarkOutboxApplied) -> int:
         return 0
 
-    async def prune_outbox(self, applied_before: datetime) -> int:
+    async def _prune_outbox(self, command: PruneOutbox) -> int:
         return 0
 
     async def outbox_lag(self, now: datetime, edges: Sequence[float] = ()) -> OutboxLag:

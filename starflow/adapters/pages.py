@@ -1,8 +1,10 @@
 """One page of runs, newest first, by keyset (``list_runs_page``).
 
 What both SQL dialects mean the same way is written here once: the query
-record, its validation, the cursor, and the WHERE clause. Each adapter only
-supplies its placeholders and how it stores a timestamp and an id.
+record, its validation, the cursor, and the statements; what differs (the
+placeholders, how a timestamp is stored, whether ids are uuids) is the
+adapter's :class:`~starflow.adapters._sql.Dialect`. Each adapter only runs
+the statements.
 
 Keyset, not ``OFFSET``: a page after the first continues strictly below the
 last row shown, ``(started_at, id) < (cursor.started_at, cursor.id)``, so the
@@ -16,16 +18,26 @@ from __future__ import annotations
 
 import base64
 import re
-from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
 import msgspec
 
-from ..errors import StarflowError
-from .base import RUN_STATUSES, RunInfo
+from ..errors import InvalidArgument
+from ..records import RUN_STATUSES, RunInfo
+from ._sql import RUN_COLUMNS, Dialect, uuid_or_none
 
-__all__ = ["COUNT_CAP", "MAX_PAGE", "RunCursor", "RunPage", "RunPageQuery", "page_sql"]
+__all__ = [
+    "COUNT_CAP",
+    "MAX_PAGE",
+    "PageStatements",
+    "RunCursor",
+    "RunPage",
+    "RunPageQuery",
+    "make_page",
+    "page_sql",
+    "uuid_bounds",
+]
 
 #: The most rows one page may hold.
 MAX_PAGE = 500
@@ -51,17 +63,17 @@ class RunCursor(msgspec.Struct, frozen=True, kw_only=True):
         """Read :meth:`encode`'s text.
 
         Raises:
-            StarflowError: the text is not a cursor this module wrote.
+            InvalidArgument: the text is not a cursor this module wrote.
         """
         try:
             raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
             started, run_id = msgspec.json.decode(raw, type=tuple[str, str])
             when = datetime.fromisoformat(started)
         except (ValueError, TypeError, msgspec.DecodeError):
-            raise StarflowError(f"not a page cursor: {text[:60]!r} (follow the page's own "
+            raise InvalidArgument(f"not a page cursor: {text[:60]!r} (follow the page's own "
                                 "'next' link)") from None
         if when.tzinfo is None:
-            raise StarflowError(f"not a page cursor: {text[:60]!r} (naive time)")
+            raise InvalidArgument(f"not a page cursor: {text[:60]!r} (naive time)")
         return cls(started_at=when, id=run_id)
 
 
@@ -113,10 +125,10 @@ class RunPageQuery(msgspec.Struct, frozen=True, kw_only=True):
         return found
 
     def check(self) -> None:
-        """Raise :class:`StarflowError` naming every problem at once."""
+        """Raise :class:`~starflow.errors.InvalidArgument` naming every problem at once."""
         found = self.problems()
         if found:
-            raise StarflowError("list_runs_page: " + "; ".join(found))
+            raise InvalidArgument("list_runs_page: " + "; ".join(found))
 
 
 class RunPage(msgspec.Struct, frozen=True, kw_only=True):
@@ -142,74 +154,98 @@ def uuid_bounds(prefix: str) -> tuple[str, str] | None:
     return prefix + template_lo[len(prefix):], prefix + template_hi[len(prefix):]
 
 
-def page_sql(query: RunPageQuery, *, workspace_id: str, env: str, columns: str,
-             param: Callable[[Any], str], ts: Callable[[datetime], Any],
-             uuid_ids: bool) -> tuple[str, str | None, int] | None:
-    """The page's SELECT and, when ``query.counts``, the per-status count.
+class PageStatements(msgspec.Struct, frozen=True, kw_only=True):
+    """The statements of one page, each with its arguments in placeholder order."""
 
-    Args:
-        param: Appends a value to the statement's arguments and returns its
-            numbered placeholder (``?n`` or ``$n``): the count statement uses
-            each filter's placeholder once per status.
-        ts: A timestamp as the dialect stores it.
-        uuid_ids: Ids are a uuid column (PostgreSQL), not text (SQLite).
+    select: str
+    select_args: tuple[Any, ...]
+    count: str | None = None
+    count_args: tuple[Any, ...] = ()
 
-    Returns ``(select, count_or_None, n)``: the count statement takes only the
-    first ``n`` arguments (the filters both share). None when no run can match
-    (an id prefix no uuid has).
+
+def page_sql(d: Dialect, query: RunPageQuery, *, workspace_id: str, env: str,
+             columns: str = RUN_COLUMNS) -> PageStatements | None:
+    """The page's SELECT and, when ``query.counts``, the per-status count, in
+    dialect ``d`` (its placeholders, how it stores a timestamp, whether run ids
+    are a uuid column).
+
+    Returns None when no run can match (an id prefix no uuid has, where ids
+    are uuids).
+
+    Raises:
+        InvalidArgument: ``query.after.id`` cannot be a run id of this database.
     """
-    n = 0
-
-    def add(value: Any) -> str:
-        nonlocal n
-        n += 1
-        return param(value)
-
-    shared = [f"workspace_id = {add(workspace_id)}", f"env = {add(env)}",
-              "started_at IS NOT NULL"]
+    if query.after is not None and d.uuid_ids and uuid_or_none(query.after.id) is None:
+        raise InvalidArgument(f"list_runs_page: after.id must be a run id (a UUID on "
+                              f"{d.name}): {query.after.id[:60]!r}")
+    # Each filter as (SQL with "{}" for its placeholders, its arguments).
+    shared: list[tuple[str, tuple[Any, ...]]] = [
+        ("workspace_id = {} AND env = {}", (workspace_id, env)),
+        ("started_at IS NOT NULL", ()),
+    ]
     if query.template_id is not None:
-        shared.append(f"template_id = {add(query.template_id)}")
+        shared.append(("template_id = {}", (query.template_id,)))
     if query.pool is not None:
-        shared.append(f"runner_pool = {add(query.pool)}")
+        shared.append(("runner_pool = {}", (query.pool,)))
     if query.started_from is not None:
-        shared.append(f"started_at >= {add(ts(query.started_from))}")
+        shared.append(("started_at >= {}", (d.ts(query.started_from),)))
     if query.started_before is not None:
-        shared.append(f"started_at < {add(ts(query.started_before))}")
+        shared.append(("started_at < {}", (d.ts(query.started_before),)))
     if query.lease_expired_at is not None:
-        shared.append(f"lease_until < {add(ts(query.lease_expired_at))} "
-                      "AND status IN ('running', 'paused')")
+        shared.append(("lease_until < {} AND status IN ('running', 'paused')",
+                       (d.ts(query.lease_expired_at),)))
     if query.id_prefix is not None:
         bounds = uuid_bounds(query.id_prefix)
         if bounds is not None:
-            shared.append(f"id BETWEEN {add(bounds[0])} AND {add(bounds[1])}")
-        elif uuid_ids:
+            shared.append(("id BETWEEN {} AND {}", bounds))
+        elif d.uuid_ids:
             return None
         else:  # SQLite keeps any text id: a text range is still an index range
             prefix = query.id_prefix.strip()
-            shared.append(f"id >= {add(prefix)} AND id < {add(prefix + chr(0x10FFFF))}")
-    shared_args = n
-    counts = None
+            shared.append(("id >= {} AND id < {}", (prefix, prefix + chr(0x10FFFF))))
+    count = None
+    count_args: tuple[Any, ...] = ()
     if query.counts:
         # One capped count per status, each a range of idx_workflow_runs_status_page
         # (the ORDER BY is that index's order, so no plan is cheaper than walking
         # it): the cost is bounded by COUNT_CAP, however many runs there are. The
-        # statuses are this module's constants; the filters' placeholders are
-        # numbered, so every branch reuses the same arguments.
-        where = " AND ".join(shared)
-        counts = " UNION ALL ".join(
+        # statuses are this module's constants; each branch takes the filters'
+        # arguments again.
+        count = " UNION ALL ".join(
             f"SELECT '{status}', (SELECT count(*) FROM (SELECT 1 FROM workflow_runs "
-            f"WHERE {where} AND status = '{status}' ORDER BY started_at DESC "
-            f"LIMIT {COUNT_CAP + 1}) capped)"
+            f"WHERE {_where(shared)} AND status = '{status}' "
+            f"ORDER BY started_at DESC LIMIT {COUNT_CAP + 1}) capped)"
             for status in RUN_STATUSES)
+        count_args = _args(shared) * len(RUN_STATUSES)
+        count = _numbered(d, count, count_args)
     page = list(shared)
     if query.status is not None:
-        page.append(f"status = {add(query.status)}")
+        page.append(("status = {}", (query.status,)))
     if query.after is not None:
-        page.append(f"(started_at, id) < ({add(ts(query.after.started_at))}, "
-                    f"{add(query.after.id)})")
-    select = (f"SELECT {columns} FROM workflow_runs WHERE {' AND '.join(page)} "
-              f"ORDER BY started_at DESC, id DESC LIMIT {add(query.limit + 1)}")
-    return select, counts, shared_args
+        page.append(("(started_at, id) < ({}, {})",
+                     (d.ts(query.after.started_at), query.after.id)))
+    select_args = (*_args(page), query.limit + 1)
+    select = _numbered(d, f"SELECT {columns} FROM workflow_runs WHERE {_where(page)} "
+                          "ORDER BY started_at DESC, id DESC LIMIT {}", select_args)
+    return PageStatements(select=select, select_args=select_args, count=count,
+                          count_args=count_args)
+
+
+def _where(filters: list[tuple[str, tuple[Any, ...]]]) -> str:
+    return " AND ".join(sql for sql, _ in filters)
+
+
+def _args(filters: list[tuple[str, tuple[Any, ...]]]) -> tuple[Any, ...]:
+    return tuple(a for _, args in filters for a in args)
+
+
+def _numbered(d: Dialect, sql: str, args: tuple[Any, ...]) -> str:
+    """``sql`` with each ``{}`` replaced by the dialect's next placeholder (numbered
+    in occurrence order, so ``args`` in that order fit both dialects)."""
+    parts = sql.split("{}")
+    if len(parts) - 1 != len(args):  # a bug here, never a user's input
+        raise AssertionError(f"{len(parts) - 1} placeholders for {len(args)} arguments")
+    return parts[0] + "".join(d.p(n) + part for n, part in enumerate(parts[1:], start=1))
 
 
 def make_page(runs: list[RunInfo], query: RunPageQuery,

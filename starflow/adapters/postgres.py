@@ -30,16 +30,24 @@ dedicated connection.
 Session settings ``starflow.workspace_id`` / ``starflow.env`` are sent when
 each connection starts, so the Row Level Security policies of migration 021
 apply to the adapter's own connections when it logs in as a per-workspace role.
+
+Behind a transaction pooler (``pooler="transaction"``: PgBouncer in
+``pool_mode = transaction``, Supabase's port-6543 pooler) a client's
+statements may reach a different server connection in every transaction, so
+the adapter sends no startup settings (PgBouncer refuses unknown ones),
+disables asyncpg's statement cache, sets the tenant settings (and a
+non-default ``synchronous_commit``) with ``set_config(..., true)`` inside each
+call's transaction when Row Level Security applies to its role, and takes
+wake-ups from ``listen_url`` (a direct or session-mode connection) or polls.
 """
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import re
 import secrets
 import uuid
-from collections.abc import AsyncIterator, Collection, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -51,42 +59,73 @@ from .. import serde
 from ..clock import Clock
 from ..errors import ConfigError, SerializationError, StarflowError, StorageError
 from ..logs import get_logger
-from ..migrations import load_migrations
-from ..urls import normalize_scheme
-from .base import (
-    JSON_RUN_COLUMNS,
-    UPDATABLE_RUN_COLUMNS,
-    AfterClaim,
-    AfterSweep,
+from ..migrations import (
+    SEED_INDEXES,
+    SEED_TABLES,
+    STARFLOW_TABLES,
+    MigrationPlan,
+    load_migrations,
+    seed_versions,
+)
+from ..records import (
     DefinitionRecord,
-    DeleteSessionVars,
-    DeleteSignal,
-    DeleteWaits,
-    FailRunJobs,
-    FinishJob,
-    Guard,
-    InsertEvent,
-    InsertJob,
-    InsertOutbox,
-    InsertRun,
-    InsertSignal,
-    InsertWait,
     JobRecord,
-    Mark,
-    Op,
     OutboxLag,
     OutboxRow,
     RunEvent,
     RunInfo,
     SignalRecord,
     SweepResult,
+    WaitRecord,
+)
+from ..urls import normalize_scheme
+from ._sql import (
+    POSTGRES,
+    RUN_COLUMNS,
+    announces_work,
+    claim_set,
+    claimed_jobs,
+    claimed_runs,
+    definition_record,
+    guard_args,
+    guard_shape,
+    guard_sql,
+    job_record,
+    op_sql,
+    outbox_row,
+    run_event,
+    run_info,
+    signal_queued_sql,
+    signal_record,
+    sweep_set,
+    swept,
+    uuid_or_none,
+    wait_exists_sql,
+    wait_record,
+)
+from ._sql import (
+    POSTGRES_QUERIES as Q,
+)
+from .base import WorkflowStateAdapter
+from .pages import RunPage, RunPageQuery, make_page, page_sql
+from .sweep import ABANDONED, REQUEUED
+from .units import (
+    ClaimJobs,
+    ClaimRuns,
+    EnsureDefinition,
+    ExpireSessionVars,
+    GetSecret,
+    Guard,
+    HeartbeatJob,
+    InsertRun,
+    Mark,
+    MarkOutboxApplied,
+    Op,
+    PruneOutbox,
+    SweepLeases,
     Unit,
     UpdateRun,
-    UpsertSessionVar,
-    WaitRecord,
-    WorkflowStateAdapter,
 )
-from .pages import RunPage, RunPageQuery, make_page, page_sql
 
 if TYPE_CHECKING:
     import asyncpg
@@ -100,34 +139,12 @@ log = get_logger("starflow.adapters.postgres")
 
 SYNCHRONOUS_COMMIT_LEVELS = frozenset({"on", "off", "local", "remote_write", "remote_apply"})
 
+#: Suffix of the ``starflow_migrations.name`` of a state-model migration found in
+#: place (an adopted database), read by migration 029.
+ADOPTED_MARK = "(adopted)"
+
 #: ``pg_advisory_xact_lock`` key serializing concurrent ``migrate()`` calls.
 MIGRATION_LOCK_KEY = 0x5F_57A2_F10E_0001
-
-_RUN_COLUMNS = (
-    "id, template_id, workspace_id, env, status, started_at, completed_at, duration_ms, "
-    "checkpoint_json, error, claim_state, runner_pool, leased_by, lease_until, last_heartbeat, "
-    "claim_attempts, definition_id, input_json, result_json, start_mode, max_claim_attempts, "
-    "workflow_version"
-)
-#: Columns an ``InsertRun`` may name (besides id/workspace_id/env).
-_INSERTABLE_RUN_COLUMNS = UPDATABLE_RUN_COLUMNS | {
-    "template_id", "started_at", "input_json", "start_mode", "max_claim_attempts",
-    "workflow_version",
-}
-def _tenant(first: int, table: str = "") -> str:
-    """The tenant check of a lookup by key, on parameters ``$first`` and ``$first + 1``.
-
-    Written with ``IS NOT DISTINCT FROM`` (the same as ``=`` on these NOT NULL
-    columns) because the planner cannot serve it from an index: with stale or
-    missing statistics it otherwise picks an index led by (workspace_id, env)
-    over the primary key and filters a whole workspace's rows on every
-    boundary (tests/adapters/test_postgres.py, TestHotPathPlans). Listing
-    queries keep the indexable ``=``.
-    """
-    return f"({table}workspace_id, {table}env) IS NOT DISTINCT FROM (${first}, ${first + 1})"
-
-
-_IDENT = re.compile(r"^[a-z_][a-z0-9_]*$")
 
 # The claim path (ADR-047): one statement. The candidate select matches the
 # partial index idx_workflow_runs_claim_pool (claim_state = 'queued') and skips
@@ -144,48 +161,36 @@ WITH picked AS (
     LIMIT $4
     FOR UPDATE SKIP LOCKED
 )
-UPDATE workflow_runs r SET
-    claim_state = 'claimed',
-    status = 'running',
-    claim_attempts = r.claim_attempts + 1,
-    leased_by = $5,
-    lease_until = $6,
-    last_heartbeat = $7
+UPDATE workflow_runs r SET {claim_set(POSTGRES, 5)}
 FROM picked
 WHERE r.id = picked.id
-RETURNING {", ".join("r." + c.strip() for c in _RUN_COLUMNS.split(","))}
+RETURNING {", ".join("r." + c.strip() for c in RUN_COLUMNS.split(","))}
 """
 
 # The lease sweep: one statement per pass. Candidates come from the partial
 # index idx_workflow_runs_lease_until; SKIP LOCKED lets concurrent sweepers
 # (and a runner refreshing its lease right now) pass each other. Requeued runs
 # are announced on the workspace channel in the same transaction.
-SWEEP_SQL = """
+def _sweep_sql(requeue: bool) -> str:
+    return f"""
 WITH expired AS (
-    SELECT id FROM workflow_runs
+    SELECT id
+    FROM workflow_runs
     WHERE lease_until IS NOT NULL AND lease_until < $4
       AND status IN ('running', 'paused')
       AND workspace_id = $1 AND env = $2
     FOR UPDATE SKIP LOCKED
 ), swept AS (
-    UPDATE workflow_runs r SET
-        status = CASE WHEN r.claim_attempts < r.max_claim_attempts
-            THEN 'queued' ELSE 'error' END,
-        claim_state = CASE WHEN r.claim_attempts < r.max_claim_attempts
-            THEN 'queued' ELSE 'abandoned' END,
-        error = CASE WHEN r.claim_attempts < r.max_claim_attempts THEN r.error ELSE $3 END,
-        completed_at = CASE WHEN r.claim_attempts < r.max_claim_attempts
-            THEN r.completed_at ELSE $4 END,
-        lease_until = CASE WHEN r.claim_attempts < r.max_claim_attempts
-            THEN NULL ELSE r.lease_until END
+    UPDATE workflow_runs r SET {sweep_set("r.", "$3", "$4", requeue=requeue)}
     FROM expired
     WHERE r.id = expired.id
     RETURNING r.id, r.leased_by, r.claim_state, r.started_at
 ), lost AS (
     INSERT INTO workflow_run_events (run_id, event_type, node_id, payload_json, created_at)
     SELECT id, 'runner_lost', NULL,
-           jsonb_build_object(
-               'action', CASE WHEN claim_state = 'queued' THEN 'requeued' ELSE 'abandoned' END,
+           jsonb_build_object(  -- sweep.lost_payload, built in SQL
+               'action', CASE WHEN claim_state = 'queued' THEN '{REQUEUED}' ELSE '{ABANDONED}'
+                         END,
                'leased_by', leased_by,
                'reason', $3::text),
            $4
@@ -196,6 +201,10 @@ SELECT id, leased_by, claim_state,
 FROM swept
 ORDER BY started_at, id
 """
+
+
+#: The sweep's statement, by ``requeue`` (``StarflowConfig.lost_runs``).
+SWEEP_SQL = {requeue: _sweep_sql(requeue) for requeue in (True, False)}
 
 
 # ---------------------------------------------------------------------------
@@ -213,39 +222,58 @@ def _jsonb_decode(data: bytes) -> Any:
     return serde.decode(data[1:], sort_keys=True)
 
 
-def _uuid_or_none(value: str) -> str | None:
-    """The canonical form of a uuid string, or None if it is not one."""
-    if not isinstance(value, str):
-        return None
-    return _canonical_uuid(value)
-
-
-@functools.lru_cache(maxsize=4096)
-def _canonical_uuid(value: str) -> str | None:
-    # Cached: every unit of a run checks the same run id (a few µs each time).
-    try:
-        return str(uuid.UUID(value))
-    except ValueError:
-        return None
-
-
-def _require_uuid(value: str | None, what: str) -> str | None:
-    if value is None:
-        return None
-    canonical = _uuid_or_none(value)
-    if canonical is None:
-        raise ConfigError(
-            f"{what} must be a UUID on PostgreSQL (the column is uuid): got {value!r}; "
-            "pass str(uuid.uuid4()) or let starflow generate the id",
-            run_id=value if what == "run id" else None,
-        )
-    return canonical
-
-
 def channel_name(workspace_id: str, env: str) -> str:
     """The LISTEN/NOTIFY channel announcing claimable work in one (workspace, env)."""
     digest = hashlib.sha256(f"{workspace_id}\0{env}".encode()).hexdigest()[:40]
     return f"starflow_work_{digest}"
+
+
+#: The values of ``pooler=`` (the URL parameter and the adapter argument).
+POOLER_MODES = frozenset({"transaction", "session", "none"})
+
+
+def _pooler_options(url: str, pooler: str | None, listen_url: str | None
+                    ) -> tuple[str, str, str | None]:
+    """``url`` without starflow's own query parameters, the pooler mode and the
+    ``LISTEN`` URL (arguments win over the URL's ``pooler=`` / ``listen_url=``).
+
+    asyncpg would send unknown query parameters to the server as settings, so
+    ``pooler`` and ``listen_url`` are taken out here.
+    """
+    from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as exc:
+        raise ConfigError(f"not a valid PostgreSQL URL: {_redact(url)!r} ({exc})") from None
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    own = {k: v for k, v in query if k in ("pooler", "listen_url")}
+    rest = [(k, v) for k, v in query if k not in ("pooler", "listen_url")]
+    if own:
+        url = urlunsplit(parts._replace(query=urlencode(rest)))
+    mode = pooler if pooler is not None else own.get("pooler")
+    if mode is None:
+        # Supabase's shared pooler (Supavisor) runs transaction mode on 6543.
+        host = (parts.hostname or "").lower()
+        mode = "transaction" if host.endswith(".pooler.supabase.com") and port == 6543 \
+            else "none"
+    mode = mode.lower()
+    if mode not in POOLER_MODES:
+        raise ConfigError(f"pooler must be one of {sorted(POOLER_MODES)}: got {mode!r} "
+                          "(use ?pooler=transaction behind PgBouncer or Supabase's port 6543)")
+    listen = listen_url if listen_url is not None else own.get("listen_url")
+    if listen is not None:
+        listen = normalize_scheme(listen)
+        if not listen.startswith(("postgresql://", "postgres://")):
+            raise ConfigError(f"listen_url is not a PostgreSQL URL: {_redact(listen)!r} "
+                              "(give a direct or session-mode postgresql:// URL)")
+    return url, mode, listen
+
+
+def _literal(value: str) -> str:
+    """``value`` as an SQL string literal (standard_conforming_strings is on)."""
+    return "'" + value.replace("'", "''") + "'"
 
 
 def _redact(url: str) -> str:
@@ -262,54 +290,6 @@ def _redact(url: str) -> str:
 
 def _is_driver_error(exc: BaseException) -> bool:
     return isinstance(exc, OSError) or type(exc).__module__.startswith("asyncpg")
-
-
-def _run(row: Any) -> RunInfo:
-    return RunInfo(
-        id=row[0],
-        template_id=row[1],
-        workspace_id=row[2],
-        env=row[3],
-        status=row[4],
-        started_at=row[5],
-        completed_at=row[6],
-        duration_ms=row[7],
-        checkpoint_json=row[8],
-        error=row[9],
-        claim_state=row[10],
-        runner_pool=row[11],
-        leased_by=row[12],
-        lease_until=row[13],
-        last_heartbeat=row[14],
-        claim_attempts=row[15],
-        definition_id=row[16],
-        input_json=row[17],
-        result_json=row[18],
-        start_mode=row[19],
-        max_claim_attempts=row[20],
-        workflow_version=row[21],
-    )
-
-
-_JOB_COLUMNS = (
-    "id, run_id, node_id, pool, step_name, idempotency_key, input_json, status, attempts, "
-    "max_attempts, leased_by, lease_until, last_heartbeat, result_json, error_json, "
-    "created_at, completed_at"
-)
-
-
-def _job(row: Any) -> JobRecord:
-    return JobRecord(
-        id=row[0], run_id=row[1], node_id=row[2], pool=row[3], step_name=row[4],
-        idempotency_key=row[5], input=row[6], status=row[7], attempts=row[8],
-        max_attempts=row[9], leased_by=row[10], lease_until=row[11], last_heartbeat=row[12],
-        result=row[13], error=row[14], created_at=row[15], completed_at=row[16],
-    )
-
-
-def _wait(row: Any) -> WaitRecord:
-    return WaitRecord(run_id=row[0], node_id=row[1], event=row[2], deadline=row[3],
-                      created_at=row[4])
 
 
 class _Statement:
@@ -349,6 +329,15 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
         min_size: Connections the pool keeps open.
         max_size: Most connections the pool opens (plus one for ``LISTEN``
             once a worker waits for work).
+        pooler: ``"transaction"`` when ``url`` points at a transaction-mode
+            pooler (PgBouncer, Supabase port 6543), ``"session"`` or
+            ``"none"`` otherwise. Default: the URL's ``?pooler=`` parameter,
+            else ``"transaction"`` for a ``*.pooler.supabase.com:6543``
+            host, else ``"none"``.
+        listen_url: Where to ``LISTEN`` for work announcements behind a
+            transaction pooler (a direct or session-mode URL); default: the
+            URL's ``?listen_url=`` parameter (percent-encoded). Without one,
+            workers poll every ``StarflowConfig.poll_interval``.
     """
 
     def __init__(
@@ -360,9 +349,12 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
         synchronous_commit: str = "on",
         min_size: int = 1,
         max_size: int = 10,
+        pooler: str | None = None,
+        listen_url: str | None = None,
     ) -> None:
         super().__init__(workspace_id=workspace_id, env=env)
-        url = normalize_scheme(url)
+        url, self.pooler, self.listen_url = _pooler_options(normalize_scheme(url), pooler,
+                                                            listen_url)
         if not url.startswith(("postgresql://", "postgres://")):
             raise ConfigError(
                 f"not a PostgreSQL URL: {_redact(url)!r} (use postgresql://user@host/db)"
@@ -391,11 +383,17 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
         self._spare: list[Any] = []
         self._inflight = 0
         self._idle_event: anyio.Event | None = None
+        # Transaction pooler: the set_config() query each call's transaction
+        # starts with ("" when nothing needs setting); decided in open().
+        self._tx_settings = ""
 
     # -- connection ----------------------------------------------------------
 
     @property
     def _server_settings(self) -> dict[str, str]:
+        if self.pooler == "transaction":
+            # PgBouncer refuses unknown startup parameters; see _tx_settings.
+            return {"application_name": "starflow"}
         # Sent in the startup packet: they are the session defaults, so they
         # survive RESET ALL and cost no round trip.
         return {
@@ -425,9 +423,14 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
                 init=self._init_connection,
                 reset=_no_reset,
                 server_settings=self._server_settings,
+                # A transaction pooler hands each transaction any server
+                # connection: named prepared statements would not be there.
+                **({"statement_cache_size": 0} if self.pooler == "transaction" else {}),
             )
         try:
             self.applied_migrations = tuple(await self.migrate())
+            if self.pooler == "transaction":
+                self._tx_settings = await self._transaction_settings()
         except BaseException:
             await self.close()
             raise
@@ -487,6 +490,14 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
                 "host and port",
                 run_id=run_id,
             )
+        if sqlstate == "23505" and getattr(exc, "constraint_name", None) == \
+                "idx_workflow_session_vars_key":
+            return StorageError(
+                f"{action}: this session id and key are already used in another workspace. "
+                "This database was adopted from the state model, whose engine keys session "
+                "variables by (session_id, key) alone (migration 029): use session ids that "
+                "are unique across workspaces, e.g. prefixed with the workspace",
+                run_id=run_id)
         if sqlstate == "23505":
             return StorageError(
                 f"{action}: a row with this key already exists "
@@ -501,6 +512,11 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
                 run_id=run_id,
             )
         name = type(exc).__name__
+        if "unsupported startup parameter" in str(exc):  # PgBouncer, Supabase's pooler
+            return StorageError(
+                f"{where} refused starflow's connection settings ({action}): {exc}. This is "
+                "a connection pooler: add ?pooler=transaction to the URL "
+                "(docs/guides/postgres.md, PgBouncer)", run_id=run_id)
         return StorageError(f"PostgreSQL error during {action} ({name}): {exc}", run_id=run_id)
 
     @asynccontextmanager
@@ -524,7 +540,14 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
                 conn = self._spare.pop() if self._spare else await pool.acquire()
                 reuse = False
                 try:
-                    yield conn
+                    if self._tx_settings:
+                        # Transaction pooler: session settings do not follow the
+                        # client, so the call is one transaction that sets them.
+                        async with conn.transaction():
+                            await conn.execute(self._tx_settings)
+                            yield conn
+                    else:
+                        yield conn
                     reuse = not conn.is_closed() and not conn.is_in_transaction()
                 finally:
                     if reuse and len(self._spare) < self.max_size - 1:
@@ -565,6 +588,40 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
         async with self._connection("migrate") as conn:
             return await _migrate(conn)
 
+    async def migration_plan(self) -> MigrationPlan:
+        """What :meth:`migrate` would do, changing nothing (``starflow migrate
+        --dry-run``). Needs no :meth:`open` (which migrates): uses a connection
+        of its own.
+
+        Raises:
+            StorageError: the schema is neither starflow's, the state model's nor
+                empty (the message lists what differs), or the server is unreachable.
+        """
+        import asyncpg
+
+        with self._translate("migration plan"):
+            conn = await asyncpg.connect(self.url, server_settings=self._server_settings,
+                                         **({"statement_cache_size": 0}
+                                            if self.pooler == "transaction" else {}))
+            try:
+                return await _migration_plan(conn)
+            finally:
+                await conn.close()
+
+    async def _transaction_settings(self) -> str:
+        """Behind a transaction pooler: the ``set_config(…, true)`` query each call's
+        transaction must start with, or ``""`` when none is needed (Row Level
+        Security does not apply to this role and ``synchronous_commit`` is ``on``),
+        which keeps single statements at one round trip."""
+        async with self._connection("open") as conn:
+            rls = bool(await conn.fetchval("SELECT row_security_active('workflow_runs')"))
+        settings = {"synchronous_commit": self.synchronous_commit} \
+            if self.synchronous_commit != "on" else {}
+        if rls:
+            settings |= {"starflow.workspace_id": self.workspace_id, "starflow.env": self.env}
+        return ("SELECT " + ", ".join(f"set_config({_literal(k)}, {_literal(v)}, true)"
+                                      for k, v in settings.items())) if settings else ""
+
     # -- writes ---------------------------------------------------------------
 
     def _plan(self, unit: Unit) -> list[_Statement]:
@@ -573,128 +630,16 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
         Raises ConfigError (before anything is written) for a malformed run id.
         """
         plan: list[_Statement] = []
+        ws, env = self.workspace_id, self.env
         for op in _merge_run_writes(unit.ops):
-            sql, args = self._op_sql(op)
+            statement = op_sql(POSTGRES, op, ws, env)
+            assert statement is not None  # Mark ops are merged away
+            sql, args = self._notifying(*statement) if announces_work(op) else statement
             if plan and plan[-1].sql == sql:
                 plan[-1].args.append(args)
             else:
                 plan.append(_Statement(sql, args))
         return plan
-
-    def _op_sql(self, op: Op) -> tuple[str, tuple[Any, ...]]:
-        ws, env = self.workspace_id, self.env
-        if isinstance(op, InsertEvent):
-            return (
-                "INSERT INTO workflow_run_events (run_id, event_type, node_id, payload_json, "
-                "created_at) SELECT $1::uuid, $2::text, $3::text, $4::jsonb, $5::timestamptz "
-                "WHERE EXISTS (SELECT 1 FROM workflow_runs WHERE id = $1::uuid "
-                f"AND {_tenant(6)})",
-                (_require_uuid(op.run_id, "run id"), op.event_type, op.node_id, op.payload,
-                 op.created_at, ws, env),
-            )
-        if isinstance(op, UpdateRun):
-            cols = _columns(op.values, UPDATABLE_RUN_COLUMNS)
-            sets = ", ".join(f"{c} = ${i}" for i, c in enumerate(cols, start=4))
-            args = (_require_uuid(op.run_id, "run id"), ws, env,
-                    *(self._value(c, op.values[c]) for c in cols))
-            sql = (f"UPDATE workflow_runs SET {sets} "
-                   f"WHERE id = $1 AND {_tenant(2)}")
-            if op.values.get("claim_state") == "queued":
-                return self._notifying(sql, args)
-            return sql, args
-        if isinstance(op, InsertRun):
-            cols = _columns(op.values, _INSERTABLE_RUN_COLUMNS)
-            names = ", ".join(("id", "workspace_id", "env", *cols))
-            params = ", ".join(f"${i}" for i in range(1, len(cols) + 4))
-            args = (_require_uuid(op.run_id, "run id"), ws, env,
-                    *(self._value(c, op.values[c]) for c in cols))
-            sql = f"INSERT INTO workflow_runs ({names}) VALUES ({params})"
-            if "queued" in (op.values.get("claim_state"), op.values.get("status")):
-                return self._notifying(sql, args)
-            return sql, args
-        if isinstance(op, InsertWait):
-            return (
-                "INSERT INTO workflow_waits (run_id, node_id, workspace_id, env, event, "
-                "deadline, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7) "
-                "ON CONFLICT (run_id, node_id) DO UPDATE SET workspace_id = excluded.workspace_id,"
-                " env = excluded.env, event = excluded.event, deadline = excluded.deadline, "
-                "created_at = excluded.created_at",
-                (_require_uuid(op.run_id, "run id"), op.node_id, ws, env, op.event,
-                 op.deadline, op.created_at),
-            )
-        if isinstance(op, DeleteWaits):
-            return (
-                "DELETE FROM workflow_waits WHERE run_id = $1 "
-                f"AND {_tenant(2)}",
-                (_require_uuid(op.run_id, "run id"), ws, env),
-            )
-        if isinstance(op, InsertSignal):
-            return (
-                "INSERT INTO workflow_signals (run_id, workspace_id, env, event, payload_json, "
-                "created_at) VALUES ($1, $2, $3, $4, $5, $6)",
-                (_require_uuid(op.run_id, "run id"), ws, env, op.event, op.payload,
-                 op.created_at),
-            )
-        if isinstance(op, DeleteSignal):
-            return (
-                "DELETE FROM workflow_signals WHERE id = $1 "
-                f"AND {_tenant(2)}",
-                (op.signal_id, ws, env),
-            )
-        if isinstance(op, UpsertSessionVar):
-            return (
-                "INSERT INTO workflow_session_vars (workspace_id, env, session_id, key, "
-                "value_json, run_id, keep_until, updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7,"
-                " $8) ON CONFLICT (workspace_id, env, session_id, key) DO UPDATE SET "
-                "value_json = excluded.value_json, run_id = excluded.run_id, "
-                "keep_until = excluded.keep_until, updated_at = excluded.updated_at",
-                (ws, env, op.session_id, op.key, op.value, _require_uuid(op.run_id, "run id"),
-                 op.keep_until, op.updated_at),
-            )
-        if isinstance(op, DeleteSessionVars):
-            return (
-                "DELETE FROM workflow_session_vars WHERE "
-                f"{_tenant(1)} "
-                "AND run_id = $3 AND keep_until IS NULL",
-                (ws, env, _require_uuid(op.run_id, "run id")),
-            )
-        if isinstance(op, InsertJob):
-            job = op.job
-            # Announces work too: job workers of the pool wait on the same channel.
-            return self._notifying(
-                "INSERT INTO worker_jobs (id, workspace_id, env, run_id, node_id, pool, "
-                "step_name, idempotency_key, input_json, status, max_attempts, created_at) "
-                "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'queued', $10, $11) "
-                "ON CONFLICT DO NOTHING",
-                (_require_uuid(job.id, "job id"), ws, env, _require_uuid(job.run_id, "run id"),
-                 job.node_id, job.pool, job.step_name, job.idempotency_key, job.input,
-                 job.max_attempts, op.created_at),
-            )
-        if isinstance(op, FinishJob):
-            return (
-                "UPDATE worker_jobs SET status = $1, result_json = $2, error_json = $3, "
-                "completed_at = $4, leased_by = NULL, lease_until = NULL "
-                f"WHERE id = $5 AND {_tenant(6)} "
-                "AND status IN ('queued', 'claimed')",
-                (op.status, op.result, op.error, op.completed_at,
-                 _require_uuid(op.job_id, "job id"), ws, env),
-            )
-        if isinstance(op, FailRunJobs):
-            return (
-                "UPDATE worker_jobs SET status = 'failed', error_json = $1, completed_at = $2, "
-                "leased_by = NULL, lease_until = NULL "
-                f"WHERE run_id = $3 AND {_tenant(4)} "
-                "AND status IN ('queued', 'claimed')",
-                (op.error, op.completed_at, _require_uuid(op.run_id, "run id"), ws, env),
-            )
-        if isinstance(op, InsertOutbox):
-            return (
-                "INSERT INTO mirror_outbox (run_id, kind, payload, created_at, workspace_id, env)"
-                " VALUES ($1, $2, $3, $4, $5, $6)",
-                (_require_uuid(op.run_id, "run id"), op.kind, op.payload, op.created_at, ws,
-                 env),
-            )
-        raise TypeError(f"the PostgreSQL adapter cannot apply {type(op).__name__}")
 
     def _notifying(self, sql: str, args: tuple[Any, ...]) -> tuple[str, tuple[Any, ...]]:
         """Wrap a write so that, if it touched a row, it also announces work.
@@ -706,18 +651,9 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
         return (f"WITH w AS ({sql} RETURNING 1) SELECT pg_notify(${n}, '') FROM w",
                 (*args, self.channel))
 
-    @staticmethod
-    def _value(column: str, value: Any) -> Any:
-        if column in ("definition_id",):
-            return _require_uuid(value, "definition_id")
-        if column in JSON_RUN_COLUMNS and value is not None:
-            # Validate here so a bad value raises SerializationError itself.
-            serde.encode(value, what=column)
-        return value
-
     async def execute(self, unit: Unit) -> bool:
         guard = unit.guard
-        if guard is not None and _uuid_or_none(guard.run_id) is None:
+        if guard is not None and uuid_or_none(guard.run_id) is None:
             return False  # no such row can exist: the guard fails, nothing is written
         plan = self._plan(unit)
         if not plan and guard is None:
@@ -735,6 +671,16 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
                 # Guard, writes and (non-durable) synchronous_commit in one
                 # statement: one round trip, its own implicit transaction.
                 return bool(await conn.fetchval(fused.sql, *fused.args[0]))
+            if conn.is_in_transaction():
+                # Transaction pooler: _connection already began the call's
+                # transaction (with the tenant settings); it commits or rolls back.
+                if not unit.durable:
+                    await conn.execute("SET LOCAL synchronous_commit TO off")
+                held = guard is None or await self._check_guard(conn, guard)
+                if held:
+                    for statement in plan:
+                        await _run_statement(conn, statement)
+                return held
             await conn.execute("BEGIN" if unit.durable
                                else "BEGIN; SET LOCAL synchronous_commit TO off")
             try:
@@ -756,164 +702,93 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
 
     async def _check_guard(self, conn: asyncpg.Connection, guard: Guard) -> bool:
         # FOR NO KEY UPDATE: serializes the unit with every other guarded unit
-        # on this run, without blocking foreign-key checks of event inserts.
-        row = await conn.fetchrow(
-            "SELECT leased_by, status FROM workflow_runs "
-            f"WHERE id = $1 AND {_tenant(2)} FOR NO KEY UPDATE",
-            guard.run_id, self.workspace_id, self.env,
-        )
-        if row is None:
+        # on this run, without blocking foreign-key checks of event inserts; the
+        # lease/status condition is rechecked on the row's newest version.
+        if await conn.fetchval(
+                guard_sql(POSTGRES, *guard_shape(guard), " FOR NO KEY UPDATE"),
+                guard.run_id, self.workspace_id, self.env, *guard_args(POSTGRES, guard)) is None:
             return False
-        if guard.leased_by is not None and row[0] != guard.leased_by:
+        # Separate statements on purpose: under READ COMMITTED each takes a fresh
+        # snapshot after the row lock is held, so a wake that committed (and
+        # deleted the wait) or a signal another guarded unit queued while we
+        # waited is seen.
+        if guard.wait_node is not None and not await conn.fetchval(
+                wait_exists_sql(POSTGRES), guard.run_id, guard.wait_node):
             return False
-        if guard.status_in is not None and row[1] not in guard.status_in:
-            return False
-        if guard.wait_node is not None:
-            # A separate statement on purpose: under READ COMMITTED it takes a
-            # fresh snapshot after the row lock is held, so a wake that
-            # committed (and deleted the wait) while we waited is seen.
-            exists = await conn.fetchval(
-                "SELECT EXISTS (SELECT 1 FROM workflow_waits WHERE run_id = $1 AND node_id = $2)",
-                guard.run_id, guard.wait_node,
-            )
-            if not exists:
-                return False
-        if guard.no_signal is not None:
-            # Likewise a fresh snapshot: a signal another guarded unit queued for
-            # this run while we waited for the row lock is seen.
-            queued = await conn.fetchval(
-                "SELECT EXISTS (SELECT 1 FROM workflow_signals WHERE run_id = $1 AND event = $2 "
-                f"AND {_tenant(3)})",
-                guard.run_id, guard.no_signal, self.workspace_id, self.env,
-            )
-            if queued:
-                return False
-        return True
+        return guard.no_signal is None or not await conn.fetchval(
+            signal_queued_sql(POSTGRES), guard.run_id, guard.no_signal, self.workspace_id,
+            self.env)
 
     # -- reads -----------------------------------------------------------------
 
     async def get_run(self, run_id: str) -> RunInfo | None:
-        rid = _uuid_or_none(run_id)
+        rid = uuid_or_none(run_id)
         if rid is None:
             return None
         async with self._connection("get_run", run_id) as conn:
-            row = await conn.fetchrow(
-                f"SELECT {_RUN_COLUMNS} FROM workflow_runs "
-                f"WHERE id = $1 AND {_tenant(2)}",
-                rid, self.workspace_id, self.env,
-            )
-        return _run(row) if row is not None else None
+            row = await conn.fetchrow(Q.get_run, rid, self.workspace_id, self.env)
+        return run_info(row, POSTGRES) if row is not None else None
 
     async def list_runs(self, *, status: str | None = None, template_id: str | None = None,
                         since: datetime | None = None, limit: int = 50) -> list[RunInfo]:
-        where = ["workspace_id = $1", "env = $2"]
-        args: list[Any] = [self.workspace_id, self.env]
-        for clause, value in (("status = ", status), ("template_id = ", template_id),
-                              ("started_at >= ", since)):
-            if value is not None:
-                args.append(value)
-                where.append(f"{clause}${len(args)}")
-        args.append(int(limit))
-        # started_at DESC matches idx_workflow_runs_workspace_started.
-        sql = (f"SELECT {_RUN_COLUMNS} FROM workflow_runs WHERE {' AND '.join(where)} "
-               f"ORDER BY started_at DESC, id LIMIT ${len(args)}")
+        sql = Q.list_runs(status is not None, template_id is not None, since is not None)
         async with self._connection("list_runs") as conn:
-            rows = await conn.fetch(sql, *args)
-        return [_run(r) for r in rows]
+            rows = await conn.fetch(sql, self.workspace_id, self.env,
+                                    *(v for v in (status, template_id, since) if v is not None),
+                                    int(limit))
+        return [run_info(r, POSTGRES) for r in rows]
 
     async def list_runs_page(self, query: RunPageQuery) -> RunPage:
         query.check()
-        if query.after is not None and _uuid_or_none(query.after.id) is None:
-            raise StarflowError(f"list_runs_page: after.id must be a run id (a UUID on "
-                                f"PostgreSQL): {query.after.id!r}")
-        args: list[Any] = []
-
-        def param(value: Any) -> str:
-            args.append(value)
-            return f"${len(args)}"
-
-        built = page_sql(query, workspace_id=self.workspace_id, env=self.env,
-                         columns=_RUN_COLUMNS, param=param, ts=lambda t: t, uuid_ids=True)
-        if built is None:
+        sql = page_sql(POSTGRES, query, workspace_id=self.workspace_id, env=self.env)
+        if sql is None:
             return make_page([], query, {} if query.counts else None)
-        select, count_sql, shared = built
         async with self._connection("list_runs_page") as conn:
-            rows = await conn.fetch(select, *args)
-            counts = (None if count_sql is None else
-                      {r[0]: r[1] for r in await conn.fetch(count_sql, *args[:shared])})
-        return make_page([_run(r) for r in rows], query, counts)
+            rows = await conn.fetch(sql.select, *sql.select_args)
+            counts = (None if sql.count is None else
+                      {r[0]: r[1] for r in await conn.fetch(sql.count, *sql.count_args)})
+        return make_page([run_info(r, POSTGRES) for r in rows], query, counts)
 
     async def list_events(self, run_id: str, *, after_id: int = 0) -> list[RunEvent]:
-        rid = _uuid_or_none(run_id)
+        rid = uuid_or_none(run_id)
         if rid is None:
             return []
         async with self._connection("list_events", run_id) as conn:
-            rows = await conn.fetch(
-                "SELECT e.id, e.run_id, e.event_type, e.node_id, e.payload_json, e.created_at "
-                "FROM workflow_run_events e JOIN workflow_runs r ON r.id = e.run_id "
-                "WHERE e.run_id = $1 "
-                f"AND {_tenant(2, 'r.')} AND e.id > $4 "
-                "ORDER BY e.id",
-                rid, self.workspace_id, self.env, after_id,
-            )
-        return [RunEvent(id=r[0], run_id=r[1], event_type=r[2], node_id=r[3],
-                         payload_json=r[4], created_at=r[5]) for r in rows]
+            rows = await conn.fetch(Q.list_events, rid, self.workspace_id, self.env, after_id)
+        return [run_event(r, POSTGRES) for r in rows]
 
     async def list_waits(self, run_id: str) -> list[WaitRecord]:
-        rid = _uuid_or_none(run_id)
+        rid = uuid_or_none(run_id)
         if rid is None:
             return []
         async with self._connection("list_waits", run_id) as conn:
-            rows = await conn.fetch(
-                "SELECT run_id, node_id, event, deadline, created_at FROM workflow_waits "
-                "WHERE run_id = $1 "
-                f"AND {_tenant(2)} ORDER BY created_at",
-                rid, self.workspace_id, self.env,
-            )
-        return [_wait(r) for r in rows]
+            rows = await conn.fetch(Q.list_waits, rid, self.workspace_id, self.env)
+        return [wait_record(r, POSTGRES) for r in rows]
 
     async def due_waits(self, now: datetime, *, limit: int = 100) -> list[WaitRecord]:
         async with self._connection("due_waits") as conn:
-            rows = await conn.fetch(
-                "SELECT run_id, node_id, event, deadline, created_at FROM workflow_waits "
-                "WHERE workspace_id = $1 AND env = $2 AND deadline IS NOT NULL "
-                "AND deadline <= $3 ORDER BY deadline LIMIT $4",
-                self.workspace_id, self.env, now, int(limit),
-            )
-        return [_wait(r) for r in rows]
+            rows = await conn.fetch(Q.due_waits, self.workspace_id, self.env, now, int(limit))
+        return [wait_record(r, POSTGRES) for r in rows]
 
     async def next_deadline(self) -> datetime | None:
         async with self._connection("next_deadline") as conn:
-            value: datetime | None = await conn.fetchval(
-                "SELECT min(deadline) FROM workflow_waits WHERE workspace_id = $1 AND env = $2 "
-                "AND deadline IS NOT NULL", self.workspace_id, self.env,
-            )
+            value: datetime | None = await conn.fetchval(Q.next_deadline, self.workspace_id,
+                                                         self.env)
         return value
 
     async def find_signal(self, run_id: str, event: str) -> SignalRecord | None:
-        rid = _uuid_or_none(run_id)
+        rid = uuid_or_none(run_id)
         if rid is None:
             return None
         async with self._connection("find_signal", run_id) as conn:
-            row = await conn.fetchrow(
-                "SELECT id, run_id, event, payload_json, created_at FROM workflow_signals "
-                "WHERE run_id = $1 AND event = $2 "
-                f"AND {_tenant(3)} "
-                "ORDER BY id LIMIT 1", rid, event, self.workspace_id, self.env,
-            )
-        if row is None:
-            return None
-        return SignalRecord(id=row[0], run_id=row[1], event=row[2], payload=row[3],
-                            created_at=row[4])
+            row = await conn.fetchrow(Q.find_signal, rid, event, self.workspace_id, self.env)
+        return signal_record(row, POSTGRES) if row is not None else None
 
     async def session_get(self, session_id: str, key: str, *, now: datetime | None = None
                           ) -> Any:
         async with self._connection("session_get") as conn:
-            row = await conn.fetchrow(
-                "SELECT value_json, keep_until FROM workflow_session_vars "
-                "WHERE workspace_id = $1 AND env = $2 AND session_id = $3 AND key = $4",
-                self.workspace_id, self.env, session_id, key,
-            )
+            row = await conn.fetchrow(Q.session_get, self.workspace_id, self.env, session_id,
+                                      key)
         if row is None:
             return None
         if now is not None and row[1] is not None and row[1] <= now:
@@ -921,39 +796,27 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
         return row[0]
 
     async def get_definition(self, definition_id: str) -> DefinitionRecord | None:
-        did = _uuid_or_none(definition_id)
+        did = uuid_or_none(definition_id)
         if did is None:
             return None
         async with self._connection("get_definition") as conn:
-            row = await conn.fetchrow(
-                "SELECT id, name, version, code_hash, created_at FROM workflow_definitions "
-                f"WHERE id = $1 AND {_tenant(2)}",
-                did, self.workspace_id, self.env,
-            )
-        if row is None:
-            return None
-        return DefinitionRecord(id=row[0], name=row[1], version=row[2], code_hash=row[3],
-                                created_at=row[4])
+            row = await conn.fetchrow(Q.get_definition, did, self.workspace_id, self.env)
+        return definition_record(row, POSTGRES) if row is not None else None
 
     # -- read-modify-writes ----------------------------------------------------
 
-    async def claim_runs(self, runner_id: str, *, pool: str | None, now: datetime,
-                         lease_until: datetime, limit: int = 1,
-                         workflows: Collection[str] | None = None,
-                         after: AfterClaim | None = None) -> list[RunInfo]:
-        names = sorted(set(workflows)) if workflows is not None else None
+    async def _claim_runs(self, c: ClaimRuns) -> list[RunInfo]:
+        names, after = c.workflows, c.after
         if names is not None and not names:
             return []
-        args = (self.workspace_id, self.env, pool, int(limit), runner_id, lease_until, now,
-                names)
+        args = (self.workspace_id, self.env, c.pool, c.limit, c.runner_id, c.lease_until, c.now,
+                list(names) if names is not None else None)
         async with self._connection("claim_runs") as conn:
             if after is None:
-                rows = await conn.fetch(CLAIM_SQL, *args)
-                runs = _claimed(rows)
-            else:
-                async with conn.transaction():
-                    runs = _claimed(await conn.fetch(CLAIM_SQL, *args))
-                    await self._apply_after(conn, after(runs) if runs else [])
+                return claimed_runs(await conn.fetch(CLAIM_SQL, *args), POSTGRES)
+            async with conn.transaction():
+                runs = claimed_runs(await conn.fetch(CLAIM_SQL, *args), POSTGRES)
+                await self._apply_after(conn, after(runs) if runs else [])
         return runs
 
     async def _apply_after(self, conn: asyncpg.Connection, ops: list[Op]) -> None:
@@ -961,160 +824,109 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
         for statement in self._plan(Unit(ops=ops)):
             await _run_statement(conn, statement)
 
-    async def expire_old_leases(self, now: datetime, reason: str = "runner_lost",
-                                *, after: AfterSweep | None = None) -> list[SweepResult]:
-        args = (self.workspace_id, self.env, reason, now, self.channel)
+    async def _expire_old_leases(self, c: SweepLeases) -> list[SweepResult]:
+        after = c.after
+        args = (self.workspace_id, self.env, c.reason, c.now, self.channel)
         async with self._connection("expire_old_leases") as conn:
             if after is None:
-                return _swept(await conn.fetch(SWEEP_SQL, *args))
+                return swept(await conn.fetch(SWEEP_SQL[c.requeue], *args))
             async with conn.transaction():
-                results = _swept(await conn.fetch(SWEEP_SQL, *args))
+                results = swept(await conn.fetch(SWEEP_SQL[c.requeue], *args))
                 await self._apply_after(conn, after(results) if results else [])
         return results
 
-    async def ensure_definition(self, name: str, version: int, code_hash: str,
-                                *, now: datetime) -> str:
+    async def _ensure_definition(self, c: EnsureDefinition) -> str:
+        ws, env = self.workspace_id, self.env
         async with self._connection("ensure_definition") as conn:
             for _ in range(3):
                 inserted: str | None = await conn.fetchval(
-                    "INSERT INTO workflow_definitions (id, workspace_id, env, name, version, "
-                    "code_hash, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7) "
-                    "ON CONFLICT (workspace_id, env, name, version) DO NOTHING RETURNING id",
-                    str(uuid.uuid4()), self.workspace_id, self.env, name, version, code_hash,
-                    now,
-                )
+                    Q.insert_definition + " RETURNING id", str(uuid.uuid4()), ws, env, c.name,
+                    c.version, c.code_hash, c.now)
                 if inserted is not None:
                     return inserted
                 # A separate statement: its snapshot sees a row that a concurrent
                 # ensure_definition committed while our insert waited on it.
-                existing: str | None = await conn.fetchval(
-                    "SELECT id FROM workflow_definitions WHERE workspace_id = $1 AND env = $2 "
-                    "AND name = $3 AND version = $4", self.workspace_id, self.env, name, version,
-                )
+                existing: str | None = await conn.fetchval(Q.definition_id, ws, env, c.name,
+                                                           c.version)
                 if existing is not None:
                     return existing
-        raise StorageError(f"could not record workflow definition {name!r} v{version}")
+        raise StorageError(f"could not record workflow definition {c.name!r} v{c.version}")
 
-    async def expire_session_vars(self, now: datetime) -> int:
+    async def _expire_session_vars(self, c: ExpireSessionVars) -> int:
         async with self._connection("expire_session_vars") as conn:
-            status: str = await conn.execute(
-                "DELETE FROM workflow_session_vars WHERE workspace_id = $1 AND env = $2 "
-                "AND keep_until IS NOT NULL AND keep_until <= $3",
-                self.workspace_id, self.env, now,
-            )
+            status: str = await conn.execute(Q.expire_session_vars, self.workspace_id,
+                                             self.env, c.now)
         return int(status.rsplit(" ", 1)[-1])
 
-    async def get_secret(self, key_id: str, *, now: datetime, create: bool = True
-                         ) -> str | None:
-        select = ("SELECT secret FROM starflow_keys WHERE workspace_id = $1 AND env = $2 "
-                  "AND key_id = $3")
+    async def _get_secret(self, c: GetSecret) -> str | None:
+        key = (self.workspace_id, self.env, c.key_id)
         async with self._connection("get_secret") as conn:
-            secret: str | None = await conn.fetchval(select, self.workspace_id, self.env, key_id)
-            if secret is not None or not create:
+            secret: str | None = await conn.fetchval(Q.secret, *key)
+            if secret is not None or not c.create:
                 return secret
-            secret = await conn.fetchval(
-                "INSERT INTO starflow_keys (workspace_id, env, key_id, secret, created_at) "
-                "VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING RETURNING secret",
-                self.workspace_id, self.env, key_id, secrets.token_hex(32), now,
-            )
+            secret = await conn.fetchval(Q.insert_secret + " RETURNING secret", *key,
+                                         secrets.token_hex(32), c.now)
             if secret is None:  # another process created it first: theirs wins
-                secret = await conn.fetchval(select, self.workspace_id, self.env, key_id)
+                secret = await conn.fetchval(Q.secret, *key)
         return secret
 
     # -- worker jobs -------------------------------------------------------------
 
-    async def claim_jobs(self, worker_id: str, *, pool: str, now: datetime,
-                         lease_until: datetime, limit: int = 1) -> list[JobRecord]:
+    async def _claim_jobs(self, c: ClaimJobs) -> list[JobRecord]:
         async with self._connection("claim_jobs") as conn:
-            rows = await conn.fetch(
-                "UPDATE worker_jobs SET status = 'claimed', attempts = attempts + 1, "
-                "leased_by = $1, lease_until = $2, last_heartbeat = $3 WHERE id IN ("
-                "  SELECT id FROM worker_jobs WHERE workspace_id = $4 AND env = $5 "
-                "  AND pool = $6 AND (status = 'queued' OR (status = 'claimed' "
-                "  AND lease_until < $3)) ORDER BY created_at, id LIMIT $7 "
-                "  FOR UPDATE SKIP LOCKED"
-                f") RETURNING {_JOB_COLUMNS}",
-                worker_id, lease_until, now, self.workspace_id, self.env, pool, int(limit),
-            )
-        jobs = [_job(r) for r in rows]
-        jobs.sort(key=lambda j: (j.created_at, j.id))
-        return jobs
+            rows = await conn.fetch(Q.claim_jobs, c.worker_id, c.lease_until, c.now,
+                                    self.workspace_id, self.env, c.pool, c.now, c.limit)
+        return claimed_jobs(rows, POSTGRES)
 
-    async def heartbeat_job(self, job_id: str, worker_id: str, *, now: datetime,
-                            lease_until: datetime) -> bool:
-        jid = _uuid_or_none(job_id)
+    async def _heartbeat_job(self, c: HeartbeatJob) -> bool:
+        jid = uuid_or_none(c.job_id)
         if jid is None:
             return False
         async with self._connection("heartbeat_job") as conn:
-            status: str = await conn.execute(
-                "UPDATE worker_jobs SET lease_until = $1, last_heartbeat = $2 WHERE id = $3 "
-                f"AND {_tenant(4)} "
-                "AND status = 'claimed' AND leased_by = $6",
-                lease_until, now, jid, self.workspace_id, self.env, worker_id,
-            )
+            status: str = await conn.execute(Q.heartbeat_job, c.lease_until, c.now, jid,
+                                             self.workspace_id, self.env, c.worker_id)
         return status.rsplit(" ", 1)[-1] == "1"
 
     async def get_job(self, job_id: str) -> JobRecord | None:
-        jid = _uuid_or_none(job_id)
+        jid = uuid_or_none(job_id)
         if jid is None:
             return None
         async with self._connection("get_job") as conn:
-            row = await conn.fetchrow(
-                f"SELECT {_JOB_COLUMNS} FROM worker_jobs WHERE id = $1 AND {_tenant(2)}",
-                jid, self.workspace_id, self.env)
-        return _job(row) if row is not None else None
+            row = await conn.fetchrow(Q.get_job, jid, self.workspace_id, self.env)
+        return job_record(row, POSTGRES) if row is not None else None
 
     async def list_jobs(self, *, run_id: str | None = None, status: str | None = None,
                         limit: int = 100) -> list[JobRecord]:
-        where = ["workspace_id = $1", "env = $2"]
-        args: list[Any] = [self.workspace_id, self.env]
+        rid = None
         if run_id is not None:
-            rid = _uuid_or_none(run_id)
+            rid = uuid_or_none(run_id)
             if rid is None:
                 return []
-            args.append(rid)
-            where.append(f"run_id = ${len(args)}")
-        if status is not None:
-            args.append(status)
-            where.append(f"status = ${len(args)}")
-        args.append(int(limit))
+        sql = Q.list_jobs(rid is not None, status is not None)
         async with self._connection("list_jobs") as conn:
-            rows = await conn.fetch(
-                f"SELECT {_JOB_COLUMNS} FROM worker_jobs WHERE {' AND '.join(where)} "
-                f"ORDER BY created_at, id LIMIT ${len(args)}", *args)
-        return [_job(r) for r in rows]
+            rows = await conn.fetch(sql, self.workspace_id, self.env,
+                                    *(v for v in (rid, status) if v is not None), int(limit))
+        return [job_record(r, POSTGRES) for r in rows]
 
     # -- the mirror outbox -------------------------------------------------------
 
     async def pending_outbox(self, *, limit: int = 500) -> list[OutboxRow]:
         async with self._connection("pending_outbox") as conn:
-            rows = await conn.fetch(
-                "SELECT id, run_id, kind, payload, created_at FROM mirror_outbox "
-                "WHERE workspace_id = $1 AND env = $2 AND applied_at IS NULL "
-                "ORDER BY id LIMIT $3",
-                self.workspace_id, self.env, int(limit),
-            )
-        return [OutboxRow(id=r[0], run_id=r[1], kind=r[2], payload=r[3], created_at=r[4])
-                for r in rows]
+            rows = await conn.fetch(Q.pending_outbox, self.workspace_id, self.env, int(limit))
+        return [outbox_row(r, POSTGRES) for r in rows]
 
-    async def mark_outbox_applied(self, ids: Sequence[int], *, now: datetime) -> int:
-        if not ids:
+    async def _mark_outbox_applied(self, c: MarkOutboxApplied) -> int:
+        if not c.ids:
             return 0
         async with self._connection("mark_outbox_applied") as conn:
-            status: str = await conn.execute(
-                "UPDATE mirror_outbox SET applied_at = $1 WHERE id = ANY($2::bigint[]) "
-                "AND workspace_id = $3 AND env = $4 AND applied_at IS NULL",
-                now, [int(i) for i in ids], self.workspace_id, self.env,
-            )
+            status: str = await conn.execute(Q.mark_outbox_applied(len(c.ids)), c.now,
+                                             *POSTGRES.many(c.ids), self.workspace_id, self.env)
         return int(status.rsplit(" ", 1)[-1])
 
-    async def prune_outbox(self, applied_before: datetime) -> int:
+    async def _prune_outbox(self, c: PruneOutbox) -> int:
         async with self._connection("prune_outbox") as conn:
-            status: str = await conn.execute(
-                "DELETE FROM mirror_outbox WHERE workspace_id = $1 AND env = $2 "
-                "AND applied_at IS NOT NULL AND applied_at < $3",
-                self.workspace_id, self.env, applied_before,
-            )
+            status: str = await conn.execute(Q.prune_outbox, self.workspace_id, self.env,
+                                             c.applied_before)
         return int(status.rsplit(" ", 1)[-1])
 
     async def outbox_lag(self, now: datetime, edges: Sequence[float] = ()) -> OutboxLag:
@@ -1160,6 +972,8 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
     async def _ensure_listener(self) -> None:
         if self._listener is not None and not self._listener.is_closed():
             return
+        if self.pooler == "transaction" and self.listen_url is None:
+            return  # LISTEN does not survive a transaction pooler: poll instead
         if self._pool is None:
             raise StorageError("the PostgreSQL adapter is not open: call open() first")
         async with self._listen_lock:
@@ -1172,8 +986,10 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
                 # Shielded (and bounded): asyncpg cancelled half-way through a connect
                 # or a LISTEN leaks the socket and reports connection_lost errors.
                 with anyio.CancelScope(shield=True):
-                    conn = await asyncpg.connect(self.url, server_settings=self._server_settings,
-                                                 timeout=LISTEN_CONNECT_TIMEOUT)
+                    conn = await asyncpg.connect(
+                        self.listen_url or self.url, timeout=LISTEN_CONNECT_TIMEOUT,
+                        server_settings=self._server_settings if self.listen_url is None
+                        else {"application_name": "starflow"})
                     try:
                         await conn.add_listener(self.channel, self._on_notify)
                     except BaseException:
@@ -1203,14 +1019,6 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
 # ---------------------------------------------------------------------------
 # Module helpers
 # ---------------------------------------------------------------------------
-
-
-def _columns(values: dict[str, Any], allowed: frozenset[str] | set[str]) -> list[str]:
-    cols = list(values)
-    bad = [c for c in cols if c not in allowed or not _IDENT.match(c)]
-    if bad:
-        raise ValueError(f"not writable workflow_runs columns: {sorted(bad)}")
-    return cols
 
 
 def _merge_run_writes(ops: Sequence[Op]) -> list[Op]:
@@ -1305,15 +1113,8 @@ def _fused_sql(plan: Sequence[_Statement], guarded: bool, leased: bool, status: 
     cond = ""
     n = 0
     if guarded:
-        where = ["id = $1", _tenant(2)]
-        n = 3
-        if leased:
-            n += 1
-            where.append(f"leased_by = ${n}")
-        if status:
-            n += 1
-            where.append(f"status = ANY(${n}::text[])")
-        ctes.append(f"g AS (SELECT 1 FROM workflow_runs WHERE {' AND '.join(where)} "
+        n = 3 + leased + status
+        ctes.append(f"g AS ({guard_sql(POSTGRES, leased, 1 if status else None)} "
                     "FOR NO KEY UPDATE)")
         cond = " AND EXISTS (SELECT 1 FROM g)"
     for i, st in enumerate(plan):
@@ -1340,41 +1141,62 @@ async def _run_statement(conn: asyncpg.Connection, statement: _Statement) -> Non
         await conn.executemany(statement.sql, statement.args)
 
 
-async def _migrate(conn: asyncpg.Connection) -> list[int]:
+async def _migration_plan(conn: asyncpg.Connection) -> MigrationPlan:
+    """What migrating would do; reads only. A database without
+    ``starflow_migrations`` holding the state model's tables is adopted (issue #20):
+    its versions are recognised by tables, columns and types, not trusted."""
     migrations = load_migrations("postgres")
+    # A catalog query under the statement's snapshot (not to_regclass, whose name
+    # lookup may not see a table another migrate() committed while we waited
+    # for the lock).
+    if await conn.fetchval(
+            "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_tables WHERE tablename = "
+            "'starflow_migrations' AND schemaname = current_schema())"):
+        done = {r[0] for r in await conn.fetch("SELECT version FROM starflow_migrations")}
+        return MigrationPlan(adopt=(), apply=tuple(m for m in migrations
+                                                   if m.version not in done))
+    rows = await conn.fetch(
+        "SELECT table_name::text, column_name::text, data_type::text "
+        "FROM information_schema.columns WHERE table_schema = current_schema() "
+        "AND table_name = ANY($1::text[])", [*SEED_TABLES, *STARFLOW_TABLES])
+    found: dict[str, dict[str, str]] = {}
+    for table, column, kind in rows:
+        found.setdefault(table, {})[column] = kind
+    indexes = [r[0] for r in await conn.fetch(
+        "SELECT indexname::text FROM pg_catalog.pg_indexes WHERE schemaname = current_schema() "
+        "AND indexname = ANY($1::text[])", list(SEED_INDEXES))]
+    try:
+        seed = set(seed_versions(found, indexes))
+    except ValueError as exc:
+        raise StorageError(f"refusing to migrate: {exc}. Nothing was changed") from None
+    return MigrationPlan(adopt=tuple(m for m in migrations if m.version in seed),
+                         apply=tuple(m for m in migrations if m.version not in seed))
+
+
+async def _migrate(conn: asyncpg.Connection) -> list[int]:
     if await conn.fetchval("SELECT to_regclass('starflow_migrations')") is not None:
         done = {r[0] for r in await conn.fetch("SELECT version FROM starflow_migrations")}
-        if all(m.version in done for m in migrations):
+        if all(m.version in done for m in load_migrations("postgres")):
             return []
     applied: list[int] = []
     async with conn.transaction():
         # Everything below is one transaction under one lock: a concurrent
         # migrate() waits here, then finds the versions recorded and does nothing.
         await conn.execute("SELECT pg_advisory_xact_lock($1)", MIGRATION_LOCK_KEY)
+        plan = await _migration_plan(conn)  # raises, changing nothing, on a foreign schema
         await conn.execute(
             "CREATE TABLE IF NOT EXISTS starflow_migrations ("
             "version int PRIMARY KEY, name text NOT NULL, "
             "applied_at timestamptz NOT NULL DEFAULT now())"
         )
-        done = {r[0] for r in await conn.fetch("SELECT version FROM starflow_migrations")}
-        for mig in migrations:
-            if mig.version in done:
-                continue
+        for mig in plan.adopt:  # found in place: recorded, not run (029 reads the marker)
+            await conn.execute("INSERT INTO starflow_migrations (version, name) VALUES ($1, $2)",
+                               mig.version, f"{mig.name} {ADOPTED_MARK}")
+            log.warning("adopted the state model's migration", version=mig.version,
+                        name=mig.name)
+        for mig in plan.apply:
             await conn.execute(mig.sql)
             await conn.execute("INSERT INTO starflow_migrations (version, name) VALUES ($1, $2)",
                                mig.version, mig.name)
             applied.append(mig.version)
     return applied
-
-
-def _claimed(rows: Sequence[asyncpg.Record]) -> list[RunInfo]:
-    runs = [_run(r) for r in rows]
-    # UPDATE … RETURNING has no order; hand runs out oldest first, like SQLite.
-    runs.sort(key=lambda r: (r.started_at is not None, r.started_at, r.id))
-    return runs
-
-
-def _swept(rows: Sequence[asyncpg.Record]) -> list[SweepResult]:
-    return [SweepResult(run_id=r[0], leased_by=r[1],
-                        action="requeued" if r[2] == "queued" else "abandoned")
-            for r in rows]

@@ -20,51 +20,73 @@ import functools
 import sqlite3
 import threading
 import uuid
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 import anyio.lowlevel
 
-from .. import serde
 from ..clock import format_ts, parse_ts
 from ..errors import ConfigError, StorageError
-from ..migrations import load_migrations
-from ..urls import normalize_scheme
-from .base import (
-    JSON_RUN_COLUMNS,
-    AfterClaim,
-    AfterSweep,
+from ..migrations import MigrationPlan, load_migrations
+from ..records import (
     DefinitionRecord,
-    DeleteSessionVars,
-    DeleteSignal,
-    DeleteWaits,
-    FailRunJobs,
-    FinishJob,
-    Guard,
-    InsertEvent,
-    InsertJob,
-    InsertOutbox,
-    InsertRun,
-    InsertSignal,
-    InsertWait,
     JobRecord,
-    Mark,
-    Op,
     OutboxLag,
     OutboxRow,
     RunEvent,
     RunInfo,
     SignalRecord,
     SweepResult,
-    Unit,
-    UpdateRun,
-    UpsertSessionVar,
     WaitRecord,
-    WorkflowStateAdapter,
 )
+from ..urls import normalize_scheme
+from ._sql import (
+    RUN_COLUMNS,
+    SQLITE,
+    claim_set,
+    claimed_jobs,
+    claimed_runs,
+    definition_record,
+    event_args,
+    event_sql,
+    guard_args,
+    guard_shape,
+    guard_sql,
+    job_record,
+    op_sql,
+    outbox_row,
+    run_event,
+    run_info,
+    signal_queued_sql,
+    signal_record,
+    sweep_set,
+    swept,
+    wait_exists_sql,
+    wait_record,
+)
+from ._sql import (
+    SQLITE_QUERIES as Q,
+)
+from .base import WorkflowStateAdapter
 from .pages import RunPage, RunPageQuery, make_page, page_sql
+from .sweep import lost_payload
+from .units import (
+    ClaimJobs,
+    ClaimRuns,
+    EnsureDefinition,
+    ExpireSessionVars,
+    GetSecret,
+    Guard,
+    HeartbeatJob,
+    InsertEvent,
+    MarkOutboxApplied,
+    Op,
+    PruneOutbox,
+    SweepLeases,
+    Unit,
+)
 
 if TYPE_CHECKING:
     import aiosqlite
@@ -77,59 +99,6 @@ _NOBODY = ""
 #: What :meth:`LocalWorkflowStateAdapter._on_loop` returns when it did not run.
 _NOT_RUN = object()
 WriteFn = Callable[[sqlite3.Connection], Any]
-
-_RUN_COLUMNS = (
-    "id, template_id, workspace_id, env, status, started_at, completed_at, duration_ms, "
-    "checkpoint_json, error, claim_state, runner_pool, leased_by, lease_until, last_heartbeat, "
-    "claim_attempts, definition_id, input_json, result_json, start_mode, max_claim_attempts, "
-    "workflow_version"
-)
-
-
-def _db_value(column: str, value: Any) -> Any:
-    if value is None:
-        return None
-    if column in JSON_RUN_COLUMNS:
-        return serde.encode(value, what=column).decode()
-    if isinstance(value, datetime):
-        return format_ts(value)
-    return value
-
-
-def _ts(value: str | None) -> datetime | None:
-    return parse_ts(value) if value else None
-
-
-def _json(value: str | None) -> Any:
-    return serde.decode(value) if value is not None else None
-
-
-def _run(row: sqlite3.Row) -> RunInfo:
-    return RunInfo(
-        id=row[0],
-        template_id=row[1],
-        workspace_id=row[2],
-        env=row[3],
-        status=row[4],
-        started_at=_ts(row[5]),
-        completed_at=_ts(row[6]),
-        duration_ms=row[7],
-        checkpoint_json=_json(row[8]),
-        error=row[9],
-        claim_state=row[10],
-        runner_pool=row[11],
-        leased_by=row[12],
-        lease_until=_ts(row[13]),
-        last_heartbeat=_ts(row[14]),
-        claim_attempts=row[15],
-        definition_id=row[16],
-        input_json=_json(row[17]),
-        result_json=_json(row[18]),
-        start_mode=row[19],
-        max_claim_attempts=row[20],
-        workflow_version=row[21],
-    )
-
 
 class _Write:
     """A queued write and the slots its outcome is left in."""
@@ -281,7 +250,13 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
             self.applied_migrations = tuple(self._migrate(conn))
 
         self._sync_mode = self.synchronous
-        await self._call(setup)
+        try:
+            await self._call(setup)
+        except BaseException:
+            # aiosqlite's thread holds the process open until the connection is
+            # closed: a database that cannot be set up must not hang the exit.
+            await self.close()
+            raise
 
     async def close(self) -> None:
         if self._db is not None:
@@ -291,6 +266,33 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
     async def migrate(self) -> list[int]:
         """Apply pending migrations; return the versions applied."""
         return await self._call(self._migrate)
+
+    async def migration_plan(self) -> MigrationPlan:
+        """What :meth:`migrate` would do, changing nothing (``starflow migrate
+        --dry-run``); reads the file without :meth:`open`. (Adopting the state
+        model's own schema is PostgreSQL's: its migrations 001-019 are Supabase's.)"""
+        import os
+
+        migrations = load_migrations("sqlite")
+
+        def read() -> set[int]:
+            if self.path == ":memory:" or not os.path.exists(self.path):
+                return set()
+            try:
+                conn = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True)
+                try:
+                    if conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' "
+                                    "AND name = 'starflow_migrations'").fetchone() is None:
+                        return set()
+                    return {r[0] for r in conn.execute("SELECT version FROM starflow_migrations")}
+                finally:
+                    conn.close()
+            except sqlite3.Error as exc:
+                raise StorageError(f"cannot read SQLite database {self.path!r}: {exc}") from exc
+
+        done = await anyio.to_thread.run_sync(read)
+        return MigrationPlan(adopt=(), apply=tuple(m for m in migrations
+                                                   if m.version not in done))
 
     @staticmethod
     def _migrate(conn: sqlite3.Connection) -> list[int]:
@@ -531,27 +533,16 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
                 self._apply_op(conn, op)
             return True
         if g is not None:
-            row = conn.execute(
-                "SELECT leased_by, status FROM workflow_runs "
-                "WHERE id = ? AND workspace_id = ? AND env = ?",
-                (g.run_id, self.workspace_id, self.env),
-            ).fetchone()
-            if row is None:
+            if conn.execute(guard_sql(SQLITE, *guard_shape(g)),
+                            (g.run_id, self.workspace_id, self.env, *guard_args(SQLITE, g)),
+                            ).fetchone() is None:
                 return False
-            if g.leased_by is not None and row[0] != g.leased_by:
-                return False
-            if g.status_in is not None and row[1] not in g.status_in:
-                return False
-            if g.wait_node is not None and conn.execute(
-                "SELECT 1 FROM workflow_waits WHERE run_id = ? AND node_id = ?",
-                (g.run_id, g.wait_node),
-            ).fetchone() is None:
+            if g.wait_node is not None and not conn.execute(
+                    wait_exists_sql(SQLITE), (g.run_id, g.wait_node)).fetchone()[0]:
                 return False
             if g.no_signal is not None and conn.execute(
-                "SELECT 1 FROM workflow_signals WHERE run_id = ? AND event = ? "
-                "AND workspace_id = ? AND env = ?",
-                (g.run_id, g.no_signal, self.workspace_id, self.env),
-            ).fetchone() is not None:
+                    signal_queued_sql(SQLITE),
+                    (g.run_id, g.no_signal, self.workspace_id, self.env)).fetchone()[0]:
                 return False
         for op in unit.ops:
             self._apply_op(conn, op)
@@ -560,265 +551,107 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
     def _insert_event(self, conn: sqlite3.Connection, op: InsertEvent,
                       guard: Guard | None = None) -> int:
         """Insert ``op`` if its run is in scope (and ``guard`` holds); the rows inserted."""
-        args: list[Any] = [op.run_id, op.event_type, op.node_id,
-                           None if op.payload is None else serde.encode(op.payload).decode(),
-                           format_ts(op.created_at), op.run_id, self.workspace_id, self.env]
-        leased = statuses = 0
-        if guard is not None:
-            if guard.leased_by is not None:
-                leased = 1
-                args.append(guard.leased_by)
-            if guard.status_in is not None:
-                statuses = len(guard.status_in)
-                args.extend(guard.status_in)
-        return conn.execute(_event_sql(leased, statuses), args).rowcount
+        args = event_args(SQLITE, op, self.workspace_id, self.env)
+        if guard is None:
+            return conn.execute(event_sql(SQLITE), args).rowcount
+        return conn.execute(event_sql(SQLITE, *guard_shape(guard)),
+                            (*args, *guard_args(SQLITE, guard))).rowcount
 
     def _apply_op(self, conn: sqlite3.Connection, op: Op) -> None:
-        ws, env = self.workspace_id, self.env
-        if isinstance(op, InsertEvent):
-            self._insert_event(conn, op)
-        elif isinstance(op, UpdateRun):
-            cols = list(op.values)
-            sets = ", ".join(f"{c} = ?" for c in cols)
-            conn.execute(
-                f"UPDATE workflow_runs SET {sets} WHERE id = ? AND workspace_id = ? AND env = ?",
-                (*(_db_value(c, op.values[c]) for c in cols), op.run_id, ws, env),
-            )
-        elif isinstance(op, InsertRun):
-            cols = ["id", "workspace_id", "env", *op.values]
-            conn.execute(
-                f"INSERT INTO workflow_runs ({', '.join(cols)}) "
-                f"VALUES ({', '.join('?' for _ in cols)})",
-                (op.run_id, ws, env, *(_db_value(c, v) for c, v in op.values.items())),
-            )
-        elif isinstance(op, InsertWait):
-            conn.execute(
-                "INSERT OR REPLACE INTO workflow_waits (run_id, node_id, workspace_id, env, "
-                "event, deadline, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (op.run_id, op.node_id, ws, env, op.event,
-                 format_ts(op.deadline) if op.deadline else None, format_ts(op.created_at)),
-            )
-        elif isinstance(op, DeleteWaits):
-            conn.execute(
-                "DELETE FROM workflow_waits WHERE run_id = ? AND workspace_id = ? AND env = ?",
-                (op.run_id, ws, env),
-            )
-        elif isinstance(op, InsertSignal):
-            conn.execute(
-                "INSERT INTO workflow_signals (run_id, workspace_id, env, event, payload_json, "
-                "created_at) VALUES (?, ?, ?, ?, ?, ?)",
-                (op.run_id, ws, env, op.event, serde.encode(op.payload).decode(),
-                 format_ts(op.created_at)),
-            )
-        elif isinstance(op, DeleteSignal):
-            conn.execute(
-                "DELETE FROM workflow_signals WHERE id = ? AND workspace_id = ? AND env = ?",
-                (op.signal_id, ws, env),
-            )
-        elif isinstance(op, UpsertSessionVar):
-            conn.execute(
-                "INSERT INTO workflow_session_vars (workspace_id, env, session_id, key, "
-                "value_json, run_id, keep_until, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
-                "ON CONFLICT (workspace_id, env, session_id, key) DO UPDATE SET "
-                "value_json = excluded.value_json, run_id = excluded.run_id, "
-                "keep_until = excluded.keep_until, updated_at = excluded.updated_at",
-                (ws, env, op.session_id, op.key, serde.encode(op.value).decode(), op.run_id,
-                 format_ts(op.keep_until) if op.keep_until else None,
-                 format_ts(op.updated_at)),
-            )
-        elif isinstance(op, DeleteSessionVars):
-            conn.execute(
-                "DELETE FROM workflow_session_vars WHERE workspace_id = ? AND env = ? "
-                "AND run_id = ? AND keep_until IS NULL",
-                (ws, env, op.run_id),
-            )
-        elif isinstance(op, Mark):
-            pass
-        elif isinstance(op, InsertJob):
-            job = op.job
-            conn.execute(
-                "INSERT INTO worker_jobs (id, workspace_id, env, run_id, node_id, pool, "
-                "step_name, idempotency_key, input_json, status, max_attempts, created_at) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'queued', ?, ?) "
-                "ON CONFLICT DO NOTHING",
-                (job.id, ws, env, job.run_id, job.node_id, job.pool, job.step_name,
-                 job.idempotency_key, serde.encode(job.input).decode(), job.max_attempts,
-                 format_ts(op.created_at)),
-            )
-        elif isinstance(op, FinishJob):
-            conn.execute(
-                "UPDATE worker_jobs SET status = ?, result_json = ?, error_json = ?, "
-                "completed_at = ?, leased_by = NULL, lease_until = NULL "
-                "WHERE id = ? AND workspace_id = ? AND env = ? "
-                "AND status IN ('queued', 'claimed')",
-                (op.status, serde.encode(op.result).decode(),
-                 None if op.error is None else serde.encode(op.error).decode(),
-                 format_ts(op.completed_at), op.job_id, ws, env),
-            )
-        elif isinstance(op, FailRunJobs):
-            conn.execute(
-                "UPDATE worker_jobs SET status = 'failed', error_json = ?, completed_at = ?, "
-                "leased_by = NULL, lease_until = NULL "
-                "WHERE run_id = ? AND workspace_id = ? AND env = ? "
-                "AND status IN ('queued', 'claimed')",
-                (serde.encode(op.error).decode(), format_ts(op.completed_at), op.run_id, ws,
-                 env),
-            )
-        elif isinstance(op, InsertOutbox):
-            conn.execute(
-                "INSERT INTO mirror_outbox (run_id, kind, payload, created_at, workspace_id, env)"
-                " VALUES (?, ?, ?, ?, ?, ?)",
-                (op.run_id, op.kind, serde.encode(op.payload).decode(),
-                 format_ts(op.created_at), ws, env),
-            )
-        else:  # pragma: no cover - a new Op type without SQL is a programming error
-            raise TypeError(f"the SQLite adapter cannot apply {type(op).__name__}")
+        statement = op_sql(SQLITE, op, self.workspace_id, self.env)
+        if statement is not None:
+            conn.execute(*statement)
 
     # -- reads -----------------------------------------------------------------
 
     async def get_run(self, run_id: str) -> RunInfo | None:
         def q(conn: sqlite3.Connection) -> RunInfo | None:
-            row = conn.execute(
-                f"SELECT {_RUN_COLUMNS} FROM workflow_runs "
-                "WHERE id = ? AND workspace_id = ? AND env = ?",
-                (run_id, self.workspace_id, self.env),
-            ).fetchone()
-            return _run(row) if row else None
+            row = conn.execute(Q.get_run, (run_id, self.workspace_id, self.env)).fetchone()
+            return run_info(row, SQLITE) if row else None
 
         return await self._lookup(q)
 
     async def list_runs(self, *, status: str | None = None, template_id: str | None = None,
                         since: datetime | None = None, limit: int = 50) -> list[RunInfo]:
-        where = ["workspace_id = ?", "env = ?"]
-        args: list[Any] = [self.workspace_id, self.env]
-        if status is not None:
-            where.append("status = ?")
-            args.append(status)
-        if template_id is not None:
-            where.append("template_id = ?")
-            args.append(template_id)
-        if since is not None:
-            where.append("started_at >= ?")
-            args.append(format_ts(since))
-        args.append(int(limit))
-        sql = (f"SELECT {_RUN_COLUMNS} FROM workflow_runs WHERE {' AND '.join(where)} "
-               "ORDER BY started_at DESC, id LIMIT ?")
-        return await self._call(lambda conn: [_run(r) for r in conn.execute(sql, args)])
+        args = [self.workspace_id, self.env,
+                *(v for v in (status, template_id, SQLITE.ts(since)) if v is not None),
+                int(limit)]
+        sql = Q.list_runs(status is not None, template_id is not None, since is not None)
+        return await self._call(lambda conn: [run_info(r, SQLITE)
+                                              for r in conn.execute(sql, args)])
 
     async def list_runs_page(self, query: RunPageQuery) -> RunPage:
         query.check()
-        args: list[Any] = []
-
-        def param(value: Any) -> str:
-            args.append(value)
-            return f"?{len(args)}"
-
-        built = page_sql(query, workspace_id=self.workspace_id, env=self.env,
-                         columns=_RUN_COLUMNS, param=param, ts=format_ts, uuid_ids=False)
-        if built is None:
+        sql = page_sql(SQLITE, query, workspace_id=self.workspace_id, env=self.env)
+        if sql is None:
             return make_page([], query, {} if query.counts else None)
-        select, count_sql, shared = built
 
         def q(conn: sqlite3.Connection) -> tuple[list[RunInfo], dict[str, int] | None]:
-            runs = [_run(r) for r in conn.execute(select, args)]
-            counts = (None if count_sql is None else
-                      {r[0]: r[1] for r in conn.execute(count_sql, args[:shared])})
+            runs = [run_info(r, SQLITE) for r in conn.execute(sql.select, sql.select_args)]
+            counts = (None if sql.count is None else
+                      {r[0]: r[1] for r in conn.execute(sql.count, sql.count_args)})
             return runs, counts
 
         runs, counts = await self._call(q)
         return make_page(runs, query, counts)
 
     async def list_events(self, run_id: str, *, after_id: int = 0) -> list[RunEvent]:
-        def q(conn: sqlite3.Connection) -> list[RunEvent]:
-            rows = conn.execute(
-                "SELECT e.id, e.run_id, e.event_type, e.node_id, e.payload_json, e.created_at "
-                "FROM workflow_run_events e JOIN workflow_runs r ON r.id = e.run_id "
-                "WHERE e.run_id = ? AND r.workspace_id = ? AND r.env = ? AND e.id > ? "
-                "ORDER BY e.id",
-                (run_id, self.workspace_id, self.env, after_id),
-            )
-            return [
-                RunEvent(id=r[0], run_id=r[1], event_type=r[2], node_id=r[3],
-                         payload_json=_json(r[4]), created_at=parse_ts(r[5]))
-                for r in rows
-            ]
-
-        return await self._call(q)
+        return await self._call(lambda conn: [
+            run_event(r, SQLITE) for r in conn.execute(
+                Q.list_events, (run_id, self.workspace_id, self.env, after_id))])
 
     async def list_waits(self, run_id: str) -> list[WaitRecord]:
         return await self._lookup(lambda conn: [
-            _wait(r) for r in conn.execute(
-                "SELECT run_id, node_id, event, deadline, created_at FROM workflow_waits "
-                "WHERE run_id = ? AND workspace_id = ? AND env = ? ORDER BY created_at",
-                (run_id, self.workspace_id, self.env))
-        ])
+            wait_record(r, SQLITE) for r in conn.execute(
+                Q.list_waits, (run_id, self.workspace_id, self.env))])
 
     async def due_waits(self, now: datetime, *, limit: int = 100) -> list[WaitRecord]:
         return await self._call(lambda conn: [
-            _wait(r) for r in conn.execute(
-                "SELECT run_id, node_id, event, deadline, created_at FROM workflow_waits "
-                "WHERE workspace_id = ? AND env = ? AND deadline IS NOT NULL AND deadline <= ? "
-                "ORDER BY deadline LIMIT ?",
-                (self.workspace_id, self.env, format_ts(now), int(limit)))
-        ])
+            wait_record(r, SQLITE) for r in conn.execute(
+                Q.due_waits, (self.workspace_id, self.env, format_ts(now), int(limit)))])
 
     async def next_deadline(self) -> datetime | None:
         row = await self._call(lambda conn: conn.execute(
-            "SELECT min(deadline) FROM workflow_waits WHERE workspace_id = ? AND env = ? "
-            "AND deadline IS NOT NULL", (self.workspace_id, self.env)).fetchone())
-        return _ts(row[0]) if row else None
+            Q.next_deadline, (self.workspace_id, self.env)).fetchone())
+        return SQLITE.ts_out(row[0]) if row else None
 
     async def find_signal(self, run_id: str, event: str) -> SignalRecord | None:
         row = await self._lookup(lambda conn: conn.execute(
-            "SELECT id, run_id, event, payload_json, created_at FROM workflow_signals "
-            "WHERE run_id = ? AND event = ? AND workspace_id = ? AND env = ? "
-            "ORDER BY id LIMIT 1", (run_id, event, self.workspace_id, self.env)).fetchone())
-        if row is None:
-            return None
-        return SignalRecord(id=row[0], run_id=row[1], event=row[2], payload=_json(row[3]),
-                            created_at=parse_ts(row[4]))
+            Q.find_signal, (run_id, event, self.workspace_id, self.env)).fetchone())
+        return signal_record(row, SQLITE) if row is not None else None
 
     async def session_get(self, session_id: str, key: str, *, now: datetime | None = None
                           ) -> Any:
         row = await self._lookup(lambda conn: conn.execute(
-            "SELECT value_json, keep_until FROM workflow_session_vars "
-            "WHERE workspace_id = ? AND env = ? AND session_id = ? AND key = ?",
-            (self.workspace_id, self.env, session_id, key)).fetchone())
+            Q.session_get, (self.workspace_id, self.env, session_id, key)).fetchone())
         if row is None:
             return None
         if now is not None and row[1] is not None and parse_ts(row[1]) <= now:
             return None
-        return _json(row[0])
+        return SQLITE.json_out(row[0])
 
     # -- read-modify-writes ----------------------------------------------------
 
-    async def claim_runs(self, runner_id: str, *, pool: str | None, now: datetime,
-                         lease_until: datetime, limit: int = 1,
-                         workflows: Collection[str] | None = None,
-                         after: AfterClaim | None = None) -> list[RunInfo]:
-        names = sorted(set(workflows)) if workflows is not None else None
+    async def _claim_runs(self, c: ClaimRuns) -> list[RunInfo]:
+        names, after = c.workflows, c.after
         if names is not None and not names:
             return []
         only = f" AND template_id IN ({', '.join('?' for _ in names)})" if names else ""
 
         def claim(conn: sqlite3.Connection) -> list[RunInfo]:
             rows = conn.execute(
-                "UPDATE workflow_runs SET claim_state = 'claimed', status = 'running', "
-                "claim_attempts = claim_attempts + 1, leased_by = ?, lease_until = ?, "
-                "last_heartbeat = ? WHERE id IN ("
+                f"UPDATE workflow_runs SET {claim_set(SQLITE, 1)} WHERE id IN ("
                 # Unary + keeps the planner off the (workspace, started_at) index,
                 # which would walk every run of the workspace: the partial
                 # queued index holds only what can be claimed.
                 "  SELECT id FROM workflow_runs WHERE claim_state = 'queued' "
                 "  AND +workspace_id = ? AND +env = ? AND (runner_pool IS NULL OR runner_pool = ?)"
                 f"{only} ORDER BY started_at LIMIT ?"
-                f") RETURNING {_RUN_COLUMNS}",
-                (runner_id, format_ts(lease_until), format_ts(now), self.workspace_id,
-                 self.env, pool, *(names or ()), int(limit)),
+                f") RETURNING {RUN_COLUMNS}",
+                (c.runner_id, format_ts(c.lease_until), format_ts(c.now), self.workspace_id,
+                 self.env, c.pool, *(names or ()), c.limit),
             ).fetchall()
-            # RETURNING has no guaranteed order: hand runs out oldest first.
-            runs = [_run(r) for r in rows]
-            runs.sort(key=lambda r: (r.started_at is not None, r.started_at, r.id))
+            runs = claimed_runs(rows, SQLITE)
             if after is not None and runs:
                 for op in after(runs):
                     self._apply_op(conn, op)
@@ -827,22 +660,12 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
         result: list[RunInfo] = await self._write(claim)
         return result
 
-    async def expire_old_leases(self, now: datetime, reason: str = "runner_lost",
-                                *, after: AfterSweep | None = None) -> list[SweepResult]:
-        ts = format_ts(now)
+    async def _expire_old_leases(self, c: SweepLeases) -> list[SweepResult]:
+        ts, reason, after = format_ts(c.now), c.reason, c.after
 
         def sweep(conn: sqlite3.Connection) -> list[SweepResult]:
             rows = conn.execute(
-                "UPDATE workflow_runs SET "
-                "status = CASE WHEN claim_attempts < max_claim_attempts "
-                "  THEN 'queued' ELSE 'error' END, "
-                "claim_state = CASE WHEN claim_attempts < max_claim_attempts "
-                "  THEN 'queued' ELSE 'abandoned' END, "
-                "error = CASE WHEN claim_attempts < max_claim_attempts THEN error ELSE ? END, "
-                "completed_at = CASE WHEN claim_attempts < max_claim_attempts "
-                "  THEN completed_at ELSE ? END, "
-                "lease_until = CASE WHEN claim_attempts < max_claim_attempts "
-                "  THEN NULL ELSE lease_until END "
+                f"UPDATE workflow_runs SET {sweep_set('', '?', '?', requeue=c.requeue)} "
                 # Unary +: search the partial lease index (only leased runs), not
                 # every run of the workspace.
                 "WHERE +workspace_id = ? AND +env = ? AND lease_until IS NOT NULL "
@@ -850,16 +673,12 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
                 "RETURNING id, leased_by, claim_state",
                 (reason, ts, self.workspace_id, self.env, ts),
             ).fetchall()
-            results = [
-                SweepResult(run_id=r[0], leased_by=r[1],
-                            action="requeued" if r[2] == "queued" else "abandoned")
-                for r in rows
-            ]
+            results = swept(rows)
             conn.executemany(
                 "INSERT INTO workflow_run_events (run_id, event_type, node_id, payload_json, "
                 "created_at) VALUES (?, 'runner_lost', NULL, ?, ?)",
-                [(r.run_id, serde.encode({"leased_by": r.leased_by, "action": r.action,
-                                          "reason": reason}).decode(), ts) for r in results],
+                [(r.run_id, SQLITE.json(lost_payload(r.leased_by, r.action, reason)), ts)
+                 for r in results],
             )
             if after is not None and results:
                 for op in after(results):
@@ -869,20 +688,13 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
         result: list[SweepResult] = await self._write(sweep)
         return result
 
-    async def ensure_definition(self, name: str, version: int, code_hash: str,
-                                *, now: datetime) -> str:
+    async def _ensure_definition(self, c: EnsureDefinition) -> str:
+        ws, env = self.workspace_id, self.env
+
         def ensure(conn: sqlite3.Connection) -> str:
-            conn.execute(
-                "INSERT INTO workflow_definitions (id, workspace_id, env, name, version, "
-                "code_hash, created_at) VALUES (?, ?, ?, ?, ?, ?, ?) "
-                "ON CONFLICT (workspace_id, env, name, version) DO NOTHING",
-                (str(uuid.uuid4()), self.workspace_id, self.env, name, version, code_hash,
-                 format_ts(now)),
-            )
-            row = conn.execute(
-                "SELECT id FROM workflow_definitions WHERE workspace_id = ? AND env = ? "
-                "AND name = ? AND version = ?", (self.workspace_id, self.env, name, version),
-            ).fetchone()
+            conn.execute(Q.insert_definition, (str(uuid.uuid4()), ws, env, c.name, c.version,
+                                               c.code_hash, format_ts(c.now)))
+            row = conn.execute(Q.definition_id, (ws, env, c.name, c.version)).fetchone()
             return str(row[0])
 
         result: str = await self._write(ensure)
@@ -890,44 +702,28 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
 
     async def get_definition(self, definition_id: str) -> DefinitionRecord | None:
         row = await self._lookup(lambda conn: conn.execute(
-            "SELECT id, name, version, code_hash, created_at FROM workflow_definitions "
-            "WHERE id = ? AND workspace_id = ? AND env = ?",
-            (definition_id, self.workspace_id, self.env)).fetchone())
-        if row is None:
-            return None
-        return DefinitionRecord(id=row[0], name=row[1], version=row[2], code_hash=row[3],
-                                created_at=parse_ts(row[4]))
+            Q.get_definition, (definition_id, self.workspace_id, self.env)).fetchone())
+        return definition_record(row, SQLITE) if row is not None else None
 
-    async def expire_session_vars(self, now: datetime) -> int:
+    async def _expire_session_vars(self, c: ExpireSessionVars) -> int:
         def gc(conn: sqlite3.Connection) -> int:
-            cur = conn.execute(
-                "DELETE FROM workflow_session_vars WHERE workspace_id = ? AND env = ? "
-                "AND keep_until IS NOT NULL AND keep_until <= ?",
-                (self.workspace_id, self.env, format_ts(now)),
-            )
-            return int(cur.rowcount)
+            return int(conn.execute(Q.expire_session_vars,
+                                    (self.workspace_id, self.env, format_ts(c.now))).rowcount)
 
         result: int = await self._write(gc)
         return result
 
-    async def get_secret(self, key_id: str, *, now: datetime, create: bool = True
-                         ) -> str | None:
+    async def _get_secret(self, c: GetSecret) -> str | None:
+        key = (self.workspace_id, self.env, c.key_id)
+
         def get(conn: sqlite3.Connection) -> str | None:
-            row = conn.execute(
-                "SELECT secret FROM starflow_keys WHERE workspace_id = ? AND env = ? "
-                "AND key_id = ?", (self.workspace_id, self.env, key_id)).fetchone()
-            if row is not None or not create:
+            row = conn.execute(Q.secret, key).fetchone()
+            if row is not None or not c.create:
                 return row[0] if row else None
             import secrets
 
-            conn.execute(
-                "INSERT OR IGNORE INTO starflow_keys (workspace_id, env, key_id, secret, "
-                "created_at) VALUES (?, ?, ?, ?, ?)",
-                (self.workspace_id, self.env, key_id, secrets.token_hex(32), format_ts(now)),
-            )
-            row = conn.execute(
-                "SELECT secret FROM starflow_keys WHERE workspace_id = ? AND env = ? "
-                "AND key_id = ?", (self.workspace_id, self.env, key_id)).fetchone()
+            conn.execute(Q.insert_secret, (*key, secrets.token_hex(32), format_ts(c.now)))
+            row = conn.execute(Q.secret, key).fetchone()
             return str(row[0])
 
         result: str | None = await self._write(get)
@@ -935,99 +731,63 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
 
     # -- worker jobs -------------------------------------------------------------
 
-    async def claim_jobs(self, worker_id: str, *, pool: str, now: datetime,
-                         lease_until: datetime, limit: int = 1) -> list[JobRecord]:
-        ts = format_ts(now)
+    async def _claim_jobs(self, c: ClaimJobs) -> list[JobRecord]:
+        ts = format_ts(c.now)
 
         def claim(conn: sqlite3.Connection) -> list[JobRecord]:
-            rows = conn.execute(
-                "UPDATE worker_jobs SET status = 'claimed', attempts = attempts + 1, "
-                "leased_by = ?, lease_until = ?, last_heartbeat = ? WHERE id IN ("
-                "  SELECT id FROM worker_jobs WHERE workspace_id = ? AND env = ? AND pool = ?"
-                "  AND (status = 'queued' OR (status = 'claimed' AND lease_until < ?))"
-                "  ORDER BY created_at, id LIMIT ?"
-                f") RETURNING {_JOB_COLUMNS}",
-                (worker_id, format_ts(lease_until), ts, self.workspace_id, self.env, pool, ts,
-                 int(limit)),
-            ).fetchall()
-            jobs = [_job(r) for r in rows]
-            jobs.sort(key=lambda j: (j.created_at, j.id))
-            return jobs
+            rows = conn.execute(Q.claim_jobs, (
+                c.worker_id, format_ts(c.lease_until), ts, self.workspace_id, self.env, c.pool,
+                ts, c.limit)).fetchall()
+            return claimed_jobs(rows, SQLITE)
 
         result: list[JobRecord] = await self._write(claim)
         return result
 
-    async def heartbeat_job(self, job_id: str, worker_id: str, *, now: datetime,
-                            lease_until: datetime) -> bool:
+    async def _heartbeat_job(self, c: HeartbeatJob) -> bool:
         def beat(conn: sqlite3.Connection) -> bool:
-            cur = conn.execute(
-                "UPDATE worker_jobs SET lease_until = ?, last_heartbeat = ? WHERE id = ? "
-                "AND workspace_id = ? AND env = ? AND status = 'claimed' AND leased_by = ?",
-                (format_ts(lease_until), format_ts(now), job_id, self.workspace_id, self.env,
-                 worker_id),
-            )
-            return cur.rowcount == 1
+            return bool(conn.execute(Q.heartbeat_job, (
+                format_ts(c.lease_until), format_ts(c.now), c.job_id, self.workspace_id,
+                self.env, c.worker_id)).rowcount == 1)
 
         result: bool = await self._write(beat)
         return result
 
     async def get_job(self, job_id: str) -> JobRecord | None:
         row = await self._lookup(lambda conn: conn.execute(
-            f"SELECT {_JOB_COLUMNS} FROM worker_jobs WHERE id = ? AND workspace_id = ? "
-            "AND env = ?", (job_id, self.workspace_id, self.env)).fetchone())
-        return _job(row) if row else None
+            Q.get_job, (job_id, self.workspace_id, self.env)).fetchone())
+        return job_record(row, SQLITE) if row else None
 
     async def list_jobs(self, *, run_id: str | None = None, status: str | None = None,
                         limit: int = 100) -> list[JobRecord]:
-        where = ["workspace_id = ?", "env = ?"]
-        args: list[Any] = [self.workspace_id, self.env]
-        if run_id is not None:
-            where.append("run_id = ?")
-            args.append(run_id)
-        if status is not None:
-            where.append("status = ?")
-            args.append(status)
-        args.append(int(limit))
-        sql = (f"SELECT {_JOB_COLUMNS} FROM worker_jobs WHERE {' AND '.join(where)} "
-               "ORDER BY created_at, id LIMIT ?")
-        return await self._call(lambda conn: [_job(r) for r in conn.execute(sql, args)])
+        args = [self.workspace_id, self.env,
+                *(v for v in (run_id, status) if v is not None), int(limit)]
+        sql = Q.list_jobs(run_id is not None, status is not None)
+        return await self._call(lambda conn: [job_record(r, SQLITE)
+                                              for r in conn.execute(sql, args)])
 
     # -- the mirror outbox -------------------------------------------------------
 
     async def pending_outbox(self, *, limit: int = 500) -> list[OutboxRow]:
         return await self._call(lambda conn: [
-            OutboxRow(id=r[0], run_id=r[1], kind=r[2], payload=_json(r[3]),
-                      created_at=parse_ts(r[4]))
-            for r in conn.execute(
-                "SELECT id, run_id, kind, payload, created_at FROM mirror_outbox "
-                "WHERE workspace_id = ? AND env = ? AND applied_at IS NULL ORDER BY id LIMIT ?",
-                (self.workspace_id, self.env, int(limit)))
-        ])
+            outbox_row(r, SQLITE) for r in conn.execute(
+                Q.pending_outbox, (self.workspace_id, self.env, int(limit)))])
 
-    async def mark_outbox_applied(self, ids: Sequence[int], *, now: datetime) -> int:
-        if not ids:
+    async def _mark_outbox_applied(self, c: MarkOutboxApplied) -> int:
+        if not c.ids:
             return 0
-        marks = ", ".join("?" for _ in ids)
+        sql = Q.mark_outbox_applied(len(c.ids))
 
         def mark(conn: sqlite3.Connection) -> int:
-            cur = conn.execute(
-                f"UPDATE mirror_outbox SET applied_at = ? WHERE id IN ({marks}) "
-                "AND workspace_id = ? AND env = ? AND applied_at IS NULL",
-                (format_ts(now), *(int(i) for i in ids), self.workspace_id, self.env),
-            )
-            return int(cur.rowcount)
+            return int(conn.execute(sql, (format_ts(c.now), *SQLITE.many(c.ids),
+                                          self.workspace_id, self.env)).rowcount)
 
         result: int = await self._write(mark)
         return result
 
-    async def prune_outbox(self, applied_before: datetime) -> int:
+    async def _prune_outbox(self, c: PruneOutbox) -> int:
         def prune(conn: sqlite3.Connection) -> int:
-            cur = conn.execute(
-                "DELETE FROM mirror_outbox WHERE workspace_id = ? AND env = ? "
-                "AND applied_at IS NOT NULL AND applied_at < ?",
-                (self.workspace_id, self.env, format_ts(applied_before)),
-            )
-            return int(cur.rowcount)
+            return int(conn.execute(Q.prune_outbox, (
+                self.workspace_id, self.env, format_ts(c.applied_before))).rowcount)
 
         result: int = await self._write(prune)
         return result
@@ -1039,15 +799,8 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
             f"SELECT count(*), min(created_at){buckets} FROM mirror_outbox "
             "WHERE workspace_id = ? AND env = ? AND applied_at IS NULL",
             (*cutoffs, self.workspace_id, self.env)).fetchone())
-        return OutboxLag(pending=int(row[0]), oldest_created_at=_ts(row[1]),
+        return OutboxLag(pending=int(row[0]), oldest_created_at=SQLITE.ts_out(row[1]),
                          older_than=tuple(int(c or 0) for c in row[2:]))
-
-
-_JOB_COLUMNS = (
-    "id, run_id, node_id, pool, step_name, idempotency_key, input_json, status, attempts, "
-    "max_attempts, leased_by, lease_until, last_heartbeat, result_json, error_json, "
-    "created_at, completed_at"
-)
 
 
 def _storage_error(exc: sqlite3.Error, run_id: str | None) -> StorageError:
@@ -1057,35 +810,6 @@ def _storage_error(exc: sqlite3.Error, run_id: str | None) -> StorageError:
             f"SQLite error: {exc}: run {run_id} already exists; run ids are unique across "
             "workspaces: start the run with a new id, or get_run() it first", run_id=run_id)
     return StorageError(f"SQLite error: {exc}", run_id=run_id)
-
-
-@functools.cache
-def _event_sql(leased: int, statuses: int) -> str:
-    """An event INSERT that writes only if its run is in scope and, for a guard,
-    leased by ``?`` (``leased``) with a status among ``statuses`` placeholders."""
-    conditions = "id = ? AND workspace_id = ? AND env = ?"
-    if leased:
-        conditions += " AND leased_by = ?"
-    if statuses:
-        conditions += f" AND status IN ({', '.join(['?'] * statuses)})"
-    return ("INSERT INTO workflow_run_events (run_id, event_type, node_id, payload_json, "
-            f"created_at) SELECT ?, ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM workflow_runs "
-            f"WHERE {conditions})")
-
-
-def _job(row: sqlite3.Row) -> JobRecord:
-    return JobRecord(
-        id=row[0], run_id=row[1], node_id=row[2], pool=row[3], step_name=row[4],
-        idempotency_key=row[5], input=_json(row[6]), status=row[7], attempts=row[8],
-        max_attempts=row[9], leased_by=row[10], lease_until=_ts(row[11]),
-        last_heartbeat=_ts(row[12]), result=_json(row[13]), error=_json(row[14]),
-        created_at=parse_ts(row[15]), completed_at=_ts(row[16]),
-    )
-
-
-def _wait(row: sqlite3.Row) -> WaitRecord:
-    return WaitRecord(run_id=row[0], node_id=row[1], event=row[2], deadline=_ts(row[3]),
-                      created_at=parse_ts(row[4]))
 
 
 def _split_sql(script: str) -> list[str]:

@@ -8,7 +8,7 @@ uvicorn, or mount it in your own Starlette/FastAPI app::
         await uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=8233)).serve()
 
 Importing this package needs only starflow; :func:`create_app` needs the
-``ui`` extra (``pip install 'starflow[ui]'``).
+``ui`` extra (``pip install 'starflow-durable[ui]'``).
 """
 
 from __future__ import annotations

@@ -33,7 +33,6 @@ from urllib.parse import parse_qsl, urlencode
 import anyio
 import msgspec
 
-from ..adapters.base import RUN_STATUSES, RunInfo
 from ..adapters.pages import COUNT_CAP, MAX_PAGE, RunCursor, RunPage, RunPageQuery
 from ..errors import (
     InvalidWakeToken,
@@ -44,6 +43,7 @@ from ..errors import (
     WarmTierError,
     WorkflowDefinitionError,
 )
+from ..records import RUN_STATUSES, RunInfo
 from ..waits import check_event
 from . import views
 
@@ -89,7 +89,7 @@ def _require_deps() -> None:
         import starlette  # noqa: F401
     except ImportError as exc:
         raise StarflowError(
-            f"starflow ui needs {exc.name}: install it with pip install 'starflow[ui]'"
+            f"starflow ui needs {exc.name}: install it with pip install 'starflow-durable[ui]'"
         ) from exc
 
 

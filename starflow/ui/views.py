@@ -2,7 +2,7 @@
 
 Everything a page prints passes through :func:`scrub` first: wake tokens are
 bearer secrets, so ``wake_token`` entries are redacted (the runtime's own
-:func:`~starflow.waits.redact_wake_tokens`) and so is any other string that
+:func:`~starflow.tokens.redact_wake_tokens`) and so is any other string that
 looks like one (a step may return a token, or take one as an argument).
 """
 
@@ -16,9 +16,9 @@ from typing import Any
 
 import msgspec
 
-from ..adapters.base import RunEvent, RunInfo, WaitRecord
 from ..context import WAIT_KEY
-from ..waits import REDACTED, redact_wake_tokens
+from ..records import RunEvent, RunInfo, WaitRecord
+from ..tokens import REDACTED, redact_wake_tokens
 
 __all__ = [
     "FoldedJSON",

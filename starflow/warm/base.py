@@ -43,9 +43,9 @@ from typing import Any
 
 import msgspec
 
-from ..adapters.base import TERMINAL_STATUSES, RunEvent, RunInfo
 from ..clock import format_ts
-from ..waits import REDACTED, redact_wake_tokens
+from ..records import TERMINAL_STATUSES, RunEvent, RunInfo
+from ..tokens import REDACTED, redact_wake_tokens
 
 __all__ = [
     "REDACTED",

@@ -28,16 +28,17 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import msgspec
 
-from ..adapters.base import OutboxRow, WorkflowStateAdapter
+from ..adapters.base import WorkflowStateAdapter
 from ..clock import Clock, wait_event
 from ..config import StarflowConfig
 from ..errors import StarflowError, StorageError, WarmTierError
 from ..logs import get_logger
 from ..observability import set_outbox_lag
+from ..records import OutboxRow
 from .base import Projection, event_row, is_terminal, run_columns, state_hash
 
 if TYPE_CHECKING:
-    from ..adapters.mirroring import MirroringWorkflowStateAdapter
+    from .mirror import MirroringWorkflowStateAdapter
 
 __all__ = [
     "LAG_BUCKETS",

@@ -1,8 +1,8 @@
 """``RedisWarmTier``: the warm tier on Redis (``redis.asyncio``; hashes + pub/sub).
 
-Install with ``pip install 'starflow[redis]'``. Keys are prefixed with the
-scope, ``starflow:{workspace_id}:{env}:``, so tenants sharing one Redis never
-see each other's state:
+Install with ``pip install 'starflow-durable[redis]'``. Keys are prefixed with the
+scope, ``starflow:{workspace_id}:{env}:``, each part percent-encoded (see
+:func:`key_prefix`), so tenants sharing one Redis never see each other's state:
 
 ``run:{id}``       hash, one field per ``workflow_runs`` column (JSON values)
 ``events:{id}``    list of the run's events (JSON), oldest first
@@ -24,7 +24,7 @@ import contextlib
 import json
 from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 import msgspec
 
@@ -94,6 +94,18 @@ def _loads(text: str | bytes) -> Any:
     return msgspec.json.decode(text)
 
 
+def key_prefix(workspace_id: str, env: str) -> str:
+    """The prefix of every key of one (workspace, env): ``starflow:{ws}:{env}:``.
+
+    Each part is percent-encoded (``:`` as ``%3A``, ``%`` as ``%25``, glob
+    characters too), so the separator cannot be forged: workspace ``acme:prod``
+    with env ``eu`` and workspace ``acme`` with env ``prod:eu`` get distinct
+    keys, and no tenant's prefix is the start of another's. Names made of
+    letters, digits and ``-_.~`` are unchanged.
+    """
+    return f"starflow:{quote(workspace_id, safe='')}:{quote(env, safe='')}:"
+
+
 class RedisWarmTier(WarmTier):
     """Warm tier on a Redis server.
 
@@ -110,11 +122,11 @@ class RedisWarmTier(WarmTier):
         except ImportError as exc:
             raise ConfigError(
                 "the Redis warm tier needs the redis package: install it with: "
-                "pip install 'starflow[redis]'"
+                "pip install 'starflow-durable[redis]'"
             ) from exc
         self._url = url
         self.url = _redact(url)
-        self.prefix = f"starflow:{workspace_id}:{env}:"
+        self.prefix = key_prefix(workspace_id, env)
         self._client: Redis | None = None
         self._script: Any = None
 

@@ -4,6 +4,11 @@ The ``adapter`` fixture (tests/conftest.py) yields an open adapter of each kind
 (in-memory SQLite, SQLite file, PostgreSQL) scoped to a fresh workspace, so
 tests on the shared PostgreSQL database never see each other's rows. Every
 check reads the state back through the adapter after the write.
+
+Here the matrix has two more kinds, ``pgbouncer`` and ``pgbouncer-rls``:
+PostgreSQL through a PgBouncer in ``pool_mode = transaction``
+(``?pooler=transaction``), where each transaction may land on another server
+connection, as the owner and as a non-owner role under Row Level Security.
 """
 
 from __future__ import annotations
@@ -11,29 +16,41 @@ from __future__ import annotations
 import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from pathlib import Path
+from typing import Any, TypeVar
 
 import anyio
 import pytest
 
 from starflow.adapters import adapter_from_url
-from starflow.adapters.base import (
+from starflow.adapters.base import DelegatingAdapter, WorkflowStateAdapter
+from starflow.adapters.sweep import lost_payload, swept_columns
+from starflow.adapters.units import (
+    Command,
     Guard,
     InsertEvent,
     InsertOutbox,
     InsertRun,
     Op,
-    RunInfo,
-    StartOptions,
-    SweepResult,
     Unit,
     UpdateRun,
-    WorkflowStateAdapter,
 )
 from starflow.context import WorkflowContext
 from starflow.errors import SerializationError, StorageError
+from starflow.records import JobSpec, RunInfo, StartOptions, SweepResult
+from starflow_testing import FaultInjectingAdapter
+from tests.conftest import adapter_url
 
+R = TypeVar("R")
 T0 = datetime(2026, 1, 1, 12, 0, 0, 123456, tzinfo=UTC)
+
+
+@pytest.fixture(params=["memory", "sqlite", "postgres", "pgbouncer", "pgbouncer-rls"])
+def adapter_kind(request: pytest.FixtureRequest) -> str:
+    """Every durable adapter kind, and PostgreSQL behind a transaction pooler: as the
+    tables' owner, and as a role Row Level Security applies to (tenant settings
+    set per transaction)."""
+    return str(request.param)
 
 
 def at(seconds: float) -> datetime:
@@ -227,6 +244,25 @@ class TestRunBoundaries:
                                                       template_id="orders")] == [c]
 
 
+@pytest.fixture
+async def other_db(adapter_kind: str, tmp_path: Path, workspace_id: str
+                   ) -> AsyncIterator[WorkflowStateAdapter]:
+    """A second adapter of the same kind on another database (PostgreSQL: another
+    workspace of the shared test database, which is what scopes its rows)."""
+    if adapter_kind == "memory":
+        url = "memory://"
+    elif adapter_kind == "sqlite":
+        url = f"sqlite:///{tmp_path / 'other.db'}"
+    else:
+        url = adapter_url(adapter_kind, tmp_path)
+    other = adapter_from_url(url, workspace_id=f"{workspace_id}-other")
+    await other.open()
+    try:
+        yield other
+    finally:
+        await other.close()
+
+
 class TestUnits:
     """A unit commits all of its ops or none, and only if its guard holds."""
 
@@ -273,6 +309,24 @@ class TestUnits:
         # write is its own unit again and lands at once.
         await adapter.on_node_start(run_id, "step:a#1", None, now=at(1))
         assert [e.event_type for e in await adapter.list_events(run_id)] == ["node_start"]
+
+    async def test_a_unit_collects_only_its_own_adapters_writes(
+            self, adapter: WorkflowStateAdapter, other_db: WorkflowStateAdapter) -> None:
+        """Adapter B's boundary call inside ``A.unit()`` is B's own write, to B's database."""
+        mine = await start(adapter)
+        theirs = await start(other_db)
+        async with adapter.unit() as unit:
+            await adapter.on_node_start(mine, "step:a#1", None, now=at(1))
+            await other_db.on_node_start(theirs, "step:b#1", None, now=at(1))
+            # B's write is not held back for A's unit: it is written at once.
+            assert await event_types(other_db, theirs) == ["node_start"]
+            assert await event_types(adapter, mine) == []
+        assert unit.held is True and unit.methods == ["on_node_start"]
+        assert await event_types(adapter, mine) == ["node_start"]
+        assert await event_types(other_db, theirs) == ["node_start"]
+        # Nothing of B's run reached A's database, nor of A's run B's.
+        assert await adapter.get_run(theirs) is None
+        assert await other_db.get_run(mine) is None
 
     async def test_guard_holds(self, adapter: WorkflowStateAdapter) -> None:
         run_id = await start(adapter)
@@ -498,6 +552,80 @@ class TestAfterHooks:
         assert [row.run_id for row in await adapter.pending_outbox()] == [run_id]
 
 
+class _SeamRecorder(DelegatingAdapter):
+    """Sees writes only where every wrapper sees them: ``execute`` and ``perform``."""
+
+    def __init__(self, inner: WorkflowStateAdapter) -> None:
+        super().__init__(inner)
+        self.writes: list[str] = []
+
+    async def execute(self, unit: Unit) -> bool:
+        self.writes.extend(unit.methods)
+        return await self.inner.execute(unit)
+
+    async def perform(self, command: Command[R]) -> R:
+        self.writes.append(command.method)
+        return await self.inner.perform(command)
+
+
+class TestEveryWriteThroughTheSeam:
+    """Claims, sweeps, job claims, outbox drains, definitions, secrets and session GC
+    reach a wrapper through ``perform`` (units through ``execute``): nothing bypasses."""
+
+    async def test_a_wrapper_sees_every_read_modify_write(self, adapter: WorkflowStateAdapter
+                                                          ) -> None:
+        seen = _SeamRecorder(adapter)
+        run_id = await queued(seen)
+        await seen.claim_runs("w", pool=None, now=at(1), lease_until=at(31))
+        await seen.expire_old_leases(at(40))
+        await seen.ensure_definition("orders", 1, "h", now=T0)
+        await seen.get_secret("k", now=T0)
+        await seen.expire_session_vars(T0)
+        job = JobSpec(id=str(uuid.uuid4()), run_id=run_id, node_id="step:a#1", pool="p",
+                      step_name="a", idempotency_key=f"{run_id}:step:a#1", input=None)
+        await seen.insert_job(job, now=T0)
+        [claimed] = await seen.claim_jobs("jw", pool="p", now=T0, lease_until=at(30))
+        assert await seen.heartbeat_job(claimed.id, "jw", now=at(1), lease_until=at(31))
+        await seen.execute(Unit(ops=[InsertOutbox(method="test", run_id=run_id, kind="run",
+                                                  payload={}, created_at=T0)]))
+        [row] = await seen.pending_outbox()
+        assert await seen.mark_outbox_applied([row.id], now=at(1)) == 1
+        assert await seen.prune_outbox(at(2)) == 1
+        assert seen.writes == [
+            "on_run_start", "claim_runs", "expire_old_leases", "ensure_definition",
+            "get_secret", "expire_session_vars", "insert_job", "claim_jobs", "heartbeat_job",
+            "test", "mark_outbox_applied", "prune_outbox"]
+
+    async def test_a_fault_at_the_seam_fails_a_claim_and_writes_nothing(
+            self, adapter: WorkflowStateAdapter) -> None:
+        run_id = await queued(adapter)
+        faults = FaultInjectingAdapter(adapter, fail={"claim_runs": 1})
+        with pytest.raises(StorageError, match="injected fault"):
+            await faults.claim_runs("w", pool=None, now=at(1), lease_until=at(31))
+        assert faults.failures == ["claim_runs"]
+        run = await adapter.get_run(run_id)
+        assert run is not None
+        assert (run.status, run.claim_state, run.claim_attempts, run.leased_by) == (
+            "queued", "queued", 0, None)
+        # The next claim (call #2) goes through.
+        assert [r.id for r in await faults.claim_runs("w", pool=None, now=at(1),
+                                                      lease_until=at(31))] == [run_id]
+
+    async def test_a_fault_at_the_seam_fails_a_sweep_and_writes_nothing(
+            self, adapter: WorkflowStateAdapter) -> None:
+        run_id = await queued(adapter)
+        await adapter.claim_runs("w", pool=None, now=at(1), lease_until=at(31))
+        faults = FaultInjectingAdapter(adapter, fail={"expire_old_leases": 1})
+        with pytest.raises(StorageError, match="injected fault"):
+            await faults.expire_old_leases(at(40))
+        run = await adapter.get_run(run_id)
+        assert run is not None
+        assert (run.status, run.claim_state, run.leased_by, run.lease_until) == (
+            "running", "claimed", "w", at(31))
+        assert await adapter.list_events(run_id) == []
+        assert [r.run_id for r in await faults.expire_old_leases(at(40))] == [run_id]
+
+
 class TestSweep:
     """expire_old_leases: requeue below max_claim_attempts, abandon at it, runner_lost."""
 
@@ -529,6 +657,21 @@ class TestSweep:
         again = await adapter.claim_runs("w-2", pool=None, now=at(40), lease_until=at(70))
         assert [(r.id, r.claim_attempts) for r in again] == [(run_id, 3)]
 
+    @pytest.mark.parametrize(("attempts", "action"), [(1, "requeued"), (3, "abandoned")])
+    async def test_the_row_is_the_shared_outcome(self, adapter: WorkflowStateAdapter,
+                                                 attempts: int, action: str) -> None:
+        """What the adapter's sweep SQL wrote is sweep.swept_columns (what the mirror
+        projects) and its event payload sweep.lost_payload: one rule, every reader."""
+        run_id = await self.claimed(adapter, attempts=attempts)
+        [result] = await adapter.expire_old_leases(at(31), "gone")
+        assert result.action == action
+        run = await adapter.get_run(run_id)
+        assert run is not None
+        expected = swept_columns(action, reason="gone", now=at(31))
+        assert {c: getattr(run, c) for c in expected} == expected
+        [event] = await adapter.list_events(run_id)
+        assert event.payload_json == lost_payload("w-1", action, "gone")
+
     async def test_abandon_at_max_attempts(self, adapter: WorkflowStateAdapter) -> None:
         run_id = await self.claimed(adapter, attempts=3)
         result = await adapter.expire_old_leases(at(31), "lease expired")
@@ -543,6 +686,34 @@ class TestSweep:
             ("runner_lost", {"leased_by": "w-1", "action": "abandoned",
                              "reason": "lease expired"})]
         assert await adapter.expire_old_leases(at(100)) == []
+
+    async def test_lost_inline_run_counts_one_attempt(self, adapter: WorkflowStateAdapter
+                                                      ) -> None:
+        """An inline run (never claimed: claim_attempts 0) lost counts one claim."""
+        runs = {}
+        for max_attempts in (1, 2):
+            run_id = await start(adapter, max_claim_attempts=max_attempts)
+            await adapter.write_lease(run_id, "inline", at(30), now=T0)
+            runs[max_attempts] = run_id
+        result = {r.run_id: r.action for r in await adapter.expire_old_leases(at(31))}
+        assert result == {runs[1]: "abandoned", runs[2]: "requeued"}
+        for run_id in runs.values():
+            run = await adapter.get_run(run_id)
+            assert run is not None and run.claim_attempts == 1
+
+    async def test_requeue_false_abandons_every_lost_run(self, adapter: WorkflowStateAdapter
+                                                         ) -> None:
+        claimed = await self.claimed(adapter, attempts=1)
+        inline = await start(adapter)
+        await adapter.write_lease(inline, "inline", at(30), now=T0)
+        result = await adapter.expire_old_leases(at(31), requeue=False)
+        assert {r.run_id: r.action for r in result} == {claimed: "abandoned",
+                                                       inline: "abandoned"}
+        for run_id in (claimed, inline):
+            run = await adapter.get_run(run_id)
+            assert run is not None
+            assert (run.status, run.claim_state, run.error) == (
+                "error", "abandoned", "runner_lost")
 
     async def test_max_claim_attempts_is_per_run(self, adapter: WorkflowStateAdapter) -> None:
         once = await self.claimed(adapter, max_attempts=1)

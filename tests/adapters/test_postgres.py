@@ -23,7 +23,6 @@ import pytest
 
 import starflow
 from starflow import Starflow, step, workflow
-from starflow.adapters.base import Guard, InsertEvent, StartOptions, Unit
 from starflow.adapters.postgres import (
     CLAIM_SQL,
     MIGRATION_LOCK_KEY,
@@ -31,9 +30,11 @@ from starflow.adapters.postgres import (
     PostgresWorkflowStateAdapter,
     channel_name,
 )
+from starflow.adapters.units import Guard, InsertEvent, Unit
 from starflow.context import WorkflowContext
 from starflow.errors import ConfigError, StorageError
 from starflow.migrations import load_migrations
+from starflow.records import StartOptions
 from tests.conftest import POSTGRES_URL, require_postgres
 
 pytestmark = pytest.mark.postgres
@@ -403,8 +404,9 @@ class TestPlans:
                 for workflows in (None, ["wf"]):
                     assert "idx_workflow_runs_claim_pool" in await used(
                         CLAIM_SQL, "ws0", "prod", pool, 5, "w", at(30), T0, workflows)
-            assert "idx_workflow_runs_lease_until" in await used(
-                SWEEP_SQL, "ws0", "prod", "runner_lost", T0, "chan")
+            for requeue in (True, False):  # StarflowConfig.lost_runs
+                assert "idx_workflow_runs_lease_until" in await used(
+                    SWEEP_SQL[requeue], "ws0", "prod", "runner_lost", T0, "chan")
 
 
 class ManualClock:

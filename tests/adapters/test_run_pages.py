@@ -11,14 +11,14 @@ from __future__ import annotations
 import json
 import sqlite3
 import uuid
-from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from starflow.adapters.base import StartOptions, WorkflowStateAdapter
+from starflow.adapters._sql import POSTGRES, SQLITE
+from starflow.adapters.base import WorkflowStateAdapter
 from starflow.adapters.pages import (
     MAX_PAGE,
     RunCursor,
@@ -26,10 +26,11 @@ from starflow.adapters.pages import (
     page_sql,
     uuid_bounds,
 )
-from starflow.adapters.sqlite import _RUN_COLUMNS, LocalWorkflowStateAdapter
+from starflow.adapters.sqlite import LocalWorkflowStateAdapter
 from starflow.clock import format_ts
 from starflow.context import WorkflowContext
 from starflow.errors import StarflowError
+from starflow.records import StartOptions
 from tests.adapters.test_postgres import _plan_nodes, scratch_database
 
 T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
@@ -181,17 +182,6 @@ def plan_queries() -> list[RunPageQuery]:
             RunPageQuery(status="error"), RunPageQuery(status="error", after=cursor)]
 
 
-def collector(mark: str) -> tuple[list[Any], Callable[[Any], str]]:
-    """Arguments of a statement, and the ``param`` that numbers their placeholders."""
-    args: list[Any] = []
-
-    def param(value: Any) -> str:
-        args.append(value)
-        return f"{mark}{len(args)}"
-
-    return args, param
-
-
 class TestPlans:
     """With 100,000 runs, a page is an index range scan, not a table scan and sort."""
 
@@ -206,12 +196,10 @@ class TestPlans:
                 FROM generate_series(1, {SEEDED}) g""", T0)
             await conn.execute("ANALYZE workflow_runs")
             for query in plan_queries():
-                args, param = collector("$")
-
-                built = page_sql(query, workspace_id="ws0", env="prod", columns="id",
-                                 param=param, ts=lambda t: t, uuid_ids=True)
+                built = page_sql(POSTGRES, query, workspace_id="ws0", env="prod", columns="id")
                 assert built is not None
-                raw = await conn.fetchval(f"EXPLAIN (FORMAT JSON) {built[0]}", *args)
+                raw = await conn.fetchval(f"EXPLAIN (FORMAT JSON) {built.select}",
+                                          *built.select_args)
                 plan = raw if isinstance(raw, list) else json.loads(raw)
                 nodes = list(_plan_nodes(plan))
                 kinds = {n.get("Node Type") for n in nodes}
@@ -227,11 +215,10 @@ class TestPlans:
                     conds = " ".join(n.get("Index Cond", "") for n in nodes)
                     assert "ROW(started_at, id) <" in conds, json.dumps(plan, indent=1)
             # The counts per status: capped index-only ranges, never a scan of the table.
-            args, param = collector("$")
-            built = page_sql(RunPageQuery(counts=True), workspace_id="ws0", env="prod",
-                             columns="id", param=param, ts=lambda t: t, uuid_ids=True)
-            assert built is not None and built[1] is not None
-            raw = await conn.fetchval(f"EXPLAIN (FORMAT JSON) {built[1]}", *args[:built[2]])
+            built = page_sql(POSTGRES, RunPageQuery(counts=True), workspace_id="ws0",
+                             env="prod", columns="id")
+            assert built is not None and built.count is not None
+            raw = await conn.fetchval(f"EXPLAIN (FORMAT JSON) {built.count}", *built.count_args)
             plan = raw if isinstance(raw, list) else json.loads(raw)
             nodes = list(_plan_nodes(plan))
             assert "Seq Scan" not in {n.get("Node Type") for n in nodes}, plan
@@ -254,25 +241,20 @@ class TestPlans:
             conn.commit()
             conn.execute("ANALYZE")
             for query in plan_queries():
-                args, param = collector("?")
-
-                built = page_sql(query, workspace_id="ws0", env="prod", columns=_RUN_COLUMNS,
-                                 param=param, ts=format_ts, uuid_ids=False)
+                built = page_sql(SQLITE, query, workspace_id="ws0", env="prod")
                 assert built is not None
-                plan = " | ".join(row[3] for row in
-                                  conn.execute(f"EXPLAIN QUERY PLAN {built[0]}", args))
+                plan = " | ".join(row[3] for row in conn.execute(
+                    f"EXPLAIN QUERY PLAN {built.select}", built.select_args))
                 wanted = ("idx_workflow_runs_status_page" if query.status
                           else "idx_workflow_runs_page")
                 assert f"SEARCH workflow_runs USING INDEX {wanted}" in plan, (query, plan)
                 assert "TEMP B-TREE" not in plan and "SCAN" not in plan, (query, plan)
                 if query.after is not None:  # the cursor bounds the index range itself
                     assert "(started_at,id)<(?,?))" in plan, plan
-            args, param = collector("?")
-            built = page_sql(RunPageQuery(counts=True), workspace_id="ws0", env="prod",
-                             columns=_RUN_COLUMNS, param=param, ts=format_ts, uuid_ids=False)
-            assert built is not None and built[1] is not None
-            plan = " | ".join(row[3] for row in
-                              conn.execute(f"EXPLAIN QUERY PLAN {built[1]}", args[:built[2]]))
+            built = page_sql(SQLITE, RunPageQuery(counts=True), workspace_id="ws0", env="prod")
+            assert built is not None and built.count is not None
+            plan = " | ".join(row[3] for row in conn.execute(
+                f"EXPLAIN QUERY PLAN {built.count}", built.count_args))
             assert "SCAN workflow_runs" not in plan, plan
             assert plan.count("USING COVERING INDEX idx_workflow_runs_status_page") == 6, plan
             # and the rows: a next page continues exactly below the first

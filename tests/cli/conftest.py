@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -9,21 +10,28 @@ import anyio
 import pytest
 import structlog
 
-from starflow.logs import get_level, set_level
+from starflow import logs
 
 from .support import Cli, Seeded, seed
 
 
 @pytest.fixture(autouse=True)
 def _restore_logging(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """main() configures structlog for the process: put it back after each test."""
-    monkeypatch.delenv("STARFLOW_DATABASE_URL", raising=False)
-    monkeypatch.delenv("STARFLOW_TRACEBACK", raising=False)
-    config, level = structlog.get_config(), get_level()
+    """main() configures logging for the process: put it back after each test."""
+    for name in ("STARFLOW_DATABASE_URL", "STARFLOW_URL", "STARFLOW_WORKSPACE", "STARFLOW_ENV",
+                 "STARFLOW_TRACEBACK"):
+        monkeypatch.delenv(name, raising=False)
+    sf, root = logging.getLogger("starflow"), logging.getLogger()
+    config = structlog.get_config()
+    saved = (list(sf.handlers), sf.level, sf.propagate, list(root.handlers), root.level,
+             dict(logs._installed))
     yield
     structlog.reset_defaults()
     structlog.configure(**config)
-    set_level(level)
+    sf.handlers[:], sf.level, sf.propagate = saved[0], saved[1], saved[2]
+    root.handlers[:], root.level = saved[3], saved[4]
+    logs._installed.clear()
+    logs._installed.update(saved[5])
 
 
 @pytest.fixture

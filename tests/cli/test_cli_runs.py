@@ -10,7 +10,7 @@ from pathlib import Path
 import anyio
 
 from starflow import Starflow
-from starflow.cli_ops import Progress, parse_since
+from starflow.cli.runs import Progress, parse_since
 from starflow.history import load_history
 
 from .support import APP, Cli, Seeded
@@ -109,6 +109,26 @@ class TestRunsShow:
         assert seeded.tokens[run_id] not in out
         assert json.loads(out)["run"]["waiting"] == {"node_id": "wait:approval#1",
                                                      "event": "approval", "deadline": None}
+
+    def test_failed_run_shows_its_cause_and_traceback(self, cli: Cli, tmp_path: Path) -> None:
+        """A failed run's recorded failure: its cause, and the traceback of the raise."""
+        from . import cli_app
+
+        url = f"sqlite:///{tmp_path / 'failed.db'}"
+
+        async def fail() -> str:
+            async with Starflow.open(url, maintenance=False) as sf:
+                return (await sf.run(cli_app.cli_flaky, "o-1")).run_id
+
+        run_id = anyio.run(fail)
+        result = cli("runs", "show", run_id, "--db", url)
+        assert result.code == 0, result.err
+        assert "cause" in result.out and "RuntimeError: a bug in the workflow body" in result.out
+        assert "traceback:\nTraceback (most recent call last):" in result.out
+        assert "in cli_flaky" in result.out
+        data = json.loads(cli("runs", "show", run_id, "--db", url, "--json").out)
+        assert data["run"]["failure"]["type"] == "RuntimeError"
+        assert "in cli_flaky" in data["run"]["failure"]["traceback"]
 
     def test_unknown_run(self, cli: Cli, seeded: Seeded) -> None:
         line = cli.fails("runs", "show", "no-such-run", "--db", seeded.url)

@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from starflow.cli_ui import is_loopback
+from starflow.cli.ui import is_loopback
 
 from .support import Cli, Seeded
 

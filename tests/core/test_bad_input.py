@@ -8,7 +8,6 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
-from structlog.testing import capture_logs
 
 import starflow
 from starflow import (
@@ -25,6 +24,7 @@ from starflow import (
     wait_for,
     workflow,
 )
+from starflow_testing import capture_logs
 from tests.conftest import POSTGRES_URL, require_postgres
 
 from .conftest import SpyAdapter
@@ -303,7 +303,7 @@ async def test_list_runs_rejects_bad_filters(sf: Starflow, kwargs: dict[str, obj
     await sf.run(echo, 1)
     with pytest.raises(starflow.StarflowError, match=re.escape(message)) as info:
         await sf.list_runs(**kwargs)  # type: ignore[arg-type]
-    assert type(info.value) is starflow.StarflowError
+    assert type(info.value) is starflow.InvalidArgument
     assert len(await sf.list_runs(limit=1)) == 1
 
 

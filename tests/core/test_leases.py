@@ -206,7 +206,7 @@ class TestSharedHeartbeat:
         """A Runner used without the application's loop still refreshes its leases."""
         from starflow.decorators import definition_of
         from starflow.runner import Runner
-        from starflow.waits import Keyring
+        from starflow.tokens import Keyring
 
         clock = FakeClock()
         gate["started"], gate["release"] = anyio.Event(), anyio.Event()
@@ -238,8 +238,8 @@ class TestHeartbeatLoopCost:
 
     async def test_runs_starting_behind_a_live_lease_do_not_wake_the_loop(
             self, monkeypatch: pytest.MonkeyPatch) -> None:
-        import starflow.engine as engine_module
-        from starflow.engine import Heartbeats
+        import starflow.heartbeats as heartbeats_module
+        from starflow.heartbeats import Heartbeats
 
         class Beating:
             def __init__(self) -> None:
@@ -251,14 +251,14 @@ class TestHeartbeatLoopCost:
 
         clock = FakeClock()
         waits = 0
-        real_wait_event = engine_module.wait_event
+        real_wait_event = heartbeats_module.wait_event
 
         async def counting(*args: object) -> bool:
             nonlocal waits
             waits += 1
             return await real_wait_event(*args)  # type: ignore[arg-type]
 
-        monkeypatch.setattr(engine_module, "wait_event", counting)
+        monkeypatch.setattr(heartbeats_module, "wait_event", counting)
         beats = Heartbeats(clock, StarflowConfig())
         async with anyio.create_task_group() as tg:
             await tg.start(beats.run)

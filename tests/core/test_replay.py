@@ -145,7 +145,7 @@ def test_nondeterminism_error_carries_ids() -> None:
 async def test_inline_caller_learns_its_lease_was_taken(sf: Starflow) -> None:
     """A runner whose lease another runner took stops and raises LeaseLostError."""
     import starflow as sf_mod
-    from starflow.adapters.base import Guard
+    from starflow.adapters.units import Guard
 
     @step
     async def steal() -> None:

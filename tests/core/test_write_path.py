@@ -26,9 +26,11 @@ import pytest
 
 import starflow
 from starflow import Starflow, StarflowConfig, step, workflow
-from starflow.adapters.base import DelegatingAdapter, Guard, StartOptions, WorkflowStateAdapter
+from starflow.adapters.base import DelegatingAdapter, WorkflowStateAdapter
 from starflow.adapters.sqlite import LocalWorkflowStateAdapter
+from starflow.adapters.units import Guard
 from starflow.context import WorkflowContext
+from starflow.records import StartOptions
 from tests.conftest import POSTGRES_URL, require_postgres
 
 T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)

@@ -69,7 +69,7 @@ class TestDefinitions:
 
 
 class TestVersions:
-    """New runs take the newest version; running and paused runs keep theirs."""
+    """A function starts its own version, a name the newest; paused runs keep theirs."""
 
     async def test_paused_v1_resumes_on_v1_while_new_runs_use_v2(self, sf: Starflow) -> None:
         """Two versions registered at once: each run replays the code it started with."""
@@ -89,7 +89,7 @@ class TestVersions:
             await b()
             return f"v2:{await wait_for('go')}"
 
-        new = await sf.run(v1)  # by name: the newest registered version
+        new = await sf.run(name)  # by name: the newest registered version
         assert new.status == "paused"
         assert (await sf.get_run(new.run_id)).workflow_version == 2
         assert (await sf.get_run(old.run_id)).workflow_version == 1
@@ -98,6 +98,35 @@ class TestVersions:
         done_new = await sf.signal(new.run_id, "go", "y")
         assert (done_old.status, done_old.result) == ("success", "v1:x")
         assert (done_new.status, done_new.result) == ("success", "v2:y")
+
+    async def test_a_function_starts_its_own_version(self, sf: Starflow) -> None:
+        """sf.run(v1) / sf.start(v1) with v2 registered record and run version 1."""
+        name = unique("pinned")
+
+        @workflow(name=name, version=1)
+        async def v1(x: int) -> str:
+            return f"v1:{x}"
+
+        @workflow(name=name, version=2)
+        async def v2(x: int) -> str:
+            return f"v2:{x}"
+
+        ran = await sf.run(v1, 1)
+        assert (ran.status, ran.result) == ("success", "v1:1")
+        assert (await sf.get_run(ran.run_id)).workflow_version == 1
+        queued = await sf.start(v1, 2)
+        assert (await sf.get_run(queued.run_id)).workflow_version == 1
+        assert (await sf.run(v2, 3)).result == "v2:3"
+        assert (await sf.run(name, 4)).result == "v2:4"
+
+    async def test_unknown_name_writes_nothing(self, sf: Starflow) -> None:
+        """Starting a name no module registered is a WorkflowDefinitionError, no run."""
+        before = await sf.list_runs()
+        with pytest.raises(WorkflowDefinitionError, match="no workflow named 'nope-x'"):
+            await sf.run("nope-x")
+        with pytest.raises(WorkflowDefinitionError, match="import the module"):
+            await sf.start("nope-x")
+        assert await sf.list_runs() == before
 
     async def test_incompatible_change_is_caught_at_replay(self, sf: Starflow) -> None:
         """Same version, a step inserted before a recorded wait: NonDeterminismError naming it."""

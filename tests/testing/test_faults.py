@@ -11,6 +11,7 @@ import pytest
 import starflow
 from starflow import RunNotFound, StorageError, step, wait_for, workflow
 from starflow.adapters.base import WorkflowStateAdapter
+from starflow.adapters.units import Command
 from starflow.context import WAIT_KEY
 from starflow_testing import FaultInjectingAdapter, WorkflowEnvironment
 from starflow_testing._tracking import forwarded_reads
@@ -35,6 +36,11 @@ async def fault_order(order: str) -> dict[str, Any]:
     parcel = await t_fault_ship(order)
     return {"receipt": receipt, "parcel": parcel, "ok": decision["ok"]}
 
+
+#: Methods that reach the adapter as read-modify-write commands (``perform``).
+COMMANDS = frozenset(cls.method for cls in Command.__subclasses__())
+#: Write methods the environment calls while it opens, before any run.
+AT_OPEN = ("get_secret",)
 
 EXPECTED = {"receipt": "receipt-o-1", "parcel": "parcel-o-1", "ok": True}
 
@@ -121,12 +127,17 @@ class TestEveryWriteBoundary:
                      "emit_wait_wake", "clear_lease", "on_run_resumed", "on_run_complete",
                      "clear_waits"):
             assert seed in methods, seed
+        # The read-modify-writes reach the wrapper through the same seam (perform).
+        for command in ("ensure_definition", "get_secret", "claim_runs", "expire_old_leases"):
+            assert command in methods, command
 
     @pytest.mark.parametrize("calls", [1, range(1, 5)], ids=["once", "past-retries"])
     async def test_fault_at_every_write_method(self, calls: Any) -> None:
         """Whatever write fails, the run ends in success with one outcome per node."""
         methods = await _write_methods()
         for method in methods:
+            if method in AT_OPEN:
+                continue  # no run to end: see test_a_fault_at_open_fails_the_open
             harness = Harness({method: calls})
             async with WorkflowEnvironment(wrap=harness.wrap) as env:
                 run_id = str(uuid.uuid4())
@@ -142,9 +153,22 @@ class TestEveryWriteBoundary:
                 if calls == 1 and errors:
                     # One failure is absorbed by the engine's retries, except at the
                     # boundaries the caller makes itself (start, wake).
+                    # ensure_definition and get_secret are commands of the start.
                     assert method in ("on_run_start", "write_lease", "on_node_complete",
-                                      "clear_waits", "on_run_resumed", "consume_signal"), (
-                        method, errors)
+                                      "clear_waits", "on_run_resumed", "consume_signal",
+                                      "ensure_definition", "get_secret"), (method, errors)
+
+
+    async def test_a_fault_at_open_fails_the_open(self) -> None:
+        """The wake-token secret is read while the environment opens: failing it fails
+        the open with the injected StorageError, before any run is written."""
+        for method in AT_OPEN:
+            harness = Harness({method: 1})
+            with pytest.raises(StorageError, match="injected fault"):
+                async with WorkflowEnvironment(wrap=harness.wrap):
+                    raise AssertionError("the environment opened")  # pragma: no cover
+            assert harness.faults is not None and harness.faults.failures == [method]
+            assert not any(c.startswith("on_") for c in harness.faults.calls)
 
 
 class TestFaultInjectingAdapter:
@@ -169,7 +193,11 @@ class TestFaultInjectingAdapter:
             assert faults.calls_of("on_node_complete") == 4
             assert await env.result(handle.run_id) == EXPECTED
         writes = [c for c in faults.calls if c not in set(forwarded_reads())]
-        assert writes[:3] == ["on_run_start", "write_lease", "record_phase_if_changed"]
+        # Background claims and sweeps interleave; the run's own writes are in order.
+        assert writes.index("get_secret") < writes.index("ensure_definition") < writes.index(
+            "on_run_start")
+        units = [c for c in writes if c not in COMMANDS]
+        assert units[:3] == ["on_run_start", "write_lease", "record_phase_if_changed"]
 
     async def test_hang_until_released(self) -> None:
         """A hung save_checkpoint keeps the run running until the test releases it."""
@@ -244,3 +272,56 @@ class TestExactCounts:
                 (await env.list_runs())[0].id)]
         assert ("node_complete", node) in events
         assert h.faults.calls_of("on_node_complete") == 7  # 5, and the failed unit's 2 again
+
+
+class TestCommandsAtTheSeam:
+    """Claims and sweeps reach the wrapper through ``perform``, like units through
+    ``execute``: a fault there fails the call, and neither the database nor the
+    mirror's outbox changes."""
+
+    async def test_failed_claim_and_sweep_leave_rows_and_outbox_unchanged(
+            self, tmp_path: Any) -> None:
+        from datetime import UTC, datetime, timedelta
+
+        from starflow.adapters import adapter_from_url
+        from starflow.context import WorkflowContext
+        from starflow.records import StartOptions
+        from starflow.warm.mirror import mirror
+
+        t0 = datetime(2030, 1, 1, tzinfo=UTC)
+        cold = adapter_from_url(f"sqlite:///{tmp_path / 'f.db'}", workspace_id="faults")
+        faults = FaultInjectingAdapter(cold, fail={"claim_runs": 1, "expire_old_leases": 1})
+        # The mirror above the injector: its outbox rows ride on the failing command.
+        mirrored = mirror(faults, "memory://")
+        async with mirrored:
+            run_id = str(uuid.uuid4())
+            await mirrored.on_run_start(
+                run_id, WorkflowContext(run_id=run_id, workflow="w"),
+                StartOptions(status="queued", claim_state="queued", start_mode="queued"),
+                now=t0)
+            outbox = len(await cold.pending_outbox())
+
+            with pytest.raises(StorageError, match="injected fault"):
+                await mirrored.claim_runs("r", pool=None, now=t0,
+                                          lease_until=t0 + timedelta(seconds=30))
+            run = await cold.get_run(run_id)
+            assert run is not None and (run.claim_state, run.claim_attempts) == ("queued", 0)
+            assert len(await cold.pending_outbox()) == outbox
+
+            [claimed] = await mirrored.claim_runs("r", pool=None, now=t0,
+                                                  lease_until=t0 + timedelta(seconds=30))
+            assert claimed.id == run_id
+            outbox = len(await cold.pending_outbox())
+
+            later = t0 + timedelta(seconds=60)
+            with pytest.raises(StorageError, match="injected fault"):
+                await mirrored.expire_old_leases(later)
+            run = await cold.get_run(run_id)
+            assert run is not None and (run.status, run.leased_by) == ("running", "r")
+            assert await cold.list_events(run_id) == []
+            assert len(await cold.pending_outbox()) == outbox
+
+            [swept] = await mirrored.expire_old_leases(later)
+            assert swept.run_id == run_id and swept.action == "requeued"
+            assert len(await cold.pending_outbox()) == outbox + 2  # the row and its event
+        assert faults.failures == ["claim_runs", "expire_old_leases"]

@@ -31,5 +31,7 @@ def test_wrong_arguments_are_type_errors() -> None:
     assert proc.returncode == 1
     assert 'Argument 1 to "add" has incompatible type "str"' in proc.stdout
     assert 'Incompatible types in assignment (expression has type "int"' in proc.stdout
-    assert proc.stdout.count('Argument 1 to "run" of "RunOptions"') == 0  # wf is fine
-    assert proc.stdout.count('incompatible type "str"; expected "int"') == 2
+    assert proc.stdout.count('incompatible type "str"; expected "int"') == 1
+    # run() is overloaded (a workflow function, or a name): mypy names the call.
+    assert 'No overload variant of "run" of "RunOptions" matches argument types ' \
+        '"Callable[[int, int], Awaitable[int]]", "str", "int"' in proc.stdout

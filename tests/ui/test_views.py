@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from starflow.adapters.base import RunEvent, RunInfo, WaitRecord
+from starflow.records import RunEvent, RunInfo, WaitRecord
 from starflow.ui import views
 
 T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)

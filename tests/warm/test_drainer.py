@@ -10,11 +10,11 @@ from typing import Any
 import anyio
 import anyio.lowlevel
 import pytest
-from structlog.testing import capture_logs
 
 from starflow import Starflow, StarflowConfig
 from starflow.adapters import adapter_from_url
-from starflow.adapters.mirroring import mirror
+from starflow.warm.mirror import mirror
+from starflow_testing import capture_logs
 
 from .conftest import FakeClock, eventually, open_warm
 from .flows import approval_flow, sum_flow

@@ -11,8 +11,8 @@ import pytest
 
 from starflow import Starflow, StarflowConfig
 from starflow.adapters import adapter_from_url
-from starflow.adapters.mirroring import mirror
 from starflow.warm.base import Projection, WarmTier
+from starflow.warm.mirror import mirror
 
 from .conftest import FakeClock, eventually, open_warm
 from .flows import approval_flow, sum_flow

@@ -11,8 +11,8 @@ import pytest
 import starflow
 from starflow import LiveRun, Starflow
 from starflow.adapters import adapter_from_url
-from starflow.adapters.mirroring import mirror
 from starflow.errors import ConfigError, StarflowError
+from starflow.warm.mirror import mirror
 
 from .conftest import FakeClock, eventually, open_warm
 from .flows import approval_flow, progress_flow, sum_flow

@@ -11,8 +11,8 @@ import pytest
 
 from starflow import Starflow
 from starflow.adapters import adapter_from_url
-from starflow.adapters.base import (
-    DelegatingAdapter,
+from starflow.adapters.base import DelegatingAdapter, WorkflowStateAdapter
+from starflow.adapters.units import (
     DeleteSessionVars,
     Guard,
     InsertEvent,
@@ -22,12 +22,11 @@ from starflow.adapters.base import (
     Unit,
     UpdateRun,
     UpsertSessionVar,
-    WorkflowStateAdapter,
 )
-from starflow.adapters.mirroring import MirroringWorkflowStateAdapter, mirror
 from starflow.context import WorkflowContext
 from starflow.errors import StorageError
 from starflow.warm.base import REDACTED
+from starflow.warm.mirror import MirroringWorkflowStateAdapter, mirror
 
 from .conftest import FakeClock
 from .flows import approval_flow, sum_flow

@@ -5,8 +5,9 @@ from __future__ import annotations
 import uuid
 from datetime import UTC, datetime, timedelta
 
-from starflow.adapters.base import InsertOutbox, Unit, WorkflowStateAdapter
+from starflow.adapters.base import WorkflowStateAdapter
 from starflow.adapters.null import NullWorkflowStateAdapter
+from starflow.adapters.units import InsertOutbox, Unit
 
 T0 = datetime(2030, 1, 1, tzinfo=UTC)
 

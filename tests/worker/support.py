@@ -15,7 +15,9 @@ from typing import Any
 import anyio
 import anyio.lowlevel
 
-from starflow.adapters.base import DelegatingAdapter, RunInfo, SweepResult, Unit
+from starflow.adapters.base import DelegatingAdapter
+from starflow.adapters.units import Unit
+from starflow.records import RunInfo, SweepResult
 from starflow_testing import FakeClock
 
 HERE = Path(__file__).parent
@@ -75,8 +77,8 @@ class Probe(DelegatingAdapter):
         return got
 
     async def expire_old_leases(self, now: datetime, reason: str = "runner_lost",
-                                *, after: Any = None) -> list[SweepResult]:
-        got = await self.inner.expire_old_leases(now, reason, after=after)
+                                *, after: Any = None, requeue: bool = True) -> list[SweepResult]:
+        got = await self.inner.expire_old_leases(now, reason, after=after, requeue=requeue)
         self.sweeps.append((now, got))
         self._bump()
         return got

@@ -8,13 +8,13 @@ from datetime import timedelta
 import anyio
 import msgspec
 import pytest
-import structlog.testing
 
 import starflow
 from starflow import WorkflowContext
-from starflow.adapters.base import StartOptions, WorkflowStateAdapter
+from starflow.adapters.base import WorkflowStateAdapter
+from starflow.records import StartOptions
 from starflow.worker import Worker
-from starflow_testing import FakeClock, FaultInjectingAdapter, WorkflowEnvironment
+from starflow_testing import FakeClock, FaultInjectingAdapter, WorkflowEnvironment, capture_logs
 from starflow_testing._quiesce import quiesce
 from starflow_testing.faults import FaultSpec
 
@@ -141,7 +141,7 @@ class TestUnregistered:
         async with open_app() as (sf, probe):
             run_id = await queue_raw(probe, "wt-one-step", 7, clock)
             worker = sf.worker()
-            with structlog.testing.capture_logs() as logs:
+            with capture_logs() as logs:
                 async with anyio.create_task_group() as tg:
                     assert await worker.claim_once(tg) == 1
             run = await sf.get_run(run_id)
@@ -296,7 +296,7 @@ class TestStartReadFailure:
         """Requeued with the lease cleared, logged once; the next claim completes the run."""
         env, faults = self.env(env_kind, {method: 1})
         async with env:
-            with structlog.testing.capture_logs() as logs:
+            with capture_logs() as logs:
                 handle = await env.start(read_fails_flow, 4)
                 await self.handed_back(env, handle.run_id, 1)
                 assert faults[0].failures == [method], str(faults[0].calls)

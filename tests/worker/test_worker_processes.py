@@ -55,9 +55,20 @@ class TestCrashRecovery:
                 async def finished() -> int:
                     return len(await sf.list_runs(status="success", limit=100))
 
+                async def busy() -> list[str]:
+                    """The runners holding a running run now."""
+                    return [r.leased_by or "" for r in await sf.list_runs(status="running")]
+
+                # Kill only once workers run runs: on a loaded machine a worker takes
+                # seconds to start, and kills of idle workers would test nothing.
+                await _wait(busy, 60, "a worker to claim a run")
                 while kills < 8 and await finished() < 45:
                     await anyio.sleep(rng.uniform(0.4, 0.9))
-                    i = rng.randrange(len(procs))
+                    holders = await busy()
+                    # Prefer a worker that holds a run (its pid is in the runner id).
+                    holding = [i for i, p in enumerate(procs)
+                               if any(f":{p.pid}:" in h for h in holders)]
+                    i = rng.choice(holding) if holding else rng.randrange(len(procs))
                     procs[i].send_signal(signal.SIGKILL)
                     procs[i].wait(timeout=10)
                     kills += 1

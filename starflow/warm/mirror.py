@@ -12,45 +12,50 @@ Every outbox payload is a self-contained projection (see
 :mod:`starflow.warm.base`) with wake tokens redacted: they are bearer secrets
 and the warm tier is a dashboard-facing store.
 
-Two cold writes do not go through :meth:`execute`: a claim and a lease-sweep
-pass are read-modify-writes of the adapter. They take an ``after`` hook, and
-the mirror's outbox rows for them are written through it, in the same
-transaction as the claim or the sweep.
+Two cold writes are not units: a claim and a lease-sweep pass are
+read-modify-write commands, seen at :meth:`perform`. They carry an ``after``
+hook, and the mirror's outbox rows for them are written through it, in the
+same transaction as the claim or the sweep.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Callable
+from dataclasses import replace
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import msgspec
 
-from ..clock import Clock, SystemClock, format_ts
-from ..errors import WarmTierError
-from ..logs import get_logger
-from ..warm import warm_from_url
-from ..warm.base import WarmTier, event_row, redact, run_columns
-from .base import (
+from ..adapters.base import DelegatingAdapter, WorkflowStateAdapter
+from ..adapters.sweep import lost_payload, swept_columns
+from ..adapters.units import (
     AfterClaim,
     AfterSweep,
-    DelegatingAdapter,
+    ClaimRuns,
+    Command,
     DeleteSessionVars,
     InsertEvent,
     InsertOutbox,
     InsertRun,
     Op,
-    RunInfo,
-    SweepResult,
+    SweepLeases,
     Unit,
     UpdateRun,
     UpsertSessionVar,
-    WorkflowStateAdapter,
 )
+from ..clock import Clock, SystemClock, format_ts
+from ..errors import WarmTierError
+from ..logs import get_logger
+from ..records import RunInfo, SweepResult
+from . import warm_from_url
+from .base import WarmTier, event_row, redact, run_columns
 
 __all__ = ["MirroringWorkflowStateAdapter", "find_mirror", "mirror", "outbox_ops"]
 
 log = get_logger("starflow.mirror")
+
+R = TypeVar("R")
 
 _RUN_DEFAULTS: dict[str, Any] = {
     f.name: (None if f.default is msgspec.NODEFAULT else f.default)
@@ -168,13 +173,27 @@ class MirroringWorkflowStateAdapter(DelegatingAdapter):
         return held
 
 
-    # -- read-modify-writes outside the seam -------------------------------------
+    # -- the sibling seam: claims and sweeps ------------------------------------
 
-    async def claim_runs(self, runner_id: str, *, pool: str | None, now: datetime,
-                         lease_until: datetime, limit: int = 1,
-                         workflows: Collection[str] | None = None,
-                         after: AfterClaim | None = None) -> list[RunInfo]:
-        ts = self.clock.now()
+    async def perform(self, command: Command[R]) -> R:
+        # A claim and a sweep pass change run rows the unit ops do not describe:
+        # their outbox rows are written through the command's ``after`` hook, in
+        # the same transaction. Other commands touch no mirrored table.
+        if isinstance(command, ClaimRuns):
+            runs = await self.inner.perform(replace(command, after=self._claim_outbox(command)))
+            if runs:
+                self._committed()
+            return cast(R, runs)
+        if isinstance(command, SweepLeases):
+            results = await self.inner.perform(
+                replace(command, after=self._sweep_outbox(command)))
+            if results:
+                self._committed()
+            return cast(R, results)
+        return await self.inner.perform(command)
+
+    def _claim_outbox(self, command: ClaimRuns) -> AfterClaim:
+        ts, after = self.clock.now(), command.after
 
         def outbox(runs: list[RunInfo]) -> list[Op]:
             ops: list[Op] = list(after(runs)) if after is not None else []
@@ -183,41 +202,28 @@ class MirroringWorkflowStateAdapter(DelegatingAdapter):
                                       "columns": run_columns(r)}, ts)
                 for r in runs)]
 
-        runs = await self.inner.claim_runs(runner_id, pool=pool, now=now,
-                                           lease_until=lease_until, limit=limit,
-                                           workflows=workflows, after=outbox)
-        if runs:
-            self._committed()
-        return runs
+        return outbox
 
-    async def expire_old_leases(self, now: datetime, reason: str = "runner_lost",
-                                *, after: AfterSweep | None = None) -> list[SweepResult]:
-        ts = self.clock.now()
+    def _sweep_outbox(self, command: SweepLeases) -> AfterSweep:
+        ts, after, now, reason = self.clock.now(), command.after, command.now, command.reason
 
         def outbox(results: list[SweepResult]) -> list[Op]:
             ops: list[Op] = list(after(results)) if after is not None else []
             for r in results:
                 # Self-contained: the sweep's outcome is fully known from its action.
-                columns: dict[str, Any] = (
-                    {"status": "queued", "claim_state": "queued", "lease_until": None}
-                    if r.action == "requeued" else
-                    {"status": "error", "claim_state": "abandoned", "error": reason,
-                     "completed_at": now})
+                columns = swept_columns(r.action, reason=reason, now=now)
                 ops.append(_outbox(r.run_id, "run", {
                     "run_id": r.run_id, "op": "update", "columns": run_columns(columns)}, ts))
                 ops.append(_outbox(r.run_id, "event", {
                     "run_id": r.run_id,
                     "event": event_row({"event_type": "runner_lost", "node_id": None,
-                                        "payload": {"leased_by": r.leased_by,
-                                                    "action": r.action, "reason": reason},
+                                        "payload": lost_payload(r.leased_by, r.action, reason),
                                         "created_at": now}),
                 }, ts))
             return ops
 
-        results = await self.inner.expire_old_leases(now, reason, after=outbox)
-        if results:
-            self._committed()
-        return results
+        return outbox
+
 
 def mirror(adapter: WorkflowStateAdapter, url: str | WarmTier, *,
            clock: Clock | None = None) -> MirroringWorkflowStateAdapter:

@@ -1,4 +1,4 @@
-"""The ``starflow`` command.
+"""The ``starflow`` command's registry and what every command group shares.
 
 Subcommands are :class:`Command` objects registered with :func:`command`; a
 command group (``starflow runs list``) is a command with children. Each
@@ -12,7 +12,10 @@ the exit code. To add one::
             await sf.cancel(ns.run_id)
         return 0
 
-Errors users can fix (a bad ``--app``, an unreachable database, an unknown
+Each command group is a module of :mod:`starflow.cli` that registers its
+commands when imported (``worker``, ``admin``, ``runs``, ``control``,
+``outbox``, ``replay``, ``ui``); :func:`starflow.cli.main` imports them all. Errors
+users can fix (a bad ``--app``, an unreachable database, an unknown
 run) print one line on stderr and exit non-zero, never a traceback; set
 ``STARFLOW_TRACEBACK=1`` to see one anyway.
 """
@@ -32,10 +35,28 @@ from typing import Any, NoReturn
 
 import anyio
 
-from .errors import ConfigError, StarflowError
-from .urls import normalize_scheme
+from ..errors import StarflowError
+from ..urls import normalize_scheme
 
-__all__ = ["Command", "CommandError", "app_args", "command", "db_args", "main", "open_app"]
+__all__ = [
+    "EXIT_FAILURE",
+    "EXIT_OK",
+    "EXIT_USAGE",
+    "Command",
+    "CommandError",
+    "app_args",
+    "build_parser",
+    "command",
+    "db_args",
+    "load_app_object",
+    "nonnegative_seconds",
+    "on_signals",
+    "open_app",
+    "positive_int",
+    "redact_url",
+    "resolve_app",
+    "say",
+]
 
 #: Exit codes: 0 success, 1 a runtime failure, 2 bad input (usage).
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
@@ -125,8 +146,9 @@ def command(name: str, *, help: str, args: Sequence[Configure] = (),
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The ``starflow`` parser with every registered subcommand."""
-    from . import __version__
+    """The ``starflow`` parser with every registered subcommand (the command
+    modules register theirs when imported: :mod:`starflow.cli` imports them)."""
+    from .._version import __version__
 
     parser = _Parser(prog="starflow", description="starflow: durable execution for Python.")
     parser.add_argument("--version", action="version", version=f"starflow {__version__}")
@@ -135,8 +157,6 @@ def build_parser() -> argparse.ArgumentParser:
                              "or info for long-running commands)")
     parser.add_argument("--log-format", choices=("console", "json"), default="console",
                         help="log lines on stderr as console text or JSON (default console)")
-    from . import cli_ops, cli_ui  # noqa: F401 - they register their commands
-
     sub = parser.add_subparsers(dest="_command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
     for cmd in _COMMANDS.values():
@@ -226,7 +246,7 @@ async def resolve_app(ns: argparse.Namespace, *, maintenance: bool = False,
     ``must_exist``: refuse a ``sqlite:///`` path with no file behind it rather
     than create an empty database (commands that only read or wake runs).
     """
-    from .app import Starflow
+    from ..app import Starflow
 
     obj = load_app_object(ns.app) if getattr(ns, "app", None) else None
     if obj is not None and not isinstance(obj, Starflow):
@@ -249,7 +269,11 @@ async def resolve_app(ns: argparse.Namespace, *, maintenance: bool = False,
     db = getattr(ns, "db", None)
     workspace = getattr(ns, "workspace", None)
     env = getattr(ns, "env", None)
+    warm = getattr(ns, "warm", None)  # `starflow server --warm URL`
     if obj is not None and db is None and workspace is None and env is None:
+        if warm is not None:
+            raise CommandError("--warm goes with --db (an app configures its warm tier "
+                               "with Starflow.open(warm=...))", EXIT_USAGE)
         # The user's app as configured, with this process's maintenance choice.
         return Starflow(obj.adapter, config=obj.config, clock=obj.clock,
                         maintenance=maintenance)
@@ -273,7 +297,7 @@ async def resolve_app(ns: argparse.Namespace, *, maintenance: bool = False,
     if env is not None:
         kwargs["env"] = env
     try:
-        return Starflow.open(url, maintenance=maintenance, **kwargs)
+        return Starflow.open(url, maintenance=maintenance, warm=warm, **kwargs)
     except StarflowError as exc:
         raise CommandError(str(exc), EXIT_USAGE) from exc
 
@@ -287,28 +311,30 @@ async def open_app(ns: argparse.Namespace, *, maintenance: bool = False,
         yield sf
 
 
-async def _on_signals(first: Callable[[], None], again: Callable[[], None]) -> None:
+async def on_signals(first: Callable[[], None], again: Callable[[], None]) -> None:
     """Call ``first`` on the first SIGTERM/SIGINT, ``again`` on each later one."""
     with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         seen = 0
         async for signum in signals:
             seen += 1
-            _say(f"received {signal.Signals(signum).name}"
+            say(f"received {signal.Signals(signum).name}"
                  + ("; draining (send again to stop now)" if seen == 1 else "; stopping now"))
             (first if seen == 1 else again)()
 
 
-def _say(message: str) -> None:
+def say(message: str) -> None:
+    # One line, whatever the message holds (PostgreSQL appends DETAIL:/HINT: lines).
+    message = "; ".join(line.strip() for line in message.splitlines() if line.strip())
     sys.stderr.write(f"starflow: {message}\n")
     sys.stderr.flush()
 
 
 # ---------------------------------------------------------------------------
-# Subcommands
+# Argument types
 # ---------------------------------------------------------------------------
 
 
-def _positive_int(text: str) -> int:
+def positive_int(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
@@ -318,7 +344,7 @@ def _positive_int(text: str) -> int:
     return value
 
 
-def _seconds(text: str) -> float:
+def nonnegative_seconds(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
@@ -326,143 +352,3 @@ def _seconds(text: str) -> float:
     if value < 0 or value != value:
         raise argparse.ArgumentTypeError(f"must be >= 0 seconds: {text}")
     return value
-
-
-def _worker_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--pool", default=None,
-                        help="claim runs queued for this pool (and runs with no pool)")
-    parser.add_argument("--concurrency", type=_positive_int, default=16, metavar="N",
-                        help="most runs driven at once (default 16)")
-    parser.add_argument("--maintenance", action="store_true",
-                        help="also run the lease sweep and durable timers in this process")
-    parser.add_argument("--grace", type=_seconds, default=30.0, metavar="SECONDS",
-                        help="on SIGTERM/SIGINT, how long active runs may go on before they "
-                             "are cancelled and handed back to the queue (default 30)")
-
-
-@command("worker", help="claim queued runs and drive them until SIGTERM/SIGINT",
-         args=[app_args, db_args], configure=_worker_args)
-async def _worker(ns: argparse.Namespace) -> int:
-    if not ns.app:
-        raise CommandError("starflow worker needs --app MODULE[:ATTR]: the module that "
-                           "defines your workflows", EXIT_USAGE)
-    async with open_app(ns) as sf:
-        worker = sf.worker(pool=ns.pool, concurrency=ns.concurrency,
-                           maintenance=ns.maintenance, grace=ns.grace)
-        from .decorators import registry
-
-        _say(f"worker {sf.runner_id} serving {', '.join(registry.names()) or 'no workflows'}"
-             f" (pool {ns.pool or 'any'}, concurrency {ns.concurrency}"
-             f"{', maintenance' if ns.maintenance else ''})")
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(_on_signals, worker.stop, lambda: worker.stop(0))
-            await worker.run()
-            tg.cancel_scope.cancel()
-        _say(f"worker stopped: {worker.completed} run execution(s), "
-             f"{worker.released} handed back to the queue")
-    return EXIT_OK
-
-
-@command("server", help="run the lease sweep and durable timers until SIGTERM/SIGINT",
-         args=[app_args, db_args])
-async def _server(ns: argparse.Namespace) -> int:
-    from .maintenance import Maintenance
-
-    async with open_app(ns) as sf:
-        maintenance = Maintenance(sf.runner, poll=True)
-        _say(f"server {sf.runner_id}: lease sweep every "
-             f"{sf.config.sweep_interval.total_seconds():g} s, durable timers")
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(_on_signals, tg.cancel_scope.cancel, tg.cancel_scope.cancel)
-            await maintenance.run()
-    _say("server stopped")
-    return EXIT_OK
-
-
-@command("migrate", help="apply pending database migrations", args=[app_args, db_args])
-async def _migrate(ns: argparse.Namespace) -> int:
-    from .adapters.base import DelegatingAdapter
-    from .migrations import load_migrations
-
-    sf = await resolve_app(ns)
-    adapter = sf.adapter
-    base = adapter
-    while isinstance(base, DelegatingAdapter):  # the mirror, fault injection: the real one
-        base = base.inner
-    where = getattr(ns, "db", None) or os.environ.get("STARFLOW_DATABASE_URL") or "--app's"
-    _say(f"migrating {redact_url(where)} database …")
-    await adapter.open()  # applies pending migrations under the adapter's lock
-    try:
-        applied = [*base.applied_migrations, *await adapter.migrate()]
-    finally:
-        await adapter.close()
-    names = {m.version: m.name for dialect in ("sqlite", "postgres")
-             for m in load_migrations(dialect)}
-    for version in applied:
-        sys.stdout.write(f"applied {version:03d} {names.get(version, '')}".rstrip() + "\n")
-    sys.stdout.write(f"{len(applied)} migration(s) applied; schema up to date\n"
-                     if applied else "schema up to date (nothing to apply)\n")
-    return EXIT_OK
-
-
-@command("sweep", help="run one lease-sweep pass now and print how many runs it recovered",
-         args=[app_args, db_args])
-async def _sweep(ns: argparse.Namespace) -> int:
-    async with open_app(ns) as sf:
-        count = await sf.sweep()
-    sys.stdout.write(f"{count} run(s) requeued or abandoned\n")
-    return EXIT_OK
-
-
-# ---------------------------------------------------------------------------
-# Entry point
-# ---------------------------------------------------------------------------
-
-
-def _configure_logging(level: str | None, fmt: str, long_running: bool) -> None:
-    """Logs go to stderr (stdout is for command output), plain text unless a terminal."""
-    import structlog
-
-    from .logs import configure_logging
-
-    chosen = level or os.environ.get("STARFLOW_LOG_LEVEL") or ("info" if long_running
-                                                               else "warning")
-    try:
-        configure_logging(chosen, json=fmt == "json")
-    except ValueError as exc:
-        raise CommandError(f"--log-level: {exc}", EXIT_USAGE) from exc
-    processors = list(structlog.get_config()["processors"])
-    if fmt == "console" and not sys.stderr.isatty():
-        processors[-1] = structlog.dev.ConsoleRenderer(colors=False)
-    structlog.configure(processors=processors,
-                        logger_factory=structlog.PrintLoggerFactory(sys.stderr))
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run ``starflow`` with ``argv`` (default ``sys.argv[1:]``); return the exit code."""
-    try:
-        ns = build_parser().parse_args(argv)
-        _configure_logging(ns.log_level, ns.log_format, ns._command in ("worker", "server"))
-        handler: Handler = ns._handler
-        return anyio.run(handler, ns)
-    except CommandError as exc:
-        _say(str(exc))
-        return exc.code
-    except (ConfigError, StarflowError) as exc:
-        if os.environ.get("STARFLOW_TRACEBACK"):
-            raise
-        _say(f"{type(exc).__name__}: {exc}")
-        return EXIT_FAILURE
-    except KeyboardInterrupt:
-        return 130
-    except BrokenPipeError:
-        # The reader went away (`starflow runs show … | head`): stop quietly, and
-        # keep the interpreter from complaining when it flushes stdout at exit.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        return EXIT_OK
-    except Exception as exc:
-        if os.environ.get("STARFLOW_TRACEBACK"):
-            raise
-        _say(f"unexpected {type(exc).__name__}: {exc} (set STARFLOW_TRACEBACK=1 for details)")
-        return EXIT_FAILURE

@@ -1,6 +1,6 @@
 """``starflow ui``: serve the web page (:mod:`starflow.ui`) with uvicorn.
 
-Registered with :func:`starflow.cli.command` when the parser is built. Bound to
+A command group of :mod:`starflow.cli` (registers ``ui`` when imported). Bound to
 127.0.0.1 by default; any other address needs an access token (``--token`` or
 ``$STARFLOW_UI_TOKEN``, else a random one is made and printed), and without it
 every request gets 401.
@@ -21,7 +21,7 @@ from typing import Any
 import anyio
 import anyio.abc
 
-from .cli import EXIT_OK, EXIT_USAGE, CommandError, app_args, command, db_args, resolve_app
+from ._base import EXIT_OK, EXIT_USAGE, CommandError, app_args, command, db_args, resolve_app
 
 __all__ = ["is_loopback"]
 
@@ -88,23 +88,6 @@ def _token(ns: argparse.Namespace) -> tuple[str | None, bool]:
     return token, False
 
 
-async def _open(ns: argparse.Namespace) -> Any:
-    if ns.warm is None:
-        return await resolve_app(ns, must_exist=True)
-    from .app import Starflow
-    from .errors import StarflowError
-
-    base = await resolve_app(ns, must_exist=True)  # validates --app/--db/--workspace/--env
-    url = ns.db or os.environ.get("STARFLOW_DATABASE_URL")
-    if url is None:
-        raise CommandError("--warm needs --db URL (or STARFLOW_DATABASE_URL)", EXIT_USAGE)
-    try:
-        return Starflow.open(url, workspace_id=base.adapter.workspace_id, env=base.adapter.env,
-                             config=base.config, warm=ns.warm, maintenance=False)
-    except StarflowError as exc:
-        raise CommandError(f"--warm {ns.warm}: {exc}", EXIT_USAGE) from exc
-
-
 async def _serve(server: Any, scope: anyio.CancelScope, *,
                  task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
     task_status.started()
@@ -146,8 +129,8 @@ async def _ui(ns: argparse.Namespace) -> int:
         import uvicorn
     except ImportError as exc:
         raise CommandError("starflow ui needs uvicorn, starlette and jinja2: install them "
-                           "with pip install 'starflow[ui]'") from exc
-    from .ui import create_app
+                           "with pip install 'starflow-durable[ui]'") from exc
+    from ..ui import create_app
 
     token, made_up = _token(ns)
     allowed = None if token is not None else ["127.0.0.1", "localhost", "[::1]", "::1"]
@@ -155,9 +138,10 @@ async def _ui(ns: argparse.Namespace) -> int:
     if ns.all_workspaces and url is None:
         raise CommandError("--all-workspaces needs --db URL (or STARFLOW_DATABASE_URL)",
                            EXIT_USAGE)
-    sf = await _open(ns)
-    from .app import Starflow
-    from .ui.scopes import Scopes
+    # --warm goes with --db: resolve_app opens the warm tier, or says it needs --db.
+    sf = await resolve_app(ns, must_exist=True)
+    from ..app import Starflow
+    from ..ui.scopes import Scopes
 
     def open_scope(workspace_id: str, env: str) -> Starflow:
         return Starflow.open(url, workspace_id=workspace_id, env=env, config=sf.config,

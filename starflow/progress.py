@@ -1,13 +1,17 @@
-"""``starflow.progress``: step progress telemetry, warm tier only."""
+"""``starflow.progress``: step progress telemetry, warm tier only.
+
+Runtime layer: it reads the running step from the context and hands the value
+to the warm tier through the mirror.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-from .. import serde
-from ..context import current_engine, current_node
-from ..errors import StarflowError, WarmTierError
-from ..logs import get_logger
+from . import serde
+from .context import current_engine, current_node
+from .errors import StarflowError, WarmTierError
+from .logs import get_logger
 
 __all__ = ["progress"]
 
@@ -34,7 +38,7 @@ async def progress(data: Any) -> None:
         raise StarflowError(
             "starflow.progress() reports a step's progress: call it inside a @step that a "
             "workflow run is executing")
-    from ..adapters.mirroring import find_mirror
+    from .warm.mirror import find_mirror
 
     value = serde.to_builtins(data, what="progress data", run_id=engine.run_id, node_id=node_id)
     mirror = find_mirror(engine.adapter)

@@ -1,0 +1,803 @@
+"""The SQL both SQL adapters share, written once; the dialect is the only difference.
+
+:mod:`starflow.adapters.sqlite` and :mod:`starflow.adapters.postgres` keep
+their own write engines (SQLite group commit; PostgreSQL one fused statement
+per unit) and connection handling. What they mean by each write and read is
+here: the column lists, the row mappers (row → :class:`RunInfo` …), the
+lease/status guard, the claim and sweep assignments, the op-to-SQL mapping of
+:class:`Unit` ops, and the data-access statements.
+
+A :class:`Dialect` says how to write what differs: placeholders (``?`` in
+occurrence order, or ``$n`` with a type cast where PostgreSQL cannot infer
+one), the tenant check of a lookup by key, "one of these values", and the
+codecs (SQLite stores timestamps and JSON as text and takes any id; asyncpg
+encodes natively and ids must be UUIDs). Placeholders are numbered in the
+order they occur in the text, so one argument tuple fits both dialects.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from .. import serde
+from ..clock import format_ts, parse_ts
+from ..errors import ConfigError
+from ..records import (
+    DefinitionRecord,
+    JobRecord,
+    OutboxRow,
+    RunEvent,
+    RunInfo,
+    SignalRecord,
+    SweepResult,
+    WaitRecord,
+)
+from .sweep import ABANDONED, NOW, OUTCOME, REASON, REQUEUED
+from .units import (
+    JSON_RUN_COLUMNS,
+    UPDATABLE_RUN_COLUMNS,
+    DeleteSessionVars,
+    DeleteSignal,
+    DeleteWaits,
+    FailRunJobs,
+    FinishJob,
+    Guard,
+    InsertEvent,
+    InsertJob,
+    InsertOutbox,
+    InsertRun,
+    InsertSignal,
+    InsertWait,
+    Mark,
+    Op,
+    UpdateRun,
+    UpsertSessionVar,
+)
+
+__all__ = [
+    "DEFINITION_COLUMNS",
+    "EVENT_COLUMNS",
+    "INSERTABLE_RUN_COLUMNS",
+    "JOB_COLUMNS",
+    "OUTBOX_COLUMNS",
+    "POSTGRES",
+    "POSTGRES_QUERIES",
+    "RUN_COLUMNS",
+    "SIGNAL_COLUMNS",
+    "SQLITE",
+    "SQLITE_QUERIES",
+    "WAIT_COLUMNS",
+    "Dialect",
+    "Queries",
+    "announces_work",
+    "claim_set",
+    "claimed_jobs",
+    "claimed_runs",
+    "definition_record",
+    "event_args",
+    "event_sql",
+    "guard_args",
+    "guard_shape",
+    "guard_sql",
+    "job_record",
+    "op_sql",
+    "outbox_row",
+    "require_uuid",
+    "run_conditions",
+    "run_event",
+    "run_info",
+    "signal_queued_sql",
+    "signal_record",
+    "sweep_set",
+    "swept",
+    "uuid_or_none",
+    "wait_exists_sql",
+    "wait_record",
+]
+
+# ---------------------------------------------------------------------------
+# Columns
+# ---------------------------------------------------------------------------
+
+RUN_COLUMNS = (
+    "id, template_id, workspace_id, env, status, started_at, completed_at, duration_ms, "
+    "checkpoint_json, error, claim_state, runner_pool, leased_by, lease_until, last_heartbeat, "
+    "claim_attempts, definition_id, input_json, result_json, start_mode, max_claim_attempts, "
+    "workflow_version, failure_json"
+)
+JOB_COLUMNS = (
+    "id, run_id, node_id, pool, step_name, idempotency_key, input_json, status, attempts, "
+    "max_attempts, leased_by, lease_until, last_heartbeat, result_json, error_json, "
+    "created_at, completed_at"
+)
+EVENT_COLUMNS = "id, run_id, event_type, node_id, payload_json, created_at"
+WAIT_COLUMNS = "run_id, node_id, event, deadline, created_at"
+SIGNAL_COLUMNS = "id, run_id, event, payload_json, created_at"
+DEFINITION_COLUMNS = "id, name, version, code_hash, created_at"
+OUTBOX_COLUMNS = "id, run_id, kind, payload, created_at"
+
+#: Columns an ``InsertRun`` may name (besides id/workspace_id/env).
+INSERTABLE_RUN_COLUMNS = UPDATABLE_RUN_COLUMNS | {
+    "template_id", "started_at", "input_json", "start_mode", "max_claim_attempts",
+    "workflow_version",
+}
+_IDENT = re.compile(r"^[a-z_][a-z0-9_]*$")
+
+
+@functools.lru_cache(maxsize=256)
+def _columns(names: tuple[str, ...], allowed: frozenset[str]) -> tuple[str, ...]:
+    bad = [c for c in names if c not in allowed or not _IDENT.match(c)]
+    if bad:
+        raise ValueError(f"not writable workflow_runs columns: {sorted(bad)}")
+    return names
+
+
+# ---------------------------------------------------------------------------
+# Dialects
+# ---------------------------------------------------------------------------
+
+
+class Dialect:
+    """How one database spells what the shared SQL needs (see the module docstring)."""
+
+    name = ""
+    #: The locking clause of a claim's candidate rows ("" where writers are serialized).
+    skip_locked = ""
+    #: Run ids are a ``uuid`` column (only uuid text can name a run), not any text.
+    uuid_ids = False
+
+    def p(self, n: int, cast: str = "") -> str:
+        """The ``n``-th placeholder (1-based, in occurrence order)."""
+        raise NotImplementedError
+
+    def key_tenant(self, n: int, table: str = "") -> str:
+        """The tenant check of a lookup by key, on placeholders ``n`` and ``n + 1``."""
+        return f"{table}workspace_id = {self.p(n)} AND {table}env = {self.p(n + 1)}"
+
+    def tenant(self, n: int, table: str = "") -> str:
+        """The tenant check of a listing (indexable ``=``), on ``n`` and ``n + 1``."""
+        return f"{table}workspace_id = {self.p(n)} AND {table}env = {self.p(n + 1)}"
+
+    def one_of(self, column: str, n: int, count: int, cast: str = "text") -> str:
+        """``column`` is one of ``count`` values, from placeholder ``n`` on."""
+        raise NotImplementedError
+
+    def width(self, count: int) -> int:
+        """How many placeholders :meth:`one_of` of ``count`` values takes."""
+        raise NotImplementedError
+
+    def many(self, values: Sequence[Any]) -> tuple[Any, ...]:
+        """The arguments of :meth:`one_of` for ``values``."""
+        raise NotImplementedError
+
+    # -- codecs (Python → database) ---------------------------------------------
+
+    def ts(self, value: datetime | None) -> Any:
+        return value
+
+    def json(self, value: Any, *, null: bool = False, what: str = "value") -> Any:
+        """A JSON value; ``null``: None is SQL NULL (else it is JSON ``null``)."""
+        return value
+
+    def key(self, value: str | None, what: str) -> Any:
+        """An id column's value (validated where the column is typed)."""
+        return value
+
+    def run_value(self, column: str, value: Any) -> Any:
+        return value
+
+    # -- codecs (database → Python) ---------------------------------------------
+
+    def ts_out(self, value: Any) -> datetime | None:
+        return value  # type: ignore[no-any-return]
+
+    def at(self, value: Any) -> datetime:
+        """A NOT NULL timestamp column's value."""
+        return value  # type: ignore[no-any-return]
+
+    def json_out(self, value: Any) -> Any:
+        return value
+
+
+class _SQLite(Dialect):
+    name = "sqlite"
+
+    def p(self, n: int, cast: str = "") -> str:
+        return "?"
+
+    def one_of(self, column: str, n: int, count: int, cast: str = "text") -> str:
+        return f"{column} IN ({', '.join(['?'] * count)})"
+
+    def width(self, count: int) -> int:
+        return count
+
+    def many(self, values: Sequence[Any]) -> tuple[Any, ...]:
+        return tuple(values)
+
+    def ts(self, value: datetime | None) -> Any:
+        return format_ts(value) if value is not None else None
+
+    def json(self, value: Any, *, null: bool = False, what: str = "value") -> Any:
+        if null and value is None:
+            return None
+        return serde.encode(value, what=what).decode()
+
+    def run_value(self, column: str, value: Any) -> Any:
+        if value is None:
+            return None
+        if column in JSON_RUN_COLUMNS:
+            return serde.encode(value, what=column).decode()
+        if isinstance(value, datetime):
+            return format_ts(value)
+        return value
+
+    def ts_out(self, value: Any) -> datetime | None:
+        return parse_ts(value) if value else None
+
+    def at(self, value: Any) -> datetime:
+        return parse_ts(value)
+
+    def json_out(self, value: Any) -> Any:
+        return serde.decode(value) if value is not None else None
+
+
+class _Postgres(Dialect):
+    name = "postgres"
+    skip_locked = " FOR UPDATE SKIP LOCKED"
+    uuid_ids = True
+
+    def p(self, n: int, cast: str = "") -> str:
+        return f"${n}::{cast}" if cast else f"${n}"
+
+    def key_tenant(self, n: int, table: str = "") -> str:
+        # Written with IS NOT DISTINCT FROM (the same as = on these NOT NULL
+        # columns) because the planner cannot serve it from an index: with
+        # stale or missing statistics it otherwise picks an index led by
+        # (workspace_id, env) over the primary key and filters a whole
+        # workspace's rows on every boundary (tests/adapters/test_postgres.py,
+        # TestHotPathPlans). Listing queries keep the indexable =.
+        return f"({table}workspace_id, {table}env) IS NOT DISTINCT FROM (${n}, ${n + 1})"
+
+    def one_of(self, column: str, n: int, count: int, cast: str = "text") -> str:
+        return f"{column} = ANY(${n}::{cast}[])"
+
+    def width(self, count: int) -> int:
+        return 1
+
+    def many(self, values: Sequence[Any]) -> tuple[Any, ...]:
+        return (list(values),)
+
+    def key(self, value: str | None, what: str) -> Any:
+        return require_uuid(value, what)
+
+    def run_value(self, column: str, value: Any) -> Any:
+        if column == "definition_id":
+            return require_uuid(value, "definition_id")
+        if column in JSON_RUN_COLUMNS and value is not None:
+            # Validate here so a bad value raises SerializationError itself.
+            serde.encode(value, what=column)
+        return value
+
+
+SQLITE: Dialect = _SQLite()
+POSTGRES: Dialect = _Postgres()
+
+
+def uuid_or_none(value: str) -> str | None:
+    """The canonical form of a uuid string, or None if it is not one."""
+    if not isinstance(value, str):
+        return None
+    return _canonical_uuid(value)
+
+
+@functools.lru_cache(maxsize=4096)
+def _canonical_uuid(value: str) -> str | None:
+    import uuid
+
+    # Cached: every unit of a run checks the same run id (a few µs each time).
+    try:
+        return str(uuid.UUID(value))
+    except ValueError:
+        return None
+
+
+def require_uuid(value: str | None, what: str) -> str | None:
+    """``value`` as a canonical UUID (None stays None); ConfigError if it is not one."""
+    if value is None:
+        return None
+    canonical = uuid_or_none(value)
+    if canonical is None:
+        raise ConfigError(
+            f"{what} must be a UUID on PostgreSQL (the column is uuid): got {value!r}; "
+            "pass str(uuid.uuid4()) or let starflow generate the id",
+            run_id=value if what == "run id" else None,
+        )
+    return canonical
+
+
+# ---------------------------------------------------------------------------
+# Row mappers
+# ---------------------------------------------------------------------------
+
+
+def run_info(row: Any, d: Dialect) -> RunInfo:
+    """A ``RUN_COLUMNS`` row."""
+    ts, js = d.ts_out, d.json_out
+    return RunInfo(
+        id=row[0],
+        template_id=row[1],
+        workspace_id=row[2],
+        env=row[3],
+        status=row[4],
+        started_at=ts(row[5]),
+        completed_at=ts(row[6]),
+        duration_ms=row[7],
+        checkpoint_json=js(row[8]),
+        error=row[9],
+        claim_state=row[10],
+        runner_pool=row[11],
+        leased_by=row[12],
+        lease_until=ts(row[13]),
+        last_heartbeat=ts(row[14]),
+        claim_attempts=row[15],
+        definition_id=row[16],
+        input_json=js(row[17]),
+        result_json=js(row[18]),
+        start_mode=row[19],
+        max_claim_attempts=row[20],
+        workflow_version=row[21],
+        failure_json=js(row[22]),
+    )
+
+
+def claimed_runs(rows: Sequence[Any], d: Dialect) -> list[RunInfo]:
+    """Runs a claim returned, oldest first (``UPDATE … RETURNING`` has no order)."""
+    runs = [run_info(r, d) for r in rows]
+    runs.sort(key=lambda r: (r.started_at is not None, r.started_at, r.id))
+    return runs
+
+
+def job_record(row: Any, d: Dialect) -> JobRecord:
+    """A ``JOB_COLUMNS`` row."""
+    ts, js = d.ts_out, d.json_out
+    return JobRecord(
+        id=row[0], run_id=row[1], node_id=row[2], pool=row[3], step_name=row[4],
+        idempotency_key=row[5], input=js(row[6]), status=row[7], attempts=row[8],
+        max_attempts=row[9], leased_by=row[10], lease_until=ts(row[11]),
+        last_heartbeat=ts(row[12]), result=js(row[13]), error=js(row[14]),
+        created_at=d.at(row[15]), completed_at=ts(row[16]),
+    )
+
+
+def claimed_jobs(rows: Sequence[Any], d: Dialect) -> list[JobRecord]:
+    """Jobs a claim returned, oldest first."""
+    jobs = [job_record(r, d) for r in rows]
+    jobs.sort(key=lambda j: (j.created_at, j.id))
+    return jobs
+
+
+def run_event(row: Any, d: Dialect) -> RunEvent:
+    """An ``EVENT_COLUMNS`` row."""
+    return RunEvent(id=row[0], run_id=row[1], event_type=row[2], node_id=row[3],
+                    payload_json=d.json_out(row[4]), created_at=d.at(row[5]))
+
+
+def wait_record(row: Any, d: Dialect) -> WaitRecord:
+    """A ``WAIT_COLUMNS`` row."""
+    return WaitRecord(run_id=row[0], node_id=row[1], event=row[2], deadline=d.ts_out(row[3]),
+                      created_at=d.at(row[4]))
+
+
+def signal_record(row: Any, d: Dialect) -> SignalRecord:
+    """A ``SIGNAL_COLUMNS`` row."""
+    return SignalRecord(id=row[0], run_id=row[1], event=row[2], payload=d.json_out(row[3]),
+                        created_at=d.at(row[4]))
+
+
+def definition_record(row: Any, d: Dialect) -> DefinitionRecord:
+    """A ``DEFINITION_COLUMNS`` row."""
+    return DefinitionRecord(id=row[0], name=row[1], version=row[2], code_hash=row[3],
+                            created_at=d.at(row[4]))
+
+
+def outbox_row(row: Any, d: Dialect) -> OutboxRow:
+    """An ``OUTBOX_COLUMNS`` row."""
+    return OutboxRow(id=row[0], run_id=row[1], kind=row[2], payload=d.json_out(row[3]),
+                     created_at=d.at(row[4]))
+
+
+def swept(rows: Sequence[Any]) -> list[SweepResult]:
+    """``(id, leased_by, claim_state)`` rows of a sweep → its results."""
+    return [SweepResult(run_id=r[0], leased_by=r[1],
+                        action=REQUEUED if r[2] == "queued" else ABANDONED)
+            for r in rows]
+
+
+# ---------------------------------------------------------------------------
+# The lease/status guard
+# ---------------------------------------------------------------------------
+
+
+@functools.cache
+def run_conditions(d: Dialect, n: int, leased: bool, statuses: int | None) -> str:
+    """The guard's condition on its run row, from placeholder ``n`` on.
+
+    The row is the run (``id``) in scope; with ``leased``, leased by the next
+    placeholder; unless ``statuses`` is None, in one of that many values
+    (none: the condition fails). Arguments:
+    ``(run_id, workspace_id, env, *guard_args(d, guard))``.
+    """
+    sql = f"id = {d.p(n)} AND {d.key_tenant(n + 1)}"
+    n += 3
+    if leased:
+        sql += f" AND leased_by = {d.p(n)}"
+        n += 1
+    if statuses is not None:
+        sql += f" AND {d.one_of('status', n, statuses)}"
+    return sql
+
+
+def guard_shape(guard: Guard | None) -> tuple[bool, int | None]:
+    """``(leased, statuses)`` of :func:`run_conditions` for ``guard``."""
+    if guard is None:
+        return False, None
+    statuses = guard.status_in
+    return guard.leased_by is not None, None if statuses is None else len(statuses)
+
+
+def guard_args(d: Dialect, guard: Guard | None) -> tuple[Any, ...]:
+    """The arguments of the guard's optional conditions (lease holder, statuses)."""
+    if guard is None:
+        return ()
+    args: tuple[Any, ...] = ()
+    if guard.leased_by is not None:
+        args = (guard.leased_by,)
+    if guard.status_in is not None:
+        args += d.many(guard.status_in)
+    return args
+
+
+@functools.cache
+def guard_sql(d: Dialect, leased: bool, statuses: int | None, lock: str = "") -> str:
+    """Select the guarded run row if the guard's lease/status condition holds."""
+    return f"SELECT 1 FROM workflow_runs WHERE {run_conditions(d, 1, leased, statuses)}{lock}"
+
+
+@functools.cache
+def wait_exists_sql(d: Dialect) -> str:
+    """Whether the run still has the wait a ``wait_node`` guard needs."""
+    return ("SELECT EXISTS (SELECT 1 FROM workflow_waits "
+            f"WHERE run_id = {d.p(1)} AND node_id = {d.p(2)})")
+
+
+@functools.cache
+def signal_queued_sql(d: Dialect) -> str:
+    """Whether a signal a ``no_signal`` guard forbids is queued for the run."""
+    return ("SELECT EXISTS (SELECT 1 FROM workflow_signals WHERE "
+            f"run_id = {d.p(1)} AND event = {d.p(2)} AND {d.key_tenant(3)})")
+
+
+# ---------------------------------------------------------------------------
+# Claims and sweeps
+# ---------------------------------------------------------------------------
+
+
+def claim_set(d: Dialect, n: int) -> str:
+    """The assignments of a run claim: lease (placeholders ``n``..``n + 2``:
+    holder, until, heartbeat), status running, one more attempt."""
+    return ("claim_state = 'claimed', status = 'running', "
+            "claim_attempts = claim_attempts + 1, "
+            f"leased_by = {d.p(n)}, lease_until = {d.p(n + 1)}, last_heartbeat = {d.p(n + 2)}")
+
+
+def lost_attempts(alias: str) -> str:
+    """The claim attempts a swept run has used, the lost execution included.
+
+    A claimed run's claim counted when it was taken; an inline run (started by
+    ``sf.run``) never claimed since it last made progress (``claim_attempts``
+    0) counts one, so ``max_claim_attempts`` bounds inline runs too.
+    """
+    return (f"({alias}claim_attempts + CASE WHEN {alias}start_mode = 'inline' "
+            f"AND {alias}claim_attempts = 0 THEN 1 ELSE 0 END)")
+
+
+def sweep_set(alias: str, reason: str, now: str, *, requeue: bool = True) -> str:
+    """The assignments of the lease sweep, generated from :data:`sweep.OUTCOME`.
+
+    ``reason`` and ``now`` are the SQL of the sweep's reason and time;
+    ``alias`` prefixes the row's own columns (``"r."`` or ``""``). A run is
+    requeued while :func:`lost_attempts` is below its ``max_claim_attempts``,
+    unless ``requeue`` is false (``StarflowConfig.lost_runs="fail"``: every
+    lost run is abandoned, as the state model's sweep does).
+    """
+    requeued, abandoned = OUTCOME[REQUEUED], OUTCOME[ABANDONED]
+    lost = lost_attempts(alias)
+    below = (f"{lost} < {alias}max_claim_attempts" if requeue else "FALSE")
+
+    def sql(column: str, value: Any) -> str:
+        if value is REASON:
+            return reason
+        if value is NOW:
+            return now
+        return "NULL" if value is None else f"'{value}'"
+
+    parts = []
+    for column in dict.fromkeys([*requeued, *abandoned]):
+        keep = f"{alias}{column}"
+        then = sql(column, requeued[column]) if column in requeued else keep
+        other = sql(column, abandoned[column]) if column in abandoned else keep
+        parts.append(f"{column} = CASE WHEN {below} THEN {then} ELSE {other} END")
+    parts.append(f"claim_attempts = {lost}")
+    return ", ".join(parts)
+
+
+# ---------------------------------------------------------------------------
+# Unit ops → SQL
+# ---------------------------------------------------------------------------
+
+
+def announces_work(op: Op) -> bool:
+    """Whether ``op`` makes work claimable (a queued run, a requeue, a job)."""
+    if isinstance(op, UpdateRun):
+        return op.values.get("claim_state") == "queued"
+    if isinstance(op, InsertRun):
+        return "queued" in (op.values.get("claim_state"), op.values.get("status"))
+    return isinstance(op, InsertJob)
+
+
+@functools.cache
+def event_sql(d: Dialect, leased: bool = False, statuses: int | None = None) -> str:
+    """An event INSERT that writes only if its run is in scope (and, for a guard,
+    leased and in a status): arguments ``event_args`` then :func:`guard_args`."""
+    return ("INSERT INTO workflow_run_events (run_id, event_type, node_id, payload_json, "
+            f"created_at) SELECT {d.p(1, 'uuid')}, {d.p(2, 'text')}, {d.p(3, 'text')}, "
+            f"{d.p(4, 'jsonb')}, {d.p(5, 'timestamptz')} WHERE EXISTS (SELECT 1 FROM "
+            f"workflow_runs WHERE {run_conditions(d, 6, leased, statuses)})")
+
+
+def event_args(d: Dialect, op: InsertEvent, ws: str, env: str) -> tuple[Any, ...]:
+    run_id = d.key(op.run_id, "run id")
+    return (run_id, op.event_type, op.node_id, d.json(op.payload, null=True),
+            d.ts(op.created_at), run_id, ws, env)
+
+
+@functools.cache
+def _static_sql(d: Dialect, kind: type[Op]) -> str:
+    p, kt = d.p, d.key_tenant
+    if kind is InsertWait:
+        return ("INSERT INTO workflow_waits (run_id, node_id, workspace_id, env, event, "
+                f"deadline, created_at) VALUES ({', '.join(p(i) for i in range(1, 8))}) "
+                "ON CONFLICT (run_id, node_id) DO UPDATE SET workspace_id = "
+                "excluded.workspace_id, env = excluded.env, event = excluded.event, "
+                "deadline = excluded.deadline, created_at = excluded.created_at")
+    if kind is DeleteWaits:
+        return f"DELETE FROM workflow_waits WHERE run_id = {p(1)} AND {kt(2)}"
+    if kind is InsertSignal:
+        return ("INSERT INTO workflow_signals (run_id, workspace_id, env, event, payload_json, "
+                f"created_at) VALUES ({', '.join(p(i) for i in range(1, 7))})")
+    if kind is DeleteSignal:
+        return f"DELETE FROM workflow_signals WHERE id = {p(1)} AND {kt(2)}"
+    if kind is UpsertSessionVar:
+        return ("INSERT INTO workflow_session_vars (workspace_id, env, session_id, key, "
+                f"value_json, run_id, keep_until, updated_at) VALUES "
+                f"({', '.join(p(i) for i in range(1, 9))}) "
+                "ON CONFLICT (workspace_id, env, session_id, key) DO UPDATE SET "
+                "value_json = excluded.value_json, run_id = excluded.run_id, "
+                "keep_until = excluded.keep_until, updated_at = excluded.updated_at")
+    if kind is DeleteSessionVars:
+        return (f"DELETE FROM workflow_session_vars WHERE {kt(1)} "
+                f"AND run_id = {p(3)} AND keep_until IS NULL")
+    if kind is InsertJob:
+        return ("INSERT INTO worker_jobs (id, workspace_id, env, run_id, node_id, pool, "
+                "step_name, idempotency_key, input_json, status, max_attempts, created_at) "
+                f"VALUES ({', '.join(p(i) for i in range(1, 10))}, 'queued', {p(10)}, {p(11)}) "
+                "ON CONFLICT DO NOTHING")
+    if kind is FinishJob:
+        return (f"UPDATE worker_jobs SET status = {p(1)}, result_json = {p(2)}, "
+                f"error_json = {p(3)}, completed_at = {p(4)}, leased_by = NULL, "
+                f"lease_until = NULL WHERE id = {p(5)} AND {kt(6)} "
+                "AND status IN ('queued', 'claimed')")
+    if kind is FailRunJobs:
+        return (f"UPDATE worker_jobs SET status = 'failed', error_json = {p(1)}, "
+                f"completed_at = {p(2)}, leased_by = NULL, lease_until = NULL "
+                f"WHERE run_id = {p(3)} AND {kt(4)} AND status IN ('queued', 'claimed')")
+    if kind is InsertOutbox:
+        return ("INSERT INTO mirror_outbox (run_id, kind, payload, created_at, workspace_id, "
+                f"env) VALUES ({', '.join(p(i) for i in range(1, 7))})")
+    raise TypeError(f"no SQL for {kind.__name__}")  # pragma: no cover
+
+
+@functools.lru_cache(maxsize=512)
+def _update_run_sql(d: Dialect, columns: tuple[str, ...]) -> str:
+    sets = ", ".join(f"{c} = {d.p(i)}" for i, c in enumerate(columns, start=1))
+    n = len(columns) + 1
+    return f"UPDATE workflow_runs SET {sets} WHERE id = {d.p(n)} AND {d.key_tenant(n + 1)}"
+
+
+@functools.lru_cache(maxsize=512)
+def _insert_run_sql(d: Dialect, columns: tuple[str, ...]) -> str:
+    names = ", ".join(("id", "workspace_id", "env", *columns))
+    params = ", ".join(d.p(i) for i in range(1, len(columns) + 4))
+    return f"INSERT INTO workflow_runs ({names}) VALUES ({params})"
+
+
+def op_sql(d: Dialect, op: Op, ws: str, env: str) -> tuple[str, tuple[Any, ...]] | None:
+    """The statement and arguments writing ``op`` in scope (None for a :class:`Mark`).
+
+    Raises ConfigError (before anything is written) for a malformed id where
+    the dialect types ids, and SerializationError for an unencodable value.
+    """
+    if isinstance(op, InsertEvent):
+        return event_sql(d), event_args(d, op, ws, env)
+    if isinstance(op, UpdateRun):
+        cols = _columns(tuple(op.values), UPDATABLE_RUN_COLUMNS)
+        return _update_run_sql(d, cols), (
+            *(d.run_value(c, op.values[c]) for c in cols), d.key(op.run_id, "run id"), ws, env)
+    if isinstance(op, InsertRun):
+        cols = _columns(tuple(op.values), INSERTABLE_RUN_COLUMNS)
+        return _insert_run_sql(d, cols), (
+            d.key(op.run_id, "run id"), ws, env, *(d.run_value(c, op.values[c]) for c in cols))
+    if isinstance(op, Mark):
+        return None
+    sql = _static_sql(d, type(op))
+    if isinstance(op, InsertWait):
+        return sql, (d.key(op.run_id, "run id"), op.node_id, ws, env, op.event,
+                     d.ts(op.deadline), d.ts(op.created_at))
+    if isinstance(op, DeleteWaits):
+        return sql, (d.key(op.run_id, "run id"), ws, env)
+    if isinstance(op, InsertSignal):
+        return sql, (d.key(op.run_id, "run id"), ws, env, op.event, d.json(op.payload),
+                     d.ts(op.created_at))
+    if isinstance(op, DeleteSignal):
+        return sql, (op.signal_id, ws, env)
+    if isinstance(op, UpsertSessionVar):
+        return sql, (ws, env, op.session_id, op.key, d.json(op.value),
+                     d.key(op.run_id, "run id"), d.ts(op.keep_until), d.ts(op.updated_at))
+    if isinstance(op, DeleteSessionVars):
+        return sql, (ws, env, d.key(op.run_id, "run id"))
+    if isinstance(op, InsertJob):
+        job = op.job
+        return sql, (d.key(job.id, "job id"), ws, env, d.key(job.run_id, "run id"),
+                     job.node_id, job.pool, job.step_name, job.idempotency_key,
+                     d.json(job.input), job.max_attempts, d.ts(op.created_at))
+    if isinstance(op, FinishJob):
+        return sql, (op.status, d.json(op.result), d.json(op.error, null=True),
+                     d.ts(op.completed_at), d.key(op.job_id, "job id"), ws, env)
+    if isinstance(op, FailRunJobs):
+        return sql, (d.json(op.error), d.ts(op.completed_at), d.key(op.run_id, "run id"),
+                     ws, env)
+    if isinstance(op, InsertOutbox):
+        return sql, (d.key(op.run_id, "run id"), op.kind, d.json(op.payload),
+                     d.ts(op.created_at), ws, env)
+    raise TypeError(f"the {d.name} adapter cannot apply {type(op).__name__}")  # pragma: no cover
+
+
+# ---------------------------------------------------------------------------
+# Data access
+# ---------------------------------------------------------------------------
+
+
+class Queries:
+    """The data-access statements of one dialect (arguments in the order written)."""
+
+    def __init__(self, d: Dialect) -> None:
+        p, kt, t = d.p, d.key_tenant, d.tenant
+        self.d = d
+        #: (run_id, ws, env)
+        self.get_run = f"SELECT {RUN_COLUMNS} FROM workflow_runs WHERE id = {p(1)} AND {kt(2)}"
+        #: (run_id, ws, env, after_id)
+        self.list_events = (
+            f"SELECT {', '.join('e.' + c for c in EVENT_COLUMNS.split(', '))} "
+            "FROM workflow_run_events e JOIN workflow_runs r ON r.id = e.run_id "
+            f"WHERE e.run_id = {p(1)} AND {kt(2, 'r.')} AND e.id > {p(4)} ORDER BY e.id")
+        #: (run_id, ws, env)
+        self.list_waits = (f"SELECT {WAIT_COLUMNS} FROM workflow_waits WHERE run_id = {p(1)} "
+                           f"AND {kt(2)} ORDER BY created_at")
+        #: (ws, env, now, limit)
+        self.due_waits = (f"SELECT {WAIT_COLUMNS} FROM workflow_waits WHERE {t(1)} "
+                          f"AND deadline IS NOT NULL AND deadline <= {p(3)} "
+                          f"ORDER BY deadline LIMIT {p(4)}")
+        #: (ws, env)
+        self.next_deadline = ("SELECT min(deadline) FROM workflow_waits WHERE "
+                              f"{t(1)} AND deadline IS NOT NULL")
+        #: (run_id, event, ws, env)
+        self.find_signal = (f"SELECT {SIGNAL_COLUMNS} FROM workflow_signals WHERE "
+                            f"run_id = {p(1)} AND event = {p(2)} AND {kt(3)} "
+                            "ORDER BY id LIMIT 1")
+        #: (ws, env, session_id, key)
+        self.session_get = ("SELECT value_json, keep_until FROM workflow_session_vars "
+                            f"WHERE {t(1)} AND session_id = {p(3)} AND key = {p(4)}")
+        #: (definition_id, ws, env)
+        self.get_definition = (f"SELECT {DEFINITION_COLUMNS} FROM workflow_definitions "
+                               f"WHERE id = {p(1)} AND {kt(2)}")
+        #: (id, ws, env, name, version, code_hash, now)
+        self.insert_definition = (
+            "INSERT INTO workflow_definitions (id, workspace_id, env, name, version, "
+            f"code_hash, created_at) VALUES ({', '.join(p(i) for i in range(1, 8))}) "
+            "ON CONFLICT (workspace_id, env, name, version) DO NOTHING")
+        #: (ws, env, name, version)
+        self.definition_id = ("SELECT id FROM workflow_definitions WHERE "
+                              f"{t(1)} AND name = {p(3)} AND version = {p(4)}")
+        #: (ws, env, now)
+        self.expire_session_vars = ("DELETE FROM workflow_session_vars WHERE "
+                                    f"{t(1)} AND keep_until IS NOT NULL "
+                                    f"AND keep_until <= {p(3)}")
+        #: (ws, env, key_id)
+        self.secret = f"SELECT secret FROM starflow_keys WHERE {t(1)} AND key_id = {p(3)}"
+        #: (ws, env, key_id, secret, now)
+        self.insert_secret = ("INSERT INTO starflow_keys (workspace_id, env, key_id, secret, "
+                              f"created_at) VALUES ({', '.join(p(i) for i in range(1, 6))}) "
+                              "ON CONFLICT DO NOTHING")
+        #: (worker_id, lease_until, now, ws, env, pool, now, limit)
+        self.claim_jobs = (
+            f"UPDATE worker_jobs SET status = 'claimed', attempts = attempts + 1, "
+            f"leased_by = {p(1)}, lease_until = {p(2)}, last_heartbeat = {p(3)} WHERE id IN ("
+            f"  SELECT id FROM worker_jobs WHERE {t(4)} AND pool = {p(6)}"
+            f"  AND (status = 'queued' OR (status = 'claimed' AND lease_until < {p(7)}))"
+            f"  ORDER BY created_at, id LIMIT {p(8)}{d.skip_locked}"
+            f") RETURNING {JOB_COLUMNS}")
+        #: (lease_until, now, job_id, ws, env, worker_id)
+        self.heartbeat_job = (
+            f"UPDATE worker_jobs SET lease_until = {p(1)}, last_heartbeat = {p(2)} "
+            f"WHERE id = {p(3)} AND {kt(4)} AND status = 'claimed' AND leased_by = {p(6)}")
+        #: (job_id, ws, env)
+        self.get_job = f"SELECT {JOB_COLUMNS} FROM worker_jobs WHERE id = {p(1)} AND {kt(2)}"
+        #: (ws, env, limit)
+        self.pending_outbox = (f"SELECT {OUTBOX_COLUMNS} FROM mirror_outbox WHERE {t(1)} "
+                               f"AND applied_at IS NULL ORDER BY id LIMIT {p(3)}")
+        #: (ws, env, applied_before)
+        self.prune_outbox = ("DELETE FROM mirror_outbox WHERE "
+                             f"{t(1)} AND applied_at IS NOT NULL AND applied_at < {p(3)}")
+
+    def list_runs(self, status: bool, template_id: bool, since: bool) -> str:
+        """Arguments: (ws, env, [status], [template_id], [since], limit)."""
+        return _list_runs_sql(self.d, status, template_id, since)
+
+    def list_jobs(self, run_id: bool, status: bool) -> str:
+        """Arguments: (ws, env, [run_id], [status], limit)."""
+        return _list_jobs_sql(self.d, run_id, status)
+
+    def mark_outbox_applied(self, count: int) -> str:
+        """Arguments: (now, *d.many(ids), ws, env)."""
+        return _mark_outbox_sql(self.d, count)
+
+
+@functools.cache
+def _list_runs_sql(d: Dialect, status: bool, template_id: bool, since: bool) -> str:
+    where = [d.tenant(1)]
+    n = 3
+    for clause, present in (("status = ", status), ("template_id = ", template_id),
+                            ("started_at >= ", since)):
+        if present:
+            where.append(f"{clause}{d.p(n)}")
+            n += 1
+    # started_at DESC matches idx_workflow_runs_workspace_started.
+    return (f"SELECT {RUN_COLUMNS} FROM workflow_runs WHERE {' AND '.join(where)} "
+            f"ORDER BY started_at DESC, id LIMIT {d.p(n)}")
+
+
+@functools.cache
+def _list_jobs_sql(d: Dialect, run_id: bool, status: bool) -> str:
+    where = [d.tenant(1)]
+    n = 3
+    for clause, present in (("run_id = ", run_id), ("status = ", status)):
+        if present:
+            where.append(f"{clause}{d.p(n)}")
+            n += 1
+    return (f"SELECT {JOB_COLUMNS} FROM worker_jobs WHERE {' AND '.join(where)} "
+            f"ORDER BY created_at, id LIMIT {d.p(n)}")
+
+
+@functools.lru_cache(maxsize=64)
+def _mark_outbox_sql(d: Dialect, count: int) -> str:
+    n = 2 + d.width(count)
+    return (f"UPDATE mirror_outbox SET applied_at = {d.p(1)} WHERE "
+            f"{d.one_of('id', 2, count, 'bigint')} AND {d.tenant(n)} AND applied_at IS NULL")
+
+
+SQLITE_QUERIES = Queries(SQLITE)
+POSTGRES_QUERIES = Queries(POSTGRES)

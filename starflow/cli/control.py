@@ -1,0 +1,132 @@
+"""``starflow signal / resume / cancel`` and ``starflow runs retry``: commands
+that change a run's state (and drive an inline run here when they wake it).
+
+Wake tokens are bearer secrets: ``resume`` only reads the token it is given.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import msgspec
+
+from ..errors import InvalidWakeToken, WorkflowDefinitionError
+from ..records import RunInfo
+from ..tokens import redact_wake_tokens
+from ._base import EXIT_OK, CommandError, app_args, command, db_args, open_app
+from ._format import json_flag, run_args, write, write_json
+
+__all__: list[str] = []
+
+
+def _payload(text: str) -> Any:
+    try:
+        return msgspec.json.decode(text)
+    except msgspec.DecodeError as exc:
+        raise argparse.ArgumentTypeError(
+            f"not valid JSON ({exc}): quote it for the shell, e.g. --payload "
+            "'{\"ok\": true}', or pass a JSON string as '\"text\"'") from None
+
+
+def _handle_json(handle: Any) -> dict[str, Any]:
+    return {"run_id": handle.run_id, "status": handle.status,
+            "waiting_for": handle.waiting_for, "error": handle.error,
+            "result": redact_wake_tokens(handle.result)}
+
+
+def _report(handle: Any, verb: str, as_json: bool) -> None:
+    if as_json:
+        write_json(_handle_json(handle))
+        return
+    where = handle.status
+    if handle.status == "paused":
+        where += f" (waiting for {handle.waiting_for})" if handle.waiting_for else " (sleeping)"
+    elif handle.status == "error" and handle.error:
+        where += f": {handle.error}"
+    write(f"{verb} run {handle.run_id}: now {where}\n")
+
+
+def _needs_app(run: RunInfo) -> CommandError:
+    return CommandError(
+        f"run {run.id} was started inline, so the command that wakes it drives it, and "
+        f"workflow {run.template_id!r} v{run.workflow_version} is not registered here: pass "
+        "--app MODULE (the module that defines it); nothing was written")
+
+
+@asynccontextmanager
+async def _missing_code_explained(sf: Any) -> AsyncIterator[None]:
+    """Turn a WorkflowDefinitionError naming a run into the one-line error for an
+    inline run whose workflow this command cannot import (others pass as they are)."""
+    try:
+        yield
+    except WorkflowDefinitionError as exc:
+        run = await sf.get_run(exc.run_id) if exc.run_id else None
+        if run is None:
+            raise
+        raise _needs_app(run) from exc
+
+
+def _signal_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run_id", metavar="RUN_ID")
+    parser.add_argument("event", metavar="EVENT", help="the signal name the run waits for")
+    parser.add_argument("--payload", type=_payload, default=None, metavar="JSON",
+                        help="the value wait_for returns (JSON, default null)")
+    json_flag(parser)
+
+
+@command("signal", help="deliver a signal to a run (kept until the run waits for it)",
+         args=[app_args, db_args], configure=_signal_args)
+async def _signal(ns: argparse.Namespace) -> int:
+    async with open_app(ns, must_exist=True) as sf:
+        run = await sf.get_run(ns.run_id)
+        if run.start_mode == "inline" and run.status == "paused":
+            try:  # it would be driven here: refuse before writing if its code is missing
+                await sf.runner.resolve(run)
+            except WorkflowDefinitionError as exc:
+                raise _needs_app(run) from exc
+        handle = await sf.signal(ns.run_id, ns.event, ns.payload)
+    _report(handle, f"signal {ns.event!r} sent to", ns.json)
+    return EXIT_OK
+
+
+def _resume_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("token", metavar="TOKEN", help="the wake token of a paused run's wait")
+    parser.add_argument("--payload", type=_payload, default=None, metavar="JSON",
+                        help="the value the wait returns (JSON, default null)")
+    json_flag(parser)
+
+
+@command("resume", help="wake a paused run through its wake token",
+         args=[app_args, db_args], configure=_resume_args)
+async def _resume(ns: argparse.Namespace) -> int:
+    async with open_app(ns, must_exist=True) as sf, _missing_code_explained(sf):
+        try:
+            handle = await sf.resume(ns.token.strip(), ns.payload)
+        except InvalidWakeToken as exc:
+            raise CommandError(
+                f"{exc} (check the whole token was copied, and that --db/--workspace/--env "
+                "name the run's database)") from exc
+    _report(handle, "resumed", ns.json)
+    return EXIT_OK
+
+
+@command("cancel", help="cancel a run (a running one stops at its next step boundary)",
+         args=[app_args, db_args], configure=run_args)
+async def _cancel(ns: argparse.Namespace) -> int:
+    async with open_app(ns, must_exist=True) as sf:
+        handle = await sf.cancel(ns.run_id)
+    _report(handle, "cancelled", ns.json)
+    return EXIT_OK
+
+
+@command("retry", group="runs",
+         help="run a run that ended in error again from its recorded history (after a fix)",
+         args=[app_args, db_args], configure=run_args)
+async def _retry(ns: argparse.Namespace) -> int:
+    async with open_app(ns, must_exist=True) as sf, _missing_code_explained(sf):
+        handle = await sf.retry(ns.run_id)
+    _report(handle, "retried", ns.json)
+    return EXIT_OK

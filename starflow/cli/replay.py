@@ -1,0 +1,93 @@
+"""``starflow replay``: replay exported histories against this code (a
+pre-deploy determinism check), with :class:`starflow.replayer.Replayer`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+import anyio
+import msgspec
+
+from ._base import (
+    EXIT_FAILURE,
+    EXIT_OK,
+    EXIT_USAGE,
+    CommandError,
+    app_args,
+    command,
+    load_app_object,
+)
+from ._format import json_flag, render_table, write, write_json
+
+__all__: list[str] = []
+
+
+def _replay_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("file", metavar="FILE",
+                        help="an export from `starflow runs export` (- for stdin)")
+    json_flag(parser)
+
+
+def _histories(document: Any, source: str) -> list[Mapping[str, Any]]:
+    items = document if isinstance(document, list) else [document]
+    if not items or not all(isinstance(i, dict) for i in items):
+        raise CommandError(f"{source}: not a run history export (expected a JSON object or an "
+                           "array of them, as `starflow runs export` writes)")
+    return items
+
+
+@command("replay",
+         help="replay exported histories against this code; exit 1 if any would fail "
+              "(a pre-deploy determinism check)",
+         args=[app_args], configure=_replay_args)
+async def _replay(ns: argparse.Namespace) -> int:
+    if not ns.app:
+        raise CommandError("starflow replay needs --app MODULE[:ATTR]: the module that "
+                           "defines the workflows to check", EXIT_USAGE)
+    from ..errors import SerializationError
+    from ..replayer import Replayer
+
+    if ns.file == "-":
+        raw = sys.stdin.buffer.read() if hasattr(sys.stdin, "buffer") else sys.stdin.read()
+    else:
+        try:
+            raw = await anyio.Path(ns.file).read_bytes()
+        except OSError as exc:
+            raise CommandError(f"cannot read {ns.file}: {exc.strerror or exc} (give a file "
+                               "written by starflow runs export)",
+                               EXIT_USAGE) from exc
+    try:
+        document = msgspec.json.decode(raw)
+    except msgspec.DecodeError as exc:
+        raise CommandError(f"{ns.file}: not valid JSON ({exc}); export it with "
+                           "starflow runs export") from exc
+    load_app_object(ns.app)  # registers the workflows the replayer looks up
+    replayer = Replayer()
+    results = []
+    for history in _histories(document, ns.file):
+        try:
+            results.append(await replayer.replay_history(history))
+        except SerializationError as exc:
+            raise CommandError(f"{ns.file}: {exc}") from exc
+    failed = [r for r in results if not r.ok]
+    if ns.json:
+        write_json([{"run_id": r.run_id, "workflow": r.workflow, "ok": r.ok,
+                      "outcome": r.outcome, "error": str(r.error) if r.error else None}
+                     for r in results])
+    else:
+        write(render_table(["run", "workflow", "outcome", "ok"],
+                            [(r.run_id, r.workflow, r.outcome, "yes" if r.ok else "NO")
+                             for r in results]))
+        for r in failed:
+            write(f"{r.run_id}: {type(r.error).__name__}: {r.error}\n")
+    if failed:
+        nondeterministic = sum(r.outcome == "nondeterminism" for r in failed)
+        raise CommandError(
+            f"{len(failed)} of {len(results)} run(s) would fail on this code "
+            f"({nondeterministic} non-deterministic): keep the old workflow version "
+            "registered for them, or fix the change before deploying", EXIT_FAILURE)
+    sys.stderr.write(f"{len(results)} run(s) replay cleanly\n")
+    return EXIT_OK

@@ -1,0 +1,337 @@
+"""``starflow runs list / show / events / export``: inspect runs and export
+their histories (``runs retry`` is in :mod:`starflow.cli.control`).
+
+Wake tokens are bearer secrets: nothing here prints one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any, TextIO
+
+import anyio
+import msgspec
+
+from ..context import checkpoint_wait
+from ..records import RunEvent, RunInfo
+from ..tokens import redact_wake_tokens
+from ._base import (
+    EXIT_OK,
+    EXIT_USAGE,
+    CommandError,
+    app_args,
+    command,
+    db_args,
+    open_app,
+    positive_int,
+)
+from ._format import cell, human_duration, iso, json_flag, render_table, run_args, write, write_json
+
+__all__ = ["Progress", "event_json", "parse_since", "run_detail", "run_summary", "timeline"]
+
+STATUSES = ("queued", "running", "paused", "success", "error", "cancelled")
+#: ``--all`` exports have no row limit (LIMIT needs a number).
+_NO_LIMIT = 2**31 - 1
+_RELATIVE = re.compile(r"^(\d+(?:\.\d+)?)\s*(s|m|h|d|w)$")
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+# ---------------------------------------------------------------------------
+# Argument types
+# ---------------------------------------------------------------------------
+
+
+def parse_since(text: str, now: datetime) -> datetime:
+    """``--since``: an ISO date/time (naive means UTC) or an age like ``90s``,
+    ``30m``, ``2h``, ``3d``, ``1w`` before ``now``."""
+    match = _RELATIVE.match(text.strip().lower())
+    if match:
+        return now - timedelta(seconds=float(match.group(1)) * _UNITS[match.group(2)])
+    try:
+        when = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"not an ISO date or an age like 30m, 2h, 3d: {text!r}") from None
+    return when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
+
+
+def _since_arg(text: str) -> str:
+    parse_since(text, datetime(2000, 1, 1, tzinfo=UTC))  # validate now; resolve on the clock
+    return text
+
+
+def _filters(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--status", choices=STATUSES, default=None, help="only runs in this status")
+    parser.add_argument("--template", metavar="WORKFLOW", default=None,
+                        help="only runs of this workflow (template_id)")
+    parser.add_argument("--since", type=_since_arg, default=None, metavar="WHEN",
+                        help="only runs started at or after WHEN: an ISO date/time (UTC "
+                             "unless it has an offset) or an age like 30m, 2h, 3d")
+
+
+# ---------------------------------------------------------------------------
+# Views of runs and events
+# ---------------------------------------------------------------------------
+
+
+def _waiting(run: RunInfo) -> dict[str, Any] | None:
+    """What a paused run waits on, from its checkpoint (never the token)."""
+    wait = checkpoint_wait(run.checkpoint_json)
+    if wait is None:
+        return None
+    return {"node_id": wait.node_id, "event": wait.event, "deadline": wait.deadline}
+
+
+def run_summary(run: RunInfo) -> dict[str, Any]:
+    """The row's key fields, JSON-ready (``runs list --json``)."""
+    return {
+        "id": run.id,
+        "workflow": run.template_id,
+        "version": run.workflow_version,
+        "status": run.status,
+        "claim_state": run.claim_state,
+        "start_mode": run.start_mode,
+        "runner_pool": run.runner_pool,
+        "started_at": iso(run.started_at),
+        "completed_at": iso(run.completed_at),
+        "duration_ms": run.duration_ms,
+        "error": run.error,
+    }
+
+
+def run_detail(run: RunInfo) -> dict[str, Any]:
+    """Everything ``runs show`` knows about the row (wake tokens redacted)."""
+    return {
+        **run_summary(run),
+        "workspace_id": run.workspace_id,
+        "env": run.env,
+        "claim_attempts": run.claim_attempts,
+        "max_claim_attempts": run.max_claim_attempts,
+        "leased_by": run.leased_by,
+        "lease_until": iso(run.lease_until),
+        "last_heartbeat": iso(run.last_heartbeat),
+        "definition_id": run.definition_id,
+        "failure": run.failure_json,
+        "waiting": _waiting(run),
+        "input": redact_wake_tokens(run.input_json),
+        "result": redact_wake_tokens(run.result_json),
+    }
+
+
+def event_json(ev: RunEvent) -> dict[str, Any]:
+    """One event, JSON-ready, wake tokens redacted."""
+    return {"id": ev.id, "run_id": ev.run_id, "event_type": ev.event_type,
+            "node_id": ev.node_id, "created_at": iso(ev.created_at),
+            "payload": redact_wake_tokens(ev.payload_json)}
+
+
+def timeline(run: RunInfo, events: Sequence[RunEvent]) -> list[dict[str, Any]]:
+    """Each event's offset from the run's start and, on a ``node_complete`` or
+    ``node_error``, how long the node took since its latest ``node_start``."""
+    start = run.started_at or (events[0].created_at if events else None)
+    started: dict[str, datetime] = {}
+    rows = []
+    for ev in events:
+        duration_ms = None
+        if ev.event_type == "node_start" and ev.node_id:
+            started[ev.node_id] = ev.created_at
+        elif ev.event_type == "run_paused" and isinstance(ev.payload_json, dict):
+            waited = ev.payload_json.get("node_id")  # a wait has no node_start: it began here
+            if isinstance(waited, str):
+                started.setdefault(waited, ev.created_at)
+        elif ev.event_type in ("node_complete", "node_error") and ev.node_id in started:
+            begun = started.pop(ev.node_id or "")
+            duration_ms = round((ev.created_at - begun).total_seconds() * 1000, 3)
+        offset_ms = (round((ev.created_at - start).total_seconds() * 1000, 3)
+                     if start is not None else None)
+        rows.append({"id": ev.id, "at": iso(ev.created_at), "offset_ms": offset_ms,
+                     "event_type": ev.event_type, "node_id": ev.node_id,
+                     "duration_ms": duration_ms})
+    return rows
+
+
+def _ms(value: float | None, sign: str = "") -> str | None:
+    return None if value is None else sign + human_duration(value / 1000)
+
+
+# ---------------------------------------------------------------------------
+# runs list / show / events / export
+# ---------------------------------------------------------------------------
+
+
+def _list_args(parser: argparse.ArgumentParser) -> None:
+    _filters(parser)
+    parser.add_argument("--limit", type=positive_int, default=50, metavar="N",
+                        help="at most N runs, newest first (default 50)")
+    parser.add_argument("--stuck", action="store_true",
+                        help="only queued runs no worker has claimed for the app's "
+                             "stuck_after (default 5 min), oldest first")
+    json_flag(parser)
+
+
+@command("list", group="runs", help="list runs, newest first",
+         args=[app_args, db_args], configure=_list_args)
+async def _runs_list(ns: argparse.Namespace) -> int:
+    async with open_app(ns, must_exist=True) as sf:
+        since = parse_since(ns.since, sf.clock.now()) if ns.since else None
+        if ns.stuck:  # queued, and not claimed for config.stuck_after: no worker takes them
+            runs = [r for r in await sf.stuck_runs()
+                    if (ns.template is None or r.template_id == ns.template)
+                    and (since is None or (r.started_at is not None and r.started_at >= since))
+                    ][:ns.limit]
+        else:
+            runs = await sf.list_runs(status=ns.status, template_id=ns.template,
+                                      limit=ns.limit, since=since)
+    if ns.json:
+        write_json([run_summary(r) for r in runs])
+        return EXIT_OK
+    if not runs:
+        sys.stderr.write("no runs match\n")
+        return EXIT_OK
+    write(render_table(
+        ["id", "workflow", "status", "started", "duration", "error"],
+        [(r.id, f"{r.template_id}" + (f" v{r.workflow_version}" if r.workflow_version else ""),
+          r.status, iso(r.started_at),
+          _ms(float(r.duration_ms)) if r.duration_ms is not None else None, r.error)
+         for r in runs], max_width=48))
+    return EXIT_OK
+
+
+@command("show", group="runs", help="a run's row and a timeline of its events",
+         args=[app_args, db_args], configure=run_args)
+async def _runs_show(ns: argparse.Namespace) -> int:
+    async with open_app(ns, must_exist=True) as sf:
+        run = await sf.get_run(ns.run_id)
+        events = await sf.events(ns.run_id)
+    detail = run_detail(run)
+    rows = timeline(run, events)
+    if ns.json:
+        write_json({"run": detail, "timeline": rows})
+        return EXIT_OK
+    waiting = detail["waiting"]
+    fields: list[tuple[str, Any]] = [
+        ("run", run.id),
+        ("workflow", f"{run.template_id} v{run.workflow_version}"
+                     if run.workflow_version else run.template_id),
+        ("status", run.status),
+        ("claim state", f"{run.claim_state} ({run.claim_attempts} of "
+                        f"{run.max_claim_attempts} claim attempts used)"),
+        ("started", f"{iso(run.started_at) or '-'} ({run.start_mode})"),
+        ("completed", iso(run.completed_at)),
+        ("duration", _ms(float(run.duration_ms)) if run.duration_ms is not None else None),
+        ("pool", run.runner_pool),
+        ("leased by", f"{run.leased_by} until {iso(run.lease_until)}" if run.leased_by
+         else None),
+        ("waiting on", (f"{waiting['event'] or 'timer'} at {waiting['node_id']}"
+                        + (f" (deadline {waiting['deadline']})" if waiting["deadline"] else ""))
+         if waiting else None),
+        ("error", run.error),
+    ]
+    failure = run.failure
+    if failure is not None:
+        tries = f" after {failure.attempts} attempt(s)" if failure.attempts else ""
+        fields.append(("failed at", f"{failure.node_id}{tries}" if failure.node_id else None))
+        fields.append(("cause", failure.text))
+    width = max(len(k) for k, _ in fields)
+    write("".join(f"{k.ljust(width)}  {cell(v)}\n" for k, v in fields if v is not None))
+    if failure is not None and failure.traceback:
+        write(f"\ntraceback:\n{failure.traceback.rstrip()}\n")
+    write(f"\ntimeline ({len(rows)} event{'s' if len(rows) != 1 else ''}):\n")
+    write(render_table(["offset", "event", "node", "took"],
+                        [(_ms(r["offset_ms"], "+"), r["event_type"], r["node_id"],
+                          _ms(r["duration_ms"])) for r in rows]))
+    return EXIT_OK
+
+
+@command("events", group="runs", help="a run's events in order (wake tokens redacted)",
+         args=[app_args, db_args], configure=run_args)
+async def _runs_events(ns: argparse.Namespace) -> int:
+    async with open_app(ns, must_exist=True) as sf:
+        events = await sf.events(ns.run_id)
+    data = [event_json(ev) for ev in events]
+    if ns.json:
+        write_json(data)
+        return EXIT_OK
+    write(render_table(["id", "at", "event", "node", "payload"],
+                        [(e["id"], e["created_at"], e["event_type"],
+                          e["node_id"], e["payload"]) for e in data]))
+    return EXIT_OK
+
+
+class Progress:
+    """``done/total`` on stderr: a redrawn bar on a terminal, nothing otherwise."""
+
+    def __init__(self, label: str, total: int, stream: TextIO | None = None) -> None:
+        self.label, self.total, self.done = label, total, 0
+        self.stream = stream or sys.stderr
+        self.live = self.total > 1 and self.stream.isatty()
+
+    def step(self) -> None:
+        self.done += 1
+        if self.live:
+            filled = 30 * self.done // self.total
+            self.stream.write(f"\r{self.label} [{'#' * filled}{'.' * (30 - filled)}] "
+                              f"{self.done}/{self.total}")
+            self.stream.flush()
+
+    def close(self) -> None:
+        if self.live:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+def _export_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run_ids", nargs="*", metavar="RUN_ID", help="runs to export")
+    parser.add_argument("--all", action="store_true",
+                        help="export every run in scope (narrow with --status, --template, "
+                             "--since)")
+    _filters(parser)
+    parser.add_argument("-o", "--output", metavar="FILE", default="-",
+                        help="write here instead of stdout")
+
+
+@command("export", group="runs",
+         help="run histories as JSON for starflow replay (wake tokens redacted)",
+         args=[app_args, db_args], configure=_export_args)
+async def _runs_export(ns: argparse.Namespace) -> int:
+    from ..history import export_run
+
+    if bool(ns.run_ids) == bool(ns.all):
+        raise CommandError("runs export: give RUN_ID... or --all, not both or neither",
+                           EXIT_USAGE)
+    if ns.run_ids and (ns.status or ns.template or ns.since):
+        raise CommandError("runs export: --status/--template/--since go with --all",
+                           EXIT_USAGE)
+    async with open_app(ns, must_exist=True) as sf:
+        ids: list[str] = list(dict.fromkeys(ns.run_ids))
+        if ns.all:
+            since = parse_since(ns.since, sf.clock.now()) if ns.since else None
+            runs = await sf.list_runs(status=ns.status, template_id=ns.template, since=since,
+                                      limit=_NO_LIMIT)
+            ids = [r.id for r in runs]
+        progress = Progress("exporting", len(ids))
+        histories = []
+        try:
+            for run_id in ids:
+                histories.append(await export_run(sf.adapter, run_id))
+                progress.step()
+        finally:
+            progress.close()
+    # One run: the history object itself; several (or --all): an array of them.
+    document: Any = histories[0] if len(ids) == 1 and not ns.all else histories
+    data = msgspec.json.encode(document) + b"\n"
+    if ns.output == "-":
+        write(data.decode())
+        sys.stdout.flush()
+    else:
+        try:
+            await anyio.Path(ns.output).write_bytes(data)
+        except OSError as exc:
+            raise CommandError(f"cannot write {ns.output}: {exc.strerror or exc} (check the "
+                               "directory exists and is writable)") from exc
+        sys.stderr.write(f"exported {len(histories)} run(s) to {ns.output}\n")
+    return EXIT_OK

@@ -1,0 +1,82 @@
+"""``starflow worker`` and ``starflow server``: the long-running processes."""
+
+from __future__ import annotations
+
+import argparse
+
+import anyio
+
+from ._base import (
+    EXIT_OK,
+    EXIT_USAGE,
+    CommandError,
+    app_args,
+    command,
+    db_args,
+    nonnegative_seconds,
+    on_signals,
+    open_app,
+    positive_int,
+    say,
+)
+
+__all__: list[str] = []
+
+
+def _worker_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--pool", default=None,
+                        help="claim runs queued for this pool (and runs with no pool)")
+    parser.add_argument("--concurrency", type=positive_int, default=16, metavar="N",
+                        help="most runs driven at once (default 16)")
+    parser.add_argument("--maintenance", action="store_true",
+                        help="also run the lease sweep and durable timers in this process")
+    parser.add_argument("--grace", type=nonnegative_seconds, default=30.0, metavar="SECONDS",
+                        help="on SIGTERM/SIGINT, how long active runs may go on before they "
+                             "are cancelled and handed back to the queue (default 30)")
+
+
+@command("worker", help="claim queued runs and drive them until SIGTERM/SIGINT",
+         args=[app_args, db_args], configure=_worker_args)
+async def _worker(ns: argparse.Namespace) -> int:
+    if not ns.app:
+        raise CommandError("starflow worker needs --app MODULE[:ATTR]: the module that "
+                           "defines your workflows", EXIT_USAGE)
+    async with open_app(ns) as sf:
+        worker = sf.worker(pool=ns.pool, concurrency=ns.concurrency,
+                           maintenance=ns.maintenance, grace=ns.grace)
+        from ..decorators import registry
+
+        say(f"worker {sf.runner_id} serving {', '.join(registry.names()) or 'no workflows'}"
+             f" (pool {ns.pool or 'any'}, concurrency {ns.concurrency}"
+             f"{', maintenance' if ns.maintenance else ''})")
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(on_signals, worker.stop, lambda: worker.stop(0))
+            await worker.run()
+            tg.cancel_scope.cancel()
+        say(f"worker stopped: {worker.completed} run execution(s), "
+             f"{worker.released} handed back to the queue")
+    return EXIT_OK
+
+
+def _server_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--warm", metavar="URL", default=None,
+                        help="also drain the mirror outbox to this warm tier (redis://...); "
+                             "needs --db, not --app")
+
+
+@command("server", help="run the lease sweep, durable timers and (with --warm) the outbox "
+                        "drainer until SIGTERM/SIGINT",
+         args=[app_args, db_args], configure=_server_args)
+async def _server(ns: argparse.Namespace) -> int:
+    from ..maintenance import Maintenance
+
+    async with open_app(ns) as sf:
+        maintenance = Maintenance(sf.runner, poll=True)
+        say(f"server {sf.runner_id}: lease sweep every "
+             f"{sf.config.sweep_interval.total_seconds():g} s, durable timers"
+             + (", outbox drainer" if maintenance.drainer is not None else ""))
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(on_signals, tg.cancel_scope.cancel, tg.cancel_scope.cancel)
+            await maintenance.run()
+    say("server stopped")
+    return EXIT_OK

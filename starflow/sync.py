@@ -1,0 +1,369 @@
+"""``starflow.sync.Starflow``: the application object, blocking, for code without an event loop.
+
+A cron script, a Django view, a Flask route or a management command can
+start, signal and wait on runs without ``asyncio.run`` plumbing::
+
+    from starflow.sync import Starflow
+
+    with Starflow.open("postgresql://…") as sf:
+        handle = sf.start(order, "o-1")          # queued for workers
+        sf.signal(handle.run_id, "approval", {"ok": True})
+        print(sf.result(handle, timeout=60))
+
+Workflows and steps stay ``async def``. The facade runs an ordinary
+:class:`starflow.Starflow` on a private event loop in a thread of its own
+(anyio's blocking portal), and every method hands its call to that loop and
+waits for the answer. One facade can be shared by many threads (a web
+server's request threads): their calls run concurrently on the loop.
+
+Closing it (leaving the ``with`` block, or :meth:`Starflow.close`) cancels
+the calls other threads still wait on (they raise :class:`~starflow.StarflowError`
+saying so), closes the database and stops the loop's thread.
+
+Do not call it from async code or from inside a workflow: there, use
+:class:`starflow.Starflow` itself.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import threading
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator
+from datetime import datetime, timedelta
+from typing import Any, ParamSpec, TypeVar, overload
+
+from anyio.from_thread import BlockingPortal, start_blocking_portal
+
+from .adapters.base import WorkflowStateAdapter
+from .app import Starflow as AsyncStarflow
+from .clock import Clock
+from .config import StarflowConfig
+from .errors import ConfigError, StarflowError
+from .records import RunEvent, RunInfo
+from .runner import RunHandle
+from .warm.base import LiveRun
+from .warm.drainer import OutboxStatus
+from .worker import Worker
+
+__all__ = ["RunOptions", "Starflow", "SyncWorker"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+T = TypeVar("T")
+
+
+class Starflow:
+    """A blocking :class:`starflow.Starflow`: the same methods, without ``await``.
+
+    Open it with ``with Starflow.open(url) as sf:`` (or :meth:`open` then
+    :meth:`close` yourself). See :mod:`starflow.sync`.
+    """
+
+    def __init__(self, app: AsyncStarflow) -> None:
+        self._app = app
+        self._lock = threading.Lock()
+        self._stack: contextlib.ExitStack | None = None
+        self._portal: BlockingPortal | None = None
+        self._pending: set[concurrent.futures.Future[Any]] = set()
+        self._closing = False
+
+    @classmethod
+    def open(
+        cls,
+        url: str | None = None,
+        *,
+        workspace_id: str | None = None,
+        env: str | None = None,
+        config: StarflowConfig | None = None,
+        clock: Clock | None = None,
+        warm: str | None = None,
+        maintenance: bool | None = None,
+        adapter: WorkflowStateAdapter | None = None,
+    ) -> Starflow:
+        """Describe an application; use the result as a context manager.
+
+        The arguments are those of :meth:`starflow.Starflow.open` (the same
+        defaults and environment variables).
+        """
+        return cls(AsyncStarflow.open(url, workspace_id=workspace_id, env=env, config=config,
+                                      clock=clock, warm=warm, maintenance=maintenance,
+                                      adapter=adapter))
+
+    # -- lifecycle -----------------------------------------------------------------
+
+    def __enter__(self) -> Starflow:
+        with self._lock:
+            if self._stack is not None:
+                raise ConfigError("this sync Starflow is open already")
+            stack = contextlib.ExitStack()
+            try:
+                portal = stack.enter_context(start_blocking_portal())
+                stack.enter_context(portal.wrap_async_context_manager(self._app))
+            except BaseException:
+                stack.close()
+                raise
+            self._stack, self._portal, self._closing = stack, portal, False
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Cancel the calls still in flight, close the database and stop the loop's thread.
+
+        Safe to call twice; the facade cannot be reopened while closing.
+        """
+        with self._lock:
+            stack, self._closing = self._stack, True
+            pending = list(self._pending)
+        if stack is None:
+            return
+        for future in pending:
+            future.cancel()
+        try:
+            stack.close()
+        finally:
+            with self._lock:
+                self._stack = self._portal = None
+
+    @property
+    def aio(self) -> AsyncStarflow:
+        """The :class:`starflow.Starflow` this facade drives (use it only on its loop)."""
+        return self._app
+
+    @property
+    def config(self) -> StarflowConfig:
+        return self._app.config
+
+    @property
+    def runner_id(self) -> str:
+        return self._app.runner_id
+
+    def _call(self, fn: Callable[[], Awaitable[T]]) -> T:
+        with self._lock:
+            portal = self._portal
+            if portal is None or self._closing:
+                raise ConfigError(
+                    "this sync Starflow is not open: use `with Starflow.open(...) as sf:`")
+            future = portal.start_task_soon(fn)
+            self._pending.add(future)
+        try:
+            return future.result()
+        except concurrent.futures.CancelledError:
+            raise StarflowError(
+                "the sync Starflow was closed while this call was waiting; "
+                "the run itself goes on (its state is in the database)") from None
+        except BaseException:
+            future.cancel()  # KeyboardInterrupt in the calling thread: stop the task too
+            raise
+        finally:
+            with self._lock:
+                self._pending.discard(future)
+
+    # -- starting runs -------------------------------------------------------------
+
+    @overload
+    def run(self, wf: Callable[P, Awaitable[R]], /, *args: P.args, **kwargs: P.kwargs
+            ) -> RunHandle[R]: ...
+
+    @overload
+    def run(self, wf: str, /, *args: Any, **kwargs: Any) -> RunHandle[Any]: ...
+
+    def run(self, wf: Callable[..., Awaitable[Any]] | str, /, *args: Any, **kwargs: Any
+            ) -> RunHandle[Any]:
+        """:meth:`starflow.Starflow.run`: drive a run on the facade's loop until it
+        ends or pauses, and return its handle."""
+        return self._call(lambda: self._app.run(wf, *args, **kwargs))
+
+    @overload
+    def start(self, wf: Callable[P, Awaitable[R]], /, *args: P.args, **kwargs: P.kwargs
+              ) -> RunHandle[R]: ...
+
+    @overload
+    def start(self, wf: str, /, *args: Any, **kwargs: Any) -> RunHandle[Any]: ...
+
+    def start(self, wf: Callable[..., Awaitable[Any]] | str, /, *args: Any, **kwargs: Any
+              ) -> RunHandle[Any]:
+        """:meth:`starflow.Starflow.start`: queue a run for workers."""
+        return self._call(lambda: self._app.start(wf, *args, **kwargs))
+
+    def options(self, *, run_id: str | None = None, pool: str | None = None) -> RunOptions:
+        """:meth:`starflow.Starflow.options`: ``sf.options(run_id=i).start(wf, x)``."""
+        return RunOptions(self, run_id=run_id, pool=pool)
+
+    # -- waking runs ---------------------------------------------------------------
+
+    def signal(self, run_id: str, event: str, payload: Any = None) -> RunHandle[Any]:
+        """:meth:`starflow.Starflow.signal`. An inline run (started with :meth:`run`)
+        continues here, in this call, until it pauses again or ends."""
+        return self._call(lambda: self._app.signal(run_id, event, payload))
+
+    def resume(self, wake_token: str, payload: Any = None) -> RunHandle[Any]:
+        """:meth:`starflow.Starflow.resume`."""
+        return self._call(lambda: self._app.resume(wake_token, payload))
+
+    def cancel(self, run_id: str) -> RunHandle[Any]:
+        """:meth:`starflow.Starflow.cancel`."""
+        return self._call(lambda: self._app.cancel(run_id))
+
+    def retry(self, run_id: str) -> RunHandle[Any]:
+        """:meth:`starflow.Starflow.retry`."""
+        return self._call(lambda: self._app.retry(run_id))
+
+    # -- queries -------------------------------------------------------------------
+
+    def get_run(self, run_id: str) -> RunInfo:
+        """:meth:`starflow.Starflow.get_run`."""
+        return self._call(lambda: self._app.get_run(run_id))
+
+    def list_runs(self, status: str | None = None, template_id: str | None = None,
+                  limit: int = 50, since: datetime | None = None) -> list[RunInfo]:
+        """:meth:`starflow.Starflow.list_runs`."""
+        return self._call(lambda: self._app.list_runs(status=status, template_id=template_id,
+                                                      limit=limit, since=since))
+
+    def stuck_runs(self, limit: int = 1000) -> list[RunInfo]:
+        """:meth:`starflow.Starflow.stuck_runs`."""
+        return self._call(lambda: self._app.stuck_runs(limit))
+
+    def events(self, run_id: str) -> list[RunEvent]:
+        """:meth:`starflow.Starflow.events`."""
+        return self._call(lambda: self._app.events(run_id))
+
+    @overload
+    def result(self, run_id: RunHandle[R], timeout: timedelta | float | None = None) -> R: ...
+
+    @overload
+    def result(self, run_id: str, timeout: timedelta | float | None = None) -> Any: ...
+
+    def result(self, run_id: RunHandle[Any] | str,
+               timeout: timedelta | float | None = None) -> Any:
+        """:meth:`starflow.Starflow.result`: block until the run ends (or ``timeout``)."""
+        return self._call(lambda: self._app.result(run_id, timeout))
+
+    def sweep(self) -> int:
+        """:meth:`starflow.Starflow.sweep`."""
+        return self._call(self._app.sweep)
+
+    # -- session variables ---------------------------------------------------------
+
+    def session_get(self, session_id: str, key: str) -> Any:
+        """:meth:`starflow.Starflow.session_get`."""
+        return self._call(lambda: self._app.session_get(session_id, key))
+
+    def session_set(self, session_id: str, key: str, value: Any, *,
+                    keep_until: datetime | None = None) -> None:
+        """:meth:`starflow.Starflow.session_set`."""
+        self._call(lambda: self._app.session_set(session_id, key, value,
+                                                 keep_until=keep_until))
+
+    # -- the warm tier -------------------------------------------------------------
+
+    def live_runs(self) -> list[LiveRun]:
+        """:meth:`starflow.Starflow.live_runs`."""
+        return self._call(self._app.live_runs)
+
+    def outbox_status(self) -> OutboxStatus:
+        """:meth:`starflow.Starflow.outbox_status`."""
+        return self._call(self._app.outbox_status)
+
+    def watch(self, run_id: str) -> Iterator[LiveRun]:
+        """:meth:`starflow.Starflow.watch`, as a blocking iterator."""
+        agen = self._app.watch(run_id)
+        assert isinstance(agen, AsyncGenerator)
+        try:
+            while True:
+                try:
+                    yield self._call(agen.__anext__)
+                except StopAsyncIteration:
+                    return
+        finally:
+            with contextlib.suppress(ConfigError):
+                self._call(agen.aclose)
+
+    # -- workers -------------------------------------------------------------------
+
+    def worker(self, pool: str | None = None, concurrency: int = 16,
+               maintenance: bool = False, grace: float = 30.0) -> SyncWorker:
+        """:meth:`starflow.Starflow.worker`, run from a thread: ``sf.worker().run()``
+        blocks; ``with sf.worker():`` runs it in the background for the block."""
+        return SyncWorker(self, self._call(lambda: self._worker(pool, concurrency,
+                                                                maintenance, grace)))
+
+    async def _worker(self, pool: str | None, concurrency: int, maintenance: bool,
+                      grace: float) -> Worker:
+        return self._app.worker(pool=pool, concurrency=concurrency, maintenance=maintenance,
+                                grace=grace)
+
+
+class RunOptions:
+    """Start options of the sync facade; made by :meth:`Starflow.options`."""
+
+    def __init__(self, sf: Starflow, *, run_id: str | None, pool: str | None) -> None:
+        self._sf = sf
+        self.run_id = run_id
+        self.pool = pool
+
+    @overload
+    def run(self, wf: Callable[P, Awaitable[R]], /, *args: P.args, **kwargs: P.kwargs
+            ) -> RunHandle[R]: ...
+
+    @overload
+    def run(self, wf: str, /, *args: Any, **kwargs: Any) -> RunHandle[Any]: ...
+
+    def run(self, wf: Callable[..., Awaitable[Any]] | str, /, *args: Any, **kwargs: Any
+            ) -> RunHandle[Any]:
+        """Like :meth:`Starflow.run`, with these options."""
+        options = self._sf.aio.options(run_id=self.run_id, pool=self.pool)
+        return self._sf._call(lambda: options.run(wf, *args, **kwargs))
+
+    @overload
+    def start(self, wf: Callable[P, Awaitable[R]], /, *args: P.args, **kwargs: P.kwargs
+              ) -> RunHandle[R]: ...
+
+    @overload
+    def start(self, wf: str, /, *args: Any, **kwargs: Any) -> RunHandle[Any]: ...
+
+    def start(self, wf: Callable[..., Awaitable[Any]] | str, /, *args: Any, **kwargs: Any
+              ) -> RunHandle[Any]:
+        """Like :meth:`Starflow.start`, with these options."""
+        options = self._sf.aio.options(run_id=self.run_id, pool=self.pool)
+        return self._sf._call(lambda: options.start(wf, *args, **kwargs))
+
+
+class SyncWorker:
+    """A :class:`starflow.worker.Worker` driven from a thread; made by :meth:`Starflow.worker`."""
+
+    def __init__(self, sf: Starflow, worker: Worker) -> None:
+        self._sf = sf
+        self.worker = worker
+        self._future: concurrent.futures.Future[None] | None = None
+
+    def run(self) -> None:
+        """Claim and drive runs until :meth:`stop` (from another thread) or the app closes."""
+        self._sf._call(self.worker.run)
+
+    def stop(self, grace: float | None = None) -> None:
+        """Ask the worker to stop (thread-safe): it drains, then :meth:`run` returns."""
+        self._sf._call(lambda: self._stop(grace))
+
+    async def _stop(self, grace: float | None) -> None:
+        self.worker.stop(grace)
+
+    def __enter__(self) -> SyncWorker:
+        """Run the worker in the background (on the facade's loop) for the block."""
+        portal = self._sf._portal
+        if portal is None:
+            raise ConfigError("this sync Starflow is not open")
+        self._future = portal.start_task_soon(self.worker.run)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        future, self._future = self._future, None
+        if future is None or future.done():
+            if future is not None:
+                future.result()
+            return
+        self.stop()
+        future.result()

@@ -1,0 +1,241 @@
+"""Waking paused runs: signals, wake tokens and timers.
+
+The second of the runner's three parts (:mod:`starflow.runner` assembles them):
+:class:`Waker` is the only place a paused run becomes running again. One unit
+records the wake (the wait's payload, or its failure), and either this runner's
+lease (an inline run, driven here) or the queue (a worker run). Settling an
+execution that paused delivers a signal that raced the pause.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from datetime import datetime
+from typing import Any
+
+import msgspec
+
+from . import serde
+from .adapters.units import Guard
+from .context import checkpoint_wait
+from .driving import ACTIVE_STATUSES, Driver, RunHandle
+from .errors import InvalidWakeToken, RunFinished, WorkflowDefinitionError
+from .execution import Outcome
+from .failure import wait_timeout_error
+from .records import RunEvent, RunInfo, WaitRecord
+from .waits import check_event
+
+__all__ = ["Waker"]
+
+
+def _next_wait_event(node_id: str, events: list[RunEvent]) -> str | None:
+    """The event of ``wait:<event>#n`` if that is the next wait on it the run will reach.
+
+    The run has finished ``n - 1`` waits on ``<event>`` and not this one; any
+    other node (a later occurrence, a sleep, a step) gives None.
+    """
+    kind, _, rest = node_id.partition(":")
+    event, sep, occurrence = rest.rpartition("#")
+    if kind != "wait" or not sep or not event or not occurrence.isdigit():
+        return None
+    prefix = f"wait:{event}#"
+    finished = {e.node_id for e in events
+                if e.node_id is not None and e.node_id.startswith(prefix)
+                and e.event_type in ("node_complete", "node_error")}
+    return event if int(occurrence) == len(finished) + 1 else None
+
+
+class Waker(Driver):
+    """Wakes paused runs of one adapter in this process (see the module docstring)."""
+
+    async def settle(self, run_id: str, outcome: Outcome) -> RunHandle[Any]:
+        """:meth:`Driver.settle`, then deliver a signal that raced a pause.
+
+        A signal that arrived after ``wait_for`` looked at the inbox but before
+        the pause committed would otherwise sit there.
+        """
+        handle = await super().settle(run_id, outcome)
+        if handle.status == "paused" and handle.waiting_for is not None:
+            woke = await self.deliver(run_id, handle.waiting_for)
+            if woke is not None:
+                return woke
+        return handle
+
+    async def wake(self, run: RunInfo, node_id: str, *, via: str, output: Any = None,
+                   timed_out: bool = False, signal_id: int | None = None,
+                   error: dict[str, Any] | None = None,
+                   also: Callable[[datetime], Awaitable[None]] | None = None,
+                   drive: bool = True) -> RunHandle[Any] | None:
+        """Resume a paused run at ``node_id``; ``None`` if another wake won the race.
+
+        Reads cold: the run row and its checkpoint. One unit records the wake
+        payload (or ``error``, recorded as the node's failure), ``on_run_resumed``
+        and either this runner's lease (inline runs, driven here) or the queue
+        (worker runs, and inline runs when ``drive`` is False). ``also`` adds
+        writes to that unit (a job worker's job outcome).
+        """
+        wait = checkpoint_wait(run.checkpoint_json)
+        if wait is not None and wait.node_id != node_id:
+            return None
+        inline = run.start_mode == "inline" and drive
+        if inline:
+            # Driven here: fail before writing if this process lacks the run's version.
+            await self.resolve(run)
+        now = self.clock.now()
+        guard = Guard(run_id=run.id, status_in=("paused",), wait_node=node_id)
+        async with self.adapter.unit(guard=guard) as unit:
+            if signal_id is not None:
+                await self.adapter.consume_signal(signal_id)
+            if also is not None:
+                await also(now)
+            if error is not None:
+                await self.adapter.on_node_error(run.id, node_id, {"error": error, "via": via},
+                                                 now=now)
+            elif timed_out:
+                await self.adapter.on_node_error(
+                    run.id, node_id, {"error": wait_timeout_error(node_id)}, now=now)
+            else:
+                await self.adapter.on_node_complete(run.id, node_id,
+                                                    {"output": output, "via": via}, now=now)
+            await self.adapter.clear_waits(run.id)
+            await self.adapter.on_run_resumed(run.id, now=now,
+                                              payload={"node_id": node_id, "via": via})
+            # A wake is progress, not a failure: claim attempts count the claims
+            # since the run last woke, so a long-lived run that waits many times
+            # is not abandoned after its first lost runner (driven here or not).
+            if inline:
+                if run.claim_attempts:  # claimed by workers before (its runner was lost)
+                    await self.adapter.update_run(run.id, "reset_claims", claim_attempts=0)
+                await self.adapter.write_lease(run.id, self.runner_id,
+                                               now + self.config.lease_ttl, now=now)
+            else:
+                await self.adapter.update_run(run.id, "requeue", status="queued",
+                                              claim_state="queued", claim_attempts=0)
+        if not unit.held:
+            return None
+        self._log.debug("run resumed", run_id=run.id, node_id=node_id, via=via)
+        if not inline:
+            self.notify_settled()
+            return RunHandle(run_id=run.id, status="queued")
+        # The unit above held, so the row is what it wrote: no need to read it back.
+        fresh = msgspec.structs.replace(
+            run, status="running", claim_state="running", checkpoint_json=None,
+            leased_by=self.runner_id, lease_until=now + self.config.lease_ttl,
+            last_heartbeat=now)
+        return await self.drive(fresh)
+
+    async def deliver(self, run_id: str, event: str) -> RunHandle[Any] | None:
+        """Wake the run if it is paused on ``event`` and a signal for it is queued."""
+        for _ in range(3):
+            signal = await self.adapter.find_signal(run_id, event)
+            if signal is None:
+                return None
+            run = await self.adapter.get_run(run_id)
+            if run is None or run.status != "paused":
+                return None
+            waits = await self.adapter.list_waits(run_id)
+            wait = next((w for w in waits if w.event == event), None)
+            if wait is None:
+                return None
+            handle = await self.wake(run, wait.node_id, via="signal", output=signal.payload,
+                                     signal_id=signal.id)
+            if handle is not None:
+                return handle
+        return None
+
+    async def signal(self, run_id: str, event: str, payload: Any) -> RunHandle[Any]:
+        check_event(event, "signal", run_id=run_id)
+        encoded = serde.to_builtins(payload, what=f"payload of signal {event!r}", run_id=run_id)
+        await self._unfinished(run_id, "signal")
+        now = self.clock.now()
+        async with self.adapter.unit(guard=Guard(run_id=run_id, status_in=ACTIVE_STATUSES)
+                                     ) as unit:
+            await self.adapter.enqueue_signal(run_id, event, encoded, now=now)
+        if not unit.held:
+            ended = await self.handle(run_id)
+            raise RunFinished(run_id, ended.status, "signal")
+        self._log.debug("signal queued", run_id=run_id, signal=event)
+        handle = await self.deliver(run_id, event)
+        return handle if handle is not None else await self.handle(run_id)
+
+    async def resume(self, token: str, payload: Any) -> RunHandle[Any]:
+        claims = self.keyring.verify(token, workspace_id=self.adapter.workspace_id,
+                                     env=self.adapter.env, now=self.clock.now())
+        encoded = serde.to_builtins(payload, what="resume payload", run_id=claims.r)
+        run = await self.adapter.get_run(claims.r)
+        if run is None:
+            raise InvalidWakeToken("not_found", f"run {claims.r} does not exist in this scope",
+                                   run_id=claims.r, node_id=claims.n)
+        waits = [] if run.is_terminal else await self.adapter.list_waits(run.id)
+        if not any(w.node_id == claims.n for w in waits):
+            events = await self.adapter.list_events(run.id)
+            used = any(e.node_id == claims.n and e.event_type in ("node_complete", "node_error")
+                       for e in events)
+            if run.is_terminal:
+                if used:  # woken (by this token, a signal or its timeout), then the run ended
+                    raise InvalidWakeToken(
+                        "already_used",
+                        f"run {run.id} has ended ({run.status}); its wait {claims.n} was "
+                        "woken before", run_id=run.id, node_id=claims.n)
+                # It ended (cancelled, failed) without that wait ever being woken.
+                raise RunFinished(run.id, run.status, "resume")
+            early = None if used else _next_wait_event(claims.n, events)
+            if early is not None:
+                return await self._resume_early(run, claims.n, early, encoded)
+            raise InvalidWakeToken(
+                "already_used" if used else "wrong_wait",
+                f"run {run.id} is not waiting at {claims.n}"
+                + (": that wait was already woken" if used else ""),
+                run_id=run.id, node_id=claims.n)
+        handle = await self.wake(run, claims.n, via="token", output=encoded)
+        if handle is None:
+            raise InvalidWakeToken("already_used", f"another wake of {claims.n} won the race",
+                                   run_id=run.id, node_id=claims.n)
+        return handle
+
+    async def _resume_early(self, run: RunInfo, node_id: str, event: str, payload: Any
+                            ) -> RunHandle[Any]:
+        """A token for the wait the run will reach next (``starflow.wake_token``) came
+        before the run got there: keep its payload in the inbox, like a signal sent
+        early, so that wait returns it."""
+        if await self.adapter.find_signal(run.id, event) is not None:
+            raise InvalidWakeToken(
+                "already_used", f"a wake for {node_id} is already queued for run {run.id}",
+                run_id=run.id, node_id=node_id)
+        now = self.clock.now()
+        # The check above is a read: two early wakes of one wait racing past it
+        # would both be queued, and the second would wake the *next* wait on this
+        # event. The guard repeats it in the unit, so exactly one is kept.
+        guard = Guard(run_id=run.id, status_in=ACTIVE_STATUSES, no_signal=event)
+        async with self.adapter.unit(guard=guard) as unit:
+            await self.adapter.enqueue_signal(run.id, event, payload, now=now)
+        if not unit.held:
+            current = await self.adapter.get_run(run.id)
+            if current is None or current.is_terminal:
+                # It ended before reaching the wait this early wake was for.
+                raise RunFinished(run.id, current.status if current else "gone", "resume")
+            raise InvalidWakeToken(
+                "already_used", f"a wake for {node_id} is already queued for run {run.id}",
+                run_id=run.id, node_id=node_id)
+        self._log.debug("early wake kept for the next wait", run_id=run.id, node_id=node_id)
+        handle = await self.deliver(run.id, event)
+        return handle if handle is not None else await self.handle(run.id)
+
+    async def fire_timer(self, wait: WaitRecord) -> RunHandle[Any] | None:
+        """Fire one due wait: a sleep completes, a wait_for times out."""
+        run = await self.adapter.get_run(wait.run_id)
+        if run is None or run.status != "paused":
+            return None
+        drive = True
+        if run.start_mode == "inline":
+            try:
+                await self.resolve(run)
+            except WorkflowDefinitionError:
+                # A maintenance process without the workflow's code (`starflow server`
+                # without --app): hand the woken run to the workers instead.
+                drive = False
+        return await self.wake(run, wait.node_id, via="timer", timed_out=wait.event is not None,
+                               drive=drive)
+
+    async def due_timers(self) -> list[WaitRecord]:
+        return await self.adapter.due_waits(self.clock.now())

@@ -1,0 +1,151 @@
+"""starflow.sync.Starflow: the blocking facade, from plain threads."""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from starflow import ConfigError, RunCancelled, StarflowError, step, wait_for, workflow
+from starflow.sync import Starflow
+
+
+@step(name="sync-double")
+async def double(x: int) -> int:
+    return x * 2
+
+
+@workflow(name="sync-compute")
+async def compute(x: int) -> int:
+    return await double(x) + 1
+
+
+@workflow(name="sync-approve")
+async def approve(order: str) -> str:
+    decision = await wait_for("approval")
+    return f"{order}:{decision['ok']}"
+
+
+@pytest.fixture
+def url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'sync.db'}"
+
+
+class TestSameMethods:
+    """Each method of starflow.Starflow answers here without await."""
+
+    def test_run_result_and_queries(self, url: str) -> None:
+        """run drives inline; result, get_run, list_runs and events read it."""
+        with Starflow.open(url) as sf:
+            handle = sf.run(compute, 4)
+            assert (handle.status, handle.result) == ("success", 9)
+            value: int = sf.result(handle)
+            assert value == 9
+            assert sf.get_run(handle.run_id).status == "success"
+            assert [r.id for r in sf.list_runs(template_id="sync-compute")] == [handle.run_id]
+            assert "node_complete" in [e.event_type for e in sf.events(handle.run_id)]
+
+    def test_signal_resume_and_cancel(self, url: str) -> None:
+        """An inline run paused on a wait finishes in the signal call; cancel ends another."""
+        with Starflow.open(url) as sf:
+            paused = sf.run(approve, "o-1")
+            assert paused.status == "paused" and paused.wake_token
+            done = sf.signal(paused.run_id, "approval", {"ok": True})
+            assert (done.status, done.result) == ("success", "o-1:True")
+            other = sf.run(approve, "o-2")
+            assert other.wake_token is not None
+            assert sf.resume(other.wake_token, {"ok": False}).result == "o-2:False"
+            third = sf.run(approve, "o-3")
+            assert sf.cancel(third.run_id).status == "cancelled"
+            with pytest.raises(RunCancelled):
+                sf.result(third.run_id)
+
+    def test_options_start_and_a_background_worker(self, url: str) -> None:
+        """options(run_id=).start queues; a worker run for the block drives it."""
+        run_id = "6f1c2b1e-8a51-4a3e-9a57-0f1e2d3c4b5a"
+        with Starflow.open(url) as sf:
+            queued = sf.options(run_id=run_id).start(compute, 20)
+            assert (queued.run_id, queued.status) == (run_id, "queued")
+            with sf.worker(concurrency=2):
+                assert sf.result(queued, timeout=30) == 41
+            assert sf.options(run_id=run_id).start(compute, 20).status == "success"
+
+
+    def test_session_vars_sweep_and_the_warm_tier(self, url: str) -> None:
+        """session_set/get, sweep, watch, live_runs and outbox_status answer too."""
+        with Starflow.open(url, warm="memory://") as sf:
+            sf.session_set("s-1", "cart", {"items": 2})
+            assert sf.session_get("s-1", "cart") == {"items": 2}
+            assert sf.sweep() == 0
+            paused = sf.run(approve, "o-5")
+            done = sf.run(compute, 1)
+            states = list(sf.watch(done.run_id))
+            assert states and states[-1].status == "success"
+            assert sf.outbox_status().level in ("ok", "warn", "page")
+            deadline = time.monotonic() + 10
+            while paused.run_id not in {r.id for r in sf.live_runs()}:  # drained async
+                assert time.monotonic() < deadline, "the paused run never reached the warm tier"
+                threading.Event().wait(0.01)
+
+
+class TestThreads:
+    """One facade serves many threads at once, then closes cleanly."""
+
+    def test_many_threads(self, url: str) -> None:
+        """Twenty runs from eight threads all succeed, each with its own result."""
+        with Starflow.open(url) as sf, ThreadPoolExecutor(8) as pool:
+            handles = list(pool.map(lambda x: sf.run(compute, x), range(20)))
+            values = list(pool.map(sf.result, handles))
+        assert values == [2 * x + 1 for x in range(20)]
+        assert len({h.run_id for h in handles}) == 20
+
+    def test_close_cancels_waiting_calls_and_stops_the_thread(self, url: str) -> None:
+        """A thread blocked in result() gets a StarflowError; no thread is left behind."""
+        before = set(threading.enumerate())
+        errors: list[BaseException] = []
+        sf = Starflow.open(url)
+        with sf:
+            paused = sf.run(approve, "o-9")
+            started = threading.Event()
+
+            def wait() -> None:
+                started.set()
+                try:
+                    sf.result(paused.run_id)
+                except BaseException as exc:
+                    errors.append(exc)
+
+            waiter = threading.Thread(target=wait)
+            waiter.start()
+            started.wait(5)
+            deadline = time.monotonic() + 5
+            while not sf._pending and time.monotonic() < deadline:  # result() handed over
+                threading.Event().wait(0.001)
+            assert sf._pending
+        waiter.join(10)
+        assert not waiter.is_alive()
+        assert len(errors) == 1 and isinstance(errors[0], StarflowError)
+        assert "closed while this call was waiting" in str(errors[0])
+        assert set(threading.enumerate()) <= before
+        with pytest.raises(ConfigError, match="not open"):
+            sf.get_run(paused.run_id)
+        # The run itself is untouched: still paused, in the database.
+        with Starflow.open(url) as again:
+            assert again.get_run(paused.run_id).status == "paused"
+
+    def test_errors_reach_the_caller(self, url: str) -> None:
+        """A StarflowError raised on the loop is raised in the calling thread."""
+        from starflow import RunNotFound
+
+        with Starflow.open(url) as sf, pytest.raises(RunNotFound):
+            sf.get_run("00000000-0000-0000-0000-000000000000")
+
+    def test_open_twice_is_refused(self, url: str) -> None:
+        """Entering an open facade again is a ConfigError; close() twice is harmless."""
+        sf = Starflow.open(url)
+        with sf, pytest.raises(ConfigError, match="open already"):
+            sf.__enter__()
+        sf.close()

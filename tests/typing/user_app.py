@@ -1,0 +1,69 @@
+"""A user's module, as the docs teach it: must pass mypy --strict and pyright strict.
+
+`assert_type` pins what a type checker infers, so a regression to `Any` fails.
+"""
+
+# pyright: strict
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, assert_type
+
+import starflow
+from starflow import RetryPolicy, RunHandle, RunInfo, Starflow, sleep, step, wait_for, workflow
+from starflow import sync as sfsync
+
+
+@dataclass
+class Receipt:
+    id: str
+    cents: int
+
+
+@step(retry=RetryPolicy(max_attempts=3, initial_interval=timedelta(seconds=1)))
+async def charge(order_id: str, cents: int) -> Receipt:
+    return Receipt(id=f"r-{order_id}", cents=cents)
+
+
+@workflow(name="typed-order", version=1)
+async def order(order_id: str, cents: int = 100) -> Receipt:
+    receipt = await charge(order_id, cents)
+    assert_type(receipt, Receipt)
+    starflow.context().phase = "approval"
+    decision: Any = await wait_for("approval", timeout=timedelta(days=2))
+    await sleep(timedelta(seconds=1))
+    return receipt if decision else Receipt(id="none", cents=0)
+
+
+async def client(sf: Starflow) -> None:
+    handle = await sf.run(order, "o-1")
+    assert_type(handle, RunHandle[Receipt])
+    assert_type(await sf.result(handle), Receipt)
+    assert_type(await sf.result(handle.run_id), Any)
+    queued = await sf.options(run_id="6f1c2b1e-8a51-4a3e-9a57-0f1e2d3c4b5a", pool="gpu").start(
+        order, "o-2", cents=250)
+    assert_type(queued, RunHandle[Receipt])
+    by_name = await sf.run("typed-order", "o-3")
+    assert_type(by_name, RunHandle[Any])
+    woken = await sf.signal(handle.run_id, "approval", {"ok": True})
+    assert_type(woken.status, str)
+    info = await sf.get_run(handle.run_id)
+    assert_type(info, RunInfo)
+    runs = await sf.list_runs(status="paused", limit=10)
+    assert_type(runs, list[RunInfo])
+
+
+async def main() -> None:
+    async with Starflow.open("memory://") as sf:
+        await client(sf)
+
+
+def blocking() -> None:
+    with sfsync.Starflow.open("memory://") as sf:
+        handle = sf.run(order, "o-4")
+        assert_type(handle, RunHandle[Receipt])
+        assert_type(sf.result(handle, timeout=5), Receipt)
+        assert_type(sf.options(pool="gpu").start(order, "o-5"), RunHandle[Receipt])
+        assert_type(sf.get_run(handle.run_id), RunInfo)

@@ -1,0 +1,26 @@
+"""Must FAIL the type checkers, on exactly the lines with an error comment."""
+
+from __future__ import annotations
+
+from starflow import Starflow, workflow
+from starflow import sync as sfsync
+
+
+@workflow(name="typed-errors")
+async def wf(x: int) -> str:
+    return str(x)
+
+
+async def misuse(sf: Starflow) -> None:
+    await sf.run(wf, "one")  # error: a str where the workflow takes an int
+    await sf.start(wf)  # error: the argument is missing
+    handle = await sf.run(wf, 1)
+    number: int = await sf.result(handle)  # error: the result is a str
+    await sf.options(pool="gpu").start(wf, 1, 2)  # error: too many arguments
+    _ = number
+
+
+def blocking(sf: sfsync.Starflow) -> None:
+    sf.run(wf, "one")  # error: a str where the workflow takes an int
+    value: int = sf.result(sf.run(wf, 1))  # error: the result is a str
+    _ = value
