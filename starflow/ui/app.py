@@ -63,6 +63,8 @@ TOKEN_COOKIE = "starflow_ui_token"
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]", "::1")
 #: A run's page shows its first and last this many events (a long run's page stays small).
 TIMELINE_EDGE = 1000
+#: Stuck runs the operations page lists (oldest first).
+STUCK_SHOWN = 100
 #: The largest form accepted (a signal payload included).
 MAX_FORM_BYTES = 1024 * 1024
 #: How long a confirmation page for a wake by token stays valid.
@@ -314,7 +316,7 @@ class UI:
         context = {
             "run": run,
             "run_error": views.scrub(run.error) if run.error else None,
-            "cause": views.node_error(events) if run.status == "error" else None,
+            "cause": views.failure_cause(run, events) if run.status == "error" else None,
             "timeline": timeline[:TIMELINE_EDGE] + timeline[-TIMELINE_EDGE:]
             if hidden else timeline,
             "timeline_total": len(timeline), "timeline_hidden": hidden,
@@ -348,6 +350,7 @@ class UI:
                                                               counts=True))
         running = await sf.adapter.list_runs_page(RunPageQuery(status="running",
                                                                limit=MAX_PAGE))
+        stuck = await sf.stuck_runs()  # of the newest 1,000 queued runs
         pools: dict[str, dict[str, int]] = {}
         for run in [*queued.runs, *running.runs]:
             entry = pools.setdefault(run.runner_pool or "(any)", {"queued": 0, "running": 0})
@@ -363,6 +366,8 @@ class UI:
         return self.render(request, "ops.html", status, error=error, outbox=outbox,
                            outbox_error=outbox_error,
                            expired=expired, pools=pools, holders=holders,
+                           stuck=stuck[:STUCK_SHOWN], stuck_more=len(stuck) > STUCK_SHOWN,
+                           stuck_after=sf.config.stuck_after.total_seconds(),
                            counts=queued.counts or {}, sampled=MAX_PAGE,
                            queued_more=queued.next is not None,
                            running_more=running.next is not None)

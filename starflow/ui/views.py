@@ -266,6 +266,19 @@ def session_keys(events: Sequence[RunEvent]) -> list[tuple[str, str]]:
     return list(seen)
 
 
+def failure_cause(run: RunInfo, events: Sequence[RunEvent]) -> dict[str, Any] | None:
+    """Why the run failed: its recorded failure (``RunInfo.failure``, migration
+    024: type, message, failing node, attempts, traceback), else, for a run that
+    failed before 024, the last ``node_error``'s cause."""
+    failure = run.failure
+    if failure is not None:
+        cause: dict[str, Any] = scrub({
+            "node_id": failure.node_id, "type": failure.type, "message": failure.message,
+            "attempts": failure.attempts, "traceback": failure.traceback})
+        return cause
+    return node_error(events)
+
+
 def node_error(events: Sequence[RunEvent]) -> dict[str, Any] | None:
     """The last ``node_error``'s cause (type, message, attempts, traceback if kept)."""
     for ev in reversed(events):

@@ -115,6 +115,11 @@ class TestRunPage:
             html = (await client.get(f"/runs/{handle.run_id}")).text
         assert "warehouse on fire" in html and "step:explode#1" in html
         assert "builtins.RuntimeError" in html
+        # the run's recorded failure (RunInfo.failure) brings its traceback
+        failure = (await sf.get_run(handle.run_id)).failure
+        assert failure is not None and failure.traceback
+        assert "<summary>Traceback</summary>" in html
+        assert "raise RuntimeError(why)" in html and "after 1 attempt(s)" in html
 
     async def test_unknown_run(self, sf: Starflow) -> None:
         async with client_for(create_app(sf)) as client:
@@ -377,6 +382,27 @@ class TestOps:
         assert "Mirror outbox" in html and "Wake a run by token" in html
         assert "<td>gpu</td><td>1</td>" in html and queued  # one queued in pool gpu
         assert stale[:8] in html and "runner-gone" in html
+        assert "Stuck runs" in html and '<table class="runs" id="stuck">' in html
+        assert queued[:8] not in html.split('id="stuck"')[1]  # queued just now
+
+    async def test_ops_lists_stuck_runs(self, sf: Starflow, tmp_path: Any) -> None:
+        """A run queued longer than ``stuck_after`` with nobody claiming it is listed."""
+        import sqlite3
+        from datetime import timedelta
+
+        from starflow.clock import format_ts
+
+        queued = (await sf.options(pool="nobody").start(quick, 1)).run_id
+        fresh = (await sf.options(pool="nobody").start(quick, 2)).run_id
+        long_ago = sf.clock.now() - sf.config.stuck_after - timedelta(minutes=1)
+        with sqlite3.connect(tmp_path / "ui.db") as conn:
+            conn.execute("UPDATE workflow_runs SET started_at = ? WHERE id = ?",
+                         (format_ts(long_ago), queued))
+        async with client_for(create_app(sf)) as client:
+            html = (await client.get("/ops")).text
+        stuck = html.split('id="stuck"')[1].split("</table>")[0]
+        assert queued[:8] in stuck and fresh[:8] not in stuck
+        assert "<td>nobody</td>" in stuck
 
 
 async def test_mounted_in_another_app(sf: Starflow) -> None:
