@@ -67,6 +67,12 @@ def msgspec_replace(query: RunPageQuery, **changes: Any) -> RunPageQuery:
     return msgspec.structs.replace(query, **changes)
 
 
+@pytest.fixture(params=["memory", "sqlite", "postgres", "pgbouncer"])
+def adapter_kind(request: pytest.FixtureRequest) -> str:
+    """Every durable adapter kind, and PostgreSQL through a transaction pooler."""
+    return str(request.param)
+
+
 class TestPages:
     """Pages follow one another without gaps or repeats, newest first, with filters."""
 
