@@ -17,6 +17,7 @@ from .context import WorkflowContext, context
 from .decorators import RetryPolicy, step, workflow
 from .errors import (
     ConfigError,
+    DuplicateRun,
     InvalidArgument,
     InvalidWakeToken,
     LeaseLostError,
@@ -27,6 +28,7 @@ from .errors import (
     RunFinished,
     RunIdConflict,
     RunNotFound,
+    ScheduleNotFound,
     SerializationError,
     StarflowError,
     StepFailed,
@@ -40,7 +42,7 @@ from .errors import (
 from .failure import RunFailure
 from .jobs import JobWorker
 from .progress import progress
-from .records import RunEvent, RunInfo
+from .records import PoolLimits, PoolUsage, RunEvent, RunInfo, ScheduleRecord
 from .runner import RunHandle
 from .session import session_get, session_set
 from .updates import UpdateRequest, receive
@@ -51,12 +53,15 @@ from .workflow_logger import logger
 __all__ = [
     "Clock",
     "ConfigError",
+    "DuplicateRun",
     "InvalidArgument",
     "InvalidWakeToken",
     "JobWorker",
     "LeaseLostError",
     "LiveRun",
     "NonDeterminismError",
+    "PoolLimits",
+    "PoolUsage",
     "ReservedKeyError",
     "ResultTimeout",
     "RetryPolicy",
@@ -68,6 +73,8 @@ __all__ = [
     "RunIdConflict",
     "RunInfo",
     "RunNotFound",
+    "ScheduleNotFound",
+    "ScheduleRecord",
     "SerializationError",
     "Starflow",
     "StarflowConfig",

@@ -30,6 +30,15 @@ dedicated connection.
 Session settings ``starflow.workspace_id`` / ``starflow.env`` are sent when
 each connection starts, so the Row Level Security policies of migration 021
 apply to the adapter's own connections when it logs in as a per-workspace role.
+
+Behind a transaction pooler (``pooler="transaction"``: PgBouncer in
+``pool_mode = transaction``, Supabase's port-6543 pooler) a client's
+statements may reach a different server connection in every transaction, so
+the adapter sends no startup settings (PgBouncer refuses unknown ones),
+disables asyncpg's statement cache, sets the tenant settings (and a
+non-default ``synchronous_commit``) with ``set_config(..., true)`` inside each
+call's transaction when Row Level Security applies to its role, and takes
+wake-ups from ``listen_url`` (a direct or session-mode connection) or polls.
 """
 
 from __future__ import annotations
@@ -50,24 +59,39 @@ from .. import serde
 from ..clock import Clock
 from ..errors import ConfigError, SerializationError, StarflowError, StorageError
 from ..logs import get_logger
-from ..migrations import load_migrations
+from ..migrations import (
+    SEED_INDEXES,
+    SEED_TABLES,
+    STARFLOW_TABLES,
+    MigrationPlan,
+    load_migrations,
+    seed_versions,
+)
 from ..records import (
     DefinitionRecord,
     JobRecord,
     OutboxLag,
     OutboxRow,
+    PoolLimits,
+    PoolUsage,
     RunEvent,
     RunInfo,
+    ScheduleRecord,
     SignalRecord,
     SweepResult,
     WaitRecord,
 )
 from ..urls import normalize_scheme
+from ._flow import Candidate, pick_claims, room_left, scan_size
 from ._sql import (
+    ACTIVE_RUN,
+    CLAIM_ORDER,
     POSTGRES,
     RUN_COLUMNS,
     announces_work,
+    claim_ids_sql,
     claim_set,
+    claimable,
     claimed_jobs,
     claimed_runs,
     definition_record,
@@ -77,8 +101,13 @@ from ._sql import (
     job_record,
     op_sql,
     outbox_row,
+    period_ms,
+    pool_limits,
     run_event,
     run_info,
+    schedule_insert_args,
+    schedule_record,
+    schedule_value,
     signal_queued_sql,
     signal_record,
     sweep_set,
@@ -91,10 +120,12 @@ from ._sql import (
     POSTGRES_QUERIES as Q,
 )
 from .base import WorkflowStateAdapter
+from .pages import RunPage, RunPageQuery, make_page, page_sql
 from .sweep import ABANDONED, REQUEUED
 from .units import (
     ClaimJobs,
     ClaimRuns,
+    DeleteSchedule,
     EnsureDefinition,
     ExpireSessionVars,
     GetSecret,
@@ -105,9 +136,13 @@ from .units import (
     MarkOutboxApplied,
     Op,
     PruneOutbox,
+    RearmDebounced,
+    SetPoolLimits,
     SweepLeases,
     Unit,
     UpdateRun,
+    UpdateSchedule,
+    UpsertSchedule,
 )
 
 if TYPE_CHECKING:
@@ -122,6 +157,10 @@ log = get_logger("starflow.adapters.postgres")
 
 SYNCHRONOUS_COMMIT_LEVELS = frozenset({"on", "off", "local", "remote_write", "remote_apply"})
 
+#: Suffix of the ``starflow_migrations.name`` of a state-model migration found in
+#: place (an adopted database), read by migration 029.
+ADOPTED_MARK = "(adopted)"
+
 #: ``pg_advisory_xact_lock`` key serializing concurrent ``migrate()`` calls.
 MIGRATION_LOCK_KEY = 0x5F_57A2_F10E_0001
 
@@ -129,14 +168,22 @@ MIGRATION_LOCK_KEY = 0x5F_57A2_F10E_0001
 # partial index idx_workflow_runs_claim_pool (claim_state = 'queued') and skips
 # rows another claimer has locked, so N claimers never wait on each other and
 # each queued run is returned to exactly one of them.
+#
+# Flow control (#18): highest priority first; a debounced run waits for its
+# not_before; a pool with stored limits is claimed by _claim_limited instead
+# (its limits row locked), so this statement leaves that pool's runs alone.
 CLAIM_SQL = f"""
 WITH picked AS (
     SELECT id FROM workflow_runs
     WHERE claim_state = 'queued'
       AND (runner_pool IS NULL OR runner_pool = $3)
       AND workspace_id = $1 AND env = $2
-      AND ($8::text[] IS NULL OR template_id = ANY($8::text[]))
-    ORDER BY started_at
+      AND ($9::text[] IS NULL OR template_id = ANY($9::text[]))
+      AND {claimable(POSTGRES, 7)}
+      AND (runner_pool IS NULL OR NOT EXISTS (
+          SELECT 1 FROM starflow_pool_limits l
+          WHERE l.workspace_id = $1 AND l.env = $2 AND l.pool = workflow_runs.runner_pool))
+    ORDER BY {CLAIM_ORDER}
     LIMIT $4
     FOR UPDATE SKIP LOCKED
 )
@@ -150,15 +197,17 @@ RETURNING {", ".join("r." + c.strip() for c in RUN_COLUMNS.split(","))}
 # index idx_workflow_runs_lease_until; SKIP LOCKED lets concurrent sweepers
 # (and a runner refreshing its lease right now) pass each other. Requeued runs
 # are announced on the workspace channel in the same transaction.
-SWEEP_SQL = f"""
+def _sweep_sql(requeue: bool) -> str:
+    return f"""
 WITH expired AS (
-    SELECT id FROM workflow_runs
+    SELECT id
+    FROM workflow_runs
     WHERE lease_until IS NOT NULL AND lease_until < $4
       AND status IN ('running', 'paused')
       AND workspace_id = $1 AND env = $2
     FOR UPDATE SKIP LOCKED
 ), swept AS (
-    UPDATE workflow_runs r SET {sweep_set("r.", "$3", "$4")}
+    UPDATE workflow_runs r SET {sweep_set("r.", "$3", "$4", requeue=requeue)}
     FROM expired
     WHERE r.id = expired.id
     RETURNING r.id, r.leased_by, r.claim_state, r.started_at
@@ -180,6 +229,10 @@ ORDER BY started_at, id
 """
 
 
+#: The sweep's statement, by ``requeue`` (``StarflowConfig.lost_runs``).
+SWEEP_SQL = {requeue: _sweep_sql(requeue) for requeue in (True, False)}
+
+
 # ---------------------------------------------------------------------------
 # Helpers
 # ---------------------------------------------------------------------------
@@ -199,6 +252,54 @@ def channel_name(workspace_id: str, env: str) -> str:
     """The LISTEN/NOTIFY channel announcing claimable work in one (workspace, env)."""
     digest = hashlib.sha256(f"{workspace_id}\0{env}".encode()).hexdigest()[:40]
     return f"starflow_work_{digest}"
+
+
+#: The values of ``pooler=`` (the URL parameter and the adapter argument).
+POOLER_MODES = frozenset({"transaction", "session", "none"})
+
+
+def _pooler_options(url: str, pooler: str | None, listen_url: str | None
+                    ) -> tuple[str, str, str | None]:
+    """``url`` without starflow's own query parameters, the pooler mode and the
+    ``LISTEN`` URL (arguments win over the URL's ``pooler=`` / ``listen_url=``).
+
+    asyncpg would send unknown query parameters to the server as settings, so
+    ``pooler`` and ``listen_url`` are taken out here.
+    """
+    from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as exc:
+        raise ConfigError(f"not a valid PostgreSQL URL: {_redact(url)!r} ({exc})") from None
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    own = {k: v for k, v in query if k in ("pooler", "listen_url")}
+    rest = [(k, v) for k, v in query if k not in ("pooler", "listen_url")]
+    if own:
+        url = urlunsplit(parts._replace(query=urlencode(rest)))
+    mode = pooler if pooler is not None else own.get("pooler")
+    if mode is None:
+        # Supabase's shared pooler (Supavisor) runs transaction mode on 6543.
+        host = (parts.hostname or "").lower()
+        mode = "transaction" if host.endswith(".pooler.supabase.com") and port == 6543 \
+            else "none"
+    mode = mode.lower()
+    if mode not in POOLER_MODES:
+        raise ConfigError(f"pooler must be one of {sorted(POOLER_MODES)}: got {mode!r} "
+                          "(use ?pooler=transaction behind PgBouncer or Supabase's port 6543)")
+    listen = listen_url if listen_url is not None else own.get("listen_url")
+    if listen is not None:
+        listen = normalize_scheme(listen)
+        if not listen.startswith(("postgresql://", "postgres://")):
+            raise ConfigError(f"listen_url is not a PostgreSQL URL: {_redact(listen)!r} "
+                              "(give a direct or session-mode postgresql:// URL)")
+    return url, mode, listen
+
+
+def _literal(value: str) -> str:
+    """``value`` as an SQL string literal (standard_conforming_strings is on)."""
+    return "'" + value.replace("'", "''") + "'"
 
 
 def _redact(url: str) -> str:
@@ -254,6 +355,15 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
         min_size: Connections the pool keeps open.
         max_size: Most connections the pool opens (plus one for ``LISTEN``
             once a worker waits for work).
+        pooler: ``"transaction"`` when ``url`` points at a transaction-mode
+            pooler (PgBouncer, Supabase port 6543), ``"session"`` or
+            ``"none"`` otherwise. Default: the URL's ``?pooler=`` parameter,
+            else ``"transaction"`` for a ``*.pooler.supabase.com:6543``
+            host, else ``"none"``.
+        listen_url: Where to ``LISTEN`` for work announcements behind a
+            transaction pooler (a direct or session-mode URL); default: the
+            URL's ``?listen_url=`` parameter (percent-encoded). Without one,
+            workers poll every ``StarflowConfig.poll_interval``.
     """
 
     def __init__(
@@ -265,9 +375,12 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
         synchronous_commit: str = "on",
         min_size: int = 1,
         max_size: int = 10,
+        pooler: str | None = None,
+        listen_url: str | None = None,
     ) -> None:
         super().__init__(workspace_id=workspace_id, env=env)
-        url = normalize_scheme(url)
+        url, self.pooler, self.listen_url = _pooler_options(normalize_scheme(url), pooler,
+                                                            listen_url)
         if not url.startswith(("postgresql://", "postgres://")):
             raise ConfigError(
                 f"not a PostgreSQL URL: {_redact(url)!r} (use postgresql://user@host/db)"
@@ -289,6 +402,8 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
         self.max_size = max_size
         self.channel = channel_name(workspace_id, env)
         self._pool: asyncpg.Pool | None = None
+        #: Pools seen with stored limits (#18): their claims skip the unlimited statement.
+        self._limited_pools: set[str] = set()
         self._listener: asyncpg.Connection | None = None
         self._listen_lock = anyio.Lock()
         self._work = anyio.Event()
@@ -296,11 +411,17 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
         self._spare: list[Any] = []
         self._inflight = 0
         self._idle_event: anyio.Event | None = None
+        # Transaction pooler: the set_config() query each call's transaction
+        # starts with ("" when nothing needs setting); decided in open().
+        self._tx_settings = ""
 
     # -- connection ----------------------------------------------------------
 
     @property
     def _server_settings(self) -> dict[str, str]:
+        if self.pooler == "transaction":
+            # PgBouncer refuses unknown startup parameters; see _tx_settings.
+            return {"application_name": "starflow"}
         # Sent in the startup packet: they are the session defaults, so they
         # survive RESET ALL and cost no round trip.
         return {
@@ -330,9 +451,14 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
                 init=self._init_connection,
                 reset=_no_reset,
                 server_settings=self._server_settings,
+                # A transaction pooler hands each transaction any server
+                # connection: named prepared statements would not be there.
+                **({"statement_cache_size": 0} if self.pooler == "transaction" else {}),
             )
         try:
             self.applied_migrations = tuple(await self.migrate())
+            if self.pooler == "transaction":
+                self._tx_settings = await self._transaction_settings()
         except BaseException:
             await self.close()
             raise
@@ -392,6 +518,14 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
                 "host and port",
                 run_id=run_id,
             )
+        if sqlstate == "23505" and getattr(exc, "constraint_name", None) == \
+                "idx_workflow_session_vars_key":
+            return StorageError(
+                f"{action}: this session id and key are already used in another workspace. "
+                "This database was adopted from the state model, whose engine keys session "
+                "variables by (session_id, key) alone (migration 029): use session ids that "
+                "are unique across workspaces, e.g. prefixed with the workspace",
+                run_id=run_id)
         if sqlstate == "23505":
             return StorageError(
                 f"{action}: a row with this key already exists "
@@ -406,6 +540,11 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
                 run_id=run_id,
             )
         name = type(exc).__name__
+        if "unsupported startup parameter" in str(exc):  # PgBouncer, Supabase's pooler
+            return StorageError(
+                f"{where} refused starflow's connection settings ({action}): {exc}. This is "
+                "a connection pooler: add ?pooler=transaction to the URL "
+                "(docs/guides/postgres.md, PgBouncer)", run_id=run_id)
         return StorageError(f"PostgreSQL error during {action} ({name}): {exc}", run_id=run_id)
 
     @asynccontextmanager
@@ -429,7 +568,14 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
                 conn = self._spare.pop() if self._spare else await pool.acquire()
                 reuse = False
                 try:
-                    yield conn
+                    if self._tx_settings:
+                        # Transaction pooler: session settings do not follow the
+                        # client, so the call is one transaction that sets them.
+                        async with conn.transaction():
+                            await conn.execute(self._tx_settings)
+                            yield conn
+                    else:
+                        yield conn
                     reuse = not conn.is_closed() and not conn.is_in_transaction()
                 finally:
                     if reuse and len(self._spare) < self.max_size - 1:
@@ -469,6 +615,40 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
         """
         async with self._connection("migrate") as conn:
             return await _migrate(conn)
+
+    async def migration_plan(self) -> MigrationPlan:
+        """What :meth:`migrate` would do, changing nothing (``starflow migrate
+        --dry-run``). Needs no :meth:`open` (which migrates): uses a connection
+        of its own.
+
+        Raises:
+            StorageError: the schema is neither starflow's, the state model's nor
+                empty (the message lists what differs), or the server is unreachable.
+        """
+        import asyncpg
+
+        with self._translate("migration plan"):
+            conn = await asyncpg.connect(self.url, server_settings=self._server_settings,
+                                         **({"statement_cache_size": 0}
+                                            if self.pooler == "transaction" else {}))
+            try:
+                return await _migration_plan(conn)
+            finally:
+                await conn.close()
+
+    async def _transaction_settings(self) -> str:
+        """Behind a transaction pooler: the ``set_config(…, true)`` query each call's
+        transaction must start with, or ``""`` when none is needed (Row Level
+        Security does not apply to this role and ``synchronous_commit`` is ``on``),
+        which keeps single statements at one round trip."""
+        async with self._connection("open") as conn:
+            rls = bool(await conn.fetchval("SELECT row_security_active('workflow_runs')"))
+        settings = {"synchronous_commit": self.synchronous_commit} \
+            if self.synchronous_commit != "on" else {}
+        if rls:
+            settings |= {"starflow.workspace_id": self.workspace_id, "starflow.env": self.env}
+        return ("SELECT " + ", ".join(f"set_config({_literal(k)}, {_literal(v)}, true)"
+                                      for k, v in settings.items())) if settings else ""
 
     # -- writes ---------------------------------------------------------------
 
@@ -519,6 +699,16 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
                 # Guard, writes and (non-durable) synchronous_commit in one
                 # statement: one round trip, its own implicit transaction.
                 return bool(await conn.fetchval(fused.sql, *fused.args[0]))
+            if conn.is_in_transaction():
+                # Transaction pooler: _connection already began the call's
+                # transaction (with the tenant settings); it commits or rolls back.
+                if not unit.durable:
+                    await conn.execute("SET LOCAL synchronous_commit TO off")
+                held = guard is None or await self._check_guard(conn, guard)
+                if held:
+                    for statement in plan:
+                        await _run_statement(conn, statement)
+                return held
             await conn.execute("BEGIN" if unit.durable
                                else "BEGIN; SET LOCAL synchronous_commit TO off")
             try:
@@ -581,6 +771,17 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
                                     int(limit))
         return [run_info(r, POSTGRES) for r in rows]
 
+    async def list_runs_page(self, query: RunPageQuery) -> RunPage:
+        query.check()
+        sql = page_sql(POSTGRES, query, workspace_id=self.workspace_id, env=self.env)
+        if sql is None:
+            return make_page([], query, {} if query.counts else None)
+        async with self._connection("list_runs_page") as conn:
+            rows = await conn.fetch(sql.select, *sql.select_args)
+            counts = (None if sql.count is None else
+                      {r[0]: r[1] for r in await conn.fetch(sql.count, *sql.count_args)})
+        return make_page([run_info(r, POSTGRES) for r in rows], query, counts)
+
     async def list_events(self, run_id: str, *, after_id: int = 0) -> list[RunEvent]:
         rid = uuid_or_none(run_id)
         if rid is None:
@@ -642,14 +843,92 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
         if names is not None and not names:
             return []
         args = (self.workspace_id, self.env, c.pool, c.limit, c.runner_id, c.lease_until, c.now,
-                list(names) if names is not None else None)
+                c.now, list(names) if names is not None else None)
         async with self._connection("claim_runs") as conn:
+            if c.pool is not None and c.pool in self._limited_pools:
+                # #18: a pool seen with limits goes straight to the limited claim
+                # (which also takes runs queued for any pool); None: limits removed.
+                limited = await self._claim_limited_pool(conn, c, c.limit, known=True)
+                if limited is not None:
+                    return limited
             if after is None:
-                return claimed_runs(await conn.fetch(CLAIM_SQL, *args), POSTGRES)
-            async with conn.transaction():
                 runs = claimed_runs(await conn.fetch(CLAIM_SQL, *args), POSTGRES)
-                await self._apply_after(conn, after(runs) if runs else [])
+            else:
+                async with conn.transaction():
+                    runs = claimed_runs(await conn.fetch(CLAIM_SQL, *args), POSTGRES)
+                    await self._apply_after(conn, after(runs) if runs else [])
+            if c.pool is not None and len(runs) < c.limit:
+                # Flow control (#18): CLAIM_SQL leaves a limited pool's runs alone;
+                # they are claimed here, with the pool's limits row locked FOR UPDATE
+                # in this transaction (never check-then-claim). (Only this first claim
+                # of a limited pool in a process may take runs of any pool ahead of
+                # the pool's own older ones; later claims order them together.)
+                more = await self._claim_limited_pool(conn, c, c.limit - len(runs)) or []
+                if more:
+                    runs = sorted([*runs, *more],
+                                  key=lambda r: (r.started_at is not None, r.started_at, r.id))
         return runs
+
+    async def _claim_limited_pool(self, conn: asyncpg.Connection, c: ClaimRuns, limit: int,
+                                  *, known: bool = False) -> list[RunInfo] | None:
+        """Claim up to ``limit`` runs for ``c.pool`` under its stored limits; None if it
+        has none.
+
+        Unless ``known`` (the pool had limits at an earlier claim), one read
+        first tells whether it has any, so an unlimited pool's claim pays no
+        transaction. The limits row is then locked ``FOR UPDATE`` until commit.
+        """
+        pool = c.pool
+        assert pool is not None
+        scope = (self.workspace_id, self.env, pool)
+        if not known and await conn.fetchval(Q.get_pool_limits, *scope) is None:
+            return None
+        async with conn.transaction():
+            row = await conn.fetchrow(Q.lock_pool_limits, *scope)
+            if row is None:  # removed meanwhile: CLAIM_SQL takes its runs
+                self._limited_pools.discard(pool)
+                return None
+            self._limited_pools.add(pool)
+            runs = claimed_runs(await self._claim_limited(
+                conn, pool_limits(row, POSTGRES), c, limit), POSTGRES)
+            if c.after is not None and runs:
+                await self._apply_after(conn, c.after(runs))
+        return runs
+
+    async def _claim_limited(self, conn: asyncpg.Connection, limits: PoolLimits, c: ClaimRuns,
+                             limit: int) -> list[asyncpg.Record]:
+        """Claim for a pool with stored limits; the caller holds its limits row lock.
+
+        Every claimer of the pool takes that lock first, so the counts read
+        here stay true until this transaction commits its claims.
+        """
+        since = c.now - limits.rate_period if limits.rate_period is not None else None
+        names = list(c.workflows) if c.workflows is not None else None
+        # One statement after the lock (its snapshot sees every claim committed
+        # before the lock was granted): the pool's executing runs (per key, if
+        # keys are limited), its claims in the rate window, and the candidates.
+        keyed = limits.key_concurrency is not None
+        args = (self.workspace_id, self.env, c.pool, since, keyed, names, c.now,
+                scan_size(limit, limits))
+        rows = await conn.fetch(_LIMITED_CANDIDATES, *args, False, limits.key_concurrency or 0)
+        head = rows[0]
+        active, recent = int(head[0]), int(head[1])
+        key_active: dict[str, int] = {k: int(n) for k, n in (head[2] or {}).items()}
+        room = room_left(limits, active, recent)
+        if room is not None and room <= 0 and any(r[4] is not None for r in rows):
+            # The pool is at its limit: only runs queued for any pool can go, and
+            # the pool's own may have filled the candidates; look at those alone.
+            rows = await conn.fetch(_LIMITED_CANDIDATES, *args, True,
+                                    limits.key_concurrency or 0)
+        cands = [Candidate(str(r[3]), r[4], r[5]) for r in rows if r[3] is not None]
+        ids = pick_claims(cands, limits, limit=limit, active=active, claimed_in_window=recent,
+                          key_active=key_active)
+        if not ids:
+            return []
+        claimed: list[asyncpg.Record] = await conn.fetch(
+            claim_ids_sql(POSTGRES, len(ids)), c.runner_id, c.lease_until, c.now, c.now,
+            *POSTGRES.many(ids))
+        return claimed
 
     async def _apply_after(self, conn: asyncpg.Connection, ops: list[Op]) -> None:
         """Write ``ops`` on ``conn`` inside the caller's transaction."""
@@ -661,9 +940,9 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
         args = (self.workspace_id, self.env, c.reason, c.now, self.channel)
         async with self._connection("expire_old_leases") as conn:
             if after is None:
-                return swept(await conn.fetch(SWEEP_SQL, *args))
+                return swept(await conn.fetch(SWEEP_SQL[c.requeue], *args))
             async with conn.transaction():
-                results = swept(await conn.fetch(SWEEP_SQL, *args))
+                results = swept(await conn.fetch(SWEEP_SQL[c.requeue], *args))
                 await self._apply_after(conn, after(results) if results else [])
         return results
 
@@ -776,6 +1055,107 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
         return OutboxLag(pending=int(row[0]), oldest_created_at=row[1],
                          older_than=tuple(int(c) for c in row[2:]))
 
+    # -- schedules and flow control (#18) ----------------------------------------
+
+    async def _upsert_schedule(self, c: UpsertSchedule) -> ScheduleRecord:
+        args = schedule_insert_args(POSTGRES, c.schedule)
+        async with self._connection("upsert_schedule") as conn:
+            row = await conn.fetchrow(Q.upsert_schedule, self.workspace_id, self.env, *args,
+                                      c.now, c.now)
+        return schedule_record(row, POSTGRES)
+
+    async def get_schedule(self, schedule_id: str) -> ScheduleRecord | None:
+        async with self._connection("get_schedule") as conn:
+            row = await conn.fetchrow(Q.get_schedule, self.workspace_id, self.env, schedule_id)
+        return None if row is None else schedule_record(row, POSTGRES)
+
+    async def list_schedules(self) -> list[ScheduleRecord]:
+        async with self._connection("list_schedules") as conn:
+            rows = await conn.fetch(Q.list_schedules, self.workspace_id, self.env)
+        return [schedule_record(r, POSTGRES) for r in rows]
+
+    async def _delete_schedule(self, c: DeleteSchedule) -> bool:
+        async with self._connection("delete_schedule") as conn:
+            status: str = await conn.execute(Q.delete_schedule, self.workspace_id, self.env,
+                                             c.schedule_id)
+        return status.rsplit(" ", 1)[-1] != "0"
+
+    async def _update_schedule(self, c: UpdateSchedule) -> bool:
+        cols = tuple(sorted(c.values))
+        sql = Q.update_schedule(cols)
+        values = [schedule_value(POSTGRES, col, c.values[col]) for col in cols]
+        async with self._connection("update_schedule") as conn:
+            status: str = await conn.execute(sql, *values, c.now, self.workspace_id, self.env,
+                                             c.schedule_id, c.revision)
+        return status.rsplit(" ", 1)[-1] != "0"
+
+    async def due_schedules(self, now: datetime, *, limit: int = 100) -> list[ScheduleRecord]:
+        async with self._connection("due_schedules") as conn:
+            rows = await conn.fetch(Q.due_schedules, self.workspace_id, self.env, now,
+                                    int(limit))
+        return [schedule_record(r, POSTGRES) for r in rows]
+
+    async def next_schedule_due(self) -> datetime | None:
+        async with self._connection("next_schedule_due") as conn:
+            value: datetime | None = await conn.fetchval(Q.next_schedule_due,
+                                                         self.workspace_id, self.env)
+        return value
+
+    async def _set_pool_limits(self, c: SetPoolLimits) -> None:
+        lim = c.limits
+        scope = (self.workspace_id, self.env, lim.pool)
+        async with self._connection("set_pool_limits") as conn:
+            if not lim.limited:
+                await conn.execute(Q.delete_pool_limits, *scope)
+                return
+            await conn.execute(Q.set_pool_limits, *scope, lim.concurrency, lim.rate_limit,
+                               period_ms(lim), lim.key_concurrency, c.now)
+
+    async def get_pool_limits(self, pool: str) -> PoolLimits | None:
+        async with self._connection("get_pool_limits") as conn:
+            row = await conn.fetchrow(Q.get_pool_limits, self.workspace_id, self.env, pool)
+        return None if row is None else pool_limits(row, POSTGRES)
+
+    async def pool_usage(self, now: datetime) -> list[PoolUsage]:
+        ws, env = self.workspace_id, self.env
+        async with self._connection("pool_usage") as conn:
+            limits = {r[0]: pool_limits(r, POSTGRES)
+                      for r in await conn.fetch(Q.list_pool_limits, ws, env)}
+            counts = {r[0]: (int(r[1] or 0), int(r[2] or 0))
+                      for r in await conn.fetch(Q.pool_counts, ws, env)}
+            out = []
+            for pool in sorted(set(limits) | set(counts)):
+                lim = limits.get(pool)
+                window = 0
+                if lim is not None and lim.rate_period is not None:
+                    window = int(await conn.fetchval(Q.pool_window, ws, env, pool,
+                                                     now - lim.rate_period))
+                queued, active = counts.get(pool, (0, 0))
+                out.append(PoolUsage(pool=pool, limits=lim, queued=queued, active=active,
+                                     claimed_in_window=window))
+        return out
+
+    async def find_active_dedup(self, pool: str | None, dedup_key: str) -> str | None:
+        async with self._connection("find_active_dedup") as conn:
+            value = await conn.fetchval(Q.find_active_dedup, self.workspace_id, self.env,
+                                        pool or "", dedup_key)
+        return None if value is None else str(value)
+
+    async def _rearm_debounced(self, c: RearmDebounced) -> str | None:
+        serde.encode(c.input, what="input_json")  # SerializationError before any write
+        args = (c.input, c.not_before, self.workspace_id, self.env, c.pool or "",
+                c.template_id, c.debounce_key)
+        async with self._connection("rearm_debounced") as conn:
+            if c.after is None:
+                value = await conn.fetchval(Q.rearm_debounced, *args)
+                return None if value is None else str(value)
+            async with conn.transaction():
+                value = await conn.fetchval(Q.rearm_debounced, *args)
+                if value is None:
+                    return None
+                await self._apply_after(conn, c.after(str(value)))
+        return str(value)
+
     # -- waiting for work ------------------------------------------------------
 
     async def wait_for_work(self, clock: Clock, timeout: float) -> None:
@@ -804,6 +1184,8 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
     async def _ensure_listener(self) -> None:
         if self._listener is not None and not self._listener.is_closed():
             return
+        if self.pooler == "transaction" and self.listen_url is None:
+            return  # LISTEN does not survive a transaction pooler: poll instead
         if self._pool is None:
             raise StorageError("the PostgreSQL adapter is not open: call open() first")
         async with self._listen_lock:
@@ -816,8 +1198,10 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
                 # Shielded (and bounded): asyncpg cancelled half-way through a connect
                 # or a LISTEN leaks the socket and reports connection_lost errors.
                 with anyio.CancelScope(shield=True):
-                    conn = await asyncpg.connect(self.url, server_settings=self._server_settings,
-                                                 timeout=LISTEN_CONNECT_TIMEOUT)
+                    conn = await asyncpg.connect(
+                        self.listen_url or self.url, timeout=LISTEN_CONNECT_TIMEOUT,
+                        server_settings=self._server_settings if self.listen_url is None
+                        else {"application_name": "starflow"})
                     try:
                         await conn.add_listener(self.channel, self._on_notify)
                     except BaseException:
@@ -847,6 +1231,44 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
 # ---------------------------------------------------------------------------
 # Module helpers
 # ---------------------------------------------------------------------------
+
+
+#: A limited claim's read, after the pool's limits row is locked: the counts
+#: (repeated on every row; one row of NULL candidates when none is queued) and
+#: up to $8 queued candidates in claim order, locked. $9: runs of any pool only;
+#: $5 and $10: keys are limited, to $10 executing runs each (full keys' runs skipped).
+_LIMITED_CANDIDATES = f"""
+WITH a AS (
+    SELECT concurrency_key FROM workflow_runs
+    WHERE workspace_id = $1 AND env = $2 AND runner_pool = $3 AND {ACTIVE_RUN}
+), counts AS (
+    SELECT (SELECT count(*) FROM a) AS active,
+           CASE WHEN $4::timestamptz IS NULL THEN 0 ELSE (
+               SELECT count(*) FROM workflow_runs WHERE workspace_id = $1 AND env = $2
+                 AND runner_pool = $3 AND claimed_at > $4) END AS recent,
+           CASE WHEN $5 THEN (
+               SELECT COALESCE(jsonb_object_agg(k, n), '{{}}'::jsonb) FROM (
+                   SELECT concurrency_key AS k, count(*) AS n FROM a
+                   WHERE concurrency_key IS NOT NULL GROUP BY concurrency_key) g) END AS keys
+), cand AS (
+    SELECT id, runner_pool, concurrency_key, priority, started_at FROM workflow_runs
+    WHERE claim_state = 'queued' AND workspace_id = $1 AND env = $2
+      AND (runner_pool IS NULL OR (runner_pool = $3 AND NOT $9::bool))
+      AND ($6::text[] IS NULL OR template_id = ANY($6::text[]))
+      AND {claimable(POSTGRES, 7)}
+      AND (NOT $5 OR runner_pool IS NULL OR concurrency_key IS NULL
+           OR concurrency_key NOT IN (SELECT concurrency_key FROM a
+               WHERE concurrency_key IS NOT NULL
+               GROUP BY concurrency_key HAVING count(*) >= $10::int))
+    ORDER BY {CLAIM_ORDER}
+    LIMIT $8
+    FOR UPDATE SKIP LOCKED
+)
+SELECT counts.active, counts.recent, counts.keys,
+       cand.id, cand.runner_pool, cand.concurrency_key
+FROM counts LEFT JOIN cand ON true
+ORDER BY cand.priority DESC, cand.started_at
+"""
 
 
 def _merge_run_writes(ops: Sequence[Op]) -> list[Op]:
@@ -969,26 +1391,60 @@ async def _run_statement(conn: asyncpg.Connection, statement: _Statement) -> Non
         await conn.executemany(statement.sql, statement.args)
 
 
-async def _migrate(conn: asyncpg.Connection) -> list[int]:
+async def _migration_plan(conn: asyncpg.Connection) -> MigrationPlan:
+    """What migrating would do; reads only. A database without
+    ``starflow_migrations`` holding the state model's tables is adopted (issue #20):
+    its versions are recognised by tables, columns and types, not trusted."""
     migrations = load_migrations("postgres")
+    # A catalog query under the statement's snapshot (not to_regclass, whose name
+    # lookup may not see a table another migrate() committed while we waited
+    # for the lock).
+    if await conn.fetchval(
+            "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_tables WHERE tablename = "
+            "'starflow_migrations' AND schemaname = current_schema())"):
+        done = {r[0] for r in await conn.fetch("SELECT version FROM starflow_migrations")}
+        return MigrationPlan(adopt=(), apply=tuple(m for m in migrations
+                                                   if m.version not in done))
+    rows = await conn.fetch(
+        "SELECT table_name::text, column_name::text, data_type::text "
+        "FROM information_schema.columns WHERE table_schema = current_schema() "
+        "AND table_name = ANY($1::text[])", [*SEED_TABLES, *STARFLOW_TABLES])
+    found: dict[str, dict[str, str]] = {}
+    for table, column, kind in rows:
+        found.setdefault(table, {})[column] = kind
+    indexes = [r[0] for r in await conn.fetch(
+        "SELECT indexname::text FROM pg_catalog.pg_indexes WHERE schemaname = current_schema() "
+        "AND indexname = ANY($1::text[])", list(SEED_INDEXES))]
+    try:
+        seed = set(seed_versions(found, indexes))
+    except ValueError as exc:
+        raise StorageError(f"refusing to migrate: {exc}. Nothing was changed") from None
+    return MigrationPlan(adopt=tuple(m for m in migrations if m.version in seed),
+                         apply=tuple(m for m in migrations if m.version not in seed))
+
+
+async def _migrate(conn: asyncpg.Connection) -> list[int]:
     if await conn.fetchval("SELECT to_regclass('starflow_migrations')") is not None:
         done = {r[0] for r in await conn.fetch("SELECT version FROM starflow_migrations")}
-        if all(m.version in done for m in migrations):
+        if all(m.version in done for m in load_migrations("postgres")):
             return []
     applied: list[int] = []
     async with conn.transaction():
         # Everything below is one transaction under one lock: a concurrent
         # migrate() waits here, then finds the versions recorded and does nothing.
         await conn.execute("SELECT pg_advisory_xact_lock($1)", MIGRATION_LOCK_KEY)
+        plan = await _migration_plan(conn)  # raises, changing nothing, on a foreign schema
         await conn.execute(
             "CREATE TABLE IF NOT EXISTS starflow_migrations ("
             "version int PRIMARY KEY, name text NOT NULL, "
             "applied_at timestamptz NOT NULL DEFAULT now())"
         )
-        done = {r[0] for r in await conn.fetch("SELECT version FROM starflow_migrations")}
-        for mig in migrations:
-            if mig.version in done:
-                continue
+        for mig in plan.adopt:  # found in place: recorded, not run (029 reads the marker)
+            await conn.execute("INSERT INTO starflow_migrations (version, name) VALUES ($1, $2)",
+                               mig.version, f"{mig.name} {ADOPTED_MARK}")
+            log.warning("adopted the state model's migration", version=mig.version,
+                        name=mig.name)
+        for mig in plan.apply:
             await conn.execute(mig.sql)
             await conn.execute("INSERT INTO starflow_migrations (version, name) VALUES ($1, $2)",
                                mig.version, mig.name)

@@ -14,7 +14,7 @@ the exit code. To add one::
 
 Each command group is a module of :mod:`starflow.cli` that registers its
 commands when imported (``worker``, ``admin``, ``runs``, ``control``,
-``outbox``, ``replay``); :func:`starflow.cli.main` imports them all. Errors
+``outbox``, ``replay``, ``ui``); :func:`starflow.cli.main` imports them all. Errors
 users can fix (a bad ``--app``, an unreachable database, an unknown
 run) print one line on stderr and exit non-zero, never a traceback; set
 ``STARFLOW_TRACEBACK=1`` to see one anyway.
@@ -115,6 +115,7 @@ class Command:
 _GROUP_HELP = {
     "runs": "list, show, export and retry runs",
     "outbox": "the warm tier's mirror outbox",
+    "schedules": "list, show, pause, resume, delete and trigger schedules",
 }
 _COMMANDS: dict[str, Command] = {}
 
@@ -269,7 +270,11 @@ async def resolve_app(ns: argparse.Namespace, *, maintenance: bool = False,
     db = getattr(ns, "db", None)
     workspace = getattr(ns, "workspace", None)
     env = getattr(ns, "env", None)
+    warm = getattr(ns, "warm", None)  # `starflow server --warm URL`
     if obj is not None and db is None and workspace is None and env is None:
+        if warm is not None:
+            raise CommandError("--warm goes with --db (an app configures its warm tier "
+                               "with Starflow.open(warm=...))", EXIT_USAGE)
         # The user's app as configured, with this process's maintenance choice.
         return Starflow(obj.adapter, config=obj.config, clock=obj.clock,
                         maintenance=maintenance)
@@ -293,7 +298,7 @@ async def resolve_app(ns: argparse.Namespace, *, maintenance: bool = False,
     if env is not None:
         kwargs["env"] = env
     try:
-        return Starflow.open(url, maintenance=maintenance, **kwargs)
+        return Starflow.open(url, maintenance=maintenance, warm=warm, **kwargs)
     except StarflowError as exc:
         raise CommandError(str(exc), EXIT_USAGE) from exc
 
