@@ -42,7 +42,7 @@ from .errors import (
     WaitTimeout,
 )
 from .execution import Abort, Outcome, PendingWait, Runtime, Suspend, find_unwinding
-from .failure import error_info, run_failure
+from .failure import error_info, format_traceback, run_failure
 from .heartbeats import Heartbeats
 from .limits import storable_text
 from .logs import get_logger
@@ -259,6 +259,31 @@ class Engine:
 
     # -- steps -------------------------------------------------------------------
 
+    async def _record_retry(self, sdef: StepDefinition, nid: str, exc: Exception,
+                            attempt: int, delay: float) -> None:
+        """Log and record one failed attempt that will be retried, then wait ``delay``.
+
+        The ``node_retry`` event (attempt, error with its traceback, delay chosen)
+        is written before the backoff, so the history shows every failed attempt
+        even if the process dies while waiting. It is not flushed (like
+        ``node_start``): losing it in a crash loses only the record of an attempt
+        whose step runs again.
+        """
+        info = error_info(exc, attempt)
+        self._log.warning("step failed; retrying", node_id=nid, step=sdef.name,
+                          attempt=attempt, max_attempts=sdef.retry.max_attempts,
+                          delay_s=delay, error_type=info["type"], error=repr(exc))
+        info["message"] = storable_text(info["message"])
+        info["traceback"] = storable_text(format_traceback(exc))
+        retry = {"attempt": attempt, "error": info, "delay_ms": int(delay * 1000)}
+
+        async def retried(ts: datetime) -> None:
+            await self._phase(ts)
+            await self.adapter.on_node_retry(self.run_id, nid, retry, now=ts)
+
+        await self._commit(retried, durable=False)
+        await self.runtime.clock.sleep(delay)
+
     async def run_step(self, sdef: StepDefinition, fn: Callable[..., Awaitable[Any]],
                        args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """Execute or replay one step call; every log inside it carries its node id."""
@@ -318,9 +343,7 @@ class Engine:
                     result = await fn(*args, **kwargs)
             except Exception as exc:
                 if attempt < policy.max_attempts and policy.retryable(exc):
-                    self._log.info("step failed; retrying", node_id=nid, attempt=attempt,
-                                   error=repr(exc))
-                    await clock.sleep(policy.delay(attempt))
+                    await self._record_retry(sdef, nid, exc, attempt, policy.delay(attempt))
                     continue
                 info = error_info(exc, attempt)
                 # The failure is recorded once, or the step ends here: a message the
@@ -714,6 +737,14 @@ class Engine:
                     await self.adapter.clear_lease(self.run_id)
 
                 await self._commit(failed)
+                # One line per failed run, at error level, whatever the host's level
+                # for the rest of starflow: what failed, where, and the cause's type.
+                self._log.error(
+                    "run failed", workflow=self.definition.name,
+                    version=self.definition.version,
+                    node_id=cause.node_id if cause is not None else None,
+                    error_type=cause.type if cause is not None else None,
+                    error=message)
                 return outcome
             if outcome.status == "paused":
                 wait = outcome.wait
