@@ -94,7 +94,7 @@ class TestRunsShow:
         assert cli("signal", run_id, "approval", "--payload", '{"ok": true}', "--db",
                    seeded.url, "--app", APP).code == 0
         data = json.loads(cli("runs", "show", run_id, "--db", seeded.url, "--json").out)
-        assert set(data) == {"run", "timeline"}
+        assert set(data) == {"run", "timeline", "attempts", "phases"}
         assert data["run"]["status"] == "success"
         assert data["run"]["result"] == {"ok": True, "receipt": "receipt-o-1"}
         by_node = {(r["event_type"], r["node_id"]): r for r in data["timeline"]}
@@ -129,6 +129,35 @@ class TestRunsShow:
         data = json.loads(cli("runs", "show", run_id, "--db", url, "--json").out)
         assert data["run"]["failure"]["type"] == "RuntimeError"
         assert "in cli_flaky" in data["run"]["failure"]["traceback"]
+
+    def test_attempts_input_result_and_phases(self, cli: Cli, tmp_path: Path) -> None:
+        """A step that took three attempts: both failed attempts, the input, result, phase."""
+        from . import cli_app
+
+        url = f"sqlite:///{tmp_path / 'retried.db'}"
+        cli_app.GATEWAY_FAILS["left"] = 2
+
+        async def retried() -> str:
+            async with Starflow.open(url, maintenance=False) as sf:
+                return (await sf.run(cli_app.cli_retrying, "o-7")).run_id
+
+        run_id = anyio.run(retried)
+        result = cli("runs", "show", run_id, "--db", url)
+        assert result.code == 0, result.err
+        out = result.out
+        assert 'input        {"args":["o-7"],"kwargs":{}}' in out
+        assert 'result       "paid-o-7"' in out
+        assert "phase        paying" in out
+        section = out[out.index("failed attempts (2):"):out.index("timeline")].splitlines()
+        assert section[1].split()[:2] == ["NODE", "ATTEMPT"]
+        assert section[2].split()[:2] == ["step:cli_gateway#1", "1"]
+        assert section[3].split()[:2] == ["step:cli_gateway#1", "2"]
+        assert "builtins.ConnectionError: gateway down for o-7" in section[2]
+        assert section[2].rstrip().endswith("0.000s")
+        assert "phases (1):" in out
+        data = json.loads(cli("runs", "show", run_id, "--db", url, "--json").out)
+        assert [(a["attempt"], a["retry_in_ms"]) for a in data["attempts"]] == [(1, 0), (2, 0)]
+        assert [p["phase"] for p in data["phases"]] == ["paying"]
 
     def test_unknown_run(self, cli: Cli, seeded: Seeded) -> None:
         line = cli.fails("runs", "show", "no-such-run", "--db", seeded.url)
