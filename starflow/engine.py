@@ -426,14 +426,16 @@ class Engine:
         self._suspend(nid, None, None, expiry, job=job)
 
     def _suspend(self, nid: str, event: str | None, deadline: datetime | None,
-                 expiry: datetime, job: JobSpec | None = None) -> NoReturn:
+                 expiry: datetime, job: JobSpec | None = None,
+                 payload_type: str | None = None) -> NoReturn:
         token = self._sign(nid, expiry)
         pending = PendingWait(node_id=nid, event=event, deadline=deadline, wake_token=token,
                               job=job)
         # enterDurableWait steps 1-2 (in memory); the engine writes steps 3-6.
         recorded = CheckpointWait(node_id=nid, event=event,
                                   deadline=format_ts(deadline) if deadline else None,
-                                  wake_token=token, job_id=job.id if job is not None else None)
+                                  wake_token=token, job_id=job.id if job is not None else None,
+                                  payload_type=payload_type)
         self.ctx.variables._engine_set(WAIT_KEY, recorded.variable())  # type: ignore[attr-defined]
         self.node_status[nid] = "waiting"
         self._pending_wait = pending
@@ -475,8 +477,12 @@ class Engine:
             await self.journal.reach_frontier(self.run_id, nid,
                                               f"{kind} {event!r}" if event else "sleep")
         self._guard_suspending()
+        if event is None and timeout is not None and timeout <= timedelta(0):
+            return None  # sleep(0) does not pause (a recorded one above replays as before)
         if event is not None:
             signal = await self.adapter.find_signal(self.run_id, event)
+            if signal is not None and not await self._accepts(nid, event, signal, type_):
+                signal = None
             if signal is not None:
                 async def deliver(ts: datetime) -> None:
                     await self.adapter.consume_signal(signal.id)
@@ -497,7 +503,34 @@ class Engine:
                 self.runtime.clock.now() + self.runtime.config.wake_token_ttl)
         except OverflowError:
             raise self._too_far(nid, timeout) from None
-        self._suspend(nid, event, deadline, expiry)
+        self._suspend(nid, event, deadline, expiry, payload_type=serde.type_name(type_))
+
+    async def _accepts(self, nid: str, event: str, signal: Any, type_: Any) -> bool:
+        """Whether a signal that came before its wait decodes to the wait's type.
+
+        One that does not is taken out of the inbox and recorded as a
+        ``signal_rejected`` event (with why) in one unit: it fails only this
+        wait's delivery, and the run goes on to pause at the wait for a payload
+        that fits, never failing for a sender's mistake.
+        """
+        try:
+            serde.convert(signal.payload, type_, what=f"payload of signal {event!r} for {nid}",
+                          run_id=self.run_id, node_id=nid)
+        except SerializationError as exc:
+            reason = {"event": event, "signal_id": signal.id, "error": storable_text(str(exc))}
+
+            async def reject(ts: datetime) -> None:
+                await self.adapter.consume_signal(signal.id)
+                await self.adapter.record_event(self.run_id, "signal_rejected", nid, reason,
+                                                now=ts, method="reject_signal")
+
+            ts = await self._commit(reject)
+            self._advance(ts)
+            self._log.warning("early signal rejected: its payload does not match the wait's "
+                              "type; the run waits for another", node_id=nid, signal=event,
+                              error=str(exc))
+            return False
+        return True
 
     def _too_far(self, nid: str, duration: timedelta | None) -> StarflowError:
         return StarflowError(
