@@ -164,7 +164,12 @@ class Runner(Waker):
         if run is None:
             raise RunNotFound(run_id)
         if run.status in ("success", "cancelled"):
-            raise RunFinished(run_id, run.status, "retry")
+            raise RunFinished(
+                run_id, run.status, "retry",
+                "only a run that ended in 'error' can be retried (it replays its history "
+                "after a fix); to run workflow "
+                f"{run.template_id!r} again, start a new run (sf.start, or "
+                f"starflow start {run.template_id} --app MODULE --args JSON)")
         if run.status != "error":
             raise StarflowError(
                 f"run {run_id} is still {run.status}: only a run that ended in error can be "

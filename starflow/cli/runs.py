@@ -207,7 +207,9 @@ async def _runs_list(ns: argparse.Namespace) -> int:
         write_json([run_summary(r) for r in runs])
         return EXIT_OK
     if not runs:
-        sys.stderr.write("no runs match\n")
+        sys.stderr.write(f"no runs match in workspace {sf.adapter.workspace_id!r}, env "
+                         f"{sf.adapter.env!r} (another scope: --workspace/--env, or "
+                         "$STARFLOW_WORKSPACE/$STARFLOW_ENV)\n")
         return EXIT_OK
     write(render_table(
         ["id", "workflow", "status", "started", "duration", "error"],
