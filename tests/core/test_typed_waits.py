@@ -103,3 +103,35 @@ class TestTypedWaits:
         assert handle.status == "success" and handle.result == "done"
         types = [e.event_type for e in await sf.events(handle.run_id)]
         assert "run_paused" not in types
+
+
+@workflow(name="late-signal-rule")
+async def two_waits() -> list[object]:
+    got: list[object] = []
+    try:
+        got.append(await wait_for("answer", timeout=timedelta(minutes=5)))
+    except starflow.WaitTimeout:
+        got.append("timed out")
+    got.append(await wait_for("answer"))
+    return got
+
+
+class TestSignalThatLosesTheRace:
+    """A signal that loses to its wait's timeout is kept for the next wait of that name."""
+
+    async def test_kept_for_the_next_wait(self, sf: WorkflowEnvironment) -> None:
+        """The timeout wins the wake; the signal stays in the inbox; the next wait returns it."""
+        handle = await sf.run(two_waits)
+        # The signal lands in the inbox at the instant the timer is due, before either
+        # wakes the run: the timer wins (the wake is one guarded unit, exactly one wins).
+        async with sf.adapter.unit() as unit:
+            await sf.adapter.enqueue_signal(handle.run_id, "answer", {"v": 1}, now=sf.now())
+        assert unit.held
+        result = await sf.result(handle.run_id)
+        assert result == ["timed out", {"v": 1}]
+        events = await sf.events(handle.run_id)
+        first = [e.event_type for e in events if e.node_id == "wait:answer#1"]
+        second = [e for e in events if e.node_id == "wait:answer#2"]
+        assert first == ["node_error"]
+        assert second[-1].event_type == "node_complete"
+        assert second[-1].payload["output"] == {"v": 1}
