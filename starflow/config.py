@@ -47,6 +47,9 @@ class StarflowConfig(msgspec.Struct, frozen=True, kw_only=True):
         session_var_gc_interval: How often maintenance deletes expired session vars.
         outbox_retention: How long applied ``mirror_outbox`` rows are kept.
         drift_sweep_interval: How often the warm tier is hash-compared with cold.
+        warm_finished_ttl: How long the Redis warm tier keeps a run after it
+            ended (success, error, cancelled): its keys then expire (24 h). Cold
+            keeps the run; the warm tier serves live views.
     """
 
     lease_ttl: timedelta = timedelta(seconds=30)
@@ -63,6 +66,7 @@ class StarflowConfig(msgspec.Struct, frozen=True, kw_only=True):
     session_var_gc_interval: timedelta = timedelta(seconds=60)
     outbox_retention: timedelta = timedelta(hours=1)
     drift_sweep_interval: timedelta = timedelta(seconds=30)
+    warm_finished_ttl: timedelta = timedelta(hours=24)
 
     def __post_init__(self) -> None:
         problems: list[str] = []
@@ -75,6 +79,7 @@ class StarflowConfig(msgspec.Struct, frozen=True, kw_only=True):
             "session_var_gc_interval",
             "outbox_retention",
             "drift_sweep_interval",
+            "warm_finished_ttl",
         ):
             value: timedelta = getattr(self, name)
             if not isinstance(value, timedelta):
