@@ -333,7 +333,6 @@ class Engine:
         self.node_status[nid] = "running"
         variables_before = variables_snapshot(self.ctx.variables, RESERVED_PREFIX)
         policy = sdef.retry
-        clock = self.runtime.clock
         attempt = 0
         while True:
             attempt += 1

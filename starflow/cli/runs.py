@@ -228,10 +228,11 @@ async def _runs_show(ns: argparse.Namespace) -> int:
         events = await sf.events(ns.run_id)
     detail = run_detail(run)
     rows = timeline(run, events)
-    tries = attempts(events)
+    failed_attempts = attempts(events)
     changes = phases(events)
     if ns.json:
-        write_json({"run": detail, "timeline": rows, "attempts": tries, "phases": changes})
+        write_json({"run": detail, "timeline": rows, "attempts": failed_attempts,
+                    "phases": changes})
         return EXIT_OK
     waiting = detail["waiting"]
     fields: list[tuple[str, Any]] = [
@@ -270,14 +271,14 @@ async def _runs_show(ns: argparse.Namespace) -> int:
     if changes:
         write(f"\nphases ({len(changes)}):\n")
         write(render_table(["at", "phase"], [(c["at"], c["phase"]) for c in changes]))
-    if tries:
-        write(f"\nfailed attempts ({len(tries)}):\n")
+    if failed_attempts:
+        write(f"\nfailed attempts ({len(failed_attempts)}):\n")
         write(render_table(["node", "attempt", "at", "error", "retried after"],
                            [(t["node_id"], t["attempt"], t["at"],
                              f"{t['error_type']}: {t['message']}",
                              _ms(t["retry_in_ms"]) if t["retry_in_ms"] is not None
                              else "not retried")
-                            for t in tries]))
+                            for t in failed_attempts]))
     write(f"\ntimeline ({len(rows)} event{'s' if len(rows) != 1 else ''}):\n")
     write(render_table(["offset", "event", "node", "took"],
                         [(_ms(r["offset_ms"], "+"), r["event_type"], r["node_id"],

@@ -58,7 +58,7 @@ class TestRetriesInHistory:
     """Every failed attempt that is retried is a node_retry event with its error and delay."""
 
     async def test_attempts_are_recorded(self, sf: WorkflowEnvironment, spy: SpyAdapter) -> None:
-        """Three attempts: two node_retry events (attempt, error, traceback, delay), one complete."""
+        """Three attempts: two node_retry events (attempt, error, traceback, delay), a complete."""
         tries["n"] = 0
         handle = await sf.run(charge_flow, "o-1")
         assert handle.status == "success" and handle.result == "receipt-o-1"
