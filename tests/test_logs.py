@@ -97,7 +97,7 @@ class TestAsALibrary:
 
     @pytest.mark.slow
     def test_host_basic_config_is_respected(self) -> None:
-        """basicConfig(level=INFO) shows starflow's lines (a retry: warning) in the host's format."""
+        """basicConfig(level=INFO) shows starflow's lines (retries warn) in the host's format."""
         proc = _run("""
             import logging, sys
             logging.basicConfig(level=logging.INFO, stream=sys.stderr,
