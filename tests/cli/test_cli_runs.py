@@ -204,7 +204,8 @@ class TestExportAndReplay:
         assert {load_history(h).run_id for h in exported} == {*seeded.paused, seeded.done}
         replay = cli("replay", str(target), "--app", APP)
         assert replay.code == 0, replay.err
-        assert "4 run(s) replay cleanly" in replay.err
+        assert ("3 run(s) that can still replay replay cleanly (1 ended run(s) checked apart)"
+                in replay.err)
         rows = json.loads(cli("replay", str(target), "--app", APP, "--json").out)
         assert all(r["ok"] for r in rows)
         assert {r["outcome"] for r in rows} == {"paused", "success"}
@@ -229,7 +230,28 @@ class TestExportAndReplay:
         assert result.code == 1
         assert "nondeterminism" in result.out and "NonDeterminismError" in result.out
         assert result.err.strip().splitlines()[-1].startswith(
-            "starflow: 1 of 1 run(s) would fail on this code (1 non-deterministic)")
+            "starflow: 1 of 1 run(s) that can still replay would fail on this code "
+            "(1 non-deterministic)")
+
+    def test_ended_runs_are_reported_apart(self, cli: Cli, seeded: Seeded,
+                                           tmp_path: Path) -> None:
+        """A finished run that would not replay is listed as ended and fails nothing."""
+        exported = json.loads(cli("runs", "export", "--all", "--db", seeded.url).out)
+        for history in exported:
+            if history["run"]["id"] == seeded.done:
+                history["run"]["workflow_version"] = 99  # a version this code no longer has
+        target = tmp_path / "all.json"
+        target.write_text(json.dumps(exported))
+        result = cli("replay", str(target), "--app", APP)
+        assert result.code == 0, result.err
+        row = next(line for line in result.out.splitlines() if seeded.done in line)
+        assert row.split()[2:] == ["success", "failed", "no", "(ended)"]
+        assert "1 ended run(s) (success or cancelled) would not replay" in result.err
+        assert "3 run(s) that can still replay replay cleanly" in result.err
+        rows = json.loads(cli("replay", str(target), "--app", APP, "--json").out)
+        done = next(r for r in rows if r["run_id"] == seeded.done)
+        assert (done["ended"], done["ok"], done["status"]) == (True, False, "success")
+        assert all(not r["ended"] and r["ok"] for r in rows if r["run_id"] != seeded.done)
 
     def test_unknown_run_writes_no_file(self, cli: Cli, seeded: Seeded, tmp_path: Path) -> None:
         target = tmp_path / "out.json"
