@@ -489,6 +489,12 @@ class Starflow:
         """Run one lease-sweep pass now; returns how many runs it requeued or abandoned."""
         return await self.runner.sweep()
 
+    async def stuck_runs(self, limit: int = 1000) -> list[RunInfo]:
+        """Queued runs no worker has claimed for ``config.stuck_after``, oldest first:
+        no worker serves their pool (or none runs at all). The lease sweep warns
+        about them; ``starflow runs list --stuck`` lists them."""
+        return await self.runner.stuck_runs(limit)
+
     def worker(self, pool: str | None = None, concurrency: int = 16,
                maintenance: bool = False, grace: float = 30.0) -> Worker:
         """A worker that claims runs queued for ``pool``; ``await worker.run()``.

@@ -14,10 +14,12 @@ __all__ = ["StarflowConfig", "check_concurrency", "int_problem"]
 
 SqliteSynchronous = Literal["FULL", "NORMAL", "OFF", "EXTRA"]
 PostgresSynchronousCommit = Literal["on", "off", "local", "remote_write", "remote_apply"]
+LostRuns = Literal["requeue", "fail"]
 
 
 _SQLITE_SYNCHRONOUS = typing.get_args(SqliteSynchronous)
 _POSTGRES_SYNCHRONOUS_COMMIT = typing.get_args(PostgresSynchronousCommit)
+_LOST_RUNS = typing.get_args(LostRuns)
 
 
 class StarflowConfig(msgspec.Struct, frozen=True, kw_only=True):
@@ -29,7 +31,15 @@ class StarflowConfig(msgspec.Struct, frozen=True, kw_only=True):
             Must be shorter than ``lease_ttl``.
         sweep_interval: How often the lease sweep runs (30 s).
         max_claim_attempts: Claims a run may use before an expired lease abandons
-            it instead of requeueing it (3).
+            it instead of requeueing it (3). The lost execution of a run started
+            with ``sf.run`` (inline) counts as one.
+        lost_runs: What the lease sweep does with a run whose runner was lost:
+            ``"requeue"`` (ADR-047: back to the queue for a worker, until
+            ``max_claim_attempts``) or ``"fail"`` (the seed's outcome: status
+            error, claim_state abandoned, error ``runner_lost``, at once).
+        stuck_after: A run queued this long without being claimed is *stuck*
+            (no worker can take it): the sweep warns and ``starflow runs list
+            --stuck`` lists it (5 min).
         poll_interval: How often workers and the timer loop poll when nothing
             notifies them (1 s).
         wake_keys: HMAC keys for wake tokens, ``{key_id: secret}``. The first key
@@ -56,6 +66,8 @@ class StarflowConfig(msgspec.Struct, frozen=True, kw_only=True):
     heartbeat_interval: timedelta = timedelta(seconds=10)
     sweep_interval: timedelta = timedelta(seconds=30)
     max_claim_attempts: int = 3
+    lost_runs: LostRuns = "requeue"
+    stuck_after: timedelta = timedelta(minutes=5)
     poll_interval: timedelta = timedelta(seconds=1)
     wake_keys: dict[str, str] = msgspec.field(default_factory=dict)
     wake_token_ttl: timedelta = timedelta(days=30)
@@ -80,6 +92,7 @@ class StarflowConfig(msgspec.Struct, frozen=True, kw_only=True):
             "outbox_retention",
             "drift_sweep_interval",
             "warm_finished_ttl",
+            "stuck_after",
         ):
             value: timedelta = getattr(self, name)
             if not isinstance(value, timedelta):
@@ -105,7 +118,8 @@ class StarflowConfig(msgspec.Struct, frozen=True, kw_only=True):
                 problems.append(problem)
         # msgspec checks Literal fields only when decoding, not in the constructor.
         for name, allowed in (("sqlite_synchronous", _SQLITE_SYNCHRONOUS),
-                              ("postgres_synchronous_commit", _POSTGRES_SYNCHRONOUS_COMMIT)):
+                              ("postgres_synchronous_commit", _POSTGRES_SYNCHRONOUS_COMMIT),
+                              ("lost_runs", _LOST_RUNS)):
             if getattr(self, name) not in allowed:
                 problems.append(f"{name} must be one of {', '.join(allowed)}: "
                                 f"{getattr(self, name)!r}")

@@ -74,6 +74,7 @@ class Maintenance:
                 tg.start_soon(self.inline_timers.run)
             else:
                 tg.start_soon(self._sweep_loop, sweep_now)
+                tg.start_soon(self._stuck_loop)
                 tg.start_soon(self._timer_loop)
                 tg.start_soon(self._session_gc_loop)
             if self.drainer is not None:
@@ -97,6 +98,19 @@ class Maintenance:
             except StarflowError as exc:
                 log.error("lease sweep failed", error=str(exc))
             await self.runner.clock.sleep(interval)
+
+    async def _stuck_loop(self) -> None:
+        """At the sweep interval, warn about queued runs no worker claims (issue #20).
+
+        A loop of its own, so the sweep pass stays one write and its timing is
+        unchanged."""
+        interval = self.runner.config.sweep_interval.total_seconds()
+        while True:
+            await self.runner.clock.sleep(interval)
+            try:
+                await self.runner.warn_stuck()
+            except StarflowError as exc:
+                log.error("stuck-run check failed", error=str(exc))
 
     async def fire_due(self, tg: anyio.abc.TaskGroup) -> int:
         """Start a wake for every due timer not already being fired."""

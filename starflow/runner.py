@@ -15,6 +15,7 @@ assembled from three parts, one job each:
 from __future__ import annotations
 
 import uuid
+from datetime import datetime
 from typing import Any
 
 from . import observability
@@ -234,8 +235,13 @@ class Runner(Waker):
         return await self.handle(run_id)
 
     async def sweep(self) -> int:
-        """One pass of the lease sweep; returns how many runs it acted on."""
-        results = await self.adapter.expire_old_leases(self.clock.now())
+        """One pass of the lease sweep; returns how many runs it acted on.
+
+        ``config.lost_runs`` decides between requeueing and failing a lost run.
+        (Maintenance follows each pass with :meth:`warn_stuck`.)
+        """
+        results = await self.adapter.expire_old_leases(
+            self.clock.now(), requeue=self.config.lost_runs == "requeue")
         obs = observability.current()
         for r in results:
             self._log.warning("runner lost", run_id=r.run_id, leased_by=r.leased_by,
@@ -244,3 +250,40 @@ class Runner(Waker):
         if results:
             self.notify_settled()
         return len(results)
+
+    async def warn_stuck(self) -> list[RunInfo]:
+        """Log a warning if queued runs have waited ``config.stuck_after`` for a
+        worker (none runs, or none serves their pool); return them."""
+        stuck = await self.stuck_runs()
+        if stuck:
+            pools = sorted({r.runner_pool or "(any)" for r in stuck})
+            self._log.warning(
+                "queued runs not claimed", count=len(stuck), oldest_run_id=stuck[0].id,
+                pools=pools, stuck_after_s=self.config.stuck_after.total_seconds(),
+                hint="start a worker for these pools (starflow worker --app ...), "
+                     "or see `starflow runs list --stuck`")
+        return stuck
+
+    async def stuck_runs(self, limit: int = 1000) -> list[RunInfo]:
+        """Queued runs nobody has claimed for ``config.stuck_after``, oldest first.
+
+        A run counts from when it was last queued: its start, the last heartbeat
+        of the runner it was taken from, or its newest event (a wake that put
+        it back in the queue), whichever is latest. Looks at the ``limit``
+        newest queued runs.
+        """
+        cutoff = self.clock.now() - self.config.stuck_after
+        queued = await self.adapter.list_runs(status="queued", limit=limit)
+        stuck: list[tuple[datetime, RunInfo]] = []
+        for run in queued:
+            since = max((t for t in (run.started_at, run.last_heartbeat) if t is not None),
+                        default=None)
+            if run.claim_state != "queued" or since is None or since >= cutoff:
+                continue
+            events = await self.adapter.list_events(run.id)  # only for the few candidates
+            if events and events[-1].created_at is not None:
+                since = max(since, events[-1].created_at)
+            if since < cutoff:
+                stuck.append((since, run))
+        stuck.sort(key=lambda pair: (pair[0], pair[1].id))
+        return [run for _, run in stuck]

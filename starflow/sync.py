@@ -223,6 +223,10 @@ class Starflow:
         return self._call(lambda: self._app.list_runs(status=status, template_id=template_id,
                                                       limit=limit, since=since))
 
+    def stuck_runs(self, limit: int = 1000) -> list[RunInfo]:
+        """:meth:`starflow.Starflow.stuck_runs`."""
+        return self._call(lambda: self._app.stuck_runs(limit))
+
     def events(self, run_id: str) -> list[RunEvent]:
         """:meth:`starflow.Starflow.events`."""
         return self._call(lambda: self._app.events(run_id))

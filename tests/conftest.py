@@ -18,6 +18,13 @@ POSTGRES_URL = os.environ.get(
 #: Set in CI: a missing PostgreSQL fails the suite instead of skipping.
 REQUIRE_POSTGRES = bool(os.environ.get("STARFLOW_REQUIRE_POSTGRES"))
 
+#: A PgBouncer in ``pool_mode = transaction`` in front of that PostgreSQL (.ci/run starts one).
+PGBOUNCER_URL = os.environ.get(
+    "STARFLOW_TEST_PGBOUNCER_URL", "postgresql://postgres@127.0.0.1:6432/test"
+)
+#: Set in CI: a missing PgBouncer fails the pooler tests instead of skipping them.
+REQUIRE_PGBOUNCER = bool(os.environ.get("STARFLOW_REQUIRE_PGBOUNCER"))
+
 _reachable: dict[str, bool] = {}
 
 
@@ -58,6 +65,73 @@ def require_postgres() -> None:
                     url_variable="STARFLOW_TEST_POSTGRES_URL")
 
 
+def require_pgbouncer() -> None:
+    """Skip (locally) or fail (in CI) when the test PgBouncer is not reachable."""
+    require_service("PgBouncer", PGBOUNCER_URL, 6432, required=REQUIRE_PGBOUNCER,
+                    url_variable="STARFLOW_TEST_PGBOUNCER_URL")
+
+
+def pgbouncer_url(user: str | None = None, **params: str) -> str:
+    """The test PgBouncer's URL with ``?pooler=transaction`` (and ``params``), as ``user``."""
+    from urllib.parse import urlencode, urlsplit, urlunsplit
+
+    url = PGBOUNCER_URL
+    if user is not None:
+        parts = urlsplit(url)
+        url = urlunsplit(parts._replace(netloc=f"{user}@{parts.hostname}:{parts.port}"))
+    sep = "&" if "?" in url else "?"
+    return f"{url}{sep}{urlencode({'pooler': 'transaction', **params})}"
+
+
+#: A login role that does not own the tables (RLS applies); .ci/run lists it in
+#: PgBouncer's auth_file.
+POOLER_RLS_ROLE = "starflow_pooler_rls"
+_rls_role_ready: list[bool] = []
+
+
+def ensure_pooler_rls_role() -> None:
+    """Create :data:`POOLER_RLS_ROLE` with table grants (once per session), after
+    migrating the test database as its owner."""
+    if _rls_role_ready:
+        return
+    import asyncio
+    import threading
+
+    async def setup() -> None:
+        import asyncpg
+
+        owner = adapter_from_url(POSTGRES_URL)
+        await owner.open()  # migrated, so the grants cover every table
+        await owner.close()
+        conn = await asyncpg.connect(POSTGRES_URL)
+        try:
+            if not await conn.fetchval("SELECT 1 FROM pg_roles WHERE rolname = $1",
+                                       POOLER_RLS_ROLE):
+                await conn.execute(f'CREATE ROLE "{POOLER_RLS_ROLE}" LOGIN')
+            await conn.execute(f'GRANT USAGE ON SCHEMA public TO "{POOLER_RLS_ROLE}"')
+            await conn.execute(f'GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA '
+                               f'public TO "{POOLER_RLS_ROLE}"')
+            await conn.execute(f'GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA public '
+                               f'TO "{POOLER_RLS_ROLE}"')
+        finally:
+            await conn.close()
+
+    errors: list[BaseException] = []
+
+    def run() -> None:  # its own thread: a test's event loop may be running here
+        try:
+            asyncio.run(setup())
+        except BaseException as exc:  # reported in the calling thread
+            errors.append(exc)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join()
+    if errors:
+        raise errors[0]
+    _rls_role_ready.append(True)
+
+
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
@@ -71,6 +145,14 @@ def adapter_url(kind: str, tmp_path: Path) -> str:
     if kind == "postgres":
         require_postgres()
         return POSTGRES_URL
+    if kind == "pgbouncer":  # PostgreSQL through a transaction pooler
+        require_pgbouncer()
+        return pgbouncer_url()
+    if kind == "pgbouncer-rls":  # ...as a role Row Level Security applies to
+        require_postgres()
+        require_pgbouncer()
+        ensure_pooler_rls_role()
+        return pgbouncer_url(user=POOLER_RLS_ROLE)
     if kind == "null":
         return "null://"
     raise ValueError(kind)

@@ -124,11 +124,17 @@ class TestLiveWatch:
 class TestWorkerDeployment:
     """examples/worker_deployment.py: queued runs, a signal requeue, a swept lost runner."""
 
-    @pytest.mark.parametrize("db", ["sqlite", "postgres"])
+    @pytest.mark.parametrize("db", ["sqlite", "postgres", "pgbouncer"])
     def test_workers_finish_every_run(self, tmp_path: Path, db: str,
                                       monkeypatch: pytest.MonkeyPatch) -> None:
         """Every queued run ships; the lost runner's run is swept, requeued and finished."""
-        if db == "postgres":
+        if db == "pgbouncer":  # unchanged, through a transaction pooler (polling)
+            from conftest import pgbouncer_url, require_pgbouncer
+
+            require_pgbouncer()
+            monkeypatch.setenv("STARFLOW_WORKSPACE", f"example-{uuid.uuid4().hex[:12]}")
+            out = run_example("worker_deployment.py", tmp_path, url=pgbouncer_url())
+        elif db == "postgres":
             from conftest import POSTGRES_URL, require_postgres
 
             require_postgres()

@@ -491,14 +491,29 @@ def claim_set(d: Dialect, n: int) -> str:
             f"leased_by = {d.p(n)}, lease_until = {d.p(n + 1)}, last_heartbeat = {d.p(n + 2)}")
 
 
-def sweep_set(alias: str, reason: str, now: str) -> str:
+def lost_attempts(alias: str) -> str:
+    """The claim attempts a swept run has used, the lost execution included.
+
+    A claimed run's claim counted when it was taken; an inline run (started by
+    ``sf.run``) never claimed since it last made progress (``claim_attempts``
+    0) counts one, so ``max_claim_attempts`` bounds inline runs too.
+    """
+    return (f"({alias}claim_attempts + CASE WHEN {alias}start_mode = 'inline' "
+            f"AND {alias}claim_attempts = 0 THEN 1 ELSE 0 END)")
+
+
+def sweep_set(alias: str, reason: str, now: str, *, requeue: bool = True) -> str:
     """The assignments of the lease sweep, generated from :data:`sweep.OUTCOME`.
 
     ``reason`` and ``now`` are the SQL of the sweep's reason and time;
-    ``alias`` prefixes the row's own columns (``"r."`` or ``""``).
+    ``alias`` prefixes the row's own columns (``"r."`` or ``""``). A run is
+    requeued while :func:`lost_attempts` is below its ``max_claim_attempts``,
+    unless ``requeue`` is false (``StarflowConfig.lost_runs="fail"``: every
+    lost run is abandoned, as the state model's sweep does).
     """
     requeued, abandoned = OUTCOME[REQUEUED], OUTCOME[ABANDONED]
-    below = f"{alias}claim_attempts < {alias}max_claim_attempts"
+    lost = lost_attempts(alias)
+    below = (f"{lost} < {alias}max_claim_attempts" if requeue else "FALSE")
 
     def sql(column: str, value: Any) -> str:
         if value is REASON:
@@ -513,6 +528,7 @@ def sweep_set(alias: str, reason: str, now: str) -> str:
         then = sql(column, requeued[column]) if column in requeued else keep
         other = sql(column, abandoned[column]) if column in abandoned else keep
         parts.append(f"{column} = CASE WHEN {below} THEN {then} ELSE {other} END")
+    parts.append(f"claim_attempts = {lost}")
     return ", ".join(parts)
 
 

@@ -581,17 +581,22 @@ class WorkflowStateAdapter(abc.ABC):
                                             workflows=names, after=after))
 
     async def expire_old_leases(self, now: datetime, reason: str = "runner_lost",
-                                *, after: AfterSweep | None = None) -> list[SweepResult]:
+                                *, after: AfterSweep | None = None,
+                                requeue: bool = True) -> list[SweepResult]:
         """The lease sweep: runs running/paused whose ``lease_until < now``.
 
         ``after``, if given, maps the results to more ops written in the same
         transaction (the mirror's outbox rows).
 
-        Under their ``max_claim_attempts`` they are requeued; past it they get
-        status error, claim_state abandoned, error ``reason``. Each gets a
-        ``runner_lost`` event. Safe with several sweepers at once.
+        The lost execution counts as a claim attempt (an inline run never
+        claimed since it last made progress counts one: ``claim_attempts``
+        becomes 1). Under their ``max_claim_attempts`` they are requeued; at it
+        (or always, with ``requeue=False``: ``StarflowConfig.lost_runs="fail"``)
+        they get status error, claim_state abandoned, error ``reason``. Each gets
+        a ``runner_lost`` event. Safe with several sweepers at once.
         """
-        return await self.perform(SweepLeases(now=now, reason=reason, after=after))
+        return await self.perform(SweepLeases(now=now, reason=reason, after=after,
+                                              requeue=requeue))
 
     async def ensure_definition(self, name: str, version: int, code_hash: str,
                                 *, now: datetime) -> str:

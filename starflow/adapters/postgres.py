@@ -30,6 +30,15 @@ dedicated connection.
 Session settings ``starflow.workspace_id`` / ``starflow.env`` are sent when
 each connection starts, so the Row Level Security policies of migration 021
 apply to the adapter's own connections when it logs in as a per-workspace role.
+
+Behind a transaction pooler (``pooler="transaction"``: PgBouncer in
+``pool_mode = transaction``, Supabase's port-6543 pooler) a client's
+statements may reach a different server connection in every transaction, so
+the adapter sends no startup settings (PgBouncer refuses unknown ones),
+disables asyncpg's statement cache, sets the tenant settings (and a
+non-default ``synchronous_commit``) with ``set_config(..., true)`` inside each
+call's transaction when Row Level Security applies to its role, and takes
+wake-ups from ``listen_url`` (a direct or session-mode connection) or polls.
 """
 
 from __future__ import annotations
@@ -50,7 +59,14 @@ from .. import serde
 from ..clock import Clock
 from ..errors import ConfigError, SerializationError, StarflowError, StorageError
 from ..logs import get_logger
-from ..migrations import load_migrations
+from ..migrations import (
+    SEED_INDEXES,
+    SEED_TABLES,
+    STARFLOW_TABLES,
+    MigrationPlan,
+    load_migrations,
+    seed_versions,
+)
 from ..records import (
     DefinitionRecord,
     JobRecord,
@@ -122,6 +138,10 @@ log = get_logger("starflow.adapters.postgres")
 
 SYNCHRONOUS_COMMIT_LEVELS = frozenset({"on", "off", "local", "remote_write", "remote_apply"})
 
+#: Suffix of the ``starflow_migrations.name`` of a state-model migration found in
+#: place (an adopted database), read by migration 029.
+ADOPTED_MARK = "(adopted)"
+
 #: ``pg_advisory_xact_lock`` key serializing concurrent ``migrate()`` calls.
 MIGRATION_LOCK_KEY = 0x5F_57A2_F10E_0001
 
@@ -150,15 +170,17 @@ RETURNING {", ".join("r." + c.strip() for c in RUN_COLUMNS.split(","))}
 # index idx_workflow_runs_lease_until; SKIP LOCKED lets concurrent sweepers
 # (and a runner refreshing its lease right now) pass each other. Requeued runs
 # are announced on the workspace channel in the same transaction.
-SWEEP_SQL = f"""
+def _sweep_sql(requeue: bool) -> str:
+    return f"""
 WITH expired AS (
-    SELECT id FROM workflow_runs
+    SELECT id
+    FROM workflow_runs
     WHERE lease_until IS NOT NULL AND lease_until < $4
       AND status IN ('running', 'paused')
       AND workspace_id = $1 AND env = $2
     FOR UPDATE SKIP LOCKED
 ), swept AS (
-    UPDATE workflow_runs r SET {sweep_set("r.", "$3", "$4")}
+    UPDATE workflow_runs r SET {sweep_set("r.", "$3", "$4", requeue=requeue)}
     FROM expired
     WHERE r.id = expired.id
     RETURNING r.id, r.leased_by, r.claim_state, r.started_at
@@ -180,6 +202,10 @@ ORDER BY started_at, id
 """
 
 
+#: The sweep's statement, by ``requeue`` (``StarflowConfig.lost_runs``).
+SWEEP_SQL = {requeue: _sweep_sql(requeue) for requeue in (True, False)}
+
+
 # ---------------------------------------------------------------------------
 # Helpers
 # ---------------------------------------------------------------------------
@@ -199,6 +225,54 @@ def channel_name(workspace_id: str, env: str) -> str:
     """The LISTEN/NOTIFY channel announcing claimable work in one (workspace, env)."""
     digest = hashlib.sha256(f"{workspace_id}\0{env}".encode()).hexdigest()[:40]
     return f"starflow_work_{digest}"
+
+
+#: The values of ``pooler=`` (the URL parameter and the adapter argument).
+POOLER_MODES = frozenset({"transaction", "session", "none"})
+
+
+def _pooler_options(url: str, pooler: str | None, listen_url: str | None
+                    ) -> tuple[str, str, str | None]:
+    """``url`` without starflow's own query parameters, the pooler mode and the
+    ``LISTEN`` URL (arguments win over the URL's ``pooler=`` / ``listen_url=``).
+
+    asyncpg would send unknown query parameters to the server as settings, so
+    ``pooler`` and ``listen_url`` are taken out here.
+    """
+    from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as exc:
+        raise ConfigError(f"not a valid PostgreSQL URL: {_redact(url)!r} ({exc})") from None
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    own = {k: v for k, v in query if k in ("pooler", "listen_url")}
+    rest = [(k, v) for k, v in query if k not in ("pooler", "listen_url")]
+    if own:
+        url = urlunsplit(parts._replace(query=urlencode(rest)))
+    mode = pooler if pooler is not None else own.get("pooler")
+    if mode is None:
+        # Supabase's shared pooler (Supavisor) runs transaction mode on 6543.
+        host = (parts.hostname or "").lower()
+        mode = "transaction" if host.endswith(".pooler.supabase.com") and port == 6543 \
+            else "none"
+    mode = mode.lower()
+    if mode not in POOLER_MODES:
+        raise ConfigError(f"pooler must be one of {sorted(POOLER_MODES)}: got {mode!r} "
+                          "(use ?pooler=transaction behind PgBouncer or Supabase's port 6543)")
+    listen = listen_url if listen_url is not None else own.get("listen_url")
+    if listen is not None:
+        listen = normalize_scheme(listen)
+        if not listen.startswith(("postgresql://", "postgres://")):
+            raise ConfigError(f"listen_url is not a PostgreSQL URL: {_redact(listen)!r} "
+                              "(give a direct or session-mode postgresql:// URL)")
+    return url, mode, listen
+
+
+def _literal(value: str) -> str:
+    """``value`` as an SQL string literal (standard_conforming_strings is on)."""
+    return "'" + value.replace("'", "''") + "'"
 
 
 def _redact(url: str) -> str:
@@ -254,6 +328,15 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
         min_size: Connections the pool keeps open.
         max_size: Most connections the pool opens (plus one for ``LISTEN``
             once a worker waits for work).
+        pooler: ``"transaction"`` when ``url`` points at a transaction-mode
+            pooler (PgBouncer, Supabase port 6543), ``"session"`` or
+            ``"none"`` otherwise. Default: the URL's ``?pooler=`` parameter,
+            else ``"transaction"`` for a ``*.pooler.supabase.com:6543``
+            host, else ``"none"``.
+        listen_url: Where to ``LISTEN`` for work announcements behind a
+            transaction pooler (a direct or session-mode URL); default: the
+            URL's ``?listen_url=`` parameter (percent-encoded). Without one,
+            workers poll every ``StarflowConfig.poll_interval``.
     """
 
     def __init__(
@@ -265,9 +348,12 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
         synchronous_commit: str = "on",
         min_size: int = 1,
         max_size: int = 10,
+        pooler: str | None = None,
+        listen_url: str | None = None,
     ) -> None:
         super().__init__(workspace_id=workspace_id, env=env)
-        url = normalize_scheme(url)
+        url, self.pooler, self.listen_url = _pooler_options(normalize_scheme(url), pooler,
+                                                            listen_url)
         if not url.startswith(("postgresql://", "postgres://")):
             raise ConfigError(
                 f"not a PostgreSQL URL: {_redact(url)!r} (use postgresql://user@host/db)"
@@ -296,11 +382,17 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
         self._spare: list[Any] = []
         self._inflight = 0
         self._idle_event: anyio.Event | None = None
+        # Transaction pooler: the set_config() query each call's transaction
+        # starts with ("" when nothing needs setting); decided in open().
+        self._tx_settings = ""
 
     # -- connection ----------------------------------------------------------
 
     @property
     def _server_settings(self) -> dict[str, str]:
+        if self.pooler == "transaction":
+            # PgBouncer refuses unknown startup parameters; see _tx_settings.
+            return {"application_name": "starflow"}
         # Sent in the startup packet: they are the session defaults, so they
         # survive RESET ALL and cost no round trip.
         return {
@@ -330,9 +422,14 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
                 init=self._init_connection,
                 reset=_no_reset,
                 server_settings=self._server_settings,
+                # A transaction pooler hands each transaction any server
+                # connection: named prepared statements would not be there.
+                **({"statement_cache_size": 0} if self.pooler == "transaction" else {}),
             )
         try:
             self.applied_migrations = tuple(await self.migrate())
+            if self.pooler == "transaction":
+                self._tx_settings = await self._transaction_settings()
         except BaseException:
             await self.close()
             raise
@@ -392,6 +489,14 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
                 "host and port",
                 run_id=run_id,
             )
+        if sqlstate == "23505" and getattr(exc, "constraint_name", None) == \
+                "idx_workflow_session_vars_key":
+            return StorageError(
+                f"{action}: this session id and key are already used in another workspace. "
+                "This database was adopted from the state model, whose engine keys session "
+                "variables by (session_id, key) alone (migration 029): use session ids that "
+                "are unique across workspaces, e.g. prefixed with the workspace",
+                run_id=run_id)
         if sqlstate == "23505":
             return StorageError(
                 f"{action}: a row with this key already exists "
@@ -406,6 +511,11 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
                 run_id=run_id,
             )
         name = type(exc).__name__
+        if "unsupported startup parameter" in str(exc):  # PgBouncer, Supabase's pooler
+            return StorageError(
+                f"{where} refused starflow's connection settings ({action}): {exc}. This is "
+                "a connection pooler: add ?pooler=transaction to the URL "
+                "(docs/guides/postgres.md, PgBouncer)", run_id=run_id)
         return StorageError(f"PostgreSQL error during {action} ({name}): {exc}", run_id=run_id)
 
     @asynccontextmanager
@@ -429,7 +539,14 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
                 conn = self._spare.pop() if self._spare else await pool.acquire()
                 reuse = False
                 try:
-                    yield conn
+                    if self._tx_settings:
+                        # Transaction pooler: session settings do not follow the
+                        # client, so the call is one transaction that sets them.
+                        async with conn.transaction():
+                            await conn.execute(self._tx_settings)
+                            yield conn
+                    else:
+                        yield conn
                     reuse = not conn.is_closed() and not conn.is_in_transaction()
                 finally:
                     if reuse and len(self._spare) < self.max_size - 1:
@@ -469,6 +586,40 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
         """
         async with self._connection("migrate") as conn:
             return await _migrate(conn)
+
+    async def migration_plan(self) -> MigrationPlan:
+        """What :meth:`migrate` would do, changing nothing (``starflow migrate
+        --dry-run``). Needs no :meth:`open` (which migrates): uses a connection
+        of its own.
+
+        Raises:
+            StorageError: the schema is neither starflow's, the state model's nor
+                empty (the message lists what differs), or the server is unreachable.
+        """
+        import asyncpg
+
+        with self._translate("migration plan"):
+            conn = await asyncpg.connect(self.url, server_settings=self._server_settings,
+                                         **({"statement_cache_size": 0}
+                                            if self.pooler == "transaction" else {}))
+            try:
+                return await _migration_plan(conn)
+            finally:
+                await conn.close()
+
+    async def _transaction_settings(self) -> str:
+        """Behind a transaction pooler: the ``set_config(…, true)`` query each call's
+        transaction must start with, or ``""`` when none is needed (Row Level
+        Security does not apply to this role and ``synchronous_commit`` is ``on``),
+        which keeps single statements at one round trip."""
+        async with self._connection("open") as conn:
+            rls = bool(await conn.fetchval("SELECT row_security_active('workflow_runs')"))
+        settings = {"synchronous_commit": self.synchronous_commit} \
+            if self.synchronous_commit != "on" else {}
+        if rls:
+            settings |= {"starflow.workspace_id": self.workspace_id, "starflow.env": self.env}
+        return ("SELECT " + ", ".join(f"set_config({_literal(k)}, {_literal(v)}, true)"
+                                      for k, v in settings.items())) if settings else ""
 
     # -- writes ---------------------------------------------------------------
 
@@ -519,6 +670,16 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
                 # Guard, writes and (non-durable) synchronous_commit in one
                 # statement: one round trip, its own implicit transaction.
                 return bool(await conn.fetchval(fused.sql, *fused.args[0]))
+            if conn.is_in_transaction():
+                # Transaction pooler: _connection already began the call's
+                # transaction (with the tenant settings); it commits or rolls back.
+                if not unit.durable:
+                    await conn.execute("SET LOCAL synchronous_commit TO off")
+                held = guard is None or await self._check_guard(conn, guard)
+                if held:
+                    for statement in plan:
+                        await _run_statement(conn, statement)
+                return held
             await conn.execute("BEGIN" if unit.durable
                                else "BEGIN; SET LOCAL synchronous_commit TO off")
             try:
@@ -656,9 +817,9 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
         args = (self.workspace_id, self.env, c.reason, c.now, self.channel)
         async with self._connection("expire_old_leases") as conn:
             if after is None:
-                return swept(await conn.fetch(SWEEP_SQL, *args))
+                return swept(await conn.fetch(SWEEP_SQL[c.requeue], *args))
             async with conn.transaction():
-                results = swept(await conn.fetch(SWEEP_SQL, *args))
+                results = swept(await conn.fetch(SWEEP_SQL[c.requeue], *args))
                 await self._apply_after(conn, after(results) if results else [])
         return results
 
@@ -799,6 +960,8 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
     async def _ensure_listener(self) -> None:
         if self._listener is not None and not self._listener.is_closed():
             return
+        if self.pooler == "transaction" and self.listen_url is None:
+            return  # LISTEN does not survive a transaction pooler: poll instead
         if self._pool is None:
             raise StorageError("the PostgreSQL adapter is not open: call open() first")
         async with self._listen_lock:
@@ -811,8 +974,10 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
                 # Shielded (and bounded): asyncpg cancelled half-way through a connect
                 # or a LISTEN leaks the socket and reports connection_lost errors.
                 with anyio.CancelScope(shield=True):
-                    conn = await asyncpg.connect(self.url, server_settings=self._server_settings,
-                                                 timeout=LISTEN_CONNECT_TIMEOUT)
+                    conn = await asyncpg.connect(
+                        self.listen_url or self.url, timeout=LISTEN_CONNECT_TIMEOUT,
+                        server_settings=self._server_settings if self.listen_url is None
+                        else {"application_name": "starflow"})
                     try:
                         await conn.add_listener(self.channel, self._on_notify)
                     except BaseException:
@@ -964,26 +1129,60 @@ async def _run_statement(conn: asyncpg.Connection, statement: _Statement) -> Non
         await conn.executemany(statement.sql, statement.args)
 
 
-async def _migrate(conn: asyncpg.Connection) -> list[int]:
+async def _migration_plan(conn: asyncpg.Connection) -> MigrationPlan:
+    """What migrating would do; reads only. A database without
+    ``starflow_migrations`` holding the state model's tables is adopted (issue #20):
+    its versions are recognised by tables, columns and types, not trusted."""
     migrations = load_migrations("postgres")
+    # A catalog query under the statement's snapshot (not to_regclass, whose name
+    # lookup may not see a table another migrate() committed while we waited
+    # for the lock).
+    if await conn.fetchval(
+            "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_tables WHERE tablename = "
+            "'starflow_migrations' AND schemaname = current_schema())"):
+        done = {r[0] for r in await conn.fetch("SELECT version FROM starflow_migrations")}
+        return MigrationPlan(adopt=(), apply=tuple(m for m in migrations
+                                                   if m.version not in done))
+    rows = await conn.fetch(
+        "SELECT table_name::text, column_name::text, data_type::text "
+        "FROM information_schema.columns WHERE table_schema = current_schema() "
+        "AND table_name = ANY($1::text[])", [*SEED_TABLES, *STARFLOW_TABLES])
+    found: dict[str, dict[str, str]] = {}
+    for table, column, kind in rows:
+        found.setdefault(table, {})[column] = kind
+    indexes = [r[0] for r in await conn.fetch(
+        "SELECT indexname::text FROM pg_catalog.pg_indexes WHERE schemaname = current_schema() "
+        "AND indexname = ANY($1::text[])", list(SEED_INDEXES))]
+    try:
+        seed = set(seed_versions(found, indexes))
+    except ValueError as exc:
+        raise StorageError(f"refusing to migrate: {exc}. Nothing was changed") from None
+    return MigrationPlan(adopt=tuple(m for m in migrations if m.version in seed),
+                         apply=tuple(m for m in migrations if m.version not in seed))
+
+
+async def _migrate(conn: asyncpg.Connection) -> list[int]:
     if await conn.fetchval("SELECT to_regclass('starflow_migrations')") is not None:
         done = {r[0] for r in await conn.fetch("SELECT version FROM starflow_migrations")}
-        if all(m.version in done for m in migrations):
+        if all(m.version in done for m in load_migrations("postgres")):
             return []
     applied: list[int] = []
     async with conn.transaction():
         # Everything below is one transaction under one lock: a concurrent
         # migrate() waits here, then finds the versions recorded and does nothing.
         await conn.execute("SELECT pg_advisory_xact_lock($1)", MIGRATION_LOCK_KEY)
+        plan = await _migration_plan(conn)  # raises, changing nothing, on a foreign schema
         await conn.execute(
             "CREATE TABLE IF NOT EXISTS starflow_migrations ("
             "version int PRIMARY KEY, name text NOT NULL, "
             "applied_at timestamptz NOT NULL DEFAULT now())"
         )
-        done = {r[0] for r in await conn.fetch("SELECT version FROM starflow_migrations")}
-        for mig in migrations:
-            if mig.version in done:
-                continue
+        for mig in plan.adopt:  # found in place: recorded, not run (029 reads the marker)
+            await conn.execute("INSERT INTO starflow_migrations (version, name) VALUES ($1, $2)",
+                               mig.version, f"{mig.name} {ADOPTED_MARK}")
+            log.warning("adopted the state model's migration", version=mig.version,
+                        name=mig.name)
+        for mig in plan.apply:
             await conn.execute(mig.sql)
             await conn.execute("INSERT INTO starflow_migrations (version, name) VALUES ($1, $2)",
                                mig.version, mig.name)

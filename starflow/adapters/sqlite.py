@@ -29,7 +29,7 @@ import anyio.lowlevel
 
 from ..clock import format_ts, parse_ts
 from ..errors import ConfigError, StorageError
-from ..migrations import load_migrations
+from ..migrations import MigrationPlan, load_migrations
 from ..records import (
     DefinitionRecord,
     JobRecord,
@@ -265,6 +265,33 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
     async def migrate(self) -> list[int]:
         """Apply pending migrations; return the versions applied."""
         return await self._call(self._migrate)
+
+    async def migration_plan(self) -> MigrationPlan:
+        """What :meth:`migrate` would do, changing nothing (``starflow migrate
+        --dry-run``); reads the file without :meth:`open`. (Adopting the state
+        model's own schema is PostgreSQL's: its migrations 001-019 are Supabase's.)"""
+        import os
+
+        migrations = load_migrations("sqlite")
+
+        def read() -> set[int]:
+            if self.path == ":memory:" or not os.path.exists(self.path):
+                return set()
+            try:
+                conn = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True)
+                try:
+                    if conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' "
+                                    "AND name = 'starflow_migrations'").fetchone() is None:
+                        return set()
+                    return {r[0] for r in conn.execute("SELECT version FROM starflow_migrations")}
+                finally:
+                    conn.close()
+            except sqlite3.Error as exc:
+                raise StorageError(f"cannot read SQLite database {self.path!r}: {exc}") from exc
+
+        done = await anyio.to_thread.run_sync(read)
+        return MigrationPlan(adopt=(), apply=tuple(m for m in migrations
+                                                   if m.version not in done))
 
     @staticmethod
     def _migrate(conn: sqlite3.Connection) -> list[int]:
@@ -622,7 +649,7 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
 
         def sweep(conn: sqlite3.Connection) -> list[SweepResult]:
             rows = conn.execute(
-                f"UPDATE workflow_runs SET {sweep_set('', '?', '?')} "
+                f"UPDATE workflow_runs SET {sweep_set('', '?', '?', requeue=c.requeue)} "
                 # Unary +: search the partial lease index (only leased runs), not
                 # every run of the workspace.
                 "WHERE +workspace_id = ? AND +env = ? AND lease_until IS NOT NULL "

@@ -300,6 +300,8 @@ class SweepLeases(Command[list[SweepResult]]):
     now: datetime
     reason: str = "runner_lost"
     after: AfterSweep | None = None
+    #: False (``StarflowConfig.lost_runs="fail"``): abandon every lost run.
+    requeue: bool = True
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

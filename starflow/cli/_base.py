@@ -269,7 +269,11 @@ async def resolve_app(ns: argparse.Namespace, *, maintenance: bool = False,
     db = getattr(ns, "db", None)
     workspace = getattr(ns, "workspace", None)
     env = getattr(ns, "env", None)
+    warm = getattr(ns, "warm", None)  # `starflow server --warm URL`
     if obj is not None and db is None and workspace is None and env is None:
+        if warm is not None:
+            raise CommandError("--warm goes with --db (an app configures its warm tier "
+                               "with Starflow.open(warm=...))", EXIT_USAGE)
         # The user's app as configured, with this process's maintenance choice.
         return Starflow(obj.adapter, config=obj.config, clock=obj.clock,
                         maintenance=maintenance)
@@ -293,7 +297,7 @@ async def resolve_app(ns: argparse.Namespace, *, maintenance: bool = False,
     if env is not None:
         kwargs["env"] = env
     try:
-        return Starflow.open(url, maintenance=maintenance, **kwargs)
+        return Starflow.open(url, maintenance=maintenance, warm=warm, **kwargs)
     except StarflowError as exc:
         raise CommandError(str(exc), EXIT_USAGE) from exc
 

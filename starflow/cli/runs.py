@@ -193,6 +193,9 @@ def _list_args(parser: argparse.ArgumentParser) -> None:
     _filters(parser)
     parser.add_argument("--limit", type=positive_int, default=50, metavar="N",
                         help="at most N runs, newest first (default 50)")
+    parser.add_argument("--stuck", action="store_true",
+                        help="only queued runs no worker has claimed for the app's "
+                             "stuck_after (default 5 min), oldest first")
     json_flag(parser)
 
 
@@ -201,8 +204,14 @@ def _list_args(parser: argparse.ArgumentParser) -> None:
 async def _runs_list(ns: argparse.Namespace) -> int:
     async with open_app(ns, must_exist=True) as sf:
         since = parse_since(ns.since, sf.clock.now()) if ns.since else None
-        runs = await sf.list_runs(status=ns.status, template_id=ns.template, limit=ns.limit,
-                                  since=since)
+        if ns.stuck:  # queued, and not claimed for config.stuck_after: no worker takes them
+            runs = [r for r in await sf.stuck_runs()
+                    if (ns.template is None or r.template_id == ns.template)
+                    and (since is None or (r.started_at is not None and r.started_at >= since))
+                    ][:ns.limit]
+        else:
+            runs = await sf.list_runs(status=ns.status, template_id=ns.template,
+                                      limit=ns.limit, since=since)
     if ns.json:
         write_json([run_summary(r) for r in runs])
         return EXIT_OK

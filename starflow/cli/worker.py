@@ -66,15 +66,23 @@ async def _worker(ns: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-@command("server", help="run the lease sweep and durable timers until SIGTERM/SIGINT",
-         args=[app_args, db_args])
+def _server_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--warm", metavar="URL", default=None,
+                        help="also drain the mirror outbox to this warm tier (redis://...); "
+                             "needs --db, not --app")
+
+
+@command("server", help="run the lease sweep, durable timers and (with --warm) the outbox "
+                        "drainer until SIGTERM/SIGINT",
+         args=[app_args, db_args], configure=_server_args)
 async def _server(ns: argparse.Namespace) -> int:
     from ..maintenance import Maintenance
 
     async with open_app(ns) as sf:
         maintenance = Maintenance(sf.runner, poll=True)
         say(f"server {sf.runner_id}: lease sweep every "
-             f"{sf.config.sweep_interval.total_seconds():g} s, durable timers")
+             f"{sf.config.sweep_interval.total_seconds():g} s, durable timers"
+             + (", outbox drainer" if maintenance.drainer is not None else ""))
         async with anyio.create_task_group() as tg:
             tg.start_soon(on_signals, tg.cancel_scope.cancel, tg.cancel_scope.cancel)
             await maintenance.run()

@@ -4,6 +4,11 @@ The ``adapter`` fixture (tests/conftest.py) yields an open adapter of each kind
 (in-memory SQLite, SQLite file, PostgreSQL) scoped to a fresh workspace, so
 tests on the shared PostgreSQL database never see each other's rows. Every
 check reads the state back through the adapter after the write.
+
+Here the matrix has two more kinds, ``pgbouncer`` and ``pgbouncer-rls``:
+PostgreSQL through a PgBouncer in ``pool_mode = transaction``
+(``?pooler=transaction``), where each transaction may land on another server
+connection, as the owner and as a non-owner role under Row Level Security.
 """
 
 from __future__ import annotations
@@ -38,6 +43,14 @@ from tests.conftest import adapter_url
 
 R = TypeVar("R")
 T0 = datetime(2026, 1, 1, 12, 0, 0, 123456, tzinfo=UTC)
+
+
+@pytest.fixture(params=["memory", "sqlite", "postgres", "pgbouncer", "pgbouncer-rls"])
+def adapter_kind(request: pytest.FixtureRequest) -> str:
+    """Every durable adapter kind, and PostgreSQL behind a transaction pooler: as the
+    tables' owner, and as a role Row Level Security applies to (tenant settings
+    set per transaction)."""
+    return str(request.param)
 
 
 def at(seconds: float) -> datetime:
@@ -673,6 +686,34 @@ class TestSweep:
             ("runner_lost", {"leased_by": "w-1", "action": "abandoned",
                              "reason": "lease expired"})]
         assert await adapter.expire_old_leases(at(100)) == []
+
+    async def test_lost_inline_run_counts_one_attempt(self, adapter: WorkflowStateAdapter
+                                                      ) -> None:
+        """An inline run (never claimed: claim_attempts 0) lost counts one claim."""
+        runs = {}
+        for max_attempts in (1, 2):
+            run_id = await start(adapter, max_claim_attempts=max_attempts)
+            await adapter.write_lease(run_id, "inline", at(30), now=T0)
+            runs[max_attempts] = run_id
+        result = {r.run_id: r.action for r in await adapter.expire_old_leases(at(31))}
+        assert result == {runs[1]: "abandoned", runs[2]: "requeued"}
+        for run_id in runs.values():
+            run = await adapter.get_run(run_id)
+            assert run is not None and run.claim_attempts == 1
+
+    async def test_requeue_false_abandons_every_lost_run(self, adapter: WorkflowStateAdapter
+                                                         ) -> None:
+        claimed = await self.claimed(adapter, attempts=1)
+        inline = await start(adapter)
+        await adapter.write_lease(inline, "inline", at(30), now=T0)
+        result = await adapter.expire_old_leases(at(31), requeue=False)
+        assert {r.run_id: r.action for r in result} == {claimed: "abandoned",
+                                                       inline: "abandoned"}
+        for run_id in (claimed, inline):
+            run = await adapter.get_run(run_id)
+            assert run is not None
+            assert (run.status, run.claim_state, run.error) == (
+                "error", "abandoned", "runner_lost")
 
     async def test_max_claim_attempts_is_per_run(self, adapter: WorkflowStateAdapter) -> None:
         once = await self.claimed(adapter, max_attempts=1)

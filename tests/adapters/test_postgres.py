@@ -404,8 +404,9 @@ class TestPlans:
                 for workflows in (None, ["wf"]):
                     assert "idx_workflow_runs_claim_pool" in await used(
                         CLAIM_SQL, "ws0", "prod", pool, 5, "w", at(30), T0, workflows)
-            assert "idx_workflow_runs_lease_until" in await used(
-                SWEEP_SQL, "ws0", "prod", "runner_lost", T0, "chan")
+            for requeue in (True, False):  # StarflowConfig.lost_runs
+                assert "idx_workflow_runs_lease_until" in await used(
+                    SWEEP_SQL[requeue], "ws0", "prod", "runner_lost", T0, "chan")
 
 
 class ManualClock:

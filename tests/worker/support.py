@@ -77,8 +77,8 @@ class Probe(DelegatingAdapter):
         return got
 
     async def expire_old_leases(self, now: datetime, reason: str = "runner_lost",
-                                *, after: Any = None) -> list[SweepResult]:
-        got = await self.inner.expire_old_leases(now, reason, after=after)
+                                *, after: Any = None, requeue: bool = True) -> list[SweepResult]:
+        got = await self.inner.expire_old_leases(now, reason, after=after, requeue=requeue)
         self.sweeps.append((now, got))
         self._bump()
         return got

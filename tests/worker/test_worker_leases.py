@@ -177,8 +177,9 @@ class TestInlineResetsClaims:
             # The signal wakes it inline (driven here); this runner dies after the wake.
             await self.lose_runner(sf, probe, clock, run_id,
                                    lambda: sf.signal(run_id, "go", {}), "x")
-            assert (await sf.get_run(run_id)).claim_attempts == 0
-            # So the next lost worker is its first since the wake, not its third.
+            # The wake reset the count; the lost inline execution is its first attempt.
+            assert (await sf.get_run(run_id)).claim_attempts == 1
+            # So the next lost worker is its second since the wake, not its fourth.
             assert await self.claim_and_lose(probe, clock) == "requeued"
 
     async def test_inline_retry(self, open_app: OpenApp, clock: FakeClock) -> None:
@@ -189,7 +190,8 @@ class TestInlineResetsClaims:
             # Retried inline (driven here); this runner dies too.
             await self.lose_runner(sf, probe, clock, run_id, lambda: sf.retry(run_id), "x")
             run = await sf.get_run(run_id)
-            assert (run.status, run.claim_state, run.claim_attempts) == ("queued", "queued", 0)
+            # The retry reset the count; the lost inline execution counts as one.
+            assert (run.status, run.claim_state, run.claim_attempts) == ("queued", "queued", 1)
 
 
 class TestSweepTiming:
