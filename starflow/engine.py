@@ -99,6 +99,9 @@ class Engine:
     #: The run's recorded input could not be decoded for this code: the body
     #: raises it instead of running, so the run fails with it (lease-guarded).
     input_error: StarflowError | None = None
+    #: The W3C ``traceparent`` stored with the run at its start, continued by
+    #: this execution's ``starflow.run`` span (OpenTelemetry only).
+    traceparent: str | None = None
 
     def __post_init__(self) -> None:
         self._last_time = self.started_at
@@ -647,7 +650,7 @@ class Engine:
         scope = observability.RunScope(
             run_id=self.run_id, workflow=self.definition.name, version=self.definition.version,
             runner_id=self.runtime.runner_id, workspace=self.ctx.workspace_id, env=self.ctx.env,
-            replay=bool(self.journal.nodes))
+            replay=bool(self.journal.nodes), traceparent=self.traceparent)
         with obs.execution(scope) as execution:
             outcome = await self._execute()
             execution.finish(outcome.status, outcome.error)
