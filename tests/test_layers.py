@@ -37,6 +37,7 @@ LAYERS: dict[str, str] = {
     "starflow.cli.outbox": "face",
     "starflow.cli.replay": "face",
     "starflow.cli.runs": "face",
+    "starflow.cli.schedules": "face",
     "starflow.cli.worker": "face",
     # runtime: executes runs
     "starflow.context": "runtime",
@@ -48,6 +49,7 @@ LAYERS: dict[str, str] = {
     "starflow.history": "runtime",
     "starflow.jobs": "runtime",
     "starflow.maintenance": "runtime",
+    "starflow.schedules": "runtime",
     "starflow.progress": "runtime",
     "starflow.replay": "runtime",
     "starflow.replayer": "runtime",
@@ -67,6 +69,7 @@ LAYERS: dict[str, str] = {
     # adapters: the cold tier (the state model's port and its implementations)
     "starflow.adapters": "adapters",
     "starflow.adapters._sql": "adapters",
+    "starflow.adapters._flow": "adapters",
     "starflow.adapters.base": "adapters",
     "starflow.adapters.null": "adapters",
     "starflow.adapters.postgres": "adapters",

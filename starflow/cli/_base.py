@@ -115,6 +115,7 @@ class Command:
 _GROUP_HELP = {
     "runs": "list, show, export and retry runs",
     "outbox": "the warm tier's mirror outbox",
+    "schedules": "list, show, pause, resume, delete and trigger schedules",
 }
 _COMMANDS: dict[str, Command] = {}
 
