@@ -177,3 +177,15 @@ class TestWorkerDeployment:
         assert "signalled: the run is queued for a worker again" in out
         assert "o-vip shipped by courier" in out and "o-lost shipped by standard" in out
         assert "recovered run: runner_lost (requeued, was leased by crashed-worker)" in out
+
+
+class TestWebUI:
+    """examples/web_ui.py: the page served by uvicorn, read and acted on over HTTP."""
+
+    def test_tour(self, tmp_path: Path) -> None:
+        """401 without the token; the run listed; approved through the form; result read."""
+        out = run_example("web_ui.py", tmp_path)
+        assert "without the token: 401" in out
+        assert "runs page: 200 lists the run" in out
+        assert "confirmation page: True" in out and "signal sent: 303 done=signal" in out
+        assert "result: {'approved_by': 'ana', 'cents': 1999, 'item': 'lamp'}" in out

@@ -191,6 +191,8 @@ class Dialect:
     skip_locked = ""
     #: The locking clause of a row read to serialize a read-modify-write.
     for_update = ""
+    #: Run ids are a ``uuid`` column (only uuid text can name a run), not any text.
+    uuid_ids = False
 
     def p(self, n: int, cast: str = "") -> str:
         """The ``n``-th placeholder (1-based, in occurrence order)."""
@@ -306,6 +308,7 @@ class _Postgres(Dialect):
     name = "postgres"
     skip_locked = " FOR UPDATE SKIP LOCKED"
     for_update = " FOR UPDATE"
+    uuid_ids = True
 
     def p(self, n: int, cast: str = "") -> str:
         return f"${n}::{cast}" if cast else f"${n}"

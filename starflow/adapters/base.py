@@ -48,6 +48,7 @@ from ..records import (
     SweepResult,
     WaitRecord,
 )
+from .pages import RunPage, RunPageQuery
 from .units import (
     UPDATABLE_RUN_COLUMNS,
     AfterClaim,
@@ -546,6 +547,14 @@ class WorkflowStateAdapter(abc.ABC):
         """Runs in scope, newest first."""
 
     @abc.abstractmethod
+    async def list_runs_page(self, query: RunPageQuery) -> RunPage:
+        """One page of runs in scope, newest first, by keyset (see ``adapters.pages``).
+
+        Raises:
+            StarflowError: the query is invalid (every problem named; nothing read).
+        """
+
+    @abc.abstractmethod
     async def list_events(self, run_id: str, *, after_id: int = 0) -> list[RunEvent]:
         """The run's events in order (one query; the journal is rebuilt from it)."""
 
@@ -794,6 +803,9 @@ class DelegatingAdapter(WorkflowStateAdapter):
                         since: datetime | None = None, limit: int = 50) -> list[RunInfo]:
         return await self.inner.list_runs(status=status, template_id=template_id,
                                           since=since, limit=limit)
+
+    async def list_runs_page(self, query: RunPageQuery) -> RunPage:
+        return await self.inner.list_runs_page(query)
 
     async def list_events(self, run_id: str, *, after_id: int = 0) -> list[RunEvent]:
         return await self.inner.list_events(run_id, after_id=after_id)

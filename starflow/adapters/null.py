@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import Any
 
 from ..records import (
+    RUN_STATUSES,
     DefinitionRecord,
     JobRecord,
     OutboxLag,
@@ -26,6 +27,7 @@ from ..records import (
     WaitRecord,
 )
 from .base import WorkflowStateAdapter
+from .pages import RunPage, RunPageQuery
 from .units import (
     ClaimJobs,
     ClaimRuns,
@@ -65,6 +67,10 @@ class NullWorkflowStateAdapter(WorkflowStateAdapter):
     async def list_runs(self, *, status: str | None = None, template_id: str | None = None,
                         since: datetime | None = None, limit: int = 50) -> list[RunInfo]:
         return []
+
+    async def list_runs_page(self, query: RunPageQuery) -> RunPage:
+        query.check()
+        return RunPage(runs=[], counts=dict.fromkeys(RUN_STATUSES, 0) if query.counts else None)
 
     async def list_events(self, run_id: str, *, after_id: int = 0) -> list[RunEvent]:
         return []

@@ -120,6 +120,7 @@ from ._sql import (
     POSTGRES_QUERIES as Q,
 )
 from .base import WorkflowStateAdapter
+from .pages import RunPage, RunPageQuery, make_page, page_sql
 from .sweep import ABANDONED, REQUEUED
 from .units import (
     ClaimJobs,
@@ -764,6 +765,17 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
                                     *(v for v in (status, template_id, since) if v is not None),
                                     int(limit))
         return [run_info(r, POSTGRES) for r in rows]
+
+    async def list_runs_page(self, query: RunPageQuery) -> RunPage:
+        query.check()
+        sql = page_sql(POSTGRES, query, workspace_id=self.workspace_id, env=self.env)
+        if sql is None:
+            return make_page([], query, {} if query.counts else None)
+        async with self._connection("list_runs_page") as conn:
+            rows = await conn.fetch(sql.select, *sql.select_args)
+            counts = (None if sql.count is None else
+                      {r[0]: r[1] for r in await conn.fetch(sql.count, *sql.count_args)})
+        return make_page([run_info(r, POSTGRES) for r in rows], query, counts)
 
     async def list_events(self, run_id: str, *, after_id: int = 0) -> list[RunEvent]:
         rid = uuid_or_none(run_id)

@@ -82,6 +82,7 @@ from ._sql import (
     SQLITE_QUERIES as Q,
 )
 from .base import WorkflowStateAdapter
+from .pages import RunPage, RunPageQuery, make_page, page_sql
 from .sweep import lost_payload
 from .units import (
     ClaimJobs,
@@ -595,6 +596,21 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
         sql = Q.list_runs(status is not None, template_id is not None, since is not None)
         return await self._call(lambda conn: [run_info(r, SQLITE)
                                               for r in conn.execute(sql, args)])
+
+    async def list_runs_page(self, query: RunPageQuery) -> RunPage:
+        query.check()
+        sql = page_sql(SQLITE, query, workspace_id=self.workspace_id, env=self.env)
+        if sql is None:
+            return make_page([], query, {} if query.counts else None)
+
+        def q(conn: sqlite3.Connection) -> tuple[list[RunInfo], dict[str, int] | None]:
+            runs = [run_info(r, SQLITE) for r in conn.execute(sql.select, sql.select_args)]
+            counts = (None if sql.count is None else
+                      {r[0]: r[1] for r in conn.execute(sql.count, sql.count_args)})
+            return runs, counts
+
+        runs, counts = await self._call(q)
+        return make_page(runs, query, counts)
 
     async def list_events(self, run_id: str, *, after_id: int = 0) -> list[RunEvent]:
         return await self._call(lambda conn: [
