@@ -3,7 +3,9 @@
 A step raises past its retries; the run ends in ``error``. ``sf.result``
 raises ``WorkflowFailed`` carrying the recorded cause, and ``sf.get_run``
 returns it as ``RunInfo.failure`` (node, type, message, attempts, traceback),
-read from the run's row, never parsed out of its error text.
+read from the run's row, never parsed out of its error text. Each failed
+attempt that was retried is in the run's history as a ``node_retry`` event
+(attempt, error, the delay chosen before the next one).
 
     python examples/failure_data.py
 """
@@ -52,6 +54,11 @@ async def main() -> None:
         cause = failure.traceback.split("The above exception")[0]
         frames = [line.strip() for line in cause.splitlines() if line.strip().startswith("File ")]
         print("raised", frames[-1].rsplit(", ", 1)[-1])
+        for event in await sf.events(run.run_id):
+            if event.event_type == "node_retry":
+                retry = event.payload
+                print(f"attempt {retry['attempt']} of {event.node_id} failed "
+                      f"({retry['error']['type']}), retried after {retry['delay_ms']} ms")
 
 
 if __name__ == "__main__":

@@ -137,7 +137,8 @@ class Starflow:
         if warm is not None:
             from .warm.mirror import mirror
 
-            adapter = mirror(adapter, warm, clock=clock)
+            adapter = mirror(adapter, warm, clock=clock,
+                             finished_ttl=config.warm_finished_ttl)
         return cls(adapter, config=config, clock=clock, maintenance=maintenance)
 
     # -- lifecycle -----------------------------------------------------------------

@@ -60,6 +60,9 @@ class StarflowConfig(msgspec.Struct, frozen=True, kw_only=True):
         cancel_cleanup_timeout: How long a cancelled run's ``except RunCancelled`` /
             ``finally`` code may run (per execution) before it is cut short and the
             run ends in ``error`` (5 min).
+        warm_finished_ttl: How long the Redis warm tier keeps a run after it
+            ended (success, error, cancelled): its keys then expire (24 h). Cold
+            keeps the run; the warm tier serves live views.
     """
 
     lease_ttl: timedelta = timedelta(seconds=30)
@@ -79,6 +82,7 @@ class StarflowConfig(msgspec.Struct, frozen=True, kw_only=True):
     outbox_retention: timedelta = timedelta(hours=1)
     drift_sweep_interval: timedelta = timedelta(seconds=30)
     cancel_cleanup_timeout: timedelta = timedelta(minutes=5)
+    warm_finished_ttl: timedelta = timedelta(hours=24)
 
     def __post_init__(self) -> None:
         problems: list[str] = []
@@ -92,6 +96,7 @@ class StarflowConfig(msgspec.Struct, frozen=True, kw_only=True):
             "outbox_retention",
             "drift_sweep_interval",
             "cancel_cleanup_timeout",
+            "warm_finished_ttl",
             "stuck_after",
         ):
             value: timedelta = getattr(self, name)

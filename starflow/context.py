@@ -74,6 +74,9 @@ class CheckpointWait(msgspec.Struct, frozen=True, kw_only=True):
     wake_token: str | None = None
     #: The worker job that is the wait's wake source (a ``@step(pool=...)`` call).
     job_id: str | None = None
+    #: ``module:qualname`` of the ``type=`` a ``wait_for`` converts its payload to
+    #: (:func:`starflow.serde.type_name`); ``None`` for an untyped wait.
+    payload_type: str | None = None
 
     def variable(self) -> dict[str, Any]:
         """The ``__celestialWait`` variable (status ``pending``) the checkpoint holds."""
@@ -82,6 +85,8 @@ class CheckpointWait(msgspec.Struct, frozen=True, kw_only=True):
                                  "wake_token": self.wake_token}
         if self.job_id is not None:
             value["job_id"] = self.job_id
+        if self.payload_type is not None:
+            value["payload_type"] = self.payload_type
         return value
 
 
@@ -93,7 +98,7 @@ def checkpoint_wait(checkpoint: Mapping[str, Any] | None) -> CheckpointWait | No
         return None
     return CheckpointWait(node_id=wait.get("node_id"), event=wait.get("event"),
                           deadline=wait.get("deadline"), wake_token=wait.get("wake_token"),
-                          job_id=wait.get("job_id"))
+                          job_id=wait.get("job_id"), payload_type=wait.get("payload_type"))
 
 
 class Variables(dict[str, Any]):

@@ -88,6 +88,14 @@ def new_runner_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
+def stored_traceparent(input_json: Any) -> str | None:
+    """The W3C ``traceparent`` a run's recorded input carries (``sf.run`` / ``sf.start``
+    store the caller's with the arguments, under ``"trace"``), if any."""
+    trace = input_json.get("trace") if isinstance(input_json, dict) else None
+    value = trace.get("traceparent") if isinstance(trace, dict) else None
+    return value if isinstance(value, str) else None
+
+
 class Driver:
     """Drives runs for one adapter in this process (see the module docstring)."""
 
@@ -301,7 +309,7 @@ class Driver:
         engine = Engine(runtime=self.runtime, definition=definition, ctx=ctx, journal=journal,
                         args=args, kwargs=kwargs, started_at=run.started_at or self.clock.now(),
                         should_yield=should_yield, claimed=run.claim_state == "claimed",
-                        input_error=input_error)
+                        input_error=input_error, traceparent=stored_traceparent(run.input_json))
         return engine
 
     async def hand_back(self, run: RunInfo, error: StarflowError) -> str | None:

@@ -45,7 +45,7 @@ from .errors import (
     WaitTimeout,
 )
 from .execution import Abort, Outcome, PendingWait, Runtime, Suspend, find_unwinding
-from .failure import CANCELLED_TYPE, cancelled_error, error_info, run_failure
+from .failure import CANCELLED_TYPE, cancelled_error, error_info, format_traceback, run_failure
 from .heartbeats import Heartbeats
 from .limits import storable_text
 from .logs import get_logger
@@ -114,6 +114,9 @@ class Engine:
     #: The run's recorded input could not be decoded for this code: the body
     #: raises it instead of running, so the run fails with it (lease-guarded).
     input_error: StarflowError | None = None
+    #: The W3C ``traceparent`` stored with the run at its start, continued by
+    #: this execution's ``starflow.run`` span (OpenTelemetry only).
+    traceparent: str | None = None
 
     def __post_init__(self) -> None:
         self._last_time = self.started_at
@@ -303,6 +306,31 @@ class Engine:
 
     # -- steps -------------------------------------------------------------------
 
+    async def _record_retry(self, sdef: StepDefinition, nid: str, exc: Exception,
+                            attempt: int, delay: float) -> None:
+        """Log and record one failed attempt that will be retried, then wait ``delay``.
+
+        The ``node_retry`` event (attempt, error with its traceback, delay chosen)
+        is written before the backoff, so the history shows every failed attempt
+        even if the process dies while waiting. It is not flushed (like
+        ``node_start``): losing it in a crash loses only the record of an attempt
+        whose step runs again.
+        """
+        info = error_info(exc, attempt)
+        self._log.warning("step failed; retrying", node_id=nid, step=sdef.name,
+                          attempt=attempt, max_attempts=sdef.retry.max_attempts,
+                          delay_s=delay, error_type=info["type"], error=repr(exc))
+        info["message"] = storable_text(info["message"])
+        info["traceback"] = storable_text(format_traceback(exc))
+        retry = {"attempt": attempt, "error": info, "delay_ms": int(delay * 1000)}
+
+        async def retried(ts: datetime) -> None:
+            await self._phase(ts)
+            await self.adapter.on_node_retry(self.run_id, nid, retry, now=ts)
+
+        await self._commit(retried, durable=False)
+        await self.runtime.clock.sleep(delay)
+
     async def run_step(self, sdef: StepDefinition, fn: Callable[..., Awaitable[Any]],
                        args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """Execute or replay one step call; every log inside it carries its node id."""
@@ -356,7 +384,6 @@ class Engine:
         self.node_status[nid] = "running"
         variables_before = variables_snapshot(self.ctx.variables, RESERVED_PREFIX)
         policy = sdef.retry
-        clock = self.runtime.clock
         attempt = 0
         while True:
             attempt += 1
@@ -380,9 +407,7 @@ class Engine:
                     raise
                 if (attempt < policy.max_attempts and policy.retryable(exc)
                         and not self.cancel_requested):
-                    self._log.info("step failed; retrying", node_id=nid, attempt=attempt,
-                                   error=repr(exc))
-                    await clock.sleep(policy.delay(attempt))
+                    await self._record_retry(sdef, nid, exc, attempt, policy.delay(attempt))
                     continue
                 info = error_info(exc, attempt)
                 # The failure is recorded once, or the step ends here: a message the
@@ -465,14 +490,16 @@ class Engine:
         self._suspend(nid, None, None, expiry, job=job)
 
     def _suspend(self, nid: str, event: str | None, deadline: datetime | None,
-                 expiry: datetime, job: JobSpec | None = None) -> NoReturn:
+                 expiry: datetime, job: JobSpec | None = None,
+                 payload_type: str | None = None) -> NoReturn:
         token = self._sign(nid, expiry)
         pending = PendingWait(node_id=nid, event=event, deadline=deadline, wake_token=token,
                               job=job)
         # enterDurableWait steps 1-2 (in memory); the engine writes steps 3-6.
         recorded = CheckpointWait(node_id=nid, event=event,
                                   deadline=format_ts(deadline) if deadline else None,
-                                  wake_token=token, job_id=job.id if job is not None else None)
+                                  wake_token=token, job_id=job.id if job is not None else None,
+                                  payload_type=payload_type)
         self.ctx.variables._engine_set(WAIT_KEY, recorded.variable())  # type: ignore[attr-defined]
         self.node_status[nid] = "waiting"
         self._pending_wait = pending
@@ -520,8 +547,12 @@ class Engine:
                                               f"{kind} {event!r}" if event else "sleep")
         self._guard_suspending()
         await self._reach_cancel(nid, kind, event)
+        if event is None and timeout is not None and timeout <= timedelta(0):
+            return None  # sleep(0) does not pause (a recorded one above replays as before)
         if event is not None:
             signal = await self.adapter.find_signal(self.run_id, event)
+            if signal is not None and not await self._accepts(nid, event, signal, type_):
+                signal = None
             if signal is not None:
                 async def deliver(ts: datetime) -> None:
                     await self.adapter.consume_signal(signal.id)
@@ -542,7 +573,34 @@ class Engine:
                 self.runtime.clock.now() + self.runtime.config.wake_token_ttl)
         except OverflowError:
             raise self._too_far(nid, timeout) from None
-        self._suspend(nid, event, deadline, expiry)
+        self._suspend(nid, event, deadline, expiry, payload_type=serde.type_name(type_))
+
+    async def _accepts(self, nid: str, event: str, signal: Any, type_: Any) -> bool:
+        """Whether a signal that came before its wait decodes to the wait's type.
+
+        One that does not is taken out of the inbox and recorded as a
+        ``signal_rejected`` event (with why) in one unit: it fails only this
+        wait's delivery, and the run goes on to pause at the wait for a payload
+        that fits, never failing for a sender's mistake.
+        """
+        try:
+            serde.convert(signal.payload, type_, what=f"payload of signal {event!r} for {nid}",
+                          run_id=self.run_id, node_id=nid)
+        except SerializationError as exc:
+            reason = {"event": event, "signal_id": signal.id, "error": storable_text(str(exc))}
+
+            async def reject(ts: datetime) -> None:
+                await self.adapter.consume_signal(signal.id)
+                await self.adapter.record_event(self.run_id, "signal_rejected", nid, reason,
+                                                now=ts, method="reject_signal")
+
+            ts = await self._commit(reject)
+            self._advance(ts)
+            self._log.warning("early signal rejected: its payload does not match the wait's "
+                              "type; the run waits for another", node_id=nid, signal=event,
+                              error=str(exc))
+            return False
+        return True
 
     async def wait_any(self, events: tuple[str, ...], timeout: timedelta | None,
                        types: Mapping[str, Any]) -> tuple[str, Any]:
@@ -869,7 +927,7 @@ class Engine:
         scope = observability.RunScope(
             run_id=self.run_id, workflow=self.definition.name, version=self.definition.version,
             runner_id=self.runtime.runner_id, workspace=self.ctx.workspace_id, env=self.ctx.env,
-            replay=bool(self.journal.nodes))
+            replay=bool(self.journal.nodes), traceparent=self.traceparent)
         with obs.execution(scope) as execution:
             outcome = await self._execute()
             execution.finish(outcome.status, outcome.error)
@@ -1000,6 +1058,14 @@ class Engine:
                     await self.adapter.clear_lease(self.run_id)
 
                 await self._commit(failed)
+                # One line per failed run, at error level, whatever the host's level
+                # for the rest of starflow: what failed, where, and the cause's type.
+                self._log.error(
+                    "run failed", workflow=self.definition.name,
+                    version=self.definition.version,
+                    node_id=cause.node_id if cause is not None else None,
+                    error_type=cause.type if cause is not None else None,
+                    error=message)
                 return outcome
             if outcome.status == "cancelled":
                 async def cancelled(ts: datetime) -> None:

@@ -214,9 +214,10 @@ class RunFinished(StarflowError):
         status: The run's final status.
     """
 
-    def __init__(self, run_id: str, status: str, action: str) -> None:
+    def __init__(self, run_id: str, status: str, action: str, hint: str | None = None) -> None:
         super().__init__(
-            f"cannot {action} run {run_id}: it has already ended with status {status!r}",
+            f"cannot {action} run {run_id}: it has already ended with status {status!r}"
+            + (f"; {hint}" if hint else ""),
             run_id=run_id,
         )
         self.status = status

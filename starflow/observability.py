@@ -44,6 +44,7 @@ __all__ = [
     "RunScope",
     "StarflowMetrics",
     "current",
+    "current_traceparent",
     "disable",
     "enable_metrics",
     "enable_tracing",
@@ -73,6 +74,9 @@ class RunScope:
     #: True when the execution starts by replaying recorded history (a resume
     #: or a run another runner started).
     replay: bool
+    #: The W3C ``traceparent`` stored with the run when it started: every
+    #: execution's ``starflow.run`` span continues that trace (None: a root span).
+    traceparent: str | None = None
 
 
 class StarflowMetrics:
@@ -190,7 +194,7 @@ class Observability:
             span = None
             if self.tracer is not None:
                 span = stack.enter_context(self.tracer.start_as_current_span(
-                    "starflow.run",
+                    "starflow.run", context=_parent_context(scope.traceparent),
                     attributes={
                         "starflow.run_id": scope.run_id,
                         "starflow.workflow": scope.workflow,
@@ -292,6 +296,35 @@ def _global_tracer() -> Any:
 
 def _version() -> str:
     return __version__
+
+
+def _parent_context(traceparent: str | None) -> Any:
+    """The OpenTelemetry context a stored ``traceparent`` names (None: the current one)."""
+    if not traceparent:
+        return None
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+    return TraceContextTextMapPropagator().extract({"traceparent": traceparent})
+
+
+def current_traceparent() -> str | None:
+    """The W3C ``traceparent`` of the span current in the caller, if any.
+
+    Read when a run starts (``sf.run`` / ``sf.start``) and stored with the run,
+    so that every execution and wake of the run continues the caller's trace.
+    None when OpenTelemetry is not imported by the application or no span is
+    recording: importing starflow never imports it.
+    """
+    if "opentelemetry.trace" not in sys.modules:
+        return None
+    from opentelemetry import trace
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+    if not trace.get_current_span().get_span_context().is_valid:
+        return None
+    carrier: dict[str, str] = {}
+    TraceContextTextMapPropagator().inject(carrier)
+    return carrier.get("traceparent")
 
 
 def current() -> Observability:

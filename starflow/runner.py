@@ -82,6 +82,10 @@ class Runner(Waker):
         """
         rid = _validate_run_id(run_id)
         encoded = self.encode_input(definition, args, kwargs)
+        # The caller's trace (OpenTelemetry), stored with the input so that every
+        # execution and wake of the run, in any process, continues it.
+        traceparent = observability.current_traceparent()
+        stored = {**encoded, "trace": {"traceparent": traceparent}} if traceparent else encoded
         # Converted to the annotations before anything is written: an argument of the
         # wrong type must not leave a run behind that no runner can ever start.
         run_args, run_kwargs = self.decode_input(definition, encoded)
@@ -94,7 +98,7 @@ class Runner(Waker):
         ctx = WorkflowContext(run_id=rid, workflow=definition.name, version=definition.version,
                               workspace_id=self.adapter.workspace_id, env=self.adapter.env)
         options = StartOptions(
-            input=encoded,
+            input=stored,
             status="running" if inline else "queued",
             claim_state="running" if inline else "queued",
             runner_pool=pool if pool is not None else definition.pool,
@@ -126,7 +130,8 @@ class Runner(Waker):
             self.notify_settled()
             return RunHandle(run_id=rid, status="queued")
         engine = Engine(runtime=self.runtime, definition=definition, ctx=ctx, journal=Journal(),
-                        args=run_args, kwargs=run_kwargs, started_at=now)
+                        args=run_args, kwargs=run_kwargs, started_at=now,
+                        traceparent=traceparent)
         outcome = await self._execute(engine)
         return await self.settle(rid, outcome)
 
@@ -148,7 +153,10 @@ class Runner(Waker):
             name = record.name if record is not None else None
         if name is not None and name != definition.name:
             raise RunIdConflict(run.id, name, definition.name, run.status)
-        if run.input_json is not None and run.input_json != encoded:
+        recorded = run.input_json
+        if isinstance(recorded, dict):  # the arguments, without the stored trace context
+            recorded = {k: v for k, v in recorded.items() if k != "trace"}
+        if recorded is not None and recorded != encoded:
             self._log.warning(
                 "run_id already names a run of this workflow, started with different "
                 "arguments: returning that run; the new arguments are ignored",
@@ -174,7 +182,12 @@ class Runner(Waker):
         if run is None:
             raise RunNotFound(run_id)
         if run.status in ("success", "cancelled"):
-            raise RunFinished(run_id, run.status, "retry")
+            raise RunFinished(
+                run_id, run.status, "retry",
+                "only a run that ended in 'error' can be retried (it replays its history "
+                "after a fix); to run workflow "
+                f"{run.template_id!r} again, start a new run (sf.start, or "
+                f"starflow start {run.template_id} --app MODULE --args JSON)")
         if run.status != "error":
             raise StarflowError(
                 f"run {run_id} is still {run.status}: only a run that ended in error can be "

@@ -12,6 +12,7 @@ import datetime as _dt
 import hashlib
 import inspect
 import math
+import sys
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
@@ -236,6 +237,37 @@ def convert(value: Any, type_: Any, *, what: str = "stored value",
             run_id=run_id,
             node_id=node_id,
         ) from exc
+
+
+def type_name(type_: Any) -> str | None:
+    """``module:qualname`` of a class a payload converts to (what a wait records).
+
+    ``None`` for ``Any`` and for what cannot be found again by name (a generic
+    alias such as ``list[Order]``, a class defined inside a function).
+    """
+    if not isinstance(type_, type) or type_ is object:
+        return None
+    module, qualname = getattr(type_, "__module__", None), getattr(type_, "__qualname__", "")
+    if not module or "<locals>" in qualname or module == "builtins":
+        return None
+    return f"{module}:{qualname}"
+
+
+def loaded_type(name: str | None) -> type | None:
+    """The class :func:`type_name` named, if its module is already imported here.
+
+    Never imports anything: a process that does not hold the class (a client
+    without the workflow's code) gets ``None`` and cannot check the payload.
+    """
+    if not name or ":" not in name:
+        return None
+    module, _, qualname = name.partition(":")
+    obj: Any = sys.modules.get(module)
+    for part in qualname.split("."):
+        if obj is None:
+            return None
+        obj = getattr(obj, part, None)
+    return obj if isinstance(obj, type) else None
 
 
 def args_hash(args: Any) -> str:

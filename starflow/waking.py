@@ -17,7 +17,7 @@ import msgspec
 
 from . import serde
 from .adapters.units import Guard
-from .context import CANCEL_EVENT, checkpoint_wait
+from .context import CANCEL_EVENT, CheckpointWait, checkpoint_wait
 from .driving import ACTIVE_STATUSES, Driver, RunHandle
 from .errors import InvalidWakeToken, RunFinished, WorkflowDefinitionError
 from .execution import Outcome
@@ -44,6 +44,21 @@ def _next_wait_event(node_id: str, events: list[RunEvent]) -> str | None:
                 if e.node_id is not None and e.node_id.startswith(prefix)
                 and e.event_type in ("node_complete", "node_error")}
     return event if int(occurrence) == len(finished) + 1 else None
+
+
+def _check_payload(run_id: str, wait: CheckpointWait, encoded: Any, what: str) -> None:
+    """Refuse, before anything is written, a payload that does not decode to the
+    ``type=`` of the wait it would wake (when this process holds that type).
+
+    Raises:
+        SerializationError: naming the field that does not fit.
+    """
+    expected = serde.loaded_type(wait.payload_type)
+    if expected is not None:
+        serde.convert(encoded, expected,
+                      what=f"{what} (run {run_id} waits at {wait.node_id} for a "
+                           f"{wait.payload_type}; nothing was written)",
+                      run_id=run_id, node_id=wait.node_id)
 
 
 class Waker(Driver):
@@ -204,7 +219,10 @@ class Waker(Driver):
     async def signal(self, run_id: str, event: str, payload: Any) -> RunHandle[Any]:
         check_event(event, "signal", run_id=run_id)
         encoded = serde.to_builtins(payload, what=f"payload of signal {event!r}", run_id=run_id)
-        await self._unfinished(run_id, "signal")
+        run = await self._unfinished(run_id, "signal")
+        wait = checkpoint_wait(run.checkpoint_json)
+        if wait is not None and wait.event == event:
+            _check_payload(run.id, wait, encoded, f"payload of signal {event!r}")
         now = self.clock.now()
         async with self.adapter.unit(guard=Guard(run_id=run_id, status_in=ACTIVE_STATUSES)
                                      ) as unit:
@@ -287,6 +305,9 @@ class Waker(Driver):
                 "wrong_wait", f"run {run.id} waits at {claims.n}, which is woken by a signal "
                 "(wait_for_any) or an update (receive), not by a wake token",
                 run_id=run.id, node_id=claims.n)
+        wait = checkpoint_wait(run.checkpoint_json)
+        if wait is not None and wait.node_id == claims.n:
+            _check_payload(run.id, wait, encoded, f"resume payload for {claims.n}")
         handle = await self.wake(run, claims.n, via="token", output=encoded)
         if handle is None:
             raise InvalidWakeToken("already_used", f"another wake of {claims.n} won the race",

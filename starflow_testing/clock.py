@@ -115,6 +115,11 @@ class FakeClock:
         """Whether a running engine sleeps on this clock (a retry delay, not a heartbeat)."""
         return any(s.backoff and not s.done for s in self._sleepers)
 
+    def next_backoff(self) -> datetime | None:
+        """When the earliest retry delay a running engine sleeps through ends, if any."""
+        due = [s.deadline for s in self._sleepers if s.backoff and not s.done]
+        return min(due) if due else None
+
     async def advance(self, delta: timedelta | float) -> None:
         """Move time forward by ``delta``, waking sleepers in deadline order.
 

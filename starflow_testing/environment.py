@@ -247,8 +247,12 @@ class WorkflowEnvironment:
         """Move fake time forward, waking sleepers in order (``clock.advance``)."""
         await self.clock.advance(delta)
 
-    async def _next_move(self) -> _Move:
-        """After quiescence: move time if waiting on it is all that is left."""
+    async def _next_move(self, *, stop_at_timeouts: bool = False) -> _Move:
+        """After quiescence: move time if waiting on it is all that is left.
+
+        ``stop_at_timeouts``: do not jump to a ``wait_for`` timeout (only to
+        sleeps and other timers): the run stays at its wait (run_until_idle).
+        """
         runner = self.runner
         clock = self.clock
         if not self.time_skipping:
@@ -271,6 +275,17 @@ class WorkflowEnvironment:
             if nxt is not None and (target is None or nxt < target):
                 await clock.step()
                 return "moved"
+        if target is not None and target > clock.now() and stop_at_timeouts:
+            timeouts = [w for w in await self.adapter.due_waits(target, limit=1000)
+                        if w.event is not None]
+            if timeouts:
+                wait = timeouts[0]
+                log.info("run_until_idle stopped at a wait_for with a timeout instead of "
+                         "skipping to it: signal the run, or advance the clock past the "
+                         "timeout (await env.advance(...)) to make it fire",
+                         run_id=wait.run_id, node_id=wait.node_id,
+                         timeout_at=target.isoformat())
+                return "idle"
         if target is not None and target > clock.now():
             log.debug("time skipping", to=target.isoformat())
             await clock.jump_to(target)
@@ -296,13 +311,14 @@ class WorkflowEnvironment:
                 tg.start_soon(waiter, event)
 
     async def _drive(self, done: Callable[[], bool],
-                     on_idle: Callable[[], Awaitable[None]] | None) -> None:
+                     on_idle: Callable[[], Awaitable[None]] | None, *,
+                     stop_at_timeouts: bool = False) -> None:
         while not done():
             changes = self._changes()
             await self.quiesce()
             if done():
                 return
-            move = await self._next_move()
+            move = await self._next_move(stop_at_timeouts=stop_at_timeouts)
             if move == "moved":
                 continue
             if move == "idle" and on_idle is not None:
@@ -314,7 +330,7 @@ class WorkflowEnvironment:
     async def _skipping(self, op: Callable[[], Awaitable[T]],
                         on_idle: Callable[[], Awaitable[None]] | None = None) -> T:
         if not self.time_skipping:
-            return await op()
+            return await self._watched(op)
         results: list[T] = []
         errors: list[BaseException] = []
         async with anyio.create_task_group() as tg:
@@ -341,10 +357,60 @@ class WorkflowEnvironment:
             raise errors[0]
         return results[0]
 
+    async def _watched(self, op: Callable[[], Awaitable[T]]) -> T:
+        """``op`` without time skipping, failing instead of hanging on a retry delay.
+
+        Nothing moves fake time here but :meth:`advance`: a step waiting for its
+        retry backoff while every task is blocked (twice in a row, with the
+        clock unchanged, so an ``advance`` from another task gets its turn)
+        would wait for ever.
+        """
+        results: list[T] = []
+        errors: list[BaseException] = []
+        async with anyio.create_task_group() as tg:
+            async def run_op() -> None:
+                try:
+                    results.append(await op())
+                except Exception as exc:
+                    errors.append(exc)
+                finally:
+                    tg.cancel_scope.cancel()
+
+            tg.start_soon(run_op)
+            clock = self.clock
+            while not (results or errors):
+                changes = self._changes()
+                await self.quiesce()
+                due = clock.next_backoff()
+                if results or errors or due is None:
+                    await self._wait_any(changes)
+                    continue
+                before = clock.now()
+                await self.quiesce()
+                if results or errors or clock.now() != before or clock.next_backoff() != due:
+                    continue
+                runs = ", ".join(sorted(self.runner.engines)) or "?"
+                errors.append(StarflowError(
+                    f"run {runs} waits for a step's retry delay until {due.isoformat()} (fake "
+                    f"time, now {before.isoformat()}), and with time_skipping=False nothing "
+                    "moves fake time: advance it from another task (await env.advance(...)) "
+                    "or use WorkflowEnvironment(time_skipping=True)"))
+                tg.cancel_scope.cancel()
+        if errors:
+            raise errors[0]
+        return results[0]
+
     async def run_until_idle(self) -> None:
         """Drive queued runs, timers and (with time skipping) fake time until nothing
-        is runnable or due: every run has ended or waits for a signal."""
-        await self._drive(lambda: False, None)
+        is runnable or due: every run has ended or waits for a signal.
+
+        Time skips to sleeps and retry delays, but not to a ``wait_for``
+        timeout: a run waiting on ``wait_for(..., timeout=...)`` stays at its
+        wait (an info line on the ``starflow.testing`` logger says so). Signal
+        it, or ``await env.advance(...)`` past the timeout to make it fire;
+        :meth:`result` skips to timeouts too, since it waits for the end.
+        """
+        await self._drive(lambda: False, None, stop_at_timeouts=True)
 
     # -- the application API -------------------------------------------------------
 

@@ -12,6 +12,11 @@ through indirect parametrization::
 
     @pytest.mark.parametrize("starflow_env", ["memory", "sqlite"], indirect=True)
     async def test_order(starflow_env: WorkflowEnvironment) -> None: ...
+
+A test that uses ``starflow_env`` where no async plugin will run it (anyio
+in its default strict mode without the ``anyio`` marker) fails at setup
+with one line saying what to set, instead of pytest's errors about an
+unawaited coroutine.
 """
 
 from __future__ import annotations
@@ -37,6 +42,36 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="database for the starflow_env fixture: memory (default), sqlite, postgres "
              "or a URL",
     )
+
+
+#: What a test using ``starflow_env`` needs when no async plugin runs it.
+ASYNC_MODE_HINT = (
+    "starflow_env is an async fixture and no async test runner is set for this test: set "
+    "anyio_mode = \"auto\" under [tool.pytest.ini_options] (or mark the test "
+    "@pytest.mark.anyio)")
+
+
+def _ini(config: pytest.Config, name: str) -> str | None:
+    try:
+        value = config.getini(name)
+    except ValueError:  # that plugin is not installed: its option is unknown
+        return None
+    return str(value) if value else None
+
+
+def _runs_async(item: pytest.Item) -> bool:
+    """Whether anyio's (or pytest-asyncio's) plugin runs this test's async fixtures."""
+    if item.get_closest_marker("anyio") is not None:
+        return True
+    if item.get_closest_marker("asyncio") is not None:
+        return True
+    return "auto" in (_ini(item.config, "anyio_mode"), _ini(item.config, "asyncio_mode"))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if "starflow_env" in getattr(item, "fixturenames", ()) and not _runs_async(item):
+        pytest.fail(ASYNC_MODE_HINT, pytrace=False)
 
 
 def _adapter_kind(request: pytest.FixtureRequest) -> str:

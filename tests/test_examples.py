@@ -108,11 +108,23 @@ class TestFailureData:
         assert ("failed at step:price_of#2 after 2 attempt(s): builtins.KeyError: "
                 "\"lamp: brass, 'Error: none'\"") in out
         assert "raised in price_of" in out
+        assert "attempt 1 of step:price_of#2 failed (builtins.KeyError), retried after 0 ms" in out
+
+
+class TestTypedSignal:
+    """examples/typed_signal.py: a payload that does not fit the wait's type is refused."""
+
+    def test_refused_then_accepted(self, tmp_path: Path) -> None:
+        """The bad payload names the field; the run stays paused; a good one finishes it."""
+        out = run_example("typed_signal.py", tmp_path)
+        assert "refused:" in out and "at `$.qty`" in out and "nothing was written" in out
+        assert "run is still paused" in out
+        assert "run is success: ada: 2 x lamp" in out
 
 
 #: Examples whose output a class above checks.
 CHECKED = {"saga.py", "fan_out.py", "long_sleep.py", "quickstart.py", "failure_data.py",
-           "schedules_and_queues.py"}
+           "typed_signal.py", "schedules_and_queues.py"}
 
 
 @pytest.mark.parametrize(

@@ -97,7 +97,7 @@ class TestAsALibrary:
 
     @pytest.mark.slow
     def test_host_basic_config_is_respected(self) -> None:
-        """basicConfig(level=INFO) shows starflow's info lines in the host's format."""
+        """basicConfig(level=INFO) shows starflow's lines (retries warn) in the host's format."""
         proc = _run("""
             import logging, sys
             logging.basicConfig(level=logging.INFO, stream=sys.stderr,
@@ -108,7 +108,7 @@ class TestAsALibrary:
         lines = proc.stderr.splitlines()
         retry = [ln for ln in lines if "step failed; retrying" in ln]
         assert len(retry) == 1, proc.stderr
-        assert retry[0].startswith("HOST INFO starflow.engine step failed; retrying run_id=")
+        assert retry[0].startswith("HOST WARNING starflow.engine step failed; retrying run_id=")
         assert "node_id=step:flaky#1" in retry[0] and "attempt=1" in retry[0]
         assert any(ln.startswith("HOST WARNING starflow.test") and "run_id=r-1" in ln
                    for ln in lines)

@@ -354,6 +354,16 @@ class WorkflowStateAdapter(abc.ABC):
         """INSERT a node_error event (terminal: past the last retry)."""
         await self._event("on_node_error", run_id, "node_error", node_id, error, now)
 
+    async def on_node_retry(self, run_id: str, node_id: str, attempt: Any,
+                            *, now: datetime) -> None:
+        """INSERT a node_retry event: one failed attempt of a step that will be retried.
+
+        Not in the seed's table (its engine keeps retries in memory): an addition
+        a reader of the event log must tolerate. The journal ignores it; only the
+        step's ``node_complete`` / ``node_error`` decide its recorded outcome.
+        """
+        await self._event("on_node_retry", run_id, "node_retry", node_id, attempt, now)
+
     async def save_checkpoint(self, run_id: str, ctx: RunContext) -> None:
         """UPSERT workflow_runs.checkpoint_json."""
         await self._submit(

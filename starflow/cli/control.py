@@ -16,7 +16,7 @@ import msgspec
 from ..errors import InvalidWakeToken, WorkflowDefinitionError
 from ..records import RunInfo
 from ..tokens import redact_wake_tokens
-from ._base import EXIT_OK, CommandError, app_args, command, db_args, open_app
+from ._base import EXIT_OK, EXIT_USAGE, CommandError, app_args, command, db_args, open_app
 from ._format import json_flag, run_args, write, write_json
 
 __all__: list[str] = []
@@ -89,6 +89,54 @@ async def _signal(ns: argparse.Namespace) -> int:
                 raise _needs_app(run) from exc
         handle = await sf.signal(ns.run_id, ns.event, ns.payload)
     _report(handle, f"signal {ns.event!r} sent to", ns.json)
+    return EXIT_OK
+
+
+def _start_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("workflow", metavar="WORKFLOW",
+                        help="the workflow's name (its newest version registered by --app)")
+    parser.add_argument("--args", type=_payload, default=None, metavar="JSON",
+                        help="the workflow's arguments: a JSON array (positional), or an "
+                             "object (keyword arguments)")
+    parser.add_argument("--run-id", default=None, metavar="UUID",
+                        help="an idempotent start: a second start with this id returns the run")
+    parser.add_argument("--pool", default=None, help="only workers of this pool claim it")
+    parser.add_argument("--inline", action="store_true",
+                        help="drive the run here until it ends or pauses, instead of queueing "
+                             "it for workers")
+    json_flag(parser)
+
+
+@command("start", help="start a run of WORKFLOW (queued for workers, or --inline here)",
+         args=[app_args, db_args], configure=_start_args)
+async def _start(ns: argparse.Namespace) -> int:
+    from ..decorators import registry
+
+    if not ns.app:
+        raise CommandError("starflow start needs --app MODULE[:ATTR]: the module that defines "
+                           f"workflow {ns.workflow!r}", EXIT_USAGE)
+    args: list[Any] = []
+    kwargs: dict[str, Any] = {}
+    if isinstance(ns.args, list):
+        args = ns.args
+    elif isinstance(ns.args, dict):
+        kwargs = ns.args
+    elif ns.args is not None:
+        raise CommandError("--args must be a JSON array (positional arguments) or object "
+                           f"(keyword arguments), got {type(ns.args).__name__}: e.g. "
+                           "--args '[\"o-1\", 2]'", EXIT_USAGE)
+    if ns.inline and ns.pool:
+        raise CommandError("--pool applies to queued runs: drop --inline, or --pool",
+                           EXIT_USAGE)
+    async with open_app(ns) as sf:
+        if ns.workflow not in registry.names():
+            known = ", ".join(registry.names()) or "none"
+            raise CommandError(f"--app {ns.app} registers no workflow {ns.workflow!r} "
+                               f"(it registers: {known}); nothing was started", EXIT_USAGE)
+        options = sf.options(run_id=ns.run_id, pool=ns.pool)
+        handle = await (options.run if ns.inline else options.start)(
+            ns.workflow, *args, **kwargs)
+    _report(handle, "started", ns.json)
     return EXIT_OK
 
 

@@ -22,6 +22,9 @@ from ._base import (
 )
 from ._format import json_flag, render_table, write, write_json
 
+#: Statuses of runs that never replay again (an error run does: ``runs retry``).
+ENDED = frozenset({"success", "cancelled"})
+
 __all__: list[str] = []
 
 
@@ -48,6 +51,7 @@ async def _replay(ns: argparse.Namespace) -> int:
         raise CommandError("starflow replay needs --app MODULE[:ATTR]: the module that "
                            "defines the workflows to check", EXIT_USAGE)
     from ..errors import SerializationError
+    from ..history import load_history
     from ..replayer import Replayer
 
     if ns.file == "-":
@@ -67,27 +71,44 @@ async def _replay(ns: argparse.Namespace) -> int:
     load_app_object(ns.app)  # registers the workflows the replayer looks up
     replayer = Replayer()
     results = []
+    statuses: list[str] = []
     for history in _histories(document, ns.file):
         try:
-            results.append(await replayer.replay_history(history))
+            parsed = load_history(history)
+            statuses.append(parsed.run.status)
+            results.append(await replayer.replay_history(parsed))
         except SerializationError as exc:
             raise CommandError(f"{ns.file}: {exc}") from exc
-    failed = [r for r in results if not r.ok]
+    # A run that succeeded or was cancelled never replays again: a deploy cannot break
+    # it, so its result is reported apart and does not fail the check. Every other
+    # run (queued, running, paused, or in error, which `runs retry` replays) can.
+    ended = [s in ENDED for s in statuses]
+    failed = [r for r, done in zip(results, ended, strict=True) if not r.ok and not done]
+    ended_failed = [r for r, done in zip(results, ended, strict=True) if not r.ok and done]
     if ns.json:
-        write_json([{"run_id": r.run_id, "workflow": r.workflow, "ok": r.ok,
-                      "outcome": r.outcome, "error": str(r.error) if r.error else None}
-                     for r in results])
+        write_json([{"run_id": r.run_id, "workflow": r.workflow, "status": status,
+                     "ended": done, "ok": r.ok, "outcome": r.outcome,
+                     "error": str(r.error) if r.error else None}
+                    for r, status, done in zip(results, statuses, ended, strict=True)])
     else:
-        write(render_table(["run", "workflow", "outcome", "ok"],
-                            [(r.run_id, r.workflow, r.outcome, "yes" if r.ok else "NO")
-                             for r in results]))
+        write(render_table(["run", "workflow", "status", "outcome", "ok"],
+                           [(r.run_id, r.workflow, status, r.outcome,
+                             "yes" if r.ok else ("no (ended)" if done else "NO"))
+                            for r, status, done in zip(results, statuses, ended, strict=True)]))
         for r in failed:
             write(f"{r.run_id}: {type(r.error).__name__}: {r.error}\n")
+    live = len(results) - sum(ended)
+    if ended_failed:
+        sys.stderr.write(
+            f"{len(ended_failed)} ended run(s) (success or cancelled) would not replay on "
+            "this code; they never replay again, so they do not fail the check\n")
     if failed:
         nondeterministic = sum(r.outcome == "nondeterminism" for r in failed)
         raise CommandError(
-            f"{len(failed)} of {len(results)} run(s) would fail on this code "
+            f"{len(failed)} of {live} run(s) that can still replay would fail on this code "
             f"({nondeterministic} non-deterministic): keep the old workflow version "
             "registered for them, or fix the change before deploying", EXIT_FAILURE)
-    sys.stderr.write(f"{len(results)} run(s) replay cleanly\n")
+    sys.stderr.write(f"{live} run(s) that can still replay replay cleanly"
+                     + (f" ({sum(ended)} ended run(s) checked apart)" if any(ended) else "")
+                     + "\n")
     return EXIT_OK

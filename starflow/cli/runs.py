@@ -154,6 +154,32 @@ def timeline(run: RunInfo, events: Sequence[RunEvent]) -> list[dict[str, Any]]:
     return rows
 
 
+def attempts(events: Sequence[RunEvent]) -> list[dict[str, Any]]:
+    """Every failed attempt of a step: its ``node_retry`` events (retried after
+    ``delay_ms``) and its ``node_error`` (the last attempt, not retried)."""
+    rows = []
+    for ev in events:
+        payload = ev.payload_json if isinstance(ev.payload_json, dict) else {}
+        error = payload.get("error") if isinstance(payload.get("error"), dict) else None
+        if ev.event_type == "node_retry" and error is not None:
+            rows.append({"node_id": ev.node_id, "attempt": payload.get("attempt"),
+                         "at": iso(ev.created_at), "error_type": error.get("type"),
+                         "message": error.get("message"), "retry_in_ms": payload.get("delay_ms")})
+        elif (ev.event_type == "node_error" and error is not None
+              and str(ev.node_id or "").startswith("step:")):
+            rows.append({"node_id": ev.node_id, "attempt": error.get("attempts"),
+                         "at": iso(ev.created_at), "error_type": error.get("type"),
+                         "message": error.get("message"), "retry_in_ms": None})
+    return rows
+
+
+def phases(events: Sequence[RunEvent]) -> list[dict[str, Any]]:
+    """The run's phase changes, in order."""
+    return [{"at": iso(ev.created_at), "phase": ev.payload_json.get("phase")}
+            for ev in events
+            if ev.event_type == "phase" and isinstance(ev.payload_json, dict)]
+
+
 def _ms(value: float | None, sign: str = "") -> str | None:
     return None if value is None else sign + human_duration(value / 1000)
 
@@ -202,7 +228,9 @@ async def _runs_list(ns: argparse.Namespace) -> int:
         write_json([run_summary(r) for r in runs])
         return EXIT_OK
     if not runs:
-        sys.stderr.write("no runs match\n")
+        sys.stderr.write(f"no runs match in workspace {sf.adapter.workspace_id!r}, env "
+                         f"{sf.adapter.env!r} (another scope: --workspace/--env, or "
+                         "$STARFLOW_WORKSPACE/$STARFLOW_ENV)\n")
         return EXIT_OK
     write(render_table(
         ["id", "workflow", "status", "started", "duration", "error"],
@@ -221,8 +249,11 @@ async def _runs_show(ns: argparse.Namespace) -> int:
         events = await sf.events(ns.run_id)
     detail = run_detail(run)
     rows = timeline(run, events)
+    failed_attempts = attempts(events)
+    changes = phases(events)
     if ns.json:
-        write_json({"run": detail, "timeline": rows})
+        write_json({"run": detail, "timeline": rows, "attempts": failed_attempts,
+                    "phases": changes})
         return EXIT_OK
     waiting = detail["waiting"]
     fields: list[tuple[str, Any]] = [
@@ -241,6 +272,12 @@ async def _runs_show(ns: argparse.Namespace) -> int:
         ("waiting on", (f"{waiting['event'] or 'timer'} at {waiting['node_id']}"
                         + (f" (deadline {waiting['deadline']})" if waiting["deadline"] else ""))
          if waiting else None),
+        ("phase", changes[-1]["phase"] if changes else None),
+        # As JSON, so a string result reads apart from a number or a null one.
+        ("input", msgspec.json.encode(detail["input"]).decode()
+         if run.input_json is not None else None),
+        ("result", msgspec.json.encode(detail["result"]).decode()
+         if run.status == "success" else None),
         ("error", run.error),
     ]
     failure = run.failure
@@ -252,6 +289,17 @@ async def _runs_show(ns: argparse.Namespace) -> int:
     write("".join(f"{k.ljust(width)}  {cell(v)}\n" for k, v in fields if v is not None))
     if failure is not None and failure.traceback:
         write(f"\ntraceback:\n{failure.traceback.rstrip()}\n")
+    if changes:
+        write(f"\nphases ({len(changes)}):\n")
+        write(render_table(["at", "phase"], [(c["at"], c["phase"]) for c in changes]))
+    if failed_attempts:
+        write(f"\nfailed attempts ({len(failed_attempts)}):\n")
+        write(render_table(["node", "attempt", "at", "error", "retried after"],
+                           [(t["node_id"], t["attempt"], t["at"],
+                             f"{t['error_type']}: {t['message']}",
+                             _ms(t["retry_in_ms"]) if t["retry_in_ms"] is not None
+                             else "not retried")
+                            for t in failed_attempts]))
     write(f"\ntimeline ({len(rows)} event{'s' if len(rows) != 1 else ''}):\n")
     write(render_table(["offset", "event", "node", "took"],
                         [(_ms(r["offset_ms"], "+"), r["event_type"], r["node_id"],

@@ -17,6 +17,7 @@ from ._base import (
     on_signals,
     open_app,
     positive_int,
+    resolve_app,
     say,
 )
 
@@ -41,11 +42,18 @@ async def _worker(ns: argparse.Namespace) -> int:
     if not ns.app:
         raise CommandError("starflow worker needs --app MODULE[:ATTR]: the module that "
                            "defines your workflows", EXIT_USAGE)
-    async with open_app(ns) as sf:
+    from ..decorators import registry
+
+    sf = await resolve_app(ns)
+    if not registry.names():
+        # A worker without workflows would claim nothing, for ever.
+        raise CommandError(
+            f"--app {ns.app} defines no workflow: a worker claims only runs of the workflows "
+            "its --app module registers (@workflow functions it defines or imports); point "
+            "--app at that module", EXIT_USAGE)
+    async with sf:
         worker = sf.worker(pool=ns.pool, concurrency=ns.concurrency,
                            maintenance=ns.maintenance, grace=ns.grace)
-        from ..decorators import registry
-
         say(f"worker {sf.runner_id} serving {', '.join(registry.names()) or 'no workflows'}"
              f" (pool {ns.pool or 'any'}, concurrency {ns.concurrency}"
              f"{', maintenance' if ns.maintenance else ''})")

@@ -5,6 +5,8 @@ Backends load lazily: importing ``starflow.warm`` never imports redis.
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from ..errors import ConfigError
 from ..urls import normalize_scheme, scheme_of
 from .base import LiveRun, Projection, WarmTier
@@ -20,12 +22,14 @@ __all__ = [
 ]
 
 
-def warm_from_url(url: str, *, workspace_id: str = "celestial", env: str = "prod") -> WarmTier:
+def warm_from_url(url: str, *, workspace_id: str = "celestial", env: str = "prod",
+                  finished_ttl: timedelta | None = None) -> WarmTier:
     """Build the warm tier a URL names.
 
     ``memory://`` (private to this tier), ``memory://name`` (shared by every
     tier of this process opened with that name), ``redis://…`` / ``rediss://…``;
-    the scheme in any case.
+    the scheme in any case. ``finished_ttl``: how long a Redis tier keeps an
+    ended run (default 24 h); the in-memory tier keeps runs for its lifetime.
     """
     scheme = scheme_of(url)
     url = normalize_scheme(url)
@@ -38,5 +42,7 @@ def warm_from_url(url: str, *, workspace_id: str = "celestial", env: str = "prod
     if scheme in ("redis", "rediss", "unix"):
         from .redis_tier import RedisWarmTier
 
-        return RedisWarmTier(url, workspace_id=workspace_id, env=env)
+        if finished_ttl is None:
+            return RedisWarmTier(url, workspace_id=workspace_id, env=env)
+        return RedisWarmTier(url, workspace_id=workspace_id, env=env, finished_ttl=finished_ttl)
     raise ConfigError(f"unsupported warm tier URL {url!r}: use memory:// or redis://host:6379/0")

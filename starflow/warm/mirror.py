@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, TypeVar, cast
 
 import msgspec
@@ -243,7 +243,8 @@ class MirroringWorkflowStateAdapter(DelegatingAdapter):
 
 
 def mirror(adapter: WorkflowStateAdapter, url: str | WarmTier, *,
-           clock: Clock | None = None) -> MirroringWorkflowStateAdapter:
+           clock: Clock | None = None,
+           finished_ttl: timedelta | None = None) -> MirroringWorkflowStateAdapter:
     """Wrap ``adapter`` so every cold write also enqueues its warm projection.
 
     Args:
@@ -251,9 +252,11 @@ def mirror(adapter: WorkflowStateAdapter, url: str | WarmTier, *,
         url: ``memory://``, ``memory://name`` or ``redis://…`` (or a ready
             :class:`~starflow.warm.WarmTier`), scoped like ``adapter``.
         clock: The runtime's clock.
+        finished_ttl: How long a Redis tier built from ``url`` keeps an ended run
+            (``StarflowConfig.warm_finished_ttl``; None: its default, 24 h).
     """
     warm = url if isinstance(url, WarmTier) else warm_from_url(
-        url, workspace_id=adapter.workspace_id, env=adapter.env)
+        url, workspace_id=adapter.workspace_id, env=adapter.env, finished_ttl=finished_ttl)
     return MirroringWorkflowStateAdapter(adapter, warm, clock=clock)
 
 

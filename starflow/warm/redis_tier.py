@@ -9,6 +9,12 @@ scope, ``starflow:{workspace_id}:{env}:``, each part percent-encoded (see
 ``seq:{id}``       the highest outbox id applied to the run (at-most-once)
 ``progress:{id}``  hash, node id -> latest ``starflow.progress`` data (JSON)
 ``live``           set of run ids whose status is not terminal
+
+Once a run ends (``success``, ``error``, ``cancelled``), its ``run``,
+``events``, ``seq`` and ``progress`` keys expire after ``finished_ttl``
+(``StarflowConfig.warm_finished_ttl``, default 24 h): cold keeps every run,
+and the warm tier serves live views, so it does not grow for ever. A run that
+becomes live again (``sf.retry``) loses the expiry at its next projection.
 ``sv:{session}``   hash, key -> ``[value, run_id, keep_until]`` (JSON)
 ``svrun:{id}``     set of the run-scoped session vars a run wrote
 ``watch:{id}``     pub/sub channel announcing a change to the run
@@ -23,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import AsyncIterator, Sequence
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlsplit
 
@@ -51,8 +58,12 @@ local function refresh_live()
   local st = redis.call('HGET', runk, 'status')
   if (not st) or st == '"success"' or st == '"error"' or st == '"cancelled"' then
     redis.call('SREM', livek, p.run_id)
+    if st then
+      for _, k in ipairs({runk, evk, seqk, progk}) do redis.call('EXPIRE', k, p.ttl) end
+    end
   else
     redis.call('SADD', livek, p.run_id)
+    for _, k in ipairs({runk, evk, seqk, progk}) do redis.call('PERSIST', k) end
   end
 end
 if p.kind == 'reset' then
@@ -113,10 +124,17 @@ class RedisWarmTier(WarmTier):
         url: ``redis://[:password@]host[:port][/db]`` (or ``rediss://``).
         workspace_id: Tenant scope (part of every key).
         env: Environment scope (part of every key).
+        finished_ttl: How long an ended run's keys are kept (default 24 h; at
+            least one second).
     """
 
-    def __init__(self, url: str, *, workspace_id: str = "celestial", env: str = "prod") -> None:
+    def __init__(self, url: str, *, workspace_id: str = "celestial", env: str = "prod",
+                 finished_ttl: timedelta = timedelta(hours=24)) -> None:
         super().__init__(workspace_id=workspace_id, env=env)
+        if not isinstance(finished_ttl, timedelta) or finished_ttl < timedelta(seconds=1):
+            raise ConfigError(f"finished_ttl must be a timedelta of at least 1 s: "
+                              f"{finished_ttl!r}")
+        self.finished_ttl = finished_ttl
         try:
             import redis.asyncio  # noqa: F401
         except ImportError as exc:
@@ -197,7 +215,8 @@ class RedisWarmTier(WarmTier):
             return
         run_id = data["run_id"]
         arg: dict[str, Any] = {"kind": p.kind, "seq": p.seq, "run_id": run_id,
-                               "channel": self._k("watch", run_id)}
+                               "channel": self._k("watch", run_id),
+                               "ttl": max(1, int(self.finished_ttl.total_seconds()))}
         if p.kind == "run":
             arg["op"] = data.get("op", "update")
             arg["columns"] = {k: _dumps(v) for k, v in data["columns"].items()}

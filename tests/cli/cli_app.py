@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from starflow import step, wait_for, workflow
+from datetime import timedelta
+
+import starflow
+from starflow import RetryPolicy, step, wait_for, workflow
 
 
 @step()
@@ -32,3 +35,21 @@ async def cli_flaky(order_id: str) -> str:
     if BODY_BUG["on"]:
         raise RuntimeError("a bug in the workflow body")
     return receipt
+
+
+#: How many attempts of cli_gateway fail before one succeeds.
+GATEWAY_FAILS = {"left": 2}
+
+
+@step(retry=RetryPolicy(max_attempts=3, initial_interval=timedelta(0)))
+async def cli_gateway(order_id: str) -> str:
+    if GATEWAY_FAILS["left"] > 0:
+        GATEWAY_FAILS["left"] -= 1
+        raise ConnectionError(f"gateway down for {order_id}")
+    return f"paid-{order_id}"
+
+
+@workflow(name="cli_retrying", version=1)
+async def cli_retrying(order_id: str) -> str:
+    starflow.context().phase = "paying"
+    return await cli_gateway(order_id)

@@ -94,7 +94,7 @@ class TestRunsShow:
         assert cli("signal", run_id, "approval", "--payload", '{"ok": true}', "--db",
                    seeded.url, "--app", APP).code == 0
         data = json.loads(cli("runs", "show", run_id, "--db", seeded.url, "--json").out)
-        assert set(data) == {"run", "timeline"}
+        assert set(data) == {"run", "timeline", "attempts", "phases"}
         assert data["run"]["status"] == "success"
         assert data["run"]["result"] == {"ok": True, "receipt": "receipt-o-1"}
         by_node = {(r["event_type"], r["node_id"]): r for r in data["timeline"]}
@@ -129,6 +129,35 @@ class TestRunsShow:
         data = json.loads(cli("runs", "show", run_id, "--db", url, "--json").out)
         assert data["run"]["failure"]["type"] == "RuntimeError"
         assert "in cli_flaky" in data["run"]["failure"]["traceback"]
+
+    def test_attempts_input_result_and_phases(self, cli: Cli, tmp_path: Path) -> None:
+        """A step that took three attempts: both failed attempts, the input, result, phase."""
+        from . import cli_app
+
+        url = f"sqlite:///{tmp_path / 'retried.db'}"
+        cli_app.GATEWAY_FAILS["left"] = 2
+
+        async def retried() -> str:
+            async with Starflow.open(url, maintenance=False) as sf:
+                return (await sf.run(cli_app.cli_retrying, "o-7")).run_id
+
+        run_id = anyio.run(retried)
+        result = cli("runs", "show", run_id, "--db", url)
+        assert result.code == 0, result.err
+        out = result.out
+        assert 'input        {"args":["o-7"],"kwargs":{}}' in out
+        assert 'result       "paid-o-7"' in out
+        assert "phase        paying" in out
+        section = out[out.index("failed attempts (2):"):out.index("timeline")].splitlines()
+        assert section[1].split()[:2] == ["NODE", "ATTEMPT"]
+        assert section[2].split()[:2] == ["step:cli_gateway#1", "1"]
+        assert section[3].split()[:2] == ["step:cli_gateway#1", "2"]
+        assert "builtins.ConnectionError: gateway down for o-7" in section[2]
+        assert section[2].rstrip().endswith("0.000s")
+        assert "phases (1):" in out
+        data = json.loads(cli("runs", "show", run_id, "--db", url, "--json").out)
+        assert [(a["attempt"], a["retry_in_ms"]) for a in data["attempts"]] == [(1, 0), (2, 0)]
+        assert [p["phase"] for p in data["phases"]] == ["paying"]
 
     def test_unknown_run(self, cli: Cli, seeded: Seeded) -> None:
         line = cli.fails("runs", "show", "no-such-run", "--db", seeded.url)
@@ -175,7 +204,8 @@ class TestExportAndReplay:
         assert {load_history(h).run_id for h in exported} == {*seeded.paused, seeded.done}
         replay = cli("replay", str(target), "--app", APP)
         assert replay.code == 0, replay.err
-        assert "4 run(s) replay cleanly" in replay.err
+        assert ("3 run(s) that can still replay replay cleanly (1 ended run(s) checked apart)"
+                in replay.err)
         rows = json.loads(cli("replay", str(target), "--app", APP, "--json").out)
         assert all(r["ok"] for r in rows)
         assert {r["outcome"] for r in rows} == {"paused", "success"}
@@ -200,7 +230,28 @@ class TestExportAndReplay:
         assert result.code == 1
         assert "nondeterminism" in result.out and "NonDeterminismError" in result.out
         assert result.err.strip().splitlines()[-1].startswith(
-            "starflow: 1 of 1 run(s) would fail on this code (1 non-deterministic)")
+            "starflow: 1 of 1 run(s) that can still replay would fail on this code "
+            "(1 non-deterministic)")
+
+    def test_ended_runs_are_reported_apart(self, cli: Cli, seeded: Seeded,
+                                           tmp_path: Path) -> None:
+        """A finished run that would not replay is listed as ended and fails nothing."""
+        exported = json.loads(cli("runs", "export", "--all", "--db", seeded.url).out)
+        for history in exported:
+            if history["run"]["id"] == seeded.done:
+                history["run"]["workflow_version"] = 99  # a version this code no longer has
+        target = tmp_path / "all.json"
+        target.write_text(json.dumps(exported))
+        result = cli("replay", str(target), "--app", APP)
+        assert result.code == 0, result.err
+        row = next(line for line in result.out.splitlines() if seeded.done in line)
+        assert row.split()[2:] == ["success", "failed", "no", "(ended)"]
+        assert "1 ended run(s) (success or cancelled) would not replay" in result.err
+        assert "3 run(s) that can still replay replay cleanly" in result.err
+        rows = json.loads(cli("replay", str(target), "--app", APP, "--json").out)
+        done = next(r for r in rows if r["run_id"] == seeded.done)
+        assert (done["ended"], done["ok"], done["status"]) == (True, False, "success")
+        assert all(not r["ended"] and r["ok"] for r in rows if r["run_id"] != seeded.done)
 
     def test_unknown_run_writes_no_file(self, cli: Cli, seeded: Seeded, tmp_path: Path) -> None:
         target = tmp_path / "out.json"

@@ -14,6 +14,9 @@ RUN_START = ["on_run_start", "write_lease"]          # onRunStart, then writeLea
 NODE_START = ["on_node_start"]                         # before the step handler
 NODE_COMPLETE = ["on_node_complete"]                   # after it resolves
 NODE_ERROR = ["on_node_error"]                         # after it rejects past the last retry
+# Not in the seed's table (its engine retries in memory): one failed attempt that will
+# be retried, recorded before the backoff. A reader of the events must tolerate it.
+NODE_RETRY = ["on_node_retry"]
 RUN_COMPLETE = ["on_run_complete", "clear_lease"]      # finalizeRun, success path
 RUN_ERROR = ["on_run_error", "clear_lease"]            # finalizeRun, failure path
 # enterDurableWait 3-6, then finalizeRun's clearLease
@@ -81,13 +84,13 @@ class TestBoundarySequences:
                              RUN_COMPLETE]
 
     async def test_step_fails_past_retries(self, sf: Starflow, spy: SpyAdapter) -> None:
-        """One node_start, retries in memory, one node_error, then run error."""
+        """One node_start, a node_retry per retried attempt, one node_error, then run error."""
         attempts["n"] = 0
         handle = await sf.run(failing)
         assert handle.status == "error"
         assert "StepFailed" in (handle.error or "") and "boom" in (handle.error or "")
         assert attempts["n"] == 2
-        assert spy.units == [RUN_START, NODE_START, NODE_ERROR, RUN_ERROR]
+        assert spy.units == [RUN_START, NODE_START, NODE_RETRY, NODE_ERROR, RUN_ERROR]
         events = await sf.events(handle.run_id)
         err = next(e for e in events if e.event_type == "node_error")
         assert err.payload["error"]["attempts"] == 2

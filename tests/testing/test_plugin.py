@@ -45,3 +45,32 @@ class TestPlugin:
         proc = _pytest(["-p", "starflow", "--starflow-adapter=memory", "test_plain.py"],
                        tmp_path, env={"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"})
         assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+class TestWithoutAsyncMode:
+    """Without anyio's auto mode (or its marker), one line says what to set."""
+
+    def test_one_line_says_what_to_set(self, tmp_path: Path) -> None:
+        """Each test using starflow_env fails at setup with the hint; nothing else breaks."""
+        (tmp_path / "test_flow.py").write_text(
+            "from starflow_testing import WorkflowEnvironment\n\n"
+            "async def test_a(starflow_env: WorkflowEnvironment) -> None:\n"
+            "    assert starflow_env is not None\n\n"
+            "def test_plain() -> None:\n"
+            "    assert True\n")
+        proc = _pytest(["test_flow.py"], tmp_path)
+        assert proc.returncode == 1, proc.stdout + proc.stderr
+        assert "1 passed, 1 error" in proc.stdout, proc.stdout
+        assert 'set anyio_mode = "auto" under [tool.pytest.ini_options]' in proc.stdout
+        assert "coroutine" not in proc.stdout
+
+    def test_the_marker_is_enough(self, tmp_path: Path) -> None:
+        """@pytest.mark.anyio runs the test in strict mode."""
+        (tmp_path / "test_flow.py").write_text(
+            "import pytest\n"
+            "from starflow_testing import WorkflowEnvironment\n\n"
+            "@pytest.mark.anyio\n"
+            "async def test_a(starflow_env: WorkflowEnvironment) -> None:\n"
+            "    assert starflow_env is not None\n")
+        proc = _pytest(["test_flow.py", "-p", "anyio"], tmp_path)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
