@@ -16,6 +16,7 @@ from .context import WorkflowContext, context
 from .decorators import RetryPolicy, step, workflow
 from .errors import (
     ConfigError,
+    CopyRefused,
     InvalidArgument,
     InvalidWakeToken,
     LeaseLostError,
@@ -47,6 +48,7 @@ from .warm.base import LiveRun
 __all__ = [
     "Clock",
     "ConfigError",
+    "CopyRefused",
     "InvalidArgument",
     "InvalidWakeToken",
     "JobWorker",

@@ -65,7 +65,7 @@ def test_error_classes_are_pinned_and_drawn() -> None:
                     if isinstance(getattr(starflow, name), type)
                     and issubclass(getattr(starflow, name), BaseException))
     assert errors == [
-        "ConfigError", "InvalidArgument", "InvalidWakeToken", "LeaseLostError",
+        "ConfigError", "CopyRefused", "InvalidArgument", "InvalidWakeToken", "LeaseLostError",
         "NonDeterminismError", "ReservedKeyError", "ResultTimeout", "RunCancelled",
         "RunFinished", "RunIdConflict",
         "RunNotFound", "SerializationError", "StarflowError", "StepFailed", "StorageError",

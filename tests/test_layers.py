@@ -34,12 +34,14 @@ LAYERS: dict[str, str] = {
     "starflow.cli._format": "face",
     "starflow.cli.admin": "face",
     "starflow.cli.control": "face",
+    "starflow.cli.copy": "face",
     "starflow.cli.outbox": "face",
     "starflow.cli.replay": "face",
     "starflow.cli.runs": "face",
     "starflow.cli.worker": "face",
     # runtime: executes runs
     "starflow.context": "runtime",
+    "starflow.copy": "runtime",
     "starflow.decorators": "runtime",
     "starflow.driving": "runtime",
     "starflow.engine": "runtime",
@@ -67,6 +69,7 @@ LAYERS: dict[str, str] = {
     # adapters: the cold tier (the state model's port and its implementations)
     "starflow.adapters": "adapters",
     "starflow.adapters._sql": "adapters",
+    "starflow.adapters.copying": "adapters",
     "starflow.adapters.base": "adapters",
     "starflow.adapters.null": "adapters",
     "starflow.adapters.postgres": "adapters",

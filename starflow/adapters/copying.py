@@ -1,0 +1,388 @@
+"""The two ends of ``starflow copy``: raw table access to SQLite and PostgreSQL.
+
+:mod:`starflow.copy` moves rows between databases; this module is how it
+reads and writes them. Each :class:`Endpoint` lists the tables and columns
+the schema defines, reads rows inside one snapshot (a read transaction held
+for the whole copy) and writes rows in one transaction per batch. Rows cross
+in a neutral form, so the dialects meet only here: timestamps are aware UTC
+``datetime``, JSON columns are :class:`Json` (SQL NULL stays ``None``), ids are
+strings. The codecs are :mod:`starflow.adapters._sql`'s dialects.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+import anyio
+import anyio.to_thread
+
+from .. import serde
+from ..clock import format_ts, parse_ts
+from ..errors import ConfigError, StorageError
+from ..urls import normalize_scheme
+from ._sql import POSTGRES, SQLITE, Dialect, uuid_or_none
+
+__all__ = [
+    "Endpoint",
+    "Json",
+    "PostgresEndpoint",
+    "SQLiteEndpoint",
+    "TableSpec",
+    "endpoint_for",
+]
+
+T = TypeVar("T")
+Row = dict[str, Any]
+
+
+class Json:
+    """A JSON column's value: the decoded document and its canonical text.
+
+    Two values are equal when their canonical texts are (keys sorted, as
+    :func:`starflow.serde.encode` writes them), whatever whitespace or key
+    order the database returned (PostgreSQL's jsonb reorders keys).
+    """
+
+    __slots__ = ("text",)
+
+    def __init__(self, raw: str | bytes) -> None:
+        value = serde.decode(raw, what="JSON column", sort_keys=True)
+        import msgspec
+
+        self.text = msgspec.json.encode(value).decode()
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Json) and other.text == self.text
+
+    def __hash__(self) -> int:
+        return hash(self.text)
+
+    def __repr__(self) -> str:
+        return f"Json({self.text[:60]!r})"
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    """How one table is copied.
+
+    Attributes:
+        name: The table.
+        key: The columns that identify a row (the primary key).
+        lookup: The key column the target is searched by (then matched on ``key``).
+        run_column: The column naming the run a row belongs to ("" if none):
+            such rows are copied with their run, all or nothing.
+        tenant: The table has ``workspace_id`` and ``env`` columns.
+        times: Timestamp columns.
+        json: JSON columns.
+        uuids: Id columns that are ``uuid`` on PostgreSQL.
+        serial: The column a PostgreSQL sequence feeds ("" if none).
+    """
+
+    name: str
+    key: tuple[str, ...]
+    lookup: str
+    run_column: str = ""
+    tenant: bool = True
+    times: frozenset[str] = frozenset()
+    json: frozenset[str] = frozenset()
+    uuids: frozenset[str] = frozenset()
+    serial: str = ""
+
+
+def _canonical_ts(value: datetime) -> datetime:
+    return value.astimezone(UTC) if value.tzinfo is not None else value.replace(tzinfo=UTC)
+
+
+class Endpoint(ABC):
+    """One database as ``starflow copy`` sees it."""
+
+    dialect: Dialect
+    #: A redacted description of the database, for messages.
+    where: str
+
+    @abstractmethod
+    async def connect(self, *, readonly: bool) -> None:
+        """Open the connection (read-only for a source where the driver allows it)."""
+
+    @abstractmethod
+    async def close(self) -> None:
+        """Close the connection, ending any transaction (a snapshot is rolled back)."""
+
+    @abstractmethod
+    async def tables(self) -> dict[str, list[str]]:
+        """Every table of the schema with its columns, in the database's order."""
+
+    @abstractmethod
+    async def begin_snapshot(self) -> None:
+        """Start the read transaction every later read sees."""
+
+    @abstractmethod
+    async def end_snapshot(self) -> None:
+        """End the read transaction."""
+
+    @abstractmethod
+    async def fetch(self, sql: str, args: Sequence[Any]) -> list[tuple[Any, ...]]:
+        """Rows of one query (inside the snapshot if one is open)."""
+
+    @abstractmethod
+    async def write(self, statements: Sequence[tuple[str, list[tuple[Any, ...]]]]) -> None:
+        """Run each ``(sql, rows)`` as an ``executemany``, all in one transaction."""
+
+    async def advance_sequences(self, specs: Sequence[TableSpec]) -> None:  # noqa: B027
+        """Move id sequences past the largest id present (PostgreSQL only)."""
+
+    # -- neutral rows ------------------------------------------------------------
+
+    def to_row(self, spec: TableSpec, columns: Sequence[str], values: Sequence[Any]) -> Row:
+        """A database row in the neutral form."""
+        row: Row = {}
+        for column, value in zip(columns, values, strict=True):
+            if value is None:
+                row[column] = None
+            elif column in spec.times:
+                row[column] = (_canonical_ts(value) if isinstance(value, datetime)
+                               else parse_ts(str(value)))
+            elif column in spec.json:
+                row[column] = Json(value)
+            else:
+                row[column] = value
+        return row
+
+    def from_row(self, spec: TableSpec, columns: Sequence[str], row: Mapping[str, Any]
+                 ) -> tuple[Any, ...]:
+        """The database's values of a neutral row, in ``columns`` order.
+
+        Raises:
+            ConfigError: an id is not a UUID where the target's column is one.
+        """
+        out: list[Any] = []
+        for column in columns:
+            value = row.get(column)
+            if value is None:
+                out.append(None)
+            elif column in spec.times:
+                out.append(self._ts_in(value))
+            elif column in spec.json:
+                out.append(value.text)
+            elif column in spec.uuids and self.dialect is POSTGRES:
+                canonical = uuid_or_none(value)
+                if canonical is None:
+                    raise ConfigError(
+                        f"{spec.name}.{column} {value!r} is not a UUID: PostgreSQL's column "
+                        "is uuid (runs created on SQLite with custom ids cannot move there)")
+                out.append(canonical)
+            else:
+                out.append(value)
+        return tuple(out)
+
+    @abstractmethod
+    def _ts_in(self, value: datetime) -> Any: ...
+
+    def placeholders(self, count: int) -> str:
+        return ", ".join(self.dialect.p(i + 1) for i in range(count))
+
+
+class SQLiteEndpoint(Endpoint):
+    """A SQLite file, through one stdlib connection on a worker thread."""
+
+    dialect = SQLITE
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.where = f"sqlite:///{path}"
+        self._conn: sqlite3.Connection | None = None
+        self._limiter = anyio.CapacityLimiter(1)
+
+    async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        conn = self._conn
+        if conn is None:
+            raise StorageError(f"{self.where}: not connected")
+
+        def job() -> T:
+            return fn(conn)
+
+        try:
+            return await anyio.to_thread.run_sync(job, limiter=self._limiter)
+        except sqlite3.Error as exc:
+            raise StorageError(f"{self.where}: SQLite error: {exc}") from exc
+
+    async def connect(self, *, readonly: bool) -> None:
+        import os
+
+        if readonly and not await anyio.to_thread.run_sync(os.path.exists, self.path):
+            raise ConfigError(f"--from {self.where}: no such file")
+
+        def open_() -> sqlite3.Connection:
+            if readonly:
+                return sqlite3.connect(f"file:{self.path}?mode=ro", uri=True,
+                                       isolation_level=None, check_same_thread=False)
+            conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute("PRAGMA foreign_keys = ON")
+            conn.execute("PRAGMA busy_timeout = 10000")
+            return conn
+
+        try:
+            self._conn = await anyio.to_thread.run_sync(open_, limiter=self._limiter)
+        except sqlite3.Error as exc:
+            raise StorageError(f"cannot open {self.where}: {exc}") from exc
+
+    async def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            await anyio.to_thread.run_sync(conn.close, limiter=self._limiter)
+
+    async def tables(self) -> dict[str, list[str]]:
+        def read(conn: sqlite3.Connection) -> dict[str, list[str]]:
+            names = [r[0] for r in conn.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")]
+            return {name: [c[1] for c in conn.execute(f'PRAGMA table_info("{name}")')]
+                    for name in names}
+
+        return await self._run(read)
+
+    async def begin_snapshot(self) -> None:
+        def begin(conn: sqlite3.Connection) -> None:
+            conn.execute("BEGIN")
+            # A WAL reader's snapshot starts at its first read, so read now.
+            conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+
+        await self._run(begin)
+
+    async def end_snapshot(self) -> None:
+        def end(conn: sqlite3.Connection) -> None:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+
+        await self._run(end)
+
+    async def fetch(self, sql: str, args: Sequence[Any]) -> list[tuple[Any, ...]]:
+        return await self._run(lambda conn: conn.execute(sql, tuple(args)).fetchall())
+
+    async def write(self, statements: Sequence[tuple[str, list[tuple[Any, ...]]]]) -> None:
+        def write(conn: sqlite3.Connection) -> None:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                for sql, rows in statements:
+                    if rows:
+                        conn.executemany(sql, rows)
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+
+        await self._run(write)
+
+    def _ts_in(self, value: datetime) -> Any:
+        return format_ts(value)
+
+
+class PostgresEndpoint(Endpoint):
+    """A PostgreSQL database, through one asyncpg connection."""
+
+    dialect = POSTGRES
+
+    def __init__(self, url: str) -> None:
+        from .postgres import _redact
+
+        self.url = url
+        self.where = _redact(url)
+        self._conn: Any = None
+        self._tx: Any = None
+
+    async def connect(self, *, readonly: bool) -> None:
+        import asyncpg
+
+        try:
+            conn = await asyncpg.connect(self.url, server_settings={
+                "application_name": "starflow copy"})
+            # Text codecs: JSON crosses as its text, ids as canonical strings.
+            await conn.set_type_codec("jsonb", schema="pg_catalog", encoder=str,
+                                      decoder=str, format="text")
+            await conn.set_type_codec("uuid", schema="pg_catalog", encoder=str,
+                                      decoder=str, format="text")
+        except (OSError, asyncpg.PostgresError) as exc:
+            raise StorageError(f"cannot connect to {self.where}: {exc}") from exc
+        self._conn = conn
+
+    async def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            await conn.close()
+
+    async def tables(self) -> dict[str, list[str]]:
+        rows = await self._conn.fetch(
+            "SELECT table_name, column_name FROM information_schema.columns "
+            "WHERE table_schema = current_schema() ORDER BY table_name, ordinal_position")
+        out: dict[str, list[str]] = {}
+        for row in rows:
+            out.setdefault(row[0], []).append(row[1])
+        return out
+
+    async def begin_snapshot(self) -> None:
+        self._tx = self._conn.transaction(isolation="repeatable_read", readonly=True)
+        await self._tx.start()
+
+    async def end_snapshot(self) -> None:
+        tx, self._tx = self._tx, None
+        if tx is not None:
+            await tx.rollback()
+
+    async def fetch(self, sql: str, args: Sequence[Any]) -> list[tuple[Any, ...]]:
+        import asyncpg
+
+        try:
+            return [tuple(r) for r in await self._conn.fetch(sql, *args)]
+        except asyncpg.PostgresError as exc:
+            raise StorageError(f"{self.where}: {exc}") from exc
+
+    async def write(self, statements: Sequence[tuple[str, list[tuple[Any, ...]]]]) -> None:
+        import asyncpg
+
+        try:
+            async with self._conn.transaction():
+                for sql, rows in statements:
+                    if rows:
+                        await self._conn.executemany(sql, rows)
+        except asyncpg.PostgresError as exc:
+            raise StorageError(f"{self.where}: {exc}") from exc
+
+    async def advance_sequences(self, specs: Sequence[TableSpec]) -> None:
+        for spec in specs:
+            if not spec.serial:
+                continue
+            seq = await self._conn.fetchval("SELECT pg_get_serial_sequence($1, $2)",
+                                            spec.name, spec.serial)
+            if seq is None:
+                continue
+            # setval only ever moves forward: ids a writer already took stay taken.
+            await self._conn.execute(
+                f"SELECT setval($1::regclass, m) FROM (SELECT max({spec.serial}) AS m "
+                f"FROM {spec.name}) s WHERE m IS NOT NULL AND m > "
+                f"(SELECT CASE WHEN is_called THEN last_value ELSE last_value - 1 END "
+                f"FROM {seq})", seq)
+
+    def _ts_in(self, value: datetime) -> Any:
+        return value
+
+
+def endpoint_for(url: str, what: str) -> Endpoint:
+    """The endpoint of a ``sqlite:///`` or ``postgresql://`` URL (``what``: the option)."""
+    url = normalize_scheme(url)
+    if url.startswith(("postgresql://", "postgres://")):
+        return PostgresEndpoint(url)
+    if url.startswith("sqlite://"):
+        path = url[len("sqlite://"):]
+        if path.startswith("/"):
+            path = path[1:]
+        if not path or path == ":memory:":
+            raise ConfigError(f"{what}: a SQLite URL needs a file path: {url!r} "
+                              "(use sqlite:///path.db)")
+        return SQLiteEndpoint(path)
+    raise ConfigError(f"{what}: not a database URL: {url!r} "
+                      "(use sqlite:///path.db or postgresql://user@host/db)")
