@@ -199,6 +199,8 @@ class CopyReport:
         verified: Runs whose count and hash match on both sides.
         mismatches: Runs whose count or hash differ.
         migrations_applied: Migrations applied to the target first.
+        remapped_rows: Events and signals given new ids (theirs were taken in the
+            target by another database's rows); their order is kept.
         seconds: Wall time.
         dry_run: Nothing was written.
     """
@@ -213,6 +215,7 @@ class CopyReport:
     verified: int = 0
     mismatches: list[Mismatch] = field(default_factory=list)
     migrations_applied: list[int] = field(default_factory=list)
+    remapped_rows: int = 0
     seconds: float = 0.0
     dry_run: bool = False
 
@@ -238,6 +241,7 @@ class CopyReport:
                             "target_events": m.target_events, "source_hash": m.source_hash,
                             "target_hash": m.target_hash} for m in self.mismatches],
             "migrations_applied": self.migrations_applied,
+            "remapped_rows": self.remapped_rows,
             "seconds": round(self.seconds, 3),
             "rows_per_second": round(self.rows_per_second, 1),
         }
@@ -294,6 +298,16 @@ def _chunks(values: Sequence[Any], size: int = _CHUNK) -> Iterable[Sequence[Any]
         yield values[i:i + size]
 
 
+@dataclass
+class _Plan:
+    """What to write of one table: rows with their target values (and whether their
+    serial id is left to the target), conflicts, rows already there."""
+
+    inserts: list[tuple[dict[str, Any], tuple[Any, ...], bool]] = field(default_factory=list)
+    conflicts: list[Conflict] = field(default_factory=list)
+    present: int = 0
+
+
 class _Side:
     """An endpoint with the columns its schema gives each copied table."""
 
@@ -342,8 +356,9 @@ def _history_hash(events: Sequence[dict[str, Any]], checkpoint: Any) -> str:
     for e in events:
         payload = e.get("payload_json")
         created = e.get("created_at")
+        # Not the id: a run whose ids were taken in the target gets new ones.
         h.update("\x1f".join([
-            str(e.get("id")), str(e.get("event_type")), str(e.get("node_id")),
+            str(e.get("event_type")), str(e.get("node_id")),
             payload.text if isinstance(payload, Json) else "NULL",
             format_ts(created) if created is not None else "NULL",
         ]).encode())
@@ -472,21 +487,17 @@ class _Copy:
             return ()
         return self.dst.end.from_row(spec, self.src.columns[spec.name], row)
 
-    def _insert_sql(self, spec: TableSpec) -> str:
+    def _insert_sql(self, spec: TableSpec, remap: bool = False) -> str:
         assert self.dst is not None
-        cols = self.src.columns[spec.name]
+        cols = [c for c in self.src.columns[spec.name] if not (remap and c == spec.serial)]
         return (f"INSERT INTO {spec.name} ({', '.join(cols)}) "
                 f"VALUES ({self.dst.end.placeholders(len(cols))})")
 
-    async def _plan(self, spec: TableSpec, rows: Sequence[dict[str, Any]]
-                    ) -> tuple[list[tuple[dict[str, Any], tuple[Any, ...]]], list[Conflict],
-                               int]:
+    async def _plan(self, spec: TableSpec, rows: Sequence[dict[str, Any]]) -> _Plan:
         """Rows to insert (with their encoded values), conflicts, rows already there."""
         existing = await self._existing(spec, rows)
         columns = self.src.columns[spec.name]
-        inserts: list[tuple[dict[str, Any], tuple[Any, ...]]] = []
-        conflicts: list[Conflict] = []
-        present = 0
+        plan = _Plan()
         for row in rows:
             run = row.get(spec.run_column) if spec.run_column else None
             run_id = str(run) if run is not None else None
@@ -494,24 +505,71 @@ class _Copy:
             if there is not None:
                 diff = _differences(row, there, columns)
                 if diff:
-                    conflicts.append(Conflict(spec.name, _key(spec, row), run_id,
-                                              f"differs in the target: {', '.join(diff)}"))
+                    plan.conflicts.append(Conflict(spec.name, _key(spec, row), run_id,
+                                                   f"differs in the target: {', '.join(diff)}"))
                 else:
-                    present += 1
+                    plan.present += 1
                 continue
             try:
                 values = self._encode(spec, row)
             except StarflowError as exc:
-                conflicts.append(Conflict(spec.name, _key(spec, row), run_id, exc.message))
+                plan.conflicts.append(Conflict(spec.name, _key(spec, row), run_id, exc.message))
                 continue
-            inserts.append((row, values or ()))
-        return inserts, conflicts, present
+            plan.inserts.append((row, values or (), False))
+        return plan
 
-    async def _write(self, batches: Sequence[tuple[TableSpec, list[tuple[Any, ...]]]]) -> None:
+    async def _plan_history(self, spec: TableSpec, ids: Sequence[str],
+                            groups: dict[str, dict[str, list[dict[str, Any]]]]) -> _Plan:
+        """A run's events (or kept signals) are compared as a whole, in order.
+
+        Their ids are kept where the target has them free; a run whose ids are
+        taken there (by another database's runs) gets new ids from the target's
+        sequence, in the same order, so its history reads the same.
+        """
+        plan = _Plan()
+        content = [c for c in self.src.columns[spec.name] if c != spec.serial]
+        there: dict[str, list[dict[str, Any]]] = {}
+        if self.dst is not None:
+            for row in await self.dst.select_in(spec, spec.run_column, ids, order=spec.serial):
+                there.setdefault(str(row[spec.run_column]), []).append(row)
+        source_ids = [r[spec.serial] for i in ids for r in groups[i].get(spec.name, [])]
+        taken: set[Any] = set()
+        if self.dst is not None and source_ids:
+            taken = {r[spec.serial] for r in await self.dst.select_in(
+                spec, spec.serial, source_ids)}
+        for run_id in ids:
+            rows = groups[run_id].get(spec.name, [])
+            have = there.get(run_id, [])
+            if have:
+                same = len(have) == len(rows) and all(
+                    not _differences(a, b, content) for a, b in zip(rows, have, strict=True))
+                if same:
+                    plan.present += len(rows)
+                else:
+                    plan.conflicts.append(Conflict(
+                        spec.name, (run_id,), run_id,
+                        f"the target holds another history: {len(have)} row(s) there, "
+                        f"{len(rows)} in the source"))
+                continue
+            remap = any(r[spec.serial] in taken for r in rows)
+            try:
+                for row in rows:
+                    values = self._encode(spec, row) or ()
+                    if remap:
+                        values = tuple(v for c, v in zip(self.src.columns[spec.name], values,
+                                                         strict=True) if c != spec.serial)
+                    plan.inserts.append((row, values, remap))
+            except StarflowError as exc:
+                plan.conflicts.append(Conflict(spec.name, (run_id,), run_id, exc.message))
+        return plan
+
+    async def _write(self, batches: Sequence[tuple[TableSpec, list[tuple[Any, ...]]]],
+                     remapped: Sequence[tuple[TableSpec, list[tuple[Any, ...]]]] = ()) -> None:
         if self.dst is None or self.o.dry_run:
             return
-        await self.dst.end.write([(self._insert_sql(spec), rows) for spec, rows in batches
-                                  if rows])
+        await self.dst.end.write(
+            [(self._insert_sql(spec), rows) for spec, rows in batches if rows]
+            + [(self._insert_sql(spec, remap=True), rows) for spec, rows in remapped if rows])
 
     def _count(self, spec: TableSpec, n: int) -> None:
         if n:
@@ -539,9 +597,9 @@ class _Copy:
                           f"workflow_runs r WHERE r.id = {spec.name}.{spec.run_column}))")
                 rows = await self.src.select(spec, q)
             self.report.rows_read += len(rows)
-            inserts, conflicts, _present = await self._plan(spec, rows)
-            self.report.conflicts.extend(conflicts)
-            batches.append((spec, [v for _r, v in inserts]))
+            plan = await self._plan(spec, rows)
+            self.report.conflicts.extend(plan.conflicts)
+            batches.append((spec, [v for _r, v, _remap in plan.inserts]))
         try:
             await self._write(batches)
         except StorageError:
@@ -612,61 +670,63 @@ class _Copy:
             for row in rows:
                 groups[str(row[spec.run_column])].setdefault(spec.name, []).append(row)
         # What the target has, all tables of the page at once.
-        plans: dict[str, tuple[list[tuple[dict[str, Any], tuple[Any, ...]]], list[Conflict],
-                               int]] = {}
+        plans: dict[str, _Plan] = {}
         for spec in TABLES:
             if not spec.run_column or not self.src.has(spec.name):
                 continue
-            rows = [r for i in ids for r in groups[i].get(spec.name, [])]
-            plans[spec.name] = await self._plan(spec, rows)
+            if spec.serial:
+                plans[spec.name] = await self._plan_history(spec, ids, groups)
+            else:
+                rows = [r for i in ids for r in groups[i].get(spec.name, [])]
+                plans[spec.name] = await self._plan(spec, rows)
         bad: dict[str, list[Conflict]] = {}
-        for _inserts, conflicts, _present in plans.values():
-            for c in conflicts:
+        for plan in plans.values():
+            for c in plan.conflicts:
                 bad.setdefault(c.run_id or "", []).append(c)
         for conflicts in bad.values():
             self.report.conflicts.extend(conflicts)
         good = [i for i in ids if i not in bad]
-        written: dict[str, int] = {i: 0 for i in good}
-        batches: list[tuple[TableSpec, list[tuple[Any, ...]]]] = []
-        for spec in TABLES:
-            if spec.name not in plans:
-                continue
-            inserts = [(r, v) for r, v in plans[spec.name][0]
-                       if str(r[spec.run_column]) in written]
-            for r, _v in inserts:
-                written[str(r[spec.run_column])] += 1
-            batches.append((spec, [v for _r, v in inserts]))
-        try:
-            await self._write(batches)
-        except StorageError:
+        if not await self._write_runs(good, plans):
             # One run the target refuses (a unique key taken by another row) must
             # not hold back the others: write them one by one.
-            await self._write_one_by_one(good, plans)
-        else:
-            for spec, encoded in batches:
-                self._count(spec, len(encoded))
-        self.report.runs_written += sum(1 for i in good if written[i])
-        self.report.runs_present += sum(1 for i in good if not written[i])
+            for run_id in good:
+                await self._write_runs([run_id], plans, alone=True)
         if self.dst is not None and not self.o.dry_run:
             await self._verify(ids, groups)
 
-    async def _write_one_by_one(self, ids: Sequence[str], plans: dict[str, Any]) -> None:
-        for run_id in ids:
-            batches: list[tuple[TableSpec, list[tuple[Any, ...]]]] = []
-            for spec in TABLES:
-                if spec.name not in plans:
-                    continue
-                batches.append((spec, [v for r, v in plans[spec.name][0]
-                                       if str(r[spec.run_column]) == run_id]))
-            try:
-                await self._write(batches)
-            except StorageError as exc:
-                self.report.conflicts.append(Conflict(
-                    "workflow_runs", (run_id,), run_id,
-                    f"the target refused the run's rows: {exc.message}"))
+    async def _write_runs(self, ids: Sequence[str], plans: dict[str, _Plan],
+                          alone: bool = False) -> bool:
+        """Write these runs' rows in one transaction; False if the target refused them
+        (reported as a conflict when ``alone``)."""
+        chosen = set(ids)
+        written = dict.fromkeys(ids, 0)
+        kept: list[tuple[TableSpec, list[tuple[Any, ...]]]] = []
+        remapped: list[tuple[TableSpec, list[tuple[Any, ...]]]] = []
+        for spec in TABLES:
+            plan = plans.get(spec.name)
+            if plan is None:
                 continue
-            for spec, encoded in batches:
-                self._count(spec, len(encoded))
+            mine = [(r, v, m) for r, v, m in plan.inserts if str(r[spec.run_column]) in chosen]
+            for r, _v, _m in mine:
+                written[str(r[spec.run_column])] += 1
+            kept.append((spec, [v for _r, v, m in mine if not m]))
+            remapped.append((spec, [v for _r, v, m in mine if m]))
+        try:
+            await self._write(kept, remapped)
+        except StorageError as exc:
+            if not alone:
+                return False
+            run_id = ids[0]
+            self.report.conflicts.append(Conflict(
+                "workflow_runs", (run_id,), run_id,
+                f"the target refused the run's rows: {exc.message}"))
+            return True
+        for spec, encoded in [*kept, *remapped]:
+            self._count(spec, len(encoded))
+        self.report.remapped_rows += sum(len(rows) for _spec, rows in remapped)
+        self.report.runs_written += sum(1 for i in ids if written[i])
+        self.report.runs_present += sum(1 for i in ids if not written[i])
+        return True
 
     async def _verify(self, ids: Sequence[str], groups: dict[str, dict[str, list[Any]]]
                       ) -> None:
@@ -713,6 +773,8 @@ class _Copy:
                     self._check_schema(src_tables, self.dst.columns)
                 await self._snapshot(tenant)
                 try:
+                    if self.dst is not None and not self.o.dry_run:
+                        await self.dst.end.advance_sequences(TABLES, await self._max_ids())
                     await self._copy(tenant)
                 finally:
                     await source.end_snapshot()
@@ -725,6 +787,17 @@ class _Copy:
             await source.close()
         self.report.seconds = monotonic() - self.started
         return self.report
+
+    async def _max_ids(self) -> dict[str, int]:
+        """The largest serial id of each source table: the target's sequences are moved
+        past them first, so an id it hands out never takes a source id still to come."""
+        out: dict[str, int] = {}
+        for spec in TABLES:
+            if spec.serial and self.src.has(spec.name):
+                rows = await self.src.end.fetch(f"SELECT max({spec.serial}) FROM {spec.name}",
+                                                ())
+                out[spec.name] = int(rows[0][0] or 0)
+        return out
 
     async def _open_target(self, target: Endpoint) -> bool:
         import os

@@ -7,24 +7,26 @@ fake clock, the old wake tokens) and compares what every run ends with.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sqlite3
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 import starflow
 from starflow import CopyRefused, WaitTimeout, session_get, session_set, step, workflow
 from starflow.copy import CopyOptions, CopyReport, copy_database
 from starflow_testing import WorkflowEnvironment
-
 from tests.conftest import POSTGRES_URL, require_postgres
 
 pytestmark = pytest.mark.anyio
@@ -33,6 +35,7 @@ pytestmark = pytest.mark.anyio
 #: 6 x 40 = 240 keeps the suite fast on a shared 2-core machine.
 PER_KIND = int(os.environ.get("STARFLOW_COPY_TEST_PER_KIND", "40"))
 TOKENS: dict[str, str] = {}
+KEEP_UNTIL = datetime(2030, 1, 10, tzinfo=UTC)
 
 
 class Boom(Exception):
@@ -59,7 +62,9 @@ async def explode(n: int) -> None:
 @workflow(name="copy_approval")
 async def approval(n: int) -> dict[str, Any]:
     doubled = await prepare(n)
-    await session_set(f"s-{n}", "seen", {"n": n}, keep_until=starflow.now() + timedelta(days=9))
+    # A fixed TTL: starflow.now() replayed on SQLite hashes as "+00:00" where it was
+    # recorded as "Z" (a NonDeterminismError without any copy; reported separately).
+    await session_set(f"s-{n}", "seen", {"n": n}, keep_until=KEEP_UNTIL)
     decision = await starflow.wait_for("approve")
     return {"n": doubled, "decision": decision, "var": await session_get(f"s-{n}", "seen")}
 
@@ -129,7 +134,7 @@ async def drive(url: str, workspace: str, made: dict[str, tuple[str, int]], star
             info = await env.get_run(run_id)
             assert info is not None
             events = [(e.event_type, e.node_id, e.payload) for e in await env.events(run_id)]
-            out[run_id] = (info.status, info.result, events)
+            out[run_id] = (info.status, info.result_json, info.error, events)
     return out
 
 
@@ -168,7 +173,7 @@ class TestSQLiteToPostgres:
         options = CopyOptions(source=src, target=POSTGRES_URL, workspace_id=workspace,
                               env="prod")
         report = await copy_database(options)
-        assert report.ok, report.to_dict()
+        assert report.ok, (report.conflicts[:3], report.mismatches[:3])
         assert report.runs == len(made) == 7 * PER_KIND
         assert report.verified == len(made)
         for table in ("workflow_runs", "workflow_run_events", "workflow_waits",
@@ -185,10 +190,9 @@ class TestSQLiteToPostgres:
         statuses = {kind: set() for kind, _ in made.values()}  # type: dict[str, set[str]]
         for run_id, (kind, _n) in made.items():
             statuses[kind].add(on_pg[run_id][0])
-        assert statuses == {"approval": {"completed"}, "sleeper": {"completed"},
-                            "timeout": {"completed"}, "token": {"completed"},
-                            "failing": {"failed"}, "done": {"completed"},
-                            "queued": {"completed"}}
+        assert statuses == {"approval": {"success"}, "sleeper": {"success"},
+                            "timeout": {"success"}, "token": {"success"},
+                            "failing": {"error"}, "done": {"success"}, "queued": {"success"}}
 
 
 class TestRefusalsAndConflicts:
@@ -269,26 +273,21 @@ class TestInterruptedAndReverse:
         made, _now = await build(src, workspace)
         argv = [sys.executable, "-m", "starflow", "copy", "--from", src, "--to", POSTGRES_URL,
                 "--workspace", workspace, "--env", "prod", "--batch", "5"]
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        proc = await anyio.open_process(argv, stdout=subprocess.DEVNULL,
+                                        stderr=subprocess.DEVNULL)
         # Kill once some runs are in the target, not all (real time: a real process).
-        import time
-
-        import anyio
-
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             copied = await _pg_table_rows(workspace)
-            if copied >= 10 or proc.poll() is not None:
+            if copied >= 10 or proc.returncode is not None:
                 break
             await anyio.sleep(0.05)
         proc.send_signal(signal.SIGKILL)
-        proc.wait()
+        await proc.wait()
         partial = await _pg_table_rows(workspace)
         assert 0 < partial < len(made), partial
-        result = subprocess.run([*argv, "--json"], capture_output=True, text=True, timeout=300)
-        assert result.returncode == 0, result.stderr
-        import json
-
+        result = await anyio.run_process([*argv, "--json"], check=False)
+        assert result.returncode == 0, result.stderr.decode()
         summary = json.loads(result.stdout)
         assert summary["ok"] and summary["verified"] == len(made)
         assert summary["runs_present"] >= partial - 5  # the killed batch may be whole or not
@@ -318,3 +317,51 @@ class TestInterruptedAndReverse:
 
 def check_report_shape(report: CopyReport) -> None:
     assert set(report.to_dict()) >= {"ok", "runs", "verified", "conflicts", "rows_per_second"}
+
+
+class TestMergingAndCli:
+    """Two databases merge into one target; the command prints, dry-runs and exits."""
+
+    async def test_two_sources_into_one_target_remap_taken_ids(self, tmp_path: Path,
+                                                               tokens: None) -> None:
+        """The second source's event ids are taken: its runs get new ids in order and resume."""
+        one, two, dst = tmp_path / "one.db", tmp_path / "two.db", tmp_path / "all.db"
+        made_one, _ = await build_small(f"sqlite:///{one}", "team-a")
+        made_two, now = await build_small(f"sqlite:///{two}", "team-b")
+        first = await copy_database(CopyOptions(source=f"sqlite:///{one}",
+                                                target=f"sqlite:///{dst}", all_tenants=True))
+        assert first.ok and first.remapped_rows == 0
+        second = await copy_database(CopyOptions(source=f"sqlite:///{two}",
+                                                 target=f"sqlite:///{dst}", all_tenants=True))
+        assert second.ok, second.conflicts
+        assert second.remapped_rows > 0 and second.verified == len(made_two)
+        again = await copy_database(CopyOptions(source=f"sqlite:///{two}",
+                                                target=f"sqlite:///{dst}", all_tenants=True))
+        assert again.ok and again.rows_written == 0 and again.verified == len(made_two)
+        merged = await drive(f"sqlite:///{dst}", "team-b", made_two, now)
+        alone = await drive(f"sqlite:///{two}", "team-b", made_two, now)
+        assert merged == alone
+
+    async def test_cli_dry_run_json_and_plain_progress(self, tmp_path: Path,
+                                                       tokens: None) -> None:
+        """--dry-run writes nothing; the text summary and progress lines; exit 1 on conflict."""
+        src, dst = tmp_path / "a.db", tmp_path / "b.db"
+        made, _ = await build_small(f"sqlite:///{src}", "celestial")
+        base = [sys.executable, "-m", "starflow", "copy", "--from", f"sqlite:///{src}",
+                "--to", f"sqlite:///{dst}", "--all-tenants"]
+        dry = await anyio.run_process([*base, "--dry-run", "--json"], check=False)
+        assert dry.returncode == 0, dry.stderr.decode()
+        summary = json.loads(dry.stdout)
+        assert summary["dry_run"] and summary["rows_written"] > 0 and not dst.exists()
+        real = await anyio.run_process(base, check=False)
+        assert real.returncode == 0, real.stderr.decode()
+        text = real.stdout.decode()
+        assert f"verified: {len(made)} run(s) identical" in text and "conflicts: 0" in text
+        assert f"copied {len(made)}/{len(made)} runs" in real.stderr.decode()
+        with sqlite3.connect(dst) as conn:
+            conn.execute("UPDATE workflow_runs SET status = 'x' WHERE id = ?", (min(made),))
+        again = await anyio.run_process(base, check=False)
+        assert again.returncode == 1
+        assert f"CONFLICT run {min(made)}" in again.stdout.decode()
+        bad = await anyio.run_process([*base[:-1]], check=False)
+        assert bad.returncode == 2 and b"--all-tenants" in bad.stderr

@@ -133,8 +133,11 @@ class Endpoint(ABC):
     async def write(self, statements: Sequence[tuple[str, list[tuple[Any, ...]]]]) -> None:
         """Run each ``(sql, rows)`` as an ``executemany``, all in one transaction."""
 
-    async def advance_sequences(self, specs: Sequence[TableSpec]) -> None:  # noqa: B027
-        """Move id sequences past the largest id present (PostgreSQL only)."""
+    @abstractmethod
+    async def advance_sequences(self, specs: Sequence[TableSpec],
+                                floors: Mapping[str, int] | None = None) -> None:
+        """Move each serial table's id counter past its largest id and past
+        ``floors[table]`` (never back), so ids it hands out later are new."""
 
     # -- neutral rows ------------------------------------------------------------
 
@@ -278,6 +281,29 @@ class SQLiteEndpoint(Endpoint):
 
         await self._run(write)
 
+    async def advance_sequences(self, specs: Sequence[TableSpec],
+                                floors: Mapping[str, int] | None = None) -> None:
+        # AUTOINCREMENT keeps its counter in sqlite_sequence and moves it past any
+        # id inserted explicitly; only a floor above what the table holds is set here.
+        def advance(conn: sqlite3.Connection) -> None:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                for spec in specs:
+                    floor = (floors or {}).get(spec.name, 0)
+                    if not spec.serial or floor <= 0:
+                        continue
+                    done = conn.execute("UPDATE sqlite_sequence SET seq = max(seq, ?) "
+                                        "WHERE name = ?", (floor, spec.name)).rowcount
+                    if not done:
+                        conn.execute("INSERT INTO sqlite_sequence (name, seq) VALUES (?, ?)",
+                                     (spec.name, floor))
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+
+        await self._run(advance)
+
     def _ts_in(self, value: datetime) -> Any:
         return format_ts(value)
 
@@ -352,7 +378,8 @@ class PostgresEndpoint(Endpoint):
         except asyncpg.PostgresError as exc:
             raise StorageError(f"{self.where}: {exc}") from exc
 
-    async def advance_sequences(self, specs: Sequence[TableSpec]) -> None:
+    async def advance_sequences(self, specs: Sequence[TableSpec],
+                                floors: Mapping[str, int] | None = None) -> None:
         for spec in specs:
             if not spec.serial:
                 continue
@@ -360,12 +387,13 @@ class PostgresEndpoint(Endpoint):
                                             spec.name, spec.serial)
             if seq is None:
                 continue
+            floor = (floors or {}).get(spec.name, 0)
             # setval only ever moves forward: ids a writer already took stay taken.
             await self._conn.execute(
-                f"SELECT setval($1::regclass, m) FROM (SELECT max({spec.serial}) AS m "
-                f"FROM {spec.name}) s WHERE m IS NOT NULL AND m > "
+                f"SELECT setval($1::regclass, m) FROM (SELECT GREATEST(max({spec.serial}), "
+                f"$2::bigint) AS m FROM {spec.name}) s WHERE m IS NOT NULL AND m > "
                 f"(SELECT CASE WHEN is_called THEN last_value ELSE last_value - 1 END "
-                f"FROM {seq})", seq)
+                f"FROM {seq})", seq, floor)
 
     def _ts_in(self, value: datetime) -> Any:
         return value
