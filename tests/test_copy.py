@@ -215,6 +215,36 @@ class TestRefusalsAndConflicts:
         assert leased in str(caught.value) and "--wait" in str(caught.value)
         assert await _pg_table_rows(workspace) == 0
 
+    async def test_wait_copies_once_the_lease_ends(self, tmp_path: Path, tokens: None) -> None:
+        """With wait=True the copy polls on its clock until the lease has expired."""
+        from starflow.clock import format_ts
+        from starflow_testing import FakeClock
+
+        src, dst = tmp_path / "a.db", tmp_path / "b.db"
+        made, now = await build_small(f"sqlite:///{src}", "celestial")
+        leased = min(made)
+        clock = FakeClock(now)
+        with sqlite3.connect(src) as conn:
+            conn.execute("UPDATE workflow_runs SET leased_by = 'w1', lease_until = ? "
+                         "WHERE id = ?", (format_ts(now + timedelta(seconds=30)), leased))
+        statuses: list[str] = []
+        reports: list[CopyReport] = []
+
+        async def copy() -> None:
+            reports.append(await copy_database(
+                CopyOptions(source=f"sqlite:///{src}", target=f"sqlite:///{dst}",
+                            all_tenants=True, wait=True, wait_poll=10.0),
+                clock=clock, on_status=statuses.append))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(copy)
+            while not any("waiting" in s for s in statuses):
+                await anyio.sleep(0.01)
+            assert not reports
+            await clock.advance(timedelta(seconds=40))
+        assert reports[0].ok and reports[0].verified == len(made)
+        assert leased in next(s for s in statuses if "waiting" in s)
+
     async def test_conflict_reported_and_run_not_written(self, tmp_path: Path,
                                                          tokens: None) -> None:
         """A run that differs in the target is reported by id; none of its rows is written."""
@@ -330,7 +360,7 @@ class TestMergingAndCli:
         made_two, now = await build_small(f"sqlite:///{two}", "team-b")
         first = await copy_database(CopyOptions(source=f"sqlite:///{one}",
                                                 target=f"sqlite:///{dst}", all_tenants=True))
-        assert first.ok and first.remapped_rows == 0
+        assert first.ok and first.remapped_rows == 0 and first.verified == len(made_one)
         second = await copy_database(CopyOptions(source=f"sqlite:///{two}",
                                                  target=f"sqlite:///{dst}", all_tenants=True))
         assert second.ok, second.conflicts
