@@ -765,7 +765,7 @@ class _Copy:
             self._check_schema(src_tables, None)
             self.src = _Side(source, src_tables)
             if not self.o.dry_run:
-                self.on_status(f"migrating {target.where} …")
+                self.on_status(f"bringing {target.where} to the current schema …")
                 await self._migrate_target()
             dst_open = await self._open_target(target)
             try:
