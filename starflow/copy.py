@@ -390,6 +390,7 @@ class _Copy:
         self.src: _Side
         self.dst: _Side | None = None
         self._run_ids: list[str] | None = None
+        self._tenant_of_copy: tuple[str, str] | None = None
 
     # -- set-up ---------------------------------------------------------------------
 
@@ -759,7 +760,8 @@ class _Copy:
         target = endpoint_for(self.o.target, "--to")
         tenant = ((self.o.workspace_id, self.o.env)
                   if self.o.workspace_id is not None and self.o.env is not None else None)
-        await source.connect(readonly=True)
+        self._tenant_of_copy = tenant
+        await source.connect(readonly=True, tenant=tenant)
         try:
             src_tables = await source.tables()
             self._check_schema(src_tables, None)
@@ -807,7 +809,7 @@ class _Copy:
         if self.o.dry_run and isinstance(target, SQLiteEndpoint) and not (
                 await anyio.to_thread.run_sync(os.path.exists, target.path)):
             return False  # nothing there yet: everything would be written
-        await target.connect(readonly=False)
+        await target.connect(readonly=False, tenant=self._tenant_of_copy)
         try:
             self.dst = _Side(target, await target.tables())
         except BaseException:

@@ -106,8 +106,12 @@ class Endpoint(ABC):
     where: str
 
     @abstractmethod
-    async def connect(self, *, readonly: bool) -> None:
-        """Open the connection (read-only for a source where the driver allows it)."""
+    async def connect(self, *, readonly: bool, tenant: tuple[str, str] | None = None) -> None:
+        """Open the connection (read-only for a source where the driver allows it).
+
+        ``tenant``: the one workspace and env copied, if only one (Row Level
+        Security then lets a role that is not the tables' owner see its rows).
+        """
 
     @abstractmethod
     async def close(self) -> None:
@@ -214,7 +218,7 @@ class SQLiteEndpoint(Endpoint):
         except sqlite3.Error as exc:
             raise StorageError(f"{self.where}: SQLite error: {exc}") from exc
 
-    async def connect(self, *, readonly: bool) -> None:
+    async def connect(self, *, readonly: bool, tenant: tuple[str, str] | None = None) -> None:
         import os
 
         if readonly and not await anyio.to_thread.run_sync(os.path.exists, self.path):
@@ -321,19 +325,34 @@ class PostgresEndpoint(Endpoint):
         self._conn: Any = None
         self._tx: Any = None
 
-    async def connect(self, *, readonly: bool) -> None:
+    async def connect(self, *, readonly: bool, tenant: tuple[str, str] | None = None) -> None:
         import asyncpg
 
+        settings = {"application_name": "starflow copy"}
+        if tenant is not None:
+            settings |= {"starflow.workspace_id": tenant[0], "starflow.env": tenant[1]}
         try:
-            conn = await asyncpg.connect(self.url, server_settings={
-                "application_name": "starflow copy"})
+            conn = await asyncpg.connect(self.url, server_settings=settings)
             # Text codecs: JSON crosses as its text, ids as canonical strings.
             await conn.set_type_codec("jsonb", schema="pg_catalog", encoder=str,
                                       decoder=str, format="text")
             await conn.set_type_codec("uuid", schema="pg_catalog", encoder=str,
                                       decoder=str, format="text")
+            sees_all = await conn.fetchval(
+                "SELECT r.rolsuper OR r.rolbypassrls OR NOT EXISTS (SELECT 1 FROM pg_class c "
+                "WHERE c.relname = 'workflow_runs' AND c.relnamespace = current_schema()"
+                "::regnamespace AND c.relrowsecurity AND (c.relforcerowsecurity OR "
+                "pg_get_userbyid(c.relowner) <> current_user)) "
+                "FROM pg_roles r WHERE r.rolname = current_user")
         except (OSError, asyncpg.PostgresError) as exc:
             raise StorageError(f"cannot connect to {self.where}: {exc}") from exc
+        if not sees_all and tenant is None:
+            await conn.close()
+            # Row Level Security would hide every row silently: a copy of nothing.
+            raise ConfigError(
+                f"{self.where}: Row Level Security hides other tenants' rows from this role; "
+                "copy one tenant with --workspace W --env E, or connect as the "
+                "tables' owner or a role with BYPASSRLS")
         self._conn = conn
 
     async def close(self) -> None:
