@@ -135,7 +135,8 @@ async def main() -> None:
     for r in results:
         print(f"{r['leg']:<20} {r['runs']:>8} {r['rows']:>9} {r['seconds']:>8} "
               f"{r['rows_per_second']:>9} {r['runs_per_second']:>8}")
-    Path(args.json).write_text(json.dumps({"workspace": workspace, "legs": results}, indent=2))
+    summary = {"workspace": workspace, "legs": results}
+    await anyio.Path(args.json).write_text(json.dumps(summary, indent=2))
 
 
 if __name__ == "__main__":

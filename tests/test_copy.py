@@ -229,17 +229,22 @@ class TestRefusalsAndConflicts:
                          "WHERE id = ?", (format_ts(now + timedelta(seconds=30)), leased))
         statuses: list[str] = []
         reports: list[CopyReport] = []
+        waiting = anyio.Event()
+
+        def status(message: str) -> None:
+            statuses.append(message)
+            if "waiting" in message:
+                waiting.set()
 
         async def copy() -> None:
             reports.append(await copy_database(
                 CopyOptions(source=f"sqlite:///{src}", target=f"sqlite:///{dst}",
                             all_tenants=True, wait=True, wait_poll=10.0),
-                clock=clock, on_status=statuses.append))
+                clock=clock, on_status=status))
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(copy)
-            while not any("waiting" in s for s in statuses):
-                await anyio.sleep(0.01)
+            await waiting.wait()
             assert not reports
             await clock.advance(timedelta(seconds=40))
         assert reports[0].ok and reports[0].verified == len(made)
@@ -290,6 +295,31 @@ async def build_small(url: str, workspace: str) -> tuple[dict[str, tuple[str, in
             made[(await env.app.run(approval, n)).run_id] = ("approval", n)
             made[(await env.run(done, n)).run_id] = ("done", n)
         return made, env.now()
+
+
+class TestRowLevelSecurity:
+    """A role Row Level Security applies to copies its tenant, and never "nothing"."""
+
+    async def test_rls_role_copies_its_tenant_and_is_refused_all_tenants(
+            self, tmp_path: Path, workspace: str, tokens: None) -> None:
+        """--all-tenants would see no rows: refused; --workspace sees the tenant's runs."""
+        require_postgres()
+        from urllib.parse import urlsplit, urlunsplit
+
+        from tests.conftest import POOLER_RLS_ROLE, ensure_pooler_rls_role
+
+        ensure_pooler_rls_role()
+        made, _ = await build_small(POSTGRES_URL, workspace)
+        parts = urlsplit(POSTGRES_URL)
+        host = parts.netloc.split("@", 1)[-1]
+        as_role = urlunsplit(parts._replace(netloc=f"{POOLER_RLS_ROLE}@{host}"))
+        dst = tmp_path / "mine.db"
+        with pytest.raises(starflow.ConfigError, match="Row Level Security"):
+            await copy_database(CopyOptions(source=as_role, target=f"sqlite:///{dst}",
+                                            all_tenants=True))
+        report = await copy_database(CopyOptions(source=as_role, target=f"sqlite:///{dst}",
+                                                 workspace_id=workspace, env="prod"))
+        assert report.ok and report.verified == len(made) == report.runs
 
 
 class TestInterruptedAndReverse:
