@@ -339,7 +339,9 @@ class _Side:
             from .adapters._sql import uuid_or_none
 
             values = [v for v in values if uuid_or_none(v) is not None]
-        for chunk in _chunks(list(dict.fromkeys(values))):
+        # PostgreSQL takes one array; SQLite one placeholder per value.
+        size = 20 * _CHUNK if self.end.dialect.name == "postgres" else _CHUNK
+        for chunk in _chunks(list(dict.fromkeys(values)), size):
             q = _Query(self.end).one_of(column, chunk, _cast(spec, column))
             if extra is not None:
                 extra(q)
@@ -488,11 +490,10 @@ class _Copy:
             return ()
         return self.dst.end.from_row(spec, self.src.columns[spec.name], row)
 
-    def _insert_sql(self, spec: TableSpec, remap: bool = False) -> str:
-        assert self.dst is not None
+    def _insert(self, spec: TableSpec, rows: list[tuple[Any, ...]], remap: bool = False
+                ) -> tuple[str, list[str], list[tuple[Any, ...]]]:
         cols = [c for c in self.src.columns[spec.name] if not (remap and c == spec.serial)]
-        return (f"INSERT INTO {spec.name} ({', '.join(cols)}) "
-                f"VALUES ({self.dst.end.placeholders(len(cols))})")
+        return spec.name, cols, rows
 
     async def _plan(self, spec: TableSpec, rows: Sequence[dict[str, Any]]) -> _Plan:
         """Rows to insert (with their encoded values), conflicts, rows already there."""
@@ -569,8 +570,8 @@ class _Copy:
         if self.dst is None or self.o.dry_run:
             return
         await self.dst.end.write(
-            [(self._insert_sql(spec), rows) for spec, rows in batches if rows]
-            + [(self._insert_sql(spec, remap=True), rows) for spec, rows in remapped if rows])
+            [self._insert(spec, rows) for spec, rows in batches if rows]
+            + [self._insert(spec, rows, remap=True) for spec, rows in remapped if rows])
 
     def _count(self, spec: TableSpec, n: int) -> None:
         if n:
@@ -639,22 +640,16 @@ class _Copy:
 
     # -- runs ---------------------------------------------------------------------------
 
-    async def _run_pages(self, tenant: tuple[str, str] | None, run_ids: Sequence[str] | None
-                         ) -> AsyncIterator[list[dict[str, Any]]]:
-        if run_ids is not None:
-            for chunk in _chunks(list(run_ids), self.o.batch_runs):
-                yield await self.src.select_in(_RUNS, "id", chunk, order="id")
-            return
-        after: str | None = None
-        while True:
-            q = self._tenant(_Query(self.src.end), _RUNS, tenant)
-            if after is not None:
-                q.gt("id", after, "uuid" if self.src.end.dialect.name == "postgres" else "")
-            page = await self.src.select(_RUNS, q, order="id", limit=self.o.batch_runs)
-            if not page:
-                return
-            yield page
-            after = str(page[-1]["id"])
+    async def _run_pages(self, run_ids: Sequence[str]) -> AsyncIterator[list[dict[str, Any]]]:
+        for chunk in _chunks(list(run_ids), self.o.batch_runs):
+            yield await self.src.select_in(_RUNS, "id", chunk, order="id")
+
+    async def _tenant_run_ids(self, tenant: tuple[str, str] | None) -> list[str]:
+        """Every run id in scope, read once. (Keyset pages of ``id > ?`` with the
+        tenant filter make SQLite walk the tenant's index and sort it per page.)"""
+        q = self._tenant(_Query(self.src.end), _RUNS, tenant)
+        rows = await self.src.end.fetch(f"SELECT id FROM workflow_runs{q.where}", q.args)
+        return sorted(str(r[0]) for r in rows)
 
     async def _copy_page(self, runs: list[dict[str, Any]]) -> None:
         ids = [str(r["id"]) for r in runs]
@@ -838,16 +833,11 @@ class _Copy:
 
     async def _copy(self, tenant: tuple[str, str] | None) -> None:
         run_ids = self._run_ids
-        if run_ids is not None:
-            self.progress.runs_total = len(run_ids)
-        else:
-            q = self._tenant(_Query(self.src.end), _RUNS, tenant)
-            rows = await self.src.end.fetch(f"SELECT count(*) FROM workflow_runs{q.where}",
-                                            q.args)
-            self.progress.runs_total = int(rows[0][0])
-        self.report.runs = self.progress.runs_total
         await self._tenant_rows(tenant, run_ids)
-        async for page in self._run_pages(tenant, run_ids):
+        if run_ids is None:
+            run_ids = await self._tenant_run_ids(tenant)
+        self.progress.runs_total = self.report.runs = len(run_ids)
+        async for page in self._run_pages(run_ids):
             await self._copy_page(page)
             self.progress.runs_done += len(page)
             self.progress.rows_read = self.report.rows_read
