@@ -31,7 +31,7 @@ from typing import Any
 import anyio
 import anyio.to_thread
 
-from .adapters.copying import Endpoint, Json, TableSpec, endpoint_for
+from .adapters.copying import Endpoint, Json, PostgresEndpoint, TableSpec, endpoint_for
 from .clock import Clock, SystemClock, format_ts, monotonic
 from .errors import ConfigError, CopyRefused, StarflowError, StorageError
 
@@ -405,6 +405,14 @@ class _Copy:
                 "upgrade starflow, or drop the table if it is not starflow's)")
         if "workflow_runs" not in src:
             raise ConfigError("the source is not a starflow database (no workflow_runs table)")
+        for end in (self.src.end, self.dst.end if self.dst is not None else None):
+            if isinstance(end, PostgresEndpoint):
+                unknown = end.unknown_kinds(TABLES)
+                if unknown:
+                    raise ConfigError(
+                        "starflow copy does not know how to copy column(s) "
+                        f"{', '.join(unknown)} of {end.where} (a newer starflow's schema: "
+                        "upgrade starflow)")
         if dst is None:
             return
         for table, columns in src.items():
@@ -759,8 +767,8 @@ class _Copy:
         await source.connect(readonly=True, tenant=tenant)
         try:
             src_tables = await source.tables()
-            self._check_schema(src_tables, None)
             self.src = _Side(source, src_tables)
+            self._check_schema(src_tables, None)
             if not self.o.dry_run:
                 self.on_status(f"bringing {target.where} to the current schema …")
                 await self._migrate_target()

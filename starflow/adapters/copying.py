@@ -83,6 +83,7 @@ class TableSpec:
         times: Timestamp columns.
         json: JSON columns.
         uuids: Id columns that are ``uuid`` on PostgreSQL.
+        bools: Flags (``boolean`` on PostgreSQL, 0/1 on SQLite).
         serial: The column a PostgreSQL sequence feeds ("" if none).
     """
 
@@ -94,7 +95,21 @@ class TableSpec:
     times: frozenset[str] = frozenset()
     json: frozenset[str] = frozenset()
     uuids: frozenset[str] = frozenset()
+    bools: frozenset[str] = frozenset()
     serial: str = ""
+
+    def kind(self, column: str) -> str:
+        """How the column crosses: ``time``, ``json``, ``uuid``, ``bool`` or ``plain``."""
+        for kind, columns in (("time", self.times), ("json", self.json),
+                              ("uuid", self.uuids), ("bool", self.bools)):
+            if column in columns:
+                return kind
+        return "plain"
+
+
+#: The kind a PostgreSQL column type asks for (others are plain values).
+_PG_KINDS = {"timestamptz": "time", "timestamp": "time", "jsonb": "json", "json": "json",
+             "uuid": "uuid", "bool": "bool"}
 
 
 def _canonical_ts(value: datetime) -> datetime:
@@ -159,6 +174,8 @@ class Endpoint(ABC):
                                else parse_ts(str(value)))
             elif column in spec.json:
                 row[column] = Json(value)
+            elif column in spec.bools:
+                row[column] = bool(value)
             else:
                 row[column] = value
         return row
@@ -179,6 +196,8 @@ class Endpoint(ABC):
                 out.append(self._ts_in(value))
             elif column in spec.json:
                 out.append(value.text)
+            elif column in spec.bools:
+                out.append(bool(value) if self.dialect is POSTGRES else int(bool(value)))
             elif column in spec.uuids and self.dialect is POSTGRES:
                 canonical = uuid_or_none(value)
                 if canonical is None:
@@ -415,6 +434,17 @@ class PostgresEndpoint(Endpoint):
                                                  *(list(col) for col in zip(*rows, strict=True)))
         except asyncpg.PostgresError as exc:
             raise StorageError(f"{self.where}: {exc}") from exc
+
+    def unknown_kinds(self, specs: Sequence[TableSpec]) -> list[str]:
+        """Columns whose PostgreSQL type the specs do not describe (``table.column: type``):
+        a timestamp, JSON, uuid or boolean column copied as a plain value would be
+        written wrong, so the copy stops before writing instead."""
+        out = []
+        for spec in specs:
+            for (table, column), udt in sorted(self._types.items()):
+                if table == spec.name and _PG_KINDS.get(udt, "plain") != spec.kind(column):
+                    out.append(f"{table}.{column}: {udt}")
+        return out
 
     async def advance_sequences(self, specs: Sequence[TableSpec],
                                 floors: Mapping[str, int] | None = None) -> None:
