@@ -17,6 +17,7 @@ from .decorators import RetryPolicy, step, workflow
 from .errors import (
     ConfigError,
     CopyRefused,
+    DuplicateRun,
     InvalidArgument,
     InvalidWakeToken,
     LeaseLostError,
@@ -27,6 +28,7 @@ from .errors import (
     RunFinished,
     RunIdConflict,
     RunNotFound,
+    ScheduleNotFound,
     SerializationError,
     StarflowError,
     StepFailed,
@@ -39,7 +41,7 @@ from .errors import (
 from .failure import RunFailure
 from .jobs import JobWorker
 from .progress import progress
-from .records import RunEvent, RunInfo
+from .records import PoolLimits, PoolUsage, RunEvent, RunInfo, ScheduleRecord
 from .runner import RunHandle
 from .session import session_get, session_set
 from .waits import now, patched, sleep, wait_for, wake_token
@@ -49,12 +51,15 @@ __all__ = [
     "Clock",
     "ConfigError",
     "CopyRefused",
+    "DuplicateRun",
     "InvalidArgument",
     "InvalidWakeToken",
     "JobWorker",
     "LeaseLostError",
     "LiveRun",
     "NonDeterminismError",
+    "PoolLimits",
+    "PoolUsage",
     "ReservedKeyError",
     "ResultTimeout",
     "RetryPolicy",
@@ -66,6 +71,8 @@ __all__ = [
     "RunIdConflict",
     "RunInfo",
     "RunNotFound",
+    "ScheduleNotFound",
+    "ScheduleRecord",
     "SerializationError",
     "Starflow",
     "StarflowConfig",

@@ -54,8 +54,16 @@ TABLES: tuple[TableSpec, ...] = (
               uuids=_T({"id"})),
     TableSpec("starflow_keys", key=("workspace_id", "env", "key_id"), lookup="key_id",
               times=_T({"created_at"})),
+    TableSpec("starflow_schedules", key=("workspace_id", "env", "id"), lookup="id",
+              times=_T({"next_fire_at", "due_at", "pending_tick", "buffered_tick", "last_tick",
+                        "created_at", "updated_at"}),
+              json=_T({"input_json"}), uuids=_T({"definition_id", "last_run_id"}),
+              bools=_T({"paused"})),
+    TableSpec("starflow_pool_limits", key=("workspace_id", "env", "pool"), lookup="pool",
+              times=_T({"updated_at"})),
     TableSpec("workflow_runs", key=("id",), lookup="id", run_column="id",
-              times=_T({"started_at", "completed_at", "lease_until", "last_heartbeat"}),
+              times=_T({"started_at", "completed_at", "lease_until", "last_heartbeat",
+                        "not_before", "claimed_at"}),
               json=_T({"checkpoint_json", "input_json", "result_json", "failure_json"}),
               uuids=_T({"id", "definition_id", "parent_run_id"})),
     TableSpec("workflow_run_events", key=("id",), lookup="id", run_column="run_id",
@@ -89,7 +97,8 @@ NOT_COPIED: dict[str, str] = {
                                 "(pin the target's roles with starflow_pin_role)",
 }
 #: Tenant rows of these tables are copied once per copy, before the runs.
-_TENANT_TABLES = ("workflow_definitions", "starflow_keys", "workflow_session_vars")
+_TENANT_TABLES = ("workflow_definitions", "starflow_keys", "starflow_schedules",
+                  "starflow_pool_limits", "workflow_session_vars")
 #: How many values one ``IN (...)`` lookup carries.
 _CHUNK = 500
 
@@ -644,7 +653,9 @@ class _Copy:
                 q = _Query(self.src.end).eq("workspace_id", ws).eq("env", env)
                 out.extend(await self.src.select(spec, q))
             return out
-        return []  # session variables of the runs travel with them
+        # Schedules and pool limits are the tenant's, not the run's; session
+        # variables of the runs travel with them.
+        return []
 
     # -- runs ---------------------------------------------------------------------------
 

@@ -1,5 +1,5 @@
-"""Server background tasks: the lease sweep, durable timers, session-var GC, and
-(with a warm tier) the outbox drainer and drift sweep.
+"""Server background tasks: the lease sweep, durable timers, cron schedules,
+session-var GC, and (with a warm tier) the outbox drainer and drift sweep.
 
 The state model's starflow-server runs the sweep once at boot and then every
 ``sweep_interval``; starflow runs these loops in ``starflow server``, in a
@@ -21,6 +21,7 @@ from .errors import StarflowError
 from .logs import get_logger
 from .records import WaitRecord
 from .runner import Runner
+from .schedules import ScheduleLoop
 from .warm.drainer import OutboxDrainer
 from .warm.mirror import find_mirror
 
@@ -56,6 +57,8 @@ class Maintenance:
         #: A client's timers (``full=False``): its own inline runs'.
         self.inline_timers: InlineTimers | None = (
             None if full else InlineTimers(runner, firing=self.firing))
+        #: Starts the due ticks of cron schedules (#18): a server's loop only.
+        self.schedules: ScheduleLoop | None = ScheduleLoop(runner, poll=poll) if full else None
         #: The outbox drainer and drift sweep, when the adapter mirrors to a warm tier.
         self.drainer: OutboxDrainer | None = None
         mirror = find_mirror(runner.adapter)
@@ -77,6 +80,8 @@ class Maintenance:
                 tg.start_soon(self._stuck_loop)
                 tg.start_soon(self._timer_loop)
                 tg.start_soon(self._session_gc_loop)
+            if self.schedules is not None:
+                tg.start_soon(self.schedules.run)
             if self.drainer is not None:
                 tg.start_soon(self.drainer.run)
 
