@@ -115,6 +115,11 @@ async def build(url: str, workspace: str) -> tuple[dict[str, tuple[str, int]], A
             # Queued: a pool nobody serves until the drive.
             queued = await env.app.options(pool="later").start(done, 1000 + n)
             made[queued.run_id] = ("queued", 1000 + n)
+        await env.app.schedule("nightly", done, 7, cron="0 3 * * *", timezone="Europe/Paris")
+        await env.app.schedule("paused", done, 8, cron="*/5 * * * *")
+        await env.app.pause_schedule("paused")
+        await env.app.set_pool_limits("later", concurrency=4,
+                                      rate_limit=(100, timedelta(minutes=1)))
         return made, env.now()
 
 
@@ -179,6 +184,8 @@ class TestSQLiteToPostgres:
         for table in ("workflow_runs", "workflow_run_events", "workflow_waits",
                       "workflow_session_vars", "starflow_keys", "workflow_definitions"):
             assert report.rows_per_table.get(table), table
+        assert report.rows_per_table["starflow_schedules"] == 2
+        assert report.rows_per_table["starflow_pool_limits"] == 1
         # Idempotent: a second copy writes nothing and verifies the same.
         again = await copy_database(options)
         assert again.ok and again.rows_written == 0 and again.verified == len(made)
@@ -294,6 +301,8 @@ async def build_small(url: str, workspace: str) -> tuple[dict[str, tuple[str, in
         for n in range(3):
             made[(await env.app.run(approval, n)).run_id] = ("approval", n)
             made[(await env.run(done, n)).run_id] = ("done", n)
+        await env.app.schedule("hourly", done, 9, cron="0 * * * *")
+        await env.app.pause_schedule("hourly")
         return made, env.now()
 
 
@@ -362,6 +371,12 @@ class TestInterruptedAndReverse:
         report = await copy_database(CopyOptions(source=POSTGRES_URL, target=dst,
                                                  workspace_id=workspace, env="prod"))
         assert report.ok and report.verified == len(made)
+        assert report.rows_per_table["starflow_schedules"] == 1
+        again = await copy_database(CopyOptions(source=POSTGRES_URL, target=dst,
+                                                workspace_id=workspace, env="prod"))
+        assert again.ok and again.rows_written == 0
+        async with WorkflowEnvironment(dst, workspace_id=workspace) as env:
+            assert [(s.id, s.paused) for s in await env.app.schedules()] == [("hourly", True)]
         on_sqlite = await drive(dst, workspace, made, now)
         on_pg = await drive(POSTGRES_URL, workspace, made, now)
         assert on_sqlite == on_pg
