@@ -79,6 +79,8 @@ TABLES: tuple[TableSpec, ...] = (
               lookup="session_id", run_column="run_id",
               times=_T({"keep_until", "updated_at"}), json=_T({"value_json"}),
               uuids=_T({"run_id"})),
+    TableSpec("workflow_run_attributes", key=("run_id", "key"), lookup="run_id",
+              run_column="run_id", times=_T({"updated_at"}), uuids=_T({"run_id"})),
     TableSpec("worker_jobs", key=("id",), lookup="id", run_column="run_id",
               times=_T({"lease_until", "last_heartbeat", "created_at", "completed_at"}),
               json=_T({"input_json", "result_json", "error_json"}),

@@ -61,6 +61,7 @@ async def explode(n: int) -> None:
 
 @workflow(name="copy_approval")
 async def approval(n: int) -> dict[str, Any]:
+    starflow.set_attributes(customer=f"c-{n}")
     doubled = await prepare(n)
     # A fixed TTL: starflow.now() replayed on SQLite hashes as "+00:00" where it was
     # recorded as "Z" (a NonDeterminismError without any copy; reported separately).
@@ -186,6 +187,7 @@ class TestSQLiteToPostgres:
             assert report.rows_per_table.get(table), table
         assert report.rows_per_table["starflow_schedules"] == 2
         assert report.rows_per_table["starflow_pool_limits"] == 1
+        assert report.rows_per_table["workflow_run_attributes"] == PER_KIND
         # Idempotent: a second copy writes nothing and verifies the same.
         again = await copy_database(options)
         assert again.ok and again.rows_written == 0 and again.verified == len(made)
