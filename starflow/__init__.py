@@ -17,6 +17,7 @@ from .context import WorkflowContext, context
 from .decorators import RetryPolicy, step, workflow
 from .errors import (
     ConfigError,
+    CopyRefused,
     DuplicateRun,
     InvalidArgument,
     InvalidWakeToken,
@@ -53,6 +54,7 @@ from .workflow_logger import logger
 __all__ = [
     "Clock",
     "ConfigError",
+    "CopyRefused",
     "DuplicateRun",
     "InvalidArgument",
     "InvalidWakeToken",

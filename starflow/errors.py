@@ -25,6 +25,7 @@ All of them derive from :class:`StarflowError`, carry the ``run_id`` and
     │   └── RunCancelled          … or was cancelled
     ├── ResultTimeout             ``Starflow.result(timeout=…)`` gave up waiting
     ├── StorageError              the database failed (driver errors are wrapped)
+    ├── CopyRefused               ``starflow copy`` while a run holds a live lease
     └── WarmTierError             the warm tier (Redis…) failed; cold state is unaffected
 """
 
@@ -34,6 +35,7 @@ from .driver_errors import is_transient
 
 __all__ = [
     "ConfigError",
+    "CopyRefused",
     "DuplicateRun",
     "InvalidArgument",
     "InvalidWakeToken",
@@ -416,3 +418,16 @@ class StorageError(StarflowError):
 class WarmTierError(StarflowError):
     """The warm tier (live-state overlay) failed. Cold state, the authority, is
     unaffected: the outbox keeps the changes and the drainer retries."""
+
+
+class CopyRefused(StarflowError):
+    """``starflow copy`` found runs (or worker jobs) holding a live lease in the
+    source: a runner is mid-step and could still write an outcome there.
+
+    Attributes:
+        run_ids: The leased runs (a leased job's run included), sorted.
+    """
+
+    def __init__(self, message: str, *, run_ids: tuple[str, ...] = ()) -> None:
+        super().__init__(message, run_id=run_ids[0] if len(run_ids) == 1 else None)
+        self.run_ids = run_ids

@@ -65,7 +65,8 @@ def test_error_classes_are_pinned_and_drawn() -> None:
                     if isinstance(getattr(starflow, name), type)
                     and issubclass(getattr(starflow, name), BaseException))
     assert errors == [
-        "ConfigError", "DuplicateRun", "InvalidArgument", "InvalidWakeToken", "LeaseLostError",
+        "ConfigError", "CopyRefused", "DuplicateRun", "InvalidArgument", "InvalidWakeToken",
+        "LeaseLostError",
         "NonDeterminismError", "ReservedKeyError", "ResultTimeout", "RunCancelled",
         "RunFinished", "RunIdConflict", "RunNotFound", "ScheduleNotFound",
         "SerializationError", "StarflowError", "StepFailed", "StorageError",

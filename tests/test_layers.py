@@ -34,6 +34,7 @@ LAYERS: dict[str, str] = {
     "starflow.cli._format": "face",
     "starflow.cli.admin": "face",
     "starflow.cli.control": "face",
+    "starflow.cli.copy": "face",
     "starflow.cli.outbox": "face",
     "starflow.cli.replay": "face",
     "starflow.cli.runs": "face",
@@ -47,6 +48,7 @@ LAYERS: dict[str, str] = {
     # runtime: executes runs
     "starflow.attributes": "runtime",
     "starflow.context": "runtime",
+    "starflow.copy": "runtime",
     "starflow.decorators": "runtime",
     "starflow.driving": "runtime",
     "starflow.engine": "runtime",
@@ -78,6 +80,7 @@ LAYERS: dict[str, str] = {
     "starflow.adapters": "adapters",
     "starflow.adapters._sql": "adapters",
     "starflow.adapters._flow": "adapters",
+    "starflow.adapters.copying": "adapters",
     "starflow.adapters.base": "adapters",
     "starflow.adapters.null": "adapters",
     "starflow.adapters.pages": "adapters",

@@ -8,7 +8,8 @@ One module per command group registers its commands on import:
 :mod:`~starflow.cli.outbox` (``outbox status``),
 :mod:`~starflow.cli.replay` (``replay``),
 :mod:`~starflow.cli.schedules` (``schedules list/show/pause/resume/delete/trigger``,
-``pools``) and :mod:`~starflow.cli.ui` (``ui``). The registry, the shared options and
+``pools``), :mod:`~starflow.cli.ui` (``ui``) and :mod:`~starflow.cli.copy`
+(``copy``). The registry, the shared options and
 the app they open are in :mod:`starflow.cli._base` (see its docstring to add
 a command); table and JSON output in :mod:`starflow.cli._format`.
 """
@@ -42,7 +43,8 @@ __all__ = ["Command", "CommandError", "app_args", "command", "db_args", "main", 
 
 #: The command-group modules. Each registers its commands when imported, and
 #: this order is the order ``starflow --help`` lists them in.
-GROUPS = ("worker", "admin", "runs", "control", "outbox", "replay", "schedules", "ui")
+GROUPS = ("worker", "admin", "runs", "control", "outbox", "replay", "schedules", "ui",
+          "copy")
 for _group in GROUPS:
     importlib.import_module(f"{__name__}.{_group}")
 
