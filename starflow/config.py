@@ -57,6 +57,11 @@ class StarflowConfig(msgspec.Struct, frozen=True, kw_only=True):
         session_var_gc_interval: How often maintenance deletes expired session vars.
         outbox_retention: How long applied ``mirror_outbox`` rows are kept.
         drift_sweep_interval: How often the warm tier is hash-compared with cold.
+        retention: How long ended runs (success, error, cancelled) are kept after
+            they end; maintenance prunes older ones with their events, waits,
+            signals, outbox rows, jobs and session vars (``sf.prune``). None
+            (the default): keep every run forever.
+        prune_interval: How often maintenance prunes when ``retention`` is set (1 h).
     """
 
     lease_ttl: timedelta = timedelta(seconds=30)
@@ -75,6 +80,8 @@ class StarflowConfig(msgspec.Struct, frozen=True, kw_only=True):
     session_var_gc_interval: timedelta = timedelta(seconds=60)
     outbox_retention: timedelta = timedelta(hours=1)
     drift_sweep_interval: timedelta = timedelta(seconds=30)
+    retention: timedelta | None = None
+    prune_interval: timedelta = timedelta(hours=1)
 
     def __post_init__(self) -> None:
         problems: list[str] = []
@@ -88,12 +95,17 @@ class StarflowConfig(msgspec.Struct, frozen=True, kw_only=True):
             "outbox_retention",
             "drift_sweep_interval",
             "stuck_after",
+            "prune_interval",
         ):
             value: timedelta = getattr(self, name)
             if not isinstance(value, timedelta):
                 problems.append(f"{name} must be a timedelta, got {value!r}")
             elif value <= timedelta(0):
                 problems.append(f"{name} must be positive: {value.total_seconds():g} s")
+        if self.retention is not None and (
+                not isinstance(self.retention, timedelta) or self.retention <= timedelta(0)):
+            problems.append(f"retention must be a positive timedelta or None (keep forever), "
+                            f"got {self.retention!r}")
         if (
             isinstance(self.heartbeat_interval, timedelta)
             and isinstance(self.lease_ttl, timedelta)

@@ -35,6 +35,7 @@ from ..records import (
     JobRecord,
     OutboxLag,
     OutboxRow,
+    PrunedBatch,
     RunEvent,
     RunInfo,
     SignalRecord,
@@ -57,6 +58,10 @@ from ._sql import (
     job_record,
     op_sql,
     outbox_row,
+    parent_column_sql,
+    prune_delete_sql,
+    prune_select_args,
+    prune_select_sql,
     run_event,
     run_info,
     signal_queued_sql,
@@ -83,6 +88,7 @@ from .units import (
     MarkOutboxApplied,
     Op,
     PruneOutbox,
+    PruneRuns,
     SweepLeases,
     Unit,
 )
@@ -776,6 +782,46 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
         result: int = await self._write(prune)
         return result
 
+    # -- retention -----------------------------------------------------------------
+
+    async def _prune_runs(self, c: PruneRuns) -> PrunedBatch:
+        ws, env = self.workspace_id, self.env
+        args = prune_select_args(SQLITE, c, ws, env)
+        n_ids = None if c.run_ids is None else len(c.run_ids)
+
+        def select_sql(conn: sqlite3.Connection) -> str:
+            family = getattr(self, "_prune_family", None)
+            if family is None:
+                family = conn.execute(parent_column_sql(SQLITE)).fetchone() is not None
+                self._prune_family = family
+            return prune_select_sql(SQLITE, len(c.statuses), c.workflow is not None, n_ids,
+                                    c.cursor is not None, family, False)
+
+        def select(conn: sqlite3.Connection) -> list[Any]:
+            return conn.execute(select_sql(conn), args).fetchall()
+
+        if c.dry_run:
+            return _pruned(await self._call(select), {})
+
+        def prune(conn: sqlite3.Connection) -> tuple[list[Any], dict[str, int]]:
+            # Inside the write transaction: SQLite's one writer makes the
+            # select and the deletes one atomic step against every other writer.
+            rows = select(conn)
+            counts: dict[str, int] = {}
+            if rows:
+                ids = [r[0] for r in rows]
+                for table, sql in prune_delete_sql(SQLITE, len(ids)):
+                    extra: tuple[Any, ...] = ()
+                    if table == "workflow_session_vars":
+                        extra = (format_ts(c.now),)
+                    elif table == "workflow_runs":
+                        extra = (ws, env)
+                    counts[table] = int(conn.execute(sql, (*ids, *extra)).rowcount)
+            return rows, counts
+
+        rows, counts = await self._write(prune)
+        return _pruned(rows, counts)
+
     async def outbox_lag(self, now: datetime, edges: Sequence[float] = ()) -> OutboxLag:
         cutoffs = [format_ts(now - timedelta(seconds=e)) for e in edges]
         buckets = "".join(", sum(CASE WHEN created_at <= ? THEN 1 ELSE 0 END)" for _ in cutoffs)
@@ -785,6 +831,13 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
             (*cutoffs, self.workspace_id, self.env)).fetchone())
         return OutboxLag(pending=int(row[0]), oldest_created_at=SQLITE.ts_out(row[1]),
                          older_than=tuple(int(c or 0) for c in row[2:]))
+
+
+def _pruned(rows: Sequence[Any], counts: dict[str, int]) -> PrunedBatch:
+    """A prune batch's outcome from its selected ``(id, completed_at)`` rows."""
+    return PrunedBatch(run_ids=[r[0] for r in rows],
+                       cursor=(parse_ts(rows[-1][1]), rows[-1][0]) if rows else None,
+                       rows=counts)
 
 
 def _storage_error(exc: sqlite3.Error, run_id: str | None) -> StorageError:
