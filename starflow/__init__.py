@@ -39,6 +39,7 @@ from .failure import RunFailure
 from .jobs import JobWorker
 from .progress import progress
 from .records import RunEvent, RunInfo
+from .retention import PruneReport
 from .runner import RunHandle
 from .session import session_get, session_set
 from .waits import now, patched, sleep, wait_for, wake_token
@@ -53,6 +54,7 @@ __all__ = [
     "LeaseLostError",
     "LiveRun",
     "NonDeterminismError",
+    "PruneReport",
     "ReservedKeyError",
     "ResultTimeout",
     "RetryPolicy",
