@@ -148,3 +148,14 @@ class TestWorkerDeployment:
         assert "signalled: the run is queued for a worker again" in out
         assert "o-vip shipped by courier" in out and "o-lost shipped by standard" in out
         assert "recovered run: runner_lost (requeued, was leased by crashed-worker)" in out
+
+
+class TestRetention:
+    """examples/retention.py: prune after 30 days, export first, replay the export."""
+
+    def test_prunes_ended_runs_keeps_the_paused_one(self, tmp_path: Path) -> None:
+        out = run_example("retention.py", tmp_path)
+        assert "a dry run would prune 3 runs" in out
+        assert "pruned 3 runs" in out and "'workflow_runs': 3" in out
+        assert "paused run kept: paused" in out
+        assert out.count("replayed retention-order ok") == 3
