@@ -885,7 +885,7 @@ def prune_delete_sql(d: Dialect, count: int) -> tuple[tuple[str, str], ...]:
             sql += f" AND (keep_until IS NULL OR keep_until <= {d.p(n, 'timestamptz')})"
         out.append((table, sql))
     out.append(("workflow_runs", f"DELETE FROM workflow_runs WHERE "
-                f"{d.one_of('id', 1, count, 'uuid')} AND {d.tenant(n)}"))
+                f"{d.one_of('id', 1, count, 'uuid')} AND {d.key_tenant(n)}"))
     return tuple(out)
 
 

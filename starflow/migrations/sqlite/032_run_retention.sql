@@ -15,3 +15,9 @@ CREATE INDEX IF NOT EXISTS idx_workflow_runs_ended
 -- queue adds one entry, its claim removes it.
 CREATE INDEX IF NOT EXISTS idx_workflow_runs_queued
     ON workflow_runs (workspace_id, env, started_at) WHERE claim_state = 'queued';
+
+-- A prune deletes a batch's outbox rows by run id; without an index that is a
+-- scan of mirror_outbox per batch. Costs one index entry per outbox row (rows
+-- live until applied and then outbox_retention, 1 h by default).
+CREATE INDEX IF NOT EXISTS idx_mirror_outbox_run ON mirror_outbox (run_id)
+    WHERE run_id IS NOT NULL;
