@@ -16,6 +16,7 @@ from .context import WorkflowContext, context
 from .decorators import RetryPolicy, step, workflow
 from .errors import (
     ConfigError,
+    DuplicateRun,
     InvalidArgument,
     InvalidWakeToken,
     LeaseLostError,
@@ -26,6 +27,7 @@ from .errors import (
     RunFinished,
     RunIdConflict,
     RunNotFound,
+    ScheduleNotFound,
     SerializationError,
     StarflowError,
     StepFailed,
@@ -38,7 +40,7 @@ from .errors import (
 from .failure import RunFailure
 from .jobs import JobWorker
 from .progress import progress
-from .records import RunEvent, RunInfo
+from .records import PoolLimits, PoolUsage, RunEvent, RunInfo, ScheduleRecord
 from .retention import PruneReport
 from .runner import RunHandle
 from .session import session_get, session_set
@@ -48,12 +50,15 @@ from .warm.base import LiveRun
 __all__ = [
     "Clock",
     "ConfigError",
+    "DuplicateRun",
     "InvalidArgument",
     "InvalidWakeToken",
     "JobWorker",
     "LeaseLostError",
     "LiveRun",
     "NonDeterminismError",
+    "PoolLimits",
+    "PoolUsage",
     "PruneReport",
     "ReservedKeyError",
     "ResultTimeout",
@@ -66,6 +71,8 @@ __all__ = [
     "RunIdConflict",
     "RunInfo",
     "RunNotFound",
+    "ScheduleNotFound",
+    "ScheduleRecord",
     "SerializationError",
     "Starflow",
     "StarflowConfig",

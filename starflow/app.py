@@ -10,6 +10,7 @@ from datetime import datetime, timedelta
 from typing import Any, ParamSpec, TypeVar, overload
 
 import anyio
+import anyio.lowlevel
 
 from .adapters import adapter_from_url
 from .adapters.base import WorkflowStateAdapter
@@ -22,15 +23,19 @@ from .errors import (
     ResultTimeout,
     RunCancelled,
     RunNotFound,
+    ScheduleNotFound,
+    StarflowError,
+    StorageError,
     WorkflowDefinitionError,
 )
 from .jobs import JobWorker
 from .limits import check_name, name_problem, normalize_run_id
 from .logs import get_logger
 from .maintenance import Maintenance
-from .records import RUN_STATUSES, RunEvent, RunInfo
+from .records import RUN_STATUSES, PoolLimits, PoolUsage, RunEvent, RunInfo, ScheduleRecord
 from .retention import DEFAULT_BATCH_SIZE, PruneReport, prune_runs
 from .runner import RunHandle, Runner
+from .schedules import check_schedule, next_tick, start_scheduled_run, tick_run_id
 from .tokens import Keyring
 from .urls import scheme_of
 from .warm.base import LiveRun, WarmTier, live_run
@@ -241,15 +246,233 @@ class Starflow:
         pool = kwargs.pop("pool", None)
         return await self.options(run_id=run_id, pool=pool).start(wf, *args, **kwargs)
 
-    def options(self, *, run_id: str | None = None, pool: str | None = None) -> RunOptions:
+    def options(self, *, run_id: str | None = None, pool: str | None = None,
+                priority: int = 0, concurrency_key: str | None = None,
+                dedup_key: str | None = None, debounce: timedelta | None = None,
+                debounce_key: str | None = None) -> RunOptions:
         """Start options that type checkers see: ``sf.options(run_id=i).run(wf, x)``.
 
         ``sf.run(wf, x, run_id=i)`` works too, but a type checker cannot check
         ``run_id=`` / ``pool=`` there (they share the call with the workflow's
         own keyword arguments), and a workflow parameter with one of those names
         needs ``options``.
+
+        Flow control (queued starts, ``.start()``, only; see the schedules and
+        queues guide):
+
+        Args:
+            priority: Claimed before runs of lower priority (FIFO within one).
+            concurrency_key: Counted against the pool's ``key_concurrency``.
+            dedup_key: Refuse the start while a run with this key is active in
+                the pool (:class:`~starflow.DuplicateRun` names it).
+            debounce: Delay the start by this much; a later start with the same
+                ``debounce_key`` (same workflow and pool) before it is claimed
+                replaces its arguments and restarts the delay.
+            debounce_key: The key debounced starts share (with ``debounce``).
+
+        Raises:
+            InvalidArgument: a key is not a storable name (nothing written).
+            ConfigError: another option is invalid (named with its value).
         """
-        return RunOptions(self, run_id=run_id, pool=pool)
+        for name, key in (("concurrency_key", concurrency_key), ("dedup_key", dedup_key),
+                          ("debounce_key", debounce_key)):
+            check_name(name, key, optional=True)
+        problems = []
+        if (problem := int_problem("priority", priority, -(2**31))) is not None or \
+                priority >= 2**31:
+            problems.append(problem or f"priority must be an int below 2**31: {priority!r}")
+        if debounce is not None and (not isinstance(debounce, timedelta)
+                                     or debounce <= timedelta(0)):
+            problems.append(f"debounce must be a positive timedelta: {debounce!r}")
+        if (debounce is None) != (debounce_key is None):
+            problems.append("debounce and debounce_key go together: "
+                            f"debounce={debounce!r}, debounce_key={debounce_key!r}")
+        if debounce is not None and run_id is not None:
+            problems.append("debounce replaces a pending run's arguments, so it takes no "
+                            f"run_id: {run_id!r}")
+        if problems:
+            raise ConfigError("options: " + "; ".join(problems))
+        return RunOptions(self, run_id=run_id, pool=pool, priority=priority,
+                          concurrency_key=concurrency_key, dedup_key=dedup_key,
+                          debounce=debounce, debounce_key=debounce_key)
+
+    # -- schedules (#18) ----------------------------------------------------------
+
+    async def schedule(self, schedule_id: str, wf: Callable[..., Awaitable[Any]] | str, /,
+                       *args: Any, cron: str, timezone: str = "UTC", overlap: str = "skip",
+                       catchup: timedelta = timedelta(0), pool: str | None = None,
+                       **kwargs: Any) -> ScheduleRecord:
+        """Create or update the cron schedule ``schedule_id``: each tick queues a run.
+
+        Every server maintenance loop on the database (``starflow server``, a
+        worker with ``maintenance=True``, ``Starflow.open(maintenance=True)``)
+        fires due ticks; each tick starts exactly one run (its id derived from
+        the schedule and the tick time) however many loops run. Writing a
+        schedule again with the same cron and time zone keeps its cursor, so
+        calling this at every process start still catches up on ticks missed
+        while nothing ran.
+
+        Args:
+            schedule_id: The schedule's name in this workspace.
+            wf: The workflow (or its name); ``args`` / ``kwargs`` its arguments
+                for every run.
+            cron: A five-field cron expression (``"*/5 * * * *"``), read in ``timezone``.
+            timezone: An IANA zone; DST follows its rules (see the guide).
+            overlap: While the previous run is active: ``"skip"`` the tick,
+                ``"buffer_one"`` (start it once the run ends; later ticks skip),
+                or ``"allow"`` (start anyway).
+            catchup: After downtime, missed ticks this recent still start, oldest
+                first; older ones are skipped and counted. A tick less than 30 s
+                late is always on time.
+            pool: The pool runs are queued for (default: the workflow's).
+
+        Raises:
+            InvalidArgument: ``schedule_id`` or ``pool`` is not a storable name.
+            ConfigError: a bad cron, time zone or option (named; nothing written),
+                or cronsim is not installed.
+            WorkflowDefinitionError: ``wf`` is not a workflow, or the arguments do
+                not bind to it.
+            SerializationError: an argument cannot be stored (nothing written).
+        """
+        now = self.clock.now()
+        check_schedule(schedule_id, cron, timezone, overlap, catchup, pool, now=now)
+        definition = workflow_definition(wf)
+        encoded = Runner.encode_input(definition, args, kwargs)
+        Runner.decode_input(definition, encoded)  # arguments that fit their annotations
+        first = next_tick(cron, timezone, now)
+        record = ScheduleRecord(
+            id=schedule_id, workflow=definition.name, workflow_version=definition.version,
+            definition_id=await self.runner.definition_id(definition), input=encoded,
+            cron=cron, timezone=timezone, overlap=overlap, catchup=catchup, pool=pool,
+            next_fire_at=first, due_at=first)
+        stored = await self.adapter.upsert_schedule(record, now=now)
+        self._schedules_changed()
+        return stored
+
+    async def schedules(self) -> list[ScheduleRecord]:
+        """Every schedule of this workspace, by id."""
+        return await self.adapter.list_schedules()
+
+    async def get_schedule(self, schedule_id: str) -> ScheduleRecord:
+        """One schedule.
+
+        Raises:
+            ScheduleNotFound: there is none with this id.
+        """
+        check_name("schedule_id", schedule_id)
+        record = await self.adapter.get_schedule(schedule_id)
+        if record is None:
+            raise ScheduleNotFound(schedule_id)
+        return record
+
+    async def pause_schedule(self, schedule_id: str) -> ScheduleRecord:
+        """Stop firing ticks until :meth:`resume_schedule` (ticks meanwhile never start)."""
+        return await self._update_schedule(schedule_id, lambda rec, now: {"paused": True})
+
+    async def resume_schedule(self, schedule_id: str) -> ScheduleRecord:
+        """Fire ticks again, from the next one after now (paused ticks do not catch up)."""
+        def values(rec: ScheduleRecord, now: datetime) -> dict[str, Any]:
+            nxt = next_tick(rec.cron, rec.timezone, now)
+            return {"paused": False, "next_fire_at": nxt, "buffered_tick": None,
+                    "due_at": now if rec.pending_tick is not None else nxt}
+
+        return await self._update_schedule(schedule_id, values)
+
+    async def delete_schedule(self, schedule_id: str) -> None:
+        """Delete a schedule; runs it started are kept.
+
+        Raises:
+            ScheduleNotFound: there is none with this id.
+        """
+        check_name("schedule_id", schedule_id)
+        if not await self.adapter.delete_schedule(schedule_id):
+            raise ScheduleNotFound(schedule_id)
+        self._schedules_changed()
+
+    async def trigger_schedule(self, schedule_id: str) -> RunHandle[Any]:
+        """Queue a run of the schedule now, outside its cron (overlap is not consulted).
+
+        The run becomes the schedule's last run, which later ticks' ``overlap`` sees.
+        """
+        now = self.clock.now()
+        record = await self.get_schedule(schedule_id)
+        adapter = self.adapter
+        run_id = tick_run_id(adapter.workspace_id, adapter.env, record.id, now, kind="trigger")
+        await start_scheduled_run(self.runner, record, run_id)
+        await self._update_schedule(schedule_id, lambda rec, now: {"last_run_id": run_id})
+        return await self.runner.handle(run_id)
+
+    async def _update_schedule(
+            self, schedule_id: str,
+            values: Callable[[ScheduleRecord, datetime], dict[str, Any]]) -> ScheduleRecord:
+        """Read, change and compare-and-set a schedule, again if a loop wrote it meanwhile."""
+        for _ in range(100):
+            record = await self.get_schedule(schedule_id)
+            now = self.clock.now()
+            change = values(record, now)
+            if await self.adapter.update_schedule(record.id, record.revision, change, now=now):
+                self._schedules_changed()
+                return await self.get_schedule(schedule_id)
+            await anyio.lowlevel.checkpoint()
+        raise StarflowError(f"schedule {schedule_id!r} changed under 100 attempts to update "
+                            "it; try again")
+
+    def _schedules_changed(self) -> None:
+        if self._maintenance is not None and self._maintenance.schedules is not None:
+            self._maintenance.schedules.notify()
+
+    # -- pool limits (#18) --------------------------------------------------------
+
+    async def set_pool_limits(self, pool: str, *, concurrency: int | None = None,
+                              rate_limit: tuple[int, timedelta] | None = None,
+                              key_concurrency: int | None = None) -> PoolLimits | None:
+        """Store limits every worker of every host obeys when claiming runs of ``pool``.
+
+        Enforced inside the claim's transaction (PostgreSQL: with the pool's
+        limits row locked; SQLite: in the writer's transaction), never by a
+        check before the claim. Replaces the pool's limits; all ``None``
+        removes them. Runs queued for any pool (no ``pool=``) are not limited.
+
+        Args:
+            pool: The pool.
+            concurrency: Runs of the pool executing at once, across all workers.
+            rate_limit: ``(n, period)``: at most ``n`` claims of the pool's runs
+                within any ``period``.
+            key_concurrency: Runs with one ``concurrency_key`` executing at once.
+
+        Returns:
+            The stored limits, or None when removed.
+
+        Raises:
+            InvalidArgument: ``pool`` is not a storable name (nothing written).
+            ConfigError: a limit is invalid (named with its value; nothing written).
+        """
+        check_name("pool", pool)
+        problems = []
+        for name, value in (("concurrency", concurrency), ("key_concurrency", key_concurrency)):
+            if value is not None and (problem := int_problem(name, value, 1)) is not None:
+                problems.append(problem)
+        rate: int | None = None
+        period: timedelta | None = None
+        if rate_limit is not None:
+            if (not isinstance(rate_limit, tuple) or len(rate_limit) != 2
+                    or int_problem("n", rate_limit[0], 1) is not None
+                    or not isinstance(rate_limit[1], timedelta)
+                    or rate_limit[1] < timedelta(milliseconds=1)):
+                problems.append("rate_limit must be (n, period): an int n >= 1 and a "
+                                f"timedelta period >= 1 ms: {rate_limit!r}")
+            else:
+                rate, period = rate_limit
+        if problems:
+            raise ConfigError("set_pool_limits: " + "; ".join(problems))
+        limits = PoolLimits(pool=pool, concurrency=concurrency, rate_limit=rate,
+                            rate_period=period, key_concurrency=key_concurrency)
+        await self.adapter.set_pool_limits(limits, now=self.clock.now())
+        return await self.adapter.get_pool_limits(pool)
+
+    async def pools(self) -> list[PoolUsage]:
+        """Every pool with limits or with queued or executing runs: limits and current use."""
+        return await self.adapter.pool_usage(self.clock.now())
 
     # -- waking runs ---------------------------------------------------------------
 
@@ -585,10 +808,22 @@ _MAX_TIMEOUT_S = 100 * 365 * 86400.0
 class RunOptions:
     """Options for one start; made by :meth:`Starflow.options`."""
 
-    def __init__(self, app: Starflow, *, run_id: str | None, pool: str | None) -> None:
+    def __init__(self, app: Starflow, *, run_id: str | None, pool: str | None,
+                 priority: int = 0, concurrency_key: str | None = None,
+                 dedup_key: str | None = None, debounce: timedelta | None = None,
+                 debounce_key: str | None = None) -> None:
         self._app = app
         self.run_id = run_id
         self.pool = pool
+        self.priority = priority
+        self.concurrency_key = concurrency_key
+        self.dedup_key = dedup_key
+        self.debounce = debounce
+        self.debounce_key = debounce_key
+
+    def _flow(self) -> dict[str, Any]:
+        return {"priority": self.priority, "concurrency_key": self.concurrency_key,
+                "dedup_key": self.dedup_key}
 
     @overload
     async def run(self, wf: Callable[P, Awaitable[R]], /, *args: P.args, **kwargs: P.kwargs
@@ -602,6 +837,11 @@ class RunOptions:
         """Like :meth:`Starflow.run`, with these options."""
         if self.pool is not None:
             raise ConfigError("pool= applies to queued runs: use .start(), not .run()")
+        flow = [name for name, value in (*self._flow().items(), ("debounce", self.debounce))
+                if value]
+        if flow:
+            raise ConfigError(f"{', '.join(flow)} apply to queued runs: use .start(), "
+                              "not .run()")
         return self._app._track(await self._app.runner.start(
             workflow_definition(wf), args, kwargs, run_id=self.run_id, inline=True))
 
@@ -614,10 +854,39 @@ class RunOptions:
 
     async def start(self, wf: Callable[..., Awaitable[Any]] | str, /, *args: Any,
                     **kwargs: Any) -> RunHandle[Any]:
-        """Like :meth:`Starflow.start`, with these options."""
+        """Like :meth:`Starflow.start`, with these options.
+
+        Raises:
+            DuplicateRun: ``dedup_key`` names an active run of the pool (nothing written).
+        """
         check_name("pool", self.pool, optional=True)
-        return await self._app.runner.start(workflow_definition(wf), args, kwargs,
-                                            run_id=self.run_id, inline=False, pool=self.pool)
+        runner = self._app.runner
+        definition = workflow_definition(wf)
+        if self.debounce is None:
+            return await runner.start(definition, args, kwargs, run_id=self.run_id,
+                                      inline=False, pool=self.pool, flow=self._flow())
+        assert self.debounce_key is not None
+        encoded = runner.encode_input(definition, args, kwargs)
+        runner.decode_input(definition, encoded)
+        pool = self.pool if self.pool is not None else definition.pool
+        flow = {**self._flow(), "debounce_key": self.debounce_key}
+        # Replace the pending run's arguments, or start one; a unique index lets one
+        # of several concurrent first callers insert, and the others then replace.
+        for _ in range(5):
+            not_before = self._app.clock.now() + self.debounce
+            rearmed = await runner.adapter.rearm_debounced(
+                definition.name, pool, self.debounce_key, encoded, not_before)
+            if rearmed is not None:
+                return RunHandle(run_id=rearmed, status="queued")
+            try:
+                return await runner.start(definition, args, kwargs, run_id=None, inline=False,
+                                          pool=pool, flow={**flow, "not_before": not_before})
+            except StorageError as exc:
+                if exc.transient:
+                    raise
+                continue  # another caller inserted the pending run first: replace it
+        raise StarflowError(f"debounce_key {self.debounce_key!r}: the pending run changed "
+                            "under 5 attempts to replace it; try again")
 
 
 def workflow_definition(wf: object) -> WorkflowDefinition:

@@ -17,6 +17,8 @@ All of them derive from :class:`StarflowError`, carry the ``run_id`` and
     ├── RunNotFound               no run with that id in this workspace
     ├── RunFinished               a signal / resume / cancel for an ended run
     ├── RunIdConflict             a start whose run id names a run of another workflow
+    ├── DuplicateRun              a start whose dedup key names an active run of the pool
+    ├── ScheduleNotFound          no schedule with that id in this workspace
     ├── InvalidWakeToken          a forged, expired or used wake token
     ├── WorkflowFailed            ``Starflow.result`` of a run that ended in error
     │   └── RunCancelled          … or was cancelled
@@ -31,6 +33,7 @@ from .driver_errors import is_transient
 
 __all__ = [
     "ConfigError",
+    "DuplicateRun",
     "InvalidArgument",
     "InvalidWakeToken",
     "LeaseLostError",
@@ -42,6 +45,7 @@ __all__ = [
     "RunIdConflict",
     "RunNotFound",
     "RunnerKilled",
+    "ScheduleNotFound",
     "SerializationError",
     "StarflowError",
     "StepFailed",
@@ -241,6 +245,41 @@ class RunIdConflict(StarflowError):
         self.existing_workflow = existing_workflow
         self.requested_workflow = requested_workflow
         self.status = status
+
+
+class DuplicateRun(StarflowError):
+    """A start with ``dedup_key`` found an active run with that key in its pool.
+
+    Nothing was started. ``run_id`` is the active run's id.
+
+    Attributes:
+        dedup_key: The key.
+        pool: The pool (``None``: runs queued for any pool).
+    """
+
+    def __init__(self, run_id: str, dedup_key: str, pool: str | None) -> None:
+        super().__init__(
+            f"run {run_id} is already active with dedup_key {dedup_key!r} in pool "
+            f"{pool!r}: nothing was started. Wait for it (sf.result({run_id!r})), or start "
+            "without dedup_key (or with another) to run twice",
+            run_id=run_id,
+        )
+        self.dedup_key = dedup_key
+        self.pool = pool
+
+
+class ScheduleNotFound(StarflowError):
+    """No schedule with this id exists in the app's workspace and environment.
+
+    Attributes:
+        schedule_id: The id asked for.
+    """
+
+    def __init__(self, schedule_id: str) -> None:
+        super().__init__(
+            f"schedule {schedule_id!r} not found in this workspace/env: list them with "
+            "sf.schedules() or `starflow schedules list`")
+        self.schedule_id = schedule_id
 
 
 class InvalidWakeToken(StarflowError):

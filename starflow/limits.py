@@ -30,7 +30,8 @@ __all__ = [
     "text_problem",
 ]
 
-#: Characters in an indexed name: workflow, step, event, session id and key, pool.
+#: Characters in an indexed name: workflow, step, event, session id and key, pool,
+#: schedule id, concurrency/dedup/debounce key.
 MAX_NAME_LENGTH = 200
 #: Characters in ``workspace_id`` and ``env`` (part of every index).
 #: With the longest names every index entry stays under PostgreSQL's btree

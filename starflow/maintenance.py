@@ -1,5 +1,5 @@
-"""Server background tasks: the lease sweep, durable timers, session-var GC, and
-(with a warm tier) the outbox drainer and drift sweep.
+"""Server background tasks: the lease sweep, durable timers, cron schedules,
+session-var GC, and (with a warm tier) the outbox drainer and drift sweep.
 
 The state model's starflow-server runs the sweep once at boot and then every
 ``sweep_interval``; starflow runs these loops in ``starflow server``, in a
@@ -22,6 +22,7 @@ from .logs import get_logger
 from .records import WaitRecord
 from .retention import prune_runs
 from .runner import Runner
+from .schedules import ScheduleLoop
 from .warm.drainer import OutboxDrainer
 from .warm.mirror import find_mirror
 
@@ -57,6 +58,8 @@ class Maintenance:
         #: A client's timers (``full=False``): its own inline runs'.
         self.inline_timers: InlineTimers | None = (
             None if full else InlineTimers(runner, firing=self.firing))
+        #: Starts the due ticks of cron schedules (#18): a server's loop only.
+        self.schedules: ScheduleLoop | None = ScheduleLoop(runner, poll=poll) if full else None
         #: The outbox drainer and drift sweep, when the adapter mirrors to a warm tier.
         self.drainer: OutboxDrainer | None = None
         mirror = find_mirror(runner.adapter)
@@ -80,6 +83,8 @@ class Maintenance:
                 tg.start_soon(self._session_gc_loop)
                 if self.runner.config.retention is not None:
                     tg.start_soon(self._prune_loop)
+            if self.schedules is not None:
+                tg.start_soon(self.schedules.run)
             if self.drainer is not None:
                 tg.start_soon(self.drainer.run)
 

@@ -1,7 +1,8 @@
 """The state model's records: typed rows the adapters return and take.
 
 :class:`RunInfo` (a ``workflow_runs`` row), :class:`RunEvent`, waits, signals,
-definitions, worker jobs, outbox rows, the run statuses and claim states. They
+definitions, worker jobs, outbox rows, schedules and pool limits, the run
+statuses and claim states. They
 are plain ``msgspec`` structs with no behaviour beyond aliases, in the base
 layer so that every layer above (adapters, warm tier, runtime, CLI) can use
 them without depending on the adapter port.
@@ -9,7 +10,7 @@ them without depending on the adapter port.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import msgspec
@@ -25,9 +26,12 @@ __all__ = [
     "JobSpec",
     "OutboxLag",
     "OutboxRow",
+    "PoolLimits",
+    "PoolUsage",
     "PrunedBatch",
     "RunEvent",
     "RunInfo",
+    "ScheduleRecord",
     "SignalRecord",
     "StartOptions",
     "SweepResult",
@@ -246,3 +250,94 @@ class StartOptions(msgspec.Struct, frozen=True, kw_only=True):
     definition_id: str | None = None
     start_mode: str = "inline"
     max_claim_attempts: int = 3
+    # Flow control (#18); written only when set, so other starts' rows are unchanged.
+    priority: int = 0
+    concurrency_key: str | None = None
+    dedup_key: str | None = None
+    debounce_key: str | None = None
+    not_before: datetime | None = None
+
+
+class ScheduleRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """A ``starflow_schedules`` row: a cron schedule (``sf.schedule``).
+
+    Attributes:
+        id: The schedule's name, unique in its workspace.
+        workflow: The workflow's name; ``workflow_version`` and ``definition_id``
+            the definition registered when the schedule was written (a process
+            that has a newer version registered starts that one).
+        input: The encoded arguments (``{"args": [...], "kwargs": {...}}``).
+        cron: The cron expression; ``timezone`` the IANA zone it is read in.
+        overlap: ``skip``, ``buffer_one`` or ``allow``.
+        catchup: How far back missed ticks still start after downtime.
+        pool: The pool its runs are queued for.
+        paused: Whether ticks are skipped (no catch-up on resume).
+        next_fire_at: The earliest tick not yet handled (UTC).
+        due_at: When a maintenance loop must look at the row again.
+        pending_tick: A tick decided to start whose run may not exist yet.
+        buffered_tick: ``buffer_one``: the tick waiting for the active run to end.
+        last_tick: The last tick a run was started for; ``last_run_id`` its run.
+        started: Runs started by ticks (not by ``trigger``).
+        skipped_missed: Ticks skipped because they were older than ``catchup``.
+        skipped_overlap: Ticks skipped because the previous run was still active.
+        revision: Grows by one with every write (compare-and-set).
+    """
+
+    id: str
+    workflow: str
+    workflow_version: int
+    definition_id: str | None
+    input: Any
+    cron: str
+    timezone: str
+    overlap: str
+    catchup: timedelta
+    pool: str | None
+    paused: bool = False
+    next_fire_at: datetime | None = None
+    due_at: datetime | None = None
+    pending_tick: datetime | None = None
+    buffered_tick: datetime | None = None
+    last_tick: datetime | None = None
+    last_run_id: str | None = None
+    started: int = 0
+    skipped_missed: int = 0
+    skipped_overlap: int = 0
+    revision: int = 1
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+
+
+class PoolLimits(msgspec.Struct, frozen=True, kw_only=True):
+    """A pool's stored limits (``None``: no limit of that kind).
+
+    Attributes:
+        pool: The pool.
+        concurrency: Runs of the pool executing at once, across every worker.
+        rate_limit: Claims of runs of the pool per ``rate_period``.
+        rate_period: The rate limit's sliding window.
+        key_concurrency: Runs with one ``concurrency_key`` executing at once.
+    """
+
+    pool: str
+    concurrency: int | None = None
+    rate_limit: int | None = None
+    rate_period: timedelta | None = None
+    key_concurrency: int | None = None
+    updated_at: datetime | None = None
+
+    @property
+    def limited(self) -> bool:
+        """Whether any limit is set (limits with none set are not stored)."""
+        return any(v is not None for v in (self.concurrency, self.rate_limit,
+                                           self.key_concurrency))
+
+
+class PoolUsage(msgspec.Struct, frozen=True, kw_only=True):
+    """What a pool uses now (``sf.pools()``, ``starflow pools``)."""
+
+    pool: str
+    limits: PoolLimits | None
+    queued: int
+    active: int
+    claimed_in_window: int

@@ -15,6 +15,7 @@ assembled from three parts, one job each:
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
@@ -25,6 +26,7 @@ from .decorators import WorkflowDefinition
 from .driving import ACTIVE_STATUSES, RunHandle, new_runner_id
 from .engine import Engine
 from .errors import (
+    DuplicateRun,
     RunFinished,
     RunIdConflict,
     RunNotFound,
@@ -72,7 +74,8 @@ class Runner(Waker):
 
     async def start(self, definition: WorkflowDefinition, args: tuple[Any, ...],
                     kwargs: dict[str, Any], *, run_id: str | None, inline: bool,
-                    pool: str | None = None) -> RunHandle[Any]:
+                    pool: str | None = None, flow: Mapping[str, Any] | None = None
+                    ) -> RunHandle[Any]:
         """Record a new run (idempotent on ``run_id``) and, inline, drive it.
 
         The run takes ``definition``'s version (the caller resolves a name).
@@ -98,6 +101,7 @@ class Runner(Waker):
             definition_id=def_id,
             start_mode="inline" if inline else "queued",
             max_claim_attempts=definition.max_claim_attempts or self.config.max_claim_attempts,
+            **(flow or {}),  # #18: priority, concurrency/dedup/debounce keys, not_before
         )
         try:
             async with self.adapter.unit() as unit:
@@ -109,6 +113,11 @@ class Runner(Waker):
             existing = await self.adapter.get_run(rid) if run_id is not None else None
             if existing is not None:  # lost a race to start the same run id
                 return await self._existing(existing, definition, encoded)
+            if options.dedup_key is not None:  # #18: the unique dedup index refused it
+                active = await self.adapter.find_active_dedup(options.runner_pool,
+                                                              options.dedup_key)
+                if active is not None:
+                    raise DuplicateRun(active, options.dedup_key, options.runner_pool) from None
             raise
         assert unit.held
         self._log.debug("run started", run_id=rid, workflow=definition.name,

@@ -37,11 +37,12 @@ from typing import Any, ParamSpec, TypeVar, overload
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
 from .adapters.base import WorkflowStateAdapter
+from .app import RunOptions as AsyncRunOptions
 from .app import Starflow as AsyncStarflow
 from .clock import Clock
 from .config import StarflowConfig
 from .errors import ConfigError, StarflowError
-from .records import RunEvent, RunInfo
+from .records import PoolLimits, PoolUsage, RunEvent, RunInfo, ScheduleRecord
 from .retention import DEFAULT_BATCH_SIZE, PruneReport
 from .runner import RunHandle
 from .warm.base import LiveRun
@@ -190,9 +191,61 @@ class Starflow:
         """:meth:`starflow.Starflow.start`: queue a run for workers."""
         return self._call(lambda: self._app.start(wf, *args, **kwargs))
 
-    def options(self, *, run_id: str | None = None, pool: str | None = None) -> RunOptions:
+    def options(self, *, run_id: str | None = None, pool: str | None = None,
+                priority: int = 0, concurrency_key: str | None = None,
+                dedup_key: str | None = None, debounce: timedelta | None = None,
+                debounce_key: str | None = None) -> RunOptions:
         """:meth:`starflow.Starflow.options`: ``sf.options(run_id=i).start(wf, x)``."""
-        return RunOptions(self, run_id=run_id, pool=pool)
+        return RunOptions(self, self._app.options(
+            run_id=run_id, pool=pool, priority=priority, concurrency_key=concurrency_key,
+            dedup_key=dedup_key, debounce=debounce, debounce_key=debounce_key))
+
+    # -- schedules and pool limits ---------------------------------------------------
+
+    def schedule(self, schedule_id: str, wf: Callable[..., Awaitable[Any]] | str, /,
+                 *args: Any, cron: str, timezone: str = "UTC", overlap: str = "skip",
+                 catchup: timedelta = timedelta(0), pool: str | None = None,
+                 **kwargs: Any) -> ScheduleRecord:
+        """:meth:`starflow.Starflow.schedule`: create or update a cron schedule."""
+        return self._call(lambda: self._app.schedule(
+            schedule_id, wf, *args, cron=cron, timezone=timezone, overlap=overlap,
+            catchup=catchup, pool=pool, **kwargs))
+
+    def schedules(self) -> list[ScheduleRecord]:
+        """:meth:`starflow.Starflow.schedules`."""
+        return self._call(self._app.schedules)
+
+    def get_schedule(self, schedule_id: str) -> ScheduleRecord:
+        """:meth:`starflow.Starflow.get_schedule`."""
+        return self._call(lambda: self._app.get_schedule(schedule_id))
+
+    def pause_schedule(self, schedule_id: str) -> ScheduleRecord:
+        """:meth:`starflow.Starflow.pause_schedule`."""
+        return self._call(lambda: self._app.pause_schedule(schedule_id))
+
+    def resume_schedule(self, schedule_id: str) -> ScheduleRecord:
+        """:meth:`starflow.Starflow.resume_schedule`."""
+        return self._call(lambda: self._app.resume_schedule(schedule_id))
+
+    def delete_schedule(self, schedule_id: str) -> None:
+        """:meth:`starflow.Starflow.delete_schedule`."""
+        self._call(lambda: self._app.delete_schedule(schedule_id))
+
+    def trigger_schedule(self, schedule_id: str) -> RunHandle[Any]:
+        """:meth:`starflow.Starflow.trigger_schedule`."""
+        return self._call(lambda: self._app.trigger_schedule(schedule_id))
+
+    def set_pool_limits(self, pool: str, *, concurrency: int | None = None,
+                        rate_limit: tuple[int, timedelta] | None = None,
+                        key_concurrency: int | None = None) -> PoolLimits | None:
+        """:meth:`starflow.Starflow.set_pool_limits`."""
+        return self._call(lambda: self._app.set_pool_limits(
+            pool, concurrency=concurrency, rate_limit=rate_limit,
+            key_concurrency=key_concurrency))
+
+    def pools(self) -> list[PoolUsage]:
+        """:meth:`starflow.Starflow.pools`."""
+        return self._call(self._app.pools)
 
     # -- waking runs ---------------------------------------------------------------
 
@@ -311,10 +364,11 @@ class Starflow:
 class RunOptions:
     """Start options of the sync facade; made by :meth:`Starflow.options`."""
 
-    def __init__(self, sf: Starflow, *, run_id: str | None, pool: str | None) -> None:
+    def __init__(self, sf: Starflow, options: AsyncRunOptions) -> None:
         self._sf = sf
-        self.run_id = run_id
-        self.pool = pool
+        self._options = options
+        self.run_id = options.run_id
+        self.pool = options.pool
 
     @overload
     def run(self, wf: Callable[P, Awaitable[R]], /, *args: P.args, **kwargs: P.kwargs
@@ -326,8 +380,7 @@ class RunOptions:
     def run(self, wf: Callable[..., Awaitable[Any]] | str, /, *args: Any, **kwargs: Any
             ) -> RunHandle[Any]:
         """Like :meth:`Starflow.run`, with these options."""
-        options = self._sf.aio.options(run_id=self.run_id, pool=self.pool)
-        return self._sf._call(lambda: options.run(wf, *args, **kwargs))
+        return self._sf._call(lambda: self._options.run(wf, *args, **kwargs))
 
     @overload
     def start(self, wf: Callable[P, Awaitable[R]], /, *args: P.args, **kwargs: P.kwargs
@@ -339,8 +392,7 @@ class RunOptions:
     def start(self, wf: Callable[..., Awaitable[Any]] | str, /, *args: Any, **kwargs: Any
               ) -> RunHandle[Any]:
         """Like :meth:`Starflow.start`, with these options."""
-        options = self._sf.aio.options(run_id=self.run_id, pool=self.pool)
-        return self._sf._call(lambda: options.start(wf, *args, **kwargs))
+        return self._sf._call(lambda: self._options.start(wf, *args, **kwargs))
 
 
 class SyncWorker:

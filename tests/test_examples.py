@@ -72,6 +72,22 @@ class TestLongSleep:
         assert any("2030-01-08" in line and "sleep#1" in line for line in lines)
 
 
+class TestSchedulesAndQueues:
+    """examples/schedules_and_queues.py: three nightly ticks, dedup, debounce, a limited pool."""
+
+    def test_output(self, tmp_path: Path) -> None:
+        out = run_example("schedules_and_queues.py", tmp_path)
+        assert "schedule nightly: next tick 2030-03-02 02:00 UTC" in out  # 03:00 CET
+        for day in ("02", "03", "04"):
+            assert f"success: report for finance at 2030-03-{day} 02:00 UTC" in out
+        assert "started 3, skipped 0" in out
+        assert "dedup: refused; the active run is the first one: True" in out
+        assert "dedup: refunded o-1" in out
+        assert "debounced: charged cart-9:30" in out  # one run, the last call's arguments
+        most = int(out.split("at most ")[1].split()[0])
+        assert "charges run: 5," in out and 1 <= most <= 2
+
+
 class TestQuickstart:
     """examples/quickstart.py: pause, signal, durable sleep, result."""
 
@@ -95,7 +111,8 @@ class TestFailureData:
 
 
 #: Examples whose output a class above checks.
-CHECKED = {"saga.py", "fan_out.py", "long_sleep.py", "quickstart.py", "failure_data.py"}
+CHECKED = {"saga.py", "fan_out.py", "long_sleep.py", "quickstart.py", "failure_data.py",
+           "schedules_and_queues.py"}
 
 
 @pytest.mark.parametrize(
@@ -148,6 +165,18 @@ class TestWorkerDeployment:
         assert "signalled: the run is queued for a worker again" in out
         assert "o-vip shipped by courier" in out and "o-lost shipped by standard" in out
         assert "recovered run: runner_lost (requeued, was leased by crashed-worker)" in out
+
+
+class TestWebUI:
+    """examples/web_ui.py: the page served by uvicorn, read and acted on over HTTP."""
+
+    def test_tour(self, tmp_path: Path) -> None:
+        """401 without the token; the run listed; approved through the form; result read."""
+        out = run_example("web_ui.py", tmp_path)
+        assert "without the token: 401" in out
+        assert "runs page: 200 lists the run" in out
+        assert "confirmation page: True" in out and "signal sent: 303 done=signal" in out
+        assert "result: {'approved_by': 'ana', 'cents': 1999, 'item': 'lamp'}" in out
 
 
 class TestRetention:

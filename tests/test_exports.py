@@ -65,10 +65,10 @@ def test_error_classes_are_pinned_and_drawn() -> None:
                     if isinstance(getattr(starflow, name), type)
                     and issubclass(getattr(starflow, name), BaseException))
     assert errors == [
-        "ConfigError", "InvalidArgument", "InvalidWakeToken", "LeaseLostError",
+        "ConfigError", "DuplicateRun", "InvalidArgument", "InvalidWakeToken", "LeaseLostError",
         "NonDeterminismError", "ReservedKeyError", "ResultTimeout", "RunCancelled",
-        "RunFinished", "RunIdConflict",
-        "RunNotFound", "SerializationError", "StarflowError", "StepFailed", "StorageError",
+        "RunFinished", "RunIdConflict", "RunNotFound", "ScheduleNotFound",
+        "SerializationError", "StarflowError", "StepFailed", "StorageError",
         "WaitTimeout", "WarmTierError", "WorkflowDefinitionError", "WorkflowFailed",
     ]
     # RunnerKilled is the test harness's (a simulated SIGKILL): starflow_testing exports it.

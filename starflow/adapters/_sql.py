@@ -20,7 +20,7 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from .. import serde
@@ -30,8 +30,10 @@ from ..records import (
     DefinitionRecord,
     JobRecord,
     OutboxRow,
+    PoolLimits,
     RunEvent,
     RunInfo,
+    ScheduleRecord,
     SignalRecord,
     SweepResult,
     WaitRecord,
@@ -59,16 +61,22 @@ from .units import (
 )
 
 __all__ = [
+    "ACTIVE_RUN",
+    "CLAIM_ORDER",
     "DEFINITION_COLUMNS",
     "ENDED_STATUSES",
     "EVENT_COLUMNS",
+    "FLOW_RUN_COLUMNS",
     "INSERTABLE_RUN_COLUMNS",
     "JOB_COLUMNS",
+    "LIMIT_COLUMNS",
     "OUTBOX_COLUMNS",
     "POSTGRES",
     "POSTGRES_QUERIES",
     "PRUNED_TABLES",
     "RUN_COLUMNS",
+    "SCHEDULE_COLUMNS",
+    "SCHEDULE_UPDATABLE",
     "SIGNAL_COLUMNS",
     "SQLITE",
     "SQLITE_QUERIES",
@@ -76,7 +84,9 @@ __all__ = [
     "Dialect",
     "Queries",
     "announces_work",
+    "claim_ids_sql",
     "claim_set",
+    "claimable",
     "claimed_jobs",
     "claimed_runs",
     "definition_record",
@@ -89,6 +99,8 @@ __all__ = [
     "op_sql",
     "outbox_row",
     "parent_column_sql",
+    "period_ms",
+    "pool_limits",
     "prune_delete_sql",
     "prune_select_args",
     "prune_select_sql",
@@ -96,6 +108,9 @@ __all__ = [
     "run_conditions",
     "run_event",
     "run_info",
+    "schedule_insert_args",
+    "schedule_record",
+    "schedule_value",
     "signal_queued_sql",
     "signal_record",
     "sweep_set",
@@ -126,11 +141,38 @@ SIGNAL_COLUMNS = "id, run_id, event, payload_json, created_at"
 DEFINITION_COLUMNS = "id, name, version, code_hash, created_at"
 OUTBOX_COLUMNS = "id, run_id, kind, payload, created_at"
 
+#: Flow-control columns (#18) an ``InsertRun`` may also name.
+FLOW_RUN_COLUMNS = frozenset({"priority", "concurrency_key", "dedup_key", "debounce_key",
+                              "not_before"})
 #: Columns an ``InsertRun`` may name (besides id/workspace_id/env).
-INSERTABLE_RUN_COLUMNS = UPDATABLE_RUN_COLUMNS | {
+INSERTABLE_RUN_COLUMNS = UPDATABLE_RUN_COLUMNS | FLOW_RUN_COLUMNS | {
     "template_id", "started_at", "input_json", "start_mode", "max_claim_attempts",
     "workflow_version",
 }
+#: Columns of ``starflow_schedules`` in the order they are selected.
+SCHEDULE_COLUMNS = (
+    "id", "workflow", "workflow_version", "definition_id", "input_json", "cron", "timezone",
+    "overlap", "catchup_seconds", "pool", "paused", "next_fire_at", "due_at", "pending_tick",
+    "buffered_tick", "last_tick", "last_run_id", "started", "skipped_missed",
+    "skipped_overlap", "revision", "created_at", "updated_at",
+)
+_SCHEDULE_SELECT = ", ".join(SCHEDULE_COLUMNS)
+#: Columns a schedule insert writes (besides workspace_id/env and the timestamps).
+_SCHEDULE_INSERT = (
+    "id", "workflow", "workflow_version", "definition_id", "input_json", "cron", "timezone",
+    "overlap", "catchup_seconds", "pool", "paused", "next_fire_at", "due_at",
+)
+#: Columns a loop's compare-and-set may write (``revision`` and ``updated_at`` always move).
+SCHEDULE_UPDATABLE = frozenset({
+    "paused", "next_fire_at", "due_at", "pending_tick", "buffered_tick", "last_tick",
+    "last_run_id", "started", "skipped_missed", "skipped_overlap",
+})
+#: Columns of ``starflow_pool_limits`` in the order they are selected.
+LIMIT_COLUMNS = "pool, concurrency, rate_limit, rate_period_ms, key_concurrency, updated_at"
+#: A run of a pool that counts against its concurrency: claimed or executing.
+ACTIVE_RUN = "status = 'running' AND claim_state IN ('claimed', 'running')"
+#: The order a claim takes queued runs in: highest priority first, FIFO within one.
+CLAIM_ORDER = "priority DESC, started_at"
 _IDENT = re.compile(r"^[a-z_][a-z0-9_]*$")
 
 
@@ -153,6 +195,10 @@ class Dialect:
     name = ""
     #: The locking clause of a claim's candidate rows ("" where writers are serialized).
     skip_locked = ""
+    #: The locking clause of a row read to serialize a read-modify-write.
+    for_update = ""
+    #: Run ids are a ``uuid`` column (only uuid text can name a run), not any text.
+    uuid_ids = False
 
     def p(self, n: int, cast: str = "") -> str:
         """The ``n``-th placeholder (1-based, in occurrence order)."""
@@ -193,6 +239,14 @@ class Dialect:
 
     def run_value(self, column: str, value: Any) -> Any:
         return value
+
+    def flag(self, value: bool) -> Any:
+        """A boolean column's value."""
+        return bool(value)
+
+    def unset(self, column: str) -> str:
+        """``column`` (a boolean) is false, spelled as the partial indexes spell it."""
+        return f"NOT {column}"
 
     # -- codecs (database → Python) ---------------------------------------------
 
@@ -239,6 +293,13 @@ class _SQLite(Dialect):
             return format_ts(value)
         return value
 
+    def flag(self, value: bool) -> Any:
+        return int(bool(value))
+
+    def unset(self, column: str) -> str:
+        # SQLite uses a partial index only if the query repeats its WHERE term.
+        return f"{column} = 0"
+
     def ts_out(self, value: Any) -> datetime | None:
         return parse_ts(value) if value else None
 
@@ -252,6 +313,8 @@ class _SQLite(Dialect):
 class _Postgres(Dialect):
     name = "postgres"
     skip_locked = " FOR UPDATE SKIP LOCKED"
+    for_update = " FOR UPDATE"
+    uuid_ids = True
 
     def p(self, n: int, cast: str = "") -> str:
         return f"${n}::{cast}" if cast else f"${n}"
@@ -413,6 +476,68 @@ def outbox_row(row: Any, d: Dialect) -> OutboxRow:
                      created_at=d.at(row[4]))
 
 
+def schedule_record(row: Any, d: Dialect) -> ScheduleRecord:
+    """A :data:`SCHEDULE_COLUMNS` row."""
+    ts = d.ts_out
+    r = dict(zip(SCHEDULE_COLUMNS, tuple(row), strict=True))
+    return ScheduleRecord(
+        id=r["id"], workflow=r["workflow"], workflow_version=int(r["workflow_version"]),
+        definition_id=None if r["definition_id"] is None else str(r["definition_id"]),
+        input=d.json_out(r["input_json"]), cron=r["cron"], timezone=r["timezone"],
+        overlap=r["overlap"], catchup=timedelta(seconds=float(r["catchup_seconds"])),
+        pool=r["pool"], paused=bool(r["paused"]),
+        next_fire_at=ts(r["next_fire_at"]), due_at=ts(r["due_at"]),
+        pending_tick=ts(r["pending_tick"]), buffered_tick=ts(r["buffered_tick"]),
+        last_tick=ts(r["last_tick"]),
+        last_run_id=None if r["last_run_id"] is None else str(r["last_run_id"]),
+        started=int(r["started"]), skipped_missed=int(r["skipped_missed"]),
+        skipped_overlap=int(r["skipped_overlap"]), revision=int(r["revision"]),
+        created_at=ts(r["created_at"]), updated_at=ts(r["updated_at"]),
+    )
+
+
+def schedule_value(d: Dialect, column: str, value: Any) -> Any:
+    """A ``starflow_schedules`` column's value for the database."""
+    if column == "input_json":
+        return d.json(value, null=True, what="schedule input")
+    if value is None:
+        return None
+    if column in ("definition_id", "last_run_id"):
+        return d.key(value, column)
+    if column == "paused":
+        return d.flag(value)
+    if isinstance(value, datetime):
+        return d.ts(value)
+    return value
+
+
+def schedule_insert_args(d: Dialect, schedule: ScheduleRecord) -> tuple[Any, ...]:
+    """The values of a schedule insert, in ``_SCHEDULE_INSERT`` order."""
+    values = {
+        "id": schedule.id, "workflow": schedule.workflow,
+        "workflow_version": schedule.workflow_version, "definition_id": schedule.definition_id,
+        "input_json": schedule.input, "cron": schedule.cron, "timezone": schedule.timezone,
+        "overlap": schedule.overlap, "catchup_seconds": schedule.catchup.total_seconds(),
+        "pool": schedule.pool, "paused": schedule.paused,
+        "next_fire_at": schedule.next_fire_at, "due_at": schedule.due_at,
+    }
+    return tuple(schedule_value(d, c, values[c]) for c in _SCHEDULE_INSERT)
+
+
+def pool_limits(row: Any, d: Dialect) -> PoolLimits:
+    """A :data:`LIMIT_COLUMNS` row."""
+    return PoolLimits(pool=row[0], concurrency=row[1], rate_limit=row[2],
+                      rate_period=None if row[3] is None else timedelta(milliseconds=row[3]),
+                      key_concurrency=row[4], updated_at=d.ts_out(row[5]))
+
+
+def period_ms(limits: PoolLimits) -> int | None:
+    """The rate limit's window in milliseconds (as stored)."""
+    if limits.rate_period is None:
+        return None
+    return round(limits.rate_period.total_seconds() * 1000)
+
+
 def swept(rows: Sequence[Any]) -> list[SweepResult]:
     """``(id, leased_by, claim_state)`` rows of a sweep → its results."""
     return [SweepResult(run_id=r[0], leased_by=r[1],
@@ -490,11 +615,27 @@ def signal_queued_sql(d: Dialect) -> str:
 
 
 def claim_set(d: Dialect, n: int) -> str:
-    """The assignments of a run claim: lease (placeholders ``n``..``n + 2``:
-    holder, until, heartbeat), status running, one more attempt."""
+    """The assignments of a run claim: lease (placeholders ``n``..``n + 3``:
+    holder, until, heartbeat, and the claim time ``claimed_at`` the rate limit
+    counts, #18), status running, one more attempt."""
     return ("claim_state = 'claimed', status = 'running', "
             "claim_attempts = claim_attempts + 1, "
-            f"leased_by = {d.p(n)}, lease_until = {d.p(n + 1)}, last_heartbeat = {d.p(n + 2)}")
+            f"leased_by = {d.p(n)}, lease_until = {d.p(n + 1)}, last_heartbeat = {d.p(n + 2)}, "
+            f"claimed_at = {d.p(n + 3)}")
+
+
+def claimable(d: Dialect, n: int) -> str:
+    """A queued run may be claimed at placeholder ``n``'s time (a debounced run waits, #18)."""
+    return f"(not_before IS NULL OR not_before <= {d.p(n, 'timestamptz')})"
+
+
+@functools.lru_cache(maxsize=64)
+def claim_ids_sql(d: Dialect, count: int) -> str:
+    """Claim the picked queued runs (a limited claim): arguments
+    ``(holder, until, now, now, *d.many(ids))``."""
+    return (f"UPDATE workflow_runs SET {claim_set(d, 1)} WHERE "
+            f"{d.one_of('id', 5, count, 'uuid')} AND claim_state = 'queued' "
+            f"RETURNING {RUN_COLUMNS}")
 
 
 def lost_attempts(alias: str) -> str:
@@ -756,6 +897,81 @@ class Queries:
         self.prune_outbox = ("DELETE FROM mirror_outbox WHERE "
                              f"{t(1)} AND applied_at IS NOT NULL AND applied_at < {p(3)}")
 
+        # -- schedules (#18) ---------------------------------------------------
+        sched = f"SELECT {_SCHEDULE_SELECT} FROM starflow_schedules WHERE {t(1)}"
+        #: (ws, env, id)
+        self.get_schedule = f"{sched} AND id = {p(3)}"
+        #: (ws, env)
+        self.list_schedules = f"{sched} ORDER BY id"
+        #: (ws, env, now, limit)
+        self.due_schedules = (f"{sched} AND {d.unset('paused')} AND due_at <= {p(3)} "
+                              f"ORDER BY due_at LIMIT {p(4)}")
+        #: (ws, env). ORDER BY … LIMIT 1, not min(): one index entry, whatever the
+        #: planner's statistics (PostgreSQL answered min() by a scan of every schedule).
+        self.next_schedule_due = ("SELECT due_at FROM starflow_schedules WHERE "
+                                  f"{t(1)} AND {d.unset('paused')} AND due_at IS NOT NULL "
+                                  "ORDER BY due_at LIMIT 1")
+        #: (ws, env, id)
+        self.delete_schedule = f"DELETE FROM starflow_schedules WHERE {t(1)} AND id = {p(3)}"
+        #: (ws, env, *schedule_insert_args, created_at, updated_at)
+        cols = ("workspace_id", "env", *_SCHEDULE_INSERT, "created_at", "updated_at")
+        self.upsert_schedule = (
+            f"INSERT INTO starflow_schedules ({', '.join(cols)}) "
+            f"VALUES ({', '.join(p(i) for i in range(1, len(cols) + 1))}) "
+            f"ON CONFLICT (workspace_id, env, id) DO UPDATE SET {_schedule_upsert_set()} "
+            f"RETURNING {_SCHEDULE_SELECT}")
+
+        # -- pool limits and flow control (#18) --------------------------------
+        #: (ws, env, pool)
+        self.get_pool_limits = (f"SELECT {LIMIT_COLUMNS} FROM starflow_pool_limits "
+                                f"WHERE {t(1)} AND pool = {p(3)}")
+        #: (ws, env, pool): the row locked until the transaction ends (a limited claim).
+        self.lock_pool_limits = self.get_pool_limits + d.for_update
+        #: (ws, env)
+        self.list_pool_limits = (f"SELECT {LIMIT_COLUMNS} FROM starflow_pool_limits "
+                                 f"WHERE {t(1)}")
+        #: (ws, env, pool, concurrency, rate_limit, rate_period_ms, key_concurrency, now)
+        self.set_pool_limits = (
+            "INSERT INTO starflow_pool_limits (workspace_id, env, pool, concurrency, "
+            "rate_limit, rate_period_ms, key_concurrency, updated_at) "
+            f"VALUES ({', '.join(p(i) for i in range(1, 9))}) "
+            "ON CONFLICT (workspace_id, env, pool) DO UPDATE SET "
+            "concurrency = excluded.concurrency, rate_limit = excluded.rate_limit, "
+            "rate_period_ms = excluded.rate_period_ms, "
+            "key_concurrency = excluded.key_concurrency, updated_at = excluded.updated_at")
+        #: (ws, env, pool)
+        self.delete_pool_limits = (f"DELETE FROM starflow_pool_limits WHERE {t(1)} "
+                                   f"AND pool = {p(3)}")
+        #: (ws, env): per pool, runs queued and runs active.
+        self.pool_counts = (
+            "SELECT runner_pool, "
+            "sum(CASE WHEN claim_state = 'queued' THEN 1 ELSE 0 END), "
+            f"sum(CASE WHEN {ACTIVE_RUN} THEN 1 ELSE 0 END) "
+            f"FROM workflow_runs WHERE {t(1)} AND runner_pool IS NOT NULL "
+            f"AND (claim_state = 'queued' OR ({ACTIVE_RUN})) GROUP BY runner_pool")
+        #: (ws, env, pool)
+        self.pool_active = (f"SELECT count(*) FROM workflow_runs WHERE {t(1)} "
+                            f"AND runner_pool = {p(3)} AND {ACTIVE_RUN}")
+        #: (ws, env, pool): active runs per concurrency key.
+        self.key_active = (
+            f"SELECT concurrency_key, count(*) FROM workflow_runs WHERE {t(1)} "
+            f"AND runner_pool = {p(3)} AND {ACTIVE_RUN} AND concurrency_key IS NOT NULL "
+            "GROUP BY concurrency_key")
+        #: (ws, env, pool, since): the pool's claims in the rate window.
+        self.pool_window = (f"SELECT count(*) FROM workflow_runs WHERE {t(1)} "
+                            f"AND runner_pool = {p(3)} AND claimed_at > {p(4)}")
+        #: (ws, env, pool or '', dedup_key)
+        self.find_active_dedup = (
+            f"SELECT id FROM workflow_runs WHERE {t(1)} "
+            f"AND COALESCE(runner_pool, '') = {p(3)} AND dedup_key = {p(4)} "
+            "AND status IN ('queued', 'running', 'paused')")
+        #: (input, not_before, ws, env, pool or '', template_id, debounce_key)
+        self.rearm_debounced = (
+            f"UPDATE workflow_runs SET input_json = {p(1)}, not_before = {p(2)} "
+            f"WHERE {t(3)} AND COALESCE(runner_pool, '') = {p(5)} "
+            f"AND template_id = {p(6)} AND debounce_key = {p(7)} AND claim_state = 'queued' "
+            "AND claim_attempts = 0 RETURNING id")
+
     def list_runs(self, status: bool, template_id: bool, since: bool) -> str:
         """Arguments: (ws, env, [status], [template_id], [since], limit)."""
         return _list_runs_sql(self.d, status, template_id, since)
@@ -767,6 +983,48 @@ class Queries:
     def mark_outbox_applied(self, count: int) -> str:
         """Arguments: (now, *d.many(ids), ws, env)."""
         return _mark_outbox_sql(self.d, count)
+
+    def update_schedule(self, columns: tuple[str, ...]) -> str:
+        """Compare-and-set ``columns`` (of :data:`SCHEDULE_UPDATABLE`).
+
+        Arguments: (*values, now, ws, env, id, revision).
+        """
+        bad = [c for c in columns if c not in SCHEDULE_UPDATABLE]
+        if bad:
+            raise ValueError(f"update_schedule: not updatable: {sorted(bad)}")
+        return _update_schedule_sql(self.d, columns)
+
+
+def _schedule_upsert_set() -> str:
+    """The ``DO UPDATE SET`` of a schedule upsert.
+
+    The cursor survives an update that keeps the cron and the zone (ticks
+    missed while the process was down still catch up); a decided tick keeps
+    its ``due_at`` so it still starts. ``paused`` and the counters are kept.
+    """
+    t = "starflow_schedules"
+    same = f"{t}.cron = excluded.cron AND {t}.timezone = excluded.timezone"
+    return (
+        "workflow = excluded.workflow, workflow_version = excluded.workflow_version, "
+        "definition_id = excluded.definition_id, input_json = excluded.input_json, "
+        "overlap = excluded.overlap, catchup_seconds = excluded.catchup_seconds, "
+        "pool = excluded.pool, "
+        f"next_fire_at = CASE WHEN {same} THEN {t}.next_fire_at "
+        "ELSE excluded.next_fire_at END, "
+        f"due_at = CASE WHEN ({same}) OR {t}.pending_tick IS NOT NULL THEN {t}.due_at "
+        "ELSE excluded.due_at END, "
+        "cron = excluded.cron, timezone = excluded.timezone, "
+        f"revision = {t}.revision + 1, updated_at = excluded.updated_at"
+    )
+
+
+@functools.lru_cache(maxsize=128)
+def _update_schedule_sql(d: Dialect, columns: tuple[str, ...]) -> str:
+    sets = "".join(f"{c} = {d.p(i)}, " for i, c in enumerate(columns, start=1))
+    n = len(columns) + 1
+    return (f"UPDATE starflow_schedules SET {sets}revision = revision + 1, "
+            f"updated_at = {d.p(n)} WHERE {d.tenant(n + 1)} AND id = {d.p(n + 3)} "
+            f"AND revision = {d.p(n + 4)}")
 
 
 @functools.cache

@@ -38,13 +38,17 @@ from ..records import (
     JobSpec,
     OutboxLag,
     OutboxRow,
+    PoolLimits,
+    PoolUsage,
     RunEvent,
     RunInfo,
+    ScheduleRecord,
     SignalRecord,
     StartOptions,
     SweepResult,
     WaitRecord,
 )
+from .pages import RunPage, RunPageQuery
 from .units import (
     UPDATABLE_RUN_COLUMNS,
     AfterClaim,
@@ -52,6 +56,7 @@ from .units import (
     ClaimJobs,
     ClaimRuns,
     Command,
+    DeleteSchedule,
     DeleteSessionVars,
     DeleteSignal,
     DeleteWaits,
@@ -72,9 +77,13 @@ from .units import (
     Op,
     PruneOutbox,
     R,
+    RearmDebounced,
+    SetPoolLimits,
     SweepLeases,
     Unit,
     UpdateRun,
+    UpdateSchedule,
+    UpsertSchedule,
     UpsertSessionVar,
 )
 
@@ -298,6 +307,7 @@ class WorkflowStateAdapter(abc.ABC):
                     "start_mode": opts.start_mode,
                     "max_claim_attempts": opts.max_claim_attempts,
                     "workflow_version": ctx.version,
+                    **_flow_values(opts),
                 },
             )
         )
@@ -527,6 +537,14 @@ class WorkflowStateAdapter(abc.ABC):
         """Runs in scope, newest first."""
 
     @abc.abstractmethod
+    async def list_runs_page(self, query: RunPageQuery) -> RunPage:
+        """One page of runs in scope, newest first, by keyset (see ``adapters.pages``).
+
+        Raises:
+            StarflowError: the query is invalid (every problem named; nothing read).
+        """
+
+    @abc.abstractmethod
     async def list_events(self, run_id: str, *, after_id: int = 0) -> list[RunEvent]:
         """The run's events in order (one query; the journal is rebuilt from it)."""
 
@@ -654,6 +672,77 @@ class WorkflowStateAdapter(abc.ABC):
         """Count unapplied rows in scope, and how many are older than each edge (seconds)."""
 
 
+    # -- schedules and flow control (#18) ------------------------------------
+
+    async def upsert_schedule(self, schedule: ScheduleRecord, *, now: datetime
+                              ) -> ScheduleRecord:
+        """Create a schedule, or update the one with its id; return the stored row.
+
+        An update keeps the counters, ``paused`` and any decided tick; it keeps
+        the cursor (``next_fire_at``) when the cron and time zone are unchanged,
+        so a process that writes its schedules at every start still catches up
+        on ticks missed while it was down. ``revision`` grows by one.
+        """
+        return await self.perform(UpsertSchedule(schedule=schedule, now=now))
+
+    @abc.abstractmethod
+    async def get_schedule(self, schedule_id: str) -> ScheduleRecord | None:
+        """The schedule with this id, if any."""
+
+    @abc.abstractmethod
+    async def list_schedules(self) -> list[ScheduleRecord]:
+        """Every schedule in scope, by id."""
+
+    async def delete_schedule(self, schedule_id: str) -> bool:
+        """Delete a schedule; False if there was none. Its runs are kept."""
+        return await self.perform(DeleteSchedule(schedule_id=schedule_id))
+
+    async def update_schedule(self, schedule_id: str, revision: int, values: Mapping[str, Any],
+                              *, now: datetime) -> bool:
+        """Compare-and-set: write ``values`` only if the row is still at ``revision``.
+
+        ``values`` names columns of ``SCHEDULE_UPDATABLE``; ``revision`` grows by
+        one. Returns whether the row was written.
+        """
+        return await self.perform(UpdateSchedule(schedule_id=schedule_id, revision=revision,
+                                                 values=dict(values), now=now))
+
+    @abc.abstractmethod
+    async def due_schedules(self, now: datetime, *, limit: int = 100) -> list[ScheduleRecord]:
+        """Schedules not paused whose ``due_at <= now``, earliest first."""
+
+    @abc.abstractmethod
+    async def next_schedule_due(self) -> datetime | None:
+        """The earliest ``due_at`` of a schedule not paused, if any."""
+
+    async def set_pool_limits(self, limits: PoolLimits, *, now: datetime) -> None:
+        """Store a pool's limits (replacing them); limits with none set delete the row."""
+        await self.perform(SetPoolLimits(limits=limits, now=now))
+
+    @abc.abstractmethod
+    async def get_pool_limits(self, pool: str) -> PoolLimits | None:
+        """A pool's stored limits, if any."""
+
+    @abc.abstractmethod
+    async def pool_usage(self, now: datetime) -> list[PoolUsage]:
+        """Every pool with limits or with queued or executing runs: limits and current use."""
+
+    @abc.abstractmethod
+    async def find_active_dedup(self, pool: str | None, dedup_key: str) -> str | None:
+        """The id of the active (queued, running or paused) run with this dedup key."""
+
+    async def rearm_debounced(self, template_id: str, pool: str | None, debounce_key: str,
+                              input: Any, not_before: datetime) -> str | None:
+        """Replace the input and ``not_before`` of the pending debounced run, if one exists.
+
+        Pending: queued and never claimed. Returns its id, or None if there is
+        none (the caller then starts one).
+        """
+        return await self.perform(RearmDebounced(
+            template_id=template_id, pool=pool, debounce_key=debounce_key, input=input,
+            not_before=not_before))
+
+
 class DelegatingAdapter(WorkflowStateAdapter):
     """Base for adapters that wrap another one (spies, fault injection, mirror).
 
@@ -705,6 +794,9 @@ class DelegatingAdapter(WorkflowStateAdapter):
         return await self.inner.list_runs(status=status, template_id=template_id,
                                           since=since, limit=limit)
 
+    async def list_runs_page(self, query: RunPageQuery) -> RunPage:
+        return await self.inner.list_runs_page(query)
+
     async def list_events(self, run_id: str, *, after_id: int = 0) -> list[RunEvent]:
         return await self.inner.list_events(run_id, after_id=after_id)
 
@@ -735,6 +827,41 @@ class DelegatingAdapter(WorkflowStateAdapter):
 
     async def outbox_lag(self, now: datetime, edges: Sequence[float] = ()) -> OutboxLag:
         return await self.inner.outbox_lag(now, edges)
+
+
+    # -- schedules and flow control (#18): reads ------------------------------
+
+    async def get_schedule(self, schedule_id: str) -> ScheduleRecord | None:
+        return await self.inner.get_schedule(schedule_id)
+
+    async def list_schedules(self) -> list[ScheduleRecord]:
+        return await self.inner.list_schedules()
+
+    async def due_schedules(self, now: datetime, *, limit: int = 100) -> list[ScheduleRecord]:
+        return await self.inner.due_schedules(now, limit=limit)
+
+    async def next_schedule_due(self) -> datetime | None:
+        return await self.inner.next_schedule_due()
+
+    async def get_pool_limits(self, pool: str) -> PoolLimits | None:
+        return await self.inner.get_pool_limits(pool)
+
+    async def pool_usage(self, now: datetime) -> list[PoolUsage]:
+        return await self.inner.pool_usage(now)
+
+    async def find_active_dedup(self, pool: str | None, dedup_key: str) -> str | None:
+        return await self.inner.find_active_dedup(pool, dedup_key)
+
+
+def _flow_values(opts: StartOptions) -> dict[str, Any]:
+    """The flow-control columns a start sets (none for a start that sets none, #18)."""
+    values: dict[str, Any] = {}
+    if opts.priority:
+        values["priority"] = opts.priority
+    for column in ("concurrency_key", "dedup_key", "debounce_key", "not_before"):
+        if getattr(opts, column) is not None:
+            values[column] = getattr(opts, column)
+    return values
 
 
 def ops_of(units: Sequence[Unit]) -> list[str]:

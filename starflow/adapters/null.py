@@ -12,28 +12,38 @@ from datetime import datetime
 from typing import Any
 
 from ..records import (
+    RUN_STATUSES,
     DefinitionRecord,
     JobRecord,
     OutboxLag,
     OutboxRow,
+    PoolLimits,
+    PoolUsage,
     RunEvent,
     RunInfo,
+    ScheduleRecord,
     SignalRecord,
     SweepResult,
     WaitRecord,
 )
 from .base import WorkflowStateAdapter
+from .pages import RunPage, RunPageQuery
 from .units import (
     ClaimJobs,
     ClaimRuns,
+    DeleteSchedule,
     EnsureDefinition,
     ExpireSessionVars,
     GetSecret,
     HeartbeatJob,
     MarkOutboxApplied,
     PruneOutbox,
+    RearmDebounced,
+    SetPoolLimits,
     SweepLeases,
     Unit,
+    UpdateSchedule,
+    UpsertSchedule,
 )
 
 __all__ = ["NullWorkflowStateAdapter"]
@@ -57,6 +67,10 @@ class NullWorkflowStateAdapter(WorkflowStateAdapter):
     async def list_runs(self, *, status: str | None = None, template_id: str | None = None,
                         since: datetime | None = None, limit: int = 50) -> list[RunInfo]:
         return []
+
+    async def list_runs_page(self, query: RunPageQuery) -> RunPage:
+        query.check()
+        return RunPage(runs=[], counts=dict.fromkeys(RUN_STATUSES, 0) if query.counts else None)
 
     async def list_events(self, run_id: str, *, after_id: int = 0) -> list[RunEvent]:
         return []
@@ -119,3 +133,41 @@ class NullWorkflowStateAdapter(WorkflowStateAdapter):
 
     async def outbox_lag(self, now: datetime, edges: Sequence[float] = ()) -> OutboxLag:
         return OutboxLag(pending=0, oldest_created_at=None, older_than=tuple(0 for _ in edges))
+
+    # -- schedules and flow control (#18): stored nowhere ---------------------
+
+    async def _upsert_schedule(self, command: UpsertSchedule) -> ScheduleRecord:
+        return command.schedule
+
+    async def get_schedule(self, schedule_id: str) -> ScheduleRecord | None:
+        return None
+
+    async def list_schedules(self) -> list[ScheduleRecord]:
+        return []
+
+    async def _delete_schedule(self, command: DeleteSchedule) -> bool:
+        return False
+
+    async def _update_schedule(self, command: UpdateSchedule) -> bool:
+        return False
+
+    async def due_schedules(self, now: datetime, *, limit: int = 100) -> list[ScheduleRecord]:
+        return []
+
+    async def next_schedule_due(self) -> datetime | None:
+        return None
+
+    async def _set_pool_limits(self, command: SetPoolLimits) -> None:
+        return None
+
+    async def get_pool_limits(self, pool: str) -> PoolLimits | None:
+        return None
+
+    async def pool_usage(self, now: datetime) -> list[PoolUsage]:
+        return []
+
+    async def find_active_dedup(self, pool: str | None, dedup_key: str) -> str | None:
+        return None
+
+    async def _rearm_debounced(self, command: RearmDebounced) -> str | None:
+        return None

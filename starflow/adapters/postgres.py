@@ -72,19 +72,27 @@ from ..records import (
     JobRecord,
     OutboxLag,
     OutboxRow,
+    PoolLimits,
+    PoolUsage,
     PrunedBatch,
     RunEvent,
     RunInfo,
+    ScheduleRecord,
     SignalRecord,
     SweepResult,
     WaitRecord,
 )
 from ..urls import normalize_scheme
+from ._flow import Candidate, pick_claims, room_left, scan_size
 from ._sql import (
+    ACTIVE_RUN,
+    CLAIM_ORDER,
     POSTGRES,
     RUN_COLUMNS,
     announces_work,
+    claim_ids_sql,
     claim_set,
+    claimable,
     claimed_jobs,
     claimed_runs,
     definition_record,
@@ -95,11 +103,16 @@ from ._sql import (
     op_sql,
     outbox_row,
     parent_column_sql,
+    period_ms,
+    pool_limits,
     prune_delete_sql,
     prune_select_args,
     prune_select_sql,
     run_event,
     run_info,
+    schedule_insert_args,
+    schedule_record,
+    schedule_value,
     signal_queued_sql,
     signal_record,
     sweep_set,
@@ -112,10 +125,12 @@ from ._sql import (
     POSTGRES_QUERIES as Q,
 )
 from .base import WorkflowStateAdapter
+from .pages import RunPage, RunPageQuery, make_page, page_sql
 from .sweep import ABANDONED, REQUEUED
 from .units import (
     ClaimJobs,
     ClaimRuns,
+    DeleteSchedule,
     EnsureDefinition,
     ExpireSessionVars,
     GetSecret,
@@ -127,9 +142,13 @@ from .units import (
     Op,
     PruneOutbox,
     PruneRuns,
+    RearmDebounced,
+    SetPoolLimits,
     SweepLeases,
     Unit,
     UpdateRun,
+    UpdateSchedule,
+    UpsertSchedule,
 )
 
 if TYPE_CHECKING:
@@ -161,14 +180,22 @@ MIGRATION_LOCK_KEY = 0x5F_57A2_F10E_0001
 # partial index idx_workflow_runs_claim_pool (claim_state = 'queued') and skips
 # rows another claimer has locked, so N claimers never wait on each other and
 # each queued run is returned to exactly one of them.
+#
+# Flow control (#18): highest priority first; a debounced run waits for its
+# not_before; a pool with stored limits is claimed by _claim_limited instead
+# (its limits row locked), so this statement leaves that pool's runs alone.
 CLAIM_SQL = f"""
 WITH picked AS (
     SELECT id FROM workflow_runs
     WHERE claim_state = 'queued'
       AND (runner_pool IS NULL OR runner_pool = $3)
       AND workspace_id = $1 AND env = $2
-      AND ($8::text[] IS NULL OR template_id = ANY($8::text[]))
-    ORDER BY started_at
+      AND ($9::text[] IS NULL OR template_id = ANY($9::text[]))
+      AND {claimable(POSTGRES, 7)}
+      AND (runner_pool IS NULL OR NOT EXISTS (
+          SELECT 1 FROM starflow_pool_limits l
+          WHERE l.workspace_id = $1 AND l.env = $2 AND l.pool = workflow_runs.runner_pool))
+    ORDER BY {CLAIM_ORDER}
     LIMIT $4
     FOR UPDATE SKIP LOCKED
 )
@@ -387,6 +414,8 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
         self.max_size = max_size
         self.channel = channel_name(workspace_id, env)
         self._pool: asyncpg.Pool | None = None
+        #: Pools seen with stored limits (#18): their claims skip the unlimited statement.
+        self._limited_pools: set[str] = set()
         self._listener: asyncpg.Connection | None = None
         self._listen_lock = anyio.Lock()
         self._work = anyio.Event()
@@ -749,6 +778,17 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
                                     int(limit))
         return [run_info(r, POSTGRES) for r in rows]
 
+    async def list_runs_page(self, query: RunPageQuery) -> RunPage:
+        query.check()
+        sql = page_sql(POSTGRES, query, workspace_id=self.workspace_id, env=self.env)
+        if sql is None:
+            return make_page([], query, {} if query.counts else None)
+        async with self._connection("list_runs_page") as conn:
+            rows = await conn.fetch(sql.select, *sql.select_args)
+            counts = (None if sql.count is None else
+                      {r[0]: r[1] for r in await conn.fetch(sql.count, *sql.count_args)})
+        return make_page([run_info(r, POSTGRES) for r in rows], query, counts)
+
     async def list_events(self, run_id: str, *, after_id: int = 0) -> list[RunEvent]:
         rid = uuid_or_none(run_id)
         if rid is None:
@@ -810,14 +850,92 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
         if names is not None and not names:
             return []
         args = (self.workspace_id, self.env, c.pool, c.limit, c.runner_id, c.lease_until, c.now,
-                list(names) if names is not None else None)
+                c.now, list(names) if names is not None else None)
         async with self._connection("claim_runs") as conn:
+            if c.pool is not None and c.pool in self._limited_pools:
+                # #18: a pool seen with limits goes straight to the limited claim
+                # (which also takes runs queued for any pool); None: limits removed.
+                limited = await self._claim_limited_pool(conn, c, c.limit, known=True)
+                if limited is not None:
+                    return limited
             if after is None:
-                return claimed_runs(await conn.fetch(CLAIM_SQL, *args), POSTGRES)
-            async with conn.transaction():
                 runs = claimed_runs(await conn.fetch(CLAIM_SQL, *args), POSTGRES)
-                await self._apply_after(conn, after(runs) if runs else [])
+            else:
+                async with conn.transaction():
+                    runs = claimed_runs(await conn.fetch(CLAIM_SQL, *args), POSTGRES)
+                    await self._apply_after(conn, after(runs) if runs else [])
+            if c.pool is not None and len(runs) < c.limit:
+                # Flow control (#18): CLAIM_SQL leaves a limited pool's runs alone;
+                # they are claimed here, with the pool's limits row locked FOR UPDATE
+                # in this transaction (never check-then-claim). (Only this first claim
+                # of a limited pool in a process may take runs of any pool ahead of
+                # the pool's own older ones; later claims order them together.)
+                more = await self._claim_limited_pool(conn, c, c.limit - len(runs)) or []
+                if more:
+                    runs = sorted([*runs, *more],
+                                  key=lambda r: (r.started_at is not None, r.started_at, r.id))
         return runs
+
+    async def _claim_limited_pool(self, conn: asyncpg.Connection, c: ClaimRuns, limit: int,
+                                  *, known: bool = False) -> list[RunInfo] | None:
+        """Claim up to ``limit`` runs for ``c.pool`` under its stored limits; None if it
+        has none.
+
+        Unless ``known`` (the pool had limits at an earlier claim), one read
+        first tells whether it has any, so an unlimited pool's claim pays no
+        transaction. The limits row is then locked ``FOR UPDATE`` until commit.
+        """
+        pool = c.pool
+        assert pool is not None
+        scope = (self.workspace_id, self.env, pool)
+        if not known and await conn.fetchval(Q.get_pool_limits, *scope) is None:
+            return None
+        async with conn.transaction():
+            row = await conn.fetchrow(Q.lock_pool_limits, *scope)
+            if row is None:  # removed meanwhile: CLAIM_SQL takes its runs
+                self._limited_pools.discard(pool)
+                return None
+            self._limited_pools.add(pool)
+            runs = claimed_runs(await self._claim_limited(
+                conn, pool_limits(row, POSTGRES), c, limit), POSTGRES)
+            if c.after is not None and runs:
+                await self._apply_after(conn, c.after(runs))
+        return runs
+
+    async def _claim_limited(self, conn: asyncpg.Connection, limits: PoolLimits, c: ClaimRuns,
+                             limit: int) -> list[asyncpg.Record]:
+        """Claim for a pool with stored limits; the caller holds its limits row lock.
+
+        Every claimer of the pool takes that lock first, so the counts read
+        here stay true until this transaction commits its claims.
+        """
+        since = c.now - limits.rate_period if limits.rate_period is not None else None
+        names = list(c.workflows) if c.workflows is not None else None
+        # One statement after the lock (its snapshot sees every claim committed
+        # before the lock was granted): the pool's executing runs (per key, if
+        # keys are limited), its claims in the rate window, and the candidates.
+        keyed = limits.key_concurrency is not None
+        args = (self.workspace_id, self.env, c.pool, since, keyed, names, c.now,
+                scan_size(limit, limits))
+        rows = await conn.fetch(_LIMITED_CANDIDATES, *args, False, limits.key_concurrency or 0)
+        head = rows[0]
+        active, recent = int(head[0]), int(head[1])
+        key_active: dict[str, int] = {k: int(n) for k, n in (head[2] or {}).items()}
+        room = room_left(limits, active, recent)
+        if room is not None and room <= 0 and any(r[4] is not None for r in rows):
+            # The pool is at its limit: only runs queued for any pool can go, and
+            # the pool's own may have filled the candidates; look at those alone.
+            rows = await conn.fetch(_LIMITED_CANDIDATES, *args, True,
+                                    limits.key_concurrency or 0)
+        cands = [Candidate(str(r[3]), r[4], r[5]) for r in rows if r[3] is not None]
+        ids = pick_claims(cands, limits, limit=limit, active=active, claimed_in_window=recent,
+                          key_active=key_active)
+        if not ids:
+            return []
+        claimed: list[asyncpg.Record] = await conn.fetch(
+            claim_ids_sql(POSTGRES, len(ids)), c.runner_id, c.lease_until, c.now, c.now,
+            *POSTGRES.many(ids))
+        return claimed
 
     async def _apply_after(self, conn: asyncpg.Connection, ops: list[Op]) -> None:
         """Write ``ops`` on ``conn`` inside the caller's transaction."""
@@ -976,6 +1094,107 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
         return OutboxLag(pending=int(row[0]), oldest_created_at=row[1],
                          older_than=tuple(int(c) for c in row[2:]))
 
+    # -- schedules and flow control (#18) ----------------------------------------
+
+    async def _upsert_schedule(self, c: UpsertSchedule) -> ScheduleRecord:
+        args = schedule_insert_args(POSTGRES, c.schedule)
+        async with self._connection("upsert_schedule") as conn:
+            row = await conn.fetchrow(Q.upsert_schedule, self.workspace_id, self.env, *args,
+                                      c.now, c.now)
+        return schedule_record(row, POSTGRES)
+
+    async def get_schedule(self, schedule_id: str) -> ScheduleRecord | None:
+        async with self._connection("get_schedule") as conn:
+            row = await conn.fetchrow(Q.get_schedule, self.workspace_id, self.env, schedule_id)
+        return None if row is None else schedule_record(row, POSTGRES)
+
+    async def list_schedules(self) -> list[ScheduleRecord]:
+        async with self._connection("list_schedules") as conn:
+            rows = await conn.fetch(Q.list_schedules, self.workspace_id, self.env)
+        return [schedule_record(r, POSTGRES) for r in rows]
+
+    async def _delete_schedule(self, c: DeleteSchedule) -> bool:
+        async with self._connection("delete_schedule") as conn:
+            status: str = await conn.execute(Q.delete_schedule, self.workspace_id, self.env,
+                                             c.schedule_id)
+        return status.rsplit(" ", 1)[-1] != "0"
+
+    async def _update_schedule(self, c: UpdateSchedule) -> bool:
+        cols = tuple(sorted(c.values))
+        sql = Q.update_schedule(cols)
+        values = [schedule_value(POSTGRES, col, c.values[col]) for col in cols]
+        async with self._connection("update_schedule") as conn:
+            status: str = await conn.execute(sql, *values, c.now, self.workspace_id, self.env,
+                                             c.schedule_id, c.revision)
+        return status.rsplit(" ", 1)[-1] != "0"
+
+    async def due_schedules(self, now: datetime, *, limit: int = 100) -> list[ScheduleRecord]:
+        async with self._connection("due_schedules") as conn:
+            rows = await conn.fetch(Q.due_schedules, self.workspace_id, self.env, now,
+                                    int(limit))
+        return [schedule_record(r, POSTGRES) for r in rows]
+
+    async def next_schedule_due(self) -> datetime | None:
+        async with self._connection("next_schedule_due") as conn:
+            value: datetime | None = await conn.fetchval(Q.next_schedule_due,
+                                                         self.workspace_id, self.env)
+        return value
+
+    async def _set_pool_limits(self, c: SetPoolLimits) -> None:
+        lim = c.limits
+        scope = (self.workspace_id, self.env, lim.pool)
+        async with self._connection("set_pool_limits") as conn:
+            if not lim.limited:
+                await conn.execute(Q.delete_pool_limits, *scope)
+                return
+            await conn.execute(Q.set_pool_limits, *scope, lim.concurrency, lim.rate_limit,
+                               period_ms(lim), lim.key_concurrency, c.now)
+
+    async def get_pool_limits(self, pool: str) -> PoolLimits | None:
+        async with self._connection("get_pool_limits") as conn:
+            row = await conn.fetchrow(Q.get_pool_limits, self.workspace_id, self.env, pool)
+        return None if row is None else pool_limits(row, POSTGRES)
+
+    async def pool_usage(self, now: datetime) -> list[PoolUsage]:
+        ws, env = self.workspace_id, self.env
+        async with self._connection("pool_usage") as conn:
+            limits = {r[0]: pool_limits(r, POSTGRES)
+                      for r in await conn.fetch(Q.list_pool_limits, ws, env)}
+            counts = {r[0]: (int(r[1] or 0), int(r[2] or 0))
+                      for r in await conn.fetch(Q.pool_counts, ws, env)}
+            out = []
+            for pool in sorted(set(limits) | set(counts)):
+                lim = limits.get(pool)
+                window = 0
+                if lim is not None and lim.rate_period is not None:
+                    window = int(await conn.fetchval(Q.pool_window, ws, env, pool,
+                                                     now - lim.rate_period))
+                queued, active = counts.get(pool, (0, 0))
+                out.append(PoolUsage(pool=pool, limits=lim, queued=queued, active=active,
+                                     claimed_in_window=window))
+        return out
+
+    async def find_active_dedup(self, pool: str | None, dedup_key: str) -> str | None:
+        async with self._connection("find_active_dedup") as conn:
+            value = await conn.fetchval(Q.find_active_dedup, self.workspace_id, self.env,
+                                        pool or "", dedup_key)
+        return None if value is None else str(value)
+
+    async def _rearm_debounced(self, c: RearmDebounced) -> str | None:
+        serde.encode(c.input, what="input_json")  # SerializationError before any write
+        args = (c.input, c.not_before, self.workspace_id, self.env, c.pool or "",
+                c.template_id, c.debounce_key)
+        async with self._connection("rearm_debounced") as conn:
+            if c.after is None:
+                value = await conn.fetchval(Q.rearm_debounced, *args)
+                return None if value is None else str(value)
+            async with conn.transaction():
+                value = await conn.fetchval(Q.rearm_debounced, *args)
+                if value is None:
+                    return None
+                await self._apply_after(conn, c.after(str(value)))
+        return str(value)
+
     # -- waiting for work ------------------------------------------------------
 
     async def wait_for_work(self, clock: Clock, timeout: float) -> None:
@@ -1051,6 +1270,44 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
 # ---------------------------------------------------------------------------
 # Module helpers
 # ---------------------------------------------------------------------------
+
+
+#: A limited claim's read, after the pool's limits row is locked: the counts
+#: (repeated on every row; one row of NULL candidates when none is queued) and
+#: up to $8 queued candidates in claim order, locked. $9: runs of any pool only;
+#: $5 and $10: keys are limited, to $10 executing runs each (full keys' runs skipped).
+_LIMITED_CANDIDATES = f"""
+WITH a AS (
+    SELECT concurrency_key FROM workflow_runs
+    WHERE workspace_id = $1 AND env = $2 AND runner_pool = $3 AND {ACTIVE_RUN}
+), counts AS (
+    SELECT (SELECT count(*) FROM a) AS active,
+           CASE WHEN $4::timestamptz IS NULL THEN 0 ELSE (
+               SELECT count(*) FROM workflow_runs WHERE workspace_id = $1 AND env = $2
+                 AND runner_pool = $3 AND claimed_at > $4) END AS recent,
+           CASE WHEN $5 THEN (
+               SELECT COALESCE(jsonb_object_agg(k, n), '{{}}'::jsonb) FROM (
+                   SELECT concurrency_key AS k, count(*) AS n FROM a
+                   WHERE concurrency_key IS NOT NULL GROUP BY concurrency_key) g) END AS keys
+), cand AS (
+    SELECT id, runner_pool, concurrency_key, priority, started_at FROM workflow_runs
+    WHERE claim_state = 'queued' AND workspace_id = $1 AND env = $2
+      AND (runner_pool IS NULL OR (runner_pool = $3 AND NOT $9::bool))
+      AND ($6::text[] IS NULL OR template_id = ANY($6::text[]))
+      AND {claimable(POSTGRES, 7)}
+      AND (NOT $5 OR runner_pool IS NULL OR concurrency_key IS NULL
+           OR concurrency_key NOT IN (SELECT concurrency_key FROM a
+               WHERE concurrency_key IS NOT NULL
+               GROUP BY concurrency_key HAVING count(*) >= $10::int))
+    ORDER BY {CLAIM_ORDER}
+    LIMIT $8
+    FOR UPDATE SKIP LOCKED
+)
+SELECT counts.active, counts.recent, counts.keys,
+       cand.id, cand.runner_pool, cand.concurrency_key
+FROM counts LEFT JOIN cand ON true
+ORDER BY cand.priority DESC, cand.started_at
+"""
 
 
 def _merge_run_writes(ops: Sequence[Op]) -> list[Op]:

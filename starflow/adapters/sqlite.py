@@ -35,18 +35,25 @@ from ..records import (
     JobRecord,
     OutboxLag,
     OutboxRow,
+    PoolLimits,
+    PoolUsage,
     PrunedBatch,
     RunEvent,
     RunInfo,
+    ScheduleRecord,
     SignalRecord,
     SweepResult,
     WaitRecord,
 )
 from ..urls import normalize_scheme
+from ._flow import Candidate, full_keys, pick_claims, room_left, scan_size
 from ._sql import (
+    CLAIM_ORDER,
     RUN_COLUMNS,
     SQLITE,
+    claim_ids_sql,
     claim_set,
+    claimable,
     claimed_jobs,
     claimed_runs,
     definition_record,
@@ -59,11 +66,16 @@ from ._sql import (
     op_sql,
     outbox_row,
     parent_column_sql,
+    period_ms,
+    pool_limits,
     prune_delete_sql,
     prune_select_args,
     prune_select_sql,
     run_event,
     run_info,
+    schedule_insert_args,
+    schedule_record,
+    schedule_value,
     signal_queued_sql,
     signal_record,
     sweep_set,
@@ -75,10 +87,12 @@ from ._sql import (
     SQLITE_QUERIES as Q,
 )
 from .base import WorkflowStateAdapter
+from .pages import RunPage, RunPageQuery, make_page, page_sql
 from .sweep import lost_payload
 from .units import (
     ClaimJobs,
     ClaimRuns,
+    DeleteSchedule,
     EnsureDefinition,
     ExpireSessionVars,
     GetSecret,
@@ -89,8 +103,12 @@ from .units import (
     Op,
     PruneOutbox,
     PruneRuns,
+    RearmDebounced,
+    SetPoolLimits,
     SweepLeases,
     Unit,
+    UpdateSchedule,
+    UpsertSchedule,
 )
 
 if TYPE_CHECKING:
@@ -585,6 +603,21 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
         return await self._call(lambda conn: [run_info(r, SQLITE)
                                               for r in conn.execute(sql, args)])
 
+    async def list_runs_page(self, query: RunPageQuery) -> RunPage:
+        query.check()
+        sql = page_sql(SQLITE, query, workspace_id=self.workspace_id, env=self.env)
+        if sql is None:
+            return make_page([], query, {} if query.counts else None)
+
+        def q(conn: sqlite3.Connection) -> tuple[list[RunInfo], dict[str, int] | None]:
+            runs = [run_info(r, SQLITE) for r in conn.execute(sql.select, sql.select_args)]
+            counts = (None if sql.count is None else
+                      {r[0]: r[1] for r in conn.execute(sql.count, sql.count_args)})
+            return runs, counts
+
+        runs, counts = await self._call(q)
+        return make_page(runs, query, counts)
+
     async def list_events(self, run_id: str, *, after_id: int = 0) -> list[RunEvent]:
         return await self._call(lambda conn: [
             run_event(r, SQLITE) for r in conn.execute(
@@ -627,20 +660,32 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
         if names is not None and not names:
             return []
         only = f" AND template_id IN ({', '.join('?' for _ in names)})" if names else ""
+        ts = format_ts(c.now)
 
         def claim(conn: sqlite3.Connection) -> list[RunInfo]:
-            rows = conn.execute(
-                f"UPDATE workflow_runs SET {claim_set(SQLITE, 1)} WHERE id IN ("
-                # Unary + keeps the planner off the (workspace, started_at) index,
-                # which would walk every run of the workspace: the partial
-                # queued index holds only what can be claimed.
-                "  SELECT id FROM workflow_runs WHERE claim_state = 'queued' "
-                "  AND +workspace_id = ? AND +env = ? AND (runner_pool IS NULL OR runner_pool = ?)"
-                f"{only} ORDER BY started_at LIMIT ?"
-                f") RETURNING {RUN_COLUMNS}",
-                (c.runner_id, format_ts(c.lease_until), format_ts(c.now), self.workspace_id,
-                 self.env, c.pool, *(names or ()), c.limit),
-            ).fetchall()
+            # Flow control (#18): a pool with stored limits is claimed by
+            # _claim_limited, in this same writer transaction (never check-then-claim).
+            limits = None
+            if c.pool is not None:
+                row = conn.execute(Q.get_pool_limits,
+                                   (self.workspace_id, self.env, c.pool)).fetchone()
+                limits = pool_limits(row, SQLITE) if row is not None else None
+            if limits is not None:
+                rows = self._claim_limited(conn, limits, c, only)
+            else:
+                rows = conn.execute(
+                    f"UPDATE workflow_runs SET {claim_set(SQLITE, 1)} WHERE id IN ("
+                    # Unary + keeps the planner off the (workspace, started_at) index,
+                    # which would walk every run of the workspace: the partial
+                    # queued index holds only what can be claimed.
+                    "  SELECT id FROM workflow_runs WHERE claim_state = 'queued' "
+                    "  AND +workspace_id = ? AND +env = ? "
+                    "  AND (runner_pool IS NULL OR runner_pool = ?)"
+                    f"{only} AND {claimable(SQLITE, 1)} ORDER BY {CLAIM_ORDER} LIMIT ?"
+                    f") RETURNING {RUN_COLUMNS}",
+                    (c.runner_id, format_ts(c.lease_until), ts, ts, self.workspace_id,
+                     self.env, c.pool, *(names or ()), ts, c.limit),
+                ).fetchall()
             runs = claimed_runs(rows, SQLITE)
             if after is not None and runs:
                 for op in after(runs):
@@ -649,6 +694,44 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
 
         result: list[RunInfo] = await self._write(claim)
         return result
+
+    def _claim_limited(self, conn: sqlite3.Connection, limits: PoolLimits, c: ClaimRuns,
+                       only: str) -> list[sqlite3.Row]:
+        """Claim for a pool with stored limits, inside the writer's transaction.
+
+        ``BEGIN IMMEDIATE`` holds the database's write lock from the counts to
+        the UPDATE, so no other claimer (of any process) spends the same room.
+        """
+        assert c.pool is not None
+        scope = (self.workspace_id, self.env, c.pool)
+        ts = format_ts(c.now)
+        active = int(conn.execute(Q.pool_active, scope).fetchone()[0])
+        recent = 0
+        if limits.rate_limit is not None and limits.rate_period is not None:
+            recent = int(conn.execute(
+                Q.pool_window, (*scope, format_ts(c.now - limits.rate_period))).fetchone()[0])
+        key_active: dict[str, int] = {}
+        if limits.key_concurrency is not None:
+            key_active = {r[0]: int(r[1]) for r in conn.execute(Q.key_active, scope)}
+        room = room_left(limits, active, recent)
+        full = full_keys(limits, key_active)
+        at_limit = room is not None and room <= 0
+        mine = "runner_pool IS NULL" if at_limit else "(runner_pool IS NULL OR runner_pool = ?)"
+        skip = (f" AND (concurrency_key IS NULL OR concurrency_key NOT IN "
+                f"({', '.join('?' for _ in full)}))") if full else ""
+        cands = [Candidate(r[0], r[1], r[2]) for r in conn.execute(
+            "SELECT id, runner_pool, concurrency_key FROM workflow_runs "
+            "WHERE claim_state = 'queued' AND +workspace_id = ? AND +env = ? "
+            f"AND {mine}{only}{skip} AND {claimable(SQLITE, 1)} "
+            f"ORDER BY {CLAIM_ORDER} LIMIT ?",
+            (self.workspace_id, self.env, *(() if at_limit else (c.pool,)),
+             *(c.workflows or ()), *full, ts, scan_size(c.limit, limits)))]
+        ids = pick_claims(cands, limits, limit=c.limit, active=active, claimed_in_window=recent,
+                          key_active=key_active)
+        if not ids:
+            return []
+        return conn.execute(claim_ids_sql(SQLITE, len(ids)), (
+            c.runner_id, format_ts(c.lease_until), ts, ts, *SQLITE.many(ids))).fetchall()
 
     async def _expire_old_leases(self, c: SweepLeases) -> list[SweepResult]:
         ts, reason, after = format_ts(c.now), c.reason, c.after
@@ -833,6 +916,122 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
                          older_than=tuple(int(c or 0) for c in row[2:]))
 
 
+    # -- schedules and flow control (#18) ----------------------------------------
+
+    async def _upsert_schedule(self, c: UpsertSchedule) -> ScheduleRecord:
+        ts = format_ts(c.now)
+        args = (self.workspace_id, self.env, *schedule_insert_args(SQLITE, c.schedule), ts, ts)
+
+        def upsert(conn: sqlite3.Connection) -> ScheduleRecord:
+            return schedule_record(conn.execute(Q.upsert_schedule, args).fetchone(), SQLITE)
+
+        result: ScheduleRecord = await self._write(upsert)
+        return result
+
+    async def get_schedule(self, schedule_id: str) -> ScheduleRecord | None:
+        row = await self._lookup(lambda conn: conn.execute(
+            Q.get_schedule, (self.workspace_id, self.env, schedule_id)).fetchone())
+        return None if row is None else schedule_record(row, SQLITE)
+
+    async def list_schedules(self) -> list[ScheduleRecord]:
+        return await self._call(lambda conn: [
+            schedule_record(r, SQLITE)
+            for r in conn.execute(Q.list_schedules, (self.workspace_id, self.env))])
+
+    async def _delete_schedule(self, c: DeleteSchedule) -> bool:
+        def delete(conn: sqlite3.Connection) -> bool:
+            return bool(conn.execute(Q.delete_schedule, (
+                self.workspace_id, self.env, c.schedule_id)).rowcount > 0)
+
+        result: bool = await self._write(delete)
+        return result
+
+    async def _update_schedule(self, c: UpdateSchedule) -> bool:
+        cols = tuple(sorted(c.values))
+        sql = Q.update_schedule(cols)
+        args = (*(schedule_value(SQLITE, col, c.values[col]) for col in cols),
+                format_ts(c.now), self.workspace_id, self.env, c.schedule_id, c.revision)
+
+        def update(conn: sqlite3.Connection) -> bool:
+            return bool(conn.execute(sql, args).rowcount > 0)
+
+        result: bool = await self._write(update)
+        return result
+
+    async def due_schedules(self, now: datetime, *, limit: int = 100) -> list[ScheduleRecord]:
+        # On the loop when the connection is free: usually none or a few rows, by index.
+        return await self._lookup(lambda conn: [
+            schedule_record(r, SQLITE) for r in conn.execute(
+                Q.due_schedules, (self.workspace_id, self.env, format_ts(now), int(limit)))])
+
+    async def next_schedule_due(self) -> datetime | None:
+        row = await self._lookup(lambda conn: conn.execute(
+            Q.next_schedule_due, (self.workspace_id, self.env)).fetchone())
+        return None if row is None else SQLITE.ts_out(row[0])
+
+    async def _set_pool_limits(self, c: SetPoolLimits) -> None:
+        lim = c.limits
+        scope = (self.workspace_id, self.env, lim.pool)
+
+        def store(conn: sqlite3.Connection) -> None:
+            if not lim.limited:
+                conn.execute(Q.delete_pool_limits, scope)
+                return
+            conn.execute(Q.set_pool_limits, (*scope, lim.concurrency, lim.rate_limit,
+                                             period_ms(lim), lim.key_concurrency,
+                                             format_ts(c.now)))
+
+        await self._write(store)
+
+    async def get_pool_limits(self, pool: str) -> PoolLimits | None:
+        row = await self._lookup(lambda conn: conn.execute(
+            Q.get_pool_limits, (self.workspace_id, self.env, pool)).fetchone())
+        return None if row is None else pool_limits(row, SQLITE)
+
+    async def pool_usage(self, now: datetime) -> list[PoolUsage]:
+        ws, env = self.workspace_id, self.env
+
+        def usage(conn: sqlite3.Connection) -> list[PoolUsage]:
+            limits = {r[0]: pool_limits(r, SQLITE)
+                      for r in conn.execute(Q.list_pool_limits, (ws, env))}
+            counts = {r[0]: (int(r[1] or 0), int(r[2] or 0))
+                      for r in conn.execute(Q.pool_counts, (ws, env))}
+            out = []
+            for pool in sorted(set(limits) | set(counts)):
+                lim = limits.get(pool)
+                window = 0
+                if lim is not None and lim.rate_period is not None:
+                    window = int(conn.execute(Q.pool_window, (
+                        ws, env, pool, format_ts(now - lim.rate_period))).fetchone()[0])
+                queued, active = counts.get(pool, (0, 0))
+                out.append(PoolUsage(pool=pool, limits=lim, queued=queued, active=active,
+                                     claimed_in_window=window))
+            return out
+
+        return await self._call(usage)
+
+    async def find_active_dedup(self, pool: str | None, dedup_key: str) -> str | None:
+        row = await self._lookup(lambda conn: conn.execute(
+            Q.find_active_dedup, (self.workspace_id, self.env, pool or "", dedup_key)
+        ).fetchone())
+        return None if row is None else str(row[0])
+
+    async def _rearm_debounced(self, c: RearmDebounced) -> str | None:
+        args = (SQLITE.json(c.input, what="input_json"), format_ts(c.not_before),
+                self.workspace_id, self.env, c.pool or "", c.template_id, c.debounce_key)
+
+        def rearm(conn: sqlite3.Connection) -> str | None:
+            row = conn.execute(Q.rearm_debounced, args).fetchone()
+            if row is None:
+                return None
+            run_id = str(row[0])
+            if c.after is not None:
+                for op in c.after(run_id):
+                    self._apply_op(conn, op)
+            return run_id
+
+        result: str | None = await self._write(rearm)
+        return result
 def _pruned(rows: Sequence[Any], counts: dict[str, int]) -> PrunedBatch:
     """A prune batch's outcome from its selected ``(id, completed_at)`` rows."""
     return PrunedBatch(run_ids=[r[0] for r in rows],

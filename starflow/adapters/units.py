@@ -9,23 +9,33 @@ injector) inspect them.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, ClassVar, Generic, TypeVar
 
 import msgspec
 
-from ..records import JobRecord, JobSpec, PrunedBatch, RunInfo, SweepResult
+from ..records import (
+    JobRecord,
+    JobSpec,
+    PoolLimits,
+    PrunedBatch,
+    RunInfo,
+    ScheduleRecord,
+    SweepResult,
+)
 
 __all__ = [
     "JSON_RUN_COLUMNS",
     "UPDATABLE_RUN_COLUMNS",
     "AfterClaim",
+    "AfterRearm",
     "AfterSweep",
     "ClaimJobs",
     "ClaimRuns",
     "Command",
+    "DeleteSchedule",
     "DeleteSessionVars",
     "DeleteSignal",
     "DeleteWaits",
@@ -47,9 +57,13 @@ __all__ = [
     "Op",
     "PruneOutbox",
     "PruneRuns",
+    "RearmDebounced",
+    "SetPoolLimits",
     "SweepLeases",
     "Unit",
     "UpdateRun",
+    "UpdateSchedule",
+    "UpsertSchedule",
     "UpsertSessionVar",
 ]
 
@@ -254,6 +268,8 @@ class Unit(msgspec.Struct, kw_only=True):
 #: Extra ops for a claim / sweep transaction, computed from what it changed.
 AfterClaim = Callable[[list[RunInfo]], list[Op]]
 AfterSweep = Callable[[list[SweepResult]], list[Op]]
+#: Extra ops for a debounce re-arm, from the id of the run it changed.
+AfterRearm = Callable[[str], list[Op]]
 
 # ---------------------------------------------------------------------------
 # The sibling seam: read-modify-writes
@@ -374,6 +390,61 @@ class PruneOutbox(Command[int]):
     applied_before: datetime
 
 
+# -- schedules and flow control (#18) -------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UpsertSchedule(Command[ScheduleRecord]):
+    """Create a schedule or update the one with its id; the stored row."""
+
+    method: ClassVar[str] = "upsert_schedule"
+    schedule: ScheduleRecord
+    now: datetime
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UpdateSchedule(Command[bool]):
+    """Compare-and-set a schedule: write ``values`` only while it is at ``revision``."""
+
+    method: ClassVar[str] = "update_schedule"
+    schedule_id: str
+    revision: int
+    values: Mapping[str, Any]
+    now: datetime
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeleteSchedule(Command[bool]):
+    """Delete a schedule; whether there was one."""
+
+    method: ClassVar[str] = "delete_schedule"
+    schedule_id: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SetPoolLimits(Command[None]):
+    """Store a pool's limits (replacing them); limits with none set delete the row."""
+
+    method: ClassVar[str] = "set_pool_limits"
+    limits: PoolLimits
+    now: datetime
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RearmDebounced(Command["str | None"]):
+    """Replace the input and ``not_before`` of the pending debounced run; its id, or None.
+
+    Pending: queued and never claimed. ``after`` maps the changed run's id to
+    more ops written in the same transaction (the mirror's outbox row).
+    """
+
+    method: ClassVar[str] = "rearm_debounced"
+    template_id: str
+    pool: str | None
+    debounce_key: str
+    input: Any
+    not_before: datetime
+    after: AfterRearm | None = None
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PruneRuns(Command[PrunedBatch]):
     """Delete one batch of ended runs with every row that belongs to them.

@@ -6,8 +6,10 @@ One module per command group registers its commands on import:
 :mod:`~starflow.cli.runs` (``runs list/show/events/export``),
 :mod:`~starflow.cli.prune` (``runs prune``),
 :mod:`~starflow.cli.control` (``signal``, ``resume``, ``cancel``, ``runs retry``),
-:mod:`~starflow.cli.outbox` (``outbox status``) and
-:mod:`~starflow.cli.replay` (``replay``). The registry, the shared options and
+:mod:`~starflow.cli.outbox` (``outbox status``),
+:mod:`~starflow.cli.replay` (``replay``),
+:mod:`~starflow.cli.schedules` (``schedules list/show/pause/resume/delete/trigger``,
+``pools``) and :mod:`~starflow.cli.ui` (``ui``). The registry, the shared options and
 the app they open are in :mod:`starflow.cli._base` (see its docstring to add
 a command); table and JSON output in :mod:`starflow.cli._format`.
 """
@@ -41,7 +43,8 @@ __all__ = ["Command", "CommandError", "app_args", "command", "db_args", "main", 
 
 #: The command-group modules. Each registers its commands when imported, and
 #: this order is the order ``starflow --help`` lists them in.
-GROUPS = ("worker", "admin", "runs", "prune", "control", "outbox", "replay")
+GROUPS = ("worker", "admin", "runs", "prune", "control", "outbox", "replay", "schedules",
+          "ui")
 for _group in GROUPS:
     importlib.import_module(f"{__name__}.{_group}")
 

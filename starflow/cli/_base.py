@@ -14,7 +14,7 @@ the exit code. To add one::
 
 Each command group is a module of :mod:`starflow.cli` that registers its
 commands when imported (``worker``, ``admin``, ``runs``, ``control``,
-``outbox``, ``replay``); :func:`starflow.cli.main` imports them all. Errors
+``outbox``, ``replay``, ``ui``); :func:`starflow.cli.main` imports them all. Errors
 users can fix (a bad ``--app``, an unreachable database, an unknown
 run) print one line on stderr and exit non-zero, never a traceback; set
 ``STARFLOW_TRACEBACK=1`` to see one anyway.
@@ -115,6 +115,7 @@ class Command:
 _GROUP_HELP = {
     "runs": "list, show, export and retry runs",
     "outbox": "the warm tier's mirror outbox",
+    "schedules": "list, show, pause, resume, delete and trigger schedules",
 }
 _COMMANDS: dict[str, Command] = {}
 

@@ -12,10 +12,10 @@ Every outbox payload is a self-contained projection (see
 :mod:`starflow.warm.base`) with wake tokens redacted: they are bearer secrets
 and the warm tier is a dashboard-facing store.
 
-Two cold writes are not units: a claim and a lease-sweep pass are
-read-modify-write commands, seen at :meth:`perform`. They carry an ``after``
-hook, and the mirror's outbox rows for them are written through it, in the
-same transaction as the claim or the sweep.
+Three cold writes that change run rows are not units: a claim, a lease-sweep
+pass and a debounce re-arm are read-modify-write commands, seen at
+:meth:`perform`. They carry an ``after`` hook, and the mirror's outbox rows
+for them are written through it, in the same transaction.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ from ..adapters.units import (
     InsertOutbox,
     InsertRun,
     Op,
+    RearmDebounced,
     SweepLeases,
     Unit,
     UpdateRun,
@@ -190,7 +191,23 @@ class MirroringWorkflowStateAdapter(DelegatingAdapter):
             if results:
                 self._committed()
             return cast(R, results)
+        if isinstance(command, RearmDebounced):
+            # A debounce re-arm replaces a queued run's arguments (#18).
+            run_id = await self.inner.perform(
+                replace(command, after=self._rearm_outbox(command)))
+            if run_id is not None:
+                self._committed()
+            return cast(R, run_id)
         return await self.inner.perform(command)
+
+    def _rearm_outbox(self, command: RearmDebounced) -> Callable[[str], list[Op]]:
+        def after(run_id: str) -> list[Op]:
+            change = UpdateRun(method=command.method, run_id=run_id,
+                               values={"input_json": command.input})
+            return list(outbox_ops([change], now=self.clock.now(),
+                                   workspace_id=self.workspace_id, env=self.env))
+
+        return after
 
     def _claim_outbox(self, command: ClaimRuns) -> AfterClaim:
         ts, after = self.clock.now(), command.after

@@ -369,6 +369,9 @@ def _index_names(plan: Any) -> set[str]:
     return {node["Index Name"] for node in _plan_nodes(plan) if "Index Name" in node}
 
 
+CLAIM_INDEXES = {"idx_workflow_runs_claim_pool", "idx_workflow_runs_claim_priority"}
+
+
 class TestPlans:
     """The claim and the sweep are served by the state model's partial indexes.
 
@@ -402,8 +405,10 @@ class TestPlans:
 
             for pool in (None, "gpu"):
                 for workflows in (None, ["wf"]):
-                    assert "idx_workflow_runs_claim_pool" in await used(
-                        CLAIM_SQL, "ws0", "prod", pool, 5, "w", at(30), T0, workflows)
+                    # Either partial index of queued runs: the seed's, or 027's
+                    # that also yields priority order (tests/test_flow_control.py).
+                    assert CLAIM_INDEXES & await used(
+                        CLAIM_SQL, "ws0", "prod", pool, 5, "w", at(30), T0, T0, workflows)
             for requeue in (True, False):  # StarflowConfig.lost_runs
                 assert "idx_workflow_runs_lease_until" in await used(
                     SWEEP_SQL[requeue], "ws0", "prod", "runner_lost", T0, "chan")

@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
 from starflow.adapters.postgres import PostgresWorkflowStateAdapter
 from starflow.context import WorkflowContext
-from starflow.records import JobSpec
+from starflow.records import JobSpec, PoolLimits, ScheduleRecord
 from starflow.warm.mirror import mirror
 from tests.conftest import POSTGRES_URL, require_postgres
 
@@ -77,6 +77,11 @@ async def seed(adapter: PostgresWorkflowStateAdapter) -> str:
         id=str(uuid.uuid4()), run_id=run_id, node_id="step:render#1", pool="p",
         step_name="render", idempotency_key=f"{run_id}:step:render#1",
         input={"args": ["secret arguments"], "kwargs": {}}), now=T0)
+    await adapter.upsert_schedule(ScheduleRecord(
+        id="nightly", workflow="wf", workflow_version=1, definition_id=None,
+        input={"args": ["secret"], "kwargs": {}}, cron="0 3 * * *", timezone="UTC",
+        overlap="skip", catchup=timedelta(0), pool=None, next_fire_at=T0, due_at=T0), now=T0)
+    await adapter.set_pool_limits(PoolLimits(pool="p", concurrency=2), now=T0)
     return run_id
 
 

@@ -2,19 +2,9 @@
 -- they ended, oldest first, and pages on (completed_at, id). Without this index
 -- that is a scan of the workspace's runs per batch. Partial: only ended runs
 -- (completed_at set) are in it, so an active run's writes never touch it; a
--- run's end adds one entry (measured in docs/performance.md).
+-- run's end adds one entry.
 CREATE INDEX IF NOT EXISTS idx_workflow_runs_ended
     ON workflow_runs (workspace_id, env, completed_at, id) WHERE completed_at IS NOT NULL;
-
--- The claim of a queued run (issue #24, measured by bench/scale.py): with only
--- idx_workflow_runs_claim_pool, PostgreSQL's generic plan for the claim walked
--- idx_workflow_runs_workspace_started in started_at order through the
--- workspace's ended runs (all older than the queued ones) before reaching a
--- queued run: 21 ms at 10,000 ended runs, 143 ms at 100,000. This index holds
--- only queued runs, in the claim's own order and tenant: a run entering the
--- queue adds one entry, its claim removes it.
-CREATE INDEX IF NOT EXISTS idx_workflow_runs_queued
-    ON workflow_runs (workspace_id, env, started_at) WHERE claim_state = 'queued';
 
 -- A prune deletes a batch's outbox rows by run id; without an index that is a
 -- scan of mirror_outbox per batch. Costs one index entry per outbox row (rows

@@ -1,0 +1,574 @@
+"""The web UI over HTTP (no browser): pages, filters, actions, refusals."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import anyio
+import pytest
+
+from starflow import Starflow, StarflowError
+from starflow.ui import create_app
+from starflow.ui.app import UI
+
+from .conftest import approval, client_for, quick, with_token
+
+TOKEN = "a-test-token-of-some-length"
+
+
+async def events_of(sf: Starflow, run_id: str) -> list[str]:
+    return [e.event_type for e in await sf.events(run_id)]
+
+
+def csrf_of(html: str) -> str:
+    match = re.search(r'name="csrf" value="([0-9a-f]+)"', html)
+    assert match, "no CSRF field in the page"
+    return match.group(1)
+
+
+def alert(html: str) -> str:
+    match = re.search(r'role="alert">(.*?)</p>', html, re.S)
+    return match.group(1) if match else ""
+
+
+class TestRunsPage:
+    """The runs table: newest first, filtered, counted, paged by keyset."""
+
+    async def test_lists_filters_and_counts(self, sf: Starflow) -> None:
+        paused = (await sf.run(approval, "lamp")).run_id
+        done = (await sf.run(quick, 2)).run_id
+        async with client_for(create_app(sf)) as client:
+            page = (await client.get("/runs")).text
+            assert page.index(done[:8]) < page.index(paused[:8])  # newest first
+            assert 'data-count="paused"' in page and "paused <b>1</b>" in page
+            assert "success <b>1</b>" in page
+            only = (await client.get("/runs", params={"status": "paused"})).text
+            assert paused[:8] in only and done[:8] not in only
+            by_name = (await client.get("/runs", params={"workflow": "ui_quick"})).text
+            assert done[:8] in by_name and paused[:8] not in by_name
+            by_id = (await client.get("/runs", params={"id": paused[:5]})).text
+            assert paused[:8] in by_id and done[:8] not in by_id
+            since = (await client.get("/runs", params={"from": "1h"})).text
+            assert paused[:8] in since and done[:8] in since
+            none = (await client.get("/runs", params={"to": "2000-01-01"})).text
+            assert "no runs match" in none
+
+    async def test_next_page_by_keyset(self, sf: Starflow) -> None:
+        ids = [(await sf.run(quick, i)).run_id for i in range(5)]
+        async with client_for(create_app(sf, page_size=2)) as client:
+            seen: list[str] = []
+            url: str | None = "/runs"
+            while url is not None:
+                html = (await client.get(url)).text
+                seen += re.findall(r'<tr data-run="([0-9a-f-]+)"', html)
+                found = re.search(r'rel="next" href="([^"]+)"', html)
+                url = found.group(1).replace("&amp;", "&") if found else None
+            assert seen == list(reversed(ids))
+
+    async def test_bad_filters_are_explained(self, sf: Starflow) -> None:
+        async with client_for(create_app(sf)) as client:
+            response = await client.get("/runs", params={"status": "stuck", "from": "soon",
+                                                         "after": "junk"})
+        assert response.status_code == 400
+        message = alert(response.text)
+        assert "status must be one of" in message and "&#39;stuck&#39;" in message
+        assert "from: not an ISO date/time" in message and "not a page cursor" in message
+
+
+class TestRunPage:
+    """A run's page: row, waits, timeline, values, session vars; never a wake token."""
+
+    async def test_paused_run(self, sf: Starflow) -> None:
+        handle = await sf.run(approval, "lamp")
+        assert handle.wake_token  # the run_paused event and checkpoint carry one
+        async with client_for(create_app(sf)) as client:
+            html = (await client.get(f"/runs/{handle.run_id}")).text
+        assert "sfw1." not in html and handle.wake_token not in html
+        assert "wait:approve#1" in html and "signal <b>approve</b>" in html
+        assert "step:reserve#1" in html and "run_paused" in html
+        assert "cart-1" in html and "&#34;lamp&#34;" in html  # the session var's value
+        assert 'data-run-status="paused"' in html
+        assert 'data-when="queued running paused"' in html  # signal and cancel offered
+
+    async def test_token_in_a_step_output_is_redacted(self, sf: Starflow) -> None:
+        handle = await sf.run(with_token)
+        events = await sf.events(handle.run_id)
+        assert any("sfw1." in str(e.payload_json) for e in events)  # it is stored...
+        async with client_for(create_app(sf)) as client:
+            html = (await client.get(f"/runs/{handle.run_id}")).text
+            partial = (await client.get(f"/runs/{handle.run_id}?partial=1")).text
+        assert "sfw1." not in html and "sfw1." not in partial  # ...but never shown
+        assert "[redacted]" in html
+
+    async def test_finished_run_folds_large_values(self, sf: Starflow) -> None:
+        handle = await sf.run(approval, "desk")
+        await sf.signal(handle.run_id, "approve", {"ok": True, "by": "ann"})
+        async with client_for(create_app(sf)) as client:
+            html = (await client.get(f"/runs/{handle.run_id}")).text
+        assert "Result" in html and "<details class=\"json\">" in html
+        assert 'data-run-status="success"' in html and "data-stream" not in html
+
+    async def test_failed_run_shows_cause(self, sf: Starflow) -> None:
+        handle = await sf.run(approval, "chair", fail=True)
+        async with client_for(create_app(sf)) as client:
+            html = (await client.get(f"/runs/{handle.run_id}")).text
+        assert "warehouse on fire" in html and "step:explode#1" in html
+        assert "builtins.RuntimeError" in html
+        # the run's recorded failure (RunInfo.failure) brings its traceback
+        failure = (await sf.get_run(handle.run_id)).failure
+        assert failure is not None and failure.traceback
+        assert "<summary>Traceback</summary>" in html
+        assert "raise RuntimeError(why)" in html and "after 1 attempt(s)" in html
+
+    async def test_unknown_run(self, sf: Starflow) -> None:
+        async with client_for(create_app(sf)) as client:
+            response = await client.get("/runs/00000000-0000-0000-0000-000000000000")
+        assert response.status_code == 404 and "no run" in alert(response.text)
+
+
+class TestActions:
+    """Signal, cancel, retry: validated, confirmed, then written through the API."""
+
+    async def test_signal_confirm_then_send(self, sf: Starflow) -> None:
+        run_id = (await sf.run(approval, "lamp")).run_id
+        async with client_for(create_app(sf)) as client:
+            csrf = csrf_of((await client.get(f"/runs/{run_id}")).text)
+            form = {"csrf": csrf, "event": "approve", "payload": '{"ok": true}'}
+            confirm = await client.post(f"/runs/{run_id}/signal", data=form)
+            assert confirm.status_code == 200 and 'id="confirm"' in confirm.text
+            assert (await sf.get_run(run_id)).status == "paused"  # nothing yet
+            sent = await client.post(f"/runs/{run_id}/signal", data={**form, "confirmed": "yes"})
+            assert sent.status_code == 303 and sent.headers["location"].endswith("done=signal")
+        run = await sf.get_run(run_id)
+        assert run.status == "success" and run.result_json["decision"] == {"ok": True}
+
+    @pytest.mark.parametrize(("event", "payload", "status", "says"), [
+        ("approve", "{ok: true}", 400, "not valid JSON"),
+        ("", "null", 400, "non-empty string"),
+        ("approve#2", "null", 400, "without &#39;#&#39;"),
+        ("reject", "null", 409, "no wait of it can take this signal"),
+    ])
+    async def test_bad_signal_writes_nothing(self, sf: Starflow, event: str, payload: str,
+                                             status: int, says: str) -> None:
+        run_id = (await sf.run(approval, "lamp")).run_id
+        before = await events_of(sf, run_id)
+        async with client_for(create_app(sf)) as client:
+            csrf = csrf_of((await client.get(f"/runs/{run_id}")).text)
+            response = await client.post(f"/runs/{run_id}/signal", data={
+                "csrf": csrf, "event": event, "payload": payload, "confirmed": "yes"})
+        assert response.status_code == status
+        assert says in alert(response.text) and "nothing was written" in alert(response.text)
+        assert await events_of(sf, run_id) == before
+        assert await sf.adapter.find_signal(run_id, event or "approve") is None
+
+    async def test_signal_to_an_ended_run(self, sf: Starflow) -> None:
+        run_id = (await sf.run(quick, 1)).run_id
+        async with client_for(create_app(sf)) as client:
+            csrf = csrf_of((await client.get(f"/runs/{run_id}")).text)
+            response = await client.post(f"/runs/{run_id}/signal", data={
+                "csrf": csrf, "event": "approve", "confirmed": "yes"})
+        assert response.status_code == 409 and "has ended (success)" in alert(response.text)
+
+    async def test_cancel(self, sf: Starflow) -> None:
+        run_id = (await sf.run(approval, "lamp")).run_id
+        async with client_for(create_app(sf)) as client:
+            csrf = csrf_of((await client.get(f"/runs/{run_id}")).text)
+            confirm = await client.post(f"/runs/{run_id}/cancel", data={"csrf": csrf})
+            assert "Cancel run" in confirm.text and (await sf.get_run(run_id)).status == "paused"
+            done = await client.post(f"/runs/{run_id}/cancel",
+                                     data={"csrf": csrf, "confirmed": "yes"})
+            assert done.status_code == 303
+            again = await client.post(f"/runs/{run_id}/cancel",
+                                      data={"csrf": csrf, "confirmed": "yes"})
+            assert again.status_code == 409 and "already ended" in alert(again.text)
+        assert (await sf.get_run(run_id)).status == "cancelled"
+
+    async def test_retry(self, sf: Starflow) -> None:
+        failed = (await sf.run(approval, "chair", fail=True)).run_id
+        fine = (await sf.run(quick, 1)).run_id
+        async with client_for(create_app(sf)) as client:
+            csrf = csrf_of((await client.get(f"/runs/{failed}")).text)
+            refused = await client.post(f"/runs/{fine}/retry",
+                                        data={"csrf": csrf, "confirmed": "yes"})
+            assert refused.status_code == 409 and "only a run that ended in error" in \
+                alert(refused.text)
+            done = await client.post(f"/runs/{failed}/retry",
+                                     data={"csrf": csrf, "confirmed": "yes"})
+            assert done.status_code == 303
+        assert "run_retried" in await events_of(sf, failed)
+        assert (await sf.get_run(fine)).status == "success"
+
+    async def test_unknown_action(self, sf: Starflow) -> None:
+        run_id = (await sf.run(quick, 1)).run_id
+        async with client_for(create_app(sf)) as client:
+            csrf = csrf_of((await client.get(f"/runs/{run_id}")).text)
+            response = await client.post(f"/runs/{run_id}/delete", data={"csrf": csrf})
+        assert response.status_code == 404 and "no action" in alert(response.text)
+
+    async def test_get_never_acts(self, sf: Starflow) -> None:
+        run_id = (await sf.run(approval, "lamp")).run_id
+        async with client_for(create_app(sf)) as client:
+            response = await client.get(f"/runs/{run_id}/cancel")
+        assert response.status_code == 405
+        assert (await sf.get_run(run_id)).status == "paused"
+
+
+class TestWakeByToken:
+    """The token is checked before the confirmation and never put back in a page."""
+
+    async def test_wake(self, sf: Starflow) -> None:
+        handle = await sf.run(approval, "lamp")
+        assert handle.wake_token is not None
+        async with client_for(create_app(sf)) as client:
+            csrf = csrf_of((await client.get("/ops")).text)
+            confirm = await client.post("/wake", data={
+                "csrf": csrf, "token": handle.wake_token, "payload": '{"ok": 1}'})
+            assert confirm.status_code == 200 and handle.wake_token not in confirm.text
+            assert "sfw1." not in confirm.text and handle.run_id in confirm.text
+            assert (await sf.get_run(handle.run_id)).status == "paused"
+            pending = re.search(r'name="pending" value="([^"]+)"', confirm.text)
+            assert pending
+            done = await client.post("/wake", data={"csrf": csrf, "pending": pending.group(1)})
+            assert done.status_code == 303
+            reused = await client.post("/wake", data={"csrf": csrf, "pending": pending.group(1)})
+            assert "expired" in alert(reused.text)
+        assert (await sf.get_run(handle.run_id)).status == "success"
+
+    async def test_forged_token_writes_nothing(self, sf: Starflow) -> None:
+        handle = await sf.run(approval, "lamp")
+        assert handle.wake_token is not None
+        before = await events_of(sf, handle.run_id)
+        forged = handle.wake_token[:-4] + "AAAA"
+        async with client_for(create_app(sf)) as client:
+            csrf = csrf_of((await client.get("/ops")).text)
+            response = await client.post("/wake", data={"csrf": csrf, "token": forged})
+        assert response.status_code == 400
+        assert "bad_signature" in alert(response.text) and forged not in response.text
+        assert await events_of(sf, handle.run_id) == before
+
+
+class TestWhoMay:
+    """The access token, CSRF, same-origin and host checks."""
+
+    async def test_no_token_is_401_everywhere(self, sf: Starflow) -> None:
+        run_id = (await sf.run(approval, "lamp")).run_id
+        app = create_app(sf, token=TOKEN)
+        async with client_for(app) as client:
+            for path in ("/", "/runs", f"/runs/{run_id}", "/runs/stream", "/ops",
+                         "/static/ui.css", f"/runs/{run_id}/stream"):
+                response = await client.get(path)
+                assert response.status_code == 401, path
+                assert "access token" in response.text
+            wrong = await client.get("/runs", headers={"Authorization": "Bearer nope"})
+            assert wrong.status_code == 401
+            posted = await client.post(f"/runs/{run_id}/cancel",
+                                       data={"csrf": app.state.ui.csrf, "confirmed": "yes"})
+            assert posted.status_code == 401
+        assert (await sf.get_run(run_id)).status == "paused"
+
+    async def test_token_by_header_link_and_cookie(self, sf: Starflow) -> None:
+        async with client_for(create_app(sf, token=TOKEN)) as client:
+            bearer = await client.get("/runs", headers={"Authorization": f"Bearer {TOKEN}"})
+            assert bearer.status_code == 200
+            link = await client.get(f"/runs?status=paused&token={TOKEN}")
+            assert link.status_code == 303 and link.headers["location"] == "/runs?status=paused"
+            cookie = link.headers["set-cookie"]
+            assert "HttpOnly" in cookie and "SameSite=strict" in cookie
+            assert (await client.get("/runs")).status_code == 200  # the cookie now
+
+    async def test_post_without_csrf_writes_nothing(self, sf: Starflow) -> None:
+        run_id = (await sf.run(approval, "lamp")).run_id
+        before = await events_of(sf, run_id)
+        async with client_for(create_app(sf)) as client:
+            for data in ({"confirmed": "yes", "event": "approve"},
+                         {"csrf": "0" * 64, "confirmed": "yes", "event": "approve"}):
+                response = await client.post(f"/runs/{run_id}/signal", data=data)
+                assert response.status_code == 403 and "CSRF" in alert(response.text)
+            # a token from another server (another secret) is not this one's
+            other = create_app(sf).state.ui.csrf
+            response = await client.post(f"/runs/{run_id}/cancel",
+                                         data={"csrf": other, "confirmed": "yes"})
+            assert response.status_code == 403
+        assert await events_of(sf, run_id) == before
+        assert (await sf.get_run(run_id)).status == "paused"
+        assert await sf.adapter.find_signal(run_id, "approve") is None
+
+    async def test_cross_site_post_refused(self, sf: Starflow) -> None:
+        run_id = (await sf.run(approval, "lamp")).run_id
+        app = create_app(sf)
+        async with client_for(app, origin="http://evil.example") as client:
+            response = await client.post(f"/runs/{run_id}/cancel", data={
+                "csrf": app.state.ui.csrf, "confirmed": "yes"})
+        assert response.status_code == 403 and "another site" in alert(response.text)
+        assert (await sf.get_run(run_id)).status == "paused"
+
+    async def test_allowed_hosts(self, sf: Starflow) -> None:
+        app = create_app(sf, allowed_hosts=["127.0.0.1", "localhost"])
+        async with client_for(app) as client:
+            assert (await client.get("/runs")).status_code == 200
+            rebound = await client.get("/runs", headers={"Host": "evil.example"})
+            assert rebound.status_code == 400
+
+    async def test_bad_arguments(self, sf: Starflow) -> None:
+        with pytest.raises(StarflowError) as info:
+            create_app(sf, token="short", poll_interval=0, page_size=0)
+        text = str(info.value)
+        assert "poll_interval" in text and "page_size" in text and "token" in text
+
+
+class TestLive:
+    """The event streams behind the live views."""
+
+    async def test_run_stream_reports_change_then_end(self, sf: Starflow) -> None:
+        run_id = (await sf.run(approval, "lamp")).run_id
+        ui: UI = create_app(sf, poll_interval=0.02).state.ui
+        got: list[str] = []
+        with anyio.fail_after(10):
+            stream = ui._run_changes(run_id)
+            assert (await anext(stream)).startswith("retry:")
+            first = anext(stream)
+
+            async def signal_soon() -> None:
+                await anyio.sleep(0.1)
+                await sf.signal(run_id, "approve", {"ok": True})
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(signal_soon)
+                got.append(await first)
+            async for message in stream:
+                got.append(message)
+        assert got[0].startswith("event: changed")
+        assert got[-1] == 'event: end\ndata: {"status":"success"}\n\n'
+
+    async def test_ended_run_stream_ends_at_once(self, sf: Starflow) -> None:
+        run_id = (await sf.run(quick, 1)).run_id
+        async with client_for(create_app(sf)) as client:
+            response = await client.get(f"/runs/{run_id}/stream")
+        assert response.headers["content-type"].startswith("text/event-stream")
+        assert response.text.endswith('event: end\ndata: {"status":"success"}\n\n')
+
+    async def test_table_stream_sees_new_runs(self, sf: Starflow) -> None:
+        from starflow.adapters.pages import RunPageQuery
+
+        ui: UI = create_app(sf, poll_interval=0.02).state.ui
+        with anyio.fail_after(10):
+            stream = ui._table_changes(RunPageQuery())
+            await anext(stream)
+            first = anext(stream)
+
+            async def start_soon() -> None:
+                await anyio.sleep(0.1)
+                await sf.run(quick, 3)
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(start_soon)
+                assert (await first).startswith("event: changed")
+            await stream.aclose()
+
+
+class TestOps:
+    """The operations page: outbox, counts, pools, lease holders, expired leases."""
+
+    async def test_ops(self, sf: Starflow) -> None:
+        from datetime import timedelta
+
+        queued = (await sf.options(pool="gpu").start(quick, 1)).run_id
+        stale = (await sf.run(approval, "lamp")).run_id
+        past = sf.clock.now() - timedelta(minutes=5)
+        await sf.adapter.write_lease(stale, "runner-gone", past, now=past)
+        async with client_for(create_app(sf)) as client:
+            html = (await client.get("/ops")).text
+        assert "Mirror outbox" in html and "Wake a run by token" in html
+        assert "<td>gpu</td><td>1</td>" in html and queued  # one queued in pool gpu
+        assert stale[:8] in html and "runner-gone" in html
+        assert "Stuck runs" in html and '<table class="runs" id="stuck">' in html
+        assert queued[:8] not in html.split('id="stuck"')[1]  # queued just now
+
+    async def test_ops_lists_stuck_runs(self, sf: Starflow, tmp_path: Any) -> None:
+        """A run queued longer than ``stuck_after`` with nobody claiming it is listed."""
+        import sqlite3
+        from datetime import timedelta
+
+        from starflow.clock import format_ts
+
+        queued = (await sf.options(pool="nobody").start(quick, 1)).run_id
+        fresh = (await sf.options(pool="nobody").start(quick, 2)).run_id
+        long_ago = sf.clock.now() - sf.config.stuck_after - timedelta(minutes=1)
+        with sqlite3.connect(tmp_path / "ui.db") as conn:
+            conn.execute("UPDATE workflow_runs SET started_at = ? WHERE id = ?",
+                         (format_ts(long_ago), queued))
+        async with client_for(create_app(sf)) as client:
+            html = (await client.get("/ops")).text
+        stuck = html.split('id="stuck"')[1].split("</table>")[0]
+        assert queued[:8] in stuck and fresh[:8] not in stuck
+        assert "<td>nobody</td>" in stuck
+
+
+async def test_mounted_in_another_app(sf: Starflow) -> None:
+    """The app mounts under a prefix of the user's own Starlette app; links follow."""
+    from starlette.applications import Starlette
+    from starlette.routing import Mount
+
+    run_id = (await sf.run(quick, 1)).run_id
+    outer = Starlette(routes=[Mount("/admin/starflow", create_app(sf))])
+    async with client_for(outer) as client:
+        html = (await client.get("/admin/starflow/runs")).text
+        assert f'href="http://127.0.0.1/admin/starflow/runs/{run_id}"' in html
+        assert "/admin/starflow/static/ui.css" in html
+        css = await client.get("/admin/starflow/static/ui.css")
+        assert css.status_code == 200 and "--accent" in css.text
+
+
+async def test_run_stream_from_the_warm_tier(tmp_path: Any) -> None:
+    """With a warm tier, the run page's stream is pushed from it and ends with the run."""
+    from datetime import timedelta
+
+    from starflow import StarflowConfig
+
+    config = StarflowConfig(poll_interval=timedelta(milliseconds=50))
+    async with Starflow.open(f"sqlite:///{tmp_path / 'warm.db'}", warm="memory://",
+                             config=config) as sf:
+        assert sf.warm is not None
+        run_id = (await sf.run(approval, "lamp")).run_id
+        ui: UI = create_app(sf, poll_interval=30).state.ui  # a poll would time out here
+        got: list[str] = []
+        with anyio.fail_after(10):
+            stream = ui._run_changes(run_id)
+            await anext(stream)
+
+            async def signal_soon() -> None:
+                await anyio.sleep(0.2)
+                await sf.signal(run_id, "approve", {"ok": True})
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(signal_soon)
+                async for message in stream:
+                    got.append(message)
+        assert got[0].startswith("event: changed")
+        assert got[-1] == 'event: end\ndata: {"status":"success"}\n\n'
+
+
+async def test_all_workspaces(tmp_path: Any) -> None:
+    """With scopes, each workspace/env has its own pages under /w/WS/ENV/, opened on
+    first use; the header switches between them; bad names are refused."""
+    from starflow import StarflowConfig
+    from starflow.ui.scopes import Scopes
+
+    url = f"sqlite:///{tmp_path / 'scopes.db'}"
+    config = StarflowConfig()
+    async with Starflow.open(url, workspace_id="shop", maintenance=False) as shop, \
+            Starflow.open(url, workspace_id="billing", env="dev", maintenance=False) as billing:
+        in_shop = (await shop.run(quick, 1)).run_id
+        in_billing = (await billing.run(approval, "lamp")).run_id
+
+    opened: list[tuple[str, str]] = []
+
+    def open_scope(workspace_id: str, env: str) -> Starflow:
+        opened.append((workspace_id, env))
+        return Starflow.open(url, workspace_id=workspace_id, env=env, config=config,
+                             maintenance=False)
+
+    async with Starflow.open(url, workspace_id="shop", maintenance=False) as sf, \
+            Scopes(open_scope, limit=2) as scopes:
+        app = create_app(sf, token=TOKEN, scopes=scopes)
+        async with client_for(app, authorization=f"Bearer {TOKEN}") as client:
+            home = await client.get("/")
+            assert home.headers["location"] == "http://127.0.0.1/w/shop/prod/runs"
+            shop_page = (await client.get("/w/shop/prod/runs")).text
+            assert in_shop[:8] in shop_page and in_billing[:8] not in shop_page
+            assert 'action="http://127.0.0.1/switch"' in shop_page
+            switched = await client.get("/switch", params={"workspace": "billing",
+                                                           "env": "dev"})
+            assert switched.headers["location"] == "http://127.0.0.1/w/billing/dev/runs"
+            billing_page = (await client.get("/w/billing/dev/runs")).text
+            assert in_billing[:8] in billing_page and in_shop[:8] not in billing_page
+            run_page = (await client.get(f"/w/billing/dev/runs/{in_billing}")).text
+            assert 'action="http://127.0.0.1/w/billing/dev/runs/' in run_page
+            # acting in one scope writes there
+            csrf = re.search(r'name="csrf" value="([0-9a-f]+)"', run_page)
+            assert csrf
+            done = await client.post(f"/w/billing/dev/runs/{in_billing}/cancel",
+                                     data={"csrf": csrf.group(1), "confirmed": "yes"})
+            assert done.headers["location"].startswith(
+                f"http://127.0.0.1/w/billing/dev/runs/{in_billing}")
+            assert opened == [("billing", "dev")]  # shop/prod is the server's own app
+            assert (await client.get("/w/x y/prod/runs")).status_code == 404
+            assert (await client.get("/switch", params={"workspace": "a/b",
+                                                        "env": "p"})).status_code == 400
+            too_many = await client.get("/w/third/prod/runs")
+            assert too_many.status_code == 404 and "already shows 2" in too_many.text
+            assert (await client.get("/w/shop/prod/runs")).status_code == 200
+            assert (await client.get("/w/shop/prod/runs",
+                                     headers={"authorization": ""})).status_code == 401
+    async with Starflow.open(url, workspace_id="billing", env="dev",
+                             maintenance=False) as billing:
+        assert (await billing.get_run(in_billing)).status == "cancelled"
+
+
+async def test_long_timeline_shows_its_ends(sf: Starflow, monkeypatch: Any) -> None:
+    """A run with many events shows the first and last ones and says how many it skips."""
+    from starflow.ui import app as ui_app
+
+    monkeypatch.setattr(ui_app, "TIMELINE_EDGE", 2)
+    run_id = (await sf.run(approval, "lamp")).run_id
+    total = len(await sf.events(run_id))
+    async with client_for(create_app(sf)) as client:
+        html = (await client.get(f"/runs/{run_id}")).text
+    assert f"({total} events)" in html
+    assert html.count("<tr class=\"ev-") == 4
+    assert f"… {total - 4} events in between not shown" in html
+
+
+async def test_streams_catch_up_with_a_stale_page(sf: Starflow) -> None:
+    """A change between a page's render and its stream's first read is reported:
+    the stream compares with the version the page was rendered at."""
+    from starflow.adapters.pages import RunPageQuery
+    from starflow.ui.app import page_version, run_version
+
+    run_id = (await sf.run(approval, "lamp")).run_id
+    events = await sf.events(run_id)
+    rendered = run_version("paused", events[-1].id)
+    table = page_version(await sf.adapter.list_runs_page(RunPageQuery()))
+    ui: UI = create_app(sf, poll_interval=0.02).state.ui
+    with anyio.fail_after(10):
+        current = ui._run_changes(run_id, rendered)
+        await anext(current)
+        with anyio.move_on_after(0.2) as quiet:  # up to date: nothing to say
+            await anext(current)
+        assert quiet.cancelled_caught
+        await current.aclose()
+        await sf.cancel(run_id)  # changes after the render, before the stream starts
+        stale = ui._run_changes(run_id, rendered)
+        assert (await anext(stale)).startswith("retry:")
+        assert (await anext(stale)).startswith("event: changed")
+        await stale.aclose()
+        stale_table = ui._table_changes(RunPageQuery(), table)
+        await anext(stale_table)
+        assert (await anext(stale_table)).startswith("event: changed")
+        await stale_table.aclose()
+
+
+async def test_on_postgres() -> None:
+    """The same pages and a signal on PostgreSQL (ids are a uuid column there)."""
+    import uuid
+
+    from tests.conftest import POSTGRES_URL, require_postgres
+
+    require_postgres()
+    async with Starflow.open(POSTGRES_URL, workspace_id=f"ws-{uuid.uuid4().hex[:12]}",
+                             maintenance=False) as sf:
+        run_id = (await sf.run(approval, "lamp")).run_id
+        async with client_for(create_app(sf)) as client:
+            page = (await client.get("/runs", params={"id": run_id[:6],
+                                                      "status": "paused"})).text
+            assert run_id[:8] in page and "paused <b>1</b>" in page
+            assert (await client.get("/runs", params={"id": "zz"})).status_code == 200
+            assert (await client.get("/runs/not-a-uuid")).status_code == 404
+            html = (await client.get(f"/runs/{run_id}")).text
+            assert "wait:approve#1" in html and "sfw1." not in html
+            sent = await client.post(f"/runs/{run_id}/signal", data={
+                "csrf": csrf_of(html), "event": "approve", "payload": '{"ok": true}',
+                "confirmed": "yes"})
+            assert sent.status_code == 303
+        assert (await sf.get_run(run_id)).status == "success"

@@ -1,0 +1,177 @@
+"""The web UI in a real headless Chromium (Debian's ``chromium``, driven by Playwright).
+
+The app is served by uvicorn in this process on a free 127.0.0.1 port, with a
+worker driving the runs in the same event loop. Skipped when no browser is
+installed, unless ``STARFLOW_REQUIRE_BROWSER`` is set (CI sets it): then a
+missing browser fails the suite.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+import pytest
+
+from starflow import Starflow, step, wait_for, workflow
+from starflow.ui import create_app
+
+from .conftest import quick
+
+CHROMIUM = os.environ.get("STARFLOW_TEST_CHROMIUM", "/usr/bin/chromium")
+#: Set in CI: a missing browser fails the suite instead of skipping.
+REQUIRE_BROWSER = bool(os.environ.get("STARFLOW_REQUIRE_BROWSER"))
+TOKEN = "browser-test-token-0123456789"
+#: Released by the test: the step after the signal waits for it, so the page
+#: is seen running before it is seen completing.
+GATE: dict[str, anyio.Event] = {}
+
+
+def chromium_path() -> str:
+    """The browser to drive; skip (locally) or fail (in CI) when there is none."""
+    found = CHROMIUM if os.path.exists(CHROMIUM) else shutil.which("chromium")
+    problem = None
+    if found is None:
+        problem = (f"no Chromium at {CHROMIUM} (install it: apt-get install chromium, "
+                   "or set STARFLOW_TEST_CHROMIUM)")
+    else:
+        try:
+            import playwright.async_api  # noqa: F401
+        except ImportError:
+            problem = "playwright is not installed (pip install -e '.[dev]')"
+    if problem is None:
+        assert found is not None
+        return found
+    if REQUIRE_BROWSER:
+        pytest.fail(f"the browser tests are required (STARFLOW_REQUIRE_BROWSER) but: {problem}")
+    pytest.skip(problem)
+
+
+@step
+async def ship(item: str) -> str:
+    await GATE["ship"].wait()
+    return f"shipped {item}"
+
+
+@workflow(name="ui_browser_order")
+async def order(item: str) -> dict[str, Any]:
+    decision = await wait_for("approve")
+    return {"decision": decision, "shipping": await ship(item)}
+
+
+@asynccontextmanager
+async def serve(app: Any) -> AsyncIterator[str]:
+    """Serve ``app`` with uvicorn on a free 127.0.0.1 port; yields its base URL."""
+    import uvicorn
+
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, lifespan="off",
+                                           log_level="warning", access_log=False,
+                                           timeout_graceful_shutdown=1))
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(server.serve)
+        with anyio.fail_after(10):
+            while not server.started:  # noqa: ASYNC110 - uvicorn has no started event
+                await anyio.sleep(0.01)
+        port = server.servers[0].sockets[0].getsockname()[1]
+        try:
+            yield f"http://127.0.0.1:{port}"
+        finally:
+            server.should_exit = True
+
+
+async def status_of(sf: Starflow, run_id: str) -> str:
+    return (await sf.get_run(run_id)).status
+
+
+async def until(sf: Starflow, run_id: str, status: str) -> None:
+    with anyio.fail_after(10):
+        while await status_of(sf, run_id) != status:  # noqa: ASYNC110 - a database poll
+            await anyio.sleep(0.02)
+
+
+@pytest.mark.timeout(90)
+async def test_find_signal_watch_and_cancel(sf: Starflow) -> None:
+    """Open the runs page, filter, open a paused run, signal it from the form,
+    watch it complete without a reload, cancel another, see a new run appear in
+    the table without a reload; the database agrees."""
+    executable = chromium_path()
+    from playwright.async_api import async_playwright
+
+    GATE["ship"] = anyio.Event()
+    worker = sf.worker(concurrency=4)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(worker.run)
+        lamp = (await sf.start(order, "lamp")).run_id
+        desk = (await sf.start(order, "desk")).run_id
+        done = (await sf.run(quick, 1)).run_id
+        await until(sf, lamp, "paused")
+        await until(sf, desk, "paused")
+
+        app = create_app(sf, token=TOKEN, poll_interval=0.1)
+        async with serve(app) as base, async_playwright() as pw:
+            browser = await pw.chromium.launch(executable_path=executable, headless=True,
+                                               args=["--no-sandbox", "--disable-gpu"])
+            try:
+                page = await browser.new_page()
+                page.set_default_timeout(10_000)
+                # Without the token: refused.
+                response = await page.goto(f"{base}/runs")
+                assert response is not None and response.status == 401
+                # The printed address carries it once; a cookie keeps it.
+                await page.goto(f"{base}/?token={TOKEN}")
+                assert page.url == f"{base}/runs"
+                rows = page.locator("tbody tr[data-run]")
+                assert await rows.count() == 3
+
+                await page.select_option("select[name=status]", "paused")
+                await page.click("form.filters button[type=submit]")
+                await page.wait_for_url("**/runs?status=paused**")
+                assert await rows.count() == 2
+                assert await page.locator(f'tr[data-run="{done}"]').count() == 0
+
+                await page.click(f'tr[data-run="{lamp}"] a')
+                await page.wait_for_selector('[data-run-status="paused"]')
+                assert await page.locator("text=wait:approve#1").count() >= 1
+
+                await page.fill("#signal-form textarea[name=payload]", '{"ok": true}')
+                await page.click("#signal-form button[type=submit]")
+                await page.wait_for_selector("#confirm")
+                assert await status_of(sf, lamp) == "paused"  # nothing before confirming
+                await page.click("#confirm")
+                await page.wait_for_selector("text=Signal sent.")
+                await page.wait_for_selector('[data-run-status="running"]')
+                await page.evaluate("window.__sameDocument = true")
+                GATE["ship"].set()  # the run now completes while the page stays open
+                await page.wait_for_selector('[data-run-status="success"]')
+                assert await page.evaluate("window.__sameDocument === true")
+                assert await page.locator("text=shipped lamp").count() >= 1
+                assert await page.locator("#signal-form").is_hidden()
+
+                await page.goto(f"{base}/runs/{desk}")
+                await page.click("button:has-text('Cancel run')")
+                await page.click("#confirm")
+                await page.wait_for_selector('[data-run-status="cancelled"]')
+                assert await page.locator("text=Run cancelled.").count() == 1
+
+                # The runs table updates itself too: a run started now appears.
+                await page.goto(f"{base}/runs")
+                await page.wait_for_selector("#live-state:has-text('live')")
+                await page.evaluate("window.__sameDocument = true")
+                later = (await sf.run(quick, 2)).run_id
+                await page.wait_for_selector(f'tr[data-run="{later}"]')
+                assert await page.evaluate("window.__sameDocument === true")
+                assert await page.locator("text=cancelled").count() >= 1
+            finally:
+                await browser.close()
+        worker.stop(0)
+
+    lamp_run = await sf.get_run(lamp)
+    assert lamp_run.status == "success"
+    assert lamp_run.result_json == {"decision": {"ok": True}, "shipping": "shipped lamp"}
+    assert await status_of(sf, desk) == "cancelled"
+    assert "run_cancelled" in [e.event_type for e in await sf.events(desk)]
+    assert await status_of(sf, done) == "success"
