@@ -10,6 +10,7 @@ from __future__ import annotations
 from ._version import __version__
 from .adapters.base import WorkflowStateAdapter
 from .app import Starflow
+from .attributes import set_attributes
 from .clock import Clock, SystemClock
 from .config import StarflowConfig
 from .context import WorkflowContext, context
@@ -32,6 +33,7 @@ from .errors import (
     StarflowError,
     StepFailed,
     StorageError,
+    UpdateRejected,
     WaitTimeout,
     WarmTierError,
     WorkflowDefinitionError,
@@ -44,8 +46,10 @@ from .records import PoolLimits, PoolUsage, RunEvent, RunInfo, ScheduleRecord
 from .retention import PruneReport
 from .runner import RunHandle
 from .session import session_get, session_set
-from .waits import now, patched, sleep, wait_for, wake_token
+from .updates import UpdateRequest, receive
+from .waits import now, patched, sleep, wait_for, wait_for_any, wake_token
 from .warm.base import LiveRun
+from .workflow_logger import logger
 
 __all__ = [
     "Clock",
@@ -80,6 +84,8 @@ __all__ = [
     "StepFailed",
     "StorageError",
     "SystemClock",
+    "UpdateRejected",
+    "UpdateRequest",
     "WaitTimeout",
     "WarmTierError",
     "WorkflowContext",
@@ -88,14 +94,18 @@ __all__ = [
     "WorkflowStateAdapter",
     "__version__",
     "context",
+    "logger",
     "now",
     "patched",
     "progress",
+    "receive",
     "session_get",
     "session_set",
+    "set_attributes",
     "sleep",
     "step",
     "wait_for",
+    "wait_for_any",
     "wake_token",
     "workflow",
 ]

@@ -5,7 +5,8 @@ from __future__ import annotations
 import math
 import os
 import secrets
-from collections.abc import AsyncIterator, Awaitable, Callable, Collection
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping
 from datetime import datetime, timedelta
 from typing import Any, ParamSpec, TypeVar, overload
 
@@ -14,6 +15,7 @@ import anyio.lowlevel
 
 from .adapters import adapter_from_url
 from .adapters.base import WorkflowStateAdapter
+from .attributes import encode_attributes
 from .clock import Clock, SystemClock
 from .config import StarflowConfig, check_concurrency, int_problem
 from .decorators import WorkflowDefinition, definition_of, registry
@@ -22,10 +24,12 @@ from .errors import (
     InvalidArgument,
     ResultTimeout,
     RunCancelled,
+    RunFinished,
     RunNotFound,
     ScheduleNotFound,
     StarflowError,
     StorageError,
+    UpdateRejected,
     WorkflowDefinitionError,
 )
 from .jobs import JobWorker
@@ -488,6 +492,71 @@ class Starflow:
         """
         return self._track(await self.runner.signal(normalize_run_id(run_id), event, payload))
 
+    async def update(self, run_id: str, name: str, payload: Any = None, *,
+                     timeout: timedelta | float | None = None,
+                     update_id: str | None = None) -> Any:
+        """Send a request to a running workflow and return its answer.
+
+        The workflow receives it with ``req = await starflow.receive(name)`` and
+        answers with ``await req.reply(value)`` (returned here) or ``await
+        req.reject(reason)`` (raised here as :class:`UpdateRejected`). Request
+        and answer are recorded in the run's history. An inline run paused in
+        ``receive`` is driven here; this call returns as soon as the answer is
+        recorded (from another process: within ``poll_interval``).
+
+        Retrying with the same ``update_id`` never executes the update twice:
+        the request is queued once per id, and every call with that id gets
+        the one recorded answer (also after a timeout here).
+
+        Args:
+            timeout: Give up waiting after this long (:class:`ResultTimeout`);
+                the request stays queued.
+            update_id: Your id for this update, to retry it safely (default:
+                a new UUID).
+
+        Raises:
+            UpdateRejected: the workflow rejected the request.
+            ResultTimeout: no answer within ``timeout``.
+            RunFinished: the run ended without answering.
+            RunNotFound: no such run.
+            InvalidArgument / SerializationError: bad name, id or payload
+                (nothing written).
+        """
+        run_id = normalize_run_id(run_id)
+        uid = update_id if update_id is not None else str(uuid.uuid4())
+        limit = _result_timeout(timeout)
+        runner = self.runner
+        deadline = None if limit is None else self.clock.now() + timedelta(seconds=limit)
+        answer = await runner.update_answer(run_id, uid) if update_id is not None else None
+        if answer is None:
+            handle = await runner.request_update(run_id, name, payload, uid)
+            if handle is not None:
+                self._track(handle)
+        poll = self.config.poll_interval.total_seconds()
+        while answer is None:
+            settled = runner.settled  # taken before the read: a change after it wakes us
+            answer = await runner.update_answer(run_id, uid)
+            if answer is not None:
+                break
+            run = await self.get_run(run_id)
+            if run.is_terminal:
+                answer = await runner.update_answer(run_id, uid)  # answered, then ended
+                if answer is None:
+                    raise RunFinished(run_id, run.status, "update")
+                break
+            now = self.clock.now()
+            if deadline is not None and now >= deadline:
+                raise ResultTimeout(
+                    f"run {run_id} did not answer update {name!r} (id {uid}) within "
+                    f"{limit:g} s; the request stays queued: call update again with "
+                    f"update_id={uid!r} to wait for its answer", run_id=run_id)
+            wait = poll if deadline is None else min(poll, (deadline - now).total_seconds())
+            await runner.wait_settled(wait, settled)
+        node_id, output = answer
+        if "rejected" in output:
+            raise UpdateRejected(run_id, name, uid, str(output["rejected"]), node_id=node_id)
+        return output.get("reply")
+
     async def resume(self, wake_token: str, payload: Any = None) -> RunHandle[Any]:
         """Wake the wait a token was issued for, with ``payload``.
 
@@ -496,9 +565,32 @@ class Starflow:
         """
         return self._track(await self.runner.resume(wake_token, payload))
 
-    async def cancel(self, run_id: str) -> RunHandle[Any]:
-        """Cancel a run: a paused or queued run at once, a running one at its next boundary."""
-        return await self.runner.cancel(normalize_run_id(run_id))
+    async def cancel(self, run_id: str, *, force: bool = False) -> RunHandle[Any]:
+        """Cancel a run, letting its code clean up.
+
+        The run is woken (paused) or interrupted (running): the workflow code
+        gets :class:`~starflow.RunCancelled` at its current await (a step in
+        flight is cancelled at its next await), and ``except RunCancelled:`` /
+        ``finally:`` may run steps (compensations) within
+        ``StarflowConfig.cancel_cleanup_timeout``. The run then ends
+        ``cancelled`` (``error`` with its cause if the cleanup raised something
+        else or passed the deadline). A run still queued that never ran ends
+        at once. Cancelling twice changes nothing.
+
+        Args:
+            force: End the run now without running any of its code (its
+                current execution is stopped, nothing more is written).
+
+        Returns:
+            The run's handle: ``cancelled`` when the cleanup ran here (an inline
+            run that was paused) or for a forced cancel; else the run's current
+            status (the cancel reaches it where it runs).
+
+        Raises:
+            RunNotFound: no such run.
+            RunFinished: the run had already ended.
+        """
+        return self._track(await self.runner.cancel(normalize_run_id(run_id), force=force))
 
     async def retry(self, run_id: str) -> RunHandle[Any]:
         """Run a run that ended in ``error`` again from its recorded history.
@@ -527,7 +619,9 @@ class Starflow:
         return run
 
     async def list_runs(self, status: str | None = None, template_id: str | None = None,
-                        limit: int = 50, since: datetime | None = None) -> list[RunInfo]:
+                        limit: int = 50, since: datetime | None = None,
+                        attributes: Mapping[str, str | int | bool] | None = None
+                        ) -> list[RunInfo]:
         """Runs newest first, optionally filtered.
 
         Args:
@@ -536,6 +630,9 @@ class Starflow:
             template_id: Only runs of this workflow name.
             limit: At most this many runs (an int from 1 to 2**31 - 1).
             since: Only runs started at or after this timezone-aware time.
+            attributes: Only runs whose workflow set every one of these
+                (``starflow.set_attributes``), each an index lookup. Values
+                match exactly, type included (``"42"`` is not ``42``).
 
         Raises:
             StarflowError: a filter is invalid (named with its value).
@@ -551,10 +648,16 @@ class Starflow:
             problems.append(problem)
         if since is not None and (not isinstance(since, datetime) or since.tzinfo is None):
             problems.append(f"since must be timezone-aware: {since!r}")
+        encoded: dict[str, str] | None = None
+        if attributes is not None:
+            try:
+                encoded = encode_attributes(attributes, what="attributes")
+            except InvalidArgument as exc:
+                problems.append(str(exc))
         if problems:
             raise InvalidArgument("list_runs: " + "; ".join(problems))
         return await self.adapter.list_runs(status=status, template_id=template_id,
-                                            since=since, limit=limit)
+                                            since=since, limit=limit, attributes=encoded)
 
     async def events(self, run_id: str) -> list[RunEvent]:
         """The run's ``workflow_run_events`` rows in order."""

@@ -57,6 +57,9 @@ class StarflowConfig(msgspec.Struct, frozen=True, kw_only=True):
         session_var_gc_interval: How often maintenance deletes expired session vars.
         outbox_retention: How long applied ``mirror_outbox`` rows are kept.
         drift_sweep_interval: How often the warm tier is hash-compared with cold.
+        cancel_cleanup_timeout: How long a cancelled run's ``except RunCancelled`` /
+            ``finally`` code may run (per execution) before it is cut short and the
+            run ends in ``error`` (5 min).
         retention: How long ended runs (success, error, cancelled) are kept after
             they end; maintenance prunes older ones with their events, waits,
             signals, outbox rows, jobs and session vars (``sf.prune``). None
@@ -80,6 +83,7 @@ class StarflowConfig(msgspec.Struct, frozen=True, kw_only=True):
     session_var_gc_interval: timedelta = timedelta(seconds=60)
     outbox_retention: timedelta = timedelta(hours=1)
     drift_sweep_interval: timedelta = timedelta(seconds=30)
+    cancel_cleanup_timeout: timedelta = timedelta(minutes=5)
     retention: timedelta | None = None
     prune_interval: timedelta = timedelta(hours=1)
 
@@ -94,6 +98,7 @@ class StarflowConfig(msgspec.Struct, frozen=True, kw_only=True):
             "session_var_gc_interval",
             "outbox_retention",
             "drift_sweep_interval",
+            "cancel_cleanup_timeout",
             "stuck_after",
             "prune_interval",
         ):

@@ -16,6 +16,8 @@ from .errors import InvalidArgument, ReservedKeyError, StarflowError
 from .limits import check_name
 
 __all__ = [
+    "CANCEL_EVENT",
+    "RESERVED_EVENT_PREFIX",
     "RESERVED_KEYS",
     "RESERVED_PREFIX",
     "CheckpointWait",
@@ -37,6 +39,13 @@ IDEMPOTENCY_KEY = "__celestialIdempotency"
 RESERVED_KEYS = (WAIT_KEY, CHECKOUT_KEY, LEASES_KEY, IDEMPOTENCY_KEY)
 
 
+#: Signal names starting with this are the engine's (a cancel request is one).
+RESERVED_EVENT_PREFIX = "__starflow"
+#: The inbox entry of a pending (non-forced) cancel: ``Starflow.cancel`` queues it,
+#: the engine consumes it with the node the cancellation is recorded on.
+CANCEL_EVENT = "__starflow.cancel"
+
+
 def check_event(event: object, what: str, *, run_id: str | None = None) -> str:
     """The one rule for a signal name: a non-empty string without ``#`` (node ids
     are ``wait:<event>#<n>``). Shared by ``wait_for``, ``wake_token`` and
@@ -45,6 +54,9 @@ def check_event(event: object, what: str, *, run_id: str | None = None) -> str:
         raise InvalidArgument(f"{what} event must be a non-empty string without '#': "
                               f"{event!r}", run_id=run_id)
     check_name(f"{what} event", event, run_id=run_id)
+    if event.startswith(RESERVED_EVENT_PREFIX):
+        raise InvalidArgument(f"{what} event names starting with {RESERVED_EVENT_PREFIX!r} "
+                              f"are reserved for starflow: {event!r}", run_id=run_id)
     return event
 
 
@@ -274,13 +286,28 @@ class RunningEngine(Protocol):
     @property
     def adapter(self) -> WorkflowStateAdapter: ...
 
+    @property
+    def replaying(self) -> bool: ...
+
+    #: The latest node id the workflow code reached (None before the first).
+    position: str | None
+
     def now(self) -> datetime: ...
 
     def patched(self, change_id: str) -> bool: ...
 
+    def set_attributes(self, values: dict[str, str]) -> None: ...
+
     def wake_token_for(self, event: str | None, timeout: timedelta | None = None) -> str: ...
 
-    async def wait(self, event: str | None, timeout: timedelta | None, type_: Any) -> Any: ...
+    async def wait(self, event: str | None, timeout: timedelta | None, type_: Any, *,
+                   kind: str | None = None, node_name: str | None = None) -> Any: ...
+
+    async def answer_update(self, name: str, update_id: str,
+                            outcome: dict[str, Any]) -> None: ...
+
+    async def wait_any(self, events: tuple[str, ...], timeout: timedelta | None,
+                       types: Mapping[str, Any]) -> tuple[str, Any]: ...
 
     # ``sdef`` is a ``decorators.StepDefinition``; decorators imports this module.
     async def run_step(self, sdef: Any, fn: Callable[..., Awaitable[Any]],

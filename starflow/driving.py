@@ -103,7 +103,7 @@ class Driver:
         self.heartbeats = Heartbeats(clock, config)
         self.runtime = Runtime(adapter=adapter, clock=clock, config=config,
                                runner_id=self.runner_id, keyring=keyring,
-                               heartbeats=self.heartbeats)
+                               heartbeats=self.heartbeats, notify=self.notify_settled)
         self.engines: dict[str, Engine] = {}
         self.busy = 0
         self._settled = anyio.Event()

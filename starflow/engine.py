@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, NoReturn
@@ -22,8 +22,10 @@ import anyio
 from . import logs, observability, requeue, serde
 from .adapters.base import WorkflowStateAdapter
 from .adapters.units import Guard
+from .attributes import ATTRIBUTES_KIND
 from .clock import format_ts
 from .context import (
+    CANCEL_EVENT,
     IDEMPOTENCY_KEY,
     RESERVED_PREFIX,
     WAIT_KEY,
@@ -35,6 +37,7 @@ from .context import (
 from .decorators import StepDefinition, WorkflowDefinition
 from .errors import (
     NonDeterminismError,
+    RunCancelled,
     SerializationError,
     StarflowError,
     StepFailed,
@@ -42,7 +45,7 @@ from .errors import (
     WaitTimeout,
 )
 from .execution import Abort, Outcome, PendingWait, Runtime, Suspend, find_unwinding
-from .failure import error_info, run_failure
+from .failure import CANCELLED_TYPE, cancelled_error, error_info, run_failure
 from .heartbeats import Heartbeats
 from .limits import storable_text
 from .logs import get_logger
@@ -59,6 +62,7 @@ from .replay import (
 )
 from .requeue import lease_guard
 from .tokens import WakeClaims
+from .waits import ANY_KIND, ANY_SEPARATOR, first_signal
 
 # Outcome, PendingWait and Runtime live in execution.py and Heartbeats in heartbeats.py;
 # they are re-exported here for the modules that import them from the engine.
@@ -85,11 +89,22 @@ class Engine:
     #: Set by :meth:`kill` with an error: the owner stopped this execution.
     _stop_error: StarflowError | None = None
     _body_done: bool = False
+    #: A non-forced cancel is pending: delivered at the next new node (or step await).
+    cancel_requested: bool = False
+    #: RunCancelled reached the workflow code: its cleanup runs, then the run ends.
+    _cancelled: bool = False
+    _cleanup_deadline: datetime | None = None
+    _cleanup_timed_out: bool = False
+    _step_scopes: set[anyio.CancelScope] = field(default_factory=set)
+    #: The latest node the workflow code reached (``starflow.logger`` names it).
+    position: str | None = None
     node_status: dict[str, str] = field(default_factory=dict)
     #: ``patched()`` answers of this execution, by change id.
     _patches: dict[str, bool] = field(default_factory=dict)
     #: Patch markers decided but not yet written (they ride on the next unit).
     _markers: list[tuple[str, str]] = field(default_factory=list)
+    #: ``set_attributes`` calls not yet written (they ride on the next unit too).
+    _attributes: list[tuple[str, dict[str, str]]] = field(default_factory=list)
     #: Asked before each new step starts: True hands the run back to the queue
     #: there (a draining worker), so the step runs once, on the next runner.
     should_yield: Callable[[], bool] | None = None
@@ -115,6 +130,11 @@ class Engine:
     @property
     def adapter(self) -> WorkflowStateAdapter:
         return self.runtime.adapter
+
+    @property
+    def replaying(self) -> bool:
+        """Whether the workflow code is replaying recorded history (nodes lie ahead)."""
+        return self.journal.replaying and bool(self.journal.unconsumed())
 
     @property
     def _guard(self) -> Guard:
@@ -144,6 +164,7 @@ class Engine:
         # Patch markers decided since the last boundary commit with this one, before
         # its own writes: the history then shows the marker ahead of the new path.
         markers, self._markers = self._markers, []
+        attributes, self._attributes = self._attributes, []
         for attempt in range(retries + 1):
             if self._lease_lost:  # killed, cancelled or taken over: write nothing more
                 raise Abort("lease_lost")
@@ -158,6 +179,11 @@ class Engine:
                         await self.adapter.on_node_complete(
                             self.run_id, marker_id,
                             {"output": True, "kind": "patch", "name": change_id}, now=ts)
+                    for attrs_id, values in attributes:
+                        await self.adapter.on_node_complete(
+                            self.run_id, attrs_id,
+                            {"output": values, "kind": ATTRIBUTES_KIND}, now=ts)
+                        await self.adapter.set_attributes(self.run_id, values, now=ts)
                     await build(ts)
             except StorageError as exc:
                 if not exc.transient:
@@ -208,7 +234,8 @@ class Engine:
         key = (kind, name)
         n = self._counters.get(key, 0) + 1
         self._counters[key] = n
-        return node_id(kind, name, n)
+        self.position = node_id(kind, name, n)
+        return self.position
 
     def patched(self, change_id: str) -> bool:
         """``starflow.patched``: whether this run takes the new path of a code change.
@@ -227,6 +254,23 @@ class Engine:
             self._patches[change_id] = known
             self._log.debug("patch decided", change_id=change_id, patched=known)
         return known
+
+    def set_attributes(self, values: dict[str, str]) -> None:
+        """``starflow.set_attributes``: record node ``attributes#n`` and the run's
+        attributes with the next boundary; nothing when the history holds it, or
+        when a replay meets it before the end of its history (code added since)."""
+        self._guard_suspending()
+        nid = self._next_id(ATTRIBUTES_KIND, None)
+        if self.journal.get(nid) is not None:
+            self.journal.consume(nid)
+            return
+        if self.journal.replaying and self.journal.unconsumed():
+            self._log.debug("set_attributes added under a run in flight: skipped on replay",
+                            node_id=nid)
+            return
+        self.journal.record(NodeRecord(node_id=nid, kind=ATTRIBUTES_KIND, status="complete",
+                                       output=values))
+        self._attributes.append((nid, values))
 
     def next_wait_id(self, event: str | None) -> str:
         """The node id the next ``wait_for(event)`` (``sleep`` for None) will get."""
@@ -287,12 +331,16 @@ class Engine:
             if rec.status == "error":
                 self._advance(rec.recorded_at)
                 err = rec.error or {}
+                if err.get("type") == CANCELLED_TYPE:
+                    self._cancel_delivered()
+                    raise self._cancel_error(nid)
                 raise StepFailed(str(err.get("type")), str(err.get("message")),
                                  run_id=self.run_id, node_id=nid,
                                  attempts=int(err.get("attempts", 1)))
         else:
             await self.journal.reach_frontier(self.run_id, nid, f"step {sdef.name!r}")
         self._guard_suspending()
+        await self._reach_cancel(nid, "step", sdef.name)
         if self.should_yield is not None and self.should_yield():
             raise Abort("released")
         if sdef.pool is not None:
@@ -314,10 +362,24 @@ class Engine:
             attempt += 1
             token = current_node.set(nid)
             try:
-                with observability.current().step_attempt(self.run_id, nid, sdef.name, attempt):
-                    result = await fn(*args, **kwargs)
+                # A cancel while the step runs cancels it at its next await (the scope).
+                with anyio.CancelScope() as step_scope:
+                    self._step_scopes.add(step_scope)
+                    if self.cancel_requested:
+                        step_scope.cancel()
+                    try:
+                        with observability.current().step_attempt(self.run_id, nid, sdef.name,
+                                                                  attempt):
+                            result = await fn(*args, **kwargs)
+                    finally:
+                        self._step_scopes.discard(step_scope)
+                if step_scope.cancelled_caught:
+                    await self._deliver_cancel(nid, "step", sdef.name)
             except Exception as exc:
-                if attempt < policy.max_attempts and policy.retryable(exc):
+                if isinstance(exc, RunCancelled) and self._cancelled:
+                    raise
+                if (attempt < policy.max_attempts and policy.retryable(exc)
+                        and not self.cancel_requested):
                     self._log.info("step failed; retrying", node_id=nid, attempt=attempt,
                                    error=repr(exc))
                     await clock.sleep(policy.delay(attempt))
@@ -420,8 +482,12 @@ class Engine:
     # -- waits -------------------------------------------------------------------
 
     async def wait(self, event: str | None, timeout: timedelta | None,
-                   type_: Any) -> Any:
-        """``wait_for`` (event set) or ``sleep`` (event None)."""
+                   type_: Any, *, kind: str | None = None, node_name: str | None = None) -> Any:
+        """``wait_for`` (event set) or ``sleep`` (event None).
+
+        ``kind`` and ``node_name`` name the node otherwise (``receive:<name>#n``
+        for an update, whose inbox event is reserved).
+        """
         step_node = current_node.get()
         if step_node is not None:
             # A pause here would unwind the step half done and, on the wake, run it
@@ -434,13 +500,14 @@ class Engine:
                 "starflow.wake_token() for the wait that follows it)",
                 run_id=self.run_id, node_id=step_node)
         self._guard_suspending()
-        kind = "wait" if event is not None else "sleep"
-        nid = self._next_id(kind, event)
+        kind = kind or ("wait" if event is not None else "sleep")
+        nid = self._next_id(kind, node_name or event)
         rec = self.journal.get(nid)
         if rec is not None and rec.finished:
             self.journal.consume(nid)
             self._advance(rec.recorded_at)
             if rec.status == "error":
+                self._replayed_cancel(rec)
                 raise WaitTimeout(
                     f"run {self.run_id}: wait {nid} timed out before {event!r} was signalled",
                     run_id=self.run_id, node_id=nid)
@@ -452,6 +519,7 @@ class Engine:
             await self.journal.reach_frontier(self.run_id, nid,
                                               f"{kind} {event!r}" if event else "sleep")
         self._guard_suspending()
+        await self._reach_cancel(nid, kind, event)
         if event is not None:
             signal = await self.adapter.find_signal(self.run_id, event)
             if signal is not None:
@@ -475,6 +543,175 @@ class Engine:
         except OverflowError:
             raise self._too_far(nid, timeout) from None
         self._suspend(nid, event, deadline, expiry)
+
+    async def wait_any(self, events: tuple[str, ...], timeout: timedelta | None,
+                       types: Mapping[str, Any]) -> tuple[str, Any]:
+        """``wait_for_any``: the first of ``events`` signalled, as ``(event, payload)``.
+
+        One node, ``any:<e1>|<e2>…#n``, recorded like a ``wait_for``: its output
+        is ``{"event": …, "payload": …}``. Signals for the other events stay in
+        the inbox. While paused, the one wait row lists every event
+        (:func:`starflow.waits.wait_events`) and a wake guarded by that row
+        decides which signal wins.
+        """
+        step_node = current_node.get()
+        if step_node is not None:
+            raise StarflowError(
+                f"wait_for_any() called inside step {step_node} of run {self.run_id}: a "
+                "durable wait pauses the whole run, so it must be called from the @workflow "
+                "function, between steps", run_id=self.run_id, node_id=step_node)
+        self._guard_suspending()
+        name = ANY_SEPARATOR.join(events)
+        nid = self._next_id(ANY_KIND, name)
+        rec = self.journal.get(nid)
+        if rec is not None and rec.finished:
+            self.journal.consume(nid)
+            self._advance(rec.recorded_at)
+            if rec.status == "error":
+                self._replayed_cancel(rec)
+                raise WaitTimeout(
+                    f"run {self.run_id}: wait {nid} timed out before any of "
+                    f"{', '.join(map(repr, events))} was signalled",
+                    run_id=self.run_id, node_id=nid)
+            return self._any_result(nid, rec.output, events, types)
+        if rec is not None:
+            self.journal.consume(nid)
+        else:
+            await self.journal.reach_frontier(self.run_id, nid, f"wait_for_any {name!r}")
+        self._guard_suspending()
+        await self._reach_cancel(nid, ANY_KIND, name)
+        signal = await first_signal(self.adapter, self.run_id, events)
+        if signal is not None:
+            output = {"event": signal.event, "payload": signal.payload}
+
+            async def deliver(ts: datetime) -> None:
+                await self.adapter.consume_signal(signal.id)
+                await self.adapter.on_node_complete(
+                    self.run_id, nid, {"output": output, "via": "signal"}, now=ts)
+                await self._phase(ts)
+
+            ts = await self._commit(deliver)
+            self._advance(ts)
+            self.journal.record(NodeRecord(node_id=nid, kind=ANY_KIND, name=name,
+                                           status="complete", output=output, recorded_at=ts))
+            return self._any_result(nid, output, events, types)
+        try:
+            deadline = self.now() + timeout if timeout is not None else None
+            expiry = deadline + timedelta(days=1) if deadline is not None else (
+                self.runtime.clock.now() + self.runtime.config.wake_token_ttl)
+        except OverflowError:
+            raise self._too_far(nid, timeout) from None
+        self._suspend(nid, name, deadline, expiry)
+
+    async def answer_update(self, name: str, update_id: str, outcome: dict[str, Any]) -> None:
+        """Record the answer to an update as node ``reply:<name>#n`` (once; a replay
+        finds it recorded) and tell this process's callers waiting for it."""
+        self._guard_suspending()
+        nid = self._next_id("reply", name)
+        output = {"update_id": update_id, **outcome}
+        rec = self.journal.get(nid)
+        if rec is not None:
+            self.journal.consume(nid)
+            recorded = rec.output.get("update_id") if isinstance(rec.output, dict) else None
+            if recorded != update_id:
+                raise NonDeterminismError(
+                    f"run {self.run_id}: {nid} was recorded as the answer to update "
+                    f"{recorded!r}, but the code now answers {update_id!r}. {DIVERGENCE_FIX}",
+                    run_id=self.run_id, node_id=nid, recorded=str(recorded), current=update_id)
+            self._advance(rec.recorded_at)
+            return
+        await self.journal.reach_frontier(self.run_id, nid, f"reply to update {name!r}")
+        serde.check_storable(output, what=f"the answer to update {name!r}",
+                             run_id=self.run_id, node_id=nid)
+
+        async def record(ts: datetime) -> None:
+            await self.adapter.on_node_complete(
+                self.run_id, nid, {"output": output, "kind": "reply", "name": name}, now=ts)
+            await self._phase(ts)
+
+        ts = await self._commit(record)
+        self._advance(ts)
+        self.journal.record(NodeRecord(node_id=nid, kind="reply", name=name,
+                                       status="complete", output=output, recorded_at=ts))
+        if self.runtime.notify is not None:
+            self.runtime.notify()
+
+    def _any_result(self, nid: str, output: Any, events: tuple[str, ...],
+                    types: Mapping[str, Any]) -> tuple[str, Any]:
+        event = output.get("event") if isinstance(output, dict) else None
+        if event not in events:
+            raise NonDeterminismError(
+                f"run {self.run_id}: {nid} was recorded with {output!r}, not one of the "
+                f"events {', '.join(map(repr, events))}. {DIVERGENCE_FIX}",
+                run_id=self.run_id, node_id=nid, recorded=repr(output), current=nid)
+        assert isinstance(output, dict)
+        payload = serde.convert(output.get("payload"), types.get(event, Any),
+                                what=f"payload of {event!r} at {nid}", run_id=self.run_id,
+                                node_id=nid)
+        return event, payload
+
+    # -- cancellation (Starflow.cancel without force) ----------------------------
+
+    def request_cancel(self) -> None:
+        """A cancel was requested: a step in flight is cancelled at its next await, and
+        the next new node raises :class:`RunCancelled` into the workflow code."""
+        if self.cancel_requested or self._cancelled:
+            return
+        self.cancel_requested = True
+        self._log.info("cancel requested; delivering it at the run's current await")
+        for scope in list(self._step_scopes):
+            scope.cancel()
+
+    def _cancel_error(self, nid: str) -> RunCancelled:
+        return RunCancelled(self.run_id, node_id=nid, message=(
+            f"run {self.run_id} was cancelled at {nid}: catch RunCancelled (or use finally) "
+            "to run compensation steps; the run then ends cancelled"))
+
+    def _cancel_delivered(self) -> None:
+        """The workflow code got (or replayed) RunCancelled: its cleanup runs now."""
+        self.cancel_requested = False
+        if not self._cancelled:
+            self._cancelled = True
+            self._cleanup_deadline = (self.runtime.clock.now()
+                                      + self.runtime.config.cancel_cleanup_timeout)
+
+    def _replayed_cancel(self, rec: NodeRecord) -> None:
+        """A replayed wait recorded as reached by a cancel raises RunCancelled again."""
+        if (rec.error or {}).get("type") == CANCELLED_TYPE:
+            self._cancel_delivered()
+            raise self._cancel_error(rec.node_id)
+
+    async def _reach_cancel(self, nid: str, kind: str, name: str | None) -> None:
+        """At a new node: deliver a pending cancel here; during the cleanup, refuse a
+        durable wait (the run is ending: only steps may run)."""
+        if self._cancelled:
+            if kind != "step":
+                raise RunCancelled(self.run_id, node_id=nid, message=(
+                    f"run {self.run_id} is cancelled: {nid} is a durable wait, which cannot "
+                    "run in the cleanup of a cancelled run (call steps only)"))
+            return
+        if self.cancel_requested:
+            await self._deliver_cancel(nid, kind, name)
+
+    async def _deliver_cancel(self, nid: str, kind: str, name: str | None) -> NoReturn:
+        """Record the cancel as ``nid``'s failure (consuming the request) and raise it."""
+        signal = await self.adapter.find_signal(self.run_id, CANCEL_EVENT)
+        info = cancelled_error(nid)
+
+        async def record(ts: datetime) -> None:
+            if signal is not None:
+                await self.adapter.consume_signal(signal.id)
+            await self.adapter.on_node_error(self.run_id, nid, {"error": info, "via": "cancel"},
+                                             now=ts)
+            await self._phase(ts)
+
+        ts = await self._commit(record)
+        self._advance(ts)
+        self.node_status[nid] = "error"
+        self.journal.record(NodeRecord(node_id=nid, kind=kind, name=name, status="error",
+                                       error=info, recorded_at=ts))
+        self._cancel_delivered()
+        raise self._cancel_error(nid)
 
     def _too_far(self, nid: str, duration: timedelta | None) -> StarflowError:
         return StarflowError(
@@ -508,13 +745,43 @@ class Engine:
         self.kill()
         return False
 
+    async def after_refresh(self) -> None:
+        """Per heartbeat, after the refresh: see :meth:`_check_cancel`."""
+        await self._check_cancel(self.runtime.clock.now())
+
+    async def _check_cancel(self, now: datetime) -> None:
+        """Per heartbeat: a cancel requested from another process, and the cleanup's
+        deadline (past it the body is stopped and the run ends in ``error``)."""
+        if self._cancelled:
+            if (self._cleanup_deadline is not None and now >= self._cleanup_deadline
+                    and not self._cleanup_timed_out):
+                self._cleanup_timed_out = True
+                self._log.warning("cancelled run's cleanup passed its deadline; stopping it",
+                                  timeout=str(self.runtime.config.cancel_cleanup_timeout))
+                if self._body_scope is not None:
+                    self._body_scope.cancel()
+            return
+        if self.cancel_requested:
+            return
+        try:
+            pending = await self.adapter.find_signal(self.run_id, CANCEL_EVENT)
+        except StarflowError as exc:
+            self._log.warning("could not look for a cancel request", error=str(exc))
+            return
+        if pending is not None:
+            self.request_cancel()
+
     async def _heartbeat(self) -> None:
         """This engine's own heartbeat, when the runner runs no shared loop."""
-        interval = self.runtime.config.heartbeat_interval.total_seconds()
+        interval = self.runtime.config.heartbeat_interval
+        clock = self.runtime.clock
+        due = clock.now() + interval
         while True:
-            await self.runtime.clock.sleep(interval)
+            await clock.sleep(max(0.0, (due - clock.now()).total_seconds()))
             if not await self.refresh_lease_once():
                 return
+            due = clock.now() + interval  # taken before the check: its time adds no drift
+            await self.after_refresh()
 
     def kill(self, error: StarflowError | None = None) -> None:
         """Stop this execution at once, writing nothing more.
@@ -569,9 +836,13 @@ class Engine:
                     raise
                 if self._suspending:
                     return self._swallowed_pause(exc)
+                if self._cancelled and isinstance(exc, RunCancelled):
+                    return Outcome("cancelled")  # the cleanup ran and let it propagate
                 return Outcome("error", error=f"{type(exc).__name__}: {exc}", exception=exc)
             if self._suspending:
                 return self._swallowed_pause(None)
+            if self._cancelled:
+                return Outcome("cancelled")  # the cleanup caught RunCancelled and returned
             pending = self.journal.unconsumed()
             if pending:
                 exc2 = NonDeterminismError(
@@ -581,6 +852,12 @@ class Engine:
                     run_id=self.run_id, node_id=pending[0], recorded=pending[0], current=None)
                 return Outcome("error", error=f"NonDeterminismError: {exc2}", exception=exc2)
             return Outcome("success", result=value)
+        if self._cleanup_timed_out and not self._lease_lost:
+            timeout = self.runtime.config.cancel_cleanup_timeout
+            exc3 = RunCancelled(self.run_id, message=(
+                f"run {self.run_id} was cancelled and its cleanup did not finish within "
+                f"{timeout} (StarflowConfig.cancel_cleanup_timeout): it was stopped"))
+            return Outcome("error", error=f"RunCancelled: {exc3}", exception=exc3)
         return Outcome("lease_lost")
 
     async def execute(self) -> Outcome:
@@ -603,6 +880,15 @@ class Engine:
     async def _execute(self) -> Outcome:
         token = current_engine.set(self)
         try:
+            # A cancel requested while a run with history was paused or queued (a
+            # first execution has none pending: a queued run that never ran is
+            # cancelled at once, and an inline start runs before anyone knows its id).
+            if self.journal.nodes:
+                try:
+                    if await self.adapter.find_signal(self.run_id, CANCEL_EVENT) is not None:
+                        self.cancel_requested = True
+                except StarflowError as exc:
+                    self._log.warning("could not look for a cancel request", error=str(exc))
             shared = self.runtime.heartbeats
             if shared is not None and shared.running:
                 shared.add(self)
@@ -714,6 +1000,20 @@ class Engine:
                     await self.adapter.clear_lease(self.run_id)
 
                 await self._commit(failed)
+                return outcome
+            if outcome.status == "cancelled":
+                async def cancelled(ts: datetime) -> None:
+                    await self._phase(ts, strict=False)
+                    await self.adapter.on_run_error(self.run_id, "cancelled", now=ts,
+                                                    duration_ms=self._duration_ms(ts),
+                                                    status="cancelled", claim_state="failed")
+                    await self.adapter.clear_lease(self.run_id)
+                    await self.adapter.clear_waits(self.run_id)
+                    await self.adapter.record_event(self.run_id, "run_cancelled", None,
+                                                    {"cleanup": "done"}, now=ts,
+                                                    method="cancel")
+
+                await self._commit(cancelled)
                 return outcome
             if outcome.status == "paused":
                 wait = outcome.wait

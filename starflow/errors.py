@@ -20,6 +20,7 @@ All of them derive from :class:`StarflowError`, carry the ``run_id`` and
     ├── DuplicateRun              a start whose dedup key names an active run of the pool
     ├── ScheduleNotFound          no schedule with that id in this workspace
     ├── InvalidWakeToken          a forged, expired or used wake token
+    ├── UpdateRejected            the workflow rejected a ``Starflow.update``
     ├── WorkflowFailed            ``Starflow.result`` of a run that ended in error
     │   └── RunCancelled          … or was cancelled
     ├── ResultTimeout             ``Starflow.result(timeout=…)`` gave up waiting
@@ -50,6 +51,7 @@ __all__ = [
     "StarflowError",
     "StepFailed",
     "StorageError",
+    "UpdateRejected",
     "WaitTimeout",
     "WarmTierError",
     "WorkflowDefinitionError",
@@ -344,12 +346,38 @@ class WorkflowFailed(StarflowError):
         self.traceback = traceback
 
 
-class RunCancelled(WorkflowFailed):
-    """``Starflow.result`` of a run that was cancelled with ``Starflow.cancel``."""
+class UpdateRejected(StarflowError):
+    """The workflow answered a ``Starflow.update`` with ``request.reject(reason)``.
 
-    def __init__(self, run_id: str, error: str | None = "cancelled") -> None:
+    Attributes:
+        update: The update's name.
+        update_id: The update's id (a retry with it gets this same answer).
+        reason: What the workflow said.
+    """
+
+    def __init__(self, run_id: str, update: str, update_id: str, reason: str, *,
+                 node_id: str | None = None) -> None:
+        super().__init__(
+            f"run {run_id} rejected update {update!r} (id {update_id}): {reason}",
+            run_id=run_id, node_id=node_id)
+        self.update = update
+        self.update_id = update_id
+        self.reason = reason
+
+
+class RunCancelled(WorkflowFailed):
+    """A run was cancelled with ``Starflow.cancel``.
+
+    Raised by ``Starflow.result`` for a run that ended ``cancelled``, and inside
+    the workflow at the await where a (non-forced) cancel reached it: catch it
+    (or use ``finally``) to run compensation steps before the run ends.
+    """
+
+    def __init__(self, run_id: str, error: str | None = "cancelled", *,
+                 node_id: str | None = None, message: str | None = None) -> None:
         StarflowError.__init__(
-            self, f"run {run_id} ended with status 'cancelled': {error}", run_id=run_id)
+            self, message or f"run {run_id} ended with status 'cancelled': {error}",
+            run_id=run_id, node_id=node_id)
         self.status = "cancelled"
         self.error = error
         self.error_type = None

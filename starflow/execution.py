@@ -9,6 +9,7 @@ through); :class:`Outcome` is what the engine hands the driver
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
@@ -40,6 +41,9 @@ class Runtime:
     #: The runner's shared heartbeat loop; engines fall back to their own task
     #: when it is absent or not running.
     heartbeats: Heartbeats | None = None
+    #: Told when an execution records something a caller may be waiting for
+    #: mid-run (an update's answer): the runner's ``notify_settled``.
+    notify: Callable[[], None] | None = None
 
 
 @dataclass(frozen=True)

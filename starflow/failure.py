@@ -19,8 +19,9 @@ import msgspec
 from .errors import StepFailed, WaitTimeout
 from .limits import storable_text
 
-__all__ = ["MAX_TRACEBACK_CHARS", "MAX_TRACEBACK_FRAMES", "RunFailure", "error_info",
-           "format_traceback", "run_failure", "wait_timeout_error"]
+__all__ = ["CANCELLED_TYPE", "MAX_TRACEBACK_CHARS", "MAX_TRACEBACK_FRAMES", "RunFailure",
+           "cancelled_error", "error_info", "format_traceback", "run_failure",
+           "wait_timeout_error"]
 
 #: Frames kept per exception of a traceback's chain: the innermost ones, where
 #: the user's code raised (the outer ones are the runtime's, calling it).
@@ -93,6 +94,18 @@ def format_traceback(exc: BaseException) -> str:
 def wait_timeout_error(node_id: str) -> dict[str, Any]:
     """How a ``wait_for`` timeout is recorded as its node's failure (``node_error``)."""
     return {"type": "starflow.errors.WaitTimeout", "message": f"{node_id} timed out"}
+
+
+#: The recorded ``type`` of a node a cancel reached (a wait, a step in flight).
+CANCELLED_TYPE = "starflow.errors.RunCancelled"
+
+
+def cancelled_error(node_id: str) -> dict[str, Any]:
+    """How a cancel reaching a node is recorded as its failure (``node_error``): on
+    replay the node raises :class:`~starflow.RunCancelled` again, so a run whose
+    cleanup was interrupted resumes its cleanup, not its work."""
+    return {"type": CANCELLED_TYPE, "message": f"the run was cancelled at {node_id}",
+            "attempts": 0}
 
 
 def error_info(exc: BaseException, attempts: int) -> dict[str, Any]:

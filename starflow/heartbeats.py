@@ -26,6 +26,10 @@ class Leaseholder(Protocol):
         """One refresh; False once the lease is found lost (stop refreshing it)."""
         ...
 
+    # Optional: ``async def after_refresh(self) -> None``, awaited at each heartbeat
+    # once the next one is scheduled (so its time does not move the schedule): an
+    # engine looks for a cancel request there.
+
 
 class Heartbeats:
     """One task that refreshes the lease of every engine of a runner.
@@ -93,3 +97,6 @@ class Heartbeats:
     async def _refresh(self, holder: Leaseholder) -> None:
         if await holder.refresh_lease_once() and id(holder) in self._active:
             self._schedule(holder)
+            after = getattr(holder, "after_refresh", None)
+            if after is not None:
+                await after()

@@ -23,6 +23,10 @@ from .records import RunEvent
 __all__ = ["DIVERGENCE_FIX", "Journal", "NodeRecord", "check_recorded", "node_id",
            "replay_variables", "variables_diff", "variables_snapshot"]
 
+#: Recorded nodes that never count as divergence: ``patched()`` markers and
+#: ``set_attributes()`` calls (adding or removing either is safe under runs in flight).
+MARKER_KINDS = ("patch", "attributes")
+
 #: What to do about a replay that diverged from its history (every such message ends so).
 DIVERGENCE_FIX = ("Revert the change, bump the workflow version, or guard it with "
                   "starflow.patched()")
@@ -95,8 +99,9 @@ class Journal:
                 rec.output = payload.get("output")
                 rec.recorded_at = ev.created_at
                 rec.variables = payload.get("variables")
-                if rec.kind is None and payload.get("kind") == "patch":
-                    rec.kind = "patch"  # a starflow.patched() marker
+                if rec.kind is None and payload.get("kind") in MARKER_KINDS:
+                    # a starflow.patched() marker, or a set_attributes() call
+                    rec.kind = payload.get("kind")
                     rec.name = payload.get("name")
             elif ev.event_type == "node_error":
                 rec.status = "error"
@@ -120,7 +125,7 @@ class Journal:
         divergence.
         """
         return [n for n, rec in self.nodes.items()
-                if n not in self.consumed and rec.kind != "patch"]
+                if n not in self.consumed and rec.kind not in MARKER_KINDS]
 
     def record(self, rec: NodeRecord) -> None:
         """Add a node recorded by this execution (it counts as consumed)."""

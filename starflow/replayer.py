@@ -128,9 +128,25 @@ class _ReplayEngine(Engine):
             self.nondeterminism = self.nondeterminism or exc
             raise
 
-    async def wait(self, event: str | None, timeout: Any, type_: Any) -> Any:
+    async def wait(self, event: str | None, timeout: Any, type_: Any, *,
+                   kind: str | None = None, node_name: str | None = None) -> Any:
         try:
-            return await super().wait(event, timeout, type_)
+            return await super().wait(event, timeout, type_, kind=kind, node_name=node_name)
+        except NonDeterminismError as exc:
+            self.nondeterminism = self.nondeterminism or exc
+            raise
+
+    async def wait_any(self, events: tuple[str, ...], timeout: Any, types: Any
+                       ) -> tuple[str, Any]:
+        try:
+            return await super().wait_any(events, timeout, types)
+        except NonDeterminismError as exc:
+            self.nondeterminism = self.nondeterminism or exc
+            raise
+
+    async def answer_update(self, name: str, update_id: str, outcome: dict[str, Any]) -> None:
+        try:
+            await super().answer_update(name, update_id, outcome)
         except NonDeterminismError as exc:
             self.nondeterminism = self.nondeterminism or exc
             raise

@@ -21,7 +21,7 @@ from typing import Any
 
 from . import observability
 from .adapters.units import Guard
-from .context import WorkflowContext
+from .context import CANCEL_EVENT, WorkflowContext
 from .decorators import WorkflowDefinition
 from .driving import ACTIVE_STATUSES, RunHandle, new_runner_id
 from .engine import Engine
@@ -209,7 +209,42 @@ class Runner(Waker):
         assert fresh is not None
         return await self.drive(fresh)
 
-    async def cancel(self, run_id: str) -> RunHandle[Any]:
+    async def cancel(self, run_id: str, *, force: bool = False) -> RunHandle[Any]:
+        """Cancel a run: see :meth:`starflow.Starflow.cancel`."""
+        if force:
+            return await self._force_cancel(run_id)
+        run = await self._unfinished(run_id, "cancel")
+        if (run.status == "queued" or run.claim_state == "claimed") and not any(
+                e.node_id is not None for e in await self.adapter.list_events(run_id)):
+            # Queued or claimed, and no workflow code ever ran: there is no cleanup
+            # to run, so it ends now, as with force.
+            return await self._force_cancel(run_id)
+        now = self.clock.now()
+        # One request per run (the guard): a second cancel while the first is pending
+        # or being cleaned up changes nothing.
+        guard = Guard(run_id=run_id, status_in=ACTIVE_STATUSES, no_signal=CANCEL_EVENT)
+        async with self.adapter.unit(guard=guard) as unit:
+            await self.adapter.enqueue_signal(run_id, CANCEL_EVENT, None, now=now)
+            await self.adapter.record_event(run_id, "run_cancel_requested", None,
+                                            {"previous_status": run.status}, now=now,
+                                            method="cancel")
+        if not unit.held:
+            current = await self.handle(run_id)
+            if current.status in ("success", "error", "cancelled"):
+                raise RunFinished(run_id, current.status, "cancel")
+            return current
+        self._log.info("cancel requested", run_id=run_id, status=run.status)
+        engine = self.engines.get(run_id)
+        if engine is not None:
+            engine.request_cancel()
+        woke = await self.deliver_cancel(run_id)
+        if woke is not None:
+            return woke
+        self.notify_settled()
+        return await self.handle(run_id)
+
+    async def _force_cancel(self, run_id: str) -> RunHandle[Any]:
+        """End the run now, running none of its code (``cancel(force=True)``)."""
         run = await self._unfinished(run_id, "cancel")
         now = self.clock.now()
         async with self.adapter.unit(guard=Guard(run_id=run_id, status_in=ACTIVE_STATUSES)

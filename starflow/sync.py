@@ -30,7 +30,7 @@ import concurrent.futures
 import contextlib
 import os
 import threading
-from collections.abc import AsyncGenerator, Awaitable, Callable, Collection, Iterator
+from collections.abc import AsyncGenerator, Awaitable, Callable, Collection, Iterator, Mapping
 from datetime import datetime, timedelta
 from typing import Any, ParamSpec, TypeVar, overload
 
@@ -258,9 +258,15 @@ class Starflow:
         """:meth:`starflow.Starflow.resume`."""
         return self._call(lambda: self._app.resume(wake_token, payload))
 
-    def cancel(self, run_id: str) -> RunHandle[Any]:
+    def update(self, run_id: str, name: str, payload: Any = None, *,
+               timeout: timedelta | float | None = None, update_id: str | None = None) -> Any:
+        """:meth:`starflow.Starflow.update`."""
+        return self._call(lambda: self._app.update(run_id, name, payload, timeout=timeout,
+                                                   update_id=update_id))
+
+    def cancel(self, run_id: str, *, force: bool = False) -> RunHandle[Any]:
         """:meth:`starflow.Starflow.cancel`."""
-        return self._call(lambda: self._app.cancel(run_id))
+        return self._call(lambda: self._app.cancel(run_id, force=force))
 
     def retry(self, run_id: str) -> RunHandle[Any]:
         """:meth:`starflow.Starflow.retry`."""
@@ -273,10 +279,12 @@ class Starflow:
         return self._call(lambda: self._app.get_run(run_id))
 
     def list_runs(self, status: str | None = None, template_id: str | None = None,
-                  limit: int = 50, since: datetime | None = None) -> list[RunInfo]:
+                  limit: int = 50, since: datetime | None = None,
+                  attributes: Mapping[str, str | int | bool] | None = None) -> list[RunInfo]:
         """:meth:`starflow.Starflow.list_runs`."""
         return self._call(lambda: self._app.list_runs(status=status, template_id=template_id,
-                                                      limit=limit, since=since))
+                                                      limit=limit, since=since,
+                                                      attributes=attributes))
 
     def stuck_runs(self, limit: int = 1000) -> list[RunInfo]:
         """:meth:`starflow.Starflow.stuck_runs`."""

@@ -9,26 +9,39 @@ returns the delivered payload.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any, TypeVar, overload
 
+from .adapters.base import WorkflowStateAdapter
 from .context import check_event, current_engine
-from .errors import StarflowError
+from .errors import InvalidArgument, StarflowError
+from .records import SignalRecord
 
 # Wake tokens are signed and redacted in the base layer (tokens.py); the two
 # names stay importable here, where the wake-token guide first documented them.
 from .tokens import REDACTED, redact_wake_tokens
 
 __all__ = [
+    "ANY_KIND",
+    "ANY_SEPARATOR",
     "REDACTED",
     "check_event",
+    "first_signal",
     "now",
     "patched",
     "redact_wake_tokens",
     "sleep",
+    "wait_events",
     "wait_for",
+    "wait_for_any",
     "wake_token",
 ]
+
+#: The node kind of a ``wait_for_any`` (``any:approve|reject#1``) and the separator
+#: of its events, in the node id and in the wait row's ``event`` column.
+ANY_KIND = "any"
+ANY_SEPARATOR = "|"
 
 T = TypeVar("T")
 
@@ -67,6 +80,80 @@ async def wait_for(event: str, *, timeout: timedelta | None = None, type: Any = 
     if timeout is not None and (not isinstance(timeout, timedelta) or timeout <= timedelta()):
         raise StarflowError(f"wait_for timeout must be a positive timedelta: {timeout!r}")
     return await _engine("wait_for").wait(event, timeout, type)
+
+
+async def wait_for_any(*events: str, timeout: timedelta | None = None,
+                       types: Mapping[str, Any] | None = None) -> tuple[str, Any]:
+    """Wait durably for the first of several signals; return ``(event, payload)``.
+
+    ::
+
+        event, payload = await starflow.wait_for_any("approve", "reject",
+                                                     timeout=timedelta(days=2))
+
+    The oldest queued signal among ``events`` wins (a signal sent before the
+    run got here counts); signals for the other events stay in the inbox for
+    a later wait. Recorded as one node (``any:approve|reject#1``), so a replay
+    returns the same winner. Two signals racing for a paused run: exactly one
+    wakes it, the other is kept.
+
+    Args:
+        events: Two or more distinct signal names (without ``#`` or ``|``).
+        timeout: Give up after this long: raises :class:`~starflow.WaitTimeout`.
+        types: Convert the payload of an event to a type, per event name
+            (``{"approve": Approval}``); others are returned as decoded JSON.
+
+    Raises:
+        WaitTimeout: the timeout passed before any of the signals.
+        InvalidArgument: fewer than two events, a repeated or bad name, a
+            ``types`` key that is not one of ``events``.
+        StarflowError: called outside a workflow run, or inside a step.
+    """
+    names = check_any_events(events)
+    if timeout is not None and (not isinstance(timeout, timedelta) or timeout <= timedelta()):
+        raise InvalidArgument(f"wait_for_any timeout must be a positive timedelta: {timeout!r}")
+    chosen = dict(types or {})
+    unknown = sorted(set(chosen) - set(names), key=str)
+    if unknown:
+        raise InvalidArgument(f"wait_for_any types= names events it does not wait for: "
+                              f"{unknown!r} (events: {list(names)!r})")
+    result: tuple[str, Any] = await _engine("wait_for_any").wait_any(names, timeout, chosen)
+    return result
+
+
+def check_any_events(events: Iterable[object]) -> tuple[str, ...]:
+    """The events of a ``wait_for_any``, checked: two or more, distinct, each a
+    signal name without ``|`` (the separator of the node id)."""
+    names = tuple(events)
+    if len(names) < 2:
+        raise InvalidArgument(f"wait_for_any needs two or more events, got {list(names)!r}: "
+                              "for one event use wait_for")
+    for name in names:
+        check_event(name, "wait_for_any")
+        assert isinstance(name, str)
+        if ANY_SEPARATOR in name:
+            raise InvalidArgument(f"wait_for_any event names may not contain "
+                                  f"{ANY_SEPARATOR!r}: {name!r}")
+    if len(set(names)) != len(names):
+        raise InvalidArgument(f"wait_for_any events must be distinct: {list(names)!r}")
+    return names  # type: ignore[return-value]
+
+
+def wait_events(node_id: str, event: str | None) -> tuple[str, ...]:
+    """The signal names that wake a wait: its ``event``, or each event of a
+    ``wait_for_any`` node (``any:…``). None for a sleep or a step job."""
+    if event is None:
+        return ()
+    if node_id.startswith(ANY_KIND + ":"):
+        return tuple(event.split(ANY_SEPARATOR))
+    return (event,)
+
+
+async def first_signal(adapter: WorkflowStateAdapter, run_id: str,
+                       events: Iterable[str]) -> SignalRecord | None:
+    """The oldest queued signal for any of ``events`` (inbox order is signal id)."""
+    found = [s for s in [await adapter.find_signal(run_id, e) for e in events] if s is not None]
+    return min(found, key=lambda s: s.id) if found else None
 
 
 async def sleep(duration: timedelta) -> None:

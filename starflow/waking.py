@@ -17,13 +17,14 @@ import msgspec
 
 from . import serde
 from .adapters.units import Guard
-from .context import checkpoint_wait
+from .context import CANCEL_EVENT, checkpoint_wait
 from .driving import ACTIVE_STATUSES, Driver, RunHandle
 from .errors import InvalidWakeToken, RunFinished, WorkflowDefinitionError
 from .execution import Outcome
-from .failure import wait_timeout_error
+from .failure import CANCELLED_TYPE, cancelled_error, wait_timeout_error
 from .records import RunEvent, RunInfo, WaitRecord
-from .waits import check_event
+from .updates import check_update_id, update_event, update_marker
+from .waits import ANY_KIND, check_event, first_signal, wait_events
 
 __all__ = ["Waker"]
 
@@ -55,11 +56,56 @@ class Waker(Driver):
         the pause committed would otherwise sit there.
         """
         handle = await super().settle(run_id, outcome)
+        if handle.status == "paused":
+            # A cancel requested while the execution ran reaches the wait it paused on.
+            woke = await self.deliver_cancel(run_id)
+            if woke is not None:
+                return woke
         if handle.status == "paused" and handle.waiting_for is not None:
             woke = await self.deliver(run_id, handle.waiting_for)
             if woke is not None:
                 return woke
         return handle
+
+    async def deliver_cancel(self, run_id: str) -> RunHandle[Any] | None:
+        """Wake a paused run with a pending cancel: its wait fails with RunCancelled.
+
+        The request (an inbox entry) is consumed by the wake; the workflow code
+        then gets :class:`~starflow.RunCancelled` at that wait and runs its
+        cleanup. A worker job the run waits on is failed in the same unit.
+        """
+        for _ in range(3):
+            signal = await self.adapter.find_signal(run_id, CANCEL_EVENT)
+            if signal is None:
+                return None
+            run = await self.adapter.get_run(run_id)
+            if run is None or run.status != "paused":
+                return None
+            wait = checkpoint_wait(run.checkpoint_json)
+            if wait is None or wait.node_id is None:
+                return None
+
+            async def fail_jobs(now: datetime, run_id: str = run_id) -> None:
+                await self.adapter.fail_run_jobs(run_id, error={
+                    "type": CANCELLED_TYPE, "attempts": 0,
+                    "message": f"run {run_id} was cancelled before this job finished"},
+                    now=now)
+
+            drive = True
+            if run.start_mode == "inline":
+                try:
+                    await self.resolve(run)
+                except WorkflowDefinitionError:
+                    # A process without the workflow's code (the CLI without --app):
+                    # the cleanup runs where the code is (the workers).
+                    drive = False
+            handle = await self.wake(run, wait.node_id, via="cancel",
+                                     error=cancelled_error(wait.node_id), signal_id=signal.id,
+                                     also=fail_jobs if wait.job_id is not None else None,
+                                     drive=drive)
+            if handle is not None:
+                return handle
+        return None
 
     async def wake(self, run: RunInfo, node_id: str, *, via: str, output: Any = None,
                    timed_out: bool = False, signal_id: int | None = None,
@@ -125,19 +171,31 @@ class Waker(Driver):
         return await self.drive(fresh)
 
     async def deliver(self, run_id: str, event: str) -> RunHandle[Any] | None:
-        """Wake the run if it is paused on ``event`` and a signal for it is queued."""
+        """Wake the run if it is paused on ``event`` and a signal for it is queued.
+
+        ``event`` is a signal name, or the ``waiting_for`` of a paused handle
+        (for a ``wait_for_any``, its events joined by ``|``). A ``wait_for_any``
+        is woken by the oldest signal among its events, with ``{"event",
+        "payload"}``; the wake's guard (the wait row still there) lets exactly
+        one of two racing signals win, and the other stays queued.
+        """
         for _ in range(3):
-            signal = await self.adapter.find_signal(run_id, event)
-            if signal is None:
-                return None
             run = await self.adapter.get_run(run_id)
             if run is None or run.status != "paused":
                 return None
             waits = await self.adapter.list_waits(run_id)
-            wait = next((w for w in waits if w.event == event), None)
+            wait = next((w for w in waits if w.event == event
+                         or event in wait_events(w.node_id, w.event)), None)
             if wait is None:
                 return None
-            handle = await self.wake(run, wait.node_id, via="signal", output=signal.payload,
+            events = wait_events(wait.node_id, wait.event)
+            signal = await first_signal(self.adapter, run_id, events)
+            if signal is None:
+                return None
+            output = signal.payload
+            if wait.node_id.startswith(ANY_KIND + ":"):
+                output = {"event": signal.event, "payload": signal.payload}
+            handle = await self.wake(run, wait.node_id, via="signal", output=output,
                                      signal_id=signal.id)
             if handle is not None:
                 return handle
@@ -157,6 +215,43 @@ class Waker(Driver):
         self._log.debug("signal queued", run_id=run_id, signal=event)
         handle = await self.deliver(run_id, event)
         return handle if handle is not None else await self.handle(run_id)
+
+    async def request_update(self, run_id: str, name: str, payload: Any,
+                             update_id: str) -> RunHandle[Any] | None:
+        """Queue update ``update_id`` for the run (once per id) and deliver it if the
+        run is paused receiving ``name``; ``None`` if it was queued before."""
+        check_event(name, "update", run_id=run_id)
+        check_update_id(update_id, run_id=run_id)
+        encoded = serde.to_builtins(payload, what=f"payload of update {name!r}", run_id=run_id)
+        run = await self._unfinished(run_id, "update")
+        now = self.clock.now()
+        # The marker and the guard make a second call with this id queue nothing (the
+        # guard locks the run row, so two concurrent calls cannot both pass it).
+        guard = Guard(run_id=run_id, status_in=ACTIVE_STATUSES,
+                      no_signal=update_marker(update_id))
+        async with self.adapter.unit(guard=guard) as unit:
+            await self.adapter.enqueue_signal(run_id, update_event(name),
+                                              {"id": update_id, "payload": encoded}, now=now)
+            await self.adapter.enqueue_signal(run_id, update_marker(update_id), None, now=now)
+        if not unit.held:
+            current = await self.adapter.get_run(run_id)
+            if current is None or current.is_terminal:
+                raise RunFinished(run_id, current.status if current else "gone", "update")
+            return None
+        self._log.debug("update queued", run_id=run.id, update=name, update_id=update_id)
+        return await self.deliver(run_id, update_event(name))
+
+    async def update_answer(self, run_id: str, update_id: str
+                            ) -> tuple[str, dict[str, Any]] | None:
+        """The recorded answer to update ``update_id``: its node id and output."""
+        for event in await self.adapter.list_events(run_id):
+            if (event.event_type == "node_complete" and event.node_id is not None
+                    and event.node_id.startswith("reply:")):
+                body = event.payload_json if isinstance(event.payload_json, dict) else {}
+                output = body.get("output")
+                if isinstance(output, dict) and output.get("update_id") == update_id:
+                    return event.node_id, output
+        return None
 
     async def resume(self, token: str, payload: Any) -> RunHandle[Any]:
         claims = self.keyring.verify(token, workspace_id=self.adapter.workspace_id,
@@ -186,6 +281,11 @@ class Waker(Driver):
                 "already_used" if used else "wrong_wait",
                 f"run {run.id} is not waiting at {claims.n}"
                 + (": that wait was already woken" if used else ""),
+                run_id=run.id, node_id=claims.n)
+        if claims.n.startswith((ANY_KIND + ":", "receive:")):
+            raise InvalidWakeToken(
+                "wrong_wait", f"run {run.id} waits at {claims.n}, which is woken by a signal "
+                "(wait_for_any) or an update (receive), not by a wake token",
                 run_id=run.id, node_id=claims.n)
         handle = await self.wake(run, claims.n, via="token", output=encoded)
         if handle is None:

@@ -6,7 +6,7 @@ import os
 import shutil
 import tempfile
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Literal, ParamSpec, TypeVar, overload
 
@@ -366,9 +366,9 @@ class WorkflowEnvironment:
         """``Starflow.resume``: wake a wait through its token."""
         return await self._skipping(lambda: self.app.resume(wake_token, payload))
 
-    async def cancel(self, run_id: str) -> RunHandle[Any]:
-        """``Starflow.cancel``."""
-        return await self.app.cancel(run_id)
+    async def cancel(self, run_id: str, *, force: bool = False) -> RunHandle[Any]:
+        """``Starflow.cancel``: the cleanup of a paused inline run runs in this call."""
+        return await self._skipping(lambda: self.app.cancel(run_id, force=force))
 
     @overload
     async def result(self, run_id: RunHandle[R], timeout: timedelta | float | None = None
@@ -412,9 +412,12 @@ class WorkflowEnvironment:
         return await self.app.get_run(run_id)
 
     async def list_runs(self, status: str | None = None, template_id: str | None = None,
-                        limit: int = 50) -> list[RunInfo]:
+                        limit: int = 50,
+                        attributes: Mapping[str, str | int | bool] | None = None
+                        ) -> list[RunInfo]:
         """``Starflow.list_runs``."""
-        return await self.app.list_runs(status=status, template_id=template_id, limit=limit)
+        return await self.app.list_runs(status=status, template_id=template_id, limit=limit,
+                                        attributes=attributes)
 
     async def events(self, run_id: str) -> list[RunEvent]:
         """``Starflow.events``."""

@@ -167,6 +167,50 @@ class TestWorkerDeployment:
         assert "recovered run: runner_lost (requeued, was leased by crashed-worker)" in out
 
 
+class TestMessaging:
+    """The examples of the "Talking to a running workflow" guide."""
+
+    def test_approve_or_reject(self, tmp_path: Path) -> None:
+        """Two racing signals: one decides, the other stays in the inbox."""
+        out = run_example("approve_or_reject.py", tmp_path)
+        assert "run is paused waiting for approve|reject" in out
+        assert ("result: 120 approved by ann" in out) != ("result: 120 rejected by bob" in out)
+        assert "the other signal is still in the inbox: True" in out
+
+    def test_cancel_with_compensation(self, tmp_path: Path) -> None:
+        """The cancel reaches the wait, the compensation runs once, the run ends cancelled."""
+        out = run_example("cancel_with_compensation.py", tmp_path)
+        assert "after cancel the run is cancelled" in out
+        assert "steps run: ['reserve_seat', 'release_seat']" in out
+        assert "  node_error wait:paid#1" in out
+        assert out.rstrip().endswith("run_cancelled")
+
+    def test_cart_updates(self, tmp_path: Path) -> None:
+        """Replies, a retry answered once, a rejection."""
+        out = run_example("cart_updates.py", tmp_path)
+        assert "items after adding a book: 1\nthe same request retried: 1\n" in out
+        assert "rejected: book is already in the cart" in out
+        assert "items after adding a pen: 2" in out
+        assert "result: ['book', 'pen']" in out
+
+    def test_replay_quiet_logger(self, tmp_path: Path) -> None:
+        """print repeats on each replay; starflow.logger lines appear once each."""
+        out = run_example("replay_quiet_logger.py", tmp_path)
+        assert out.count("print: body runs") == 3
+        logged = [line for line in out.splitlines() if line.startswith("log: ")]
+        assert logged == ["log: order o-1 started [None]",
+                          "log: charged 42; waiting for shipment [step:charge#1]",
+                          "log: shipped [wait:shipped#1]",
+                          "log: delivered [wait:delivered#1]"]
+
+    def test_find_by_attributes(self, tmp_path: Path) -> None:
+        """list_runs(attributes=...) finds the runs tagged so, and only them."""
+        out = run_example("find_by_attributes.py", tmp_path)
+        assert "customer c-42: [('c-42', 'eu'), ('c-42', 'us')]" in out
+        assert "region eu: [('c-42', 'eu'), ('c-7', 'eu')]" in out
+        assert "urgent in eu: [('c-42', 'eu')]" in out
+
+
 class TestWebUI:
     """examples/web_ui.py: the page served by uvicorn, read and acted on over HTTP."""
 

@@ -69,7 +69,8 @@ def test_error_classes_are_pinned_and_drawn() -> None:
         "NonDeterminismError", "ReservedKeyError", "ResultTimeout", "RunCancelled",
         "RunFinished", "RunIdConflict", "RunNotFound", "ScheduleNotFound",
         "SerializationError", "StarflowError", "StepFailed", "StorageError",
-        "WaitTimeout", "WarmTierError", "WorkflowDefinitionError", "WorkflowFailed",
+        "UpdateRejected", "WaitTimeout", "WarmTierError", "WorkflowDefinitionError",
+        "WorkflowFailed",
     ]
     # RunnerKilled is the test harness's (a simulated SIGKILL): starflow_testing exports it.
     import starflow_testing

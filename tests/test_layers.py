@@ -46,6 +46,7 @@ LAYERS: dict[str, str] = {
     "starflow.ui.scopes": "face",
     "starflow.ui.views": "face",
     # runtime: executes runs
+    "starflow.attributes": "runtime",
     "starflow.context": "runtime",
     "starflow.decorators": "runtime",
     "starflow.driving": "runtime",
@@ -64,8 +65,10 @@ LAYERS: dict[str, str] = {
     "starflow.runner": "runtime",
     "starflow.session": "runtime",
     "starflow.waits": "runtime",
+    "starflow.updates": "runtime",
     "starflow.waking": "runtime",
     "starflow.worker": "runtime",
+    "starflow.workflow_logger": "runtime",
     # warm: the warm tier and the mirror that feeds it from the cold tier
     "starflow.warm": "warm",
     "starflow.warm.base": "warm",

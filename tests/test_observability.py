@@ -254,7 +254,7 @@ class TestMetrics:
                 await clock.advance(timedelta(seconds=2))  # two heartbeats
                 assert sample(registry, "starflow_lease_refreshes_total", result="ok") == 2
                 (run,) = await sf.list_runs()
-                await sf.cancel(run.id)
+                await sf.cancel(run.id, force=True)
         assert result["handle"].status == "cancelled"
         assert sample(registry, "starflow_leases_lost_total") == 1
         assert sample(registry, "starflow_runs_total", workflow="obs-hold",

@@ -57,6 +57,7 @@ from .units import (
     Mark,
     Op,
     UpdateRun,
+    UpsertAttribute,
     UpsertSessionVar,
 )
 
@@ -725,6 +726,11 @@ def _static_sql(d: Dialect, kind: type[Op]) -> str:
                 f"created_at) VALUES ({', '.join(p(i) for i in range(1, 7))})")
     if kind is DeleteSignal:
         return f"DELETE FROM workflow_signals WHERE id = {p(1)} AND {kt(2)}"
+    if kind is UpsertAttribute:
+        return ("INSERT INTO workflow_run_attributes (run_id, workspace_id, env, key, value, "
+                f"updated_at) VALUES ({', '.join(p(i) for i in range(1, 7))}) "
+                "ON CONFLICT (run_id, key) DO UPDATE SET value = excluded.value, "
+                "updated_at = excluded.updated_at")
     if kind is UpsertSessionVar:
         return ("INSERT INTO workflow_session_vars (workspace_id, env, session_id, key, "
                 f"value_json, run_id, keep_until, updated_at) VALUES "
@@ -798,6 +804,9 @@ def op_sql(d: Dialect, op: Op, ws: str, env: str) -> tuple[str, tuple[Any, ...]]
                      d.ts(op.created_at))
     if isinstance(op, DeleteSignal):
         return sql, (op.signal_id, ws, env)
+    if isinstance(op, UpsertAttribute):
+        return sql, (d.key(op.run_id, "run id"), ws, env, op.key, op.value,
+                     d.ts(op.updated_at))
     if isinstance(op, UpsertSessionVar):
         return sql, (ws, env, op.session_id, op.key, d.json(op.value),
                      d.key(op.run_id, "run id"), d.ts(op.keep_until), d.ts(op.updated_at))
@@ -972,9 +981,11 @@ class Queries:
             f"AND template_id = {p(6)} AND debounce_key = {p(7)} AND claim_state = 'queued' "
             "AND claim_attempts = 0 RETURNING id")
 
-    def list_runs(self, status: bool, template_id: bool, since: bool) -> str:
-        """Arguments: (ws, env, [status], [template_id], [since], limit)."""
-        return _list_runs_sql(self.d, status, template_id, since)
+    def list_runs(self, status: bool, template_id: bool, since: bool,
+                  attributes: int = 0) -> str:
+        """Arguments: (ws, env, [status], [template_id], [since],
+        ``attributes`` x (ws, env, key, value), limit)."""
+        return _list_runs_sql(self.d, status, template_id, since, attributes)
 
     def list_jobs(self, run_id: bool, status: bool) -> str:
         """Arguments: (ws, env, [run_id], [status], limit)."""
@@ -1028,7 +1039,8 @@ def _update_schedule_sql(d: Dialect, columns: tuple[str, ...]) -> str:
 
 
 @functools.cache
-def _list_runs_sql(d: Dialect, status: bool, template_id: bool, since: bool) -> str:
+def _list_runs_sql(d: Dialect, status: bool, template_id: bool, since: bool,
+                   attributes: int = 0) -> str:
     where = [d.tenant(1)]
     n = 3
     for clause, present in (("status = ", status), ("template_id = ", template_id),
@@ -1036,6 +1048,11 @@ def _list_runs_sql(d: Dialect, status: bool, template_id: bool, since: bool) -> 
         if present:
             where.append(f"{clause}{d.p(n)}")
             n += 1
+    for _ in range(attributes):
+        # One lookup per attribute on idx_workflow_run_attributes_lookup.
+        where.append(f"id IN (SELECT run_id FROM workflow_run_attributes WHERE "
+                     f"{d.tenant(n)} AND key = {d.p(n + 2)} AND value = {d.p(n + 3)})")
+        n += 4
     # started_at DESC matches idx_workflow_runs_workspace_started.
     return (f"SELECT {RUN_COLUMNS} FROM workflow_runs WHERE {' AND '.join(where)} "
             f"ORDER BY started_at DESC, id LIMIT {d.p(n)}")
@@ -1071,7 +1088,7 @@ ENDED_STATUSES = ("cancelled", "error", "success")
 #: enumerate the tables with a ``run_id`` column from the schema and fail if
 #: one is missing here.
 PRUNED_TABLES = ("workflow_run_events", "workflow_waits", "workflow_signals", "worker_jobs",
-                 "mirror_outbox", "workflow_session_vars")
+                 "mirror_outbox", "workflow_session_vars", "workflow_run_attributes")
 
 
 def parent_column_sql(d: Dialect) -> str:

@@ -83,6 +83,7 @@ from .units import (
     Unit,
     UpdateRun,
     UpdateSchedule,
+    UpsertAttribute,
     UpsertSchedule,
     UpsertSessionVar,
 )
@@ -447,6 +448,13 @@ class WorkflowStateAdapter(abc.ABC):
                           {"phase": ctx.phase, "previous": previous}, now)
         return True
 
+    async def set_attributes(self, run_id: str, attributes: Mapping[str, str], *,
+                             now: datetime) -> None:
+        """UPSERT the run's searchable attributes (values are their JSON text)."""
+        for key, value in attributes.items():
+            await self._submit(UpsertAttribute(method="set_attributes", run_id=run_id, key=key,
+                                               value=value, updated_at=now))
+
     async def session_set(self, session_id: str, key: str, value: Any, *, now: datetime,
                           run_id: str | None = None, keep_until: datetime | None = None
                           ) -> None:
@@ -533,8 +541,10 @@ class WorkflowStateAdapter(abc.ABC):
 
     @abc.abstractmethod
     async def list_runs(self, *, status: str | None = None, template_id: str | None = None,
-                        since: datetime | None = None, limit: int = 50) -> list[RunInfo]:
-        """Runs in scope, newest first."""
+                        since: datetime | None = None, limit: int = 50,
+                        attributes: Mapping[str, str] | None = None) -> list[RunInfo]:
+        """Runs in scope, newest first; ``attributes`` (key -> JSON text of the value)
+        keeps the runs that have every one of them."""
 
     @abc.abstractmethod
     async def list_runs_page(self, query: RunPageQuery) -> RunPage:
@@ -790,9 +800,10 @@ class DelegatingAdapter(WorkflowStateAdapter):
         return await self.inner.get_run(run_id)
 
     async def list_runs(self, *, status: str | None = None, template_id: str | None = None,
-                        since: datetime | None = None, limit: int = 50) -> list[RunInfo]:
+                        since: datetime | None = None, limit: int = 50,
+                        attributes: Mapping[str, str] | None = None) -> list[RunInfo]:
         return await self.inner.list_runs(status=status, template_id=template_id,
-                                          since=since, limit=limit)
+                                          since=since, limit=limit, attributes=attributes)
 
     async def list_runs_page(self, query: RunPageQuery) -> RunPage:
         return await self.inner.list_runs_page(query)

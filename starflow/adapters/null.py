@@ -7,7 +7,7 @@ never be resumed, and queries find no runs.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -65,7 +65,8 @@ class NullWorkflowStateAdapter(WorkflowStateAdapter):
         return None
 
     async def list_runs(self, *, status: str | None = None, template_id: str | None = None,
-                        since: datetime | None = None, limit: int = 50) -> list[RunInfo]:
+                        since: datetime | None = None, limit: int = 50,
+                        attributes: Mapping[str, str] | None = None) -> list[RunInfo]:
         return []
 
     async def list_runs_page(self, query: RunPageQuery) -> RunPage:

@@ -47,7 +47,7 @@ import hashlib
 import re
 import secrets
 import uuid
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -770,11 +770,16 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
         return run_info(row, POSTGRES) if row is not None else None
 
     async def list_runs(self, *, status: str | None = None, template_id: str | None = None,
-                        since: datetime | None = None, limit: int = 50) -> list[RunInfo]:
-        sql = Q.list_runs(status is not None, template_id is not None, since is not None)
+                        since: datetime | None = None, limit: int = 50,
+                        attributes: Mapping[str, str] | None = None) -> list[RunInfo]:
+        pairs = list((attributes or {}).items())
+        sql = Q.list_runs(status is not None, template_id is not None, since is not None,
+                          len(pairs))
         async with self._connection("list_runs") as conn:
             rows = await conn.fetch(sql, self.workspace_id, self.env,
                                     *(v for v in (status, template_id, since) if v is not None),
+                                    *(v for k, val in pairs
+                                      for v in (self.workspace_id, self.env, k, val)),
                                     int(limit))
         return [run_info(r, POSTGRES) for r in rows]
 

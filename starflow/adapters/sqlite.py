@@ -20,7 +20,7 @@ import functools
 import sqlite3
 import threading
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -595,11 +595,15 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
         return await self._lookup(q)
 
     async def list_runs(self, *, status: str | None = None, template_id: str | None = None,
-                        since: datetime | None = None, limit: int = 50) -> list[RunInfo]:
+                        since: datetime | None = None, limit: int = 50,
+                        attributes: Mapping[str, str] | None = None) -> list[RunInfo]:
+        pairs = list((attributes or {}).items())
         args = [self.workspace_id, self.env,
                 *(v for v in (status, template_id, SQLITE.ts(since)) if v is not None),
+                *(v for k, val in pairs for v in (self.workspace_id, self.env, k, val)),
                 int(limit)]
-        sql = Q.list_runs(status is not None, template_id is not None, since is not None)
+        sql = Q.list_runs(status is not None, template_id is not None, since is not None,
+                          len(pairs))
         return await self._call(lambda conn: [run_info(r, SQLITE)
                                               for r in conn.execute(sql, args)])
 

@@ -63,6 +63,7 @@ __all__ = [
     "Unit",
     "UpdateRun",
     "UpdateSchedule",
+    "UpsertAttribute",
     "UpsertSchedule",
     "UpsertSessionVar",
 ]
@@ -129,6 +130,15 @@ class InsertEvent(Op, frozen=True, kw_only=True):
     node_id: str | None
     payload: Any
     created_at: datetime
+
+
+class UpsertAttribute(Op, frozen=True, kw_only=True):
+    """Set one searchable attribute of a run (``value`` is its JSON text)."""
+
+    run_id: str
+    key: str
+    value: str
+    updated_at: datetime
 
 
 class UpsertSessionVar(Op, frozen=True, kw_only=True):

@@ -113,11 +113,18 @@ async def _resume(ns: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-@command("cancel", help="cancel a run (a running one stops at its next step boundary)",
-         args=[app_args, db_args], configure=run_args)
+def _cancel_args(parser: argparse.ArgumentParser) -> None:
+    run_args(parser)
+    parser.add_argument("--force", action="store_true",
+                        help="end the run now without running its cleanup code")
+
+
+@command("cancel", help="cancel a run: it gets RunCancelled at its current await and runs "
+         "its cleanup (--force: stop it now, no cleanup)",
+         args=[app_args, db_args], configure=_cancel_args)
 async def _cancel(ns: argparse.Namespace) -> int:
     async with open_app(ns, must_exist=True) as sf:
-        handle = await sf.cancel(ns.run_id)
+        handle = await sf.cancel(ns.run_id, force=ns.force)
     _report(handle, "cancelled", ns.json)
     return EXIT_OK
 

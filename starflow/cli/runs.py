@@ -163,8 +163,19 @@ def _ms(value: float | None, sign: str = "") -> str | None:
 # ---------------------------------------------------------------------------
 
 
+def _attr_arg(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"--attr wants KEY=VALUE, got {text!r}")
+    return key, value
+
+
 def _list_args(parser: argparse.ArgumentParser) -> None:
     _filters(parser)
+    parser.add_argument("--attr", type=_attr_arg, action="append", default=None,
+                        metavar="KEY=VALUE",
+                        help="only runs with this attribute (starflow.set_attributes; the "
+                             "value is matched as a string); repeat for several")
     parser.add_argument("--limit", type=positive_int, default=50, metavar="N",
                         help="at most N runs, newest first (default 50)")
     parser.add_argument("--stuck", action="store_true",
@@ -185,7 +196,8 @@ async def _runs_list(ns: argparse.Namespace) -> int:
                     ][:ns.limit]
         else:
             runs = await sf.list_runs(status=ns.status, template_id=ns.template,
-                                      limit=ns.limit, since=since)
+                                      limit=ns.limit, since=since,
+                                      attributes=dict(ns.attr) if ns.attr else None)
     if ns.json:
         write_json([run_summary(r) for r in runs])
         return EXIT_OK

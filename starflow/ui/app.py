@@ -550,8 +550,8 @@ class UI:
                            "written", 409)
         if form.get("confirmed") != "yes":
             return self._confirm(request, f"Cancel run {run.id} ({run.template_id}, now "
-                                 f"{run.status})? A running run stops at its next step "
-                                 "boundary.", {}, run=run)
+                                 f"{run.status})? It gets RunCancelled where it waits "
+                                 "or runs and may run its cleanup steps.", {}, run=run)
         await self.sf.cancel(run.id)
         return _see_other(request, run.id, "cancel")
 

@@ -71,6 +71,7 @@ async def seed(adapter: PostgresWorkflowStateAdapter) -> str:
     await adapter.enqueue_signal(run_id, "go", {"secret": 1}, now=T0)
     await adapter.emit_wait_wake(run_id, "wait:go#1", "go", None, now=T0)
     await adapter.session_set("session", "key", "secret", now=T0)
+    await adapter.set_attributes(run_id, {"customer": '"secret"'}, now=T0)
     await adapter.ensure_definition("wf", 1, "hash", now=T0)
     await adapter.get_secret("wake", now=T0)
     await adapter.insert_job(JobSpec(

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import anyio
 
-from starflow import Starflow
+from starflow import Starflow, set_attributes, workflow
 from starflow.cli.runs import Progress, parse_since
 from starflow.history import load_history
 
@@ -253,3 +253,29 @@ def test_reads_write_nothing(cli: Cli, seeded: Seeded) -> None:
                  ["runs", "events", seeded.paused[0]], ["runs", "export", "--all"]):
         assert cli(*args, "--db", seeded.url).code == 0
     assert anyio.run(_statuses, seeded.url) == before
+
+
+@workflow(name="cli_tagged", version=1)
+async def cli_tagged(customer: str) -> str:
+    set_attributes(customer=customer)
+    return customer
+
+
+class TestRunsListByAttribute:
+    """`starflow runs list --attr key=value` filters by starflow.set_attributes."""
+
+    def test_attr_filter(self, cli: Cli, tmp_path: Path) -> None:
+        url = f"sqlite:///{tmp_path / 'attrs.db'}"
+
+        async def seed_tagged() -> list[str]:
+            async with Starflow.open(url, maintenance=False) as sf:
+                return [(await sf.run(cli_tagged, c)).run_id for c in ("c-42", "c-7")]
+
+        first, _ = anyio.run(seed_tagged)
+        found = json.loads(cli("runs", "list", "--db", url, "--json",
+                               "--attr", "customer=c-42").out)
+        assert [r["id"] for r in found] == [first]
+        none = cli("runs", "list", "--db", url, "--attr", "customer=nobody")
+        assert none.code == 0 and "no runs match" in none.err
+        assert "KEY=VALUE" in cli.fails("runs", "list", "--db", url, "--attr", "customer",
+                                        code=2)

@@ -33,6 +33,7 @@ from starflow.adapters.units import (
     InsertSignal,
     InsertWait,
     Unit,
+    UpsertAttribute,
     UpsertSessionVar,
 )
 from starflow.records import JobSpec
@@ -81,6 +82,8 @@ async def seed_run(adapter: WorkflowStateAdapter, *, status: str, ended: datetim
                                           pool="p", step_name="s",
                                           idempotency_key=f"{run_id}:j", input={}),
                   created_at=START),
+        UpsertAttribute(method="t", run_id=run_id, key="customer", value='"c-1"',
+                        updated_at=START),
         UpsertSessionVar(method="t", session_id=f"s-{run_id}", key="a", value=1,
                          run_id=run_id, keep_until=None, updated_at=START),
         UpsertSessionVar(method="t", session_id=f"s-{run_id}", key="b", value=2,

@@ -26,6 +26,7 @@ from starflow.adapters.units import (
     InsertSignal,
     InsertWait,
     Unit,
+    UpsertAttribute,
     UpsertSessionVar,
 )
 from starflow.records import JobSpec
@@ -70,6 +71,7 @@ def _ops(run_id: str) -> list[Any]:
                                           pool="p", step_name="s",
                                           idempotency_key=f"{run_id}:j", input={}),
                   created_at=START),
+        UpsertAttribute(method="t", run_id=run_id, key="k", value="1", updated_at=START),
         UpsertSessionVar(method="t", session_id=run_id, key="k", value=1, run_id=run_id,
                          keep_until=START, updated_at=START),
     ]
@@ -110,7 +112,7 @@ async def test_sigkill_mid_prune_leaves_whole_runs(db_url: str, workspace_id: st
         per_run = await counts(adapter, ids)
         whole = {"workflow_runs": 1, "workflow_run_events": 3, "workflow_waits": 1,
                  "workflow_signals": 1, "worker_jobs": 1, "mirror_outbox": 1,
-                 "workflow_session_vars": 1}
+                 "workflow_session_vars": 1, "workflow_run_attributes": 1}
         present = 0
         for run_id in ids:
             rows = {t: n for (t, who), n in per_run.items() if who == run_id}

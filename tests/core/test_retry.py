@@ -88,7 +88,7 @@ class TestRetry:
         missing = str(uuid.uuid4())
         with pytest.raises(RunNotFound):
             await sf.retry(missing)
-        await sf.cancel(paused.run_id)
+        await sf.cancel(paused.run_id, force=True)
         with pytest.raises(RunFinished, match="cancelled"):
             await sf.retry(paused.run_id)
         after = [len(await sf.events(r)) for r in (ok.run_id, paused.run_id)]

@@ -171,7 +171,7 @@ class TestCancel:
         seen_keys.clear()
         h = await sf.run(render_workflow(), 3)  # type: ignore[arg-type]
         assert h.status == "paused"
-        await sf.cancel(h.run_id)
+        await sf.cancel(h.run_id, force=True)
         (job,) = await sf.adapter.list_jobs(run_id=h.run_id)
         assert (job.status, job.error["type"]) == ("failed", "starflow.errors.RunCancelled")
         assert job.leased_by is None and job.completed_at is not None
@@ -194,7 +194,7 @@ class TestCancel:
         async with anyio.create_task_group() as tg:
             tg.start_soon(worker.work_once)
             await gate_started.wait()
-            await sf.cancel(h.run_id)
+            await sf.cancel(h.run_id, force=True)
             await clock.advance(sf.config.heartbeat_interval)  # the heartbeat finds it gone
 
             async def stopped() -> bool:

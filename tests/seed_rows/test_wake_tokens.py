@@ -193,7 +193,7 @@ class TestRejections:
         """The run ended without its wait being woken: RunFinished (nothing to resume), not
         already_used, and nothing written."""
         run_id, token = await self._paused(sf)
-        await sf.cancel(run_id)
+        await sf.cancel(run_id, force=True)
         before = await snapshot(sf, run_id)
         with pytest.raises(starflow.RunFinished) as err:
             await sf.resume(token, {"ok": True})

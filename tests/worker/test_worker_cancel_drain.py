@@ -25,7 +25,7 @@ class TestCancel:
             async with anyio.create_task_group() as tg:
                 assert await worker.claim_once(tg) == 1
                 await flows.started("c").wait()
-                handle = await sf.cancel(run_id)
+                handle = await sf.cancel(run_id, force=True)
                 assert handle.status == "cancelled"
                 await probe.until(lambda: worker.active == 0, "the engine to stop")
             run = await sf.get_run(run_id)
@@ -41,7 +41,7 @@ class TestCancel:
             async with anyio.create_task_group() as tg:
                 assert await sf.worker().claim_once(tg) == 1
             assert (await sf.get_run(run_id)).status == "paused"
-            assert (await sf.cancel(run_id)).status == "cancelled"
+            assert (await sf.cancel(run_id, force=True)).status == "cancelled"
             run = await sf.get_run(run_id)
             assert (run.status, run.checkpoint_json) == ("cancelled", None)
             assert await sf.adapter.list_waits(run_id) == []
@@ -52,7 +52,7 @@ class TestCancel:
     async def test_cancel_a_queued_run(self, open_app: OpenApp) -> None:
         async with open_app() as (sf, _):
             run_id = (await sf.start(flows.one_step, "q")).run_id
-            assert (await sf.cancel(run_id)).status == "cancelled"
+            assert (await sf.cancel(run_id, force=True)).status == "cancelled"
             async with anyio.create_task_group() as tg:
                 assert await sf.worker().claim_once(tg) == 0
             assert flows.EXECUTED == []

@@ -120,7 +120,7 @@ class TestCrossProcessCancel:
                     return any(k.endswith("step:long_step#1") for k, _, _ in side_effects(side))
 
                 await _wait(long_step_running, 20, "the long step to start")
-                handle = await sf.cancel(run_id)
+                handle = await sf.cancel(run_id, force=True)
                 assert handle.status == "cancelled"
 
                 async def stopped() -> bool:
