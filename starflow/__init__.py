@@ -44,6 +44,7 @@ from .failure import RunFailure
 from .jobs import JobWorker
 from .progress import progress
 from .records import PoolLimits, PoolUsage, RunEvent, RunInfo, ScheduleRecord
+from .retention import PruneReport
 from .runner import RunHandle
 from .session import session_get, session_set
 from .updates import UpdateRequest, receive
@@ -64,6 +65,7 @@ __all__ = [
     "NonDeterminismError",
     "PoolLimits",
     "PoolUsage",
+    "PruneReport",
     "ReservedKeyError",
     "ResultTimeout",
     "RetryPolicy",

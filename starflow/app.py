@@ -6,7 +6,7 @@ import math
 import os
 import secrets
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping
 from datetime import datetime, timedelta
 from typing import Any, ParamSpec, TypeVar, overload
 
@@ -37,6 +37,7 @@ from .limits import check_name, name_problem, normalize_run_id
 from .logs import get_logger
 from .maintenance import Maintenance
 from .records import RUN_STATUSES, PoolLimits, PoolUsage, RunEvent, RunInfo, ScheduleRecord
+from .retention import DEFAULT_BATCH_SIZE, PruneReport, prune_runs
 from .runner import RunHandle, Runner
 from .schedules import check_schedule, next_tick, start_scheduled_run, tick_run_id
 from .tokens import Keyring
@@ -814,6 +815,37 @@ class Starflow:
     async def sweep(self) -> int:
         """Run one lease-sweep pass now; returns how many runs it requeued or abandoned."""
         return await self.runner.sweep()
+
+    async def prune(self, older_than: timedelta | None = None, *,
+                    statuses: Collection[str] | None = None, workflow: str | None = None,
+                    export_dir: str | os.PathLike[str] | None = None, dry_run: bool = False,
+                    batch_size: int = DEFAULT_BATCH_SIZE) -> PruneReport:
+        """Delete ended runs (success, error, cancelled) that ended more than
+        ``older_than`` ago, with their events, waits, signals, outbox rows,
+        worker jobs and session vars (those not kept past now). Active runs, and
+        runs whose parent or a child is still active, are never deleted.
+
+        Args:
+            older_than: Age since a run ended; default ``config.retention``.
+            statuses: Only these ended statuses (default: all three).
+            workflow: Only runs of this workflow.
+            export_dir: First write each run's history there (JSON lines in the
+                format of ``starflow runs export``; ``starflow replay`` reads
+                it); a run is deleted only once its export is on disk.
+            dry_run: Delete nothing; the report counts and lists the runs.
+            batch_size: Runs per transaction.
+
+        Raises:
+            InvalidArgument: a bad argument, or neither ``older_than`` nor
+                ``config.retention`` is set (nothing is deleted).
+        """
+        age = older_than if older_than is not None else self.config.retention
+        if age is None:
+            raise InvalidArgument("prune needs older_than= (e.g. timedelta(days=30)) or "
+                              "StarflowConfig(retention=...)")
+        return await prune_runs(self.adapter, now=self.clock.now(), older_than=age,
+                                statuses=statuses, workflow=workflow, export_dir=export_dir,
+                                dry_run=dry_run, batch_size=batch_size)
 
     async def stuck_runs(self, limit: int = 1000) -> list[RunInfo]:
         """Queued runs no worker has claimed for ``config.stuck_after``, oldest first:

@@ -63,6 +63,11 @@ class StarflowConfig(msgspec.Struct, frozen=True, kw_only=True):
         warm_finished_ttl: How long the Redis warm tier keeps a run after it
             ended (success, error, cancelled): its keys then expire (24 h). Cold
             keeps the run; the warm tier serves live views.
+        retention: How long ended runs (success, error, cancelled) are kept after
+            they end; maintenance prunes older ones with their events, waits,
+            signals, outbox rows, jobs and session vars (``sf.prune``). None
+            (the default): keep every run forever.
+        prune_interval: How often maintenance prunes when ``retention`` is set (1 h).
     """
 
     lease_ttl: timedelta = timedelta(seconds=30)
@@ -83,6 +88,8 @@ class StarflowConfig(msgspec.Struct, frozen=True, kw_only=True):
     drift_sweep_interval: timedelta = timedelta(seconds=30)
     cancel_cleanup_timeout: timedelta = timedelta(minutes=5)
     warm_finished_ttl: timedelta = timedelta(hours=24)
+    retention: timedelta | None = None
+    prune_interval: timedelta = timedelta(hours=1)
 
     def __post_init__(self) -> None:
         problems: list[str] = []
@@ -98,12 +105,17 @@ class StarflowConfig(msgspec.Struct, frozen=True, kw_only=True):
             "cancel_cleanup_timeout",
             "warm_finished_ttl",
             "stuck_after",
+            "prune_interval",
         ):
             value: timedelta = getattr(self, name)
             if not isinstance(value, timedelta):
                 problems.append(f"{name} must be a timedelta, got {value!r}")
             elif value <= timedelta(0):
                 problems.append(f"{name} must be positive: {value.total_seconds():g} s")
+        if self.retention is not None and (
+                not isinstance(self.retention, timedelta) or self.retention <= timedelta(0)):
+            problems.append(f"retention must be a positive timedelta or None (keep forever), "
+                            f"got {self.retention!r}")
         if (
             isinstance(self.heartbeat_interval, timedelta)
             and isinstance(self.lease_ttl, timedelta)

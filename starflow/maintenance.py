@@ -20,6 +20,7 @@ from .clock import wait_event
 from .errors import StarflowError
 from .logs import get_logger
 from .records import WaitRecord
+from .retention import prune_runs
 from .runner import Runner
 from .schedules import ScheduleLoop
 from .warm.drainer import OutboxDrainer
@@ -80,6 +81,8 @@ class Maintenance:
                 tg.start_soon(self._stuck_loop)
                 tg.start_soon(self._timer_loop)
                 tg.start_soon(self._session_gc_loop)
+                if self.runner.config.retention is not None:
+                    tg.start_soon(self._prune_loop)
             if self.schedules is not None:
                 tg.start_soon(self.schedules.run)
             if self.drainer is not None:
@@ -184,6 +187,26 @@ class Maintenance:
             if removed:
                 log.info("expired session vars removed", count=removed)
 
+
+    async def prune_once(self) -> int:
+        """One retention pass (``StarflowConfig.retention``): how many runs it deleted."""
+        retention = self.runner.config.retention
+        if retention is None:
+            return 0
+        report = await prune_runs(self.runner.adapter, now=self.runner.clock.now(),
+                                  older_than=retention)
+        return report.runs
+
+    async def _prune_loop(self) -> None:
+        """Prune at boot, then every ``prune_interval`` (issue #24). Batches are
+        short transactions, so the loop never holds the tables active runs use."""
+        interval = self.runner.config.prune_interval.total_seconds()
+        while True:
+            try:
+                await self.prune_once()
+            except StarflowError as exc:
+                log.error("retention prune failed", error=str(exc))
+            await self.runner.clock.sleep(interval)
 
 
 class InlineTimers:

@@ -28,6 +28,7 @@ __all__ = [
     "OutboxRow",
     "PoolLimits",
     "PoolUsage",
+    "PrunedBatch",
     "RunEvent",
     "RunInfo",
     "ScheduleRecord",
@@ -143,6 +144,22 @@ class SweepResult(msgspec.Struct, frozen=True, kw_only=True):
     run_id: str
     leased_by: str | None
     action: str  # "requeued" or "abandoned"
+
+
+class PrunedBatch(msgspec.Struct, frozen=True, kw_only=True):
+    """One batch of a prune (:class:`~starflow.adapters.units.PruneRuns`).
+
+    Attributes:
+        run_ids: The runs deleted (a dry run: the runs that would be), oldest end first.
+        cursor: ``(completed_at, id)`` of the last run the batch looked at; the
+            next batch starts after it. None: the batch found no run.
+        rows: Rows deleted per table (run rows under ``workflow_runs``); empty
+            for a dry run.
+    """
+
+    run_ids: list[str]
+    cursor: tuple[datetime, str] | None
+    rows: dict[str, int] = msgspec.field(default_factory=dict)
 
 
 class JobSpec(msgspec.Struct, frozen=True, kw_only=True):

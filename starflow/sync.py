@@ -28,8 +28,9 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import os
 import threading
-from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator, Mapping
+from collections.abc import AsyncGenerator, Awaitable, Callable, Collection, Iterator, Mapping
 from datetime import datetime, timedelta
 from typing import Any, ParamSpec, TypeVar, overload
 
@@ -42,6 +43,7 @@ from .clock import Clock
 from .config import StarflowConfig
 from .errors import ConfigError, StarflowError
 from .records import PoolLimits, PoolUsage, RunEvent, RunInfo, ScheduleRecord
+from .retention import DEFAULT_BATCH_SIZE, PruneReport
 from .runner import RunHandle
 from .warm.base import LiveRun
 from .warm.drainer import OutboxStatus
@@ -306,6 +308,15 @@ class Starflow:
     def sweep(self) -> int:
         """:meth:`starflow.Starflow.sweep`."""
         return self._call(self._app.sweep)
+
+    def prune(self, older_than: timedelta | None = None, *,
+              statuses: Collection[str] | None = None, workflow: str | None = None,
+              export_dir: str | os.PathLike[str] | None = None, dry_run: bool = False,
+              batch_size: int = DEFAULT_BATCH_SIZE) -> PruneReport:
+        """:meth:`starflow.Starflow.prune`."""
+        return self._call(lambda: self._app.prune(
+            older_than, statuses=statuses, workflow=workflow, export_dir=export_dir,
+            dry_run=dry_run, batch_size=batch_size))
 
     # -- session variables ---------------------------------------------------------
 

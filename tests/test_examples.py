@@ -233,3 +233,14 @@ class TestWebUI:
         assert "runs page: 200 lists the run" in out
         assert "confirmation page: True" in out and "signal sent: 303 done=signal" in out
         assert "result: {'approved_by': 'ana', 'cents': 1999, 'item': 'lamp'}" in out
+
+
+class TestRetention:
+    """examples/retention.py: prune after 30 days, export first, replay the export."""
+
+    def test_prunes_ended_runs_keeps_the_paused_one(self, tmp_path: Path) -> None:
+        out = run_example("retention.py", tmp_path)
+        assert "a dry run would prune 3 runs" in out
+        assert "pruned 3 runs" in out and "'workflow_runs': 3" in out
+        assert "paused run kept: paused" in out
+        assert out.count("replayed retention-order ok") == 3

@@ -26,7 +26,7 @@ def test_starflow_core_names_are_public() -> None:
                 "StarflowConfig", "RetryPolicy", "WorkflowContext", "RunHandle", "RunInfo",
                 "RunEvent", "StarflowError", "NonDeterminismError", "WaitTimeout",
                 "LeaseLostError", "ReservedKeyError", "SerializationError", "InvalidWakeToken",
-                "RunNotFound", "RunFinished", "WorkflowFailed"}
+                "RunNotFound", "RunFinished", "WorkflowFailed", "PruneReport"}
     assert required <= set(starflow.__all__)
 
 

@@ -65,6 +65,7 @@ __all__ = [
     "ACTIVE_RUN",
     "CLAIM_ORDER",
     "DEFINITION_COLUMNS",
+    "ENDED_STATUSES",
     "EVENT_COLUMNS",
     "FLOW_RUN_COLUMNS",
     "INSERTABLE_RUN_COLUMNS",
@@ -73,6 +74,7 @@ __all__ = [
     "OUTBOX_COLUMNS",
     "POSTGRES",
     "POSTGRES_QUERIES",
+    "PRUNED_TABLES",
     "RUN_COLUMNS",
     "SCHEDULE_COLUMNS",
     "SCHEDULE_UPDATABLE",
@@ -97,8 +99,12 @@ __all__ = [
     "job_record",
     "op_sql",
     "outbox_row",
+    "parent_column_sql",
     "period_ms",
     "pool_limits",
+    "prune_delete_sql",
+    "prune_select_args",
+    "prune_select_sql",
     "require_uuid",
     "run_conditions",
     "run_event",
@@ -1069,6 +1075,93 @@ def _mark_outbox_sql(d: Dialect, count: int) -> str:
     n = 2 + d.width(count)
     return (f"UPDATE mirror_outbox SET applied_at = {d.p(1)} WHERE "
             f"{d.one_of('id', 2, count, 'bigint')} AND {d.tenant(n)} AND applied_at IS NULL")
+
+
+# ---------------------------------------------------------------------------
+# Retention: pruning ended runs
+# ---------------------------------------------------------------------------
+
+#: The statuses a prune may delete: a run in any other status is active.
+ENDED_STATUSES = ("cancelled", "error", "success")
+#: Every table whose rows belong to a run (a ``run_id`` column), deleted before
+#: the run row itself (foreign keys point at ``workflow_runs``). The prune tests
+#: enumerate the tables with a ``run_id`` column from the schema and fail if
+#: one is missing here.
+PRUNED_TABLES = ("workflow_run_events", "workflow_waits", "workflow_signals", "worker_jobs",
+                 "mirror_outbox", "workflow_session_vars", "workflow_run_attributes")
+
+
+def parent_column_sql(d: Dialect) -> str:
+    """Whether ``workflow_runs`` has ``parent_run_id`` (child runs): one row if so."""
+    if d is SQLITE:
+        return "SELECT 1 FROM pragma_table_info('workflow_runs') WHERE name = 'parent_run_id'"
+    return ("SELECT 1 FROM information_schema.columns WHERE table_schema = current_schema() "
+            "AND table_name = 'workflow_runs' AND column_name = 'parent_run_id'")
+
+
+@functools.cache
+def prune_select_sql(d: Dialect, statuses: int, workflow: bool, ids: int | None, cursor: bool,
+                     family: bool, lock: bool) -> str:
+    """The runs a :class:`~starflow.adapters.units.PruneRuns` batch deletes:
+    ``(id, completed_at)`` rows, oldest end first. Arguments:
+    :func:`prune_select_args`. ``family``: the table has ``parent_run_id``, and
+    a run whose parent or a child is active is left out. ``lock``: lock the rows
+    (skipping rows another pruner holds, where the dialect can)."""
+    p = d.p
+    ended = ", ".join(f"'{s}'" for s in ENDED_STATUSES)
+    where = [d.tenant(1, "r."), d.one_of("r.status", 3, statuses),
+             "r.completed_at IS NOT NULL"]
+    n = 3 + d.width(statuses)
+    where.append(f"r.completed_at < {p(n, 'timestamptz')}")
+    n += 1
+    if workflow:
+        where.append(f"r.template_id = {p(n)}")
+        n += 1
+    if ids is not None:
+        where.append(d.one_of("r.id", n, ids, "uuid"))
+        n += d.width(ids)
+    if cursor:
+        where.append(f"(r.completed_at, r.id) > ({p(n, 'timestamptz')}, {p(n + 1, 'uuid')})")
+        n += 2
+    if family:
+        where.append("NOT EXISTS (SELECT 1 FROM workflow_runs k WHERE k.parent_run_id = r.id "
+                     f"AND COALESCE(k.status, '') NOT IN ({ended}))")
+        where.append("NOT EXISTS (SELECT 1 FROM workflow_runs k WHERE k.id = r.parent_run_id "
+                     f"AND COALESCE(k.status, '') NOT IN ({ended}))")
+    return (f"SELECT r.id, r.completed_at FROM workflow_runs r WHERE {' AND '.join(where)} "
+            f"ORDER BY r.completed_at, r.id LIMIT {p(n)}{d.skip_locked if lock else ''}")
+
+
+def prune_select_args(d: Dialect, command: Any, ws: str, env: str) -> tuple[Any, ...]:
+    """The arguments of :func:`prune_select_sql` for a ``PruneRuns`` command."""
+    args: tuple[Any, ...] = (ws, env, *d.many(command.statuses), d.ts(command.ended_before))
+    if command.workflow is not None:
+        args += (command.workflow,)
+    if command.run_ids is not None:
+        args += d.many([d.key(i, "run id") for i in command.run_ids])
+    if command.cursor is not None:
+        args += (d.ts(command.cursor[0]), d.key(command.cursor[1], "run id"))
+    return (*args, int(command.limit))
+
+
+@functools.lru_cache(maxsize=64)
+def prune_delete_sql(d: Dialect, count: int) -> tuple[tuple[str, str], ...]:
+    """``(table, statement)`` deleting the rows of ``count`` runs, the run rows
+    last. Arguments: ``(*d.many(ids), now)`` for ``workflow_session_vars``
+    (vars kept past ``now`` stay: they belong to their session until they
+    expire), ``(*d.many(ids), ws, env)`` for ``workflow_runs``,
+    ``d.many(ids)`` for the others."""
+    ids = d.one_of("run_id", 1, count, "uuid")
+    n = 1 + d.width(count)
+    out = []
+    for table in PRUNED_TABLES:
+        sql = f"DELETE FROM {table} WHERE {ids}"
+        if table == "workflow_session_vars":
+            sql += f" AND (keep_until IS NULL OR keep_until <= {d.p(n, 'timestamptz')})"
+        out.append((table, sql))
+    out.append(("workflow_runs", f"DELETE FROM workflow_runs WHERE "
+                f"{d.one_of('id', 1, count, 'uuid')} AND {d.key_tenant(n)}"))
+    return tuple(out)
 
 
 SQLITE_QUERIES = Queries(SQLITE)

@@ -74,6 +74,7 @@ from ..records import (
     OutboxRow,
     PoolLimits,
     PoolUsage,
+    PrunedBatch,
     RunEvent,
     RunInfo,
     ScheduleRecord,
@@ -101,8 +102,12 @@ from ._sql import (
     job_record,
     op_sql,
     outbox_row,
+    parent_column_sql,
     period_ms,
     pool_limits,
+    prune_delete_sql,
+    prune_select_args,
+    prune_select_sql,
     run_event,
     run_info,
     schedule_insert_args,
@@ -136,6 +141,7 @@ from .units import (
     MarkOutboxApplied,
     Op,
     PruneOutbox,
+    PruneRuns,
     RearmDebounced,
     SetPoolLimits,
     SweepLeases,
@@ -149,6 +155,12 @@ if TYPE_CHECKING:
     import asyncpg
 
 __all__ = ["PostgresWorkflowStateAdapter"]
+
+
+def _pruned(rows: Sequence[Any], counts: dict[str, int]) -> PrunedBatch:
+    """A prune batch's outcome from its selected ``(id, completed_at)`` rows."""
+    return PrunedBatch(run_ids=[str(r[0]) for r in rows],
+                       cursor=(rows[-1][1], str(rows[-1][0])) if rows else None, rows=counts)
 
 #: Seconds a worker's LISTEN connection may take to open (shielded from cancellation).
 LISTEN_CONNECT_TIMEOUT = 10.0
@@ -1039,6 +1051,38 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
             status: str = await conn.execute(Q.prune_outbox, self.workspace_id, self.env,
                                              c.applied_before)
         return int(status.rsplit(" ", 1)[-1])
+
+    # -- retention -----------------------------------------------------------------
+
+    async def _prune_runs(self, c: PruneRuns) -> PrunedBatch:
+        async with self._connection("prune_runs") as conn:
+            family = getattr(self, "_prune_family", None)
+            if family is None:
+                family = await conn.fetchval(parent_column_sql(POSTGRES)) is not None
+                self._prune_family = family
+            select = prune_select_sql(POSTGRES, len(c.statuses), c.workflow is not None,
+                                      None if c.run_ids is None else len(c.run_ids),
+                                      c.cursor is not None, family, not c.dry_run)
+            args = prune_select_args(POSTGRES, c, self.workspace_id, self.env)
+            if c.dry_run:
+                rows = await conn.fetch(select, *args)
+                return _pruned(rows, {})
+            # One short transaction per batch: the selected run rows stay locked
+            # (FOR UPDATE, re-checked against concurrent updates) until commit.
+            async with conn.transaction():
+                rows = await conn.fetch(select, *args)
+                counts: dict[str, int] = {}
+                if rows:
+                    ids = [r[0] for r in rows]
+                    for table, sql in prune_delete_sql(POSTGRES, len(ids)):
+                        extra: tuple[Any, ...] = ()
+                        if table == "workflow_session_vars":
+                            extra = (c.now,)
+                        elif table == "workflow_runs":
+                            extra = (self.workspace_id, self.env)
+                        status: str = await conn.execute(sql, ids, *extra)
+                        counts[table] = int(status.rsplit(" ", 1)[-1])
+        return _pruned(rows, counts)
 
     async def outbox_lag(self, now: datetime, edges: Sequence[float] = ()) -> OutboxLag:
         buckets = "".join(

@@ -37,6 +37,7 @@ from ..records import (
     OutboxRow,
     PoolLimits,
     PoolUsage,
+    PrunedBatch,
     RunEvent,
     RunInfo,
     ScheduleRecord,
@@ -64,8 +65,12 @@ from ._sql import (
     job_record,
     op_sql,
     outbox_row,
+    parent_column_sql,
     period_ms,
     pool_limits,
+    prune_delete_sql,
+    prune_select_args,
+    prune_select_sql,
     run_event,
     run_info,
     schedule_insert_args,
@@ -97,6 +102,7 @@ from .units import (
     MarkOutboxApplied,
     Op,
     PruneOutbox,
+    PruneRuns,
     RearmDebounced,
     SetPoolLimits,
     SweepLeases,
@@ -863,6 +869,46 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
         result: int = await self._write(prune)
         return result
 
+    # -- retention -----------------------------------------------------------------
+
+    async def _prune_runs(self, c: PruneRuns) -> PrunedBatch:
+        ws, env = self.workspace_id, self.env
+        args = prune_select_args(SQLITE, c, ws, env)
+        n_ids = None if c.run_ids is None else len(c.run_ids)
+
+        def select_sql(conn: sqlite3.Connection) -> str:
+            family = getattr(self, "_prune_family", None)
+            if family is None:
+                family = conn.execute(parent_column_sql(SQLITE)).fetchone() is not None
+                self._prune_family = family
+            return prune_select_sql(SQLITE, len(c.statuses), c.workflow is not None, n_ids,
+                                    c.cursor is not None, family, False)
+
+        def select(conn: sqlite3.Connection) -> list[Any]:
+            return conn.execute(select_sql(conn), args).fetchall()
+
+        if c.dry_run:
+            return _pruned(await self._call(select), {})
+
+        def prune(conn: sqlite3.Connection) -> tuple[list[Any], dict[str, int]]:
+            # Inside the write transaction: SQLite's one writer makes the
+            # select and the deletes one atomic step against every other writer.
+            rows = select(conn)
+            counts: dict[str, int] = {}
+            if rows:
+                ids = [r[0] for r in rows]
+                for table, sql in prune_delete_sql(SQLITE, len(ids)):
+                    extra: tuple[Any, ...] = ()
+                    if table == "workflow_session_vars":
+                        extra = (format_ts(c.now),)
+                    elif table == "workflow_runs":
+                        extra = (ws, env)
+                    counts[table] = int(conn.execute(sql, (*ids, *extra)).rowcount)
+            return rows, counts
+
+        rows, counts = await self._write(prune)
+        return _pruned(rows, counts)
+
     async def outbox_lag(self, now: datetime, edges: Sequence[float] = ()) -> OutboxLag:
         cutoffs = [format_ts(now - timedelta(seconds=e)) for e in edges]
         buckets = "".join(", sum(CASE WHEN created_at <= ? THEN 1 ELSE 0 END)" for _ in cutoffs)
@@ -990,6 +1036,12 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
 
         result: str | None = await self._write(rearm)
         return result
+def _pruned(rows: Sequence[Any], counts: dict[str, int]) -> PrunedBatch:
+    """A prune batch's outcome from its selected ``(id, completed_at)`` rows."""
+    return PrunedBatch(run_ids=[r[0] for r in rows],
+                       cursor=(parse_ts(rows[-1][1]), rows[-1][0]) if rows else None,
+                       rows=counts)
+
 
 def _storage_error(exc: sqlite3.Error, run_id: str | None) -> StorageError:
     """The StorageError for a failed write of ``run_id``'s unit (as PostgreSQL words it)."""

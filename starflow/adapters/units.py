@@ -16,7 +16,15 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 import msgspec
 
-from ..records import JobRecord, JobSpec, PoolLimits, RunInfo, ScheduleRecord, SweepResult
+from ..records import (
+    JobRecord,
+    JobSpec,
+    PoolLimits,
+    PrunedBatch,
+    RunInfo,
+    ScheduleRecord,
+    SweepResult,
+)
 
 __all__ = [
     "JSON_RUN_COLUMNS",
@@ -48,6 +56,7 @@ __all__ = [
     "MarkOutboxApplied",
     "Op",
     "PruneOutbox",
+    "PruneRuns",
     "RearmDebounced",
     "SetPoolLimits",
     "SweepLeases",
@@ -446,3 +455,27 @@ class RearmDebounced(Command["str | None"]):
     input: Any
     not_before: datetime
     after: AfterRearm | None = None
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PruneRuns(Command[PrunedBatch]):
+    """Delete one batch of ended runs with every row that belongs to them.
+
+    A run qualifies when its status is one of ``statuses`` (ended ones only),
+    it ended (``completed_at``) before ``ended_before``, it is of ``workflow``
+    (if given), it is one of ``run_ids`` (if given), it comes after ``cursor``
+    in ``(completed_at, id)`` order, and (where runs have parents) neither its
+    parent nor any of its children is still active. At most ``limit`` runs,
+    oldest end first, in one short transaction; on PostgreSQL rows another
+    pruner holds are skipped (``SKIP LOCKED``). Session vars bound to a run are
+    deleted unless kept past ``now`` (``keep_until``). ``dry_run``: select
+    only, delete nothing.
+    """
+
+    method: ClassVar[str] = "prune_runs"
+    ended_before: datetime
+    now: datetime
+    statuses: tuple[str, ...] = ("cancelled", "error", "success")
+    workflow: str | None = None
+    run_ids: tuple[str, ...] | None = None
+    cursor: tuple[datetime, str] | None = None
+    limit: int = 500
+    dry_run: bool = False

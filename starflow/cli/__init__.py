@@ -4,6 +4,7 @@ One module per command group registers its commands on import:
 :mod:`~starflow.cli.worker` (``worker``, ``server``),
 :mod:`~starflow.cli.admin` (``migrate``, ``sweep``),
 :mod:`~starflow.cli.runs` (``runs list/show/events/export``),
+:mod:`~starflow.cli.prune` (``runs prune``),
 :mod:`~starflow.cli.control` (``signal``, ``resume``, ``cancel``, ``runs retry``),
 :mod:`~starflow.cli.outbox` (``outbox status``),
 :mod:`~starflow.cli.replay` (``replay``),
@@ -43,8 +44,8 @@ __all__ = ["Command", "CommandError", "app_args", "command", "db_args", "main", 
 
 #: The command-group modules. Each registers its commands when imported, and
 #: this order is the order ``starflow --help`` lists them in.
-GROUPS = ("worker", "admin", "runs", "control", "outbox", "replay", "schedules", "ui",
-          "copy")
+GROUPS = ("worker", "admin", "runs", "prune", "control", "outbox", "replay", "schedules",
+          "ui", "copy")
 for _group in GROUPS:
     importlib.import_module(f"{__name__}.{_group}")
 

@@ -30,7 +30,8 @@ __all__: list[str] = []
 
 def _replay_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("file", metavar="FILE",
-                        help="an export from `starflow runs export` (- for stdin)")
+                        help="an export from `starflow runs export` or `starflow runs "
+                             "prune --export` (- for stdin)")
     json_flag(parser)
 
 
@@ -40,6 +41,19 @@ def _histories(document: Any, source: str) -> list[Mapping[str, Any]]:
         raise CommandError(f"{source}: not a run history export (expected a JSON object or an "
                            "array of them, as `starflow runs export` writes)")
     return items
+
+
+def _decode(raw: bytes | str) -> Any:
+    """One JSON document (``starflow runs export``), or JSON lines, one history per
+    line (``starflow runs prune --export``): then the list of them."""
+    try:
+        return msgspec.json.decode(raw)
+    except msgspec.DecodeError:
+        text = raw.decode() if isinstance(raw, bytes) else raw
+        lines = [line for line in text.splitlines() if line.strip()]
+        if len(lines) < 2:
+            raise
+        return [msgspec.json.decode(line) for line in lines]
 
 
 @command("replay",
@@ -64,7 +78,7 @@ async def _replay(ns: argparse.Namespace) -> int:
                                "written by starflow runs export)",
                                EXIT_USAGE) from exc
     try:
-        document = msgspec.json.decode(raw)
+        document = _decode(raw)
     except msgspec.DecodeError as exc:
         raise CommandError(f"{ns.file}: not valid JSON ({exc}); export it with "
                            "starflow runs export") from exc

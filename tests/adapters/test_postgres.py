@@ -740,6 +740,8 @@ class TestHotPathPlans:
                 assert done.status == "success" and done.result == 8
                 assert await sf.get_run(handle.run_id) is not None
                 assert len(await sf.events(handle.run_id)) > 0
+                # Retention's statements too: the batch select and its deletes.
+                assert (await sf.prune(timedelta(0))).runs == 1
             monkeypatch.undo()
             assert len(statements) > 5
             bad: dict[str, list[str]] = {}
