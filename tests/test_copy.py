@@ -16,6 +16,7 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import closing
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -214,7 +215,7 @@ class TestRefusalsAndConflicts:
         path = tmp_path / "app.db"
         made, _now = await build_small(f"sqlite:///{path}", workspace)
         leased = next(iter(made))
-        with sqlite3.connect(path) as conn:
+        with closing(sqlite3.connect(path)) as conn, conn:
             conn.execute("UPDATE workflow_runs SET leased_by = 'w1', "
                          "lease_until = '2999-01-01T00:00:00.000000Z' WHERE id = ?", (leased,))
         with pytest.raises(CopyRefused) as caught:
@@ -233,7 +234,7 @@ class TestRefusalsAndConflicts:
         made, now = await build_small(f"sqlite:///{src}", "celestial")
         leased = min(made)
         clock = FakeClock(now)
-        with sqlite3.connect(src) as conn:
+        with closing(sqlite3.connect(src)) as conn, conn:
             conn.execute("UPDATE workflow_runs SET leased_by = 'w1', lease_until = ? "
                          "WHERE id = ?", (format_ts(now + timedelta(seconds=30)), leased))
         statuses: list[str] = []
@@ -268,7 +269,7 @@ class TestRefusalsAndConflicts:
                                                 target=f"sqlite:///{dst}", all_tenants=True))
         assert first.ok
         victim, other = sorted(made)[:2]
-        with sqlite3.connect(dst) as conn:
+        with closing(sqlite3.connect(dst)) as conn, conn:
             conn.execute("UPDATE workflow_runs SET status = 'tampered' WHERE id = ?", (victim,))
             conn.execute("DELETE FROM workflow_run_events WHERE run_id IN (?, ?)",
                          (victim, other))
@@ -277,7 +278,7 @@ class TestRefusalsAndConflicts:
         assert not report.ok
         assert [c.run_id for c in report.conflicts] == [victim]
         assert "status" in report.conflicts[0].reason
-        with sqlite3.connect(dst) as conn:
+        with closing(sqlite3.connect(dst)) as conn, conn:
             assert conn.execute("SELECT count(*) FROM workflow_run_events WHERE run_id = ?",
                                 (victim,)).fetchone()[0] == 0
             assert conn.execute("SELECT count(*) FROM workflow_run_events WHERE run_id = ?",
@@ -289,7 +290,7 @@ class TestRefusalsAndConflicts:
         """A table copy does not know stops it, naming the table; no target is created."""
         src, dst = tmp_path / "a.db", tmp_path / "b.db"
         await build_small(f"sqlite:///{src}", "celestial")
-        with sqlite3.connect(src) as conn:
+        with closing(sqlite3.connect(src)) as conn, conn:
             conn.execute("CREATE TABLE mystery (id INTEGER)")
         with pytest.raises(starflow.ConfigError, match="mystery"):
             await copy_database(CopyOptions(source=f"sqlite:///{src}",
@@ -387,7 +388,7 @@ class TestInterruptedAndReverse:
         report = await copy_database(CopyOptions(source=POSTGRES_URL,
                                                  target=f"sqlite:///{single}", run_id=one))
         assert report.ok and report.runs == 1 and report.verified == 1
-        with sqlite3.connect(single) as conn:
+        with closing(sqlite3.connect(single)) as conn, conn:
             assert conn.execute("SELECT id FROM workflow_runs").fetchall() == [(one,)]
             assert conn.execute("SELECT count(*) FROM starflow_keys").fetchone()[0] >= 1
 
@@ -435,7 +436,7 @@ class TestMergingAndCli:
         text = real.stdout.decode()
         assert f"verified: {len(made)} run(s) identical" in text and "conflicts: 0" in text
         assert f"copied {len(made)}/{len(made)} runs" in real.stderr.decode()
-        with sqlite3.connect(dst) as conn:
+        with closing(sqlite3.connect(dst)) as conn, conn:
             conn.execute("UPDATE workflow_runs SET status = 'x' WHERE id = ?", (min(made),))
         again = await anyio.run_process(base, check=False)
         assert again.returncode == 1

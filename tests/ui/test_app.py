@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from contextlib import closing
 from typing import Any
 
 import anyio
@@ -395,7 +396,7 @@ class TestOps:
         queued = (await sf.options(pool="nobody").start(quick, 1)).run_id
         fresh = (await sf.options(pool="nobody").start(quick, 2)).run_id
         long_ago = sf.clock.now() - sf.config.stuck_after - timedelta(minutes=1)
-        with sqlite3.connect(tmp_path / "ui.db") as conn:
+        with closing(sqlite3.connect(tmp_path / "ui.db")) as conn, conn:
             conn.execute("UPDATE workflow_runs SET started_at = ? WHERE id = ?",
                          (format_ts(long_ago), queued))
         async with client_for(create_app(sf)) as client:
