@@ -116,17 +116,19 @@ class TestConcurrency:
             assert len(claimed) == 3 == len(set(claimed))
 
     async def test_key_concurrency(self, db_url: str, workspace_id: str) -> None:
-        async with app_on(db_url, workspace_id) as sf:
+        clock = FakeClock(START)
+        async with app_on(db_url, workspace_id, clock) as sf:
             await sf.set_pool_limits("p", key_concurrency=1)
             started = {}
             for n, key in enumerate(["a", "a", "b", None, "a"]):
                 handle = await sf.options(pool="p", concurrency_key=key).start(job, n)
                 started[n] = handle.run_id
-            first = await inputs(sf.adapter, await claim(sf.adapter, "p"))
+                await clock.advance(timedelta(milliseconds=1))  # claim order: started_at
+            first = await inputs(sf.adapter, await claim(sf.adapter, "p", clock.now()))
             assert sorted(first) == [0, 2, 3]  # one per key; a run without a key is free
-            assert await claim(sf.adapter, "p") == []
+            assert await claim(sf.adapter, "p", clock.now()) == []
             await finish(sf.adapter, started[0])
-            assert await inputs(sf.adapter, await claim(sf.adapter, "p")) == [1]
+            assert await inputs(sf.adapter, await claim(sf.adapter, "p", clock.now())) == [1]
 
 
     async def test_a_pool_at_its_limit_still_takes_runs_of_any_pool_behind_its_own(
@@ -134,8 +136,9 @@ class TestConcurrency:
         clock = FakeClock(START)
         async with app_on(db_url, workspace_id, clock) as sf:
             await sf.set_pool_limits("p", concurrency=1)
-            for n in range(40):
+            for n in range(40):  # distinct start times: claim order is by started_at
                 await sf.options(pool="p").start(job, n)
+                await clock.advance(timedelta(milliseconds=1))
             first = await claim(sf.adapter, "p", clock.now(), limit=1)
             assert await inputs(sf.adapter, first) == [0]
             await clock.advance(timedelta(seconds=1))
@@ -148,8 +151,9 @@ class TestConcurrency:
         clock = FakeClock(START)
         async with app_on(db_url, workspace_id, clock) as sf:
             await sf.set_pool_limits("p", key_concurrency=1)
-            for n in range(40):
+            for n in range(40):  # distinct start times: claim order is by started_at
                 await sf.options(pool="p", concurrency_key="a").start(job, n)
+                await clock.advance(timedelta(milliseconds=1))
             await clock.advance(timedelta(seconds=1))
             await sf.options(pool="p", concurrency_key="b").start(job, 99)
             assert await inputs(sf.adapter, await claim(sf.adapter, "p", clock.now(),
