@@ -264,6 +264,11 @@ class RawCommits:
         return out
 
 
+#: Issue #22's targets, printed next to their ratios (starflow against its bare replay).
+SEQ_TARGET = {"sqlite": ">= 0.8", "postgres": ">= 0.9"}
+INFLIGHT_TARGET = {"sqlite": ">= 0.4"}
+CPU_TARGET_MS = 0.35
+
 #: Stands for the run id in a recorded statement's arguments.
 _RUN = object()
 
@@ -440,27 +445,46 @@ async def leg_throughput(kind: str, tmp: str, n: int, rows: list[dict[str, Any]]
     """
     raw = await RawCommits(kind, tmp).open()
     per = max(1, n // rounds)
-    times = {"raw": 0.0, "seq": 0.0, "conc": 0.0, "bare_seq": 0.0, "bare_conc": 0.0}
+    times = {"raw": 0.0, "seq": 0.0, "conc": 0.0, "bare_seq": 0.0, "bare_conc": 0.0,
+             "sep_seq": 0.0, "sep_bare_seq": 0.0, "sep_conc": 0.0, "sep_bare_conc": 0.0}
     counts = dict.fromkeys(times, 0)
     ratios: dict[str, list[float]] = {"seq": [], "conc": [], "bare_seq": [], "bare_conc": [],
-                                      "seq_vs_bare": [], "conc_vs_bare": []}
+                                      "seq_vs_bare": [], "conc_vs_bare": [],
+                                      "sep_seq_vs_bare": [], "sep_conc_vs_bare": [],
+                                      "fused_vs_sep": [], "fused_vs_sep_conc": [],
+                                      "bare_fused_vs_sep": [], "bare_fused_vs_sep_conc": []}
     workspace = new_workspace("seq")
     url = url_for(kind, tmp)
     bare = BareReplay(kind, url)
+    # The shape before issue #22: each boundary its own commit (fused_boundaries off),
+    # measured in the same rounds, starflow and its bare replay both.
+    sep_bare = BareReplay(kind, url)
+    separate = StarflowConfig(fused_boundaries=False)
     try:
-        async with Starflow.open(url, workspace_id=workspace, maintenance=False) as sf:
+        async with Starflow.open(url, workspace_id=workspace, maintenance=False) as sf, \
+                Starflow.open(url, workspace_id=workspace, maintenance=False,
+                              config=separate) as sf_sep:
             async def run(i: int) -> None:
                 handle = await sf.run(three_steps, i)
+                assert handle.status == "success", handle
+
+            async def run_sep(i: int) -> None:
+                handle = await sf_sep.run(three_steps, i)
                 assert handle.status == "success", handle
 
             # Warm-up: connections, the definition row, and (SQLite) a WAL grown
             # past its first checkpoint, as the raw floor's is (see RawCommits).
             await timed_rate(WARMUP_RUNS, run, 1)
+            await timed_rate(10, run_sep, 1)
             await bare.record(sf, run)
-            await bare.open(inner(sf.adapter).max_size  # type: ignore[attr-defined]
-                            if kind == "postgres" and inflight else 1)
+            await sep_bare.record(sf_sep, run_sep)
+            connections = (inner(sf.adapter).max_size  # type: ignore[attr-defined]
+                           if kind == "postgres" and inflight else 1)
+            await bare.open(connections)
+            await sep_bare.open(connections)
             await raw.latencies(20)
             await bare.sequential(10)
+            await sep_bare.sequential(10)
 
             def add(key: str, count: int, rate: float) -> float:
                 times[key] += count / rate
@@ -477,15 +501,26 @@ async def leg_throughput(kind: str, tmp: str, n: int, rows: list[dict[str, Any]]
                 ratios["seq"].append(s_rate / floor)
                 ratios["bare_seq"].append(b_rate / floor)
                 ratios["seq_vs_bare"].append(s_rate / b_rate)
+                ss_rate = add("sep_seq", per, await timed_rate(per, run_sep, 1))
+                sb_rate = add("sep_bare_seq", per, await sep_bare.sequential(per))
+                ratios["sep_seq_vs_bare"].append(ss_rate / sb_rate)
+                ratios["fused_vs_sep"].append(s_rate / ss_rate)
+                ratios["bare_fused_vs_sep"].append(b_rate / sb_rate)
                 if inflight:
                     c_rate = add("conc", per * 4, await timed_rate(per * 4, run, 50))
                     bc_rate = add("bare_conc", per * 4, await bare.inflight(per * 4))
                     ratios["conc"].append(c_rate / s_rate)
                     ratios["bare_conc"].append(bc_rate / b_rate)
                     ratios["conc_vs_bare"].append(c_rate / bc_rate)
+                    sc_rate = add("sep_conc", per * 4, await timed_rate(per * 4, run_sep, 50))
+                    sbc_rate = add("sep_bare_conc", per * 4, await sep_bare.inflight(per * 4))
+                    ratios["sep_conc_vs_bare"].append(sc_rate / sbc_rate)
+                    ratios["fused_vs_sep_conc"].append(c_rate / sc_rate)
+                    ratios["bare_fused_vs_sep_conc"].append(bc_rate / sbc_rate)
     finally:
         await raw.close()
         await bare.close()
+        await sep_bare.close()
         await drop_workspace(kind, workspace)
     rate = {key: counts[key] / times[key] if counts[key] else 0.0 for key in times}
     med = {key: statistics.median(v) if v else None for key, v in ratios.items()}
@@ -508,7 +543,13 @@ async def leg_throughput(kind: str, tmp: str, n: int, rows: list[dict[str, Any]]
     row("  the same statements, bare driver", "bare_seq", "wf/s", floor, "raw/(steps+2)",
         "bare_seq")
     row("  starflow vs its bare-driver replay", "seq", "wf/s", rate["bare_seq"],
-        "bare-driver replay", "seq_vs_bare")
+        "bare-driver replay", "seq_vs_bare", SEQ_TARGET[kind])
+    row("  one commit per boundary (before #22)", "sep_seq", "wf/s", rate["seq"],
+        "fused (the default)", "fused_vs_sep")
+    row("  its bare-driver replay", "sep_bare_seq", "wf/s", rate["bare_seq"],
+        "fused bare replay", "bare_fused_vs_sep")
+    row("  one commit per boundary vs its bare replay", "sep_seq", "wf/s",
+        rate["sep_bare_seq"], "bare-driver replay", "sep_seq_vs_bare")
     # The same figure per recorded step, next to the raw commit rate (issue #2's form).
     rows.append({"db": kind, "figure": "recorded steps, sequential",
                  "value": rate["seq"] * STEPS, "unit": "steps/s", "baseline": rate["raw"],
@@ -519,7 +560,13 @@ async def leg_throughput(kind: str, tmp: str, n: int, rows: list[dict[str, Any]]
         row("  the same statements, bare driver", "bare_conc", "wf/s", rate["bare_seq"],
             "bare sequential", "bare_conc")
         row("  starflow vs its bare-driver replay", "conc", "wf/s", rate["bare_conc"],
-            "bare-driver replay", "conc_vs_bare")
+            "bare-driver replay", "conc_vs_bare", INFLIGHT_TARGET.get(kind))
+        row("  one commit per boundary (before #22)", "sep_conc", "wf/s", rate["conc"],
+            "fused (the default)", "fused_vs_sep_conc")
+        row("  its bare-driver replay", "sep_bare_conc", "wf/s", rate["bare_conc"],
+            "fused bare replay", "bare_fused_vs_sep_conc")
+        row("  one commit per boundary vs its bare replay", "sep_conc", "wf/s",
+            rate["sep_bare_conc"], "bare-driver replay", "sep_conc_vs_bare")
     return {"raw": rate["raw"], "seq": rate["seq"], "conc": rate["conc"]}
 
 
@@ -578,6 +625,47 @@ async def leg_workers(tmp: str, n: int, processes: int, base: dict[str, float],
         rows.append({"db": "postgres", "figure": f"{processes} worker processes vs 50 in flight",
                      "value": rate, "unit": "wf/s", "baseline": base["conc"],
                      "baseline_name": "50 in flight", "ratio": rate / base["conc"]})
+
+
+async def leg_cpu(kind: str, tmp: str, n: int, rows: list[dict[str, Any]],
+                  rounds: int = 3) -> None:
+    """CPU per run with 50 in flight on ``kind``, next to the engine alone over ``null://``.
+
+    ``time.process_time`` (this process, every thread: the loop, SQLite's
+    thread, the kernel time of its system calls) over ``n`` runs, null and
+    database alternating for ``rounds`` rounds; the figure is the median round.
+    """
+    cpu: dict[str, list[float]] = {"null": [], kind: []}
+    rates: dict[str, list[float]] = {"null": [], kind: []}
+    workspace = new_workspace("cpu")
+    try:
+        async with Starflow.open("null://", maintenance=False) as null, \
+                Starflow.open(url_for(kind, tmp, "cpu.db"), workspace_id=workspace,
+                              maintenance=False) as sf:
+            apps = {"null": null, kind: sf}
+            for app in apps.values():
+                async def warm(i: int, app: Starflow = app) -> None:
+                    await app.run(three_steps, i)
+
+                await timed_rate(WARMUP_RUNS, warm, 1)
+            for _ in range(rounds):
+                for name, app in apps.items():
+                    async def run(i: int, app: Starflow = app) -> None:
+                        handle = await app.run(three_steps, i)
+                        assert handle.status == "success", handle
+
+                    c0 = time.process_time()
+                    rates[name].append(await timed_rate(n, run, 50))
+                    cpu[name].append((time.process_time() - c0) / n * 1e3)
+    finally:
+        await drop_workspace(kind, workspace)
+    db_ms, null_ms = statistics.median(cpu[kind]), statistics.median(cpu["null"])
+    rows.append({"db": kind, "figure": "CPU per run, 50 in flight", "value": db_ms,
+                 "unit": "ms", "baseline": null_ms, "baseline_name": "null:// (engine alone)",
+                 "ratio": null_ms / db_ms, "target": f"<= {CPU_TARGET_MS} ms",
+                 "round_values": cpu[kind], "round_baselines": cpu["null"],
+                 "wf_s": statistics.median(rates[kind]),
+                 "null_wf_s": statistics.median(rates["null"])})
 
 
 async def leg_signal(kind: str, tmp: str, n: int, rows: list[dict[str, Any]]) -> None:
@@ -859,7 +947,48 @@ def print_table(info: dict[str, Any], rows: list[dict[str, Any]]) -> None:
               f"{r['baseline_name']:<26}{ratio:>7}")
 
 
-LEGS = ("sequential", "inflight", "workers", "signal", "resume", "sweep", "memory")
+def targets(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Issue #22's four figures in this run: each ratio, its target, and whether it is met."""
+    out = []
+    wanted = [("sqlite", "  starflow vs its bare-driver replay", 0,
+               "SQLite sequential / bare replay"),
+              ("postgres", "  starflow vs its bare-driver replay", 0,
+               "PostgreSQL sequential / bare replay"),
+              ("sqlite", "  starflow vs its bare-driver replay", 1,
+               "SQLite 50 in flight / bare ideal group commit"),
+              ("sqlite", "CPU per run, 50 in flight", 0, "CPU per run, SQLite 50 in flight")]
+    for db, figure, nth, label in wanted:
+        found = [r for r in rows if r["db"] == db and r["figure"] == figure]
+        if len(found) <= nth:
+            continue
+        r = found[nth]
+        if r["unit"] == "ms":
+            value, goal = r["value"], CPU_TARGET_MS
+            met = value <= goal
+            text = f"{value:.3f} ms (null:// {r['baseline']:.3f} ms)"
+            goal_text = f"<= {goal} ms"
+        else:
+            value, goal_text = r["ratio"], r.get("target", "")
+            met = value >= float(goal_text.split()[-1])
+            text = f"{value:.2f}"
+        out.append({"target": label, "measured": text, "goal": goal_text, "met": met,
+                    "rounds": r.get("round_ratios") or r.get("round_values")})
+    return out
+
+
+def print_targets(rows: list[dict[str, Any]]) -> None:
+    found = targets(rows)
+    if not found:
+        return
+    print("\nissue #22 targets (this run):")
+    for t in found:
+        rounds = t["rounds"] or []
+        spread = (f"  rounds {min(rounds):.2f}-{max(rounds):.2f}" if rounds else "")
+        print(f"  {t['target']:<46} {t['measured']:>30}  target {t['goal']:<10} "
+              f"{'met' if t['met'] else 'NOT met'}{spread}")
+
+
+LEGS = ("sequential", "inflight", "cpu", "workers", "signal", "resume", "sweep", "memory")
 
 
 async def main(argv: list[str]) -> int:
@@ -869,6 +998,7 @@ async def main(argv: list[str]) -> int:
                         help=f"comma-separated legs: {', '.join(LEGS)}")
     parser.add_argument("--n", type=int, default=300, help="sequential workflows per leg")
     parser.add_argument("--workers", type=int, default=4, help="worker processes (postgres)")
+    parser.add_argument("--cpu-runs", type=int, default=3000, help="runs per round (cpu leg)")
     parser.add_argument("--worker-runs", type=int, default=2000)
     parser.add_argument("--signals", type=int, default=100, help="signals per latency leg")
     parser.add_argument("--resume-steps", type=int, default=10_000)
@@ -896,6 +1026,8 @@ async def main(argv: list[str]) -> int:
             base: dict[str, float] = {}
             if "sequential" in legs or "inflight" in legs or "workers" in legs:
                 base = await leg_throughput(kind, tmp, args.n, rows, "inflight" in legs)
+            if "cpu" in legs:
+                await leg_cpu(kind, tmp, args.cpu_runs, rows)
             if "workers" in legs and kind == "postgres":
                 await leg_workers(tmp, args.worker_runs, args.workers, base, rows)
             if "signal" in legs:
@@ -908,6 +1040,7 @@ async def main(argv: list[str]) -> int:
                 await leg_memory(kind, tmp, args.asleep, args.paused, rows)
     info["load_avg_end"] = os.getloadavg()
     print_table(info, rows)
+    print_targets(rows)
     if args.json:
         await anyio.Path(args.json).write_text(
             json.dumps({"machine": info, "figures": rows}, indent=2, default=str))

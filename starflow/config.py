@@ -52,6 +52,13 @@ class StarflowConfig(msgspec.Struct, frozen=True, kw_only=True):
             0.1 ms saved per boundary; the loop waits for the flush meanwhile).
             Set False where the loop must never wait for a disk flush.
         postgres_synchronous_commit: Postgres ``synchronous_commit`` for durable commits.
+        fused_boundaries: Commit a step's ``node_complete`` in one transaction with
+            the run's next boundary (the next ``node_start``, the pause, the run's
+            end) instead of on its own: one commit per step instead of two, every
+            commit flushed before anything the step's outcome could affect runs.
+            A crash between the step and that boundary runs the step again, as a
+            crash just before its ``node_complete`` does (at-least-once either
+            way). False: a commit per boundary, as the seed's table lists them.
         storage_retries: How many times a failed boundary write is retried
             before the runner gives up on the run (the sweep then recovers it).
         session_var_gc_interval: How often maintenance deletes expired session vars.
@@ -82,6 +89,7 @@ class StarflowConfig(msgspec.Struct, frozen=True, kw_only=True):
     sqlite_synchronous: SqliteSynchronous = "FULL"
     sqlite_inline_commits: bool = True
     postgres_synchronous_commit: PostgresSynchronousCommit = "on"
+    fused_boundaries: bool = True
     storage_retries: int = 3
     session_var_gc_interval: timedelta = timedelta(seconds=60)
     outbox_retention: timedelta = timedelta(hours=1)
@@ -126,6 +134,9 @@ class StarflowConfig(msgspec.Struct, frozen=True, kw_only=True):
                 f"{self.heartbeat_interval.total_seconds():g} s >= "
                 f"{self.lease_ttl.total_seconds():g} s"
             )
+        if not isinstance(self.fused_boundaries, bool):
+            problems.append(f"fused_boundaries must be True or False, got "
+                            f"{self.fused_boundaries!r}")
         if not isinstance(self.sqlite_inline_commits, bool):
             problems.append(f"sqlite_inline_commits must be True or False, got "
                             f"{self.sqlite_inline_commits!r}")

@@ -21,7 +21,7 @@ import anyio
 
 from . import logs, observability, requeue, serde
 from .adapters.base import WorkflowStateAdapter
-from .adapters.units import Guard
+from .adapters.units import Guard, Op
 from .attributes import ATTRIBUTES_KIND
 from .clock import format_ts
 from .context import (
@@ -117,6 +117,18 @@ class Engine:
     #: The W3C ``traceparent`` stored with the run at its start, continued by
     #: this execution's ``starflow.run`` span (OpenTelemetry only).
     traceparent: str | None = None
+    #: Writes of a finished step not committed yet (``StarflowConfig.fused_boundaries``):
+    #: they open the run's next unit, so they are durable before anything that
+    #: follows the step (its next step, a pause, the run's end) is.
+    _deferred: list[Op] = field(default_factory=list)
+    #: Steps of this execution between their ``node_start`` and their outcome.
+    _steps_in_flight: int = 0
+    #: The run's start (``on_run_start`` and its lease) is among the deferred
+    #: writes: the run row does not exist yet, so the first unit is unguarded
+    #: (it creates the row, leased by this runner) and is not retried: if it
+    #: fails, the execution ends ``start_failed`` and the caller decides (a
+    #: run id or dedup key taken meanwhile is the existing run).
+    unstarted: bool = False
 
     def __post_init__(self) -> None:
         self._last_time = self.started_at
@@ -168,27 +180,30 @@ class Engine:
         # its own writes: the history then shows the marker ahead of the new path.
         markers, self._markers = self._markers, []
         attributes, self._attributes = self._attributes, []
+        # A finished step's deferred writes go first (they happened first), and make
+        # the unit durable: its outcome is acknowledged by this unit's flush.
+        deferred, self._deferred = self._deferred, []
+        durable = durable or bool(deferred)
+        starting = self.unstarted
         for attempt in range(retries + 1):
             if self._lease_lost:  # killed, cancelled or taken over: write nothing more
                 raise Abort("lease_lost")
             ts = clock.now()
             try:
-                async with self.adapter.unit(guard=guard or self._guard, durable=durable) as unit:
+                async with self.adapter.unit(guard=None if starting else guard or self._guard,
+                                             durable=durable) as unit:
                     if self.claimed:
                         await self.adapter.write_lease(
                             self.run_id, self.runtime.runner_id,
                             ts + self.runtime.config.lease_ttl, now=ts)
-                    for marker_id, change_id in markers:
-                        await self.adapter.on_node_complete(
-                            self.run_id, marker_id,
-                            {"output": True, "kind": "patch", "name": change_id}, now=ts)
-                    for attrs_id, values in attributes:
-                        await self.adapter.on_node_complete(
-                            self.run_id, attrs_id,
-                            {"output": values, "kind": ATTRIBUTES_KIND}, now=ts)
-                        await self.adapter.set_attributes(self.run_id, values, now=ts)
+                    unit.ops.extend(deferred)
+                    await self._extras(markers, attributes, ts)
                     await build(ts)
             except StorageError as exc:
+                if starting and (not exc.transient or attempt == retries):
+                    # The run row was not written: its start failed, and the caller
+                    # decides (a run id or dedup key taken meanwhile is that run).
+                    raise Abort("start_failed", exc) from exc
                 if not exc.transient:
                     # Refused for what it is: it would be refused again, here or by the
                     # runner the sweep hands the run to. Raised into the workflow body,
@@ -210,8 +225,58 @@ class Engine:
             # Every engine unit records the phase if it changed (see _phase).
             self.journal.last_phase = self.ctx.phase
             self.claimed = False
+            self.unstarted = False
             return ts
         raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _extras(self, markers: list[tuple[str, str]],
+                      attributes: list[tuple[str, dict[str, str]]], ts: datetime) -> None:
+        """Patch markers and ``set_attributes`` calls decided since the last unit."""
+        for marker_id, change_id in markers:
+            await self.adapter.on_node_complete(
+                self.run_id, marker_id,
+                {"output": True, "kind": "patch", "name": change_id}, now=ts)
+        for attrs_id, values in attributes:
+            await self.adapter.on_node_complete(
+                self.run_id, attrs_id,
+                {"output": values, "kind": ATTRIBUTES_KIND}, now=ts)
+            await self.adapter.set_attributes(self.run_id, values, now=ts)
+
+    def defer(self, ops: list[Op]) -> None:
+        """Writes to open this execution's next unit (the run's start, collected by the
+        runner with :meth:`~starflow.adapters.base.WorkflowStateAdapter.collect`)."""
+        self._deferred.extend(ops)
+
+    async def _commit_or_defer(self, build: Callable[[datetime], Awaitable[None]]) -> datetime:
+        """A step's outcome: committed now, or (``fused_boundaries``) held for the next unit.
+
+        Deferred only while no other step of this run is in flight (the count
+        includes the step finishing): a step
+        running concurrently may act on the outside world for a long time, and
+        the outcome must not wait for it. The writes are built now (their
+        timestamp, the phase as it is now), so the history is what separate
+        commits would have written.
+        """
+        if (not self.runtime.config.fused_boundaries or self._steps_in_flight > 1
+                or self._lease_lost):
+            return await self._commit(build)
+        ts = self.runtime.clock.now()
+        markers, self._markers = self._markers, []
+        attributes, self._attributes = self._attributes, []
+        async with self.adapter.collect() as unit:
+            await self._extras(markers, attributes, ts)
+            await build(ts)
+        self._deferred.extend(unit.ops)
+        self.journal.last_phase = self.ctx.phase
+        return ts
+
+    async def _flush_deferred(self) -> None:
+        """Commit a finished step's deferred writes on their own (before a release)."""
+        if self._deferred:
+            async def nothing(ts: datetime) -> None:
+                return None
+
+            await self._commit(nothing)
 
     async def _phase(self, ts: datetime, *, strict: bool = True) -> None:
         """Add a phase event to the unit being built if the phase changed.
@@ -370,6 +435,7 @@ class Engine:
         self._guard_suspending()
         await self._reach_cancel(nid, "step", sdef.name)
         if self.should_yield is not None and self.should_yield():
+            await self._flush_deferred()  # the steps before this one stay done
             raise Abort("released")
         if sdef.pool is not None:
             self._dispatch(sdef, nid, h, encoded)
@@ -382,6 +448,15 @@ class Engine:
 
         await self._commit(start, durable=False)
         self.node_status[nid] = "running"
+        self._steps_in_flight += 1
+        try:
+            return await self._step_body(sdef, fn, args, kwargs, nid, h)
+        finally:
+            self._steps_in_flight -= 1
+
+    async def _step_body(self, sdef: StepDefinition, fn: Callable[..., Awaitable[Any]],
+                         args: tuple[Any, ...], kwargs: dict[str, Any], nid: str,
+                         h: str) -> Any:
         variables_before = variables_snapshot(self.ctx.variables, RESERVED_PREFIX)
         policy = sdef.retry
         attempt = 0
@@ -445,7 +520,7 @@ class Engine:
             await self.adapter.on_node_complete(self.run_id, nid, outcome, now=ts)
             await self._phase(ts)
 
-        ts = await self._commit(complete)
+        ts = await self._commit_or_defer(complete)
         self._advance(ts)
         self.node_status[nid] = "complete"
         self.journal.record(NodeRecord(node_id=nid, kind="step", name=sdef.name, args_hash=h,
@@ -786,6 +861,8 @@ class Engine:
         fail for it; if it lasts past the TTL, the sweep treats this runner as lost.
         """
         cfg = self.runtime.config
+        if self.unstarted:
+            return True  # no row yet: the first unit writes the lease with it
         ts = self.runtime.clock.now()
         try:
             async with self.adapter.unit(guard=self._guard) as unit:
@@ -962,7 +1039,8 @@ class Engine:
                         outcome = await self._body()
                     finally:
                         tg.cancel_scope.cancel()
-            if self._lease_lost and outcome.status not in ("lease_lost", "storage"):
+            if self._lease_lost and outcome.status not in ("lease_lost", "storage",
+                                                           "start_failed"):
                 outcome = Outcome("lease_lost")
             if outcome.status == "released":
                 await self._release()
@@ -984,6 +1062,10 @@ class Engine:
             return
         ts = self.runtime.clock.now()
         try:
+            try:
+                await self._flush_deferred()  # the steps already done stay done
+            except Abort:
+                return
             if await requeue.release(self.adapter, self.run_id, self.runtime.runner_id):
                 self._log.info("run released to the queue", at=format_ts(ts))
         except StarflowError as exc:

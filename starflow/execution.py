@@ -26,7 +26,7 @@ __all__ = ["Abort", "Outcome", "OutcomeStatus", "PendingWait", "Runtime", "Suspe
            "find_unwinding"]
 
 OutcomeStatus = Literal["success", "error", "paused", "lease_lost", "storage", "cancelled",
-                        "released", "stopped"]
+                        "released", "stopped", "start_failed"]
 
 
 @dataclass
@@ -81,7 +81,7 @@ class Suspend(BaseException):
 class Abort(BaseException):
     """Unwinds the workflow body when this runner must stop writing."""
 
-    def __init__(self, reason: Literal["lease_lost", "storage", "released"],
+    def __init__(self, reason: Literal["lease_lost", "storage", "released", "start_failed"],
                  cause: BaseException | None = None) -> None:
         super().__init__(reason)
         self.reason = reason

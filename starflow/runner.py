@@ -107,23 +107,18 @@ class Runner(Waker):
             max_claim_attempts=definition.max_claim_attempts or self.config.max_claim_attempts,
             **(flow or {}),  # #18: priority, concurrency/dedup/debounce keys, not_before
         )
+        # Fused (an inline run): the start is written with the run's first boundary
+        # (its first node_start, its pause or its end), one commit instead of two.
+        fused = inline and self.config.fused_boundaries and self.adapter.fuses_run_start
         try:
-            async with self.adapter.unit() as unit:
+            async with (self.adapter.collect() if fused else self.adapter.unit()) as unit:
                 await self.adapter.on_run_start(rid, ctx, options, now=now)
                 if inline:
                     await self.adapter.write_lease(rid, self.runner_id,
                                                    now + self.config.lease_ttl, now=now)
-        except StorageError:
-            existing = await self.adapter.get_run(rid) if run_id is not None else None
-            if existing is not None:  # lost a race to start the same run id
-                return await self._existing(existing, definition, encoded)
-            if options.dedup_key is not None:  # #18: the unique dedup index refused it
-                active = await self.adapter.find_active_dedup(options.runner_pool,
-                                                              options.dedup_key)
-                if active is not None:
-                    raise DuplicateRun(active, options.dedup_key, options.runner_pool) from None
-            raise
-        assert unit.held
+        except StorageError as exc:
+            return await self._start_refused(exc, rid, run_id, options, definition, encoded)
+        assert fused or unit.held
         self._log.debug("run started", run_id=rid, workflow=definition.name,
                        mode=options.start_mode)
         if not inline:
@@ -132,8 +127,29 @@ class Runner(Waker):
         engine = Engine(runtime=self.runtime, definition=definition, ctx=ctx, journal=Journal(),
                         args=run_args, kwargs=run_kwargs, started_at=now,
                         traceparent=traceparent)
+        if fused:
+            engine.unstarted = True
+            engine.defer(unit.ops)
         outcome = await self._execute(engine)
+        if outcome.status == "start_failed":
+            assert isinstance(outcome.exception, StorageError)
+            return await self._start_refused(outcome.exception, rid, run_id, options,
+                                             definition, encoded)
         return await self.settle(rid, outcome)
+
+    async def _start_refused(self, exc: StorageError, rid: str, run_id: str | None,
+                             options: StartOptions, definition: WorkflowDefinition,
+                             encoded: dict[str, Any]) -> RunHandle[Any]:
+        """The database refused a run's start: the run that holds its id or dedup key."""
+        existing = await self.adapter.get_run(rid) if run_id is not None else None
+        if existing is not None:  # lost a race to start the same run id
+            return await self._existing(existing, definition, encoded)
+        if options.dedup_key is not None:  # #18: the unique dedup index refused it
+            active = await self.adapter.find_active_dedup(options.runner_pool,
+                                                          options.dedup_key)
+            if active is not None:
+                raise DuplicateRun(active, options.dedup_key, options.runner_pool) from None
+        raise exc
 
     async def _existing(self, run: RunInfo, definition: WorkflowDefinition,
                         encoded: dict[str, Any]) -> RunHandle[Any]:

@@ -140,11 +140,13 @@ class UnitScope:
     microseconds more each time.
     """
 
-    __slots__ = ("_adapter", "_token", "_unit")
+    __slots__ = ("_adapter", "_collect", "_token", "_unit")
 
-    def __init__(self, adapter: WorkflowStateAdapter, unit: Unit) -> None:
+    def __init__(self, adapter: WorkflowStateAdapter, unit: Unit, *,
+                 collect: bool = False) -> None:
         self._adapter = adapter
         self._unit = unit
+        self._collect = collect
         self._token: Token[tuple[WorkflowStateAdapter, Unit] | None] | None = None
 
     async def __aenter__(self) -> Unit:
@@ -158,7 +160,7 @@ class UnitScope:
         assert self._token is not None
         _pending.reset(self._token)
         self._token = None
-        if exc_type is None:
+        if exc_type is None and not self._collect:
             unit = self._unit
             unit.held = (await self._adapter.execute(unit)
                          if unit.ops or unit.guard is not None else True)
@@ -174,6 +176,11 @@ class WorkflowStateAdapter(abc.ABC):
 
     #: URL scheme(s) this adapter serves, for ``Starflow.open``.
     durable: bool = True
+    #: Whether a run's start (``on_run_start`` and its lease) may share an unguarded
+    #: unit with the run's first boundary (``StarflowConfig.fused_boundaries``):
+    #: True where such a unit costs no more than the start alone. PostgreSQL says
+    #: False: the run row and an event in one statement cannot see each other.
+    fuses_run_start: bool = True
 
     def __init__(self, *, workspace_id: str = "celestial", env: str = "prod") -> None:
         if not workspace_id or not env:
@@ -257,6 +264,16 @@ class WorkflowStateAdapter(abc.ABC):
             if not u.held: ...
         """
         return UnitScope(self, Unit(guard=guard, durable=durable))
+
+    def collect(self) -> UnitScope:
+        """Collect the boundary calls made inside the block into a unit, without executing it.
+
+        The ops are exactly those :meth:`unit` would write; the caller adds
+        them to a later unit (``unit.ops.extend(collected.ops)``), which then
+        writes them atomically with its own. The engine defers a step's
+        ``node_complete`` so into the run's next boundary.
+        """
+        return UnitScope(self, Unit(), collect=True)
 
     async def perform(self, command: Command[R]) -> R:
         """Run one read-modify-write ``command`` atomically; what it returns.
@@ -776,6 +793,7 @@ class DelegatingAdapter(WorkflowStateAdapter):
         super().__init__(workspace_id=inner.workspace_id, env=inner.env)
         self.inner = inner
         self.durable = inner.durable
+        self.fuses_run_start = inner.fuses_run_start
 
     async def open(self) -> None:
         await self.inner.open()

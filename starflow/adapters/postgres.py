@@ -96,6 +96,7 @@ from ._sql import (
     claimed_jobs,
     claimed_runs,
     definition_record,
+    event_sql,
     guard_args,
     guard_shape,
     guard_sql,
@@ -108,6 +109,7 @@ from ._sql import (
     prune_delete_sql,
     prune_select_args,
     prune_select_sql,
+    run_conditions,
     run_event,
     run_info,
     schedule_insert_args,
@@ -377,6 +379,11 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
             URL's ``?listen_url=`` parameter (percent-encoded). Without one,
             workers poll every ``StarflowConfig.poll_interval``.
     """
+
+    #: The start and an event in one statement would not see each other's rows
+    #: (one snapshot), and unfused they cost a transaction of several round trips:
+    #: the start stays its own statement, the first ``node_start`` its own.
+    fuses_run_start = False
 
     def __init__(
         self,
@@ -1345,8 +1352,9 @@ def _merge_run_writes(ops: Sequence[Op]) -> list[Op]:
 
 #: Statements that can take ``AND EXISTS (SELECT 1 FROM g)`` at their end.
 _FUSABLE = re.compile(r"^(UPDATE (\w+) SET |DELETE FROM (\w+) |INSERT INTO (workflow_run_events) "
-                      r"\(.*\) SELECT .* WHERE EXISTS \(SELECT 1 FROM workflow_runs .*\)$)",
-                      re.DOTALL)
+                      r"\(.*\) SELECT .* WHERE EXISTS \(SELECT 1 FROM workflow_runs .*\)"
+                      r"( ORDER BY o)?$)", re.DOTALL)
+_ORDER = " ORDER BY o"
 _PARAM = re.compile(r"\$(\d+)")
 
 
@@ -1363,6 +1371,7 @@ def _fuse(plan: Sequence[_Statement], guard: Guard | None, durable: bool, worksp
     defined order, so only plans that write each table once, one row set each,
     are fused (no pipelined ``executemany``, no notifying writes).
     """
+    plan = _events_as_one(plan)
     if not plan or any(len(st.args) != 1 for st in plan):
         return None
     leased = guard is not None and guard.leased_by is not None
@@ -1386,6 +1395,39 @@ def _fuse(plan: Sequence[_Statement], guard: Guard | None, durable: bool, worksp
     for st in plan:
         args.extend(st.args[0])
     return _Statement(sql, tuple(args))
+
+
+_EVENT_SQL = event_sql(POSTGRES)
+
+
+def _events_as_one(plan: Sequence[_Statement]) -> Sequence[_Statement]:
+    """The plan with its event inserts of one run as one multi-row insert, where the first was.
+
+    A fused unit (a step's ``node_complete`` with the next ``node_start``, or
+    with the pause or the run's end) inserts several events; a statement may
+    write each table only once, so they become one ``INSERT … SELECT … FROM
+    (VALUES …) ORDER BY``: ids are drawn in the order written. Only the
+    events' order among themselves is observable (the unit commits as one).
+    """
+    rows = [args for st in plan if st.sql == _EVENT_SQL for args in st.args]
+    if len(rows) < 2 or any(r[5:] != rows[0][5:] for r in rows):
+        return plan
+    values = ", ".join(
+        f"(${5 * i + 1}::uuid, ${5 * i + 2}::text, ${5 * i + 3}::text, ${5 * i + 4}::jsonb, "
+        f"${5 * i + 5}::timestamptz, {i})" for i in range(len(rows)))
+    merged = _Statement(
+        "INSERT INTO workflow_run_events (run_id, event_type, node_id, payload_json, "
+        f"created_at) SELECT r, t, n, p, c FROM (VALUES {values}) AS v (r, t, n, p, c, o) "
+        "WHERE EXISTS (SELECT 1 FROM workflow_runs WHERE "
+        f"{run_conditions(POSTGRES, 5 * len(rows) + 1, False, None)}) ORDER BY o",
+        (*(a for r in rows for a in r[:5]), *rows[0][5:]))
+    out: list[_Statement] = []
+    for st in plan:
+        if st.sql != _EVENT_SQL:
+            out.append(st)
+        elif merged not in out:
+            out.append(merged)
+    return out
 
 
 #: Fused SQL by plan shape (``None``: that shape cannot be fused).
@@ -1417,7 +1459,9 @@ def _fused_sql(plan: Sequence[_Statement], guarded: bool, leased: bool, status: 
         def shift(m: re.Match[str], offset: int = offset) -> str:
             return f"${int(m.group(1)) + offset}"
 
-        ctes.append(f"w{i} AS ({_PARAM.sub(shift, st.sql)}{cond})")
+        sql = _PARAM.sub(shift, st.sql)
+        order = _ORDER if sql.endswith(_ORDER) else ""  # the guard goes before it
+        ctes.append(f"w{i} AS ({sql[:len(sql) - len(order)]}{cond}{order})")
         n += len(st.args[0])
     result = "(SELECT count(*) FROM g)" if guarded else "1"
     sync = "" if durable else ", set_config('synchronous_commit', 'off', true)"

@@ -79,11 +79,14 @@ async def _traced(adapter: LocalWorkflowStateAdapter) -> list[str]:
 
 
 class TestSqliteFlushes:
-    """A three-step run commits five times with a flush and three times (node_start) without."""
+    """A three-step run commits five times with a flush and three times (node_start) without;
+    fused (the default), four times, each flushed, and once (the first node_start) without."""
 
-    async def test_commits_and_sync_levels(self, tmp_path: Path) -> None:
+    @pytest.mark.parametrize("fused", [False, True])
+    async def test_commits_and_sync_levels(self, tmp_path: Path, fused: bool) -> None:
         adapter = LocalWorkflowStateAdapter(str(tmp_path / "w.db"), workspace_id="flushes")
-        async with Starflow(adapter, maintenance=False) as sf:
+        config = StarflowConfig(fused_boundaries=fused)
+        async with Starflow(adapter, maintenance=False, config=config) as sf:
             await sf.run(three_steps, 0)  # definition row, warm caches
             statements = await _traced(adapter)
             handle = await sf.run(three_steps, 1)
@@ -106,9 +109,16 @@ class TestSqliteFlushes:
                 current = []
         flushed = [t for t in transactions if t[0] in ("FULL", "EXTRA", "NORMAL")]
         unflushed = [t for t in transactions if t[0] == "OFF"]
-        # start, three node_complete, end: one flush each; three node_start: none.
-        assert len(flushed) == 5, transactions
-        assert len(unflushed) == 3, transactions
+        if fused:
+            # the start with the first node_start; each node_complete with the next
+            # node_start or the end: four commits, each flushed.
+            assert len(flushed) == 4, transactions
+            assert len(unflushed) == 0, transactions
+            assert [len(ops) for _, ops in flushed[1:3]] == [2, 2]  # two events each
+        else:
+            # start, three node_complete, end: one flush each; three node_start: none.
+            assert len(flushed) == 5, transactions
+            assert len(unflushed) == 3, transactions
         assert all(len(ops) == 1 for _, ops in unflushed)
         assert adapter.synchronous == "FULL"  # fully durable by default
 
@@ -315,9 +325,9 @@ class TestInlineCommits:
             seen.clear()
             handle = await sf.run(three_steps, 1)
         assert handle.status == "success" and handle.result == 4
-        # start, three node_start, three node_complete, end: each alone, on the loop.
-        assert seen == [(True, 1, True)] + [(True, 1, False), (True, 1, True)] * 3 + [
-            (True, 1, True)]
+        # the start with the first node_start, then each node_complete with the next
+        # node_start or the end (fused_boundaries): each alone, on the loop.
+        assert seen == [(True, 1, True)] * 4
 
     async def test_switched_off(self, tmp_path: Path) -> None:
         adapter = LocalWorkflowStateAdapter(str(tmp_path / "o.db"), workspace_id="inline",
@@ -328,8 +338,8 @@ class TestInlineCommits:
             seen.clear()
             await sf.run(three_steps, 1)
         # Durable commits go to the database thread; node_start (no flush) stays inline.
-        assert [on_loop for on_loop, _, durable in seen if durable] == [False] * 5
-        assert [on_loop for on_loop, _, durable in seen if not durable] == [True] * 3
+        assert [on_loop for on_loop, _, durable in seen if durable] == [False] * 4
+        assert [on_loop for on_loop, _, durable in seen if not durable] == []
 
     async def test_concurrent_runs_share_commits(self, tmp_path: Path) -> None:
         adapter = LocalWorkflowStateAdapter(str(tmp_path / "c.db"), workspace_id="inline")
@@ -543,16 +553,32 @@ class TestPostgresRoundTrips:
                 return _original(self, query, *args, **kwargs)
 
             monkeypatch.setattr(asyncpg.Connection, name, spy)
-        async with Starflow(pg, maintenance=False) as sf:
-            await sf.run(three_steps, 0)
-            sent.clear()
-            handle = await sf.run(three_steps, 1)
-        assert handle.status == "success"
-        # start, 3 x (node_start, node_complete), end
-        assert len(sent) == 8, sent
-        off = [q for q in sent if "set_config('synchronous_commit', 'off', true)" in q]
-        assert len(off) == 3  # the three node_start units, and only they
-        assert not any(q.strip().upper() in ("BEGIN", "COMMIT") for q in sent)
+        for fused in (False, True):
+            config = StarflowConfig(fused_boundaries=fused)
+            async with Starflow(pg, maintenance=False, config=config) as sf:
+                await sf.run(three_steps, 0)
+                sent.clear()
+                handle = await sf.run(three_steps, 1)
+                n = len(sent)
+                events = [(e.event_type, e.node_id) for e in await sf.events(handle.run_id)]
+            del sent[n:]
+            assert handle.status == "success"
+            # The seed's events in the seed's order, however they were committed.
+            assert events == [(t, f"step:add_one#{i}") for i in (1, 2, 3)
+                              for t in ("node_start", "node_complete")]
+            off = [q for q in sent if "set_config('synchronous_commit', 'off', true)" in q]
+            if fused:
+                # the start (its own statement: fuses_run_start is False here), the
+                # first node_start, each node_complete with the next node_start (its
+                # two events one multi-row insert) or with the end
+                assert len(sent) == 5, sent
+                assert len(off) == 1  # the first node_start, and only it
+                assert sum("ORDER BY o" in q for q in sent) == 2
+            else:
+                # start, 3 x (node_start, node_complete), end
+                assert len(sent) == 8, sent
+                assert len(off) == 3  # the three node_start units, and only they
+            assert not any(q.strip().upper() in ("BEGIN", "COMMIT") for q in sent)
 
     async def test_local_setting_does_not_leak(self, pg: Any) -> None:
         async with pg._pool.acquire() as conn:

@@ -53,7 +53,10 @@ class TestFencing:
                 # runner-a's step returns: its node_complete is refused, the engine stops.
                 flows.gate("f").set()
             assert worker_a.active == 0
-            assert [(m, h) for m, h in pa.units[held_before:]] == [(["on_node_complete"], False)]
+            # (fused, the default: in one unit with the next step's node_start)
+            refused = (["on_node_complete", "on_node_start"] if a.config.fused_boundaries
+                       else ["on_node_complete"])
+            assert [(m, h) for m, h in pa.units[held_before:]] == [(refused, False)]
             assert [f"{run_id}:step:gated#1"] == flows.EXECUTED  # note#1 never started on a
             # runner-b replays and finishes; only one node_complete per node.
             flows.GATES.clear()
