@@ -219,6 +219,12 @@ class Engine:
                                   attempt=attempt + 1)
                 await clock.sleep(min(0.05 * 2**attempt, 2.0))
                 continue
+            except Exception:
+                # Refused before anything was written (an unstorable phase, a bad
+                # argument): the deferred writes go with whatever the run writes next,
+                # which records the failure (a run not started yet is started by it).
+                self._deferred[:0] = deferred
+                raise
             if not unit.held:
                 self._lease_lost = True
                 raise Abort("lease_lost")

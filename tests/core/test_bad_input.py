@@ -209,6 +209,8 @@ def test_invalid_config() -> None:
         StarflowConfig(sweep_interval=timedelta(0))
     with pytest.raises(ConfigError, match="sqlite_inline_commits must be True or False"):
         StarflowConfig(sqlite_inline_commits="no")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="fused_boundaries must be True or False, got 1"):
+        StarflowConfig(fused_boundaries=1)  # type: ignore[arg-type]
 
 
 def test_bad_url() -> None:
