@@ -84,6 +84,7 @@ __all__ = [
     "WAIT_COLUMNS",
     "Dialect",
     "Queries",
+    "announces_run_change",
     "announces_work",
     "claim_ids_sql",
     "claim_set",
@@ -692,6 +693,17 @@ def announces_work(op: Op) -> bool:
     if isinstance(op, InsertRun):
         return "queued" in (op.values.get("claim_state"), op.values.get("status"))
     return isinstance(op, InsertJob)
+
+
+def announces_run_change(op: Op) -> str | None:
+    """The run whose change ``op`` makes that callers may be waiting for (the run
+    ending, or the answer to an update recorded), or None."""
+    if isinstance(op, UpdateRun):
+        return op.run_id if op.values.get("status") in ENDED_STATUSES else None
+    if (isinstance(op, InsertEvent) and op.event_type == "node_complete"
+            and op.node_id is not None and op.node_id.startswith("reply:")):
+        return op.run_id
+    return None
 
 
 @functools.cache
