@@ -42,16 +42,16 @@ async def desk() -> int:
 @pytest.mark.parametrize("kind", ["memory", "sqlite", "postgres", "pgbouncer"])
 async def test_watch_run_only_where_the_database_announces(kind: str, tmp_path: Path) -> None:
     async with Starflow.open(adapter_url(kind, tmp_path), maintenance=False,
-                             workspace_id=f"ws-{uuid.uuid4().hex[:12]}") as sf:
-        async with sf.adapter.watch_run(str(uuid.uuid4())) as watch:
-            if kind == "postgres":
-                assert isinstance(watch, RunWatch)
-                first = watch.arm()
-                assert watch.arm() is first  # not fired: the same event
-                first.set()
-                assert watch.arm() is not first  # fired: a fresh one
-            else:
-                assert watch is None
+                             workspace_id=f"ws-{uuid.uuid4().hex[:12]}") as sf, \
+            sf.adapter.watch_run(str(uuid.uuid4())) as watch:
+        if kind == "postgres":
+            assert isinstance(watch, RunWatch)
+            first = watch.arm()
+            assert watch.arm() is first  # not fired: the same event
+            first.set()
+            assert watch.arm() is not first  # fired: a fresh one
+        else:
+            assert watch is None
 
 
 @asynccontextmanager
@@ -68,7 +68,9 @@ async def two_processes(workspace_id: str) -> AsyncIterator[tuple[Starflow, Star
 async def waiting(sf: Starflow, run_id: str) -> None:
     """Return once ``sf`` watches ``run_id`` and its read is done (it is waiting)."""
     watches = sf.adapter._run_watches  # type: ignore[attr-defined]
-    while run_id not in watches:
+    for _ in range(BOUND * 100):  # the caller's task registers, then reads
+        if run_id in watches:
+            break
         await anyio.sleep(0.01)
     await sf.adapter.idle()
 
