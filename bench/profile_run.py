@@ -2,7 +2,9 @@
 
     python bench/profile_run.py                     # every leg, profiled
     python bench/profile_run.py --legs null,sqlite-inflight --runs 3000
-    python bench/profile_run.py --no-profile        # CPU and wall per run only (A/B pairs)
+    python bench/profile_run.py --no-profile        # CPU and wall per run only
+    python bench/profile_run.py --ab fused_boundaries --pairs 5   # A/B pairs of a switch
+    python bench/profile_run.py --uvloop-ab sqlite-inflight,null 4 2000   # asyncio vs uvloop
 
 Legs:
 
@@ -179,5 +181,31 @@ async def main(argv: list[str]) -> int:
     return 0
 
 
+def uvloop_pairs(argv: list[str]) -> int:
+    """``--uvloop-ab LEGS PAIRS RUNS``: each leg on asyncio's loop (A) and uvloop (B),
+    alternating, each run in its own event loop (``pip install uvloop``)."""
+    legs, pairs, runs = argv[0].split(","), int(argv[1]), int(argv[2])
+    print(f"load {os.getloadavg()[0]:.2f}")
+    for leg in legs:
+        n = runs if "seq" not in leg else max(1, runs // 4)
+        got: dict[bool, list[float]] = {False: [], True: []}
+        for i in range(pairs):
+            for use in ((False, True) if i % 2 == 0 else (True, False)):
+                async def once(use: bool = use, leg: str = leg, n: int = n) -> dict[str, Any]:
+                    with tempfile.TemporaryDirectory() as tmp:
+                        return await one_leg(leg, n, tmp, False, None, None)
+
+                r = anyio.run(once, backend_options={"use_uvloop": use})
+                got[use].append(r["wf_s"])
+                print(f"{leg:<18} uvloop={use!s:<5} {r['wf_s']:>8.0f} wf/s  cpu "
+                      f"{r['cpu_ms_per_run']:.3f} ms/run  load {os.getloadavg()[0]:.2f}",
+                      flush=True)
+        wins = sum(b > a for a, b in zip(got[False], got[True], strict=True))
+        print(f"{leg:<18} uvloop faster in {wins} of {pairs} pairs", flush=True)
+    return 0
+
+
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["--uvloop-ab"]:
+        sys.exit(uvloop_pairs(sys.argv[2:]))
     sys.exit(anyio.run(main, sys.argv[1:]))
