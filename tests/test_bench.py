@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from starflow import Starflow
+from starflow import Starflow, StarflowConfig
 from tests.conftest import POSTGRES_URL, require_postgres
 
 BENCH = Path(__file__).resolve().parent.parent / "bench" / "bench.py"
@@ -52,12 +52,16 @@ async def _shape(sf: Starflow, run_id: str) -> tuple[Any, ...]:
 class TestBareReplay:
     """The replay of a recorded run's statements through the bare driver."""
 
+    @pytest.mark.parametrize("fused", [True, False], ids=["fused", "separate"])
     @pytest.mark.parametrize("kind", ["sqlite", "postgres"])
     async def test_replayed_runs_are_the_recorded_run(self, kind: str, tmp_path: Path,
-                                                      workspace_id: str) -> None:
-        """Every replayed run, one at a time or 50 at once, ends as the recorded one did."""
+                                                      workspace_id: str, fused: bool) -> None:
+        """Every replayed run, one at a time or 50 at once, ends as the recorded one did
+        (the run shape of today's default, and with one commit per boundary)."""
         url = _url(kind, tmp_path)
-        async with Starflow.open(url, workspace_id=workspace_id, maintenance=False) as sf:
+        config = StarflowConfig(fused_boundaries=fused)
+        async with Starflow.open(url, workspace_id=workspace_id, maintenance=False,
+                                 config=config) as sf:
             async def run(i: int) -> None:
                 handle = await sf.run(bench.three_steps, i)
                 assert handle.status == "success"
@@ -90,8 +94,8 @@ class TestSuite:
         out = tmp_path / "figures.json"
         env = {**os.environ, "STARFLOW_BENCH_POSTGRES_URL": POSTGRES_URL}
         proc = subprocess.run(
-            [sys.executable, str(BENCH), "--only", "sequential,inflight", "--n", "10",
-             "--json", str(out)],
+            [sys.executable, str(BENCH), "--only", "sequential,inflight,cpu", "--n", "10",
+             "--cpu-runs", "20", "--json", str(out)],
             capture_output=True, text=True, timeout=110, env=env, cwd=tmp_path)
         assert proc.returncode == 0, proc.stdout + proc.stderr
         figures = json.loads(out.read_text())["figures"]
@@ -104,4 +108,16 @@ class TestSuite:
             assert rows and all(f["ratio"] > 0 and f["value"] > 0 for f in rows)
             assert sum(1 for f in figures if f["db"] == db
                        and f["figure"].strip() == "the same statements, bare driver") == 2
+            # the shape before #22, measured in the same rounds
+            assert sum(1 for f in figures if f["db"] == db and f["figure"].strip()
+                       == "one commit per boundary (before #22)") == 2
         assert "starflow vs its bare-driver replay" in proc.stdout
+        # Issue #22's four targets, each with its figure of this run.
+        targets = proc.stdout.split("issue #22 targets (this run):")[1]
+        for label in ("SQLite sequential / bare replay", "PostgreSQL sequential / bare replay",
+                      "SQLite 50 in flight / bare ideal group commit",
+                      "CPU per run, SQLite 50 in flight"):
+            assert label in targets, targets
+        cpu = [f for f in figures if f["figure"] == "CPU per run, 50 in flight"]
+        assert {f["db"] for f in cpu} == {"sqlite", "postgres"}
+        assert all(f["value"] > 0 and f["baseline"] > 0 for f in cpu)
