@@ -264,7 +264,7 @@ class TestWhoMay:
             wrong = await client.get("/runs", headers={"Authorization": "Bearer nope"})
             assert wrong.status_code == 401
             posted = await client.post(f"/runs/{run_id}/cancel",
-                                       data={"csrf": app.state.ui.csrf, "confirmed": "yes"})
+                                       data={"csrf": app.state.ui.site.csrf, "confirmed": "yes"})
             assert posted.status_code == 401
         assert (await sf.get_run(run_id)).status == "paused"
 
@@ -287,7 +287,7 @@ class TestWhoMay:
                 response = await client.post(f"/runs/{run_id}/signal", data=data)
                 assert response.status_code == 403 and "CSRF" in alert(response.text)
             # a token from another server (another secret) is not this one's
-            other = create_app(sf).state.ui.csrf
+            other = create_app(sf).state.ui.site.csrf
             response = await client.post(f"/runs/{run_id}/cancel",
                                          data={"csrf": other, "confirmed": "yes"})
             assert response.status_code == 403
@@ -300,7 +300,7 @@ class TestWhoMay:
         app = create_app(sf)
         async with client_for(app, origin="http://evil.example") as client:
             response = await client.post(f"/runs/{run_id}/cancel", data={
-                "csrf": app.state.ui.csrf, "confirmed": "yes"})
+                "csrf": app.state.ui.site.csrf, "confirmed": "yes"})
         assert response.status_code == 403 and "another site" in alert(response.text)
         assert (await sf.get_run(run_id)).status == "paused"
 
@@ -326,7 +326,7 @@ class TestLive:
         ui: UI = create_app(sf, poll_interval=0.02).state.ui
         got: list[str] = []
         with anyio.fail_after(10):
-            stream = ui._run_changes(run_id)
+            stream = ui.live.run_changes(run_id)
             assert (await anext(stream)).startswith("retry:")
             first = anext(stream)
 
@@ -354,7 +354,7 @@ class TestLive:
 
         ui: UI = create_app(sf, poll_interval=0.02).state.ui
         with anyio.fail_after(10):
-            stream = ui._table_changes(RunPageQuery())
+            stream = ui.live.table_changes(RunPageQuery())
             await anext(stream)
             first = anext(stream)
 
@@ -435,7 +435,7 @@ async def test_run_stream_from_the_warm_tier(tmp_path: Any) -> None:
         ui: UI = create_app(sf, poll_interval=30).state.ui  # a poll would time out here
         got: list[str] = []
         with anyio.fail_after(10):
-            stream = ui._run_changes(run_id)
+            stream = ui.live.run_changes(run_id)
             await anext(stream)
 
             async def signal_soon() -> None:
@@ -509,9 +509,9 @@ async def test_all_workspaces(tmp_path: Any) -> None:
 
 async def test_long_timeline_shows_its_ends(sf: Starflow, monkeypatch: Any) -> None:
     """A run with many events shows the first and last ones and says how many it skips."""
-    from starflow.ui import app as ui_app
+    from starflow.ui import pages as ui_pages
 
-    monkeypatch.setattr(ui_app, "TIMELINE_EDGE", 2)
+    monkeypatch.setattr(ui_pages, "TIMELINE_EDGE", 2)
     run_id = (await sf.run(approval, "lamp")).run_id
     total = len(await sf.events(run_id))
     async with client_for(create_app(sf)) as client:
@@ -525,7 +525,7 @@ async def test_streams_catch_up_with_a_stale_page(sf: Starflow) -> None:
     """A change between a page's render and its stream's first read is reported:
     the stream compares with the version the page was rendered at."""
     from starflow.adapters.pages import RunPageQuery
-    from starflow.ui.app import page_version, run_version
+    from starflow.ui.live import page_version, run_version
 
     run_id = (await sf.run(approval, "lamp")).run_id
     events = await sf.events(run_id)
@@ -533,18 +533,18 @@ async def test_streams_catch_up_with_a_stale_page(sf: Starflow) -> None:
     table = page_version(await sf.adapter.list_runs_page(RunPageQuery()))
     ui: UI = create_app(sf, poll_interval=0.02).state.ui
     with anyio.fail_after(10):
-        current = ui._run_changes(run_id, rendered)
+        current = ui.live.run_changes(run_id, rendered)
         await anext(current)
         with anyio.move_on_after(0.2) as quiet:  # up to date: nothing to say
             await anext(current)
         assert quiet.cancelled_caught
         await current.aclose()
         await sf.cancel(run_id)  # changes after the render, before the stream starts
-        stale = ui._run_changes(run_id, rendered)
+        stale = ui.live.run_changes(run_id, rendered)
         assert (await anext(stale)).startswith("retry:")
         assert (await anext(stale)).startswith("event: changed")
         await stale.aclose()
-        stale_table = ui._table_changes(RunPageQuery(), table)
+        stale_table = ui.live.table_changes(RunPageQuery(), table)
         await anext(stale_table)
         assert (await anext(stale_table)).startswith("event: changed")
         await stale_table.aclose()
