@@ -69,7 +69,7 @@ class Site:
                           autoescape=select_autoescape(default=True), trim_blocks=True,
                           lstrip_blocks=True)
         env.filters.update(iso=views.iso, duration=views.human_duration,
-                           bucket=views.bucket_label,
+                           bucket=views.bucket_label, period=views.period,
                            count=lambda n: f"{COUNT_CAP:,}+" if n > COUNT_CAP else f"{n:,}")
         env.globals.update(statuses=RUN_STATUSES)
         self.templates = Jinja2Templates(env=env)
