@@ -10,8 +10,10 @@ last run to look up) and pool limits, then times ``GET /ops`` over the ASGI
 app ``--loads`` times (after one warm-up load) and prints the median and the
 slowest, next to ``GET /runs`` (the runs page, index lookups only) measured
 the same way. The operations page reads the outbox gauge, three capped run
-pages, the stuck runs, every pool's counts (``sf.pools()``: an aggregate
-over the queued and executing runs) and every schedule with its last run.
+pages (one with the counts per status), the stuck runs, every pool's counts
+(``sf.pools()``: an aggregate over the queued and executing runs) and every
+schedule with its last run; each of those reads is timed on its own too
+(median of ``--loads``), to show where the time goes.
 
 Nothing here is asserted in tests (tests/test_bench_ui.py only runs it
 small): this tells how fast, on this machine, today.
@@ -41,8 +43,10 @@ if __package__ in (None, ""):  # run as a script: make `starflow` importable fro
 import starflow
 import starflow.logs
 from starflow import Starflow, StarflowConfig
+from starflow.adapters.pages import MAX_PAGE, RunPageQuery
 from starflow.clock import format_ts
 from starflow.ui import create_app
+from starflow.ui.operations import read_schedules
 
 POSTGRES_URL = os.environ.get("STARFLOW_TEST_POSTGRES_URL",
                               "postgresql://postgres@127.0.0.1:5432/test")
@@ -146,11 +150,29 @@ async def leg(kind: str, tmp: str, runs: int, schedules: int, loads: int) -> dic
                                          base_url="http://127.0.0.1") as client:
                 ops = await _time(client, "/ops", loads)
                 page = await _time(client, "/runs", loads)
+            now = sf.clock.now()
+            parts = {
+                "counts": lambda: sf.adapter.list_runs_page(
+                    RunPageQuery(status="queued", limit=MAX_PAGE, counts=True)),
+                "stuck runs": sf.stuck_runs,
+                "pools": sf.pools,
+                "schedules": lambda: read_schedules(sf, now),
+            }
+            split = {}
+            for name, read in parts.items():
+                await read()
+                took = []
+                for _ in range(loads):
+                    t0 = time.perf_counter()
+                    await read()
+                    took.append(time.perf_counter() - t0)
+                split[name] = statistics.median(took) * 1000
     finally:
         await _drop(kind, workspace)
     return {"db": kind, "runs": runs, "schedules": schedules, "loads": loads,
             "ops_ms": statistics.median(ops) * 1000, "ops_max_ms": max(ops) * 1000,
-            "runs_ms": statistics.median(page) * 1000, "runs_max_ms": max(page) * 1000}
+            "runs_ms": statistics.median(page) * 1000, "runs_max_ms": max(page) * 1000,
+            "parts": split}
 
 
 async def main() -> None:
@@ -168,7 +190,9 @@ async def main() -> None:
             sys.stdout.write(
                 f"{r['db']:<8} runs={r['runs']} schedules={r['schedules']}: GET /ops median "
                 f"{r['ops_ms']:.1f} ms (slowest {r['ops_max_ms']:.1f}) · GET /runs median "
-                f"{r['runs_ms']:.1f} ms (slowest {r['runs_max_ms']:.1f}), {r['loads']} loads\n")
+                f"{r['runs_ms']:.1f} ms (slowest {r['runs_max_ms']:.1f}), {r['loads']} loads\n"
+                f"{'':<8} of /ops: " + " · ".join(f"{name} {ms:.1f} ms" for name, ms
+                                                    in r["parts"].items()) + "\n")
 
 
 if __name__ == "__main__":

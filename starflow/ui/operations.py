@@ -23,7 +23,8 @@ if TYPE_CHECKING:
     from ..app import Starflow
     from ..warm.drainer import OutboxStatus
 
-__all__ = ["Operations", "PoolRow", "ScheduleRow", "load_operations"]
+__all__ = ["Operations", "PoolRow", "ScheduleRow", "load_operations", "read_pools",
+           "read_schedules"]
 
 #: Stuck runs the operations page lists (oldest first).
 STUCK_SHOWN = 100
@@ -152,8 +153,8 @@ async def load_operations(sf: Starflow) -> Operations:
                                                           counts=True))
     running = await sf.adapter.list_runs_page(RunPageQuery(status="running", limit=MAX_PAGE))
     stuck = await sf.stuck_runs()  # of the newest 1,000 queued runs
-    pools, pools_error = await _pools(sf, queued, running)
-    schedules, records, schedules_error = await _schedules(sf, now)
+    pools, pools_error = await read_pools(sf, queued, running)
+    schedules, records, schedules_error = await read_schedules(sf, now)
     return Operations(
         outbox=outbox, outbox_error=outbox_error, counts=queued.counts or {},
         pools=pools, pools_error=pools_error,
@@ -166,7 +167,7 @@ async def load_operations(sf: Starflow) -> Operations:
         stuck_after=sf.config.stuck_after.total_seconds())
 
 
-async def _pools(sf: Starflow, queued: RunPage, running: RunPage
+async def read_pools(sf: Starflow, queued: RunPage, running: RunPage
                  ) -> tuple[list[PoolRow], str | None]:
     """Every named pool with limits or with queued or executing runs (counted by the
     database), then runs for any pool (counted from the newest queued and running)."""
@@ -193,7 +194,7 @@ def _late(sf: Starflow, rec: ScheduleRecord, now: datetime) -> float | None:
     return (now - due).total_seconds()
 
 
-async def _schedules(sf: Starflow, now: datetime
+async def read_schedules(sf: Starflow, now: datetime
                      ) -> tuple[list[ScheduleRow], list[ScheduleRecord], str | None]:
     """The first :data:`SCHEDULES_SHOWN` schedules by id, with their last run's status;
     every schedule's record (for the counts); an error reading them, if any."""
