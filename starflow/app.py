@@ -621,8 +621,8 @@ class Starflow:
 
     async def list_runs(self, status: str | None = None, template_id: str | None = None,
                         limit: int = 50, since: datetime | None = None,
-                        attributes: Mapping[str, str | int | bool] | None = None
-                        ) -> list[RunInfo]:
+                        attributes: Mapping[str, str | int | bool] | None = None,
+                        parent_run_id: str | None = None) -> list[RunInfo]:
         """Runs newest first, optionally filtered.
 
         Args:
@@ -634,6 +634,8 @@ class Starflow:
             attributes: Only runs whose workflow set every one of these
                 (``starflow.set_attributes``), each an index lookup. Values
                 match exactly, type included (``"42"`` is not ``42``).
+            parent_run_id: Only the child runs of this run (``starflow.start_child``,
+                or a ``@workflow`` awaited inside a workflow), detached ones included.
 
         Raises:
             StarflowError: a filter is invalid (named with its value).
@@ -655,9 +657,15 @@ class Starflow:
                 encoded = encode_attributes(attributes, what="attributes")
             except InvalidArgument as exc:
                 problems.append(str(exc))
+        if parent_run_id is not None:
+            try:
+                parent_run_id = normalize_run_id(parent_run_id)
+            except StarflowError as exc:
+                problems.append(f"parent_run_id: {exc}")
         if problems:
             raise InvalidArgument("list_runs: " + "; ".join(problems))
         return await self.adapter.list_runs(status=status, template_id=template_id,
+                                            parent_run_id=parent_run_id,
                                             since=since, limit=limit, attributes=encoded)
 
     async def events(self, run_id: str) -> list[RunEvent]:

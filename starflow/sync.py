@@ -280,11 +280,13 @@ class Starflow:
 
     def list_runs(self, status: str | None = None, template_id: str | None = None,
                   limit: int = 50, since: datetime | None = None,
-                  attributes: Mapping[str, str | int | bool] | None = None) -> list[RunInfo]:
+                  attributes: Mapping[str, str | int | bool] | None = None,
+                  parent_run_id: str | None = None) -> list[RunInfo]:
         """:meth:`starflow.Starflow.list_runs`."""
         return self._call(lambda: self._app.list_runs(status=status, template_id=template_id,
                                                       limit=limit, since=since,
-                                                      attributes=attributes))
+                                                      attributes=attributes,
+                                                      parent_run_id=parent_run_id))
 
     def stuck_runs(self, limit: int = 1000) -> list[RunInfo]:
         """:meth:`starflow.Starflow.stuck_runs`."""
