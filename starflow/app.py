@@ -18,7 +18,7 @@ from .adapters.base import WorkflowStateAdapter
 from .attributes import encode_attributes
 from .clock import Clock, SystemClock
 from .config import StarflowConfig, check_concurrency, int_problem
-from .decorators import WorkflowDefinition, definition_of, registry
+from .decorators import WorkflowDefinition, definition_of, registry, timeout_problem
 from .errors import (
     ConfigError,
     InvalidArgument,
@@ -254,7 +254,8 @@ class Starflow:
     def options(self, *, run_id: str | None = None, pool: str | None = None,
                 priority: int = 0, concurrency_key: str | None = None,
                 dedup_key: str | None = None, debounce: timedelta | None = None,
-                debounce_key: str | None = None) -> RunOptions:
+                debounce_key: str | None = None, timeout: timedelta | None = None
+                ) -> RunOptions:
         """Start options that type checkers see: ``sf.options(run_id=i).run(wf, x)``.
 
         ``sf.run(wf, x, run_id=i)`` works too, but a type checker cannot check
@@ -274,6 +275,10 @@ class Starflow:
                 ``debounce_key`` (same workflow and pool) before it is claimed
                 replaces its arguments and restarts the delay.
             debounce_key: The key debounced starts share (with ``debounce``).
+            timeout: The run's deadline from its start (overrides the workflow's
+                ``@workflow(timeout=)``): past it the run ends in ``error`` with
+                ``WorkflowFailed.error_type == "WorkflowTimeout"`` (``.run()`` and
+                ``.start()``).
 
         Raises:
             InvalidArgument: a key is not a storable name (nothing written).
@@ -295,11 +300,13 @@ class Starflow:
         if debounce is not None and run_id is not None:
             problems.append("debounce replaces a pending run's arguments, so it takes no "
                             f"run_id: {run_id!r}")
+        if (problem := timeout_problem("timeout", timeout)) is not None:
+            problems.append(problem)
         if problems:
             raise ConfigError("options: " + "; ".join(problems))
         return RunOptions(self, run_id=run_id, pool=pool, priority=priority,
                           concurrency_key=concurrency_key, dedup_key=dedup_key,
-                          debounce=debounce, debounce_key=debounce_key)
+                          debounce=debounce, debounce_key=debounce_key, timeout=timeout)
 
     # -- schedules (#18) ----------------------------------------------------------
 
@@ -923,8 +930,9 @@ class RunOptions:
     def __init__(self, app: Starflow, *, run_id: str | None, pool: str | None,
                  priority: int = 0, concurrency_key: str | None = None,
                  dedup_key: str | None = None, debounce: timedelta | None = None,
-                 debounce_key: str | None = None) -> None:
+                 debounce_key: str | None = None, timeout: timedelta | None = None) -> None:
         self._app = app
+        self.timeout = timeout
         self.run_id = run_id
         self.pool = pool
         self.priority = priority
@@ -955,7 +963,8 @@ class RunOptions:
             raise ConfigError(f"{', '.join(flow)} apply to queued runs: use .start(), "
                               "not .run()")
         return self._app._track(await self._app.runner.start(
-            workflow_definition(wf), args, kwargs, run_id=self.run_id, inline=True))
+            workflow_definition(wf), args, kwargs, run_id=self.run_id, inline=True,
+            timeout=self.timeout))
 
     @overload
     async def start(self, wf: Callable[P, Awaitable[R]], /, *args: P.args, **kwargs: P.kwargs
@@ -976,7 +985,8 @@ class RunOptions:
         definition = workflow_definition(wf)
         if self.debounce is None:
             return await runner.start(definition, args, kwargs, run_id=self.run_id,
-                                      inline=False, pool=self.pool, flow=self._flow())
+                                      inline=False, pool=self.pool, flow=self._flow(),
+                                      timeout=self.timeout)
         assert self.debounce_key is not None
         encoded = runner.encode_input(definition, args, kwargs)
         runner.decode_input(definition, encoded)
@@ -992,7 +1002,8 @@ class RunOptions:
                 return RunHandle(run_id=rearmed, status="queued")
             try:
                 return await runner.start(definition, args, kwargs, run_id=None, inline=False,
-                                          pool=pool, flow={**flow, "not_before": not_before})
+                                          pool=pool, flow={**flow, "not_before": not_before},
+                                          timeout=self.timeout)
             except StorageError as exc:
                 if exc.transient:
                     raise

@@ -9,7 +9,7 @@ through); :class:`Outcome` is what the engine hands the driver
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
@@ -44,6 +44,9 @@ class Runtime:
     #: Told when an execution records something a caller may be waiting for
     #: mid-run (an update's answer): the runner's ``notify_settled``.
     notify: Callable[[], None] | None = None
+    #: The ``workflow_definitions`` id of a definition (cached by the runner):
+    #: what a child run's row records.
+    definition_id: Callable[[WorkflowDefinition], Awaitable[str]] | None = None
 
 
 @dataclass(frozen=True)
@@ -68,6 +71,10 @@ class Outcome:
     exception: BaseException | None = None
     wait: PendingWait | None = None
     definition: WorkflowDefinition | None = None
+    #: The run's parent (a child run's end wakes it) and whether the run started
+    #: children (its end cancels those still active): set by the engine.
+    parent_run_id: str | None = None
+    has_children: bool = False
 
 
 class Suspend(BaseException):

@@ -194,11 +194,13 @@ class Starflow:
     def options(self, *, run_id: str | None = None, pool: str | None = None,
                 priority: int = 0, concurrency_key: str | None = None,
                 dedup_key: str | None = None, debounce: timedelta | None = None,
-                debounce_key: str | None = None) -> RunOptions:
+                debounce_key: str | None = None, timeout: timedelta | None = None
+                ) -> RunOptions:
         """:meth:`starflow.Starflow.options`: ``sf.options(run_id=i).start(wf, x)``."""
         return RunOptions(self, self._app.options(
             run_id=run_id, pool=pool, priority=priority, concurrency_key=concurrency_key,
-            dedup_key=dedup_key, debounce=debounce, debounce_key=debounce_key))
+            dedup_key=dedup_key, debounce=debounce, debounce_key=debounce_key,
+            timeout=timeout))
 
     # -- schedules and pool limits ---------------------------------------------------
 

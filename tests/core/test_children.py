@@ -1,0 +1,244 @@
+"""Child workflows (#17): a child run per ``await child_wf()`` / ``start_child``, its
+result recorded in the parent's history, failures and cancels that reach the parent."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+import pytest
+
+import starflow
+from starflow import (
+    InvalidArgument,
+    RunCancelled,
+    StarflowError,
+    WorkflowDefinitionError,
+    WorkflowFailed,
+    step,
+    wait_for,
+    workflow,
+)
+from starflow.children import child_id_for
+from starflow_testing import WorkflowEnvironment
+from tests.conftest import require_postgres
+
+CALLS: dict[str, int] = {}
+
+
+def _count(key: str) -> None:
+    CALLS[key] = CALLS.get(key, 0) + 1
+
+
+@step(name="child-double")
+async def double(n: int) -> int:
+    _count(f"double:{n}")
+    return 2 * n
+
+
+@workflow(name="child-square")
+async def square(n: int) -> int:
+    return await double(n) * n // 2
+
+
+@workflow(name="child-parent")
+async def parent(n: int) -> int:
+    first = await square(n)               # a child run, awaited durably
+    second = await square(n + 1)
+    return first + second
+
+
+@workflow(name="child-boom")
+async def boom(n: int) -> int:
+    raise ValueError(f"boom {n}")
+
+
+@workflow(name="child-catches")
+async def catches() -> str:
+    try:
+        await boom(7)
+    except WorkflowFailed as exc:
+        return f"{exc.error_type}: {exc.error_message} ({exc.run_id})"
+    return "no error"
+
+
+@workflow(name="child-fan")
+async def fan(n: int) -> int:
+    handles = [await starflow.start_child(square, i) for i in range(n)]
+    values = await asyncio.gather(*(h.result() for h in handles))
+    return sum(values)
+
+
+@workflow(name="child-waiter")
+async def waiter() -> str:
+    value = await wait_for("go")
+    return str(value)
+
+
+@workflow(name="child-awaits-waiter")
+async def awaits_waiter(detached: bool) -> str:
+    handle = await starflow.start_child(waiter, detached=detached)
+    return await handle.result()
+
+
+@pytest.fixture
+def env_kind(adapter_kind: str) -> str:
+    if adapter_kind == "postgres":
+        require_postgres()
+    return adapter_kind
+
+
+class TestAwaitChild:
+    """``await child_wf(x)`` starts a child run and returns its result."""
+
+    async def test_children_run_as_their_own_runs(self, env_kind: str) -> None:
+        async with WorkflowEnvironment(adapter=env_kind) as env:
+            handle = await env.start(parent, 3)
+            assert await env.result(handle) == 9 + 16
+            kids = await env.list_runs(parent_run_id=handle.run_id)
+            assert sorted(k.template_id or "" for k in kids) == ["child-square"] * 2
+            assert all(k.status == "success" and k.parent_run_id == handle.run_id
+                       for k in kids)
+            info = await env.get_run(handle.run_id)
+            assert info.parent_run_id is None
+            nodes = [(e.event_type, e.node_id) for e in await env.events(handle.run_id)
+                     if e.node_id is not None]
+            first = child_id_for(handle.run_id, "child:child-square#1")
+            assert ("node_complete", "child:child-square#1") in nodes
+            assert ("node_complete", f"result:{first}#1") in nodes
+            assert {k.id for k in kids} == {first,
+                                            child_id_for(handle.run_id, "child:child-square#2")}
+
+    async def test_inline_parent_is_woken_by_its_child(self, env_kind: str) -> None:
+        async with WorkflowEnvironment(adapter=env_kind) as env:
+            handle = await env.run(parent, 2)
+            assert await env.result(handle.run_id) == 4 + 9
+
+    async def test_replay_returns_the_recorded_result(self, env_kind: str) -> None:
+        """A replayed parent starts no second child: the history holds the result."""
+        async with WorkflowEnvironment(adapter=env_kind) as env:
+            handle = await env.start(parent, 5)
+            assert await env.result(handle) == 25 + 36
+            before = len(await env.list_runs(parent_run_id=handle.run_id))
+            run = await env.get_run(handle.run_id)
+            replayed = await env.runner.prepare(run)
+            outcome = await replayed.execute()
+            # (the run has ended: the replay's final write is refused by the lease guard)
+            assert outcome.status in ("lease_lost", "success")
+            assert len(await env.list_runs(parent_run_id=handle.run_id)) == before == 2
+
+
+class TestFailures:
+    async def test_failed_child_raises_workflow_failed_with_its_cause(self,
+                                                                      env_kind: str) -> None:
+        async with WorkflowEnvironment(adapter=env_kind) as env:
+            handle = await env.start(catches)
+            text = await env.result(handle)
+            [kid] = await env.list_runs(parent_run_id=handle.run_id)
+            assert text == f"ValueError: boom 7 ({kid.id})"
+            assert kid.status == "error"
+
+    async def test_uncaught_child_failure_fails_the_parent(self, env_kind: str) -> None:
+        @workflow(name=f"child-uncaught-{uuid.uuid4().hex[:6]}")
+        async def uncaught() -> int:
+            return await boom(1)
+
+        async with WorkflowEnvironment(adapter=env_kind) as env:
+            handle = await env.start(uncaught)
+            with pytest.raises(WorkflowFailed) as info:
+                await env.result(handle)
+            assert info.value.error_type == "WorkflowFailed"
+            assert "boom 1" in (info.value.error_message or "")
+
+
+class TestFanOut:
+    async def test_gather_over_handles(self, env_kind: str) -> None:
+        async with WorkflowEnvironment(adapter=env_kind) as env:
+            handle = await env.start(fan, 20)
+            assert await env.result(handle) == sum(i * i for i in range(20))
+            kids = await env.list_runs(parent_run_id=handle.run_id, limit=100)
+            assert len(kids) == 20 and {k.status for k in kids} == {"success"}
+
+
+class TestCancel:
+    async def test_cancelling_a_parent_cancels_attached_children(self,
+                                                                  env_kind: str) -> None:
+        async with WorkflowEnvironment(adapter=env_kind) as env:
+            handle = await env.start(awaits_waiter, False)
+            await env.run_until_idle()
+            [kid] = await env.list_runs(parent_run_id=handle.run_id)
+            assert kid.status == "paused"
+            await env.cancel(handle.run_id)
+            await env.run_until_idle()
+            with pytest.raises(RunCancelled):
+                await env.result(handle)
+            assert (await env.get_run(kid.id)).status == "cancelled"
+
+    async def test_a_detached_child_lives_on(self, env_kind: str) -> None:
+        async with WorkflowEnvironment(adapter=env_kind) as env:
+            handle = await env.start(awaits_waiter, True)
+            await env.run_until_idle()
+            [kid] = await env.list_runs(parent_run_id=handle.run_id)
+            assert kid.detached
+            await env.cancel(handle.run_id)
+            await env.run_until_idle()
+            with pytest.raises(RunCancelled):
+                await env.result(handle)
+            assert (await env.get_run(kid.id)).status == "paused"
+            await env.signal(kid.id, "go", "later")
+            assert await env.result(kid.id) == "later"
+
+    async def test_parent_awaiting_a_cancelled_child_gets_run_cancelled(
+            self, env_kind: str) -> None:
+        @workflow(name=f"child-sees-cancel-{uuid.uuid4().hex[:6]}")
+        async def sees() -> str:
+            handle = await starflow.start_child(waiter)
+            try:
+                return await handle.result()
+            except RunCancelled as exc:
+                return f"child {exc.run_id} cancelled"
+
+        async with WorkflowEnvironment(adapter=env_kind) as env:
+            handle = await env.start(sees)
+            await env.run_until_idle()
+            [kid] = await env.list_runs(parent_run_id=handle.run_id)
+            await env.cancel(kid.id)
+            assert await env.result(handle) == f"child {kid.id} cancelled"
+
+
+class TestBadInput:
+    """Refused with a StarflowError before anything is written."""
+
+    async def test_start_child_outside_a_workflow(self) -> None:
+        with pytest.raises(StarflowError, match="outside a workflow"):
+            await starflow.start_child(square, 1)
+
+    async def test_bad_arguments(self) -> None:
+        async def not_a_workflow(n: int) -> int:
+            return n
+
+        @workflow(name=f"child-bad-{uuid.uuid4().hex[:6]}")
+        async def bad(which: str) -> str:
+            try:
+                if which == "fn":
+                    await starflow.start_child(not_a_workflow, 1)
+                elif which == "args":
+                    await starflow.start_child(square, "x", "y")
+                elif which == "run_id":
+                    await starflow.start_child(square, 1, run_id="nope")
+                elif which == "detached":
+                    await starflow.start_child(square, 1, detached="yes")  # type: ignore[arg-type]
+            except (WorkflowDefinitionError, InvalidArgument) as exc:
+                return type(exc).__name__
+            return "accepted"
+
+        async with WorkflowEnvironment() as env:
+            for which, expected in (("fn", "WorkflowDefinitionError"),
+                                    ("args", "WorkflowDefinitionError"),
+                                    ("run_id", "InvalidArgument"),
+                                    ("detached", "InvalidArgument")):
+                handle = await env.run(bad, which)
+                assert await env.result(handle.run_id) == expected
+                assert await env.list_runs(parent_run_id=handle.run_id) == []
+                assert not any(e.node_id and e.node_id.startswith("child:")
+                               for e in await env.events(handle.run_id))
+
