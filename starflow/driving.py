@@ -355,7 +355,7 @@ class Driver:
             return RunHandle(run_id=run_id, status="success", result=result)
         if outcome.status == "paused" and outcome.wait is not None:
             wait = outcome.wait
-            if wait.deadline is not None:
+            if wait.deadline is not None or outcome.deadline is not None:
                 self.notify_timers()
             return RunHandle(run_id=run_id, status="paused", waiting_for=wait.event,
                              wake_token=wait.wake_token)

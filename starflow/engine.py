@@ -993,6 +993,7 @@ class Engine:
             outcome = await self._execute()
             outcome.parent_run_id = self.parent_run_id
             outcome.has_children = self.has_children
+            outcome.deadline = self.deadline
             execution.finish(outcome.status, outcome.error)
             if outcome.status == "lease_lost":
                 obs.lease_lost()

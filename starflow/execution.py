@@ -75,6 +75,8 @@ class Outcome:
     #: children (its end cancels those still active): set by the engine.
     parent_run_id: str | None = None
     has_children: bool = False
+    #: The run's deadline: a paused run's timer (its wait row) may be this.
+    deadline: datetime | None = None
 
 
 class Suspend(BaseException):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from typing import Any
 
 import pytest
 
@@ -243,3 +244,45 @@ class TestBadInput:
                 assert not any(e.node_id and e.node_id.startswith("child:")
                                for e in await env.events(handle.run_id))
 
+
+
+class TestDeterministicChildId:
+    """A parent that replays after a failure around the child's start finds the same child."""
+
+    async def test_failed_start_unit_then_replay_starts_one_child(self, env_kind: str) -> None:
+        from starflow import StarflowConfig
+        from starflow_testing import FaultInjectingAdapter
+
+        faults: list[FaultInjectingAdapter] = []
+
+        def wrap(adapter: Any) -> Any:
+            # Call 1 of on_run_start is the parent's; 2-3 are the unit carrying the
+            # child's row and the parent's child node (tried, retried): both fail.
+            faults.append(FaultInjectingAdapter(adapter, fail={"on_run_start": {2, 3}}))
+            return faults[0]
+
+        config = StarflowConfig(storage_retries=1)
+        async with WorkflowEnvironment(adapter=env_kind, wrap=wrap, config=config) as env:
+            handle = await env.start(parent, 4)
+            assert await env.result(handle) == 16 + 25
+            assert faults[0].failures == ["on_run_start", "on_run_start"]
+            kids = await env.list_runs(parent_run_id=handle.run_id)
+            assert sorted(k.id for k in kids) == sorted(
+                child_id_for(handle.run_id, f"child:child-square#{i}") for i in (1, 2))
+            events = [e.event_type for e in await env.events(handle.run_id)]
+            assert "runner_lost" in events  # the sweep handed the parent to a new runner
+
+    async def test_child_started_but_not_recorded_is_found(self, env_kind: str) -> None:
+        """The child's row exists (started) but the parent's node is not recorded:
+        the parent's replay adopts it instead of starting another."""
+        CALLS.clear()
+        async with WorkflowEnvironment(adapter=env_kind) as env:
+            parent_id = str(uuid.uuid4())
+            child_id = child_id_for(parent_id, "child:child-square#1")
+            await env.start(square, 6, run_id=child_id)  # "started", nothing recorded
+            assert await env.result(child_id) == 36
+            handle = await env.app.options(run_id=parent_id).start(parent, 6)
+            assert await env.result(handle) == 36 + 49
+            kids = await env.list_runs(parent_run_id=parent_id)
+            assert len(kids) == 1  # the adopted one has no parent column: only #2 lists
+            assert CALLS.get("double:6") == 1
