@@ -279,10 +279,26 @@ class TestDeterministicChildId:
         async with WorkflowEnvironment(adapter=env_kind) as env:
             parent_id = str(uuid.uuid4())
             child_id = child_id_for(parent_id, "child:child-square#1")
-            await env.start(square, 6, run_id=child_id)  # "started", nothing recorded
+            await env.app.options(run_id=child_id).start(square, 6)  # started, not recorded
             assert await env.result(child_id) == 36
             handle = await env.app.options(run_id=parent_id).start(parent, 6)
             assert await env.result(handle) == 36 + 49
             kids = await env.list_runs(parent_run_id=parent_id)
             assert len(kids) == 1  # the adopted one has no parent column: only #2 lists
             assert CALLS.get("double:6") == 1
+
+
+class TestThousandChildren:
+    """Fan-out/fan-in of 1,000 children with asyncio.gather over their handles."""
+
+    async def test_thousand_children_on_sqlite(self, tmp_path: Any) -> None:
+        async with WorkflowEnvironment(adapter=f"sqlite:///{tmp_path}/fan.db",
+                                       concurrency=32) as env:
+            handle = await env.start(fan, 1000)
+            assert await env.result(handle) == sum(i * i for i in range(1000))
+            kids = await env.list_runs(parent_run_id=handle.run_id, limit=2000)
+            assert len(kids) == 1000 and {k.status for k in kids} == {"success"}
+            events = await env.events(handle.run_id)
+            results = [e for e in events if e.event_type == "node_complete"
+                       and (e.node_id or "").startswith("result:")]
+            assert len(results) == 1000  # each child's result recorded once
