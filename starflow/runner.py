@@ -21,7 +21,8 @@ from typing import Any
 
 from . import observability
 from .adapters.units import Guard
-from .context import CANCEL_EVENT, WorkflowContext
+from .children import child_of_event
+from .context import CANCEL_EVENT, WorkflowContext, checkpoint_wait
 from .decorators import WorkflowDefinition
 from .driving import ACTIVE_STATUSES, RunHandle, new_runner_id
 from .engine import Engine
@@ -407,7 +408,36 @@ class Runner(Waker):
                 lost = await self.adapter.get_run(r.run_id)
                 if lost is not None:
                     await self.after_end(lost.id, lost.parent_run_id)
+        await self.wake_stranded_parents()
         return len(results)
+
+    async def wake_stranded_parents(self, limit: int = 1000) -> int:
+        """Wake paused parents whose awaited child has ended (part of each sweep pass).
+
+        A child's runner wakes the parent right after the child's final unit;
+        if that process died in between, the parent would wait for ever. This
+        pass (on the ``limit`` newest paused runs) is the safety net. Returns how
+        many parents it woke.
+        """
+        woke = 0
+        try:
+            paused = await self.adapter.list_runs(status="paused", limit=limit)
+        except StarflowError as exc:
+            self._log.warning("could not list paused runs", error=str(exc))
+            return 0
+        for run in paused:
+            wait = checkpoint_wait(run.checkpoint_json)
+            child_id = child_of_event(wait.event if wait is not None else None)
+            if child_id is None:
+                continue
+            try:
+                if await self.wake_parent(run.id, child_id) is not None:
+                    woke += 1
+                    self._log.info("woke a parent its child's runner did not",
+                                   run_id=run.id, child_run_id=child_id)
+            except StarflowError as exc:
+                self._log.warning("could not wake a parent", run_id=run.id, error=str(exc))
+        return woke
 
     async def warn_stuck(self) -> list[RunInfo]:
         """Log a warning if queued runs have waited ``config.stuck_after`` for a
