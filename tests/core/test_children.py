@@ -302,3 +302,28 @@ class TestThousandChildren:
             results = [e for e in events if e.event_type == "node_complete"
                        and (e.node_id or "").startswith("result:")]
             assert len(results) == 1000  # each child's result recorded once
+
+
+class TestDeterminism:
+    async def test_a_child_started_with_other_arguments_on_replay_is_divergence(
+            self) -> None:
+        """The start node records the child's argument hash: replayed code that starts
+        the child with other arguments raises NonDeterminismError, like a step."""
+        from starflow import NonDeterminismError
+
+        flip = {"n": 1}
+
+        @workflow(name=f"child-diverge-{uuid.uuid4().hex[:6]}")
+        async def diverge() -> int:
+            handle = await starflow.start_child(square, flip["n"])
+            await wait_for("go")
+            return await handle.result()
+
+        async with WorkflowEnvironment() as env:
+            handle = await env.start(diverge)
+            await env.run_until_idle()
+            flip["n"] = 2
+            await env.signal(handle.run_id, "go")
+            with pytest.raises(WorkflowFailed) as info:
+                await env.result(handle)
+            assert info.value.error_type == NonDeterminismError.__name__
