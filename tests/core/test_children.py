@@ -327,3 +327,21 @@ class TestDeterminism:
             with pytest.raises(WorkflowFailed) as info:
                 await env.result(handle)
             assert info.value.error_type == NonDeterminismError.__name__
+
+
+class TestReplayer:
+    async def test_replayer_replays_parents_finished_and_paused(self) -> None:
+        """``starflow replay``: a finished parent replays to success without starting
+        anything; a parent paused on a child stops there (outcome ``paused``)."""
+        from starflow_testing import Replayer
+
+        async with WorkflowEnvironment() as env:
+            done = await env.start(parent, 2)
+            assert await env.result(done) == 4 + 9
+            waiting = await env.start(awaits_waiter, False)
+            await env.run_until_idle()
+            replayer = Replayer(workflows=[parent, awaits_waiter])
+            first = await replayer.replay_run(env, done.run_id)
+            assert (first.ok, first.outcome) == (True, "success"), first.error
+            second = await replayer.replay_run(env, waiting.run_id)
+            assert (second.ok, second.outcome) == (True, "paused"), second.error
