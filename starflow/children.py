@@ -260,6 +260,11 @@ async def child_result_node(engine: ChildEngine, child_id: str, return_type: Any
             engine._replayed_cancel(rec)
             raise StarflowError(f"run {engine.run_id}: {nid} was recorded as failed "
                                 f"({rec.error})", run_id=engine.run_id, node_id=nid)
+        cancelled = isinstance(rec.output, dict) and rec.output.get("status") == "cancelled"
+        if cancelled and engine.cancel_requested and not engine.replaying:
+            # The cascade of this run's own cancel ended the child and woke the run
+            # first: the cancel is this run's, delivered here (its cleanup runs).
+            await engine._deliver_cancel(nid, RESULT_KIND, child_id)
         return _outcome_value(engine, nid, rec.output, return_type)
     if rec is not None:
         engine.journal.consume(nid)

@@ -348,9 +348,11 @@ class Runner(Waker):
         engine = self.engines.get(run_id)
         if engine is not None:
             engine.request_cancel()
-        # Attached children are cancelled with their parent, recursively (#17).
-        await self.cancel_children(run_id)
+        # The parent's own wait gets the cancel first (so its await of a child raises
+        # RunCancelled for itself, not for the child); then its attached children are
+        # cancelled, recursively (#17).
         woke = await self.deliver_cancel(run_id)
+        await self.cancel_children(run_id)
         if woke is not None:
             return woke
         self.notify_settled()

@@ -345,3 +345,35 @@ class TestReplayer:
             assert (first.ok, first.outcome) == (True, "success"), first.error
             second = await replayer.replay_run(env, waiting.run_id)
             assert (second.ok, second.outcome) == (True, "paused"), second.error
+
+
+class TestCancelQueuedChild:
+    async def test_parent_of_a_never_claimed_child_ends_cancelled(self,
+                                                                    env_kind: str) -> None:
+        """A child queued for a pool nobody serves: cancelling the parent ends both
+        cancelled (the parent's cleanup runs; the child never ran)."""
+        cleanup: list[str] = []
+
+        @step(name=f"child-cleanup-{uuid.uuid4().hex[:6]}")
+        async def undo() -> None:
+            cleanup.append("undo")
+
+        @workflow(name=f"child-nowhere-{uuid.uuid4().hex[:6]}")
+        async def nowhere() -> int:
+            handle = await starflow.start_child(square, 3, pool="nobody-serves-this")
+            try:
+                return await handle.result()
+            except RunCancelled:
+                await undo()
+                raise
+
+        async with WorkflowEnvironment(adapter=env_kind) as env:
+            handle = await env.start(nowhere)
+            await env.run_until_idle()
+            [kid] = await env.list_runs(parent_run_id=handle.run_id)
+            assert (kid.status, kid.runner_pool) == ("queued", "nobody-serves-this")
+            await env.cancel(handle.run_id)
+            await env.run_until_idle()
+            assert (await env.get_run(handle.run_id)).status == "cancelled"
+            assert (await env.get_run(kid.id)).status == "cancelled"
+            assert cleanup == ["undo"]
