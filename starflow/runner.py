@@ -410,11 +410,11 @@ class Runner(Waker):
                 lost = await self.adapter.get_run(r.run_id)
                 if lost is not None:
                     await self.after_end(lost.id, lost.parent_run_id)
-        await self.wake_stranded_parents()
         return len(results)
 
     async def wake_stranded_parents(self, limit: int = 1000) -> int:
-        """Wake paused parents whose awaited child has ended (part of each sweep pass).
+        """Wake paused parents whose awaited child has ended (maintenance, at the sweep
+        interval).
 
         A child's runner wakes the parent right after the child's final unit;
         if that process died in between, the parent would wait for ever. This

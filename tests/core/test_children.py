@@ -377,3 +377,27 @@ class TestCancelQueuedChild:
             assert (await env.get_run(handle.run_id)).status == "cancelled"
             assert (await env.get_run(kid.id)).status == "cancelled"
             assert cleanup == ["undo"]
+
+
+class TestStrandedParent:
+    async def test_maintenance_wakes_a_parent_whose_childs_runner_died(
+            self, env_kind: str) -> None:
+        """The child's end is recorded but its runner never woke the parent (it died
+        in between): the maintenance pass at the sweep interval wakes it."""
+        async with WorkflowEnvironment(adapter=env_kind) as env:
+            handle = await env.start(awaits_waiter, False)
+            await env.run_until_idle()
+            [kid] = await env.list_runs(parent_run_id=handle.run_id)
+            # The child ends "in another process" that dies before waking the parent:
+            # its final unit, written directly, and nothing else.
+            adapter = env.adapter
+            async with adapter.unit() as unit:
+                ctx = starflow.WorkflowContext(run_id=kid.id, workflow="child-waiter")
+                await adapter.on_run_complete(kid.id, ctx, 1, now=env.now(), result="late")
+                await adapter.clear_lease(kid.id)
+                await adapter.clear_waits(kid.id)
+            assert unit.held
+            await env.run_until_idle()
+            assert (await env.get_run(handle.run_id)).status == "paused"  # stranded
+            assert await env.runner.wake_stranded_parents() == 1
+            assert await env.result(handle) == "late"
