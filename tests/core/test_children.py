@@ -401,3 +401,23 @@ class TestStrandedParent:
             assert (await env.get_run(handle.run_id)).status == "paused"  # stranded
             assert await env.runner.wake_stranded_parents() == 1
             assert await env.result(handle) == "late"
+
+
+class TestPools:
+    async def test_a_child_in_another_pool_is_run_by_that_pools_workers(
+            self, env_kind: str) -> None:
+        @workflow(name=f"child-gpu-parent-{uuid.uuid4().hex[:6]}")
+        async def gpu_parent() -> int:
+            handle = await starflow.start_child(square, 7, pool="gpu")
+            return await handle.result()
+
+        async with WorkflowEnvironment(adapter=env_kind, pools=(None, "gpu")) as env:
+            handle = await env.start(gpu_parent)
+            assert await env.result(handle) == 49
+            [kid] = await env.list_runs(parent_run_id=handle.run_id)
+            assert (kid.runner_pool, kid.status) == ("gpu", "success")
+        async with WorkflowEnvironment(adapter=env_kind, pools=(None,)) as env:
+            handle = await env.start(gpu_parent)
+            await env.run_until_idle()
+            [kid] = await env.list_runs(parent_run_id=handle.run_id)
+            assert kid.status == "queued"  # no worker of pool gpu here
