@@ -41,12 +41,19 @@ from .errors import (
     SerializationError,
     StarflowError,
     StepFailed,
-    StepTimeout,
     StorageError,
     WaitTimeout,
     WorkflowTimeout,
 )
-from .execution import Abort, Outcome, PendingWait, Runtime, Suspend, find_unwinding
+from .execution import (
+    Abort,
+    Outcome,
+    PendingWait,
+    Runtime,
+    Suspend,
+    find_unwinding,
+    timed_attempt,
+)
 from .failure import CANCELLED_TYPE, cancelled_error, error_info, format_traceback, run_failure
 from .heartbeats import Heartbeats
 from .limits import storable_text
@@ -465,34 +472,8 @@ class Engine:
     async def _attempt(self, sdef: StepDefinition, nid: str, fn: Callable[..., Awaitable[Any]],
                        args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """One attempt of a step, cancelled past its ``timeout`` (on the runtime's clock)."""
-        timeout = sdef.timeout
-        if timeout is None:
-            return await fn(*args, **kwargs)
-        timed_out = False
-        failure: Exception | None = None
-        result: Any = None
-        async with anyio.create_task_group() as tg:
-            async def watchdog() -> None:
-                nonlocal timed_out
-                await self.runtime.clock.sleep(timeout.total_seconds())
-                timed_out = True
-                tg.cancel_scope.cancel()
-
-            tg.start_soon(watchdog)
-            try:
-                result = await fn(*args, **kwargs)
-            except Exception as exc:  # re-raised below, outside the task group
-                failure = exc
-            finally:
-                tg.cancel_scope.cancel()
-        if timed_out:
-            raise StepTimeout(
-                f"step {nid} of run {self.run_id} ran past its timeout of {timeout}: the "
-                "attempt was cancelled (a failed attempt for its retry policy)",
-                run_id=self.run_id, node_id=nid) from failure
-        if failure is not None:
-            raise failure
-        return result
+        return await timed_attempt(self.runtime.clock, sdef, fn, args, kwargs,
+                                   run_id=self.run_id, node_id=nid)
 
     # -- child runs (starflow.children) ------------------------------------------
 

@@ -14,16 +14,19 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
+import anyio
+
 from .adapters.base import WorkflowStateAdapter
 from .clock import Clock
 from .config import StarflowConfig
-from .decorators import WorkflowDefinition
+from .decorators import StepDefinition, WorkflowDefinition
+from .errors import StepTimeout
 from .heartbeats import Heartbeats
 from .records import JobSpec
 from .tokens import Keyring
 
 __all__ = ["Abort", "Outcome", "OutcomeStatus", "PendingWait", "Runtime", "Suspend",
-           "find_unwinding"]
+           "find_unwinding", "timed_attempt"]
 
 OutcomeStatus = Literal["success", "error", "paused", "lease_lost", "storage", "cancelled",
                         "released", "stopped"]
@@ -107,3 +110,42 @@ def find_unwinding(group: BaseException, kind: type[BaseException]) -> BaseExcep
             if found is not None:
                 return found
     return None
+
+
+async def timed_attempt(clock: Clock, sdef: StepDefinition, fn: Callable[..., Awaitable[Any]],
+                        args: tuple[Any, ...], kwargs: dict[str, Any], *,
+                        run_id: str | None, node_id: str | None) -> Any:
+    """One attempt of a step, cancelled past its ``@step(timeout=)`` on ``clock``.
+
+    Raises:
+        StepTimeout: the attempt ran longer (a failed attempt for the retry policy);
+            its ``__cause__`` is what the cancelled attempt raised, if anything.
+    """
+    timeout = sdef.timeout
+    if timeout is None:
+        return await fn(*args, **kwargs)
+    timed_out = False
+    failure: Exception | None = None
+    result: Any = None
+    async with anyio.create_task_group() as tg:
+        async def watchdog() -> None:
+            nonlocal timed_out
+            await clock.sleep(timeout.total_seconds())
+            timed_out = True
+            tg.cancel_scope.cancel()
+
+        tg.start_soon(watchdog)
+        try:
+            result = await fn(*args, **kwargs)
+        except Exception as exc:  # re-raised below, outside the task group
+            failure = exc
+        finally:
+            tg.cancel_scope.cancel()
+    if timed_out:
+        raise StepTimeout(
+            f"step {node_id or sdef.name} of run {run_id} ran past its timeout of {timeout}: "
+            "the attempt was cancelled (a failed attempt for its retry policy)",
+            run_id=run_id, node_id=node_id) from failure
+    if failure is not None:
+        raise failure
+    return result

@@ -204,3 +204,32 @@ class TestBadTimeouts:
             with pytest.raises(ConfigError, match="timeout must be a positive"):
                 env.app.options(timeout=timedelta(0))
             assert await env.list_runs() == []
+
+
+class TestPoolStepTimeout:
+    async def test_a_job_workers_attempt_is_bounded_too(self) -> None:
+        """A ``@step(pool=..., timeout=...)`` attempt on a job worker: cancelled past
+        its timeout on the runtime's clock, a failed attempt like in-process."""
+        pool = unique("tpool")
+
+        @step(name=unique("dl-remote"), pool=pool, timeout=timedelta(seconds=30))
+        async def remote() -> str:
+            await anyio.Event().wait()
+            return "never"
+
+        @workflow(name=unique("dl-remote-flow"))
+        async def flow() -> str:
+            try:
+                return await remote()
+            except StepFailed as exc:
+                return exc.error_type
+
+        async with WorkflowEnvironment() as env:
+            handle = await env.run(flow)
+            assert handle.status == "paused"
+            jobs = env.app.job_worker(pool)
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(jobs.work_once)
+                await env.quiesce()
+                await env.advance(timedelta(seconds=31))
+            assert await env.result(handle.run_id) == "starflow.errors.StepTimeout"
