@@ -11,6 +11,7 @@ from ._version import __version__
 from .adapters.base import WorkflowStateAdapter
 from .app import Starflow
 from .attributes import set_attributes
+from .children import ChildHandle, start_child
 from .clock import Clock, SystemClock
 from .config import StarflowConfig
 from .context import WorkflowContext, context
@@ -33,12 +34,14 @@ from .errors import (
     SerializationError,
     StarflowError,
     StepFailed,
+    StepTimeout,
     StorageError,
     UpdateRejected,
     WaitTimeout,
     WarmTierError,
     WorkflowDefinitionError,
     WorkflowFailed,
+    WorkflowTimeout,
 )
 from .failure import RunFailure
 from .jobs import JobWorker
@@ -53,6 +56,7 @@ from .warm.base import LiveRun
 from .workflow_logger import logger
 
 __all__ = [
+    "ChildHandle",
     "Clock",
     "ConfigError",
     "CopyRefused",
@@ -84,6 +88,7 @@ __all__ = [
     "StarflowConfig",
     "StarflowError",
     "StepFailed",
+    "StepTimeout",
     "StorageError",
     "SystemClock",
     "UpdateRejected",
@@ -94,6 +99,7 @@ __all__ = [
     "WorkflowDefinitionError",
     "WorkflowFailed",
     "WorkflowStateAdapter",
+    "WorkflowTimeout",
     "__version__",
     "context",
     "logger",
@@ -105,6 +111,7 @@ __all__ = [
     "session_set",
     "set_attributes",
     "sleep",
+    "start_child",
     "step",
     "wait_for",
     "wait_for_any",

@@ -27,6 +27,10 @@ __all__ = ["DIVERGENCE_FIX", "Journal", "NodeRecord", "check_recorded", "node_id
 #: ``set_attributes()`` calls (adding or removing either is safe under runs in flight).
 MARKER_KINDS = ("patch", "attributes")
 
+#: The node kind of a child run's start (``child:<workflow>#n``, starflow.children):
+#: its ``node_complete`` carries the workflow name and argument hash.
+CHILD_START_KIND = "child"
+
 #: What to do about a replay that diverged from its history (every such message ends so).
 DIVERGENCE_FIX = ("Revert the change, bump the workflow version, or guard it with "
                   "starflow.patched()")
@@ -103,6 +107,11 @@ class Journal:
                     # a starflow.patched() marker, or a set_attributes() call
                     rec.kind = payload.get("kind")
                     rec.name = payload.get("name")
+                elif rec.kind is None and payload.get("kind") == CHILD_START_KIND:
+                    # a child run's start (starflow.start_child): checked like a step
+                    rec.kind = CHILD_START_KIND
+                    rec.name = payload.get("name")
+                    rec.args_hash = payload.get("args_hash")
             elif ev.event_type == "node_error":
                 rec.status = "error"
                 rec.error = payload.get("error") or {}

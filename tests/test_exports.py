@@ -26,7 +26,8 @@ def test_starflow_core_names_are_public() -> None:
                 "StarflowConfig", "RetryPolicy", "WorkflowContext", "RunHandle", "RunInfo",
                 "RunEvent", "StarflowError", "NonDeterminismError", "WaitTimeout",
                 "LeaseLostError", "ReservedKeyError", "SerializationError", "InvalidWakeToken",
-                "RunNotFound", "RunFinished", "WorkflowFailed", "PruneReport"}
+                "RunNotFound", "RunFinished", "WorkflowFailed", "PruneReport",
+                "start_child", "ChildHandle", "WorkflowTimeout"}
     assert required <= set(starflow.__all__)
 
 
@@ -69,9 +70,9 @@ def test_error_classes_are_pinned_and_drawn() -> None:
         "LeaseLostError",
         "NonDeterminismError", "ReservedKeyError", "ResultTimeout", "RunCancelled",
         "RunFinished", "RunIdConflict", "RunNotFound", "ScheduleNotFound",
-        "SerializationError", "StarflowError", "StepFailed", "StorageError",
+        "SerializationError", "StarflowError", "StepFailed", "StepTimeout", "StorageError",
         "UpdateRejected", "WaitTimeout", "WarmTierError", "WorkflowDefinitionError",
-        "WorkflowFailed",
+        "WorkflowFailed", "WorkflowTimeout",
     ]
     # RunnerKilled is the test harness's (a simulated SIGKILL): starflow_testing exports it.
     import starflow_testing
