@@ -32,6 +32,7 @@ from .errors import (
     UpdateRejected,
     WorkflowDefinitionError,
 )
+from .events import DataReader
 from .jobs import JobWorker
 from .limits import check_name, name_problem, normalize_run_id
 from .logs import get_logger
@@ -712,6 +713,46 @@ class Starflow:
                     run_id=run_id)
             wait = poll if deadline is None else min(poll, (deadline - now).total_seconds())
             await runner.wait_settled(wait, settled)
+
+    # -- events and streams (#17) -------------------------------------------------------
+
+    def _data(self) -> DataReader:
+        runner = self.runner
+        return DataReader(self.adapter, self.clock, lambda: runner.settled,
+                          self.config.poll_interval.total_seconds())
+
+    async def get_event(self, run_id: str, key: str, *,
+                        timeout: timedelta | float | None = None) -> Any:
+        """The value the run published under ``key`` (``starflow.set_event``), as
+        soon as it is set: at once if it is, else when the unit that writes it
+        commits (woken in this process, and on PostgreSQL by ``NOTIFY`` from any
+        process). The latest value if it was set more than once.
+
+        Raises:
+            ResultTimeout: not set within ``timeout`` (the run goes on).
+            RunFinished: the run ended without setting it.
+            RunNotFound: no such run.
+            InvalidArgument: a bad key.
+        """
+        return await self._data().get_event(normalize_run_id(run_id), key,
+                                            _result_timeout(timeout))
+
+    async def read_stream(self, run_id: str, key: str) -> AsyncIterator[Any]:
+        """Every value the run wrote to stream ``key`` (``starflow.write_stream``),
+        in order, from the first; live values as they are written. Ends when
+        the run closes the stream (``starflow.close_stream``) or ends.
+
+        ::
+
+            async for token in sf.read_stream(run.run_id, "tokens"):
+                print(token)
+
+        Raises:
+            RunNotFound: no such run.
+            InvalidArgument: a bad key.
+        """
+        async for value in self._data().read_stream(normalize_run_id(run_id), key):
+            yield value
 
     # -- the warm tier (live views: a hint, never the authority) --------------------
 

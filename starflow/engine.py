@@ -42,8 +42,10 @@ from .errors import (
     StarflowError,
     StepFailed,
     StorageError,
+    StreamClosed,
     WaitTimeout,
 )
+from .events import EVENT_KIND, STREAM_KIND, DataWrite
 from .execution import Abort, Outcome, PendingWait, Runtime, Suspend, find_unwinding
 from .failure import CANCELLED_TYPE, cancelled_error, error_info, format_traceback, run_failure
 from .heartbeats import Heartbeats
@@ -105,6 +107,11 @@ class Engine:
     _markers: list[tuple[str, str]] = field(default_factory=list)
     #: ``set_attributes`` calls not yet written (they ride on the next unit too).
     _attributes: list[tuple[str, dict[str, str]]] = field(default_factory=list)
+    #: ``set_event`` / ``write_stream`` / ``close_stream`` calls not yet written
+    #: (with the next unit, which they make durable).
+    _data: list[DataWrite] = field(default_factory=list)
+    #: Streams this execution closed (or replayed the closing of).
+    _closed_streams: set[str] = field(default_factory=set)
     #: Asked before each new step starts: True hands the run back to the queue
     #: there (a draining worker), so the step runs once, on the next runner.
     should_yield: Callable[[], bool] | None = None
@@ -168,6 +175,9 @@ class Engine:
         # its own writes: the history then shows the marker ahead of the new path.
         markers, self._markers = self._markers, []
         attributes, self._attributes = self._attributes, []
+        data, self._data = self._data, []
+        # A reader waits for these: commit them now, not at the next flush.
+        durable = durable or bool(data)
         for attempt in range(retries + 1):
             if self._lease_lost:  # killed, cancelled or taken over: write nothing more
                 raise Abort("lease_lost")
@@ -187,6 +197,8 @@ class Engine:
                             self.run_id, attrs_id,
                             {"output": values, "kind": ATTRIBUTES_KIND}, now=ts)
                         await self.adapter.set_attributes(self.run_id, values, now=ts)
+                    for write in data:
+                        await write.submit(self.adapter, self.run_id, ts)
                     await build(ts)
             except StorageError as exc:
                 if not exc.transient:
@@ -264,16 +276,53 @@ class Engine:
         when a replay meets it before the end of its history (code added since)."""
         self._guard_suspending()
         nid = self._next_id(ATTRIBUTES_KIND, None)
-        if self.journal.get(nid) is not None:
-            self.journal.consume(nid)
-            return
-        if self.journal.replaying and self.journal.unconsumed():
-            self._log.debug("set_attributes added under a run in flight: skipped on replay",
-                            node_id=nid)
+        if self._recorded_or_skipped(nid, "set_attributes"):
             return
         self.journal.record(NodeRecord(node_id=nid, kind=ATTRIBUTES_KIND, status="complete",
                                        output=values))
         self._attributes.append((nid, values))
+
+    def _recorded_or_skipped(self, nid: str, what: str) -> bool:
+        """Whether a recorded-only node (attributes, event, stream) needs no write:
+        the history holds it, or a replay meets it before the end of its history."""
+        if self.journal.get(nid) is not None:
+            self.journal.consume(nid)
+            return True
+        if self.journal.replaying and self.journal.unconsumed():
+            self._log.debug(f"{what} added under a run in flight: skipped on replay",
+                            node_id=nid)
+            return True
+        return False
+
+    def set_event(self, key: str, value: Any) -> None:
+        """``starflow.set_event``: record node ``event:<key>#n`` and the run's event
+        with the next boundary (which is made durable); nothing on replay."""
+        self._guard_suspending()
+        nid = self._next_id(EVENT_KIND, key)
+        if self._recorded_or_skipped(nid, "set_event"):
+            return
+        self.journal.record(NodeRecord(node_id=nid, kind=EVENT_KIND, name=key,
+                                       status="complete", output=value))
+        self._data.append(DataWrite(node_id=nid, kind=EVENT_KIND, key=key, value=value))
+
+    def write_stream(self, key: str, value: Any, *, closed: bool = False) -> None:
+        """``starflow.write_stream`` / ``close_stream``: record node
+        ``stream:<key>#n`` and item ``n`` of the stream with the next boundary;
+        nothing on replay (the item is there: exactly once per value)."""
+        self._guard_suspending()
+        if key in self._closed_streams:
+            raise StreamClosed(key, run_id=self.run_id, closing=closed)
+        nid = self._next_id(STREAM_KIND, key)
+        seq = self._counters[(STREAM_KIND, key)]
+        if closed:
+            self._closed_streams.add(key)
+        if self._recorded_or_skipped(nid, "write_stream"):
+            return
+        output = {"seq": seq, "closed": closed}
+        self.journal.record(NodeRecord(node_id=nid, kind=STREAM_KIND, name=key,
+                                       status="complete", output=output))
+        self._data.append(DataWrite(node_id=nid, kind=STREAM_KIND, key=key, value=value,
+                                    seq=seq, closed=closed))
 
     def next_wait_id(self, event: str | None) -> str:
         """The node id the next ``wait_for(event)`` (``sleep`` for None) will get."""

@@ -66,11 +66,11 @@ def test_error_classes_are_pinned_and_drawn() -> None:
                     and issubclass(getattr(starflow, name), BaseException))
     assert errors == [
         "ConfigError", "CopyRefused", "DuplicateRun", "InvalidArgument", "InvalidWakeToken",
-        "LeaseLostError",
-        "NonDeterminismError", "ReservedKeyError", "ResultTimeout", "RunCancelled",
-        "RunFinished", "RunIdConflict", "RunNotFound", "ScheduleNotFound",
-        "SerializationError", "StarflowError", "StepFailed", "StorageError",
-        "UpdateRejected", "WaitTimeout", "WarmTierError", "WorkflowDefinitionError",
+        "LeaseLostError", "NodeNotInHistory",
+        "NonDeterminismError", "OutsideWorkflow", "ReservedKeyError", "ResultTimeout",
+        "RunCancelled", "RunFinished", "RunIdConflict", "RunNotEnded", "RunNotFound",
+        "ScheduleNotFound", "SerializationError", "StarflowError", "StepFailed",
+        "StorageError", "StreamClosed", "UpdateRejected", "WaitTimeout", "WarmTierError", "WorkflowDefinitionError",
         "WorkflowFailed",
     ]
     # RunnerKilled is the test harness's (a simulated SIGKILL): starflow_testing exports it.

@@ -23,17 +23,21 @@ builds a :class:`Command` and submits it to the sibling seam
 from __future__ import annotations
 
 import abc
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from contextvars import ContextVar, Token
 from datetime import datetime
 from types import TracebackType
 from typing import Any, Protocol, cast
+
+import anyio
 
 from ..clock import Clock
 from ..failure import RunFailure
 from ..limits import check_tenant
 from ..records import (
     DefinitionRecord,
+    EventValue,
     JobRecord,
     JobSpec,
     OutboxLag,
@@ -45,6 +49,7 @@ from ..records import (
     ScheduleRecord,
     SignalRecord,
     StartOptions,
+    StreamItem,
     SweepResult,
     WaitRecord,
 )
@@ -71,6 +76,7 @@ from .units import (
     InsertJob,
     InsertRun,
     InsertSignal,
+    InsertStreamItem,
     InsertWait,
     Mark,
     MarkOutboxApplied,
@@ -84,6 +90,7 @@ from .units import (
     UpdateRun,
     UpdateSchedule,
     UpsertAttribute,
+    UpsertEventValue,
     UpsertSchedule,
     UpsertSessionVar,
 )
@@ -102,6 +109,7 @@ __all__ = [
     "Op",
     "PruneOutbox",
     "RunContext",
+    "RunDataWatch",
     "SweepLeases",
     "Unit",
     "WorkflowStateAdapter",
@@ -164,6 +172,24 @@ class UnitScope:
                          if unit.ops or unit.guard is not None else True)
 
 
+class RunDataWatch:
+    """A reader's watch on one run's events and stream items
+    (:meth:`WorkflowStateAdapter.watch_run_data`): ``changed`` is set when
+    some may have been written; the reader clears it with :meth:`rearm` before
+    reading again."""
+
+    __slots__ = ("changed", "run_id")
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        self.changed = anyio.Event()
+
+    def rearm(self) -> None:
+        """A fresh ``changed`` event if the current one was set (call before a read)."""
+        if self.changed.is_set():
+            self.changed = anyio.Event()
+
+
 class WorkflowStateAdapter(abc.ABC):
     """Port to the cold tier, bound to one (``workspace_id``, ``env``).
 
@@ -213,6 +239,36 @@ class WorkflowStateAdapter(abc.ABC):
         The default polls; PostgreSQL overrides it with ``LISTEN/NOTIFY``.
         """
         await clock.sleep(timeout)
+
+    @contextmanager
+    def watch_run_data(self, run_id: str) -> Iterator[RunDataWatch]:
+        """Watch the events and stream items of ``run_id`` while the block runs.
+
+        The watch's ``changed`` event is set when a unit that wrote one of them
+        commits through this adapter (in this process), and on PostgreSQL also
+        at a NOTIFY from any process. Enter it *before* reading what you wait
+        for, so a write between the read and the wait is not missed.
+        """
+        watches: dict[str, set[RunDataWatch]] = self.__dict__.setdefault("_data_watches", {})
+        watch = RunDataWatch(run_id)
+        watches.setdefault(run_id, set()).add(watch)
+        try:
+            yield watch
+        finally:
+            mine = watches.get(run_id)
+            if mine is not None:
+                mine.discard(watch)
+                if not mine:
+                    del watches[run_id]
+
+    def announce_data(self, run_id: str) -> None:
+        """Wake this adapter's watches of ``run_id`` (see :meth:`watch_run_data`)."""
+        for watch in self.__dict__.get("_data_watches", {}).get(run_id, ()):
+            watch.changed.set()
+
+    async def listen_for_data(self) -> None:  # noqa: B027 - optional hook
+        """Make sure writes from other processes reach :meth:`watch_run_data`
+        (PostgreSQL: its LISTEN connection). The default has nothing to listen to."""
 
     async def idle(self) -> None:  # noqa: B027 - optional hook
         """Return once no call of this adapter is waiting on the database.
@@ -465,6 +521,20 @@ class WorkflowStateAdapter(abc.ABC):
             await self._submit(UpsertAttribute(method="set_attributes", run_id=run_id, key=key,
                                                value=value, updated_at=now))
 
+    async def set_event(self, run_id: str, key: str, value: Any, *, node_id: str | None,
+                        now: datetime) -> None:
+        """UPSERT the run's durable event ``key`` (``starflow.set_event``; last write wins)."""
+        await self._submit(UpsertEventValue(method="set_event", run_id=run_id, key=key,
+                                            value=value, node_id=node_id, updated_at=now))
+
+    async def append_stream(self, run_id: str, key: str, seq: int, value: Any, *,
+                            closed: bool = False, node_id: str | None, now: datetime) -> None:
+        """INSERT item ``seq`` of the run's stream ``key`` (``starflow.write_stream``,
+        or its closing item); a no-op if that item exists (a replayed write)."""
+        await self._submit(InsertStreamItem(method="append_stream", run_id=run_id, key=key,
+                                            seq=seq, value=value, closed=closed,
+                                            node_id=node_id, created_at=now))
+
     async def session_set(self, session_id: str, key: str, value: Any, *, now: datetime,
                           run_id: str | None = None, keep_until: datetime | None = None
                           ) -> None:
@@ -571,6 +641,23 @@ class WorkflowStateAdapter(abc.ABC):
     @abc.abstractmethod
     async def list_waits(self, run_id: str) -> list[WaitRecord]:
         """The run's registered wakes."""
+
+    @abc.abstractmethod
+    async def get_event_value(self, run_id: str, key: str) -> EventValue | None:
+        """The run's durable event ``key``, if it was set."""
+
+    @abc.abstractmethod
+    async def list_event_values(self, run_id: str) -> list[EventValue]:
+        """Every durable event of the run, by key."""
+
+    @abc.abstractmethod
+    async def read_stream(self, run_id: str, key: str, *, after_seq: int = 0,
+                          limit: int = 500) -> list[StreamItem]:
+        """Items of the run's stream ``key`` after ``after_seq``, in order (at most ``limit``)."""
+
+    @abc.abstractmethod
+    async def list_stream_items(self, run_id: str) -> list[StreamItem]:
+        """Every stream item of the run, by key then seq."""
 
     @abc.abstractmethod
     async def due_waits(self, now: datetime, *, limit: int = 100) -> list[WaitRecord]:
@@ -823,6 +910,31 @@ class DelegatingAdapter(WorkflowStateAdapter):
 
     async def list_waits(self, run_id: str) -> list[WaitRecord]:
         return await self.inner.list_waits(run_id)
+
+    async def get_event_value(self, run_id: str, key: str) -> EventValue | None:
+        return await self.inner.get_event_value(run_id, key)
+
+    async def list_event_values(self, run_id: str) -> list[EventValue]:
+        return await self.inner.list_event_values(run_id)
+
+    async def read_stream(self, run_id: str, key: str, *, after_seq: int = 0,
+                          limit: int = 500) -> list[StreamItem]:
+        return await self.inner.read_stream(run_id, key, after_seq=after_seq, limit=limit)
+
+    async def list_stream_items(self, run_id: str) -> list[StreamItem]:
+        return await self.inner.list_stream_items(run_id)
+
+    @contextmanager
+    def watch_run_data(self, run_id: str) -> Iterator[RunDataWatch]:
+        # Commits happen in the inner adapter: that is where a watch is woken.
+        with self.inner.watch_run_data(run_id) as watch:
+            yield watch
+
+    def announce_data(self, run_id: str) -> None:
+        self.inner.announce_data(run_id)
+
+    async def listen_for_data(self) -> None:
+        await self.inner.listen_for_data()
 
     async def due_waits(self, now: datetime, *, limit: int = 100) -> list[WaitRecord]:
         return await self.inner.due_waits(now, limit=limit)

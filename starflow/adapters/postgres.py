@@ -69,6 +69,7 @@ from ..migrations import (
 )
 from ..records import (
     DefinitionRecord,
+    EventValue,
     JobRecord,
     OutboxLag,
     OutboxRow,
@@ -79,6 +80,7 @@ from ..records import (
     RunInfo,
     ScheduleRecord,
     SignalRecord,
+    StreamItem,
     SweepResult,
     WaitRecord,
 )
@@ -89,6 +91,7 @@ from ._sql import (
     CLAIM_ORDER,
     POSTGRES,
     RUN_COLUMNS,
+    announces_data,
     announces_work,
     claim_ids_sql,
     claim_set,
@@ -96,6 +99,7 @@ from ._sql import (
     claimed_jobs,
     claimed_runs,
     definition_record,
+    event_value,
     guard_args,
     guard_shape,
     guard_sql,
@@ -115,6 +119,7 @@ from ._sql import (
     schedule_value,
     signal_queued_sql,
     signal_record,
+    stream_item,
     sweep_set,
     swept,
     uuid_or_none,
@@ -266,6 +271,14 @@ def channel_name(workspace_id: str, env: str) -> str:
     return f"starflow_work_{digest}"
 
 
+def data_channel_name(workspace_id: str, env: str) -> str:
+    """The channel announcing events and stream items in one (workspace, env);
+    the payload is the run id. Apart from the work channel, so that readers'
+    traffic never wakes idle workers."""
+    digest = hashlib.sha256(f"{workspace_id}\0{env}".encode()).hexdigest()[:40]
+    return f"starflow_data_{digest}"
+
+
 #: The values of ``pooler=`` (the URL parameter and the adapter argument).
 POOLER_MODES = frozenset({"transaction", "session", "none"})
 
@@ -413,6 +426,7 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
         self.min_size = min_size
         self.max_size = max_size
         self.channel = channel_name(workspace_id, env)
+        self.data_channel = data_channel_name(workspace_id, env)
         self._pool: asyncpg.Pool | None = None
         #: Pools seen with stored limits (#18): their claims skip the unlimited statement.
         self._limited_pools: set[str] = set()
@@ -674,24 +688,41 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
         for op in _merge_run_writes(unit.ops):
             statement = op_sql(POSTGRES, op, ws, env)
             assert statement is not None  # Mark ops are merged away
-            sql, args = self._notifying(*statement) if announces_work(op) else statement
+            sql, args = statement
+            if announces_work(op):
+                sql, args = self._notifying(sql, args)
+            elif announces_data(op):
+                sql, args = self._notifying(sql, args, self.data_channel,
+                                            op.run_id)  # type: ignore[attr-defined]
             if plan and plan[-1].sql == sql:
                 plan[-1].args.append(args)
             else:
                 plan.append(_Statement(sql, args))
         return plan
 
-    def _notifying(self, sql: str, args: tuple[Any, ...]) -> tuple[str, tuple[Any, ...]]:
-        """Wrap a write so that, if it touched a row, it also announces work.
+    def _notifying(self, sql: str, args: tuple[Any, ...], channel: str | None = None,
+                   payload: str = "") -> tuple[str, tuple[Any, ...]]:
+        """Wrap a write so that, if it touched a row, it also announces work
+        (or, on ``channel``, data).
 
         The notification is part of the transaction: delivered on commit,
         dropped on rollback (of the unit or of its savepoint).
         """
         n = len(args) + 1
-        return (f"WITH w AS ({sql} RETURNING 1) SELECT pg_notify(${n}, '') FROM w",
-                (*args, self.channel))
+        return (f"WITH w AS ({sql} RETURNING 1) SELECT pg_notify(${n}, ${n + 1}) FROM w",
+                (*args, channel or self.channel, payload))
 
     async def execute(self, unit: Unit) -> bool:
+        held = await self._execute_unit(unit)
+        if held:
+            # Readers in this process wake at once, LISTEN or not (a transaction
+            # pooler without listen_url); others wake at the NOTIFY.
+            for op in unit.ops:
+                if announces_data(op):
+                    self.announce_data(op.run_id)  # type: ignore[attr-defined]
+        return held
+
+    async def _execute_unit(self, unit: Unit) -> bool:
         guard = unit.guard
         if guard is not None and uuid_or_none(guard.run_id) is None:
             return False  # no such row can exist: the guard fails, nothing is written
@@ -801,6 +832,40 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
         async with self._connection("list_events", run_id) as conn:
             rows = await conn.fetch(Q.list_events, rid, self.workspace_id, self.env, after_id)
         return [run_event(r, POSTGRES) for r in rows]
+
+    async def get_event_value(self, run_id: str, key: str) -> EventValue | None:
+        rid = uuid_or_none(run_id)
+        if rid is None:
+            return None
+        async with self._connection("get_event_value", run_id) as conn:
+            row = await conn.fetchrow(Q.get_event_value, rid, self.workspace_id, self.env, key)
+        return event_value(row, POSTGRES) if row is not None else None
+
+    async def list_event_values(self, run_id: str) -> list[EventValue]:
+        rid = uuid_or_none(run_id)
+        if rid is None:
+            return []
+        async with self._connection("list_event_values", run_id) as conn:
+            rows = await conn.fetch(Q.list_event_values, rid, self.workspace_id, self.env)
+        return [event_value(r, POSTGRES) for r in rows]
+
+    async def read_stream(self, run_id: str, key: str, *, after_seq: int = 0,
+                          limit: int = 500) -> list[StreamItem]:
+        rid = uuid_or_none(run_id)
+        if rid is None:
+            return []
+        async with self._connection("read_stream", run_id) as conn:
+            rows = await conn.fetch(Q.read_stream, rid, self.workspace_id, self.env, key,
+                                    int(after_seq), int(limit))
+        return [stream_item(r, POSTGRES) for r in rows]
+
+    async def list_stream_items(self, run_id: str) -> list[StreamItem]:
+        rid = uuid_or_none(run_id)
+        if rid is None:
+            return []
+        async with self._connection("list_stream_items", run_id) as conn:
+            rows = await conn.fetch(Q.list_stream_items, rid, self.workspace_id, self.env)
+        return [stream_item(r, POSTGRES) for r in rows]
 
     async def list_waits(self, run_id: str) -> list[WaitRecord]:
         rid = uuid_or_none(run_id)
@@ -1248,6 +1313,7 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
                         else {"application_name": "starflow"})
                     try:
                         await conn.add_listener(self.channel, self._on_notify)
+                        await conn.add_listener(self.data_channel, self._on_data)
                     except BaseException:
                         conn.terminate()
                         raise
@@ -1266,10 +1332,18 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
     def _on_notify(self, conn: object, pid: int, channel: str, payload: object) -> None:
         self._work.set()
 
+    def _on_data(self, conn: object, pid: int, channel: str, payload: object) -> None:
+        self.announce_data(str(payload))
+
+    async def listen_for_data(self) -> None:
+        await self._ensure_listener()
+
     def _on_listener_lost(self, conn: object) -> None:
         if self._listener is conn:
             self._listener = None
         self._work.set()  # wake waiters so they poll (and reconnect) at once
+        for run_id in list(self.__dict__.get("_data_watches", {})):
+            self.announce_data(run_id)  # readers re-read (and the next wait reconnects)
 
 
 # ---------------------------------------------------------------------------
