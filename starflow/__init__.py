@@ -46,6 +46,7 @@ from .errors import (
 )
 from .events import close_stream, set_event, write_stream
 from .failure import RunFailure
+from .forks import continue_as_new
 from .jobs import JobWorker
 from .progress import progress
 from .records import PoolLimits, PoolUsage, RunEvent, RunInfo, ScheduleRecord
@@ -106,6 +107,7 @@ __all__ = [
     "__version__",
     "close_stream",
     "context",
+    "continue_as_new",
     "logger",
     "now",
     "patched",

@@ -33,6 +33,7 @@ from .errors import (
     WorkflowDefinitionError,
 )
 from .events import DataReader
+from .forks import fork_run
 from .jobs import JobWorker
 from .limits import check_name, name_problem, normalize_run_id
 from .logs import get_logger
@@ -683,6 +684,9 @@ class Starflow:
         checker knows the value's type (the workflow's return annotation); given
         a run id, it is ``Any``.
 
+        A run that ended with ``starflow.continue_as_new`` is followed to the run
+        it continued as, and so on: the value is the chain's last run's.
+
         Raises:
             WorkflowFailed: the run ended with ``error``; it carries the cause:
                 ``node_id`` of the failing step (if a step failure ended the run),
@@ -700,6 +704,9 @@ class Starflow:
         while True:
             settled = runner.settled  # taken before the read: a change after it wakes us
             run = await self.get_run(run_id)
+            if run.status == "success" and run.continued_as is not None:
+                run_id = run.continued_as  # continue_as_new: follow the chain
+                continue
             if run.status == "success":
                 return runner.decode_result(run)
             if run.status == "cancelled":
@@ -753,6 +760,28 @@ class Starflow:
         """
         async for value in self._data().read_stream(normalize_run_id(run_id), key):
             yield value
+
+    async def fork(self, run_id: str, *, from_node: str) -> RunHandle[Any]:
+        """A new run of an ended run's workflow, version and arguments whose history
+        is the source's up to, not including, ``from_node``; it runs from there.
+
+        For redoing a run after a bug fix from the step that went wrong::
+
+            handle = await sf.fork(run_id, from_node="step:charge#1")
+
+        The recorded outcomes before ``from_node`` are replayed, not re-run; the
+        events and stream items they published are copied. The source is not
+        changed. A fork of an inline run is driven here (until it pauses or
+        ends), of a queued run goes to the queue of the same pool.
+
+        Raises:
+            RunNotEnded: the run is still queued, running or paused.
+            NodeNotInHistory: ``from_node`` is not in its history (the error lists
+                the nodes it has).
+            RunNotFound: no such run.
+        """
+        handle = await fork_run(self.runner, normalize_run_id(run_id), from_node)
+        return self._track(handle)
 
     # -- the warm tier (live views: a hint, never the authority) --------------------
 

@@ -44,14 +44,23 @@ from .errors import (
     StorageError,
     StreamClosed,
     WaitTimeout,
+    WorkflowDefinitionError,
 )
 from .events import EVENT_KIND, STREAM_KIND, DataWrite
-from .execution import Abort, Outcome, PendingWait, Runtime, Suspend, find_unwinding
+from .execution import (
+    Abort,
+    ContinueAsNew,
+    Outcome,
+    PendingWait,
+    Runtime,
+    Suspend,
+    find_unwinding,
+)
 from .failure import CANCELLED_TYPE, cancelled_error, error_info, format_traceback, run_failure
 from .heartbeats import Heartbeats
 from .limits import storable_text
 from .logs import get_logger
-from .records import JobSpec
+from .records import JobSpec, StartOptions
 from .replay import (
     DIVERGENCE_FIX,
     Journal,
@@ -323,6 +332,22 @@ class Engine:
                                        status="complete", output=output))
         self._data.append(DataWrite(node_id=nid, kind=STREAM_KIND, key=key, value=value,
                                     seq=seq, closed=closed))
+
+    def continue_as_new(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> NoReturn:
+        """``starflow.continue_as_new``: check and encode the new run's arguments
+        (before anything is written), then unwind the body."""
+        self._guard_suspending()
+        try:
+            self.definition.check_call(args, kwargs)
+        except TypeError as exc:
+            raise WorkflowDefinitionError(
+                f"run {self.run_id}: continue_as_new arguments do not fit workflow "
+                f"{self.definition.name!r}: {exc}", run_id=self.run_id) from exc
+        encoded: dict[str, Any] = serde.to_builtins(
+            {"args": list(args), "kwargs": kwargs},
+            what=f"continue_as_new arguments of workflow {self.definition.name!r}",
+            run_id=self.run_id)
+        raise ContinueAsNew(encoded)
 
     def next_wait_id(self, event: str | None) -> str:
         """The node id the next ``wait_for(event)`` (``sleep`` for None) will get."""
@@ -937,6 +962,9 @@ class Engine:
                     return Outcome(abort.reason, exception=abort.cause)
                 if isinstance(suspend, Suspend):
                     return Outcome("paused", wait=suspend.wait)
+                cont = find_unwinding(exc, ContinueAsNew)
+                if isinstance(cont, ContinueAsNew) and not self._cancelled:
+                    return Outcome("continued", result=cont.input)
                 if isinstance(exc, anyio.get_cancelled_exc_class()) or not isinstance(
                     exc, Exception
                 ):
@@ -1075,9 +1103,49 @@ class Engine:
             except StorageError as again:
                 return Outcome("storage", exception=again)
 
+    async def _continue(self, encoded: dict[str, Any]) -> Outcome:
+        """End the run as ``success`` continued as a new run with ``encoded`` input,
+        in one unit (``starflow.continue_as_new``)."""
+        run = await self.adapter.get_run(self.run_id)
+        if run is None:  # pragma: no cover - the lease guard fails the unit anyway
+            raise Abort("lease_lost")
+        new_id = str(uuid.uuid4())
+        inline = run.start_mode == "inline"
+        ctx = WorkflowContext(run_id=new_id, workflow=self.ctx.workflow,
+                              version=self.ctx.version, workspace_id=self.ctx.workspace_id,
+                              env=self.ctx.env)
+        options = StartOptions(
+            input=encoded, status="running" if inline else "queued",
+            claim_state="running" if inline else "queued", runner_pool=run.runner_pool,
+            definition_id=run.definition_id, start_mode=run.start_mode,
+            max_claim_attempts=run.max_claim_attempts)
+
+        async def continued(ts: datetime) -> None:
+            await self._phase(ts)
+            await self.adapter.on_run_complete(self.run_id, self.ctx, self._duration_ms(ts),
+                                               now=ts, result=None)
+            await self.adapter.update_run(self.run_id, "continue_as_new",
+                                          continued_as=new_id)
+            await self.adapter.clear_lease(self.run_id)
+            await self.adapter.record_event(self.run_id, "run_continued", None,
+                                            {"run_id": new_id}, now=ts,
+                                            method="continue_as_new")
+            await self.adapter.on_run_start(new_id, ctx, options, now=ts)
+            if inline:  # this runner drives the chain on (Driver.settle)
+                await self.adapter.write_lease(new_id, self.runtime.runner_id,
+                                               ts + self.runtime.config.lease_ttl, now=ts)
+            await self.adapter.record_event(new_id, "run_continued_from", None,
+                                            {"run_id": self.run_id}, now=ts,
+                                            method="continue_as_new")
+
+        await self._commit(continued)
+        return Outcome("continued", result=new_id, definition=self.definition)
+
     async def _finalize_once(self, outcome: Outcome) -> Outcome:
         try:
             outcome = self._unstorable_end(outcome) or outcome
+            if outcome.status == "continued":
+                return await self._continue(outcome.result)
             if outcome.status == "success":
                 try:
                     result = serde.to_builtins(outcome.result, what="the workflow's return value",

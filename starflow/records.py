@@ -73,6 +73,8 @@ class RunInfo(msgspec.Struct, frozen=True, kw_only=True):
     workflow_version: int | None = None
     #: Why the run failed, as data (migration 024): see :attr:`failure`.
     failure_json: dict[str, Any] | None = None
+    #: The run this one continued as (``starflow.continue_as_new``, migration 034).
+    continued_as: str | None = None
 
     @property
     def run_id(self) -> str:

@@ -138,7 +138,7 @@ RUN_COLUMNS = (
     "id, template_id, workspace_id, env, status, started_at, completed_at, duration_ms, "
     "checkpoint_json, error, claim_state, runner_pool, leased_by, lease_until, last_heartbeat, "
     "claim_attempts, definition_id, input_json, result_json, start_mode, max_claim_attempts, "
-    "workflow_version, failure_json"
+    "workflow_version, failure_json, continued_as"
 )
 JOB_COLUMNS = (
     "id, run_id, node_id, pool, step_name, idempotency_key, input_json, status, attempts, "
@@ -353,8 +353,8 @@ class _Postgres(Dialect):
         return require_uuid(value, what)
 
     def run_value(self, column: str, value: Any) -> Any:
-        if column == "definition_id":
-            return require_uuid(value, "definition_id")
+        if column in ("definition_id", "continued_as") and value is not None:
+            return require_uuid(value, column)
         if column in JSON_RUN_COLUMNS and value is not None:
             # Validate here so a bad value raises SerializationError itself.
             serde.encode(value, what=column)
@@ -429,6 +429,7 @@ def run_info(row: Any, d: Dialect) -> RunInfo:
         max_claim_attempts=row[20],
         workflow_version=row[21],
         failure_json=js(row[22]),
+        continued_as=None if row[23] is None else str(row[23]),
     )
 
 

@@ -91,6 +91,7 @@ UPDATABLE_RUN_COLUMNS = frozenset(
         "definition_id",
         "claim_attempts",
         "failure_json",
+        "continued_as",
     }
 )
 #: Columns holding JSON (encoded by the adapter).
