@@ -70,7 +70,8 @@ def test_error_classes_are_pinned_and_drawn() -> None:
         "NonDeterminismError", "OutsideWorkflow", "ReservedKeyError", "ResultTimeout",
         "RunCancelled", "RunFinished", "RunIdConflict", "RunNotEnded", "RunNotFound",
         "ScheduleNotFound", "SerializationError", "StarflowError", "StepFailed",
-        "StorageError", "StreamClosed", "UpdateRejected", "WaitTimeout", "WarmTierError", "WorkflowDefinitionError",
+        "StorageError", "StreamClosed", "UpdateRejected", "WaitTimeout", "WarmTierError",
+        "WorkflowDefinitionError",
         "WorkflowFailed",
     ]
     # RunnerKilled is the test harness's (a simulated SIGKILL): starflow_testing exports it.

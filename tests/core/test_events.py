@@ -3,6 +3,7 @@ by callers as soon as they commit, on every durable adapter."""
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from collections.abc import AsyncIterator
 from datetime import timedelta
@@ -254,3 +255,51 @@ class TestBadInput:
             assert await sf.adapter.list_event_values(handle.run_id) == []
             items = await sf.adapter.list_stream_items(handle.run_id)
             assert [(i.key, i.closed) for i in items] == ([("s", True)] if kind == 4 else [])
+
+
+class TestWorkers:
+    """Worker-driven runs: a crash between writes and a takeover append each value once."""
+
+    async def test_killed_runner_then_takeover_writes_each_value_once(
+            self, adapter_kind: str) -> None:
+        from starflow_testing import RunnerKilled, WorkflowEnvironment
+
+        if adapter_kind == "postgres":
+            from tests.conftest import require_postgres
+
+            require_postgres()
+        entered = anyio.Event()
+        release = {"now": False}
+
+        @step(name=unique("wk-slow"))
+        async def slow(i: int) -> int:
+            if not release["now"]:
+                entered.set()
+                await anyio.sleep_forever()
+            return i
+
+        @workflow(name=unique("wk-stream"))
+        async def wf() -> int:
+            starflow.write_stream("s", "before")
+            starflow.set_event("stage", "slow")
+            got = await slow(1)  # the runner is killed here; the writes above committed
+            starflow.write_stream("s", "after")
+            starflow.close_stream("s")
+            return got
+
+        async with WorkflowEnvironment(adapter=adapter_kind) as env:
+            handle = await env.start(wf)
+            with anyio.fail_after(10):
+                await entered.wait()
+            release["now"] = True
+            with contextlib.suppress(RunnerKilled):  # raised in the worker, not here
+                await env.kill_runner(handle.run_id)
+            await env.advance(timedelta(minutes=5))  # the sweep hands it to a worker
+            assert await env.result(handle.run_id, timeout=timedelta(minutes=5)) == 1
+            app = env.app
+            assert [v async for v in app.read_stream(handle.run_id, "s")] == ["before", "after"]
+            items = await app.adapter.list_stream_items(handle.run_id)
+            assert [(i.seq, i.value, i.closed) for i in items] == [
+                (1, "before", False), (2, "after", False), (3, None, True)]
+            nodes = data_nodes(await app.events(handle.run_id))
+            assert nodes == ["stream:s#1", "event:stage#1", "stream:s#2", "stream:s#3"]

@@ -217,3 +217,28 @@ class TestContinueAsNew:
         assert all(r.continued_as is None for r in await sf.list_runs(template_id=name))
         with pytest.raises(OutsideWorkflow, match="outside a workflow run"):
             starflow.continue_as_new(1)
+
+
+async def test_a_queued_chain_is_run_by_workers(adapter_kind: str) -> None:
+    """continue_as_new of a worker run queues the next run for the workers (same
+    pool); result() of the first run waits for the last one."""
+    from starflow_testing import WorkflowEnvironment
+
+    if adapter_kind == "postgres":
+        from tests.conftest import require_postgres
+
+        require_postgres()
+    name = unique("can-queued")
+
+    @workflow(name=name)
+    async def countdown(n: int) -> str:
+        if n > 0:
+            starflow.continue_as_new(n - 1)
+        return "liftoff"
+
+    async with WorkflowEnvironment(adapter=adapter_kind) as env:
+        handle = await env.start(countdown, 5)
+        assert await env.result(handle.run_id, timeout=60) == "liftoff"
+        runs = await env.list_runs(template_id=name)
+        assert len(runs) == 6
+        assert {(r.status, r.start_mode) for r in runs} == {("success", "queued")}
