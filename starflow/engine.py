@@ -231,6 +231,8 @@ class Engine:
             # Every engine unit records the phase if it changed (see _phase).
             self.journal.last_phase = self.ctx.phase
             self.claimed = False
+            if data and self.runtime.notify is not None:
+                self.runtime.notify()  # get_event / read_stream callers in this process
             return ts
         raise AssertionError("unreachable")  # pragma: no cover
 

@@ -15,9 +15,12 @@ appended exactly once however often the run replays. Like ``set_attributes``,
 these nodes never count as divergence.
 
 Readers wake when a unit carrying such a write commits: in this process
-through the adapter's watch (:meth:`~starflow.adapters.base.WorkflowStateAdapter.watch_run_data`),
-from another process through PostgreSQL's ``NOTIFY``; a run that ends wakes
-readers in this process through the runner, elsewhere within ``poll_interval``.
+through the runner (the engine announces the commit, as it does an update's
+answer), from another process through the run's announcement on PostgreSQL
+(``NOTIFY`` on the scope's runs channel, read by
+:meth:`~starflow.adapters.base.WorkflowStateAdapter.watch_run`); the run's end
+wakes them the same ways. Elsewhere (SQLite written by another process) they
+re-read every ``poll_interval``.
 """
 
 from __future__ import annotations
@@ -152,20 +155,6 @@ class DataWrite:
                                     node_id=self.node_id, now=now)
 
 
-async def _wait_either(clock: Clock, first: anyio.Event, second: anyio.Event,
-                       seconds: float | None) -> None:
-    if first.is_set() or second.is_set():
-        return
-    async with anyio.create_task_group() as tg:
-        async def other() -> None:
-            await second.wait()
-            tg.cancel_scope.cancel()
-
-        tg.start_soon(other)
-        await wait_event(clock, first, seconds)
-        tg.cancel_scope.cancel()
-
-
 @dataclass(frozen=True, slots=True)
 class DataReader:
     """Reads a run's events and streams for ``Starflow.get_event`` / ``read_stream``.
@@ -193,11 +182,11 @@ class DataReader:
         check_key(key, "get_event", run_id=run_id)
         adapter, clock = self.adapter, self.clock
         deadline = None if timeout is None else clock.now() + timedelta(seconds=timeout)
-        await adapter.listen_for_data()
-        with adapter.watch_run_data(run_id) as watch:
+        async with adapter.watch_run(run_id) as watch:
             while True:
-                watch.rearm()
+                # Taken before the read: a commit after it wakes us.
                 settled = self.settled()
+                changed = () if watch is None else (watch.arm(),)
                 found = await adapter.get_event_value(run_id, key)
                 if found is not None:
                     return found.value
@@ -217,7 +206,7 @@ class DataReader:
                         "goes on: call get_event again to keep waiting", run_id=run_id)
                 wait = self.poll if deadline is None else min(
                     self.poll, (deadline - now).total_seconds())
-                await _wait_either(clock, watch.changed, settled, wait)
+                await wait_event(clock, settled, wait, *changed)
 
     async def read_stream(self, run_id: str, key: str) -> AsyncIterator[Any]:
         """Every value of stream ``key`` of ``run_id`` in order, from the first,
@@ -229,12 +218,11 @@ class DataReader:
         check_key(key, "read_stream", run_id=run_id)
         adapter, clock = self.adapter, self.clock
         after = 0
-        await adapter.listen_for_data()
-        with adapter.watch_run_data(run_id) as watch:
+        async with adapter.watch_run(run_id) as watch:
             ended = False
             while True:
-                watch.rearm()
                 settled = self.settled()
+                changed = () if watch is None else (watch.arm(),)
                 items = await adapter.read_stream(run_id, key, after_seq=after)
                 for item in items:
                     if item.closed:
@@ -251,4 +239,4 @@ class DataReader:
                 if run.is_terminal:
                     ended = True
                     continue
-                await _wait_either(clock, watch.changed, settled, self.poll)
+                await wait_event(clock, settled, self.poll, *changed)

@@ -90,7 +90,7 @@ __all__ = [
     "WAIT_COLUMNS",
     "Dialect",
     "Queries",
-    "announces_data",
+    "announces_run_change",
     "announces_work",
     "claim_ids_sql",
     "claim_set",
@@ -490,12 +490,6 @@ def stream_item(row: Any, d: Dialect) -> StreamItem:
                       created_at=d.at(row[6]))
 
 
-def announces_data(op: Op) -> bool:
-    """Whether ``op`` writes what event and stream readers wait for (``get_event``,
-    ``read_stream``): PostgreSQL notifies the events channel with it."""
-    return isinstance(op, UpsertEventValue | InsertStreamItem)
-
-
 def definition_record(row: Any, d: Dialect) -> DefinitionRecord:
     """A ``DEFINITION_COLUMNS`` row."""
     return DefinitionRecord(id=row[0], name=row[1], version=row[2], code_hash=row[3],
@@ -723,6 +717,20 @@ def announces_work(op: Op) -> bool:
     if isinstance(op, InsertRun):
         return "queued" in (op.values.get("claim_state"), op.values.get("status"))
     return isinstance(op, InsertJob)
+
+
+def announces_run_change(op: Op) -> str | None:
+    """The run whose change ``op`` makes that callers may be waiting for (the run
+    ending, the answer to an update recorded, an event or stream item written),
+    or None."""
+    if isinstance(op, UpdateRun):
+        return op.run_id if op.values.get("status") in ENDED_STATUSES else None
+    if (isinstance(op, InsertEvent) and op.event_type == "node_complete"
+            and op.node_id is not None and op.node_id.startswith("reply:")):
+        return op.run_id
+    if isinstance(op, UpsertEventValue | InsertStreamItem):
+        return op.run_id  # what get_event / read_stream wait for (#17)
+    return None
 
 
 @functools.cache

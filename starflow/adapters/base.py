@@ -23,8 +23,8 @@ builds a :class:`Command` and submits it to the sibling seam
 from __future__ import annotations
 
 import abc
-from collections.abc import Collection, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+import contextlib
+from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from contextvars import ContextVar, Token
 from datetime import datetime
 from types import TracebackType
@@ -109,7 +109,7 @@ __all__ = [
     "Op",
     "PruneOutbox",
     "RunContext",
-    "RunDataWatch",
+    "RunWatch",
     "SweepLeases",
     "Unit",
     "WorkflowStateAdapter",
@@ -132,6 +132,30 @@ class RunContext(Protocol):
     def snapshot(self) -> dict[str, Any]:
         """The JSON-ready snapshot stored as ``checkpoint_json``."""
         ...
+
+
+class RunWatch:
+    """Announcements that one run changed in another process (see
+    :meth:`WorkflowStateAdapter.watch_run`).
+
+    :attr:`changed` is set when the run ended, an update's answer to it was
+    recorded or it wrote an event or stream item (#17), and when the
+    announcements may have been missed (the listening connection was lost), so
+    the watcher reads again. Take :meth:`arm` *before*
+    reading the state being waited on: an announcement after the read sets it.
+    """
+
+    __slots__ = ("changed", "run_id")
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        self.changed = anyio.Event()
+
+    def arm(self) -> anyio.Event:
+        """The event to wait on after the next read (a fresh one once it fired)."""
+        if self.changed.is_set():
+            self.changed = anyio.Event()
+        return self.changed
 
 
 #: The unit being collected in this context and the adapter it belongs to: only
@@ -170,24 +194,6 @@ class UnitScope:
             unit = self._unit
             unit.held = (await self._adapter.execute(unit)
                          if unit.ops or unit.guard is not None else True)
-
-
-class RunDataWatch:
-    """A reader's watch on one run's events and stream items
-    (:meth:`WorkflowStateAdapter.watch_run_data`): ``changed`` is set when
-    some may have been written; the reader clears it with :meth:`rearm` before
-    reading again."""
-
-    __slots__ = ("changed", "run_id")
-
-    def __init__(self, run_id: str) -> None:
-        self.run_id = run_id
-        self.changed = anyio.Event()
-
-    def rearm(self) -> None:
-        """A fresh ``changed`` event if the current one was set (call before a read)."""
-        if self.changed.is_set():
-            self.changed = anyio.Event()
 
 
 class WorkflowStateAdapter(abc.ABC):
@@ -240,35 +246,16 @@ class WorkflowStateAdapter(abc.ABC):
         """
         await clock.sleep(timeout)
 
-    @contextmanager
-    def watch_run_data(self, run_id: str) -> Iterator[RunDataWatch]:
-        """Watch the events and stream items of ``run_id`` while the block runs.
+    @contextlib.asynccontextmanager
+    async def watch_run(self, run_id: str) -> AsyncIterator[RunWatch | None]:
+        """Be told when ``run_id`` changes in another process, while in the block.
 
-        The watch's ``changed`` event is set when a unit that wrote one of them
-        commits through this adapter (in this process), and on PostgreSQL also
-        at a NOTIFY from any process. Enter it *before* reading what you wait
-        for, so a write between the read and the wait is not missed.
+        Yields a :class:`RunWatch`, or None where this database cannot announce
+        changes (the default; SQLite, or PostgreSQL behind a transaction pooler
+        without ``listen_url``): the caller then polls. Changes made through
+        this adapter's own process are the runtime's to announce.
         """
-        watches: dict[str, set[RunDataWatch]] = self.__dict__.setdefault("_data_watches", {})
-        watch = RunDataWatch(run_id)
-        watches.setdefault(run_id, set()).add(watch)
-        try:
-            yield watch
-        finally:
-            mine = watches.get(run_id)
-            if mine is not None:
-                mine.discard(watch)
-                if not mine:
-                    del watches[run_id]
-
-    def announce_data(self, run_id: str) -> None:
-        """Wake this adapter's watches of ``run_id`` (see :meth:`watch_run_data`)."""
-        for watch in self.__dict__.get("_data_watches", {}).get(run_id, ()):
-            watch.changed.set()
-
-    async def listen_for_data(self) -> None:  # noqa: B027 - optional hook
-        """Make sure writes from other processes reach :meth:`watch_run_data`
-        (PostgreSQL: its LISTEN connection). The default has nothing to listen to."""
+        yield None
 
     async def idle(self) -> None:  # noqa: B027 - optional hook
         """Return once no call of this adapter is waiting on the database.
@@ -880,6 +867,11 @@ class DelegatingAdapter(WorkflowStateAdapter):
     async def wait_for_work(self, clock: Clock, timeout: float) -> None:
         await self.inner.wait_for_work(clock, timeout)
 
+    @contextlib.asynccontextmanager
+    async def watch_run(self, run_id: str) -> AsyncIterator[RunWatch | None]:
+        async with self.inner.watch_run(run_id) as watch:
+            yield watch
+
     async def idle(self) -> None:
         await self.inner.idle()
 
@@ -924,17 +916,6 @@ class DelegatingAdapter(WorkflowStateAdapter):
     async def list_stream_items(self, run_id: str) -> list[StreamItem]:
         return await self.inner.list_stream_items(run_id)
 
-    @contextmanager
-    def watch_run_data(self, run_id: str) -> Iterator[RunDataWatch]:
-        # Commits happen in the inner adapter: that is where a watch is woken.
-        with self.inner.watch_run_data(run_id) as watch:
-            yield watch
-
-    def announce_data(self, run_id: str) -> None:
-        self.inner.announce_data(run_id)
-
-    async def listen_for_data(self) -> None:
-        await self.inner.listen_for_data()
 
     async def due_waits(self, now: datetime, *, limit: int = 100) -> list[WaitRecord]:
         return await self.inner.due_waits(now, limit=limit)

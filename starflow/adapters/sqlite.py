@@ -53,7 +53,6 @@ from ._sql import (
     CLAIM_ORDER,
     RUN_COLUMNS,
     SQLITE,
-    announces_data,
     claim_ids_sql,
     claim_set,
     claimable,
@@ -543,10 +542,6 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
                                          durable=unit.durable, run=unit.run_id)
         if unit.releases_lease and self._last_run == unit.run_id:
             self._last_run = _NOBODY  # its run let go: whichever run writes next is alone
-        if result:
-            for op in unit.ops:
-                if announces_data(op):
-                    self.announce_data(op.run_id)  # type: ignore[attr-defined]
         return result
 
     def _apply_unit(self, conn: sqlite3.Connection, unit: Unit) -> bool:

@@ -149,41 +149,32 @@ class TestStreamItems:
             ("other", 1), ("tokens", 1), ("tokens", 2), ("tokens", 3), ("tokens", 4)]
 
 
-class TestWatch:
-    """A watch wakes when a unit carrying an event or stream item commits."""
-
-    async def test_local_commit_wakes_a_watch(self, adapter: WorkflowStateAdapter) -> None:
-        run_id = await start(adapter)
-        other_run = await start(adapter)
-        with adapter.watch_run_data(run_id) as watch:
-            await adapter.set_event(other_run, "k", 1, node_id=None, now=at(1))
-            assert not watch.changed.is_set()  # another run's write
-            await adapter.append_stream(run_id, "s", 1, "v", node_id=None, now=at(1))
-            assert watch.changed.is_set()
-            watch.rearm()
-            assert not watch.changed.is_set()
-            async with adapter.unit(guard=Guard(run_id=run_id, leased_by="nobody")):
-                await adapter.set_event(run_id, "k", 1, node_id=None, now=at(1))
-            assert not watch.changed.is_set()  # the guard failed: nothing committed
-
-
 @pytest.mark.parametrize("adapter_kind", ["postgres"])
 async def test_notify_wakes_a_reader_in_another_process(adapter: WorkflowStateAdapter,
                                                         workspace_id: str,
                                                         tmp_path: Path) -> None:
-    """PostgreSQL: a second adapter (another process's) is woken by the NOTIFY of
-    the commit, not by its own writes and not by polling."""
+    """PostgreSQL: a second adapter (another process's) watching the run is woken
+    by the commit of an event, and of a stream item, not by polling; a unit whose
+    guard failed announces nothing."""
     reader = adapter_from_url(adapter_url("postgres", tmp_path), workspace_id=workspace_id)
     await reader.open()
     try:
         run_id = await start(adapter)
-        await reader.listen_for_data()
-        with reader.watch_run_data(run_id) as watch:
+        async with reader.watch_run(run_id) as watch:
+            assert watch is not None
+            changed = watch.arm()
+            async with adapter.unit(guard=Guard(run_id=run_id, leased_by="nobody")):
+                await adapter.set_event(run_id, "k", "no", node_id=None, now=at(1))
             await adapter.set_event(run_id, "k", "v", node_id=None, now=at(1))
             with anyio.fail_after(10):
-                await watch.changed.wait()
-        got = await reader.get_event_value(run_id, "k")
-        assert got is not None and got.value == "v"
+                await changed.wait()
+            got = await reader.get_event_value(run_id, "k")
+            assert got is not None and got.value == "v"
+            changed = watch.arm()
+            await adapter.append_stream(run_id, "s", 1, "item", node_id=None, now=at(2))
+            with anyio.fail_after(10):
+                await changed.wait()
+            assert [i.value for i in await reader.read_stream(run_id, "s")] == ["item"]
     finally:
         await reader.close()
 

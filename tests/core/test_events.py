@@ -303,3 +303,36 @@ class TestWorkers:
                 (1, "before", False), (2, "after", False), (3, None, True)]
             nodes = data_nodes(await app.events(handle.run_id))
             assert nodes == ["stream:s#1", "event:stage#1", "stream:s#2", "stream:s#3"]
+
+
+async def test_a_reader_is_woken_mid_step_by_the_commit(slow_poll: Starflow) -> None:
+    """The run does not pause or end between the write and the reader's wake-up: the
+    step after the write waits for the reader, so only the commit can wake it (the
+    poll interval is a minute; the test gives up after 10 s)."""
+    sf = slow_poll
+    seen = anyio.Event()
+
+    @step(name=unique("mid-step"))
+    async def wait_for_reader() -> None:
+        await seen.wait()
+
+    @workflow(name=unique("mid-wf"))
+    async def wf() -> None:
+        await wait_for("go")
+        starflow.write_stream("s", "first")
+        await wait_for_reader()  # the write commits with this step's start
+        starflow.write_stream("s", "second")
+
+    handle = await sf.run(wf)
+    got: list[str] = []
+
+    async def reader() -> None:
+        async for value in sf.read_stream(handle.run_id, "s"):
+            got.append(value)
+            seen.set()
+
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(reader)
+            await sf.signal(handle.run_id, "go")
+    assert got == ["first", "second"]
