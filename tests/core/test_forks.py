@@ -242,3 +242,32 @@ async def test_a_queued_chain_is_run_by_workers(adapter_kind: str) -> None:
         runs = await env.list_runs(template_id=name)
         assert len(runs) == 6
         assert {(r.status, r.start_mode) for r in runs} == {("success", "queued")}
+
+
+async def test_the_replayer_checks_runs_that_publish_and_continue(sf: Starflow) -> None:
+    """starflow replay over histories with events, streams and a continue_as_new link:
+    each replays to the outcome it recorded, without writing."""
+    from starflow.replayer import Replayer
+
+    @step(name=unique("rp-step"))
+    async def work(n: int) -> int:
+        return n
+
+    @workflow(name=unique("rp-wf"))
+    async def wf(n: int) -> int:
+        starflow.set_event("n", n)
+        starflow.write_stream("s", await work(n))
+        if n < 2:
+            starflow.continue_as_new(n + 1)
+        starflow.close_stream("s")
+        return n
+
+    handle = await sf.run(wf, 0)
+    assert handle.result == 2
+    name = (await sf.get_run(handle.run_id)).template_id
+    chain = await sf.list_runs(template_id=name, limit=1000)
+    assert len(chain) == 3
+    replayer = Replayer(workflows=[wf])
+    for run in chain:
+        result = await replayer.replay_run(sf.adapter, run.id)
+        assert (result.ok, result.outcome) == (True, "success"), result.error
