@@ -60,12 +60,15 @@ class TestSameMethods:
 
     def test_events_and_streams(self, url: str) -> None:
         """get_event blocks for a value; read_stream is a plain iterator that ends
-        with the run."""
+        with the run; fork makes a new run from its history."""
         with Starflow.open(url) as sf:
             handle = sf.run(publish, 3)
             assert sf.get_event(handle.run_id, "count", timeout=5) == 3
             sf.signal(handle.run_id, "done")
             assert list(sf.read_stream(handle.run_id, "items")) == [0, 1, 2]
+            fork = sf.fork(handle.run_id, from_node="wait:done#1")
+            assert fork.status == "paused" and fork.run_id != handle.run_id
+            assert sf.get_event(fork.run_id, "count", timeout=0) == 3
 
     def test_signal_resume_and_cancel(self, url: str) -> None:
         """An inline run paused on a wait finishes in the signal call; cancel ends another."""
