@@ -965,8 +965,10 @@ class Engine:
                 if isinstance(suspend, Suspend):
                     return Outcome("paused", wait=suspend.wait)
                 cont = find_unwinding(exc, ContinueAsNew)
-                if isinstance(cont, ContinueAsNew) and not self._cancelled:
-                    return Outcome("continued", result=cont.input)
+                if isinstance(cont, ContinueAsNew):
+                    # In a cancelled run's cleanup the run ends cancelled: no new run.
+                    return (Outcome("cancelled") if self._cancelled
+                            else Outcome("continued", result=cont.input))
                 if isinstance(exc, anyio.get_cancelled_exc_class()) or not isinstance(
                     exc, Exception
                 ):

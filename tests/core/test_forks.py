@@ -271,3 +271,22 @@ async def test_the_replayer_checks_runs_that_publish_and_continue(sf: Starflow) 
     for run in chain:
         result = await replayer.replay_run(sf.adapter, run.id)
         assert (result.ok, result.outcome) == (True, "success"), result.error
+
+
+async def test_continue_as_new_in_a_cancelled_runs_cleanup_ends_it_cancelled(
+        sf: Starflow) -> None:
+    """A cancelled run cannot continue: it ends cancelled and no new run starts."""
+    name = unique("can-cancel")
+
+    @workflow(name=name)
+    async def wf(n: int) -> None:
+        try:
+            await wait_for("go")
+        except starflow.RunCancelled:
+            starflow.continue_as_new(n + 1)
+
+    handle = await sf.run(wf, 0)
+    done = await sf.cancel(handle.run_id)
+    assert done.status == "cancelled"
+    runs = await sf.list_runs(template_id=name)
+    assert [(r.status, r.continued_as) for r in runs] == [("cancelled", None)]
