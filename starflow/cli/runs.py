@@ -119,6 +119,7 @@ def run_detail(run: RunInfo) -> dict[str, Any]:
         "waiting": _waiting(run),
         "input": redact_wake_tokens(run.input_json),
         "result": redact_wake_tokens(run.result_json),
+        "continued_as": run.continued_as,
     }
 
 
@@ -279,13 +280,14 @@ async def _runs_show(ns: argparse.Namespace) -> int:
         ("result", msgspec.json.encode(detail["result"]).decode()
          if run.status == "success" else None),
         ("error", run.error),
+        ("continued as", run.continued_as),  # starflow.continue_as_new: the next run
     ]
     failure = run.failure
     if failure is not None:
         tries = f" after {failure.attempts} attempt(s)" if failure.attempts else ""
         fields.append(("failed at", f"{failure.node_id}{tries}" if failure.node_id else None))
         fields.append(("cause", failure.text))
-    width = max(len(k) for k, _ in fields)
+    width = max(len(k) for k, v in fields if v is not None)
     write("".join(f"{k.ljust(width)}  {cell(v)}\n" for k, v in fields if v is not None))
     if failure is not None and failure.traceback:
         write(f"\ntraceback:\n{failure.traceback.rstrip()}\n")

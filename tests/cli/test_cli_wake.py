@@ -203,3 +203,28 @@ class TestFork:
         assert data["run_id"] != run_id
         assert state(seeded, run_id) == before  # the source is not changed
         assert state(seeded, data["run_id"])[0] == "success"
+
+    def test_show_names_the_run_a_run_continued_as(self, cli: Cli, seeded: Seeded) -> None:
+        """`runs show` prints `continued as` for a run that called continue_as_new."""
+        import starflow
+        from starflow import workflow
+
+        @workflow(name="cli_chain")
+        async def chain(n: int) -> int:
+            if n == 0:
+                starflow.continue_as_new(1)
+            return n
+
+        async def make() -> tuple[str, str]:
+            async with Starflow.open(seeded.url, maintenance=False) as sf:
+                last = await sf.run(chain, 0)
+                runs = await sf.list_runs(template_id="cli_chain")
+                first = next(r.id for r in runs if r.id != last.run_id)
+                return first, last.run_id
+
+        first, last = anyio.run(make)
+        result = cli("runs", "show", first, "--db", seeded.url)
+        assert result.code == 0, result.err
+        assert f"\ncontinued as  {last}\n" in result.out
+        data = json.loads(cli("runs", "show", first, "--db", seeded.url, "--json").out)
+        assert data["run"]["continued_as"] == last
