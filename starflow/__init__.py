@@ -11,6 +11,7 @@ from ._version import __version__
 from .adapters.base import WorkflowStateAdapter
 from .app import Starflow
 from .attributes import set_attributes
+from .children import ChildHandle, start_child
 from .clock import Clock, SystemClock
 from .config import StarflowConfig
 from .context import WorkflowContext, context
@@ -36,6 +37,7 @@ from .errors import (
     SerializationError,
     StarflowError,
     StepFailed,
+    StepTimeout,
     StorageError,
     StreamClosed,
     UpdateRejected,
@@ -43,6 +45,7 @@ from .errors import (
     WarmTierError,
     WorkflowDefinitionError,
     WorkflowFailed,
+    WorkflowTimeout,
 )
 from .events import close_stream, set_event, write_stream
 from .failure import RunFailure
@@ -59,6 +62,7 @@ from .warm.base import LiveRun
 from .workflow_logger import logger
 
 __all__ = [
+    "ChildHandle",
     "Clock",
     "ConfigError",
     "CopyRefused",
@@ -93,6 +97,7 @@ __all__ = [
     "StarflowConfig",
     "StarflowError",
     "StepFailed",
+    "StepTimeout",
     "StorageError",
     "StreamClosed",
     "SystemClock",
@@ -104,6 +109,7 @@ __all__ = [
     "WorkflowDefinitionError",
     "WorkflowFailed",
     "WorkflowStateAdapter",
+    "WorkflowTimeout",
     "__version__",
     "close_stream",
     "context",
@@ -118,6 +124,7 @@ __all__ = [
     "set_attributes",
     "set_event",
     "sleep",
+    "start_child",
     "step",
     "wait_for",
     "wait_for_any",

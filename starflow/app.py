@@ -18,7 +18,7 @@ from .adapters.base import WorkflowStateAdapter
 from .attributes import encode_attributes
 from .clock import Clock, SystemClock
 from .config import StarflowConfig, check_concurrency, int_problem
-from .decorators import WorkflowDefinition, definition_of, registry
+from .decorators import WorkflowDefinition, definition_of, registry, timeout_problem
 from .errors import (
     ConfigError,
     InvalidArgument,
@@ -256,7 +256,8 @@ class Starflow:
     def options(self, *, run_id: str | None = None, pool: str | None = None,
                 priority: int = 0, concurrency_key: str | None = None,
                 dedup_key: str | None = None, debounce: timedelta | None = None,
-                debounce_key: str | None = None) -> RunOptions:
+                debounce_key: str | None = None, timeout: timedelta | None = None
+                ) -> RunOptions:
         """Start options that type checkers see: ``sf.options(run_id=i).run(wf, x)``.
 
         ``sf.run(wf, x, run_id=i)`` works too, but a type checker cannot check
@@ -276,6 +277,10 @@ class Starflow:
                 ``debounce_key`` (same workflow and pool) before it is claimed
                 replaces its arguments and restarts the delay.
             debounce_key: The key debounced starts share (with ``debounce``).
+            timeout: The run's deadline from its start (overrides the workflow's
+                ``@workflow(timeout=)``): past it the run ends in ``error`` with
+                ``WorkflowFailed.error_type == "WorkflowTimeout"`` (``.run()`` and
+                ``.start()``).
 
         Raises:
             InvalidArgument: a key is not a storable name (nothing written).
@@ -297,11 +302,13 @@ class Starflow:
         if debounce is not None and run_id is not None:
             problems.append("debounce replaces a pending run's arguments, so it takes no "
                             f"run_id: {run_id!r}")
+        if (problem := timeout_problem("timeout", timeout)) is not None:
+            problems.append(problem)
         if problems:
             raise ConfigError("options: " + "; ".join(problems))
         return RunOptions(self, run_id=run_id, pool=pool, priority=priority,
                           concurrency_key=concurrency_key, dedup_key=dedup_key,
-                          debounce=debounce, debounce_key=debounce_key)
+                          debounce=debounce, debounce_key=debounce_key, timeout=timeout)
 
     # -- schedules (#18) ----------------------------------------------------------
 
@@ -629,8 +636,8 @@ class Starflow:
 
     async def list_runs(self, status: str | None = None, template_id: str | None = None,
                         limit: int = 50, since: datetime | None = None,
-                        attributes: Mapping[str, str | int | bool] | None = None
-                        ) -> list[RunInfo]:
+                        attributes: Mapping[str, str | int | bool] | None = None,
+                        parent_run_id: str | None = None) -> list[RunInfo]:
         """Runs newest first, optionally filtered.
 
         Args:
@@ -642,6 +649,8 @@ class Starflow:
             attributes: Only runs whose workflow set every one of these
                 (``starflow.set_attributes``), each an index lookup. Values
                 match exactly, type included (``"42"`` is not ``42``).
+            parent_run_id: Only the child runs of this run (``starflow.start_child``,
+                or a ``@workflow`` awaited inside a workflow), detached ones included.
 
         Raises:
             StarflowError: a filter is invalid (named with its value).
@@ -663,9 +672,15 @@ class Starflow:
                 encoded = encode_attributes(attributes, what="attributes")
             except InvalidArgument as exc:
                 problems.append(str(exc))
+        if parent_run_id is not None:
+            try:
+                parent_run_id = normalize_run_id(parent_run_id)
+            except StarflowError as exc:
+                problems.append(f"parent_run_id: {exc}")
         if problems:
             raise InvalidArgument("list_runs: " + "; ".join(problems))
         return await self.adapter.list_runs(status=status, template_id=template_id,
+                                            parent_run_id=parent_run_id,
                                             since=since, limit=limit, attributes=encoded)
 
     async def events(self, run_id: str) -> list[RunEvent]:
@@ -1002,8 +1017,9 @@ class RunOptions:
     def __init__(self, app: Starflow, *, run_id: str | None, pool: str | None,
                  priority: int = 0, concurrency_key: str | None = None,
                  dedup_key: str | None = None, debounce: timedelta | None = None,
-                 debounce_key: str | None = None) -> None:
+                 debounce_key: str | None = None, timeout: timedelta | None = None) -> None:
         self._app = app
+        self.timeout = timeout
         self.run_id = run_id
         self.pool = pool
         self.priority = priority
@@ -1034,7 +1050,8 @@ class RunOptions:
             raise ConfigError(f"{', '.join(flow)} apply to queued runs: use .start(), "
                               "not .run()")
         return self._app._track(await self._app.runner.start(
-            workflow_definition(wf), args, kwargs, run_id=self.run_id, inline=True))
+            workflow_definition(wf), args, kwargs, run_id=self.run_id, inline=True,
+            timeout=self.timeout))
 
     @overload
     async def start(self, wf: Callable[P, Awaitable[R]], /, *args: P.args, **kwargs: P.kwargs
@@ -1055,7 +1072,8 @@ class RunOptions:
         definition = workflow_definition(wf)
         if self.debounce is None:
             return await runner.start(definition, args, kwargs, run_id=self.run_id,
-                                      inline=False, pool=self.pool, flow=self._flow())
+                                      inline=False, pool=self.pool, flow=self._flow(),
+                                      timeout=self.timeout)
         assert self.debounce_key is not None
         encoded = runner.encode_input(definition, args, kwargs)
         runner.decode_input(definition, encoded)
@@ -1071,7 +1089,8 @@ class RunOptions:
                 return RunHandle(run_id=rearmed, status="queued")
             try:
                 return await runner.start(definition, args, kwargs, run_id=None, inline=False,
-                                          pool=pool, flow={**flow, "not_before": not_before})
+                                          pool=pool, flow={**flow, "not_before": not_before},
+                                          timeout=self.timeout)
             except StorageError as exc:
                 if exc.transient:
                     raise

@@ -19,7 +19,7 @@ from typing import Any, NoReturn
 
 import anyio
 
-from . import logs, observability, requeue, serde
+from . import children, logs, observability, requeue, serde
 from .adapters.base import WorkflowStateAdapter
 from .adapters.units import Guard
 from .attributes import ATTRIBUTES_KIND
@@ -45,6 +45,7 @@ from .errors import (
     StreamClosed,
     WaitTimeout,
     WorkflowDefinitionError,
+    WorkflowTimeout,
 )
 from .events import EVENT_KIND, STREAM_KIND, DataWrite
 from .execution import (
@@ -55,6 +56,7 @@ from .execution import (
     Runtime,
     Suspend,
     find_unwinding,
+    timed_attempt,
 )
 from .failure import CANCELLED_TYPE, cancelled_error, error_info, format_traceback, run_failure
 from .heartbeats import Heartbeats
@@ -133,6 +135,13 @@ class Engine:
     #: The W3C ``traceparent`` stored with the run at its start, continued by
     #: this execution's ``starflow.run`` span (OpenTelemetry only).
     traceparent: str | None = None
+    #: The run that started this one as a child (its end wakes that run).
+    parent_run_id: str | None = None
+    #: The run's deadline (``@workflow(timeout=)``): past it the run ends in error.
+    deadline: datetime | None = None
+    #: This execution started or replayed a child run (its end cascades to them).
+    has_children: bool = False
+    _timed_out: bool = False
 
     def __post_init__(self) -> None:
         self._last_time = self.started_at
@@ -339,6 +348,14 @@ class Engine:
         """``starflow.continue_as_new``: check and encode the new run's arguments
         (before anything is written), then unwind the body."""
         self._guard_suspending()
+        if self.parent_run_id is not None:
+            # The parent awaits this run's id; a chain's later runs are not wired to
+            # wake it yet, so a child continuing would leave its parent waiting.
+            raise StarflowError(
+                f"run {self.run_id} is a child of run {self.parent_run_id}: "
+                "continue_as_new is not supported in child runs yet; loop in the child, "
+                "or have the parent start a new child for the next round",
+                run_id=self.run_id)
         try:
             self.definition.check_call(args, kwargs)
         except TypeError as exc:
@@ -473,7 +490,7 @@ class Engine:
                     try:
                         with observability.current().step_attempt(self.run_id, nid, sdef.name,
                                                                   attempt):
-                            result = await fn(*args, **kwargs)
+                            result = await self._attempt(sdef, nid, fn, args, kwargs)
                     finally:
                         self._step_scopes.discard(step_scope)
                 if step_scope.cancelled_caught:
@@ -528,6 +545,25 @@ class Engine:
                                        status="complete", output=output, recorded_at=ts))
         return serde.convert(output, sdef.return_type, what=f"output of {nid}",
                              run_id=self.run_id, node_id=nid)
+
+    async def _attempt(self, sdef: StepDefinition, nid: str, fn: Callable[..., Awaitable[Any]],
+                       args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """One attempt of a step, cancelled past its ``timeout`` (on the runtime's clock)."""
+        return await timed_attempt(self.runtime.clock, sdef, fn, args, kwargs,
+                                   run_id=self.run_id, node_id=nid)
+
+    # -- child runs (starflow.children) ------------------------------------------
+
+    async def start_child(self, definition: WorkflowDefinition, args: tuple[Any, ...],
+                          kwargs: dict[str, Any], *, run_id: str | None, pool: str | None,
+                          detached: bool) -> str:
+        """``starflow.start_child``: see :func:`starflow.children.start_child_node`."""
+        return await children.start_child_node(self, definition, args, kwargs,
+                                               run_id=run_id, pool=pool, detached=detached)
+
+    async def child_result(self, child_run_id: str, return_type: Any) -> Any:
+        """``ChildHandle.result``: see :func:`starflow.children.child_result_node`."""
+        return await children.child_result_node(self, child_run_id, return_type)
 
     # -- variables written by steps (see replay.variables_snapshot) --------------
 
@@ -991,6 +1027,13 @@ class Engine:
                     run_id=self.run_id, node_id=pending[0], recorded=pending[0], current=None)
                 return Outcome("error", error=f"NonDeterminismError: {exc2}", exception=exc2)
             return Outcome("success", result=value)
+        if self._timed_out and not self._lease_lost:
+            exc4 = WorkflowTimeout(
+                f"run {self.run_id} passed its deadline ({self.deadline}) and was "
+                "stopped: raise the workflow's timeout (@workflow(timeout=) or "
+                "sf.options(timeout=)) if it needs longer", run_id=self.run_id,
+                node_id=self.position)
+            return Outcome("error", error=f"WorkflowTimeout: {exc4}", exception=exc4)
         if self._cleanup_timed_out and not self._lease_lost:
             timeout = self.runtime.config.cancel_cleanup_timeout
             exc3 = RunCancelled(self.run_id, message=(
@@ -1011,6 +1054,9 @@ class Engine:
             replay=bool(self.journal.nodes), traceparent=self.traceparent)
         with obs.execution(scope) as execution:
             outcome = await self._execute()
+            outcome.parent_run_id = self.parent_run_id
+            outcome.has_children = self.has_children
+            outcome.deadline = self.deadline
             execution.finish(outcome.status, outcome.error)
             if outcome.status == "lease_lost":
                 obs.lease_lost()
@@ -1032,7 +1078,7 @@ class Engine:
             if shared is not None and shared.running:
                 shared.add(self)
                 try:
-                    outcome = await self._body()
+                    outcome = await self._timed_body()
                 finally:
                     self._body_done = True
                     shared.remove(self)
@@ -1040,7 +1086,7 @@ class Engine:
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(self._heartbeat)
                     try:
-                        outcome = await self._body()
+                        outcome = await self._timed_body()
                     finally:
                         tg.cancel_scope.cancel()
             if self._lease_lost and outcome.status not in ("lease_lost", "storage"):
@@ -1058,6 +1104,36 @@ class Engine:
             raise
         finally:
             current_engine.reset(token)
+
+    async def _timed_body(self) -> Outcome:
+        """The body, stopped at the run's deadline (a watchdog on the runtime's clock)."""
+        deadline = self.deadline
+        if deadline is None:
+            return await self._body()
+        clock = self.runtime.clock
+        async with anyio.create_task_group() as tg:
+            async def watchdog() -> None:
+                await clock.sleep(max(0.0, (deadline - clock.now()).total_seconds()))
+                if not self._body_done and not self._timed_out:
+                    self._timed_out = True
+                    self._log.warning("run passed its deadline; stopping it",
+                                      deadline=format_ts(deadline))
+                    if self._body_scope is not None:
+                        self._body_scope.cancel()
+
+            tg.start_soon(watchdog)
+            try:
+                outcome = await self._body()
+            finally:
+                tg.cancel_scope.cancel()
+        return outcome
+
+    def wake_deadline(self, deadline: datetime | None) -> datetime | None:
+        """A paused wait's timer: its own deadline, or the run's if that comes first
+        (the timer then ends the run: :meth:`starflow.waking.Waker.fire_timer`)."""
+        if self.deadline is None:
+            return deadline
+        return self.deadline if deadline is None else min(deadline, self.deadline)
 
     async def _release(self) -> None:
         """Hand the run back to the queue when this execution is cancelled from outside."""
@@ -1226,7 +1302,7 @@ class Engine:
                     await self.adapter.record_phase_if_changed(
                         self.run_id, self.ctx, {"previous": self.journal.last_phase}, now=ts)
                     await self.adapter.emit_wait_wake(self.run_id, wait.node_id, wait.event,
-                                                      wait.deadline, now=ts)
+                                                      self.wake_deadline(wait.deadline), now=ts)
                     if job is not None:
                         # The worker job is the wake registration of this wait: last.
                         await self.adapter.insert_job(job, now=ts)

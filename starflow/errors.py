@@ -11,6 +11,8 @@ All of them derive from :class:`StarflowError`, carry the ``run_id`` and
     ├── ReservedKeyError          a write to a ``__celestial…`` context key
     ├── NonDeterminismError       replayed code diverged from the recorded history
     ├── WaitTimeout               a ``wait_for`` deadline passed before its signal
+    ├── WorkflowTimeout           a run passed its ``@workflow(timeout=)`` deadline
+    ├── StepTimeout               a step attempt ran past its ``@step(timeout=)``
     ├── StepFailed                a step raised past its last retry
     ├── LeaseLostError            another runner (or a cancel) took the run
     ├── RunnerKilled              a test harness killed the run's runner (simulated SIGKILL)
@@ -59,6 +61,7 @@ __all__ = [
     "SerializationError",
     "StarflowError",
     "StepFailed",
+    "StepTimeout",
     "StorageError",
     "StreamClosed",
     "UpdateRejected",
@@ -66,6 +69,7 @@ __all__ = [
     "WarmTierError",
     "WorkflowDefinitionError",
     "WorkflowFailed",
+    "WorkflowTimeout",
 ]
 
 
@@ -150,6 +154,20 @@ class NonDeterminismError(StarflowError):
 
 class WaitTimeout(StarflowError):
     """A ``wait_for`` with a timeout reached its deadline before a signal came."""
+
+
+class WorkflowTimeout(StarflowError):
+    """A run passed its deadline (``@workflow(timeout=)`` or ``sf.options(timeout=)``).
+
+    The run ends with status ``error``; ``sf.result`` raises
+    :class:`WorkflowFailed` with ``error_type == "WorkflowTimeout"``, and the
+    run's attached children are cancelled.
+    """
+
+
+class StepTimeout(StarflowError, TimeoutError):
+    """A step attempt ran past its ``@step(timeout=)``: it was cancelled, and counts
+    as a failed attempt for the step's retry policy."""
 
 
 class StepFailed(StarflowError):

@@ -73,6 +73,12 @@ class RunInfo(msgspec.Struct, frozen=True, kw_only=True):
     workflow_version: int | None = None
     #: Why the run failed, as data (migration 024): see :attr:`failure`.
     failure_json: dict[str, Any] | None = None
+    #: The run that started this one as a child (migration 033), else ``None``.
+    parent_run_id: str | None = None
+    #: A child started with ``detached=True``: not cancelled with its parent.
+    detached: bool = False
+    #: When the run times out (``@workflow(timeout=)``, ``sf.options(timeout=)``).
+    deadline_at: datetime | None = None
     #: The run this one continued as (``starflow.continue_as_new``, migration 034).
     continued_as: str | None = None
 
@@ -288,6 +294,10 @@ class StartOptions(msgspec.Struct, frozen=True, kw_only=True):
     dedup_key: str | None = None
     debounce_key: str | None = None
     not_before: datetime | None = None
+    # Child runs and deadlines (#17); written only when set.
+    parent_run_id: str | None = None
+    detached: bool = False
+    deadline_at: datetime | None = None
 
 
 class ScheduleRecord(msgspec.Struct, frozen=True, kw_only=True):

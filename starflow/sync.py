@@ -194,11 +194,13 @@ class Starflow:
     def options(self, *, run_id: str | None = None, pool: str | None = None,
                 priority: int = 0, concurrency_key: str | None = None,
                 dedup_key: str | None = None, debounce: timedelta | None = None,
-                debounce_key: str | None = None) -> RunOptions:
+                debounce_key: str | None = None, timeout: timedelta | None = None
+                ) -> RunOptions:
         """:meth:`starflow.Starflow.options`: ``sf.options(run_id=i).start(wf, x)``."""
         return RunOptions(self, self._app.options(
             run_id=run_id, pool=pool, priority=priority, concurrency_key=concurrency_key,
-            dedup_key=dedup_key, debounce=debounce, debounce_key=debounce_key))
+            dedup_key=dedup_key, debounce=debounce, debounce_key=debounce_key,
+            timeout=timeout))
 
     # -- schedules and pool limits ---------------------------------------------------
 
@@ -280,11 +282,13 @@ class Starflow:
 
     def list_runs(self, status: str | None = None, template_id: str | None = None,
                   limit: int = 50, since: datetime | None = None,
-                  attributes: Mapping[str, str | int | bool] | None = None) -> list[RunInfo]:
+                  attributes: Mapping[str, str | int | bool] | None = None,
+                  parent_run_id: str | None = None) -> list[RunInfo]:
         """:meth:`starflow.Starflow.list_runs`."""
         return self._call(lambda: self._app.list_runs(status=status, template_id=template_id,
                                                       limit=limit, since=since,
-                                                      attributes=attributes))
+                                                      attributes=attributes,
+                                                      parent_run_id=parent_run_id))
 
     def stuck_runs(self, limit: int = 1000) -> list[RunInfo]:
         """:meth:`starflow.Starflow.stuck_runs`."""

@@ -274,3 +274,33 @@ class TestRetention:
         assert "pruned 3 runs" in out and "'workflow_runs': 3" in out
         assert "paused run kept: paused" in out
         assert out.count("replayed retention-order ok") == 3
+
+
+class TestChildWorkflows:
+    """examples/child_workflows.py: fan-out to child runs, a failed child caught."""
+
+    def test_children_gathered_and_failure_reported(self, tmp_path: Path) -> None:
+        out = run_example("child_workflows.py", tmp_path)
+        lines = out.splitlines()
+        assert lines[0] == "summary: 3 thumbnails, 321 bytes"
+        assert lines[1] == ("failed: party.gif: builtins.ValueError: cannot resize "
+                            "animated party.gif")
+        assert lines[2].startswith("5 child runs of ")
+        assert [line.split() for line in lines[3:]] == [
+            ["summarize", "success"], ["thumbnail", "error"], ["thumbnail", "success"],
+            ["thumbnail", "success"], ["thumbnail", "success"]]
+
+
+class TestDeadlines:
+    """examples/deadlines.py: a workflow deadline and a step timeout on fake time."""
+
+    def test_timeout_and_retried_step(self, tmp_path: Path) -> None:
+        out = run_example("deadlines.py", tmp_path)
+        assert out.splitlines() == [
+            "run ended: error, error_type WorkflowTimeout",
+            "after 1 day, 0:00:00 of fake time",
+            "quote attempts: 3 (two timed out after 30 s each)",
+            "  attempt 1: starflow.errors.StepTimeout",
+            "  attempt 2: starflow.errors.StepTimeout",
+            "with sf.options(timeout=3 days): o-2: 42 ok",
+        ]

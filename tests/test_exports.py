@@ -26,7 +26,8 @@ def test_starflow_core_names_are_public() -> None:
                 "StarflowConfig", "RetryPolicy", "WorkflowContext", "RunHandle", "RunInfo",
                 "RunEvent", "StarflowError", "NonDeterminismError", "WaitTimeout",
                 "LeaseLostError", "ReservedKeyError", "SerializationError", "InvalidWakeToken",
-                "RunNotFound", "RunFinished", "WorkflowFailed", "PruneReport"}
+                "RunNotFound", "RunFinished", "WorkflowFailed", "PruneReport",
+                "start_child", "ChildHandle", "WorkflowTimeout"}
     assert required <= set(starflow.__all__)
 
 
@@ -70,9 +71,8 @@ def test_error_classes_are_pinned_and_drawn() -> None:
         "NonDeterminismError", "OutsideWorkflow", "ReservedKeyError", "ResultTimeout",
         "RunCancelled", "RunFinished", "RunIdConflict", "RunNotEnded", "RunNotFound",
         "ScheduleNotFound", "SerializationError", "StarflowError", "StepFailed",
-        "StorageError", "StreamClosed", "UpdateRejected", "WaitTimeout", "WarmTierError",
-        "WorkflowDefinitionError",
-        "WorkflowFailed",
+        "StepTimeout", "StorageError", "StreamClosed", "UpdateRejected", "WaitTimeout",
+        "WarmTierError", "WorkflowDefinitionError", "WorkflowFailed", "WorkflowTimeout",
     ]
     # RunnerKilled is the test harness's (a simulated SIGKILL): starflow_testing exports it.
     import starflow_testing

@@ -56,6 +56,7 @@ LAYERS: dict[str, str] = {
     "starflow.attributes": "runtime",
     "starflow.events": "runtime",
     "starflow.forks": "runtime",
+    "starflow.children": "runtime",
     "starflow.context": "runtime",
     "starflow.copy": "runtime",
     "starflow.decorators": "runtime",

@@ -102,7 +102,6 @@ __all__ = [
     "job_record",
     "op_sql",
     "outbox_row",
-    "parent_column_sql",
     "period_ms",
     "pool_limits",
     "prune_delete_sql",
@@ -133,7 +132,7 @@ RUN_COLUMNS = (
     "id, template_id, workspace_id, env, status, started_at, completed_at, duration_ms, "
     "checkpoint_json, error, claim_state, runner_pool, leased_by, lease_until, last_heartbeat, "
     "claim_attempts, definition_id, input_json, result_json, start_mode, max_claim_attempts, "
-    "workflow_version, failure_json, continued_as"
+    "workflow_version, failure_json, parent_run_id, detached, deadline_at, continued_as"
 )
 JOB_COLUMNS = (
     "id, run_id, node_id, pool, step_name, idempotency_key, input_json, status, attempts, "
@@ -154,7 +153,7 @@ FLOW_RUN_COLUMNS = frozenset({"priority", "concurrency_key", "dedup_key", "debou
 #: Columns an ``InsertRun`` may name (besides id/workspace_id/env).
 INSERTABLE_RUN_COLUMNS = UPDATABLE_RUN_COLUMNS | FLOW_RUN_COLUMNS | {
     "template_id", "started_at", "input_json", "start_mode", "max_claim_attempts",
-    "workflow_version",
+    "workflow_version", "parent_run_id", "detached", "deadline_at",
 }
 #: Columns of ``starflow_schedules`` in the order they are selected.
 SCHEDULE_COLUMNS = (
@@ -223,7 +222,10 @@ def run_info(row: Any, d: Dialect) -> RunInfo:
         max_claim_attempts=row[20],
         workflow_version=row[21],
         failure_json=js(row[22]),
-        continued_as=None if row[23] is None else str(row[23]),
+        parent_run_id=row[23],
+        detached=bool(row[24]),
+        deadline_at=ts(row[25]),
+        continued_as=None if row[26] is None else str(row[26]),
     )
 
 
@@ -847,10 +849,10 @@ class Queries:
             "AND claim_attempts = 0 RETURNING id")
 
     def list_runs(self, status: bool, template_id: bool, since: bool,
-                  attributes: int = 0) -> str:
-        """Arguments: (ws, env, [status], [template_id], [since],
+                  attributes: int = 0, parent: bool = False) -> str:
+        """Arguments: (ws, env, [status], [template_id], [since], [parent_run_id],
         ``attributes`` x (ws, env, key, value), limit)."""
-        return _list_runs_sql(self.d, status, template_id, since, attributes)
+        return _list_runs_sql(self.d, status, template_id, since, attributes, parent)
 
     def list_jobs(self, run_id: bool, status: bool) -> str:
         """Arguments: (ws, env, [run_id], [status], limit)."""
@@ -905,13 +907,16 @@ def _update_schedule_sql(d: Dialect, columns: tuple[str, ...]) -> str:
 
 @functools.cache
 def _list_runs_sql(d: Dialect, status: bool, template_id: bool, since: bool,
-                   attributes: int = 0) -> str:
+                   attributes: int = 0, parent: bool = False) -> str:
     where = [d.tenant(1)]
     n = 3
-    for clause, present in (("status = ", status), ("template_id = ", template_id),
-                            ("started_at >= ", since)):
+    for clause, present, cast in (("status = ", status, ""),
+                                  ("template_id = ", template_id, ""),
+                                  ("started_at >= ", since, ""),
+                                  # (a child's run ids: idx_workflow_runs_parent)
+                                  ("parent_run_id = ", parent, "uuid")):
         if present:
-            where.append(f"{clause}{d.p(n)}")
+            where.append(f"{clause}{d.p(n, cast)}")
             n += 1
     for _ in range(attributes):
         # One lookup per attribute on idx_workflow_run_attributes_lookup.
@@ -957,21 +962,13 @@ PRUNED_TABLES = ("workflow_run_events", "workflow_waits", "workflow_signals", "w
                  "workflow_event_values", "workflow_stream_items")
 
 
-def parent_column_sql(d: Dialect) -> str:
-    """Whether ``workflow_runs`` has ``parent_run_id`` (child runs): one row if so."""
-    if d is SQLITE:
-        return "SELECT 1 FROM pragma_table_info('workflow_runs') WHERE name = 'parent_run_id'"
-    return ("SELECT 1 FROM information_schema.columns WHERE table_schema = current_schema() "
-            "AND table_name = 'workflow_runs' AND column_name = 'parent_run_id'")
-
-
 @functools.cache
 def prune_select_sql(d: Dialect, statuses: int, workflow: bool, ids: int | None, cursor: bool,
-                     family: bool, lock: bool) -> str:
+                     lock: bool) -> str:
     """The runs a :class:`~starflow.adapters.units.PruneRuns` batch deletes:
     ``(id, completed_at)`` rows, oldest end first. Arguments:
-    :func:`prune_select_args`. ``family``: the table has ``parent_run_id``, and
-    a run whose parent or a child is active is left out. ``lock``: lock the rows
+    :func:`prune_select_args`. A run whose parent or a child (``parent_run_id``,
+    migration 033) is active is left out. ``lock``: lock the rows
     (skipping rows another pruner holds, where the dialect can)."""
     p = d.p
     ended = ", ".join(f"'{s}'" for s in ENDED_STATUSES)
@@ -989,11 +986,10 @@ def prune_select_sql(d: Dialect, statuses: int, workflow: bool, ids: int | None,
     if cursor:
         where.append(f"(r.completed_at, r.id) > ({p(n, 'timestamptz')}, {p(n + 1, 'uuid')})")
         n += 2
-    if family:
-        where.append("NOT EXISTS (SELECT 1 FROM workflow_runs k WHERE k.parent_run_id = r.id "
-                     f"AND COALESCE(k.status, '') NOT IN ({ended}))")
-        where.append("NOT EXISTS (SELECT 1 FROM workflow_runs k WHERE k.id = r.parent_run_id "
-                     f"AND COALESCE(k.status, '') NOT IN ({ended}))")
+    where.append("NOT EXISTS (SELECT 1 FROM workflow_runs k WHERE k.parent_run_id = r.id "
+                 f"AND COALESCE(k.status, '') NOT IN ({ended}))")
+    where.append("NOT EXISTS (SELECT 1 FROM workflow_runs k WHERE k.id = r.parent_run_id "
+                 f"AND COALESCE(k.status, '') NOT IN ({ended}))")
     return (f"SELECT r.id, r.completed_at FROM workflow_runs r WHERE {' AND '.join(where)} "
             f"ORDER BY r.completed_at, r.id LIMIT {p(n)}{d.skip_locked if lock else ''}")
 

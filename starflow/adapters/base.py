@@ -609,9 +609,11 @@ class WorkflowStateAdapter(abc.ABC):
     @abc.abstractmethod
     async def list_runs(self, *, status: str | None = None, template_id: str | None = None,
                         since: datetime | None = None, limit: int = 50,
-                        attributes: Mapping[str, str] | None = None) -> list[RunInfo]:
+                        attributes: Mapping[str, str] | None = None,
+                        parent_run_id: str | None = None) -> list[RunInfo]:
         """Runs in scope, newest first; ``attributes`` (key -> JSON text of the value)
-        keeps the runs that have every one of them."""
+        keeps the runs that have every one of them; ``parent_run_id`` the children
+        of that run (child runs, #17)."""
 
     @abc.abstractmethod
     async def list_runs_page(self, query: RunPageQuery) -> RunPage:
@@ -890,9 +892,11 @@ class DelegatingAdapter(WorkflowStateAdapter):
 
     async def list_runs(self, *, status: str | None = None, template_id: str | None = None,
                         since: datetime | None = None, limit: int = 50,
-                        attributes: Mapping[str, str] | None = None) -> list[RunInfo]:
+                        attributes: Mapping[str, str] | None = None,
+                        parent_run_id: str | None = None) -> list[RunInfo]:
         return await self.inner.list_runs(status=status, template_id=template_id,
-                                          since=since, limit=limit, attributes=attributes)
+                                          since=since, limit=limit, attributes=attributes,
+                                          parent_run_id=parent_run_id)
 
     async def list_runs_page(self, query: RunPageQuery) -> RunPage:
         return await self.inner.list_runs_page(query)
@@ -972,7 +976,10 @@ def _flow_values(opts: StartOptions) -> dict[str, Any]:
     values: dict[str, Any] = {}
     if opts.priority:
         values["priority"] = opts.priority
-    for column in ("concurrency_key", "dedup_key", "debounce_key", "not_before"):
+    if opts.detached:
+        values["detached"] = True
+    for column in ("concurrency_key", "dedup_key", "debounce_key", "not_before",
+                   "parent_run_id", "deadline_at"):
         if getattr(opts, column) is not None:
             values[column] = getattr(opts, column)
     return values

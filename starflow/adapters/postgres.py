@@ -106,7 +106,6 @@ from ._sql import (
     job_record,
     op_sql,
     outbox_row,
-    parent_column_sql,
     period_ms,
     pool_limits,
     prune_delete_sql,
@@ -779,13 +778,17 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
 
     async def list_runs(self, *, status: str | None = None, template_id: str | None = None,
                         since: datetime | None = None, limit: int = 50,
-                        attributes: Mapping[str, str] | None = None) -> list[RunInfo]:
+                        attributes: Mapping[str, str] | None = None,
+                        parent_run_id: str | None = None) -> list[RunInfo]:
         pairs = list((attributes or {}).items())
+        if parent_run_id is not None and uuid_or_none(parent_run_id) is None:
+            return []  # not a run id: no run has it as its parent
         sql = Q.list_runs(status is not None, template_id is not None, since is not None,
-                          len(pairs))
+                          len(pairs), parent_run_id is not None)
         async with self._connection("list_runs") as conn:
             rows = await conn.fetch(sql, self.workspace_id, self.env,
-                                    *(v for v in (status, template_id, since) if v is not None),
+                                    *(v for v in (status, template_id, since, parent_run_id)
+                                      if v is not None),
                                     *(v for k, val in pairs
                                       for v in (self.workspace_id, self.env, k, val)),
                                     int(limit))
@@ -1098,13 +1101,9 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
 
     async def _prune_runs(self, c: PruneRuns) -> PrunedBatch:
         async with self._connection("prune_runs") as conn:
-            family = getattr(self, "_prune_family", None)
-            if family is None:
-                family = await conn.fetchval(parent_column_sql(POSTGRES)) is not None
-                self._prune_family = family
             select = prune_select_sql(POSTGRES, len(c.statuses), c.workflow is not None,
                                       None if c.run_ids is None else len(c.run_ids),
-                                      c.cursor is not None, family, not c.dry_run)
+                                      c.cursor is not None, not c.dry_run)
             args = prune_select_args(POSTGRES, c, self.workspace_id, self.env)
             if c.dry_run:
                 rows = await conn.fetch(select, *args)

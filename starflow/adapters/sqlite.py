@@ -68,7 +68,6 @@ from ._sql import (
     job_record,
     op_sql,
     outbox_row,
-    parent_column_sql,
     period_ms,
     pool_limits,
     prune_delete_sql,
@@ -600,14 +599,16 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
 
     async def list_runs(self, *, status: str | None = None, template_id: str | None = None,
                         since: datetime | None = None, limit: int = 50,
-                        attributes: Mapping[str, str] | None = None) -> list[RunInfo]:
+                        attributes: Mapping[str, str] | None = None,
+                        parent_run_id: str | None = None) -> list[RunInfo]:
         pairs = list((attributes or {}).items())
         args = [self.workspace_id, self.env,
-                *(v for v in (status, template_id, SQLITE.ts(since)) if v is not None),
+                *(v for v in (status, template_id, SQLITE.ts(since), parent_run_id)
+                  if v is not None),
                 *(v for k, val in pairs for v in (self.workspace_id, self.env, k, val)),
                 int(limit)]
         sql = Q.list_runs(status is not None, template_id is not None, since is not None,
-                          len(pairs))
+                          len(pairs), parent_run_id is not None)
         return await self._call(lambda conn: [run_info(r, SQLITE)
                                               for r in conn.execute(sql, args)])
 
@@ -905,12 +906,8 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
         n_ids = None if c.run_ids is None else len(c.run_ids)
 
         def select_sql(conn: sqlite3.Connection) -> str:
-            family = getattr(self, "_prune_family", None)
-            if family is None:
-                family = conn.execute(parent_column_sql(SQLITE)).fetchone() is not None
-                self._prune_family = family
             return prune_select_sql(SQLITE, len(c.statuses), c.workflow is not None, n_ids,
-                                    c.cursor is not None, family, False)
+                                    c.cursor is not None, False)
 
         def select(conn: sqlite3.Connection) -> list[Any]:
             return conn.execute(select_sql(conn), args).fetchall()

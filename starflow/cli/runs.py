@@ -242,19 +242,27 @@ async def _runs_list(ns: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+#: Child runs ``starflow runs show`` lists (``runs list --parent`` is not a thing yet).
+MAX_CHILDREN_SHOWN = 1000
+
+
 @command("show", group="runs", help="a run's row and a timeline of its events",
          args=[app_args, db_args], configure=run_args)
 async def _runs_show(ns: argparse.Namespace) -> int:
     async with open_app(ns, must_exist=True) as sf:
         run = await sf.get_run(ns.run_id)
         events = await sf.events(ns.run_id)
+        kids = await sf.list_runs(parent_run_id=run.id, limit=MAX_CHILDREN_SHOWN)
     detail = run_detail(run)
     rows = timeline(run, events)
     failed_attempts = attempts(events)
     changes = phases(events)
+    children = [{"run_id": k.id, "workflow": k.template_id, "status": k.status,
+                 "started_at": iso(k.started_at), "detached": k.detached}
+                for k in sorted(kids, key=lambda k: (k.started_at is None, k.started_at, k.id))]
     if ns.json:
         write_json({"run": detail, "timeline": rows, "attempts": failed_attempts,
-                    "phases": changes})
+                    "phases": changes, "children": children})
         return EXIT_OK
     waiting = detail["waiting"]
     fields: list[tuple[str, Any]] = [
@@ -268,6 +276,8 @@ async def _runs_show(ns: argparse.Namespace) -> int:
         ("completed", iso(run.completed_at)),
         ("duration", _ms(float(run.duration_ms)) if run.duration_ms is not None else None),
         ("pool", run.runner_pool),
+        ("parent", run.parent_run_id),
+        ("deadline", iso(run.deadline_at)),
         ("leased by", f"{run.leased_by} until {iso(run.lease_until)}" if run.leased_by
          else None),
         ("waiting on", (f"{waiting['event'] or 'timer'} at {waiting['node_id']}"
@@ -294,6 +304,12 @@ async def _runs_show(ns: argparse.Namespace) -> int:
     if changes:
         write(f"\nphases ({len(changes)}):\n")
         write(render_table(["at", "phase"], [(c["at"], c["phase"]) for c in changes]))
+    if children:
+        more = " (the first shown)" if len(children) == MAX_CHILDREN_SHOWN else ""
+        write(f"\nchildren ({len(children)}{more}):\n")
+        write(render_table(["run", "workflow", "status", "started", "detached"],
+                           [(c["run_id"], c["workflow"], c["status"], c["started_at"],
+                             "yes" if c["detached"] else "") for c in children]))
     if failed_attempts:
         write(f"\nfailed attempts ({len(failed_attempts)}):\n")
         write(render_table(["node", "attempt", "at", "error", "retried after"],
