@@ -23,12 +23,15 @@ from .errors import (
     InvalidArgument,
     InvalidWakeToken,
     LeaseLostError,
+    NodeNotInHistory,
     NonDeterminismError,
+    OutsideWorkflow,
     ReservedKeyError,
     ResultTimeout,
     RunCancelled,
     RunFinished,
     RunIdConflict,
+    RunNotEnded,
     RunNotFound,
     ScheduleNotFound,
     SerializationError,
@@ -36,6 +39,7 @@ from .errors import (
     StepFailed,
     StepTimeout,
     StorageError,
+    StreamClosed,
     UpdateRejected,
     WaitTimeout,
     WarmTierError,
@@ -43,7 +47,9 @@ from .errors import (
     WorkflowFailed,
     WorkflowTimeout,
 )
+from .events import close_stream, set_event, write_stream
 from .failure import RunFailure
+from .forks import continue_as_new
 from .jobs import JobWorker
 from .progress import progress
 from .records import PoolLimits, PoolUsage, RunEvent, RunInfo, ScheduleRecord
@@ -66,7 +72,9 @@ __all__ = [
     "JobWorker",
     "LeaseLostError",
     "LiveRun",
+    "NodeNotInHistory",
     "NonDeterminismError",
+    "OutsideWorkflow",
     "PoolLimits",
     "PoolUsage",
     "PruneReport",
@@ -80,6 +88,7 @@ __all__ = [
     "RunHandle",
     "RunIdConflict",
     "RunInfo",
+    "RunNotEnded",
     "RunNotFound",
     "ScheduleNotFound",
     "ScheduleRecord",
@@ -90,6 +99,7 @@ __all__ = [
     "StepFailed",
     "StepTimeout",
     "StorageError",
+    "StreamClosed",
     "SystemClock",
     "UpdateRejected",
     "UpdateRequest",
@@ -101,7 +111,9 @@ __all__ = [
     "WorkflowStateAdapter",
     "WorkflowTimeout",
     "__version__",
+    "close_stream",
     "context",
+    "continue_as_new",
     "logger",
     "now",
     "patched",
@@ -110,6 +122,7 @@ __all__ = [
     "session_get",
     "session_set",
     "set_attributes",
+    "set_event",
     "sleep",
     "start_child",
     "step",
@@ -117,4 +130,5 @@ __all__ = [
     "wait_for_any",
     "wake_token",
     "workflow",
+    "write_stream",
 ]

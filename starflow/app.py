@@ -32,6 +32,8 @@ from .errors import (
     UpdateRejected,
     WorkflowDefinitionError,
 )
+from .events import DataReader
+from .forks import fork_run
 from .jobs import JobWorker
 from .limits import check_name, name_problem, normalize_run_id
 from .logs import get_logger
@@ -703,6 +705,9 @@ class Starflow:
         checker knows the value's type (the workflow's return annotation); given
         a run id, it is ``Any``.
 
+        A run that ended with ``starflow.continue_as_new`` is followed to the run
+        it continued as, and so on: the value is the chain's last run's.
+
         Raises:
             WorkflowFailed: the run ended with ``error``; it carries the cause:
                 ``node_id`` of the failing step (if a step failure ended the run),
@@ -716,6 +721,16 @@ class Starflow:
         run_id = normalize_run_id(run_id)
         limit = _result_timeout(timeout)
         deadline = None if limit is None else self.clock.now() + timedelta(seconds=limit)
+        while True:  # once per run of a continue_as_new chain
+            run = await self._await_end(run_id, deadline, limit)
+            if run.continued_as is None:
+                return runner.decode_result(run)
+            run_id = run.continued_as
+
+    async def _await_end(self, run_id: str, deadline: datetime | None,
+                         limit: float | None) -> RunInfo:
+        """The run's row once it ended with ``success`` (else its error, raised)."""
+        runner = self.runner
         poll = self.config.poll_interval.total_seconds()
         async with self.adapter.watch_run(run_id) as watch:
             while True:
@@ -725,7 +740,7 @@ class Starflow:
                 changed = () if watch is None else (watch.arm(),)
                 run = await self.get_run(run_id)
                 if run.status == "success":
-                    return runner.decode_result(run)
+                    return run
                 if run.status == "cancelled":
                     raise RunCancelled(run_id, run.error)
                 if run.status == "error":
@@ -737,6 +752,68 @@ class Starflow:
                         run_id=run_id)
                 wait = poll if deadline is None else min(poll, (deadline - now).total_seconds())
                 await runner.wait_settled(wait, settled, *changed)
+
+    # -- events and streams (#17) -------------------------------------------------------
+
+    def _data(self) -> DataReader:
+        runner = self.runner
+        return DataReader(self.adapter, self.clock, lambda: runner.settled,
+                          self.config.poll_interval.total_seconds())
+
+    async def get_event(self, run_id: str, key: str, *,
+                        timeout: timedelta | float | None = None) -> Any:
+        """The value the run published under ``key`` (``starflow.set_event``), as
+        soon as it is set: at once if it is, else when the unit that writes it
+        commits (woken in this process, and on PostgreSQL by ``NOTIFY`` from any
+        process). The latest value if it was set more than once.
+
+        Raises:
+            ResultTimeout: not set within ``timeout`` (the run goes on).
+            RunFinished: the run ended without setting it.
+            RunNotFound: no such run.
+            InvalidArgument: a bad key.
+        """
+        return await self._data().get_event(normalize_run_id(run_id), key,
+                                            _result_timeout(timeout))
+
+    async def read_stream(self, run_id: str, key: str) -> AsyncIterator[Any]:
+        """Every value the run wrote to stream ``key`` (``starflow.write_stream``),
+        in order, from the first; live values as they are written. Ends when
+        the run closes the stream (``starflow.close_stream``) or ends.
+
+        ::
+
+            async for token in sf.read_stream(run.run_id, "tokens"):
+                print(token)
+
+        Raises:
+            RunNotFound: no such run.
+            InvalidArgument: a bad key.
+        """
+        async for value in self._data().read_stream(normalize_run_id(run_id), key):
+            yield value
+
+    async def fork(self, run_id: str, *, from_node: str) -> RunHandle[Any]:
+        """A new run of an ended run's workflow, version and arguments whose history
+        is the source's up to, not including, ``from_node``; it runs from there.
+
+        For redoing a run after a bug fix from the step that went wrong::
+
+            handle = await sf.fork(run_id, from_node="step:charge#1")
+
+        The recorded outcomes before ``from_node`` are replayed, not re-run; the
+        events and stream items they published are copied. The source is not
+        changed. A fork of an inline run is driven here (until it pauses or
+        ends), of a queued run goes to the queue of the same pool.
+
+        Raises:
+            RunNotEnded: the run is still queued, running or paused.
+            NodeNotInHistory: ``from_node`` is not in its history (the error lists
+                the nodes it has).
+            RunNotFound: no such run.
+        """
+        handle = await fork_run(self.runner, normalize_run_id(run_id), from_node)
+        return self._track(handle)
 
     # -- the warm tier (live views: a hint, never the authority) --------------------
 

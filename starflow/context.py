@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from contextvars import ContextVar
 from datetime import datetime, timedelta
-from typing import Any, Protocol
+from typing import Any, NoReturn, Protocol
 
 import msgspec
 
@@ -302,6 +302,12 @@ class RunningEngine(Protocol):
     def patched(self, change_id: str) -> bool: ...
 
     def set_attributes(self, values: dict[str, str]) -> None: ...
+
+    def set_event(self, key: str, value: Any) -> None: ...
+
+    def write_stream(self, key: str, value: Any, *, closed: bool = False) -> None: ...
+
+    def continue_as_new(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> NoReturn: ...
 
     def wake_token_for(self, event: str | None, timeout: timedelta | None = None) -> str: ...
 

@@ -347,6 +347,16 @@ class Driver:
             LeaseLostError: another runner or the sweep took the run over.
             StarflowError: the error :meth:`stop` was given, for a stopped execution.
         """
+        while outcome.status == "continued":
+            # continue_as_new: an inline chain is driven on here, one run after the
+            # other (a loop, not a recursion: a chain may be long); a queued one's
+            # next run is for the workers.
+            run_id = str(outcome.result)
+            nxt = await self.adapter.get_run(run_id)
+            if nxt is None or nxt.start_mode != "inline" or nxt.leased_by != self.runner_id:
+                self.notify_settled()
+                return await self.handle(run_id)
+            outcome = await self._execute(await self.prepare(nxt))
         if outcome.status == "success":
             engine_def = outcome.definition
             result = outcome.result if engine_def is None else serde.convert(

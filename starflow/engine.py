@@ -42,11 +42,15 @@ from .errors import (
     StarflowError,
     StepFailed,
     StorageError,
+    StreamClosed,
     WaitTimeout,
+    WorkflowDefinitionError,
     WorkflowTimeout,
 )
+from .events import EVENT_KIND, STREAM_KIND, DataWrite
 from .execution import (
     Abort,
+    ContinueAsNew,
     Outcome,
     PendingWait,
     Runtime,
@@ -58,7 +62,7 @@ from .failure import CANCELLED_TYPE, cancelled_error, error_info, format_traceba
 from .heartbeats import Heartbeats
 from .limits import storable_text
 from .logs import get_logger
-from .records import JobSpec
+from .records import JobSpec, StartOptions
 from .replay import (
     DIVERGENCE_FIX,
     Journal,
@@ -114,6 +118,11 @@ class Engine:
     _markers: list[tuple[str, str]] = field(default_factory=list)
     #: ``set_attributes`` calls not yet written (they ride on the next unit too).
     _attributes: list[tuple[str, dict[str, str]]] = field(default_factory=list)
+    #: ``set_event`` / ``write_stream`` / ``close_stream`` calls not yet written
+    #: (with the next unit, which they make durable).
+    _data: list[DataWrite] = field(default_factory=list)
+    #: Streams this execution closed (or replayed the closing of).
+    _closed_streams: set[str] = field(default_factory=set)
     #: Asked before each new step starts: True hands the run back to the queue
     #: there (a draining worker), so the step runs once, on the next runner.
     should_yield: Callable[[], bool] | None = None
@@ -196,10 +205,12 @@ class Engine:
         # its own writes: the history then shows the marker ahead of the new path.
         markers, self._markers = self._markers, []
         attributes, self._attributes = self._attributes, []
+        data, self._data = self._data, []
         # A finished step's deferred writes go first (they happened first), and make
-        # the unit durable: its outcome is acknowledged by this unit's flush.
+        # the unit durable: its outcome is acknowledged by this unit's flush. A reader
+        # waits for data writes: commit them now, not at the next flush.
         deferred, self._deferred = self._deferred, []
-        durable = durable or bool(deferred)
+        durable = durable or bool(deferred) or bool(data)
         starting = self.unstarted
         for attempt in range(retries + 1):
             if self._lease_lost:  # killed, cancelled or taken over: write nothing more
@@ -214,6 +225,8 @@ class Engine:
                             ts + self.runtime.config.lease_ttl, now=ts)
                     unit.ops.extend(deferred)
                     await self._extras(markers, attributes, ts)
+                    for write in data:
+                        await write.submit(self.adapter, self.run_id, ts)
                     await build(ts)
             except StorageError as exc:
                 if starting and (not exc.transient or attempt == retries):
@@ -248,6 +261,8 @@ class Engine:
             self.journal.last_phase = self.ctx.phase
             self.claimed = False
             self.unstarted = False
+            if data and self.runtime.notify is not None:
+                self.runtime.notify()  # get_event / read_stream callers in this process
             return ts
         raise AssertionError("unreachable")  # pragma: no cover
 
@@ -280,7 +295,7 @@ class Engine:
         commits would have written.
         """
         if (not self.runtime.config.fused_boundaries or self._steps_in_flight > 1
-                or self._lease_lost):
+                or self._lease_lost or self._data):
             return await self._commit(build)
         ts = self.runtime.clock.now()
         markers, self._markers = self._markers, []
@@ -351,16 +366,77 @@ class Engine:
         when a replay meets it before the end of its history (code added since)."""
         self._guard_suspending()
         nid = self._next_id(ATTRIBUTES_KIND, None)
-        if self.journal.get(nid) is not None:
-            self.journal.consume(nid)
-            return
-        if self.journal.replaying and self.journal.unconsumed():
-            self._log.debug("set_attributes added under a run in flight: skipped on replay",
-                            node_id=nid)
+        if self._recorded_or_skipped(nid, "set_attributes"):
             return
         self.journal.record(NodeRecord(node_id=nid, kind=ATTRIBUTES_KIND, status="complete",
                                        output=values))
         self._attributes.append((nid, values))
+
+    def _recorded_or_skipped(self, nid: str, what: str) -> bool:
+        """Whether a recorded-only node (attributes, event, stream) needs no write:
+        the history holds it, or a replay meets it before the end of its history."""
+        if self.journal.get(nid) is not None:
+            self.journal.consume(nid)
+            return True
+        if self.journal.replaying and self.journal.unconsumed():
+            self._log.debug(f"{what} added under a run in flight: skipped on replay",
+                            node_id=nid)
+            return True
+        return False
+
+    def set_event(self, key: str, value: Any) -> None:
+        """``starflow.set_event``: record node ``event:<key>#n`` and the run's event
+        with the next boundary (which is made durable); nothing on replay."""
+        self._guard_suspending()
+        nid = self._next_id(EVENT_KIND, key)
+        if self._recorded_or_skipped(nid, "set_event"):
+            return
+        self.journal.record(NodeRecord(node_id=nid, kind=EVENT_KIND, name=key,
+                                       status="complete", output=value))
+        self._data.append(DataWrite(node_id=nid, kind=EVENT_KIND, key=key, value=value))
+
+    def write_stream(self, key: str, value: Any, *, closed: bool = False) -> None:
+        """``starflow.write_stream`` / ``close_stream``: record node
+        ``stream:<key>#n`` and item ``n`` of the stream with the next boundary;
+        nothing on replay (the item is there: exactly once per value)."""
+        self._guard_suspending()
+        if key in self._closed_streams:
+            raise StreamClosed(key, run_id=self.run_id, closing=closed)
+        nid = self._next_id(STREAM_KIND, key)
+        seq = self._counters[(STREAM_KIND, key)]
+        if closed:
+            self._closed_streams.add(key)
+        if self._recorded_or_skipped(nid, "write_stream"):
+            return
+        output = {"seq": seq, "closed": closed}
+        self.journal.record(NodeRecord(node_id=nid, kind=STREAM_KIND, name=key,
+                                       status="complete", output=output))
+        self._data.append(DataWrite(node_id=nid, kind=STREAM_KIND, key=key, value=value,
+                                    seq=seq, closed=closed))
+
+    def continue_as_new(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> NoReturn:
+        """``starflow.continue_as_new``: check and encode the new run's arguments
+        (before anything is written), then unwind the body."""
+        self._guard_suspending()
+        if self.parent_run_id is not None:
+            # The parent awaits this run's id; a chain's later runs are not wired to
+            # wake it yet, so a child continuing would leave its parent waiting.
+            raise StarflowError(
+                f"run {self.run_id} is a child of run {self.parent_run_id}: "
+                "continue_as_new is not supported in child runs yet; loop in the child, "
+                "or have the parent start a new child for the next round",
+                run_id=self.run_id)
+        try:
+            self.definition.check_call(args, kwargs)
+        except TypeError as exc:
+            raise WorkflowDefinitionError(
+                f"run {self.run_id}: continue_as_new arguments do not fit workflow "
+                f"{self.definition.name!r}: {exc}", run_id=self.run_id) from exc
+        encoded: dict[str, Any] = serde.to_builtins(
+            {"args": list(args), "kwargs": kwargs},
+            what=f"continue_as_new arguments of workflow {self.definition.name!r}",
+            run_id=self.run_id)
+        raise ContinueAsNew(encoded)
 
     def next_wait_id(self, event: str | None) -> str:
         """The node id the next ``wait_for(event)`` (``sleep`` for None) will get."""
@@ -1006,6 +1082,11 @@ class Engine:
                     return Outcome(abort.reason, exception=abort.cause)
                 if isinstance(suspend, Suspend):
                     return Outcome("paused", wait=suspend.wait)
+                cont = find_unwinding(exc, ContinueAsNew)
+                if isinstance(cont, ContinueAsNew):
+                    # In a cancelled run's cleanup the run ends cancelled: no new run.
+                    return (Outcome("cancelled") if self._cancelled
+                            else Outcome("continued", result=cont.input))
                 if isinstance(exc, anyio.get_cancelled_exc_class()) or not isinstance(
                     exc, Exception
                 ):
@@ -1189,9 +1270,51 @@ class Engine:
             except StorageError as again:
                 return Outcome("storage", exception=again)
 
+    async def _continue(self, encoded: dict[str, Any]) -> Outcome:
+        """End the run as ``success`` continued as a new run with ``encoded`` input,
+        in one unit (``starflow.continue_as_new``)."""
+        if self.unstarted:
+            await self._flush_deferred()  # the run row it reads (a fused start not written yet)
+        run = await self.adapter.get_run(self.run_id)
+        if run is None:  # pragma: no cover - the lease guard fails the unit anyway
+            raise Abort("lease_lost")
+        new_id = str(uuid.uuid4())
+        inline = run.start_mode == "inline"
+        ctx = WorkflowContext(run_id=new_id, workflow=self.ctx.workflow,
+                              version=self.ctx.version, workspace_id=self.ctx.workspace_id,
+                              env=self.ctx.env)
+        options = StartOptions(
+            input=encoded, status="running" if inline else "queued",
+            claim_state="running" if inline else "queued", runner_pool=run.runner_pool,
+            definition_id=run.definition_id, start_mode=run.start_mode,
+            max_claim_attempts=run.max_claim_attempts)
+
+        async def continued(ts: datetime) -> None:
+            await self._phase(ts)
+            await self.adapter.on_run_complete(self.run_id, self.ctx, self._duration_ms(ts),
+                                               now=ts, result=None)
+            await self.adapter.update_run(self.run_id, "continue_as_new",
+                                          continued_as=new_id)
+            await self.adapter.clear_lease(self.run_id)
+            await self.adapter.record_event(self.run_id, "run_continued", None,
+                                            {"run_id": new_id}, now=ts,
+                                            method="continue_as_new")
+            await self.adapter.on_run_start(new_id, ctx, options, now=ts)
+            if inline:  # this runner drives the chain on (Driver.settle)
+                await self.adapter.write_lease(new_id, self.runtime.runner_id,
+                                               ts + self.runtime.config.lease_ttl, now=ts)
+            await self.adapter.record_event(new_id, "run_continued_from", None,
+                                            {"run_id": self.run_id}, now=ts,
+                                            method="continue_as_new")
+
+        await self._commit(continued)
+        return Outcome("continued", result=new_id, definition=self.definition)
+
     async def _finalize_once(self, outcome: Outcome) -> Outcome:
         try:
             outcome = self._unstorable_end(outcome) or outcome
+            if outcome.status == "continued":
+                return await self._continue(outcome.result)
             if outcome.status == "success":
                 try:
                     result = serde.to_builtins(outcome.result, what="the workflow's return value",

@@ -25,11 +25,13 @@ from .heartbeats import Heartbeats
 from .records import JobSpec
 from .tokens import Keyring
 
-__all__ = ["Abort", "Outcome", "OutcomeStatus", "PendingWait", "Runtime", "Suspend",
-           "find_unwinding", "timed_attempt"]
+__all__ = ["Abort", "ContinueAsNew", "Outcome", "OutcomeStatus", "PendingWait", "Runtime",
+           "Suspend", "find_unwinding", "timed_attempt"]
 
+#: ``continued``: the run ended with ``continue_as_new``; ``Outcome.result`` is
+#: the new run's id.
 OutcomeStatus = Literal["success", "error", "paused", "lease_lost", "storage", "cancelled",
-                        "released", "stopped", "start_failed"]
+                        "released", "stopped", "continued", "start_failed"]
 
 
 @dataclass
@@ -88,6 +90,15 @@ class Suspend(BaseException):
     def __init__(self, wait: PendingWait) -> None:
         super().__init__(wait.node_id)
         self.wait = wait
+
+
+class ContinueAsNew(BaseException):
+    """Unwinds the workflow body at ``starflow.continue_as_new`` (not catchable by
+    ``except Exception``); ``input`` is the new run's encoded arguments."""
+
+    def __init__(self, input: dict[str, Any]) -> None:
+        super().__init__("continue_as_new")
+        self.input = input
 
 
 class Abort(BaseException):

@@ -295,8 +295,9 @@ class Replayer:
             outcome = Outcome("paused")
             stopped: ReplayOutcome = "frontier"
         else:
+            # A run that continued as new ended as success (its chain goes on).
             stopped = "paused" if outcome.status == "paused" else (
-                "success" if outcome.status == "success" else "error")
+                "success" if outcome.status in ("success", "continued") else "error")
         finally:
             current_engine.reset(token)
         nde = engine.nondeterminism

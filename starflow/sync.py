@@ -309,6 +309,31 @@ class Starflow:
         """:meth:`starflow.Starflow.result`: block until the run ends (or ``timeout``)."""
         return self._call(lambda: self._app.result(run_id, timeout))
 
+    # -- events and streams --------------------------------------------------------
+
+    def get_event(self, run_id: str, key: str, *,
+                  timeout: timedelta | float | None = None) -> Any:
+        """:meth:`starflow.Starflow.get_event`: block until the run sets ``key``."""
+        return self._call(lambda: self._app.get_event(run_id, key, timeout=timeout))
+
+    def read_stream(self, run_id: str, key: str) -> Iterator[Any]:
+        """:meth:`starflow.Starflow.read_stream`, as a blocking iterator."""
+        agen = self._app.read_stream(run_id, key)
+        assert isinstance(agen, AsyncGenerator)
+        try:
+            while True:
+                try:
+                    yield self._call(agen.__anext__)
+                except StopAsyncIteration:
+                    return
+        finally:
+            with contextlib.suppress(ConfigError):
+                self._call(agen.aclose)
+
+    def fork(self, run_id: str, *, from_node: str) -> RunHandle[Any]:
+        """:meth:`starflow.Starflow.fork`."""
+        return self._call(lambda: self._app.fork(run_id, from_node=from_node))
+
     def sweep(self) -> int:
         """:meth:`starflow.Starflow.sweep`."""
         return self._call(self._app.sweep)

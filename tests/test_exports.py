@@ -67,12 +67,12 @@ def test_error_classes_are_pinned_and_drawn() -> None:
                     and issubclass(getattr(starflow, name), BaseException))
     assert errors == [
         "ConfigError", "CopyRefused", "DuplicateRun", "InvalidArgument", "InvalidWakeToken",
-        "LeaseLostError",
-        "NonDeterminismError", "ReservedKeyError", "ResultTimeout", "RunCancelled",
-        "RunFinished", "RunIdConflict", "RunNotFound", "ScheduleNotFound",
-        "SerializationError", "StarflowError", "StepFailed", "StepTimeout", "StorageError",
-        "UpdateRejected", "WaitTimeout", "WarmTierError", "WorkflowDefinitionError",
-        "WorkflowFailed", "WorkflowTimeout",
+        "LeaseLostError", "NodeNotInHistory",
+        "NonDeterminismError", "OutsideWorkflow", "ReservedKeyError", "ResultTimeout",
+        "RunCancelled", "RunFinished", "RunIdConflict", "RunNotEnded", "RunNotFound",
+        "ScheduleNotFound", "SerializationError", "StarflowError", "StepFailed",
+        "StepTimeout", "StorageError", "StreamClosed", "UpdateRejected", "WaitTimeout",
+        "WarmTierError", "WorkflowDefinitionError", "WorkflowFailed", "WorkflowTimeout",
     ]
     # RunnerKilled is the test harness's (a simulated SIGKILL): starflow_testing exports it.
     import starflow_testing

@@ -69,6 +69,7 @@ from ..migrations import (
 )
 from ..records import (
     DefinitionRecord,
+    EventValue,
     JobRecord,
     OutboxLag,
     OutboxRow,
@@ -79,6 +80,7 @@ from ..records import (
     RunInfo,
     ScheduleRecord,
     SignalRecord,
+    StreamItem,
     SweepResult,
     WaitRecord,
 )
@@ -98,6 +100,7 @@ from ._sql import (
     claimed_runs,
     definition_record,
     event_sql,
+    event_value,
     guard_args,
     guard_shape,
     guard_sql,
@@ -117,6 +120,7 @@ from ._sql import (
     schedule_value,
     signal_queued_sql,
     signal_record,
+    stream_item,
     sweep_set,
     swept,
     uuid_or_none,
@@ -267,6 +271,7 @@ def channel_name(workspace_id: str, env: str, kind: str = "work") -> str:
     claimable work, ``runs`` a run's change (its payload is the run id)."""
     digest = hashlib.sha256(f"{workspace_id}\0{env}".encode()).hexdigest()[:40]
     return f"starflow_{kind}_{digest}"
+
 
 
 #: The values of ``pooler=`` (the URL parameter and the adapter argument).
@@ -815,6 +820,40 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
             rows = await conn.fetch(Q.list_events, rid, self.workspace_id, self.env, after_id)
         return [run_event(r, POSTGRES) for r in rows]
 
+    async def get_event_value(self, run_id: str, key: str) -> EventValue | None:
+        rid = uuid_or_none(run_id)
+        if rid is None:
+            return None
+        async with self._connection("get_event_value", run_id) as conn:
+            row = await conn.fetchrow(Q.get_event_value, rid, self.workspace_id, self.env, key)
+        return event_value(row, POSTGRES) if row is not None else None
+
+    async def list_event_values(self, run_id: str) -> list[EventValue]:
+        rid = uuid_or_none(run_id)
+        if rid is None:
+            return []
+        async with self._connection("list_event_values", run_id) as conn:
+            rows = await conn.fetch(Q.list_event_values, rid, self.workspace_id, self.env)
+        return [event_value(r, POSTGRES) for r in rows]
+
+    async def read_stream(self, run_id: str, key: str, *, after_seq: int = 0,
+                          limit: int = 500) -> list[StreamItem]:
+        rid = uuid_or_none(run_id)
+        if rid is None:
+            return []
+        async with self._connection("read_stream", run_id) as conn:
+            rows = await conn.fetch(Q.read_stream, rid, self.workspace_id, self.env, key,
+                                    int(after_seq), int(limit))
+        return [stream_item(r, POSTGRES) for r in rows]
+
+    async def list_stream_items(self, run_id: str) -> list[StreamItem]:
+        rid = uuid_or_none(run_id)
+        if rid is None:
+            return []
+        async with self._connection("list_stream_items", run_id) as conn:
+            rows = await conn.fetch(Q.list_stream_items, rid, self.workspace_id, self.env)
+        return [stream_item(r, POSTGRES) for r in rows]
+
     async def list_waits(self, run_id: str) -> list[WaitRecord]:
         rid = uuid_or_none(run_id)
         if rid is None:
@@ -1294,7 +1333,8 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
 
     @asynccontextmanager
     async def watch_run(self, run_id: str) -> AsyncIterator[RunWatch | None]:
-        """Announcements of ``run_id``'s end and update answers, by LISTEN.
+        """Announcements of ``run_id``'s end, update answers, events and stream
+        items, by LISTEN.
 
         None behind a transaction pooler without ``listen_url`` (LISTEN does not
         survive it) or when the listening connection cannot be opened: the

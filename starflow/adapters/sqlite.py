@@ -32,6 +32,7 @@ from ..errors import ConfigError, StorageError
 from ..migrations import MigrationPlan, load_migrations
 from ..records import (
     DefinitionRecord,
+    EventValue,
     JobRecord,
     OutboxLag,
     OutboxRow,
@@ -42,6 +43,7 @@ from ..records import (
     RunInfo,
     ScheduleRecord,
     SignalRecord,
+    StreamItem,
     SweepResult,
     WaitRecord,
 )
@@ -59,6 +61,7 @@ from ._sql import (
     definition_record,
     event_args,
     event_sql,
+    event_value,
     guard_args,
     guard_shape,
     guard_sql,
@@ -77,6 +80,7 @@ from ._sql import (
     schedule_value,
     signal_queued_sql,
     signal_record,
+    stream_item,
     sweep_set,
     swept,
     wait_exists_sql,
@@ -627,6 +631,30 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
         return await self._call(lambda conn: [
             run_event(r, SQLITE) for r in conn.execute(
                 Q.list_events, (run_id, self.workspace_id, self.env, after_id))])
+
+    async def get_event_value(self, run_id: str, key: str) -> EventValue | None:
+        def read(conn: Any) -> EventValue | None:
+            row = conn.execute(Q.get_event_value,
+                               (run_id, self.workspace_id, self.env, key)).fetchone()
+            return event_value(row, SQLITE) if row is not None else None
+        return await self._lookup(read)
+
+    async def list_event_values(self, run_id: str) -> list[EventValue]:
+        return await self._call(lambda conn: [
+            event_value(r, SQLITE) for r in conn.execute(
+                Q.list_event_values, (run_id, self.workspace_id, self.env))])
+
+    async def read_stream(self, run_id: str, key: str, *, after_seq: int = 0,
+                          limit: int = 500) -> list[StreamItem]:
+        return await self._call(lambda conn: [
+            stream_item(r, SQLITE) for r in conn.execute(
+                Q.read_stream, (run_id, self.workspace_id, self.env, key, int(after_seq),
+                                int(limit)))])
+
+    async def list_stream_items(self, run_id: str) -> list[StreamItem]:
+        return await self._call(lambda conn: [
+            stream_item(r, SQLITE) for r in conn.execute(
+                Q.list_stream_items, (run_id, self.workspace_id, self.env))])
 
     async def list_waits(self, run_id: str) -> list[WaitRecord]:
         return await self._lookup(lambda conn: [

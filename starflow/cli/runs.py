@@ -1,5 +1,5 @@
-"""``starflow runs list / show / events / export``: inspect runs and export
-their histories (``runs retry`` is in :mod:`starflow.cli.control`).
+"""``starflow runs list / show / events / export / fork``: inspect runs, export
+their histories and fork them (``runs retry`` is in :mod:`starflow.cli.control`).
 
 Wake tokens are bearer secrets: nothing here prints one.
 """
@@ -119,6 +119,7 @@ def run_detail(run: RunInfo) -> dict[str, Any]:
         "waiting": _waiting(run),
         "input": redact_wake_tokens(run.input_json),
         "result": redact_wake_tokens(run.result_json),
+        "continued_as": run.continued_as,
     }
 
 
@@ -289,13 +290,14 @@ async def _runs_show(ns: argparse.Namespace) -> int:
         ("result", msgspec.json.encode(detail["result"]).decode()
          if run.status == "success" else None),
         ("error", run.error),
+        ("continued as", run.continued_as),  # starflow.continue_as_new: the next run
     ]
     failure = run.failure
     if failure is not None:
         tries = f" after {failure.attempts} attempt(s)" if failure.attempts else ""
         fields.append(("failed at", f"{failure.node_id}{tries}" if failure.node_id else None))
         fields.append(("cause", failure.text))
-    width = max(len(k) for k, _ in fields)
+    width = max(len(k) for k, v in fields if v is not None)
     write("".join(f"{k.ljust(width)}  {cell(v)}\n" for k, v in fields if v is not None))
     if failure is not None and failure.traceback:
         write(f"\ntraceback:\n{failure.traceback.rstrip()}\n")
@@ -335,6 +337,32 @@ async def _runs_events(ns: argparse.Namespace) -> int:
     write(render_table(["id", "at", "event", "node", "payload"],
                         [(e["id"], e["created_at"], e["event_type"],
                           e["node_id"], e["payload"]) for e in data]))
+    return EXIT_OK
+
+
+def _fork_args(parser: argparse.ArgumentParser) -> None:
+    run_args(parser)
+    parser.add_argument("--from-node", required=True, metavar="NODE",
+                        help="the node the new run executes from (step:charge#1); the "
+                             "history before it is replayed, not re-run")
+
+
+@command("fork", group="runs",
+         help="a new run of an ended run, replaying its history up to a node and running "
+              "from there (after a fix)",
+         args=[app_args, db_args], configure=_fork_args)
+async def _runs_fork(ns: argparse.Namespace) -> int:
+    async with open_app(ns, must_exist=True) as sf:
+        handle = await sf.fork(ns.run_id, from_node=ns.from_node)
+    if ns.json:
+        write_json({"run_id": handle.run_id, "status": handle.status,
+                    "forked_from": ns.run_id, "from_node": ns.from_node,
+                    "error": handle.error})
+        return EXIT_OK
+    where = handle.status
+    if handle.status == "error" and handle.error:
+        where += f": {handle.error}"
+    write(f"forked run {ns.run_id} from {ns.from_node} as run {handle.run_id}: now {where}\n")
     return EXIT_OK
 
 

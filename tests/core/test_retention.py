@@ -31,9 +31,11 @@ from starflow.adapters.units import (
     InsertOutbox,
     InsertRun,
     InsertSignal,
+    InsertStreamItem,
     InsertWait,
     Unit,
     UpsertAttribute,
+    UpsertEventValue,
     UpsertSessionVar,
 )
 from starflow.records import JobSpec
@@ -84,6 +86,10 @@ async def seed_run(adapter: WorkflowStateAdapter, *, status: str, ended: datetim
                   created_at=START),
         UpsertAttribute(method="t", run_id=run_id, key="customer", value='"c-1"',
                         updated_at=START),
+        UpsertEventValue(method="t", run_id=run_id, key="status", value={"s": 1},
+                         node_id="event:status#1", updated_at=START),
+        InsertStreamItem(method="t", run_id=run_id, key="log", seq=1, value="line",
+                         closed=False, node_id="stream:log#1", created_at=START),
         UpsertSessionVar(method="t", session_id=f"s-{run_id}", key="a", value=1,
                          run_id=run_id, keep_until=None, updated_at=START),
         UpsertSessionVar(method="t", session_id=f"s-{run_id}", key="b", value=2,
