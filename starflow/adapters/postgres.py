@@ -1082,6 +1082,8 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
                             extra = (self.workspace_id, self.env)
                         status: str = await conn.execute(sql, ids, *extra)
                         counts[table] = int(status.rsplit(" ", 1)[-1])
+                    if c.after is not None:
+                        await self._apply_after(conn, c.after([str(i) for i in ids]))
         return _pruned(rows, counts)
 
     async def outbox_lag(self, now: datetime, edges: Sequence[float] = ()) -> OutboxLag:

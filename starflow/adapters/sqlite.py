@@ -904,6 +904,9 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
                     elif table == "workflow_runs":
                         extra = (ws, env)
                     counts[table] = int(conn.execute(sql, (*ids, *extra)).rowcount)
+                if c.after is not None:
+                    for op in c.after([str(i) for i in ids]):
+                        self._apply_op(conn, op)
             return rows, counts
 
         rows, counts = await self._write(prune)
