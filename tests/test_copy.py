@@ -32,9 +32,10 @@ from tests.conftest import POSTGRES_URL, require_postgres
 
 pytestmark = pytest.mark.anyio
 
-#: Runs per kind in the end-to-end test (six kinds). The issue asks for 1,000;
-#: 6 x 40 = 240 keeps the suite fast on a shared 2-core machine.
-PER_KIND = int(os.environ.get("STARFLOW_COPY_TEST_PER_KIND", "40"))
+#: Runs per kind in the end-to-end test (seven kinds, queued included): 7 x 143
+#: = 1,001 runs, the issue's 1,000. The test is marked slow (it runs in the full
+#: suite and in CI; about 90 s on a loaded 2-core machine) with its own timeout.
+PER_KIND = int(os.environ.get("STARFLOW_COPY_TEST_PER_KIND", "143"))
 TOKENS: dict[str, str] = {}
 KEEP_UNTIL = datetime(2030, 1, 10, tzinfo=UTC)
 
@@ -171,6 +172,8 @@ def tokens() -> Iterator[None]:
 class TestSQLiteToPostgres:
     """Runs in every state copied to PostgreSQL finish there exactly as on SQLite."""
 
+    @pytest.mark.slow
+    @pytest.mark.timeout(900)
     async def test_every_state_resumes_identically(self, tmp_path: Path, workspace: str,
                                                    tokens: None) -> None:
         """Signals, timers and old wake tokens drive copies and control alike."""
