@@ -190,7 +190,10 @@ WITH picked AS (
     WHERE claim_state = 'queued'
       AND (runner_pool IS NULL OR runner_pool = $3)
       AND workspace_id = $1 AND env = $2
-      AND ($9::text[] IS NULL OR template_id = ANY($9::text[]))
+      -- "|| ''" (same result, NULL included) keeps the planner off
+      -- idx_workflow_runs_template_page (035), which holds a workflow's whole
+      -- history: queued runs come from the claim indexes.
+      AND ($9::text[] IS NULL OR template_id || '' = ANY($9::text[]))
       AND {claimable(POSTGRES, 7)}
       AND (runner_pool IS NULL OR NOT EXISTS (
           SELECT 1 FROM starflow_pool_limits l
@@ -1300,7 +1303,7 @@ WITH a AS (
     SELECT id, runner_pool, concurrency_key, priority, started_at FROM workflow_runs
     WHERE claim_state = 'queued' AND workspace_id = $1 AND env = $2
       AND (runner_pool IS NULL OR (runner_pool = $3 AND NOT $9::bool))
-      AND ($6::text[] IS NULL OR template_id = ANY($6::text[]))
+      AND ($6::text[] IS NULL OR template_id || '' = ANY($6::text[]))  -- not 035's index
       AND {claimable(POSTGRES, 7)}
       AND (NOT $5 OR runner_pool IS NULL OR concurrency_key IS NULL
            OR concurrency_key NOT IN (SELECT concurrency_key FROM a

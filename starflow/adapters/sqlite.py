@@ -663,7 +663,9 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
         names, after = c.workflows, c.after
         if names is not None and not names:
             return []
-        only = f" AND template_id IN ({', '.join('?' for _ in names)})" if names else ""
+        # "+": not from idx_workflow_runs_template_page (035), a workflow's whole
+        # history; queued runs come from the claim indexes.
+        only = f" AND +template_id IN ({', '.join('?' for _ in names)})" if names else ""
         ts = format_ts(c.now)
 
         def claim(conn: sqlite3.Connection) -> list[RunInfo]:
