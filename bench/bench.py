@@ -266,6 +266,8 @@ class RawCommits:
 
 #: Stands for the run id in a recorded statement's arguments.
 _RUN = object()
+#: The run id where the recorded argument was its text (a NOTIFY payload).
+_RUN_TEXT = object()
 
 
 class BareReplay:
@@ -347,7 +349,8 @@ class BareReplay:
                     setattr(cls, name, fn)
             run_id = (await sf.list_runs(limit=1))[0].id
             for sql, args in calls:
-                marked = tuple(_RUN if str(a) == run_id else a for a in args)
+                marked = tuple((_RUN_TEXT if isinstance(a, str) else _RUN)
+                               if str(a) == run_id else a for a in args)
                 self.units.append(([], [(sql, marked)], []))
         return self
 
@@ -378,7 +381,7 @@ class BareReplay:
 
     @staticmethod
     def _bind(args: tuple[Any, ...], run_id: Any) -> tuple[Any, ...]:
-        return tuple(run_id if a is _RUN else a for a in args)
+        return tuple(run_id if a is _RUN else str(run_id) if a is _RUN_TEXT else a for a in args)
 
     async def _replay_pg(self, conn: Any, runs: int) -> None:
         for _ in range(runs):

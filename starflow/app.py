@@ -503,7 +503,9 @@ class Starflow:
         req.reject(reason)`` (raised here as :class:`UpdateRejected`). Request
         and answer are recorded in the run's history. An inline run paused in
         ``receive`` is driven here; this call returns as soon as the answer is
-        recorded (from another process: within ``poll_interval``).
+        recorded (from another process: on PostgreSQL at once, by ``NOTIFY``;
+        on SQLite, or behind a transaction pooler without ``listen_url``,
+        within ``poll_interval``).
 
         Retrying with the same ``update_id`` never executes the update twice:
         the request is queued once per id, and every call with that id gets
@@ -534,25 +536,29 @@ class Starflow:
             if handle is not None:
                 self._track(handle)
         poll = self.config.poll_interval.total_seconds()
-        while answer is None:
-            settled = runner.settled  # taken before the read: a change after it wakes us
-            answer = await runner.update_answer(run_id, uid)
-            if answer is not None:
-                break
-            run = await self.get_run(run_id)
-            if run.is_terminal:
-                answer = await runner.update_answer(run_id, uid)  # answered, then ended
-                if answer is None:
-                    raise RunFinished(run_id, run.status, "update")
-                break
-            now = self.clock.now()
-            if deadline is not None and now >= deadline:
-                raise ResultTimeout(
-                    f"run {run_id} did not answer update {name!r} (id {uid}) within "
-                    f"{limit:g} s; the request stays queued: call update again with "
-                    f"update_id={uid!r} to wait for its answer", run_id=run_id)
-            wait = poll if deadline is None else min(poll, (deadline - now).total_seconds())
-            await runner.wait_settled(wait, settled)
+        async with self.adapter.watch_run(run_id) as watch:
+            while answer is None:
+                # Taken before the read: a change after it (in this process, or
+                # announced by another) wakes us; poll_interval is the fallback.
+                settled = runner.settled
+                changed = () if watch is None else (watch.arm(),)
+                answer = await runner.update_answer(run_id, uid)
+                if answer is not None:
+                    break
+                run = await self.get_run(run_id)
+                if run.is_terminal:
+                    answer = await runner.update_answer(run_id, uid)  # answered, then ended
+                    if answer is None:
+                        raise RunFinished(run_id, run.status, "update")
+                    break
+                now = self.clock.now()
+                if deadline is not None and now >= deadline:
+                    raise ResultTimeout(
+                        f"run {run_id} did not answer update {name!r} (id {uid}) within "
+                        f"{limit:g} s; the request stays queued: call update again with "
+                        f"update_id={uid!r} to wait for its answer", run_id=run_id)
+                wait = poll if deadline is None else min(poll, (deadline - now).total_seconds())
+                await runner.wait_settled(wait, settled, *changed)
         node_id, output = answer
         if "rejected" in output:
             raise UpdateRejected(run_id, name, uid, str(output["rejected"]), node_id=node_id)
@@ -696,22 +702,26 @@ class Starflow:
         limit = _result_timeout(timeout)
         deadline = None if limit is None else self.clock.now() + timedelta(seconds=limit)
         poll = self.config.poll_interval.total_seconds()
-        while True:
-            settled = runner.settled  # taken before the read: a change after it wakes us
-            run = await self.get_run(run_id)
-            if run.status == "success":
-                return runner.decode_result(run)
-            if run.status == "cancelled":
-                raise RunCancelled(run_id, run.error)
-            if run.status == "error":
-                raise runner.failure(run)
-            now = self.clock.now()
-            if deadline is not None and now >= deadline:
-                raise ResultTimeout(
-                    f"run {run_id} is still {run.status} after {limit:g} s; it goes on",
-                    run_id=run_id)
-            wait = poll if deadline is None else min(poll, (deadline - now).total_seconds())
-            await runner.wait_settled(wait, settled)
+        async with self.adapter.watch_run(run_id) as watch:
+            while True:
+                # Taken before the read: a change after it (in this process, or
+                # announced by another) wakes us; poll_interval is the fallback.
+                settled = runner.settled
+                changed = () if watch is None else (watch.arm(),)
+                run = await self.get_run(run_id)
+                if run.status == "success":
+                    return runner.decode_result(run)
+                if run.status == "cancelled":
+                    raise RunCancelled(run_id, run.error)
+                if run.status == "error":
+                    raise runner.failure(run)
+                now = self.clock.now()
+                if deadline is not None and now >= deadline:
+                    raise ResultTimeout(
+                        f"run {run_id} is still {run.status} after {limit:g} s; it goes on",
+                        run_id=run_id)
+                wait = poll if deadline is None else min(poll, (deadline - now).total_seconds())
+                await runner.wait_settled(wait, settled, *changed)
 
     # -- the warm tier (live views: a hint, never the authority) --------------------
 

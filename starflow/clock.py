@@ -82,29 +82,40 @@ def monotonic() -> float:
     return time.perf_counter()
 
 
-async def wait_event(clock: Clock, event: anyio.Event, seconds: float | None) -> bool:
-    """Wait until ``event`` is set or ``seconds`` of ``clock`` time pass.
+async def wait_event(clock: Clock, event: anyio.Event, seconds: float | None,
+                     *more: anyio.Event) -> bool:
+    """Wait until ``event`` (or any of ``more``) is set or ``seconds`` of ``clock``
+    time pass.
 
     Args:
-        seconds: The limit; ``None`` waits for the event only.
+        seconds: The limit; ``None`` waits for the events only.
 
     Returns:
-        Whether the event was set.
+        Whether an event was set.
     """
-    if seconds is None:
+    events = (event, *more)
+    if seconds is None and not more:
         await event.wait()
         return True
     # The deadline is fixed now, in the caller's task: the task that sleeps starts
     # later, and a clock that jumps meanwhile (a test's fake clock) must not push
     # the limit past the time the caller meant.
-    deadline = clock.now() + timedelta(seconds=max(0.0, seconds))
+    deadline = None if seconds is None else clock.now() + timedelta(seconds=max(0.0, seconds))
     with anyio.CancelScope() as scope:
         async with anyio.create_task_group() as tg:
             async def limit() -> None:
+                assert deadline is not None
                 await clock.sleep_until(deadline)
                 scope.cancel()
 
-            tg.start_soon(limit)
+            async def either(other: anyio.Event) -> None:
+                await other.wait()
+                scope.cancel()
+
+            if deadline is not None:
+                tg.start_soon(limit)
+            for other in more:
+                tg.start_soon(either, other)
             await event.wait()
             tg.cancel_scope.cancel()
-    return event.is_set()
+    return any(e.is_set() for e in events)

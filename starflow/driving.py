@@ -379,13 +379,16 @@ class Driver:
                 run_id=run_id)
         return handle
 
-    async def wait_settled(self, seconds: float, event: anyio.Event | None = None) -> None:
-        """Return when a run changes in this process, or after ``seconds`` of clock time.
+    async def wait_settled(self, seconds: float, event: anyio.Event | None = None,
+                           *more: anyio.Event) -> None:
+        """Return when a run changes in this process (or any of ``more`` is set,
+        such as a :class:`~starflow.adapters.base.RunWatch`'s announcement from
+        another process), or after ``seconds`` of clock time.
 
         Pass the ``settled`` event taken *before* reading the state being waited
         on, so a change in between is not missed.
         """
-        await wait_event(self.clock, event or self._settled, seconds)
+        await wait_event(self.clock, event or self._settled, seconds, *more)
 
     async def wait_for_work(self, stopping: anyio.Event, settled: anyio.Event | None = None
                             ) -> None:

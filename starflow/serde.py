@@ -27,18 +27,6 @@ __all__ = ["args_hash", "check_storable", "convert", "convert_call", "decode", "
 T = TypeVar("T")
 
 
-def _enc_hook(obj: Any) -> Any:
-    # msgspec encodes datetime, date and time but not their subclasses, such as
-    # freezegun's FakeDatetime (what datetime.now() returns under a test
-    # environment) or pendulum's: store them as the ISO text msgspec would write.
-    if isinstance(obj, _dt.date | _dt.time):
-        return obj.isoformat()
-    raise NotImplementedError(f"Encoding objects of type {type(obj).__name__} is unsupported")
-
-
-_encoder = msgspec.json.Encoder(order="deterministic", enc_hook=_enc_hook)
-
-
 def _stdlib_time_type(type_: Any) -> Any:
     # An annotation resolved while freezegun patches a module names FakeDatetime;
     # msgspec converts only to the stdlib class, which is in its MRO.
@@ -46,6 +34,32 @@ def _stdlib_time_type(type_: Any) -> Any:
             and type_.__module__ != "datetime"):
         return next((c for c in type_.__mro__ if c.__module__ == "datetime"), type_)
     return type_
+
+
+def _enc_hook(obj: Any) -> Any:
+    # msgspec encodes datetime, date and time but not their subclasses, such as
+    # freezegun's FakeDatetime (what datetime.now() returns under a test
+    # environment) or pendulum's: hand back the stdlib value, so the text is
+    # exactly what msgspec writes for it ("Z" for UTC, not isoformat's
+    # "+00:00"). The same instant must encode, and hash, the same whichever
+    # class carries it, or a replay outside the fake time sees a changed call.
+    if isinstance(obj, _dt.date | _dt.time):
+        # The class from the MRO, not the module attribute: freezegun replaces
+        # ``datetime.datetime`` itself while it patches.
+        real = _stdlib_time_type(type(obj))
+        if isinstance(obj, _dt.datetime):
+            return real(obj.year, obj.month, obj.day, obj.hour, obj.minute, obj.second,
+                        obj.microsecond, obj.tzinfo, fold=obj.fold)
+        if isinstance(obj, _dt.date):
+            return real(obj.year, obj.month, obj.day)
+        return real(obj.hour, obj.minute, obj.second, obj.microsecond, obj.tzinfo,
+                    fold=obj.fold)
+    raise NotImplementedError(f"Encoding objects of type {type(obj).__name__} is unsupported")
+
+
+_encoder = msgspec.json.Encoder(order="deterministic", enc_hook=_enc_hook)
+
+
 _decoder = msgspec.json.Decoder()
 
 

@@ -81,6 +81,7 @@ LAYERS: dict[str, str] = {
     # adapters: the cold tier (the state model's port and its implementations)
     "starflow.adapters": "adapters",
     "starflow.adapters._sql": "adapters",
+    "starflow.adapters.dialect": "adapters",
     "starflow.adapters._flow": "adapters",
     "starflow.adapters.copying": "adapters",
     "starflow.adapters.base": "adapters",

@@ -129,6 +129,10 @@ class TestThreads:
         assert not waiter.is_alive()
         assert len(errors) == 1 and isinstance(errors[0], StarflowError)
         assert "closed while this call was waiting" in str(errors[0])
+        # aiosqlite's worker thread exits just after close() returns (its stop
+        # result is delivered before the thread's last line): give it time.
+        for thread in set(threading.enumerate()) - before:
+            thread.join(10)
         assert set(threading.enumerate()) <= before
         with pytest.raises(ConfigError, match="not open"):
             sf.get_run(paused.run_id)

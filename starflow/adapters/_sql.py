@@ -7,12 +7,10 @@ here: the column lists, the row mappers (row → :class:`RunInfo` …), the
 lease/status guard, the claim and sweep assignments, the op-to-SQL mapping of
 :class:`Unit` ops, and the data-access statements.
 
-A :class:`Dialect` says how to write what differs: placeholders (``?`` in
-occurrence order, or ``$n`` with a type cast where PostgreSQL cannot infer
-one), the tenant check of a lookup by key, "one of these values", and the
-codecs (SQLite stores timestamps and JSON as text and takes any id; asyncpg
-encodes natively and ids must be UUIDs). Placeholders are numbered in the
-order they occur in the text, so one argument tuple fits both dialects.
+A :class:`~starflow.adapters.dialect.Dialect` says how to write what differs
+(placeholders, tenant checks, "one of these values", codecs). Placeholders
+are numbered in the order they occur in the text, so one argument tuple fits
+both dialects.
 """
 
 from __future__ import annotations
@@ -23,9 +21,6 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from .. import serde
-from ..clock import format_ts, parse_ts
-from ..errors import ConfigError
 from ..records import (
     DefinitionRecord,
     JobRecord,
@@ -38,9 +33,9 @@ from ..records import (
     SweepResult,
     WaitRecord,
 )
+from .dialect import POSTGRES, SQLITE, Dialect, require_uuid, uuid_or_none
 from .sweep import ABANDONED, NOW, OUTCOME, REASON, REQUEUED
 from .units import (
-    JSON_RUN_COLUMNS,
     UPDATABLE_RUN_COLUMNS,
     DeleteSessionVars,
     DeleteSignal,
@@ -84,6 +79,7 @@ __all__ = [
     "WAIT_COLUMNS",
     "Dialect",
     "Queries",
+    "announces_run_change",
     "announces_work",
     "claim_ids_sql",
     "claim_set",
@@ -183,207 +179,6 @@ def _columns(names: tuple[str, ...], allowed: frozenset[str]) -> tuple[str, ...]
     if bad:
         raise ValueError(f"not writable workflow_runs columns: {sorted(bad)}")
     return names
-
-
-# ---------------------------------------------------------------------------
-# Dialects
-# ---------------------------------------------------------------------------
-
-
-class Dialect:
-    """How one database spells what the shared SQL needs (see the module docstring)."""
-
-    name = ""
-    #: The locking clause of a claim's candidate rows ("" where writers are serialized).
-    skip_locked = ""
-    #: The locking clause of a row read to serialize a read-modify-write.
-    for_update = ""
-    #: Run ids are a ``uuid`` column (only uuid text can name a run), not any text.
-    uuid_ids = False
-
-    def p(self, n: int, cast: str = "") -> str:
-        """The ``n``-th placeholder (1-based, in occurrence order)."""
-        raise NotImplementedError
-
-    def key_tenant(self, n: int, table: str = "") -> str:
-        """The tenant check of a lookup by key, on placeholders ``n`` and ``n + 1``."""
-        return f"{table}workspace_id = {self.p(n)} AND {table}env = {self.p(n + 1)}"
-
-    def tenant(self, n: int, table: str = "") -> str:
-        """The tenant check of a listing (indexable ``=``), on ``n`` and ``n + 1``."""
-        return f"{table}workspace_id = {self.p(n)} AND {table}env = {self.p(n + 1)}"
-
-    def one_of(self, column: str, n: int, count: int, cast: str = "text") -> str:
-        """``column`` is one of ``count`` values, from placeholder ``n`` on."""
-        raise NotImplementedError
-
-    def width(self, count: int) -> int:
-        """How many placeholders :meth:`one_of` of ``count`` values takes."""
-        raise NotImplementedError
-
-    def many(self, values: Sequence[Any]) -> tuple[Any, ...]:
-        """The arguments of :meth:`one_of` for ``values``."""
-        raise NotImplementedError
-
-    # -- codecs (Python → database) ---------------------------------------------
-
-    def ts(self, value: datetime | None) -> Any:
-        return value
-
-    def json(self, value: Any, *, null: bool = False, what: str = "value") -> Any:
-        """A JSON value; ``null``: None is SQL NULL (else it is JSON ``null``)."""
-        return value
-
-    def key(self, value: str | None, what: str) -> Any:
-        """An id column's value (validated where the column is typed)."""
-        return value
-
-    def run_value(self, column: str, value: Any) -> Any:
-        return value
-
-    def flag(self, value: bool) -> Any:
-        """A boolean column's value."""
-        return bool(value)
-
-    def unset(self, column: str) -> str:
-        """``column`` (a boolean) is false, spelled as the partial indexes spell it."""
-        return f"NOT {column}"
-
-    # -- codecs (database → Python) ---------------------------------------------
-
-    def ts_out(self, value: Any) -> datetime | None:
-        return value  # type: ignore[no-any-return]
-
-    def at(self, value: Any) -> datetime:
-        """A NOT NULL timestamp column's value."""
-        return value  # type: ignore[no-any-return]
-
-    def json_out(self, value: Any) -> Any:
-        return value
-
-
-class _SQLite(Dialect):
-    name = "sqlite"
-
-    def p(self, n: int, cast: str = "") -> str:
-        return "?"
-
-    def one_of(self, column: str, n: int, count: int, cast: str = "text") -> str:
-        return f"{column} IN ({', '.join(['?'] * count)})"
-
-    def width(self, count: int) -> int:
-        return count
-
-    def many(self, values: Sequence[Any]) -> tuple[Any, ...]:
-        return tuple(values)
-
-    def ts(self, value: datetime | None) -> Any:
-        return format_ts(value) if value is not None else None
-
-    def json(self, value: Any, *, null: bool = False, what: str = "value") -> Any:
-        if null and value is None:
-            return None
-        return serde.encode(value, what=what).decode()
-
-    def run_value(self, column: str, value: Any) -> Any:
-        if value is None:
-            return None
-        if column in JSON_RUN_COLUMNS:
-            return serde.encode(value, what=column).decode()
-        if isinstance(value, datetime):
-            return format_ts(value)
-        return value
-
-    def flag(self, value: bool) -> Any:
-        return int(bool(value))
-
-    def unset(self, column: str) -> str:
-        # SQLite uses a partial index only if the query repeats its WHERE term.
-        return f"{column} = 0"
-
-    def ts_out(self, value: Any) -> datetime | None:
-        return parse_ts(value) if value else None
-
-    def at(self, value: Any) -> datetime:
-        return parse_ts(value)
-
-    def json_out(self, value: Any) -> Any:
-        return serde.decode(value) if value is not None else None
-
-
-class _Postgres(Dialect):
-    name = "postgres"
-    skip_locked = " FOR UPDATE SKIP LOCKED"
-    for_update = " FOR UPDATE"
-    uuid_ids = True
-
-    def p(self, n: int, cast: str = "") -> str:
-        return f"${n}::{cast}" if cast else f"${n}"
-
-    def key_tenant(self, n: int, table: str = "") -> str:
-        # Written with IS NOT DISTINCT FROM (the same as = on these NOT NULL
-        # columns) because the planner cannot serve it from an index: with
-        # stale or missing statistics it otherwise picks an index led by
-        # (workspace_id, env) over the primary key and filters a whole
-        # workspace's rows on every boundary (tests/adapters/test_postgres.py,
-        # TestHotPathPlans). Listing queries keep the indexable =.
-        return f"({table}workspace_id, {table}env) IS NOT DISTINCT FROM (${n}, ${n + 1})"
-
-    def one_of(self, column: str, n: int, count: int, cast: str = "text") -> str:
-        return f"{column} = ANY(${n}::{cast}[])"
-
-    def width(self, count: int) -> int:
-        return 1
-
-    def many(self, values: Sequence[Any]) -> tuple[Any, ...]:
-        return (list(values),)
-
-    def key(self, value: str | None, what: str) -> Any:
-        return require_uuid(value, what)
-
-    def run_value(self, column: str, value: Any) -> Any:
-        if column == "definition_id":
-            return require_uuid(value, "definition_id")
-        if column in JSON_RUN_COLUMNS and value is not None:
-            # Validate here so a bad value raises SerializationError itself.
-            serde.encode(value, what=column)
-        return value
-
-
-SQLITE: Dialect = _SQLite()
-POSTGRES: Dialect = _Postgres()
-
-
-def uuid_or_none(value: str) -> str | None:
-    """The canonical form of a uuid string, or None if it is not one."""
-    if not isinstance(value, str):
-        return None
-    return _canonical_uuid(value)
-
-
-@functools.lru_cache(maxsize=4096)
-def _canonical_uuid(value: str) -> str | None:
-    import uuid
-
-    # Cached: every unit of a run checks the same run id (a few µs each time).
-    try:
-        return str(uuid.UUID(value))
-    except ValueError:
-        return None
-
-
-def require_uuid(value: str | None, what: str) -> str | None:
-    """``value`` as a canonical UUID (None stays None); ConfigError if it is not one."""
-    if value is None:
-        return None
-    canonical = uuid_or_none(value)
-    if canonical is None:
-        raise ConfigError(
-            f"{what} must be a UUID on PostgreSQL (the column is uuid): got {value!r}; "
-            "pass str(uuid.uuid4()) or let starflow generate the id",
-            run_id=value if what == "run id" else None,
-        )
-    return canonical
 
 
 # ---------------------------------------------------------------------------
@@ -692,6 +487,17 @@ def announces_work(op: Op) -> bool:
     if isinstance(op, InsertRun):
         return "queued" in (op.values.get("claim_state"), op.values.get("status"))
     return isinstance(op, InsertJob)
+
+
+def announces_run_change(op: Op) -> str | None:
+    """The run whose change ``op`` makes that callers may be waiting for (the run
+    ending, or the answer to an update recorded), or None."""
+    if isinstance(op, UpdateRun):
+        return op.run_id if op.values.get("status") in ENDED_STATUSES else None
+    if (isinstance(op, InsertEvent) and op.event_type == "node_complete"
+            and op.node_id is not None and op.node_id.startswith("reply:")):
+        return op.run_id
+    return None
 
 
 @functools.cache

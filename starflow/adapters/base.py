@@ -23,11 +23,14 @@ builds a :class:`Command` and submits it to the sibling seam
 from __future__ import annotations
 
 import abc
-from collections.abc import Collection, Mapping, Sequence
+import contextlib
+from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from contextvars import ContextVar, Token
 from datetime import datetime
 from types import TracebackType
 from typing import Any, Protocol, cast
+
+import anyio
 
 from ..clock import Clock
 from ..failure import RunFailure
@@ -102,6 +105,7 @@ __all__ = [
     "Op",
     "PruneOutbox",
     "RunContext",
+    "RunWatch",
     "SweepLeases",
     "Unit",
     "WorkflowStateAdapter",
@@ -124,6 +128,29 @@ class RunContext(Protocol):
     def snapshot(self) -> dict[str, Any]:
         """The JSON-ready snapshot stored as ``checkpoint_json``."""
         ...
+
+
+class RunWatch:
+    """Announcements that one run changed in another process (see
+    :meth:`WorkflowStateAdapter.watch_run`).
+
+    :attr:`changed` is set when the run ended or an update's answer to it was
+    recorded, and when the announcements may have been missed (the listening
+    connection was lost), so the watcher reads again. Take :meth:`arm` *before*
+    reading the state being waited on: an announcement after the read sets it.
+    """
+
+    __slots__ = ("changed", "run_id")
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        self.changed = anyio.Event()
+
+    def arm(self) -> anyio.Event:
+        """The event to wait on after the next read (a fresh one once it fired)."""
+        if self.changed.is_set():
+            self.changed = anyio.Event()
+        return self.changed
 
 
 #: The unit being collected in this context and the adapter it belongs to: only
@@ -213,6 +240,17 @@ class WorkflowStateAdapter(abc.ABC):
         The default polls; PostgreSQL overrides it with ``LISTEN/NOTIFY``.
         """
         await clock.sleep(timeout)
+
+    @contextlib.asynccontextmanager
+    async def watch_run(self, run_id: str) -> AsyncIterator[RunWatch | None]:
+        """Be told when ``run_id`` changes in another process, while in the block.
+
+        Yields a :class:`RunWatch`, or None where this database cannot announce
+        changes (the default; SQLite, or PostgreSQL behind a transaction pooler
+        without ``listen_url``): the caller then polls. Changes made through
+        this adapter's own process are the runtime's to announce.
+        """
+        yield None
 
     async def idle(self) -> None:  # noqa: B027 - optional hook
         """Return once no call of this adapter is waiting on the database.
@@ -792,6 +830,11 @@ class DelegatingAdapter(WorkflowStateAdapter):
 
     async def wait_for_work(self, clock: Clock, timeout: float) -> None:
         await self.inner.wait_for_work(clock, timeout)
+
+    @contextlib.asynccontextmanager
+    async def watch_run(self, run_id: str) -> AsyncIterator[RunWatch | None]:
+        async with self.inner.watch_run(run_id) as watch:
+            yield watch
 
     async def idle(self) -> None:
         await self.inner.idle()

@@ -89,6 +89,7 @@ from ._sql import (
     CLAIM_ORDER,
     POSTGRES,
     RUN_COLUMNS,
+    announces_run_change,
     announces_work,
     claim_ids_sql,
     claim_set,
@@ -124,7 +125,7 @@ from ._sql import (
 from ._sql import (
     POSTGRES_QUERIES as Q,
 )
-from .base import WorkflowStateAdapter
+from .base import RunWatch, WorkflowStateAdapter
 from .pages import RunPage, RunPageQuery, make_page, page_sql
 from .sweep import ABANDONED, REQUEUED
 from .units import (
@@ -263,10 +264,11 @@ def _jsonb_decode(data: bytes) -> Any:
     return serde.decode(data[1:], sort_keys=True)
 
 
-def channel_name(workspace_id: str, env: str) -> str:
-    """The LISTEN/NOTIFY channel announcing claimable work in one (workspace, env)."""
+def channel_name(workspace_id: str, env: str, kind: str = "work") -> str:
+    """The LISTEN/NOTIFY channel of one (workspace, env): ``work`` announces
+    claimable work, ``runs`` a run's change (its payload is the run id)."""
     digest = hashlib.sha256(f"{workspace_id}\0{env}".encode()).hexdigest()[:40]
-    return f"starflow_work_{digest}"
+    return f"starflow_{kind}_{digest}"
 
 
 #: The values of ``pooler=`` (the URL parameter and the adapter argument).
@@ -416,12 +418,15 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
         self.min_size = min_size
         self.max_size = max_size
         self.channel = channel_name(workspace_id, env)
+        self.runs_channel = channel_name(workspace_id, env, "runs")
         self._pool: asyncpg.Pool | None = None
         #: Pools seen with stored limits (#18): their claims skip the unlimited statement.
         self._limited_pools: set[str] = set()
         self._listener: asyncpg.Connection | None = None
         self._listen_lock = anyio.Lock()
         self._work = anyio.Event()
+        #: Callers waiting for a run's change announced on ``runs_channel``.
+        self._run_watches: dict[str, set[RunWatch]] = {}
         # Connections kept checked out of the pool between calls (see _connection).
         self._spare: list[Any] = []
         self._inflight = 0
@@ -677,22 +682,14 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
         for op in _merge_run_writes(unit.ops):
             statement = op_sql(POSTGRES, op, ws, env)
             assert statement is not None  # Mark ops are merged away
-            sql, args = self._notifying(*statement) if announces_work(op) else statement
+            sql, args = statement
+            if announces_work(op):
+                sql, args = _notifying(sql, args, [(self.channel, "")])
             if plan and plan[-1].sql == sql:
                 plan[-1].args.append(args)
             else:
                 plan.append(_Statement(sql, args))
         return plan
-
-    def _notifying(self, sql: str, args: tuple[Any, ...]) -> tuple[str, tuple[Any, ...]]:
-        """Wrap a write so that, if it touched a row, it also announces work.
-
-        The notification is part of the transaction: delivered on commit,
-        dropped on rollback (of the unit or of its savepoint).
-        """
-        n = len(args) + 1
-        return (f"WITH w AS ({sql} RETURNING 1) SELECT pg_notify(${n}, '') FROM w",
-                (*args, self.channel))
 
     async def execute(self, unit: Unit) -> bool:
         guard = unit.guard
@@ -702,11 +699,15 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
         if not plan and guard is None:
             return True
         run_id = unit.run_id
+        # Runs whose end (or update answer) this unit writes: announced on
+        # commit to callers waiting in other processes (watch_run).
+        changes = [(self.runs_channel, r) for r in dict.fromkeys(
+            announces_run_change(op) for op in unit.ops) if r is not None]
         fused = None if guard is not None and (
             guard.wait_node is not None or guard.no_signal is not None) else _fuse(
-            plan, guard, unit.durable, self.workspace_id, self.env)
+            plan, guard, unit.durable, self.workspace_id, self.env, changes)
         async with self._connection(unit, run_id) as conn:
-            if guard is None and len(plan) == 1 and unit.durable:
+            if guard is None and len(plan) == 1 and unit.durable and not changes:
                 # One statement (even pipelined) is its own atomic transaction.
                 await _run_statement(conn, plan[0])
                 return True
@@ -723,6 +724,7 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
                 if held:
                     for statement in plan:
                         await _run_statement(conn, statement)
+                    await _announce(conn, changes)
                 return held
             await conn.execute("BEGIN" if unit.durable
                                else "BEGIN; SET LOCAL synchronous_commit TO off")
@@ -731,6 +733,7 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
                 if held:
                     for statement in plan:
                         await _run_statement(conn, statement)
+                    await _announce(conn, changes)
                 await conn.execute("COMMIT" if held else "ROLLBACK")
             except Exception:
                 # Cancellation is left to the pool, which rolls back on release.
@@ -1253,6 +1256,7 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
                         else {"application_name": "starflow"})
                     try:
                         await conn.add_listener(self.channel, self._on_notify)
+                        await conn.add_listener(self.runs_channel, self._on_run_notify)
                     except BaseException:
                         conn.terminate()
                         raise
@@ -1267,19 +1271,67 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
             self._listener = conn
             # Anything committed before LISTEN took effect may have been missed.
             self._work.set()
+            self._wake_watches()
 
     def _on_notify(self, conn: object, pid: int, channel: str, payload: object) -> None:
         self._work.set()
+
+    def _on_run_notify(self, conn: object, pid: int, channel: str, payload: object) -> None:
+        for watch in self._run_watches.get(str(payload), ()):
+            watch.changed.set()
+
+    def _wake_watches(self) -> None:
+        for watches in self._run_watches.values():
+            for watch in watches:
+                watch.changed.set()
 
     def _on_listener_lost(self, conn: object) -> None:
         if self._listener is conn:
             self._listener = None
         self._work.set()  # wake waiters so they poll (and reconnect) at once
+        self._wake_watches()
+
+    @asynccontextmanager
+    async def watch_run(self, run_id: str) -> AsyncIterator[RunWatch | None]:
+        """Announcements of ``run_id``'s end and update answers, by LISTEN.
+
+        None behind a transaction pooler without ``listen_url`` (LISTEN does not
+        survive it) or when the listening connection cannot be opened: the
+        caller polls.
+        """
+        await self._ensure_listener()
+        if self._listener is None:
+            yield None
+            return
+        watch = RunWatch(run_id)
+        watches = self._run_watches.setdefault(run_id, set())
+        watches.add(watch)
+        try:
+            yield watch
+        finally:
+            watches.discard(watch)
+            if not watches and self._run_watches.get(run_id) is watches:
+                del self._run_watches[run_id]
 
 
 # ---------------------------------------------------------------------------
 # Module helpers
 # ---------------------------------------------------------------------------
+
+
+def _notifying(sql: str, args: tuple[Any, ...], announce: Sequence[tuple[str, str]]
+               ) -> tuple[str, tuple[Any, ...]]:
+    """Wrap a write so that, if it touched a row, it also sends each
+    ``(channel, payload)`` of ``announce``.
+
+    The notifications are part of the transaction: delivered on commit,
+    dropped on rollback (of the unit or of its savepoint).
+    """
+    n = len(args)
+    calls = ", ".join(f"pg_notify(${n + 2 * i + 1}, ${n + 2 * i + 2})"
+                      for i in range(len(announce)))
+    return (f"WITH w AS ({sql} RETURNING 1) SELECT {calls} FROM w",
+            (*args, *(v for pair in announce for v in pair)))
 
 
 #: A limited claim's read, after the pool's limits row is locked: the counts
@@ -1356,7 +1408,7 @@ _PARAM = re.compile(r"\$(\d+)")
 
 
 def _fuse(plan: Sequence[_Statement], guard: Guard | None, durable: bool, workspace_id: str,
-          env: str) -> _Statement | None:
+          env: str, announce: Sequence[tuple[str, str]] = ()) -> _Statement | None:
     """One statement doing the guard and every write of the plan, or None if it cannot.
 
     ``WITH g AS (SELECT … FOR NO KEY UPDATE)`` locks the run row and rechecks
@@ -1366,16 +1418,18 @@ def _fuse(plan: Sequence[_Statement], guard: Guard | None, durable: bool, worksp
     ``synchronous_commit`` off with ``set_config(…, true)``: for its own
     transaction only. Writes of one statement share a snapshot and run in no
     defined order, so only plans that write each table once, one row set each,
-    are fused (no pipelined ``executemany``, no notifying writes).
+    are fused (no pipelined ``executemany``, no work-announcing writes). Each
+    ``(channel, payload)`` of ``announce`` is sent if the guard held.
     """
     if not plan or any(len(st.args) != 1 for st in plan):
         return None
     leased = guard is not None and guard.leased_by is not None
     status = guard is not None and guard.status_in is not None
-    key = (tuple(st.sql for st in plan), guard is not None, leased, status, durable)
+    key = (tuple(st.sql for st in plan), guard is not None, leased, status, durable,
+           len(announce))
     sql = _FUSED.get(key, "")
     if sql == "":
-        sql = _fused_sql(plan, guard is not None, leased, status, durable)
+        sql = _fused_sql(plan, guard is not None, leased, status, durable, len(announce))
         if len(_FUSED) >= 1024:  # shapes are few; this only bounds a pathological caller
             _FUSED.clear()
         _FUSED[key] = sql
@@ -1390,6 +1444,8 @@ def _fuse(plan: Sequence[_Statement], guard: Guard | None, durable: bool, worksp
             args.append(list(guard.status_in or ()))
     for st in plan:
         args.extend(st.args[0])
+    for pair in announce:
+        args.extend(pair)
     return _Statement(sql, tuple(args))
 
 
@@ -1398,7 +1454,7 @@ _FUSED: dict[tuple[Any, ...], str | None] = {}
 
 
 def _fused_sql(plan: Sequence[_Statement], guarded: bool, leased: bool, status: bool,
-               durable: bool) -> str | None:
+               durable: bool, announcements: int = 0) -> str | None:
     tables: set[str] = set()
     for st in plan:
         m = _FUSABLE.match(st.sql)
@@ -1426,11 +1482,22 @@ def _fused_sql(plan: Sequence[_Statement], guarded: bool, leased: bool, status: 
         n += len(st.args[0])
     result = "(SELECT count(*) FROM g)" if guarded else "1"
     sync = "" if durable else ", set_config('synchronous_commit', 'off', true)"
-    return f"WITH {', '.join(ctes)} SELECT {result}{sync}"
+    notify = "".join(
+        f", CASE WHEN EXISTS (SELECT 1 FROM g) THEN pg_notify(${n + 2 * i + 1}, "
+        f"${n + 2 * i + 2}) END" if guarded else
+        f", pg_notify(${n + 2 * i + 1}, ${n + 2 * i + 2})" for i in range(announcements))
+    return f"WITH {', '.join(ctes)} SELECT {result}{sync}{notify}"
 
 
 def _describe(unit: Unit) -> str:
     return "execute(" + ", ".join(dict.fromkeys(unit.methods)) + ")"
+
+
+async def _announce(conn: asyncpg.Connection, announce: Sequence[tuple[str, str]]) -> None:
+    """Send each ``(channel, payload)`` with the open transaction's commit."""
+    if announce:
+        calls = ", ".join(f"pg_notify(${2 * i + 1}, ${2 * i + 2})" for i in range(len(announce)))
+        await conn.execute(f"SELECT {calls}", *(v for pair in announce for v in pair))
 
 
 async def _run_statement(conn: asyncpg.Connection, statement: _Statement) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import anyio
 import pytest
@@ -312,6 +313,45 @@ class TestWallClockValues:
             handle = await env.run(stamp_flow)
             assert handle.status == "success"
             assert await env.result(handle.run_id) == T0 + timedelta(seconds=7)
+
+
+@workflow(name="t_env_until_flow")
+async def until_flow() -> None:
+    await starflow.wait_for("go")  # woken by a worker: now() is read back from the database
+    await starflow.session_set("s", "k", 1, keep_until=starflow.now() + timedelta(days=3))
+
+
+class TestFakeTimeEncodesLikeRealTime:
+    """An instant encodes, and hashes, the same from freezegun's class and the stdlib's."""
+
+    def test_subclass_encodes_as_the_stdlib_value(self) -> None:
+        from starflow.serde import args_hash, encode
+
+        class Sub(datetime):
+            pass
+
+        real = datetime(2030, 1, 10, 12, 30, 5, 7, tzinfo=UTC)
+        fake = Sub(2030, 1, 10, 12, 30, 5, 7, tzinfo=UTC)
+        assert encode(fake) == encode(real) == b'"2030-01-10T12:30:05.000007Z"'
+        assert args_hash([fake]) == args_hash([real])
+
+    async def test_a_run_recorded_under_fake_time_replays_outside_it(
+            self, tmp_path: Path) -> None:
+        """Regression: on SQLite ``starflow.now()`` is freezegun's class (parsed while
+        patched), and the step's arguments hashed "+00:00" there but "Z" on replay."""
+        from starflow.history import export_run
+        from starflow.replayer import Replayer
+
+        async with WorkflowEnvironment(f"sqlite:///{tmp_path / 'fake.db'}") as env:
+            handle = await env.start(until_flow)
+            await env.run_until_idle()
+            await env.signal(handle.run_id, "go")
+            await env.run_until_idle()
+            assert (await env.get_run(handle.run_id)).status == "success"
+            history = await export_run(env.adapter, handle.run_id)
+        # Replayed after the environment closed: real datetime, no freezegun.
+        result = await Replayer([until_flow]).replay_history(history)
+        assert result.ok, result.error
 
 
 class TestConcurrentQuiesce:
