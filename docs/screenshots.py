@@ -3,9 +3,11 @@
 Seeds a throwaway SQLite database with runs in every status, serves the app
 with uvicorn on a free 127.0.0.1 port, and photographs the runs page and a
 run page with headless Chromium (Debian's ``chromium`` package, driven by
-Playwright). Run it again after changing the templates or styles::
+Playwright); then sets pool limits, starts a worker that fills one pool to
+its limit, writes a few schedules, and photographs the operations page. Run
+it again after changing the templates or styles::
 
-    python docs/screenshots.py            # writes docs/images/ui-runs.png, ui-run.png
+    python docs/screenshots.py     # writes docs/images/ui-runs.png, ui-run.png, ui-ops.png
 
 Set ``STARFLOW_TEST_CHROMIUM`` if the browser is not at /usr/bin/chromium.
 """
@@ -59,6 +61,21 @@ async def checkout(order_id: str, sku: str, quantity: int, cents: int) -> dict[s
             "tracking": tracking}
 
 
+#: Released once the operations page is photographed: renders hold their pool's slots.
+RENDERS_DONE: dict[str, anyio.Event] = {}
+
+
+@step
+async def render_frames(scene: str) -> int:
+    await RENDERS_DONE["event"].wait()
+    return 240
+
+
+@workflow(name="render", version=2)
+async def render(scene: str) -> int:
+    return await render_frames(scene)
+
+
 @workflow(name="nightly-report", version=1)
 async def nightly_report(day: str) -> dict[str, int]:
     return {"rows": 18211, "day": int(day.replace("-", ""))}
@@ -81,6 +98,20 @@ async def seed(sf: Starflow) -> str:
     for pool in ("gpu", "gpu", None):
         await sf.options(pool=pool).start(nightly_report, "2026-03-03")
     return shown
+
+
+async def seed_operations(sf: Starflow) -> None:
+    """Pool limits, a pool at its limit, and schedules (one paused, one with a run)."""
+    await sf.set_pool_limits("gpu", concurrency=2, rate_limit=(30, timedelta(minutes=1)))
+    await sf.set_pool_limits("payments", concurrency=5, key_concurrency=1)
+    for scene in ("intro", "city-night", "credits"):
+        await sf.options(pool="gpu").start(render, scene)
+    await sf.schedule("nightly-report", nightly_report, "2026-03-04", cron="0 3 * * *",
+                      timezone="Europe/Berlin", catchup=timedelta(hours=6))
+    await sf.trigger_schedule("nightly-report")
+    await sf.schedule("hourly-render", render, "teaser", cron="0 * * * *", pool="gpu",
+                      overlap="buffer_one")
+    await sf.pause_schedule("hourly-render")
 
 
 async def main() -> None:
@@ -114,9 +145,20 @@ async def main() -> None:
                 await page.goto(f"{base}/runs/{run_id}")
                 await page.wait_for_selector("#live-state:not([hidden])")
                 await page.screenshot(path=str(IMAGES / "ui-run.png"), full_page=True)
+                RENDERS_DONE["event"] = anyio.Event()
+                worker = sf.worker(pool="gpu", concurrency=4)
+                tg.start_soon(worker.run)
+                await seed_operations(sf)
+                with anyio.fail_after(30):  # until the worker fills gpu's two slots
+                    while [u.active for u in await sf.pools() if u.pool == "gpu"] != [2]:  # noqa: ASYNC110 - a database poll
+                        await anyio.sleep(0.05)
+                await page.goto(f"{base}/ops")
+                await page.screenshot(path=str(IMAGES / "ui-ops.png"), full_page=True)
+                RENDERS_DONE["event"].set()
+                worker.stop(0)
                 await browser.close()
             server.should_exit = True
-    for name in ("ui-runs.png", "ui-run.png"):
+    for name in ("ui-runs.png", "ui-run.png", "ui-ops.png"):
         sys.stdout.write(f"wrote {IMAGES / name}\n")
 
 

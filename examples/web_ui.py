@@ -3,9 +3,10 @@
 ``create_app(sf, token=...)`` is a Starlette app over an open ``Starflow``:
 serve it with uvicorn (as here) or mount it in your FastAPI/Starlette app.
 This example starts a run that waits for approval, serves the page on a free
-127.0.0.1 port, reads the runs table over HTTP with the access token, then
-approves the run through the page's own form (CSRF token, confirmation) and
-stops. ``--serve`` keeps serving until Ctrl+C, to look at it in a browser.
+127.0.0.1 port, reads the runs table over HTTP with the access token,
+approves the run through the page's own form (CSRF token, confirmation),
+reads the operations page (a pool limit and a schedule are on it) and stops.
+``--serve`` keeps serving until Ctrl+C, to look at it in a browser.
 
     pip install 'starflow-durable[ui]'
     python examples/web_ui.py            # a bounded tour, then exit
@@ -51,6 +52,9 @@ async def main(serve_forever: bool) -> None:
     async with Starflow.open(url) as sf:
         run = await sf.run(purchase, "lamp")
         print("run", run.run_id[:8], "is", run.status)
+        await sf.set_pool_limits("purchases", concurrency=5)
+        await sf.schedule("daily-restock", purchase, "desk", cron="0 6 * * *",
+                          pool="purchases")
 
         app = create_app(sf, token=token)
         server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0,
@@ -81,9 +85,18 @@ async def main(serve_forever: bool) -> None:
                 sent = await client.post(f"/runs/{run.run_id}/signal",
                                          data={**form, "confirmed": "yes"})
                 print("signal sent:", sent.status_code, sent.headers["location"].split("?")[1])
+
+                ops = (await client.get("/ops")).text
+                pool = re.search(r'<tr data-pool="purchases">.*?</tr>', ops, re.S)
+                print("operations page: pool purchases at",
+                      re.findall(r"\d+ / \d+", pool.group(0)) if pool else "missing",
+                      "| schedule daily-restock",
+                      "listed" if 'data-schedule="daily-restock"' in ops else "missing")
             server.should_exit = True
 
         print("result:", await sf.result(run.run_id))
+        await sf.delete_schedule("daily-restock")  # leave no schedule firing behind
+        await sf.set_pool_limits("purchases")  # every limit None: removed
 
 
 if __name__ == "__main__":

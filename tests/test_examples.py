@@ -233,6 +233,8 @@ class TestWebUI:
         assert "runs page: 200 lists the run" in out
         assert "confirmation page: True" in out and "signal sent: 303 done=signal" in out
         assert "result: {'approved_by': 'ana', 'cents': 1999, 'item': 'lamp'}" in out
+        assert ("operations page: pool purchases at ['0 / 5'] | schedule daily-restock "
+                "listed") in out
 
 
 class TestRetention:

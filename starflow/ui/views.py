@@ -28,6 +28,7 @@ __all__ = [
     "human_duration",
     "iso",
     "parse_when",
+    "period",
     "scrub",
     "session_keys",
     "timeline",
@@ -79,6 +80,19 @@ def human_duration(seconds: float | None) -> str:
     else:
         text = f"{int(seconds) // 86400}d{int(seconds) % 86400 // 3600:02d}h"
     return f"-{text}" if negative else text
+
+
+def period(seconds: float | None) -> str:
+    """A period in its largest whole unit: ``1m``, ``90s``, ``6h``, ``2d``, ``250ms``
+    (``-`` for None); one that is no whole number of seconds keeps its fraction."""
+    if seconds is None:
+        return "-"
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        if seconds >= size and seconds % size == 0:
+            return f"{int(seconds // size)}{unit}"
+    if seconds < 1:
+        return f"{seconds * 1000:g}ms"
+    return f"{seconds:g}s"
 
 
 def bucket_label(key: str) -> str:

@@ -4,18 +4,32 @@ from __future__ import annotations
 
 import re
 from contextlib import closing
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import anyio
 import pytest
 
-from starflow import Starflow, StarflowError
+from starflow import Starflow, StarflowError, step, workflow
 from starflow.ui import create_app
 from starflow.ui.app import UI
 
 from .conftest import approval, client_for, quick, with_token
 
 TOKEN = "a-test-token-of-some-length"
+#: Released by a test: the step of ``gated`` waits for it, so its run stays executing.
+GATED: dict[str, anyio.Event] = {}
+
+
+@step
+async def hold(n: int) -> int:
+    await GATED["gate"].wait()
+    return n
+
+
+@workflow(name="ui_gated")
+async def gated(n: int) -> int:
+    return await hold(n)
 
 
 async def events_of(sf: Starflow, run_id: str) -> list[str]:
@@ -26,6 +40,14 @@ def csrf_of(html: str) -> str:
     match = re.search(r'name="csrf" value="([0-9a-f]+)"', html)
     assert match, "no CSRF field in the page"
     return match.group(1)
+
+
+def cells(html: str, row: str) -> list[str]:
+    """The text of each cell of the table row whose tag carries ``row``."""
+    match = re.search(rf"<tr {re.escape(row)}>(.*?)</tr>", html, re.S)
+    assert match, f"no row {row} in the page"
+    return [" ".join(re.sub(r"<[^>]+>", " ", cell).split())
+            for cell in re.findall(r"<td[^>]*>(.*?)</td>", match.group(1), re.S)]
 
 
 def alert(html: str) -> str:
@@ -264,7 +286,7 @@ class TestWhoMay:
             wrong = await client.get("/runs", headers={"Authorization": "Bearer nope"})
             assert wrong.status_code == 401
             posted = await client.post(f"/runs/{run_id}/cancel",
-                                       data={"csrf": app.state.ui.csrf, "confirmed": "yes"})
+                                       data={"csrf": app.state.ui.site.csrf, "confirmed": "yes"})
             assert posted.status_code == 401
         assert (await sf.get_run(run_id)).status == "paused"
 
@@ -287,7 +309,7 @@ class TestWhoMay:
                 response = await client.post(f"/runs/{run_id}/signal", data=data)
                 assert response.status_code == 403 and "CSRF" in alert(response.text)
             # a token from another server (another secret) is not this one's
-            other = create_app(sf).state.ui.csrf
+            other = create_app(sf).state.ui.site.csrf
             response = await client.post(f"/runs/{run_id}/cancel",
                                          data={"csrf": other, "confirmed": "yes"})
             assert response.status_code == 403
@@ -300,7 +322,7 @@ class TestWhoMay:
         app = create_app(sf)
         async with client_for(app, origin="http://evil.example") as client:
             response = await client.post(f"/runs/{run_id}/cancel", data={
-                "csrf": app.state.ui.csrf, "confirmed": "yes"})
+                "csrf": app.state.ui.site.csrf, "confirmed": "yes"})
         assert response.status_code == 403 and "another site" in alert(response.text)
         assert (await sf.get_run(run_id)).status == "paused"
 
@@ -326,7 +348,7 @@ class TestLive:
         ui: UI = create_app(sf, poll_interval=0.02).state.ui
         got: list[str] = []
         with anyio.fail_after(10):
-            stream = ui._run_changes(run_id)
+            stream = ui.live.run_changes(run_id)
             assert (await anext(stream)).startswith("retry:")
             first = anext(stream)
 
@@ -354,7 +376,7 @@ class TestLive:
 
         ui: UI = create_app(sf, poll_interval=0.02).state.ui
         with anyio.fail_after(10):
-            stream = ui._table_changes(RunPageQuery())
+            stream = ui.live.table_changes(RunPageQuery())
             await anext(stream)
             first = anext(stream)
 
@@ -381,7 +403,7 @@ class TestOps:
         async with client_for(create_app(sf)) as client:
             html = (await client.get("/ops")).text
         assert "Mirror outbox" in html and "Wake a run by token" in html
-        assert "<td>gpu</td><td>1</td>" in html and queued  # one queued in pool gpu
+        assert cells(html, 'data-pool="gpu"')[:3] == ["gpu", "1", "0"] and queued
         assert stale[:8] in html and "runner-gone" in html
         assert "Stuck runs" in html and '<table class="runs" id="stuck">' in html
         assert queued[:8] not in html.split('id="stuck"')[1]  # queued just now
@@ -404,6 +426,122 @@ class TestOps:
         stuck = html.split('id="stuck"')[1].split("</table>")[0]
         assert queued[:8] in stuck and fresh[:8] not in stuck
         assert "<td>nobody</td>" in stuck
+
+
+class TestOpsPoolsAndSchedules:
+    """The operations page's pools (limits and use) and schedules: values, escaping,
+    empty states, scope."""
+
+    async def test_empty(self, sf: Starflow) -> None:
+        async with client_for(create_app(sf)) as client:
+            html = (await client.get("/ops")).text
+        assert "no pool has limits, queued or executing runs" in html
+        assert "no schedules (create one with" in html
+        assert "Schedules <span class=\"muted\">(0)</span>" in html
+
+    async def test_pool_limits_and_use(self, sf: Starflow) -> None:
+        """Limits show beside what the pool uses now; a reached one is marked; runs
+        for any pool get their own row."""
+        gate = anyio.Event()
+        await sf.set_pool_limits("pay", concurrency=1, rate_limit=(5, timedelta(minutes=1)),
+                                 key_concurrency=1)
+        await sf.set_pool_limits("idle", rate_limit=(100, timedelta(hours=1)))
+        GATED["gate"] = gate
+        worker = sf.worker(pool="pay", concurrency=4)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(worker.run)
+            first = (await sf.options(pool="pay").start(gated, 1)).run_id
+            await sf.options(pool="pay").start(gated, 2)
+            with anyio.fail_after(10):
+                while (await sf.get_run(first)).status != "running":  # noqa: ASYNC110
+                    await anyio.sleep(0.02)
+            async with client_for(create_app(sf)) as client:
+                html = (await client.get("/ops")).text
+            gate.set()
+            worker.stop(0)
+        # concurrency 1 holds the second run back: 1 queued, 1 executing, limit reached
+        assert cells(html, 'data-pool="pay"') == ["pay", "1", "1", "1 / 1", "1 / 5 per 1m",
+                                                  "1 per key"]
+        pay = html.split('data-pool="pay"')[1].split("</tr>")[0]
+        assert '<td class="limit full">1 / 1</td>' in pay
+        assert '<td class="limit">1 / 5 per 1m</td>' in pay  # not reached
+        assert cells(html, 'data-pool="idle"') == ["idle", "0", "0", "none",
+                                                   "0 / 100 per 1h", "none"]
+        assert "data-pool-any" not in html  # nothing queued or running for any pool
+        await sf.start(quick, 3)  # for any pool, with no worker left to claim it
+        async with client_for(create_app(sf)) as client:
+            html = (await client.get("/ops")).text
+        assert cells(html, "data-pool-any") == ["any pool", "1", "0", "none", "none", "none"]
+
+    async def test_schedules(self, tmp_path: Any) -> None:
+        """Each schedule with its cron, state (active, paused, late), next tick, last run
+        and counters; arguments are folded and scrubbed like a run's input."""
+        from starflow.schedules import ScheduleLoop
+        from starflow_testing import FakeClock
+
+        clock = FakeClock(datetime(2030, 1, 1, tzinfo=UTC))
+        async with Starflow.open(f"sqlite:///{tmp_path / 'sched.db'}", clock=clock,
+                                 maintenance=False) as sf:
+            await sf.schedule("every-5", quick, 1, cron="*/5 * * * *", overlap="allow",
+                              catchup=timedelta(hours=6), pool="batch")
+            await sf.schedule("nightly", quick, 2, cron="30 3 * * *",
+                              timezone="Europe/Berlin")
+            token = (await sf.run(with_token)).wake_token
+            await sf.schedule("quiet", quick, 3, cron="0 * * * *")
+            await sf.pause_schedule("quiet")
+            await clock.advance(timedelta(minutes=6))
+            await ScheduleLoop(sf.runner).fire_due()  # fires every-5's 00:05 tick
+            last = (await sf.get_schedule("every-5")).last_run_id
+            assert last is not None and token is not None
+            await clock.advance(timedelta(hours=2))  # and then no loop runs for 2 h
+            async with client_for(create_app(sf)) as client:
+                html = (await client.get("/ops")).text
+        assert "Schedules <span class=\"muted\">(3 · 1 paused · " in html
+        assert '<span class="err">1 late</span>' in html
+        assert cells(html, 'data-schedule="every-5"')[:8] == [
+            "every-5", "ui_quick v1 pool batch", "*/5 * * * * UTC overlap allow · catch-up 6h",
+            "late 1h56m", "2030-01-01T00:10:00.000Z", f"{last[:8]} queued "
+            "2030-01-01T00:05:00.000Z", "1", "0 missed 0 overlap"]
+        assert f'href="http://127.0.0.1/runs/{last}"' in html
+        assert cells(html, 'data-schedule="nightly"')[2:6] == [
+            "30 3 * * * Europe/Berlin overlap skip", "active", "2030-01-01T02:30:00.000Z "
+            "in 24m00s", "none yet"]
+        assert cells(html, 'data-schedule="quiet"')[3:5] == ["paused", "-"]
+
+    async def test_hostile_names_are_escaped(self, sf: Starflow) -> None:
+        """Names and arguments are text on the page, never markup; tokens in arguments
+        are redacted."""
+        from starflow.tokens import REDACTED
+
+        hostile = '<img src=x onerror="alert(1)">'
+        token = (await sf.run(with_token)).wake_token
+        assert token is not None
+        await sf.set_pool_limits(hostile, concurrency=2)
+        await sf.schedule(hostile, quick, 1, cron="0 3 * * *", pool=hostile)
+        await sf.schedule("args", approval, f"</pre><script>alert(2)</script> {token}",
+                          cron="0 4 * * *")
+        async with client_for(create_app(sf)) as client:
+            html = (await client.get("/ops")).text
+        assert "<img src=x" not in html and "<script>alert" not in html
+        escaped = "&lt;img src=x onerror=&#34;alert(1)&#34;&gt;"
+        assert f'<tr data-pool="{escaped}">' in html
+        assert f'<tr data-schedule="{escaped}">' in html
+        assert cells(html, f'data-pool="{escaped}"')[:4] == [escaped, "0", "0", "0 / 2"]
+        assert "&lt;/pre&gt;&lt;script&gt;alert(2)&lt;/script&gt;" in html
+        assert token not in html and REDACTED in html
+
+    async def test_other_workspaces_not_shown(self, sf: Starflow, tmp_path: Any) -> None:
+        """Pools and schedules of another workspace on the same database stay out."""
+        async with Starflow.open(f"sqlite:///{tmp_path / 'ui.db'}", workspace_id="elsewhere",
+                                 maintenance=False) as other:
+            await other.set_pool_limits("their-pool", concurrency=3)
+            await other.schedule("their-schedule", quick, 1, cron="0 3 * * *")
+        await sf.set_pool_limits("our-pool", concurrency=1)
+        async with client_for(create_app(sf)) as client:
+            html = (await client.get("/ops")).text
+        assert 'data-pool="our-pool"' in html
+        assert "their-pool" not in html and "their-schedule" not in html
+        assert "no schedules" in html
 
 
 async def test_mounted_in_another_app(sf: Starflow) -> None:
@@ -435,7 +573,7 @@ async def test_run_stream_from_the_warm_tier(tmp_path: Any) -> None:
         ui: UI = create_app(sf, poll_interval=30).state.ui  # a poll would time out here
         got: list[str] = []
         with anyio.fail_after(10):
-            stream = ui._run_changes(run_id)
+            stream = ui.live.run_changes(run_id)
             await anext(stream)
 
             async def signal_soon() -> None:
@@ -509,9 +647,9 @@ async def test_all_workspaces(tmp_path: Any) -> None:
 
 async def test_long_timeline_shows_its_ends(sf: Starflow, monkeypatch: Any) -> None:
     """A run with many events shows the first and last ones and says how many it skips."""
-    from starflow.ui import app as ui_app
+    from starflow.ui import pages as ui_pages
 
-    monkeypatch.setattr(ui_app, "TIMELINE_EDGE", 2)
+    monkeypatch.setattr(ui_pages, "TIMELINE_EDGE", 2)
     run_id = (await sf.run(approval, "lamp")).run_id
     total = len(await sf.events(run_id))
     async with client_for(create_app(sf)) as client:
@@ -525,7 +663,7 @@ async def test_streams_catch_up_with_a_stale_page(sf: Starflow) -> None:
     """A change between a page's render and its stream's first read is reported:
     the stream compares with the version the page was rendered at."""
     from starflow.adapters.pages import RunPageQuery
-    from starflow.ui.app import page_version, run_version
+    from starflow.ui.live import page_version, run_version
 
     run_id = (await sf.run(approval, "lamp")).run_id
     events = await sf.events(run_id)
@@ -533,18 +671,18 @@ async def test_streams_catch_up_with_a_stale_page(sf: Starflow) -> None:
     table = page_version(await sf.adapter.list_runs_page(RunPageQuery()))
     ui: UI = create_app(sf, poll_interval=0.02).state.ui
     with anyio.fail_after(10):
-        current = ui._run_changes(run_id, rendered)
+        current = ui.live.run_changes(run_id, rendered)
         await anext(current)
         with anyio.move_on_after(0.2) as quiet:  # up to date: nothing to say
             await anext(current)
         assert quiet.cancelled_caught
         await current.aclose()
         await sf.cancel(run_id)  # changes after the render, before the stream starts
-        stale = ui._run_changes(run_id, rendered)
+        stale = ui.live.run_changes(run_id, rendered)
         assert (await anext(stale)).startswith("retry:")
         assert (await anext(stale)).startswith("event: changed")
         await stale.aclose()
-        stale_table = ui._table_changes(RunPageQuery(), table)
+        stale_table = ui.live.table_changes(RunPageQuery(), table)
         await anext(stale_table)
         assert (await anext(stale_table)).startswith("event: changed")
         await stale_table.aclose()
@@ -572,4 +710,13 @@ async def test_on_postgres() -> None:
                 "csrf": csrf_of(html), "event": "approve", "payload": '{"ok": true}',
                 "confirmed": "yes"})
             assert sent.status_code == 303
+            await sf.set_pool_limits("pg-pool", concurrency=2, rate_limit=(9, timedelta(hours=1)))
+            await sf.options(pool="pg-pool").start(quick, 1)
+            await sf.schedule("pg-nightly", quick, 1, cron="0 3 * * *", pool="pg-pool")
+            ops = (await client.get("/ops")).text
+            assert cells(ops, 'data-pool="pg-pool"') == ["pg-pool", "1", "0", "0 / 2",
+                                                         "0 / 9 per 1h", "none"]
+            assert cells(ops, 'data-schedule="pg-nightly"')[:4] == [
+                "pg-nightly", "ui_quick v1 pool pg-pool", "0 3 * * * UTC overlap skip",
+                "active"]
         assert (await sf.get_run(run_id)).status == "success"

@@ -175,3 +175,95 @@ async def test_find_signal_watch_and_cancel(sf: Starflow) -> None:
     assert await status_of(sf, desk) == "cancelled"
     assert "run_cancelled" in [e.event_type for e in await sf.events(desk)]
     assert await status_of(sf, done) == "success"
+
+
+@step
+async def hold_slot(n: int) -> int:
+    await GATE["slot"].wait()
+    return n
+
+
+@workflow(name="ui_browser_slot")
+async def slot(n: int) -> int:
+    return await hold_slot(n)
+
+
+async def cells(page: Any, row: str) -> list[str]:
+    return [" ".join(t.split()) for t in await page.locator(f"{row} td").all_inner_texts()]
+
+
+@pytest.mark.timeout(90)
+async def test_operations_page_pools_and_schedules(sf: Starflow) -> None:
+    """The operations page before anything exists (empty states), then with pool
+    limits in use and schedules in every state: the values rendered, a reached limit
+    in red, hostile names shown as text and never run, a last run one click away."""
+    from datetime import timedelta
+
+    executable = chromium_path()
+    from playwright.async_api import async_playwright
+
+    hostile = '<img src=x onerror="window.__xss=1">'
+    GATE["slot"] = anyio.Event()
+    worker = sf.worker(pool="pay", concurrency=4)
+    app = create_app(sf, token=TOKEN, poll_interval=0.1)
+    async with anyio.create_task_group() as tg, serve(app) as base, \
+            async_playwright() as pw:
+        browser = await pw.chromium.launch(executable_path=executable, headless=True,
+                                           args=["--no-sandbox", "--disable-gpu"])
+        try:
+            page = await browser.new_page()
+            page.set_default_timeout(10_000)
+            await page.goto(f"{base}/?token={TOKEN}")
+            await page.click("nav a:has-text('Operations')")
+            await page.wait_for_url("**/ops")
+            assert "no pool has limits, queued or executing runs" in \
+                await page.inner_text("#pools")
+            assert "no schedules" in await page.inner_text("#schedules")
+
+            await sf.set_pool_limits("pay", concurrency=1,
+                                     rate_limit=(5, timedelta(minutes=1)))
+            await sf.set_pool_limits(hostile, concurrency=2, key_concurrency=1)
+            tg.start_soon(worker.run)
+            first = (await sf.options(pool="pay").start(slot, 1)).run_id
+            await sf.options(pool="pay").start(slot, 2)
+            await until(sf, first, "running")
+            await sf.schedule("nightly", quick, 1, cron="0 3 * * *")
+            last = (await sf.trigger_schedule("nightly")).run_id
+            await until(sf, last, "success")  # the worker serves runs for any pool too
+            await sf.schedule("quiet", quick, 2, cron="0 * * * *")
+            await sf.pause_schedule("quiet")
+            stale = await sf.schedule("stale", quick, 3, cron="*/5 * * * *")
+            past = sf.clock.now() - timedelta(hours=2, minutes=1)
+            assert await sf.adapter.update_schedule(
+                "stale", stale.revision, {"next_fire_at": past, "due_at": past},
+                now=sf.clock.now())  # as if no maintenance loop had run for two hours
+            await sf.schedule(hostile, quick, 4, cron="0 4 * * *", pool=hostile)
+
+            await page.reload()
+            assert await cells(page, 'tr[data-pool="pay"]') == [
+                "pay", "1", "1", "1 / 1", "1 / 5 per 1m", "none"]
+            full = page.locator('tr[data-pool="pay"] td.limit.full')
+            assert await full.inner_text() == "1 / 1"
+            assert await full.evaluate("e => getComputedStyle(e).color") == "rgb(179, 38, 30)"
+            names = await page.locator("#pools tbody td:first-child").all_inner_texts()
+            assert hostile in names
+            ids = await page.locator("#schedules tbody td:first-child").all_inner_texts()
+            assert ids == [hostile, "nightly", "quiet", "stale"]
+            assert await page.locator("main img, main script").count() == 0
+            assert await page.evaluate("window.__xss === undefined")
+
+            heading = " ".join((await page.inner_text("#schedules h2")).split())
+            assert heading == "Schedules (4 · 1 paused · 1 late)"
+            assert (await cells(page, 'tr[data-schedule="stale"]'))[3].startswith("late 2h")
+            assert (await cells(page, 'tr[data-schedule="quiet"]'))[3] == "paused"
+            nightly = await cells(page, 'tr[data-schedule="nightly"]')
+            assert nightly[2] == "0 3 * * * UTC overlap skip" and nightly[3] == "active"
+            assert nightly[5].startswith(f"{last[:8]} success")
+
+            await page.click(f'tr[data-schedule="nightly"] a:has-text("{last[:8]}")')
+            await page.wait_for_url(f"**/runs/{last}")
+            await page.wait_for_selector('[data-run-status="success"]')
+        finally:
+            await browser.close()
+            GATE["slot"].set()
+            worker.stop(0)

@@ -123,3 +123,8 @@ class TestFolding:
     def test_durations(self) -> None:
         assert [views.human_duration(s) for s in (None, 0.25, 12, 245, 7380, 273600)] == \
             ["-", "250ms", "12.0s", "4m05s", "2h03m", "3d04h"]
+
+    def test_periods(self) -> None:
+        """A rate limit's period or a catch-up window in its largest whole unit."""
+        assert [views.period(s) for s in (None, 60, 90, 3600, 21600, 172800, 0.25, 1.5)] == \
+            ["-", "1m", "90s", "1h", "6h", "2d", "250ms", "1.5s"]

@@ -1,0 +1,209 @@
+"""The pages that write: signal, cancel and retry a run, wake one by token.
+
+Each is a POST with the CSRF token (:meth:`Site.form`), confirmed on a second
+page before anything is written, and writes through the same
+:class:`~starflow.Starflow` methods the CLI uses (``signal``, ``cancel``,
+``retry``, ``resume``). Every check runs before the write: bad input is
+answered on the page, with nothing written.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from ..errors import InvalidWakeToken, StarflowError, WorkflowDefinitionError
+from ..records import RunInfo
+from ..waits import check_event
+from . import views
+from .site import BadInput, Site, failure, see_other
+
+if TYPE_CHECKING:
+    from starlette.requests import Request
+    from starlette.responses import Response
+
+    from .pages import Pages
+
+__all__ = ["Actions"]
+
+#: How long a confirmation page for a wake by token stays valid.
+PENDING_TTL = 300.0
+#: Most wakes by token awaiting confirmation at once.
+PENDING_MAX = 1000
+
+
+@dataclass
+class _Pending:
+    token: str
+    payload: Any
+    expires: float
+
+
+class Actions:
+    """The actions of one scope; a refused one is shown on the page it came from
+    (a run's page, or the operations page for a wake by token)."""
+
+    def __init__(self, site: Site, pages: Pages) -> None:
+        self.site = site
+        self.pages = pages
+        self._pending: dict[str, _Pending] = {}
+
+    async def _inline_code(self, run: RunInfo, action: str) -> None:
+        """An inline run is driven by whoever wakes it: refuse before writing if this
+        server cannot import its workflow."""
+        try:
+            await self.site.sf.runner.resolve(run)
+        except WorkflowDefinitionError:
+            raise BadInput(
+                f"run {run.id} was started inline, so whoever wakes it drives it, and "
+                f"workflow {run.template_id!r} v{run.workflow_version} is not registered "
+                f"in this server: start starflow ui with --app MODULE (the module that "
+                f"defines it), or {action} it from a process that has the code; nothing "
+                "was written", 409) from None
+
+    async def action(self, request: Request) -> Response:
+        run_id = request.path_params["run_id"]
+        verb = request.path_params["action"]
+        try:
+            form = await self.site.form(request)
+            run = await self.site.run_or_404(run_id)
+            handler = {"signal": self._signal, "cancel": self._cancel,
+                       "retry": self._retry}.get(verb)
+            if handler is None:
+                raise BadInput(f"no action {verb!r}: signal, cancel or retry", 404)
+            return await handler(request, run, form)
+        except BadInput as exc:
+            return await self.pages.run(request, error=str(exc), status=exc.status)
+        except StarflowError as exc:
+            return await self.pages.run(request, error=failure(exc), status=409)
+
+    def _confirm(self, request: Request, description: str, fields: Mapping[str, str],
+                 run: RunInfo | None = None, payload: views.FoldedJSON | None = None
+                 ) -> Response:
+        return self.site.render(request, "confirm.html", description=description,
+                                fields=dict(fields), run=run, payload=payload,
+                                action=str(request.url.path))
+
+    async def _signal(self, request: Request, run: RunInfo, form: Mapping[str, str]
+                      ) -> Response:
+        sf = self.site.sf
+        event = form.get("event", "").strip()
+        raw = form.get("payload", "").strip() or "null"
+        problems = []
+        try:
+            check_event(event, "signal", run_id=run.id)
+        except StarflowError as exc:
+            problems.append(str(exc))
+        try:
+            payload = msgspec.json.decode(raw)
+        except msgspec.DecodeError as exc:
+            problems.append(f"the payload is not valid JSON ({exc}): write e.g. "
+                            '{"ok": true}, or "text" for a string')
+            payload = None
+        if problems:
+            raise BadInput("; ".join(problems) + "; nothing was written")
+        if run.is_terminal:
+            raise BadInput(f"run {run.id} has ended ({run.status}): no wait can take a "
+                           "signal; nothing was written", 409)
+        if run.status == "paused":
+            waits = views.waiting_on(run, await sf.adapter.list_waits(run.id), sf.clock.now())
+            events = sorted({w.event for w in waits if w.event})
+            if event not in events:
+                raise BadInput(
+                    f"run {run.id} is paused waiting for "
+                    f"{', '.join(repr(e) for e in events) or 'a timer (sleeping)'}, not "
+                    f"{event!r}: no wait of it can take this signal now; nothing was written",
+                    409)
+            if run.start_mode == "inline":
+                await self._inline_code(run, "signal")
+        if form.get("confirmed") != "yes":
+            return self._confirm(request, f"Send signal {event!r} to run {run.id}?",
+                                 {"event": event, "payload": raw}, run=run,
+                                 payload=views.fold_json(payload))
+        await sf.signal(run.id, event, payload)
+        return see_other(request, run.id, "signal")
+
+    async def _cancel(self, request: Request, run: RunInfo, form: Mapping[str, str]
+                      ) -> Response:
+        if run.is_terminal:
+            raise BadInput(f"run {run.id} has already ended ({run.status}); nothing was "
+                           "written", 409)
+        if form.get("confirmed") != "yes":
+            return self._confirm(request, f"Cancel run {run.id} ({run.template_id}, now "
+                                 f"{run.status})? It gets RunCancelled where it waits "
+                                 "or runs and may run its cleanup steps.", {}, run=run)
+        await self.site.sf.cancel(run.id)
+        return see_other(request, run.id, "cancel")
+
+    async def _retry(self, request: Request, run: RunInfo, form: Mapping[str, str]
+                     ) -> Response:
+        if run.status != "error":
+            raise BadInput(f"run {run.id} is {run.status}: only a run that ended in error "
+                           "can be retried; nothing was written", 409)
+        if run.start_mode == "inline":
+            await self._inline_code(run, "retry")
+        if form.get("confirmed") != "yes":
+            return self._confirm(request, f"Retry run {run.id} ({run.template_id}) from its "
+                                 "recorded history? Recorded steps are not run again.", {},
+                                 run=run)
+        await self.site.sf.retry(run.id)
+        return see_other(request, run.id, "retry")
+
+    async def wake(self, request: Request) -> Response:
+        """Wake by token: checked (signature, scope, expiry, the run) before the
+        confirmation; the token is kept here, never put back into a page."""
+        sf = self.site.sf
+        try:
+            form = await self.site.form(request)
+            self._expire_pending()
+            pending_id = form.get("pending")
+            if pending_id:
+                pending = self._pending.pop(pending_id, None)
+                if pending is None:
+                    raise BadInput("this confirmation has expired (5 minutes) or was used; "
+                                   "enter the token again; nothing was written")
+                handle = await sf.resume(pending.token, pending.payload)
+                return see_other(request, handle.run_id, "wake")
+            token = "".join(form.get("token", "").split())
+            raw = form.get("payload", "").strip() or "null"
+            try:
+                payload = msgspec.json.decode(raw)
+            except msgspec.DecodeError as exc:
+                raise BadInput(f"the payload is not valid JSON ({exc}); nothing was "
+                               "written") from None
+            if not token:
+                raise BadInput("paste the wake token to use; nothing was written")
+            adapter = sf.adapter
+            claims = sf.runner.keyring.verify(token, workspace_id=adapter.workspace_id,
+                                              env=adapter.env, now=sf.clock.now())
+            run = await self.site.run_or_404(claims.r)
+            if run.is_terminal:
+                raise BadInput(f"run {run.id} has ended ({run.status}): its token cannot "
+                               "wake it; nothing was written", 409)
+            if run.start_mode == "inline" and run.status == "paused":
+                await self._inline_code(run, "wake")
+            if len(self._pending) >= PENDING_MAX:
+                raise BadInput("too many wakes waiting for confirmation; try again in a few "
+                               "minutes", 429)
+            pending_id = secrets.token_urlsafe(24)
+            self._pending[pending_id] = _Pending(token, payload,
+                                                 time.monotonic() + PENDING_TTL)
+            return self._confirm(request, f"Wake run {run.id} at {claims.n} with this "
+                                 "payload?", {"pending": pending_id}, run=run,
+                                 payload=views.fold_json(payload))
+        except BadInput as exc:
+            return await self.pages.ops(request, error=str(exc), status=exc.status)
+        except InvalidWakeToken as exc:
+            return await self.pages.ops(request, error=failure(exc), status=400)
+        except StarflowError as exc:
+            return await self.pages.ops(request, error=failure(exc), status=409)
+
+    def _expire_pending(self) -> None:
+        now = time.monotonic()
+        for key in [k for k, p in self._pending.items() if p.expires < now]:
+            del self._pending[key]

@@ -1,0 +1,113 @@
+"""The pages that read: the runs table, a run, and the operations page.
+
+Each is a GET that never changes state; it reads through the scope's open
+:class:`~starflow.Starflow` (the cold tier, the authority) and renders a
+template. A page that lives (the runs table, a run) carries the version it
+was rendered at, for its event stream (:mod:`starflow.ui.live`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+from urllib.parse import urlencode
+
+from ..adapters.pages import RunPage
+from ..errors import StarflowError
+from ..records import RUN_STATUSES
+from . import views
+from .live import page_version, run_version
+from .operations import load_operations
+from .site import FILTERS, BadInput, Site
+
+if TYPE_CHECKING:
+    from starlette.requests import Request
+    from starlette.responses import Response
+
+__all__ = ["Pages"]
+
+#: A run's page shows its first and last this many events (a long run's page stays small).
+TIMELINE_EDGE = 1000
+#: What a run's page says after an action redirected to it (``?done=``).
+DONE = {
+    "signal": "Signal sent.",
+    "cancel": "Run cancelled.",
+    "retry": "Run retried.",
+    "wake": "Run woken through its token.",
+}
+
+
+class Pages:
+    """The read-only pages of one scope."""
+
+    def __init__(self, site: Site) -> None:
+        self.site = site
+
+    async def runs(self, request: Request) -> Response:
+        site = self.site
+        params = dict(request.query_params)
+        try:
+            query, filters = site.query_from(params)
+            page = await site.sf.adapter.list_runs_page(query)
+        except (BadInput, StarflowError) as exc:
+            filters = {k: params.get(k, "") for k in FILTERS}
+            return site.render(request, "runs.html", 400, filters=filters, page=RunPage(runs=[]),
+                               error=str(exc), qs="", next_qs=None, first=True,
+                               partial=bool(params.get("partial")))
+        qs = urlencode(filters)
+        status_links = {s: urlencode({**filters, "status": s}) for s in RUN_STATUSES}
+        next_qs = (urlencode({**filters, "after": page.next.encode(),
+                              **({"limit": str(query.limit)} if params.get("limit") else {})})
+                   if page.next else None)
+        name = "_runs.html" if params.get("partial") else "runs.html"
+        return site.render(request, name, filters=filters, page=page, qs=qs, next_qs=next_qs,
+                           version=page_version(page),
+                           status_links=status_links,
+                           first=query.after is None, error=None, limit=query.limit)
+
+    async def run(self, request: Request, *, message: str | None = None,
+                  error: str | None = None, status: int = 200,
+                  run_id: str | None = None) -> Response:
+        site = self.site
+        run_id = run_id or request.path_params["run_id"]
+        try:
+            run = await site.run_or_404(run_id)
+        except BadInput as exc:
+            return site.render(request, "error.html", exc.status, error=str(exc))
+        sf = site.sf
+        events = await sf.adapter.list_events(run_id)
+        waits = [] if run.is_terminal else await sf.adapter.list_waits(run_id)
+        now = sf.clock.now()
+        session = []
+        for session_id, key in views.session_keys(events):
+            value = await sf.session_get(session_id, key)
+            session.append((session_id, key, views.fold_json(value)))
+        timeline = views.timeline(run, events)
+        hidden = max(0, len(timeline) - 2 * TIMELINE_EDGE)
+        done = request.query_params.get("done")
+        if message is None and done in DONE:
+            message = DONE[done]
+        context = {
+            "run": run,
+            "run_error": views.scrub(run.error) if run.error else None,
+            "cause": views.failure_cause(run, events) if run.status == "error" else None,
+            "timeline": timeline[:TIMELINE_EDGE] + timeline[-TIMELINE_EDGE:]
+            if hidden else timeline,
+            "timeline_total": len(timeline), "timeline_hidden": hidden,
+            "waiting": views.waiting_on(run, waits, now),
+            "input": views.fold_json(run.input_json),
+            "result": views.fold_json(run.result_json) if run.status == "success" else None,
+            "session": session,
+            "lease_expired": run.lease_until is not None and run.lease_until < now,
+            "parent_run_id": getattr(run, "parent_run_id", None),
+            "message": message, "error": error,
+            "live": not run.is_terminal,
+            "version": run_version(run.status, events[-1].id if events else 0),
+            "signal_event": request.query_params.get("event", ""),
+        }
+        name = "_run.html" if request.query_params.get("partial") else "run.html"
+        return site.render(request, name, status, **context)
+
+    async def ops(self, request: Request, *, error: str | None = None, status: int = 200
+                  ) -> Response:
+        ops = await load_operations(self.site.sf)
+        return self.site.render(request, "ops.html", status, error=error, **ops.context())
