@@ -400,6 +400,9 @@ class TestFamily:
 # ---------------------------------------------------------------------------
 
 PLAN_RUNS = 60_000
+#: PostgreSQL: enough runs that deleting a batch of 500 by id is cheaper through
+#: the primary key than by a scan (at 60,000 the planner may rightly scan).
+PLAN_RUNS_PG = 200_000
 
 
 def _prune_statements(d: Any, ids: list[str]) -> list[tuple[str, str, tuple[Any, ...]]]:
@@ -426,7 +429,7 @@ def _prune_statements(d: Any, ids: list[str]) -> list[tuple[str, str, tuple[Any,
 
 
 class TestPlans:
-    """Every statement of a prune batch is an index search with 60,000 ended runs
+    """Every statement of a prune batch is an index search with many ended runs
     (and their events) in the table, on both databases: the batch from
     ``idx_workflow_runs_ended`` (or, by workflow, an index that holds the
     workflow's runs), each delete on its table's ``run_id`` index."""
@@ -445,9 +448,9 @@ class TestPlans:
                     SELECT gen_random_uuid(), 'ws' || (g % 2), 'prod', 'wf-' || (g / 2 % 20),
                            'success', $1::timestamptz + g * interval '1 minute',
                            $1::timestamptz + g * interval '1 minute', 'complete'
-                    FROM generate_series(1, {PLAN_RUNS}) g RETURNING id, started_at)
+                    FROM generate_series(1, {PLAN_RUNS_PG}) g RETURNING id, started_at)
                 INSERT INTO workflow_run_events (run_id, event_type, created_at)
-                SELECT id, 'node_complete', started_at FROM runs, generate_series(1, 4)""",
+                SELECT id, 'node_complete', started_at FROM runs, generate_series(1, 2)""",
                 START)
             await conn.execute("ANALYZE")
             ids = [str(r[0]) for r in await conn.fetch(
@@ -459,8 +462,9 @@ class TestPlans:
                 raw = await conn.fetchval(f"EXPLAIN (FORMAT JSON) {sql}", *args)
                 plan = raw if isinstance(raw, list) else json.loads(raw)
                 nodes = list(_plan_nodes(plan))
-                assert "Seq Scan" not in {n.get("Node Type") for n in nodes}, \
-                    (what, json.dumps(plan, indent=1))
+                scanned = {n.get("Relation Name") for n in nodes
+                           if n.get("Node Type") == "Seq Scan"}
+                assert not scanned, (what, scanned, json.dumps(plan, indent=1))
                 indexes = {n["Index Name"] for n in nodes if "Index Name" in n}
                 if what.startswith("select workflow=None"):
                     assert indexes == {"idx_workflow_runs_ended"}, (what, indexes)
