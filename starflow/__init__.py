@@ -11,6 +11,7 @@ from ._version import __version__
 from .adapters.base import WorkflowStateAdapter
 from .app import Starflow
 from .attributes import set_attributes
+from .children import ChildHandle, start_child
 from .clock import Clock, SystemClock
 from .config import StarflowConfig
 from .context import WorkflowContext, context
@@ -22,25 +23,33 @@ from .errors import (
     InvalidArgument,
     InvalidWakeToken,
     LeaseLostError,
+    NodeNotInHistory,
     NonDeterminismError,
+    OutsideWorkflow,
     ReservedKeyError,
     ResultTimeout,
     RunCancelled,
     RunFinished,
     RunIdConflict,
+    RunNotEnded,
     RunNotFound,
     ScheduleNotFound,
     SerializationError,
     StarflowError,
     StepFailed,
+    StepTimeout,
     StorageError,
+    StreamClosed,
     UpdateRejected,
     WaitTimeout,
     WarmTierError,
     WorkflowDefinitionError,
     WorkflowFailed,
+    WorkflowTimeout,
 )
+from .events import close_stream, set_event, write_stream
 from .failure import RunFailure
+from .forks import continue_as_new
 from .jobs import JobWorker
 from .progress import progress
 from .records import PoolLimits, PoolUsage, RunEvent, RunInfo, ScheduleRecord
@@ -53,6 +62,7 @@ from .warm.base import LiveRun
 from .workflow_logger import logger
 
 __all__ = [
+    "ChildHandle",
     "Clock",
     "ConfigError",
     "CopyRefused",
@@ -62,7 +72,9 @@ __all__ = [
     "JobWorker",
     "LeaseLostError",
     "LiveRun",
+    "NodeNotInHistory",
     "NonDeterminismError",
+    "OutsideWorkflow",
     "PoolLimits",
     "PoolUsage",
     "PruneReport",
@@ -76,6 +88,7 @@ __all__ = [
     "RunHandle",
     "RunIdConflict",
     "RunInfo",
+    "RunNotEnded",
     "RunNotFound",
     "ScheduleNotFound",
     "ScheduleRecord",
@@ -84,7 +97,9 @@ __all__ = [
     "StarflowConfig",
     "StarflowError",
     "StepFailed",
+    "StepTimeout",
     "StorageError",
+    "StreamClosed",
     "SystemClock",
     "UpdateRejected",
     "UpdateRequest",
@@ -94,8 +109,11 @@ __all__ = [
     "WorkflowDefinitionError",
     "WorkflowFailed",
     "WorkflowStateAdapter",
+    "WorkflowTimeout",
     "__version__",
+    "close_stream",
     "context",
+    "continue_as_new",
     "logger",
     "now",
     "patched",
@@ -104,10 +122,13 @@ __all__ = [
     "session_get",
     "session_set",
     "set_attributes",
+    "set_event",
     "sleep",
+    "start_child",
     "step",
     "wait_for",
     "wait_for_any",
     "wake_token",
     "workflow",
+    "write_stream",
 ]

@@ -18,7 +18,7 @@ from .adapters.base import WorkflowStateAdapter
 from .attributes import encode_attributes
 from .clock import Clock, SystemClock
 from .config import StarflowConfig, check_concurrency, int_problem
-from .decorators import WorkflowDefinition, definition_of, registry
+from .decorators import WorkflowDefinition, definition_of, registry, timeout_problem
 from .errors import (
     ConfigError,
     InvalidArgument,
@@ -32,6 +32,8 @@ from .errors import (
     UpdateRejected,
     WorkflowDefinitionError,
 )
+from .events import DataReader
+from .forks import fork_run
 from .jobs import JobWorker
 from .limits import check_name, name_problem, normalize_run_id
 from .logs import get_logger
@@ -254,7 +256,8 @@ class Starflow:
     def options(self, *, run_id: str | None = None, pool: str | None = None,
                 priority: int = 0, concurrency_key: str | None = None,
                 dedup_key: str | None = None, debounce: timedelta | None = None,
-                debounce_key: str | None = None) -> RunOptions:
+                debounce_key: str | None = None, timeout: timedelta | None = None
+                ) -> RunOptions:
         """Start options that type checkers see: ``sf.options(run_id=i).run(wf, x)``.
 
         ``sf.run(wf, x, run_id=i)`` works too, but a type checker cannot check
@@ -274,6 +277,10 @@ class Starflow:
                 ``debounce_key`` (same workflow and pool) before it is claimed
                 replaces its arguments and restarts the delay.
             debounce_key: The key debounced starts share (with ``debounce``).
+            timeout: The run's deadline from its start (overrides the workflow's
+                ``@workflow(timeout=)``): past it the run ends in ``error`` with
+                ``WorkflowFailed.error_type == "WorkflowTimeout"`` (``.run()`` and
+                ``.start()``).
 
         Raises:
             InvalidArgument: a key is not a storable name (nothing written).
@@ -295,11 +302,13 @@ class Starflow:
         if debounce is not None and run_id is not None:
             problems.append("debounce replaces a pending run's arguments, so it takes no "
                             f"run_id: {run_id!r}")
+        if (problem := timeout_problem("timeout", timeout)) is not None:
+            problems.append(problem)
         if problems:
             raise ConfigError("options: " + "; ".join(problems))
         return RunOptions(self, run_id=run_id, pool=pool, priority=priority,
                           concurrency_key=concurrency_key, dedup_key=dedup_key,
-                          debounce=debounce, debounce_key=debounce_key)
+                          debounce=debounce, debounce_key=debounce_key, timeout=timeout)
 
     # -- schedules (#18) ----------------------------------------------------------
 
@@ -627,8 +636,8 @@ class Starflow:
 
     async def list_runs(self, status: str | None = None, template_id: str | None = None,
                         limit: int = 50, since: datetime | None = None,
-                        attributes: Mapping[str, str | int | bool] | None = None
-                        ) -> list[RunInfo]:
+                        attributes: Mapping[str, str | int | bool] | None = None,
+                        parent_run_id: str | None = None) -> list[RunInfo]:
         """Runs newest first, optionally filtered.
 
         Args:
@@ -640,6 +649,8 @@ class Starflow:
             attributes: Only runs whose workflow set every one of these
                 (``starflow.set_attributes``), each an index lookup. Values
                 match exactly, type included (``"42"`` is not ``42``).
+            parent_run_id: Only the child runs of this run (``starflow.start_child``,
+                or a ``@workflow`` awaited inside a workflow), detached ones included.
 
         Raises:
             StarflowError: a filter is invalid (named with its value).
@@ -661,9 +672,15 @@ class Starflow:
                 encoded = encode_attributes(attributes, what="attributes")
             except InvalidArgument as exc:
                 problems.append(str(exc))
+        if parent_run_id is not None:
+            try:
+                parent_run_id = normalize_run_id(parent_run_id)
+            except StarflowError as exc:
+                problems.append(f"parent_run_id: {exc}")
         if problems:
             raise InvalidArgument("list_runs: " + "; ".join(problems))
         return await self.adapter.list_runs(status=status, template_id=template_id,
+                                            parent_run_id=parent_run_id,
                                             since=since, limit=limit, attributes=encoded)
 
     async def events(self, run_id: str) -> list[RunEvent]:
@@ -688,6 +705,9 @@ class Starflow:
         checker knows the value's type (the workflow's return annotation); given
         a run id, it is ``Any``.
 
+        A run that ended with ``starflow.continue_as_new`` is followed to the run
+        it continued as, and so on: the value is the chain's last run's.
+
         Raises:
             WorkflowFailed: the run ended with ``error``; it carries the cause:
                 ``node_id`` of the failing step (if a step failure ended the run),
@@ -701,6 +721,16 @@ class Starflow:
         run_id = normalize_run_id(run_id)
         limit = _result_timeout(timeout)
         deadline = None if limit is None else self.clock.now() + timedelta(seconds=limit)
+        while True:  # once per run of a continue_as_new chain
+            run = await self._await_end(run_id, deadline, limit)
+            if run.continued_as is None:
+                return runner.decode_result(run)
+            run_id = run.continued_as
+
+    async def _await_end(self, run_id: str, deadline: datetime | None,
+                         limit: float | None) -> RunInfo:
+        """The run's row once it ended with ``success`` (else its error, raised)."""
+        runner = self.runner
         poll = self.config.poll_interval.total_seconds()
         async with self.adapter.watch_run(run_id) as watch:
             while True:
@@ -710,7 +740,7 @@ class Starflow:
                 changed = () if watch is None else (watch.arm(),)
                 run = await self.get_run(run_id)
                 if run.status == "success":
-                    return runner.decode_result(run)
+                    return run
                 if run.status == "cancelled":
                     raise RunCancelled(run_id, run.error)
                 if run.status == "error":
@@ -722,6 +752,68 @@ class Starflow:
                         run_id=run_id)
                 wait = poll if deadline is None else min(poll, (deadline - now).total_seconds())
                 await runner.wait_settled(wait, settled, *changed)
+
+    # -- events and streams (#17) -------------------------------------------------------
+
+    def _data(self) -> DataReader:
+        runner = self.runner
+        return DataReader(self.adapter, self.clock, lambda: runner.settled,
+                          self.config.poll_interval.total_seconds())
+
+    async def get_event(self, run_id: str, key: str, *,
+                        timeout: timedelta | float | None = None) -> Any:
+        """The value the run published under ``key`` (``starflow.set_event``), as
+        soon as it is set: at once if it is, else when the unit that writes it
+        commits (woken in this process, and on PostgreSQL by ``NOTIFY`` from any
+        process). The latest value if it was set more than once.
+
+        Raises:
+            ResultTimeout: not set within ``timeout`` (the run goes on).
+            RunFinished: the run ended without setting it.
+            RunNotFound: no such run.
+            InvalidArgument: a bad key.
+        """
+        return await self._data().get_event(normalize_run_id(run_id), key,
+                                            _result_timeout(timeout))
+
+    async def read_stream(self, run_id: str, key: str) -> AsyncIterator[Any]:
+        """Every value the run wrote to stream ``key`` (``starflow.write_stream``),
+        in order, from the first; live values as they are written. Ends when
+        the run closes the stream (``starflow.close_stream``) or ends.
+
+        ::
+
+            async for token in sf.read_stream(run.run_id, "tokens"):
+                print(token)
+
+        Raises:
+            RunNotFound: no such run.
+            InvalidArgument: a bad key.
+        """
+        async for value in self._data().read_stream(normalize_run_id(run_id), key):
+            yield value
+
+    async def fork(self, run_id: str, *, from_node: str) -> RunHandle[Any]:
+        """A new run of an ended run's workflow, version and arguments whose history
+        is the source's up to, not including, ``from_node``; it runs from there.
+
+        For redoing a run after a bug fix from the step that went wrong::
+
+            handle = await sf.fork(run_id, from_node="step:charge#1")
+
+        The recorded outcomes before ``from_node`` are replayed, not re-run; the
+        events and stream items they published are copied. The source is not
+        changed. A fork of an inline run is driven here (until it pauses or
+        ends), of a queued run goes to the queue of the same pool.
+
+        Raises:
+            RunNotEnded: the run is still queued, running or paused.
+            NodeNotInHistory: ``from_node`` is not in its history (the error lists
+                the nodes it has).
+            RunNotFound: no such run.
+        """
+        handle = await fork_run(self.runner, normalize_run_id(run_id), from_node)
+        return self._track(handle)
 
     # -- the warm tier (live views: a hint, never the authority) --------------------
 
@@ -925,8 +1017,9 @@ class RunOptions:
     def __init__(self, app: Starflow, *, run_id: str | None, pool: str | None,
                  priority: int = 0, concurrency_key: str | None = None,
                  dedup_key: str | None = None, debounce: timedelta | None = None,
-                 debounce_key: str | None = None) -> None:
+                 debounce_key: str | None = None, timeout: timedelta | None = None) -> None:
         self._app = app
+        self.timeout = timeout
         self.run_id = run_id
         self.pool = pool
         self.priority = priority
@@ -957,7 +1050,8 @@ class RunOptions:
             raise ConfigError(f"{', '.join(flow)} apply to queued runs: use .start(), "
                               "not .run()")
         return self._app._track(await self._app.runner.start(
-            workflow_definition(wf), args, kwargs, run_id=self.run_id, inline=True))
+            workflow_definition(wf), args, kwargs, run_id=self.run_id, inline=True,
+            timeout=self.timeout))
 
     @overload
     async def start(self, wf: Callable[P, Awaitable[R]], /, *args: P.args, **kwargs: P.kwargs
@@ -978,7 +1072,8 @@ class RunOptions:
         definition = workflow_definition(wf)
         if self.debounce is None:
             return await runner.start(definition, args, kwargs, run_id=self.run_id,
-                                      inline=False, pool=self.pool, flow=self._flow())
+                                      inline=False, pool=self.pool, flow=self._flow(),
+                                      timeout=self.timeout)
         assert self.debounce_key is not None
         encoded = runner.encode_input(definition, args, kwargs)
         runner.decode_input(definition, encoded)
@@ -994,7 +1089,8 @@ class RunOptions:
                 return RunHandle(run_id=rearmed, status="queued")
             try:
                 return await runner.start(definition, args, kwargs, run_id=None, inline=False,
-                                          pool=pool, flow={**flow, "not_before": not_before})
+                                          pool=pool, flow={**flow, "not_before": not_before},
+                                          timeout=self.timeout)
             except StorageError as exc:
                 if exc.transient:
                     raise

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from contextvars import ContextVar
 from datetime import datetime, timedelta
-from typing import Any, Protocol
+from typing import Any, NoReturn, Protocol
 
 import msgspec
 
@@ -303,6 +303,12 @@ class RunningEngine(Protocol):
 
     def set_attributes(self, values: dict[str, str]) -> None: ...
 
+    def set_event(self, key: str, value: Any) -> None: ...
+
+    def write_stream(self, key: str, value: Any, *, closed: bool = False) -> None: ...
+
+    def continue_as_new(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> NoReturn: ...
+
     def wake_token_for(self, event: str | None, timeout: timedelta | None = None) -> str: ...
 
     async def wait(self, event: str | None, timeout: timedelta | None, type_: Any, *,
@@ -313,6 +319,12 @@ class RunningEngine(Protocol):
 
     async def wait_any(self, events: tuple[str, ...], timeout: timedelta | None,
                        types: Mapping[str, Any]) -> tuple[str, Any]: ...
+
+    # ``definition`` is a ``decorators.WorkflowDefinition`` (decorators imports this module).
+    async def start_child(self, definition: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
+                          *, run_id: str | None, pool: str | None, detached: bool) -> str: ...
+
+    async def child_result(self, child_run_id: str, return_type: Any) -> Any: ...
 
     # ``sdef`` is a ``decorators.StepDefinition``; decorators imports this module.
     async def run_step(self, sdef: Any, fn: Callable[..., Awaitable[Any]],

@@ -28,6 +28,7 @@ __all__ = [
     "WorkflowDefinition",
     "registry",
     "step",
+    "timeout_problem",
     "workflow",
 ]
 
@@ -155,6 +156,8 @@ class StepDefinition(_Annotated):
     retry: RetryPolicy
     signature: inspect.Signature
     pool: str | None = None
+    #: An attempt running longer is cancelled and counts as failed (``@step(timeout=)``).
+    timeout: timedelta | None = None
     _hints: dict[str, Any] | None = field(default=None, repr=False)
     _arity: int | None = field(default=None, repr=False)
 
@@ -170,6 +173,8 @@ class WorkflowDefinition(_Annotated):
     pool: str | None
     code_hash: str
     signature: inspect.Signature
+    #: A run's deadline from its start (``@workflow(timeout=)``).
+    timeout: timedelta | None = None
     _hints: dict[str, Any] | None = field(default=None, repr=False)
     _arity: int | None = field(default=None, repr=False)
 
@@ -253,6 +258,15 @@ def _pool_problems(pool: object) -> list[str]:
     return [problem] if problem is not None else []
 
 
+def timeout_problem(what: str, timeout: object) -> str | None:
+    """The problem with a ``timeout=`` (``None`` or a positive timedelta), if any."""
+    if timeout is None:
+        return None
+    if not isinstance(timeout, timedelta) or timeout <= timedelta(0):
+        return f"{what} must be a positive timedelta: {timeout!r}"
+    return None
+
+
 def _fail(kind: str, fn: object, problems: list[str]) -> None:
     label = getattr(fn, "__qualname__", repr(fn))
     raise WorkflowDefinitionError(
@@ -265,7 +279,7 @@ def workflow(fn: Callable[P, Awaitable[R]], /) -> Callable[P, Awaitable[R]]: ...
 @overload
 def workflow(
     *, name: str | None = None, version: int = 1, max_claim_attempts: int | None = None,
-    pool: str | None = None,
+    pool: str | None = None, timeout: timedelta | None = None,
 ) -> Callable[[Callable[P, Awaitable[R]]], Callable[P, Awaitable[R]]]: ...
 
 
@@ -277,6 +291,7 @@ def workflow(
     version: int = 1,
     max_claim_attempts: int | None = None,
     pool: str | None = None,
+    timeout: timedelta | None = None,
 ) -> Any:
     """Declare an ``async def`` function as a durable workflow.
 
@@ -297,6 +312,13 @@ def workflow(
             (default: ``StarflowConfig.max_claim_attempts``).
         pool: Runner pool that serves runs started with ``Starflow.start``
             (default: any pool).
+        timeout: The run's deadline, from its start, on the runtime's clock
+            (restarts and waits count): past it the run ends in ``error``
+            (``WorkflowFailed.error_type == "WorkflowTimeout"``) and its attached
+            children are cancelled. ``sf.options(timeout=)`` overrides it per run.
+
+    Inside another workflow, ``await this_workflow(...)`` starts a child run and
+    waits for it durably (see :func:`starflow.start_child`).
     """
 
     def decorate(func: Callable[..., Awaitable[Any]]) -> Any:
@@ -320,6 +342,8 @@ def workflow(
                 problem := int_problem("max_claim_attempts", max_claim_attempts, 1)) is not None:
             problems.append(problem)
         problems.extend(_pool_problems(pool))
+        if (problem := timeout_problem("timeout", timeout)) is not None:
+            problems.append(problem)
         if problems:
             _fail("workflow", func, problems)
         definition = WorkflowDefinition(
@@ -330,12 +354,19 @@ def workflow(
             pool=pool,
             code_hash=_code_hash(func),
             signature=inspect.signature(func),
+            timeout=timeout,
         )
         registry.add(definition)
 
         @wrapt.decorator
         async def wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
-            return await wrapped(*args, **kwargs)
+            engine = current_engine.get()
+            if engine is None or current_node.get() is not None:
+                return await wrapped(*args, **kwargs)
+            # Awaited inside a workflow: a child run, waited for durably (#17).
+            child_id = await engine.start_child(definition, tuple(args), dict(kwargs),
+                                                run_id=None, pool=None, detached=False)
+            return await engine.child_result(child_id, definition.return_type)
 
         wrapped: Any = wrapper(func)
         wrapped.__starflow_workflow__ = definition
@@ -351,6 +382,7 @@ def step(fn: Callable[P, Awaitable[R]], /) -> Callable[P, Awaitable[R]]: ...
 @overload
 def step(
     *, name: str | None = None, retry: RetryPolicy | None = None, pool: str | None = None,
+    timeout: timedelta | None = None,
 ) -> Callable[[Callable[P, Awaitable[R]]], Callable[P, Awaitable[R]]]: ...
 
 
@@ -361,6 +393,7 @@ def step(
     name: str | None = None,
     retry: RetryPolicy | None = None,
     pool: str | None = None,
+    timeout: timedelta | None = None,
 ) -> Any:
     """Declare an ``async def`` function as a recorded step.
 
@@ -380,6 +413,9 @@ def step(
             qualified name by default.
         retry: Retry policy; default one attempt.
         pool: Dispatch the step to workers of this pool (worker jobs).
+        timeout: An attempt running longer (on the runtime's clock) is cancelled
+            and raises :class:`~starflow.StepTimeout`, a failed attempt for
+            ``retry`` (retried like any other unless listed in ``non_retryable``).
     """
 
     def decorate(func: Callable[..., Awaitable[Any]]) -> Any:
@@ -401,10 +437,13 @@ def step(
         if retry is not None and not isinstance(retry, RetryPolicy):
             problems.append(f"retry must be a RetryPolicy, got {retry!r}")
         problems.extend(_pool_problems(pool))
+        if (problem := timeout_problem("timeout", timeout)) is not None:
+            problems.append(problem)
         if problems:
             _fail("step", func, problems)
         definition = StepDefinition(fn=func, name=step_name, retry=retry or RetryPolicy(),
-                                    signature=inspect.signature(func), pool=pool)
+                                    signature=inspect.signature(func), pool=pool,
+                                    timeout=timeout)
         if pool is not None:
             registry.add_step(definition)
 

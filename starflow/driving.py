@@ -111,7 +111,8 @@ class Driver:
         self.heartbeats = Heartbeats(clock, config)
         self.runtime = Runtime(adapter=adapter, clock=clock, config=config,
                                runner_id=self.runner_id, keyring=keyring,
-                               heartbeats=self.heartbeats, notify=self.notify_settled)
+                               heartbeats=self.heartbeats, notify=self.notify_settled,
+                               definition_id=self.definition_id)
         self.engines: dict[str, Engine] = {}
         self.busy = 0
         self._settled = anyio.Event()
@@ -309,7 +310,8 @@ class Driver:
         engine = Engine(runtime=self.runtime, definition=definition, ctx=ctx, journal=journal,
                         args=args, kwargs=kwargs, started_at=run.started_at or self.clock.now(),
                         should_yield=should_yield, claimed=run.claim_state == "claimed",
-                        input_error=input_error, traceparent=stored_traceparent(run.input_json))
+                        input_error=input_error, traceparent=stored_traceparent(run.input_json),
+                        parent_run_id=run.parent_run_id, deadline=run.deadline_at)
         return engine
 
     async def hand_back(self, run: RunInfo, error: StarflowError) -> str | None:
@@ -345,6 +347,16 @@ class Driver:
             LeaseLostError: another runner or the sweep took the run over.
             StarflowError: the error :meth:`stop` was given, for a stopped execution.
         """
+        while outcome.status == "continued":
+            # continue_as_new: an inline chain is driven on here, one run after the
+            # other (a loop, not a recursion: a chain may be long); a queued one's
+            # next run is for the workers.
+            run_id = str(outcome.result)
+            nxt = await self.adapter.get_run(run_id)
+            if nxt is None or nxt.start_mode != "inline" or nxt.leased_by != self.runner_id:
+                self.notify_settled()
+                return await self.handle(run_id)
+            outcome = await self._execute(await self.prepare(nxt))
         if outcome.status == "success":
             engine_def = outcome.definition
             result = outcome.result if engine_def is None else serde.convert(
@@ -353,7 +365,7 @@ class Driver:
             return RunHandle(run_id=run_id, status="success", result=result)
         if outcome.status == "paused" and outcome.wait is not None:
             wait = outcome.wait
-            if wait.deadline is not None:
+            if wait.deadline is not None or outcome.deadline is not None:
                 self.notify_timers()
             return RunHandle(run_id=run_id, status="paused", waiting_for=wait.event,
                              wake_token=wait.wake_token)

@@ -19,7 +19,7 @@ from typing import Any, NoReturn
 
 import anyio
 
-from . import logs, observability, requeue, serde
+from . import children, logs, observability, requeue, serde
 from .adapters.base import WorkflowStateAdapter
 from .adapters.units import Guard
 from .attributes import ATTRIBUTES_KIND
@@ -42,14 +42,27 @@ from .errors import (
     StarflowError,
     StepFailed,
     StorageError,
+    StreamClosed,
     WaitTimeout,
+    WorkflowDefinitionError,
+    WorkflowTimeout,
 )
-from .execution import Abort, Outcome, PendingWait, Runtime, Suspend, find_unwinding
+from .events import EVENT_KIND, STREAM_KIND, DataWrite
+from .execution import (
+    Abort,
+    ContinueAsNew,
+    Outcome,
+    PendingWait,
+    Runtime,
+    Suspend,
+    find_unwinding,
+    timed_attempt,
+)
 from .failure import CANCELLED_TYPE, cancelled_error, error_info, format_traceback, run_failure
 from .heartbeats import Heartbeats
 from .limits import storable_text
 from .logs import get_logger
-from .records import JobSpec
+from .records import JobSpec, StartOptions
 from .replay import (
     DIVERGENCE_FIX,
     Journal,
@@ -105,6 +118,11 @@ class Engine:
     _markers: list[tuple[str, str]] = field(default_factory=list)
     #: ``set_attributes`` calls not yet written (they ride on the next unit too).
     _attributes: list[tuple[str, dict[str, str]]] = field(default_factory=list)
+    #: ``set_event`` / ``write_stream`` / ``close_stream`` calls not yet written
+    #: (with the next unit, which they make durable).
+    _data: list[DataWrite] = field(default_factory=list)
+    #: Streams this execution closed (or replayed the closing of).
+    _closed_streams: set[str] = field(default_factory=set)
     #: Asked before each new step starts: True hands the run back to the queue
     #: there (a draining worker), so the step runs once, on the next runner.
     should_yield: Callable[[], bool] | None = None
@@ -117,6 +135,13 @@ class Engine:
     #: The W3C ``traceparent`` stored with the run at its start, continued by
     #: this execution's ``starflow.run`` span (OpenTelemetry only).
     traceparent: str | None = None
+    #: The run that started this one as a child (its end wakes that run).
+    parent_run_id: str | None = None
+    #: The run's deadline (``@workflow(timeout=)``): past it the run ends in error.
+    deadline: datetime | None = None
+    #: This execution started or replayed a child run (its end cascades to them).
+    has_children: bool = False
+    _timed_out: bool = False
 
     def __post_init__(self) -> None:
         self._last_time = self.started_at
@@ -168,6 +193,9 @@ class Engine:
         # its own writes: the history then shows the marker ahead of the new path.
         markers, self._markers = self._markers, []
         attributes, self._attributes = self._attributes, []
+        data, self._data = self._data, []
+        # A reader waits for these: commit them now, not at the next flush.
+        durable = durable or bool(data)
         for attempt in range(retries + 1):
             if self._lease_lost:  # killed, cancelled or taken over: write nothing more
                 raise Abort("lease_lost")
@@ -187,6 +215,8 @@ class Engine:
                             self.run_id, attrs_id,
                             {"output": values, "kind": ATTRIBUTES_KIND}, now=ts)
                         await self.adapter.set_attributes(self.run_id, values, now=ts)
+                    for write in data:
+                        await write.submit(self.adapter, self.run_id, ts)
                     await build(ts)
             except StorageError as exc:
                 if not exc.transient:
@@ -210,6 +240,8 @@ class Engine:
             # Every engine unit records the phase if it changed (see _phase).
             self.journal.last_phase = self.ctx.phase
             self.claimed = False
+            if data and self.runtime.notify is not None:
+                self.runtime.notify()  # get_event / read_stream callers in this process
             return ts
         raise AssertionError("unreachable")  # pragma: no cover
 
@@ -264,16 +296,77 @@ class Engine:
         when a replay meets it before the end of its history (code added since)."""
         self._guard_suspending()
         nid = self._next_id(ATTRIBUTES_KIND, None)
-        if self.journal.get(nid) is not None:
-            self.journal.consume(nid)
-            return
-        if self.journal.replaying and self.journal.unconsumed():
-            self._log.debug("set_attributes added under a run in flight: skipped on replay",
-                            node_id=nid)
+        if self._recorded_or_skipped(nid, "set_attributes"):
             return
         self.journal.record(NodeRecord(node_id=nid, kind=ATTRIBUTES_KIND, status="complete",
                                        output=values))
         self._attributes.append((nid, values))
+
+    def _recorded_or_skipped(self, nid: str, what: str) -> bool:
+        """Whether a recorded-only node (attributes, event, stream) needs no write:
+        the history holds it, or a replay meets it before the end of its history."""
+        if self.journal.get(nid) is not None:
+            self.journal.consume(nid)
+            return True
+        if self.journal.replaying and self.journal.unconsumed():
+            self._log.debug(f"{what} added under a run in flight: skipped on replay",
+                            node_id=nid)
+            return True
+        return False
+
+    def set_event(self, key: str, value: Any) -> None:
+        """``starflow.set_event``: record node ``event:<key>#n`` and the run's event
+        with the next boundary (which is made durable); nothing on replay."""
+        self._guard_suspending()
+        nid = self._next_id(EVENT_KIND, key)
+        if self._recorded_or_skipped(nid, "set_event"):
+            return
+        self.journal.record(NodeRecord(node_id=nid, kind=EVENT_KIND, name=key,
+                                       status="complete", output=value))
+        self._data.append(DataWrite(node_id=nid, kind=EVENT_KIND, key=key, value=value))
+
+    def write_stream(self, key: str, value: Any, *, closed: bool = False) -> None:
+        """``starflow.write_stream`` / ``close_stream``: record node
+        ``stream:<key>#n`` and item ``n`` of the stream with the next boundary;
+        nothing on replay (the item is there: exactly once per value)."""
+        self._guard_suspending()
+        if key in self._closed_streams:
+            raise StreamClosed(key, run_id=self.run_id, closing=closed)
+        nid = self._next_id(STREAM_KIND, key)
+        seq = self._counters[(STREAM_KIND, key)]
+        if closed:
+            self._closed_streams.add(key)
+        if self._recorded_or_skipped(nid, "write_stream"):
+            return
+        output = {"seq": seq, "closed": closed}
+        self.journal.record(NodeRecord(node_id=nid, kind=STREAM_KIND, name=key,
+                                       status="complete", output=output))
+        self._data.append(DataWrite(node_id=nid, kind=STREAM_KIND, key=key, value=value,
+                                    seq=seq, closed=closed))
+
+    def continue_as_new(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> NoReturn:
+        """``starflow.continue_as_new``: check and encode the new run's arguments
+        (before anything is written), then unwind the body."""
+        self._guard_suspending()
+        if self.parent_run_id is not None:
+            # The parent awaits this run's id; a chain's later runs are not wired to
+            # wake it yet, so a child continuing would leave its parent waiting.
+            raise StarflowError(
+                f"run {self.run_id} is a child of run {self.parent_run_id}: "
+                "continue_as_new is not supported in child runs yet; loop in the child, "
+                "or have the parent start a new child for the next round",
+                run_id=self.run_id)
+        try:
+            self.definition.check_call(args, kwargs)
+        except TypeError as exc:
+            raise WorkflowDefinitionError(
+                f"run {self.run_id}: continue_as_new arguments do not fit workflow "
+                f"{self.definition.name!r}: {exc}", run_id=self.run_id) from exc
+        encoded: dict[str, Any] = serde.to_builtins(
+            {"args": list(args), "kwargs": kwargs},
+            what=f"continue_as_new arguments of workflow {self.definition.name!r}",
+            run_id=self.run_id)
+        raise ContinueAsNew(encoded)
 
     def next_wait_id(self, event: str | None) -> str:
         """The node id the next ``wait_for(event)`` (``sleep`` for None) will get."""
@@ -397,7 +490,7 @@ class Engine:
                     try:
                         with observability.current().step_attempt(self.run_id, nid, sdef.name,
                                                                   attempt):
-                            result = await fn(*args, **kwargs)
+                            result = await self._attempt(sdef, nid, fn, args, kwargs)
                     finally:
                         self._step_scopes.discard(step_scope)
                 if step_scope.cancelled_caught:
@@ -452,6 +545,25 @@ class Engine:
                                        status="complete", output=output, recorded_at=ts))
         return serde.convert(output, sdef.return_type, what=f"output of {nid}",
                              run_id=self.run_id, node_id=nid)
+
+    async def _attempt(self, sdef: StepDefinition, nid: str, fn: Callable[..., Awaitable[Any]],
+                       args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """One attempt of a step, cancelled past its ``timeout`` (on the runtime's clock)."""
+        return await timed_attempt(self.runtime.clock, sdef, fn, args, kwargs,
+                                   run_id=self.run_id, node_id=nid)
+
+    # -- child runs (starflow.children) ------------------------------------------
+
+    async def start_child(self, definition: WorkflowDefinition, args: tuple[Any, ...],
+                          kwargs: dict[str, Any], *, run_id: str | None, pool: str | None,
+                          detached: bool) -> str:
+        """``starflow.start_child``: see :func:`starflow.children.start_child_node`."""
+        return await children.start_child_node(self, definition, args, kwargs,
+                                               run_id=run_id, pool=pool, detached=detached)
+
+    async def child_result(self, child_run_id: str, return_type: Any) -> Any:
+        """``ChildHandle.result``: see :func:`starflow.children.child_result_node`."""
+        return await children.child_result_node(self, child_run_id, return_type)
 
     # -- variables written by steps (see replay.variables_snapshot) --------------
 
@@ -888,6 +1000,11 @@ class Engine:
                     return Outcome(abort.reason, exception=abort.cause)
                 if isinstance(suspend, Suspend):
                     return Outcome("paused", wait=suspend.wait)
+                cont = find_unwinding(exc, ContinueAsNew)
+                if isinstance(cont, ContinueAsNew):
+                    # In a cancelled run's cleanup the run ends cancelled: no new run.
+                    return (Outcome("cancelled") if self._cancelled
+                            else Outcome("continued", result=cont.input))
                 if isinstance(exc, anyio.get_cancelled_exc_class()) or not isinstance(
                     exc, Exception
                 ):
@@ -910,6 +1027,13 @@ class Engine:
                     run_id=self.run_id, node_id=pending[0], recorded=pending[0], current=None)
                 return Outcome("error", error=f"NonDeterminismError: {exc2}", exception=exc2)
             return Outcome("success", result=value)
+        if self._timed_out and not self._lease_lost:
+            exc4 = WorkflowTimeout(
+                f"run {self.run_id} passed its deadline ({self.deadline}) and was "
+                "stopped: raise the workflow's timeout (@workflow(timeout=) or "
+                "sf.options(timeout=)) if it needs longer", run_id=self.run_id,
+                node_id=self.position)
+            return Outcome("error", error=f"WorkflowTimeout: {exc4}", exception=exc4)
         if self._cleanup_timed_out and not self._lease_lost:
             timeout = self.runtime.config.cancel_cleanup_timeout
             exc3 = RunCancelled(self.run_id, message=(
@@ -930,6 +1054,9 @@ class Engine:
             replay=bool(self.journal.nodes), traceparent=self.traceparent)
         with obs.execution(scope) as execution:
             outcome = await self._execute()
+            outcome.parent_run_id = self.parent_run_id
+            outcome.has_children = self.has_children
+            outcome.deadline = self.deadline
             execution.finish(outcome.status, outcome.error)
             if outcome.status == "lease_lost":
                 obs.lease_lost()
@@ -951,7 +1078,7 @@ class Engine:
             if shared is not None and shared.running:
                 shared.add(self)
                 try:
-                    outcome = await self._body()
+                    outcome = await self._timed_body()
                 finally:
                     self._body_done = True
                     shared.remove(self)
@@ -959,7 +1086,7 @@ class Engine:
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(self._heartbeat)
                     try:
-                        outcome = await self._body()
+                        outcome = await self._timed_body()
                     finally:
                         tg.cancel_scope.cancel()
             if self._lease_lost and outcome.status not in ("lease_lost", "storage"):
@@ -977,6 +1104,36 @@ class Engine:
             raise
         finally:
             current_engine.reset(token)
+
+    async def _timed_body(self) -> Outcome:
+        """The body, stopped at the run's deadline (a watchdog on the runtime's clock)."""
+        deadline = self.deadline
+        if deadline is None:
+            return await self._body()
+        clock = self.runtime.clock
+        async with anyio.create_task_group() as tg:
+            async def watchdog() -> None:
+                await clock.sleep(max(0.0, (deadline - clock.now()).total_seconds()))
+                if not self._body_done and not self._timed_out:
+                    self._timed_out = True
+                    self._log.warning("run passed its deadline; stopping it",
+                                      deadline=format_ts(deadline))
+                    if self._body_scope is not None:
+                        self._body_scope.cancel()
+
+            tg.start_soon(watchdog)
+            try:
+                outcome = await self._body()
+            finally:
+                tg.cancel_scope.cancel()
+        return outcome
+
+    def wake_deadline(self, deadline: datetime | None) -> datetime | None:
+        """A paused wait's timer: its own deadline, or the run's if that comes first
+        (the timer then ends the run: :meth:`starflow.waking.Waker.fire_timer`)."""
+        if self.deadline is None:
+            return deadline
+        return self.deadline if deadline is None else min(deadline, self.deadline)
 
     async def _release(self) -> None:
         """Hand the run back to the queue when this execution is cancelled from outside."""
@@ -1026,9 +1183,49 @@ class Engine:
             except StorageError as again:
                 return Outcome("storage", exception=again)
 
+    async def _continue(self, encoded: dict[str, Any]) -> Outcome:
+        """End the run as ``success`` continued as a new run with ``encoded`` input,
+        in one unit (``starflow.continue_as_new``)."""
+        run = await self.adapter.get_run(self.run_id)
+        if run is None:  # pragma: no cover - the lease guard fails the unit anyway
+            raise Abort("lease_lost")
+        new_id = str(uuid.uuid4())
+        inline = run.start_mode == "inline"
+        ctx = WorkflowContext(run_id=new_id, workflow=self.ctx.workflow,
+                              version=self.ctx.version, workspace_id=self.ctx.workspace_id,
+                              env=self.ctx.env)
+        options = StartOptions(
+            input=encoded, status="running" if inline else "queued",
+            claim_state="running" if inline else "queued", runner_pool=run.runner_pool,
+            definition_id=run.definition_id, start_mode=run.start_mode,
+            max_claim_attempts=run.max_claim_attempts)
+
+        async def continued(ts: datetime) -> None:
+            await self._phase(ts)
+            await self.adapter.on_run_complete(self.run_id, self.ctx, self._duration_ms(ts),
+                                               now=ts, result=None)
+            await self.adapter.update_run(self.run_id, "continue_as_new",
+                                          continued_as=new_id)
+            await self.adapter.clear_lease(self.run_id)
+            await self.adapter.record_event(self.run_id, "run_continued", None,
+                                            {"run_id": new_id}, now=ts,
+                                            method="continue_as_new")
+            await self.adapter.on_run_start(new_id, ctx, options, now=ts)
+            if inline:  # this runner drives the chain on (Driver.settle)
+                await self.adapter.write_lease(new_id, self.runtime.runner_id,
+                                               ts + self.runtime.config.lease_ttl, now=ts)
+            await self.adapter.record_event(new_id, "run_continued_from", None,
+                                            {"run_id": self.run_id}, now=ts,
+                                            method="continue_as_new")
+
+        await self._commit(continued)
+        return Outcome("continued", result=new_id, definition=self.definition)
+
     async def _finalize_once(self, outcome: Outcome) -> Outcome:
         try:
             outcome = self._unstorable_end(outcome) or outcome
+            if outcome.status == "continued":
+                return await self._continue(outcome.result)
             if outcome.status == "success":
                 try:
                     result = serde.to_builtins(outcome.result, what="the workflow's return value",
@@ -1105,7 +1302,7 @@ class Engine:
                     await self.adapter.record_phase_if_changed(
                         self.run_id, self.ctx, {"previous": self.journal.last_phase}, now=ts)
                     await self.adapter.emit_wait_wake(self.run_id, wait.node_id, wait.event,
-                                                      wait.deadline, now=ts)
+                                                      self.wake_deadline(wait.deadline), now=ts)
                     if job is not None:
                         # The worker job is the wake registration of this wait: last.
                         await self.adapter.insert_job(job, now=ts)

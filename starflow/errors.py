@@ -11,6 +11,8 @@ All of them derive from :class:`StarflowError`, carry the ``run_id`` and
     ├── ReservedKeyError          a write to a ``__celestial…`` context key
     ├── NonDeterminismError       replayed code diverged from the recorded history
     ├── WaitTimeout               a ``wait_for`` deadline passed before its signal
+    ├── WorkflowTimeout           a run passed its ``@workflow(timeout=)`` deadline
+    ├── StepTimeout               a step attempt ran past its ``@step(timeout=)``
     ├── StepFailed                a step raised past its last retry
     ├── LeaseLostError            another runner (or a cancel) took the run
     ├── RunnerKilled              a test harness killed the run's runner (simulated SIGKILL)
@@ -24,6 +26,10 @@ All of them derive from :class:`StarflowError`, carry the ``run_id`` and
     ├── WorkflowFailed            ``Starflow.result`` of a run that ended in error
     │   └── RunCancelled          … or was cancelled
     ├── ResultTimeout             ``Starflow.result(timeout=…)`` gave up waiting
+    ├── OutsideWorkflow           a workflow-only call (``set_event``…) outside a workflow
+    ├── StreamClosed              ``write_stream`` to a stream the run closed
+    ├── NodeNotInHistory          ``Starflow.fork`` from a node the run's history lacks
+    ├── RunNotEnded               ``Starflow.fork`` of a run that has not ended
     ├── StorageError              the database failed (driver errors are wrapped)
     ├── CopyRefused               ``starflow copy`` while a run holds a live lease
     └── WarmTierError             the warm tier (Redis…) failed; cold state is unaffected
@@ -40,24 +46,30 @@ __all__ = [
     "InvalidArgument",
     "InvalidWakeToken",
     "LeaseLostError",
+    "NodeNotInHistory",
     "NonDeterminismError",
+    "OutsideWorkflow",
     "ReservedKeyError",
     "ResultTimeout",
     "RunCancelled",
     "RunFinished",
     "RunIdConflict",
+    "RunNotEnded",
     "RunNotFound",
     "RunnerKilled",
     "ScheduleNotFound",
     "SerializationError",
     "StarflowError",
     "StepFailed",
+    "StepTimeout",
     "StorageError",
+    "StreamClosed",
     "UpdateRejected",
     "WaitTimeout",
     "WarmTierError",
     "WorkflowDefinitionError",
     "WorkflowFailed",
+    "WorkflowTimeout",
 ]
 
 
@@ -142,6 +154,20 @@ class NonDeterminismError(StarflowError):
 
 class WaitTimeout(StarflowError):
     """A ``wait_for`` with a timeout reached its deadline before a signal came."""
+
+
+class WorkflowTimeout(StarflowError):
+    """A run passed its deadline (``@workflow(timeout=)`` or ``sf.options(timeout=)``).
+
+    The run ends with status ``error``; ``sf.result`` raises
+    :class:`WorkflowFailed` with ``error_type == "WorkflowTimeout"``, and the
+    run's attached children are cancelled.
+    """
+
+
+class StepTimeout(StarflowError, TimeoutError):
+    """A step attempt ran past its ``@step(timeout=)``: it was cancelled, and counts
+    as a failed attempt for the step's retry policy."""
 
 
 class StepFailed(StarflowError):
@@ -391,6 +417,76 @@ class RunCancelled(WorkflowFailed):
 
 class ResultTimeout(StarflowError, TimeoutError):
     """``Starflow.result`` waited ``timeout`` and the run had not ended; it goes on."""
+
+
+class OutsideWorkflow(StarflowError):
+    """A call that only workflow code may make (``starflow.set_event``,
+    ``write_stream``, ``close_stream``, ``continue_as_new``) was made outside a
+    workflow function: outside any run, or inside a step. Nothing was written.
+
+    Attributes:
+        call: The call (``"set_event"``).
+    """
+
+    def __init__(self, call: str, *, run_id: str | None = None,
+                 node_id: str | None = None) -> None:
+        where = (f"inside step {node_id} of run {run_id}" if node_id is not None
+                 else "outside a workflow run")
+        super().__init__(
+            f"starflow.{call}() called {where}: call it from the @workflow function itself "
+            "(a step may run more than once; the workflow's calls are recorded once)",
+            run_id=run_id, node_id=node_id)
+        self.call = call
+
+
+class StreamClosed(StarflowError):
+    """``starflow.write_stream`` (or a second ``close_stream``) on a stream this run
+    has closed. Nothing was written.
+
+    Attributes:
+        key: The stream's key.
+    """
+
+    def __init__(self, key: str, *, run_id: str | None = None, closing: bool = False) -> None:
+        action = "close" if closing else "write to"
+        super().__init__(
+            f"run {run_id}: cannot {action} stream {key!r}: the run already closed it; "
+            "write every value before close_stream, or use another key",
+            run_id=run_id)
+        self.key = key
+
+
+class NodeNotInHistory(StarflowError):
+    """``Starflow.fork(run_id, from_node=…)`` names a node the run's history does
+    not hold. Nothing was written.
+
+    Attributes:
+        known: The run's node ids in history order (at most 20).
+    """
+
+    def __init__(self, run_id: str, node_id: str, known: tuple[str, ...]) -> None:
+        listed = ", ".join(known[:20]) + (", …" if len(known) > 20 else "")
+        super().__init__(
+            f"run {run_id} has no node {node_id!r} in its history: fork from one of its "
+            f"nodes ({listed or 'it has none'}); see them with starflow runs show {run_id}",
+            run_id=run_id, node_id=node_id)
+        self.known = known[:20]
+
+
+class RunNotEnded(StarflowError):
+    """``Starflow.fork`` of a run that is still active (queued, running or paused):
+    its history is still growing. Nothing was written.
+
+    Attributes:
+        status: The run's status.
+    """
+
+    def __init__(self, run_id: str, status: str, action: str = "fork") -> None:
+        super().__init__(
+            f"cannot {action} run {run_id}: it is still {status!r}; wait for it to end "
+            f"(sf.result), or cancel it (sf.cancel / starflow cancel {run_id}) first",
+            run_id=run_id)
+        self.status = status
 
 
 class StorageError(StarflowError):

@@ -9,24 +9,29 @@ through); :class:`Outcome` is what the engine hands the driver
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
+import anyio
+
 from .adapters.base import WorkflowStateAdapter
 from .clock import Clock
 from .config import StarflowConfig
-from .decorators import WorkflowDefinition
+from .decorators import StepDefinition, WorkflowDefinition
+from .errors import StepTimeout
 from .heartbeats import Heartbeats
 from .records import JobSpec
 from .tokens import Keyring
 
-__all__ = ["Abort", "Outcome", "OutcomeStatus", "PendingWait", "Runtime", "Suspend",
-           "find_unwinding"]
+__all__ = ["Abort", "ContinueAsNew", "Outcome", "OutcomeStatus", "PendingWait", "Runtime",
+           "Suspend", "find_unwinding", "timed_attempt"]
 
+#: ``continued``: the run ended with ``continue_as_new``; ``Outcome.result`` is
+#: the new run's id.
 OutcomeStatus = Literal["success", "error", "paused", "lease_lost", "storage", "cancelled",
-                        "released", "stopped"]
+                        "released", "stopped", "continued"]
 
 
 @dataclass
@@ -44,6 +49,9 @@ class Runtime:
     #: Told when an execution records something a caller may be waiting for
     #: mid-run (an update's answer): the runner's ``notify_settled``.
     notify: Callable[[], None] | None = None
+    #: The ``workflow_definitions`` id of a definition (cached by the runner):
+    #: what a child run's row records.
+    definition_id: Callable[[WorkflowDefinition], Awaitable[str]] | None = None
 
 
 @dataclass(frozen=True)
@@ -68,6 +76,12 @@ class Outcome:
     exception: BaseException | None = None
     wait: PendingWait | None = None
     definition: WorkflowDefinition | None = None
+    #: The run's parent (a child run's end wakes it) and whether the run started
+    #: children (its end cancels those still active): set by the engine.
+    parent_run_id: str | None = None
+    has_children: bool = False
+    #: The run's deadline: a paused run's timer (its wait row) may be this.
+    deadline: datetime | None = None
 
 
 class Suspend(BaseException):
@@ -76,6 +90,15 @@ class Suspend(BaseException):
     def __init__(self, wait: PendingWait) -> None:
         super().__init__(wait.node_id)
         self.wait = wait
+
+
+class ContinueAsNew(BaseException):
+    """Unwinds the workflow body at ``starflow.continue_as_new`` (not catchable by
+    ``except Exception``); ``input`` is the new run's encoded arguments."""
+
+    def __init__(self, input: dict[str, Any]) -> None:
+        super().__init__("continue_as_new")
+        self.input = input
 
 
 class Abort(BaseException):
@@ -98,3 +121,42 @@ def find_unwinding(group: BaseException, kind: type[BaseException]) -> BaseExcep
             if found is not None:
                 return found
     return None
+
+
+async def timed_attempt(clock: Clock, sdef: StepDefinition, fn: Callable[..., Awaitable[Any]],
+                        args: tuple[Any, ...], kwargs: dict[str, Any], *,
+                        run_id: str | None, node_id: str | None) -> Any:
+    """One attempt of a step, cancelled past its ``@step(timeout=)`` on ``clock``.
+
+    Raises:
+        StepTimeout: the attempt ran longer (a failed attempt for the retry policy);
+            its ``__cause__`` is what the cancelled attempt raised, if anything.
+    """
+    timeout = sdef.timeout
+    if timeout is None:
+        return await fn(*args, **kwargs)
+    timed_out = False
+    failure: Exception | None = None
+    result: Any = None
+    async with anyio.create_task_group() as tg:
+        async def watchdog() -> None:
+            nonlocal timed_out
+            await clock.sleep(timeout.total_seconds())
+            timed_out = True
+            tg.cancel_scope.cancel()
+
+        tg.start_soon(watchdog)
+        try:
+            result = await fn(*args, **kwargs)
+        except Exception as exc:  # re-raised below, outside the task group
+            failure = exc
+        finally:
+            tg.cancel_scope.cancel()
+    if timed_out:
+        raise StepTimeout(
+            f"step {node_id or sdef.name} of run {run_id} ran past its timeout of {timeout}: "
+            "the attempt was cancelled (a failed attempt for its retry policy)",
+            run_id=run_id, node_id=node_id) from failure
+    if failure is not None:
+        raise failure
+    return result

@@ -31,6 +31,7 @@ from . import serde
 from .config import check_concurrency
 from .decorators import StepDefinition, registry
 from .errors import ConfigError, StarflowError
+from .execution import timed_attempt
 from .failure import error_info
 from .logs import get_logger
 from .records import JobRecord
@@ -210,7 +211,9 @@ class JobWorker:
                     while True:
                         attempt += 1
                         try:
-                            outcome["result"] = await sdef.fn(*args, **kwargs)
+                            outcome["result"] = await timed_attempt(
+                                clock, sdef, sdef.fn, args, kwargs, run_id=job.run_id,
+                                node_id=job.node_id)
                         except Exception as exc:
                             if attempt < sdef.retry.max_attempts and sdef.retry.retryable(exc):
                                 await clock.sleep(sdef.retry.delay(attempt))

@@ -108,7 +108,9 @@ class Maintenance:
             await self.runner.clock.sleep(interval)
 
     async def _stuck_loop(self) -> None:
-        """At the sweep interval, warn about queued runs no worker claims (issue #20).
+        """At the sweep interval, warn about queued runs no worker claims (issue #20),
+        and wake paused parents whose awaited child has ended (#17: the child's
+        runner died between the child's end and the wake).
 
         A loop of its own, so the sweep pass stays one write and its timing is
         unchanged."""
@@ -119,6 +121,7 @@ class Maintenance:
                 await self.runner.warn_stuck()
             except StarflowError as exc:
                 log.error("stuck-run check failed", error=str(exc))
+            await self.runner.wake_stranded_parents()
 
     async def fire_due(self, tg: anyio.abc.TaskGroup) -> int:
         """Start a wake for every due timer not already being fired."""

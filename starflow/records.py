@@ -22,6 +22,7 @@ __all__ = [
     "RUN_STATUSES",
     "TERMINAL_STATUSES",
     "DefinitionRecord",
+    "EventValue",
     "JobRecord",
     "JobSpec",
     "OutboxLag",
@@ -34,6 +35,7 @@ __all__ = [
     "ScheduleRecord",
     "SignalRecord",
     "StartOptions",
+    "StreamItem",
     "SweepResult",
     "WaitRecord",
 ]
@@ -71,6 +73,14 @@ class RunInfo(msgspec.Struct, frozen=True, kw_only=True):
     workflow_version: int | None = None
     #: Why the run failed, as data (migration 024): see :attr:`failure`.
     failure_json: dict[str, Any] | None = None
+    #: The run that started this one as a child (migration 033), else ``None``.
+    parent_run_id: str | None = None
+    #: A child started with ``detached=True``: not cancelled with its parent.
+    detached: bool = False
+    #: When the run times out (``@workflow(timeout=)``, ``sf.options(timeout=)``).
+    deadline_at: datetime | None = None
+    #: The run this one continued as (``starflow.continue_as_new``, migration 034).
+    continued_as: str | None = None
 
     @property
     def run_id(self) -> str:
@@ -125,6 +135,34 @@ class SignalRecord(msgspec.Struct, frozen=True, kw_only=True):
     run_id: str
     event: str
     payload: Any
+    created_at: datetime
+
+
+class EventValue(msgspec.Struct, frozen=True, kw_only=True):
+    """A durable event of a run (``starflow.set_event``): the latest value of its key."""
+
+    run_id: str
+    key: str
+    value: Any
+    #: The history node that set it (``event:<key>#n``).
+    node_id: str | None
+    updated_at: datetime
+
+
+class StreamItem(msgspec.Struct, frozen=True, kw_only=True):
+    """One item of a run's stream (``starflow.write_stream`` / ``close_stream``).
+
+    ``seq`` numbers a key's items from 1 in write order; the closing item
+    (``closed``) carries no value and is the key's last.
+    """
+
+    run_id: str
+    key: str
+    seq: int
+    value: Any
+    closed: bool
+    #: The history node that wrote it (``stream:<key>#n``).
+    node_id: str | None
     created_at: datetime
 
 
@@ -256,6 +294,10 @@ class StartOptions(msgspec.Struct, frozen=True, kw_only=True):
     dedup_key: str | None = None
     debounce_key: str | None = None
     not_before: datetime | None = None
+    # Child runs and deadlines (#17); written only when set.
+    parent_run_id: str | None = None
+    detached: bool = False
+    deadline_at: datetime | None = None
 
 
 class ScheduleRecord(msgspec.Struct, frozen=True, kw_only=True):

@@ -23,9 +23,14 @@ from .records import RunEvent
 __all__ = ["DIVERGENCE_FIX", "Journal", "NodeRecord", "check_recorded", "node_id",
            "replay_variables", "variables_diff", "variables_snapshot"]
 
-#: Recorded nodes that never count as divergence: ``patched()`` markers and
-#: ``set_attributes()`` calls (adding or removing either is safe under runs in flight).
-MARKER_KINDS = ("patch", "attributes")
+#: Recorded nodes that never count as divergence: ``patched()`` markers,
+#: ``set_attributes()`` calls and event and stream writes (adding or removing
+#: one is safe under runs in flight). Their history is a ``node_complete`` only.
+MARKER_KINDS = ("patch", "attributes", "event", "stream")
+
+#: The node kind of a child run's start (``child:<workflow>#n``, starflow.children):
+#: its ``node_complete`` carries the workflow name and argument hash.
+CHILD_START_KIND = "child"
 
 #: What to do about a replay that diverged from its history (every such message ends so).
 DIVERGENCE_FIX = ("Revert the change, bump the workflow version, or guard it with "
@@ -100,9 +105,15 @@ class Journal:
                 rec.recorded_at = ev.created_at
                 rec.variables = payload.get("variables")
                 if rec.kind is None and payload.get("kind") in MARKER_KINDS:
-                    # a starflow.patched() marker, or a set_attributes() call
+                    # a starflow.patched() marker, a set_attributes() call, an event
+                    # or stream write
                     rec.kind = payload.get("kind")
                     rec.name = payload.get("name")
+                elif rec.kind is None and payload.get("kind") == CHILD_START_KIND:
+                    # a child run's start (starflow.start_child): checked like a step
+                    rec.kind = CHILD_START_KIND
+                    rec.name = payload.get("name")
+                    rec.args_hash = payload.get("args_hash")
             elif ev.event_type == "node_error":
                 rec.status = "error"
                 rec.error = payload.get("error") or {}

@@ -20,6 +20,7 @@ import anyio.lowlevel
 from .adapters.base import WorkflowStateAdapter
 from .adapters.null import NullWorkflowStateAdapter
 from .adapters.units import Unit
+from .children import RESULT_KIND, child_event
 from .config import StarflowConfig
 from .context import WorkflowContext, current_engine
 from .decorators import StepDefinition, WorkflowDefinition, definition_of, registry
@@ -31,7 +32,7 @@ from .errors import (
     WorkflowDefinitionError,
 )
 from .history import RunHistory, load_history, read_history
-from .replay import Journal
+from .replay import Journal, node_id
 from .runner import Runner
 from .tokens import Keyring
 
@@ -143,6 +144,33 @@ class _ReplayEngine(Engine):
         except NonDeterminismError as exc:
             self.nondeterminism = self.nondeterminism or exc
             raise
+
+    async def start_child(self, definition: WorkflowDefinition, args: tuple[Any, ...],
+                          kwargs: dict[str, Any], *, run_id: str | None, pool: str | None,
+                          detached: bool) -> str:
+        try:
+            return await super().start_child(definition, args, kwargs, run_id=run_id,
+                                             pool=pool, detached=detached)
+        except NonDeterminismError as exc:
+            self.nondeterminism = self.nondeterminism or exc
+            raise
+
+    async def child_result(self, child_run_id: str, return_type: Any) -> Any:
+        """A result the history holds is replayed; one it does not is where the run
+        is paused (awaiting that child): the replay stops there, reading nothing."""
+        nid = node_id(RESULT_KIND, child_run_id,
+                      self._counters.get((RESULT_KIND, child_run_id), 0) + 1)
+        rec = self.journal.get(nid)
+        if rec is None or not rec.finished:
+            self._guard_suspending()
+            self._next_id(RESULT_KIND, child_run_id)
+            if rec is not None:
+                self.journal.consume(nid)
+            else:
+                await self.journal.reach_frontier(self.run_id, nid,
+                                                  f"result of child {child_run_id}")
+            self._suspend(nid, child_event(child_run_id), None, self.runtime.clock.now())
+        return await super().child_result(child_run_id, return_type)
 
     async def answer_update(self, name: str, update_id: str, outcome: dict[str, Any]) -> None:
         try:
@@ -267,8 +295,9 @@ class Replayer:
             outcome = Outcome("paused")
             stopped: ReplayOutcome = "frontier"
         else:
+            # A run that continued as new ended as success (its chain goes on).
             stopped = "paused" if outcome.status == "paused" else (
-                "success" if outcome.status == "success" else "error")
+                "success" if outcome.status in ("success", "continued") else "error")
         finally:
             current_engine.reset(token)
         nde = engine.nondeterminism

@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from . import observability
 from .adapters.units import Guard
-from .context import CANCEL_EVENT, WorkflowContext
+from .children import child_of_event
+from .context import CANCEL_EVENT, WorkflowContext, checkpoint_wait
 from .decorators import WorkflowDefinition
 from .driving import ACTIVE_STATUSES, RunHandle, new_runner_id
 from .engine import Engine
@@ -33,8 +34,12 @@ from .errors import (
     StarflowError,
     StorageError,
     WorkflowFailed,
+    WorkflowTimeout,
 )
-from .records import RunInfo, StartOptions
+from .execution import Outcome
+from .failure import CANCELLED_TYPE, run_failure
+from .limits import storable_text
+from .records import RunInfo, StartOptions, WaitRecord
 from .replay import Journal
 from .waking import Waker
 
@@ -74,11 +79,12 @@ class Runner(Waker):
 
     async def start(self, definition: WorkflowDefinition, args: tuple[Any, ...],
                     kwargs: dict[str, Any], *, run_id: str | None, inline: bool,
-                    pool: str | None = None, flow: Mapping[str, Any] | None = None
-                    ) -> RunHandle[Any]:
+                    pool: str | None = None, flow: Mapping[str, Any] | None = None,
+                    timeout: timedelta | None = None) -> RunHandle[Any]:
         """Record a new run (idempotent on ``run_id``) and, inline, drive it.
 
         The run takes ``definition``'s version (the caller resolves a name).
+        ``timeout`` (else the workflow's) sets its deadline from now.
         """
         rid = _validate_run_id(run_id)
         encoded = self.encode_input(definition, args, kwargs)
@@ -95,6 +101,8 @@ class Runner(Waker):
                 return await self._existing(existing, definition, encoded)
         def_id = await self.definition_id(definition)
         now = self.clock.now()
+        timeout = timeout if timeout is not None else definition.timeout
+        deadline = now + timeout if timeout is not None else None
         ctx = WorkflowContext(run_id=rid, workflow=definition.name, version=definition.version,
                               workspace_id=self.adapter.workspace_id, env=self.adapter.env)
         options = StartOptions(
@@ -105,6 +113,7 @@ class Runner(Waker):
             definition_id=def_id,
             start_mode="inline" if inline else "queued",
             max_claim_attempts=definition.max_claim_attempts or self.config.max_claim_attempts,
+            deadline_at=deadline,
             **(flow or {}),  # #18: priority, concurrency/dedup/debounce keys, not_before
         )
         try:
@@ -131,9 +140,98 @@ class Runner(Waker):
             return RunHandle(run_id=rid, status="queued")
         engine = Engine(runtime=self.runtime, definition=definition, ctx=ctx, journal=Journal(),
                         args=run_args, kwargs=run_kwargs, started_at=now,
-                        traceparent=traceparent)
+                        traceparent=traceparent, deadline=deadline)
         outcome = await self._execute(engine)
         return await self.settle(rid, outcome)
+
+    # -- child runs and deadlines (#17) ---------------------------------------------
+
+    async def settle(self, run_id: str, outcome: Outcome) -> RunHandle[Any]:
+        """:meth:`Waker.settle`, then, for a run that ended, wake its parent (if it
+        awaits this run) and cancel its attached children that are still active."""
+        handle = await super().settle(run_id, outcome)
+        if handle.status in ("success", "error", "cancelled"):
+            await self.after_end(run_id, outcome.parent_run_id, outcome.has_children)
+        return handle
+
+    async def after_end(self, run_id: str, parent_run_id: str | None,
+                        has_children: bool = True) -> None:
+        """A run ended: wake the parent awaiting it; cancel its attached children.
+
+        Failures are logged, not raised: the run's own end is already recorded.
+        """
+        if parent_run_id is not None:
+            try:
+                await self.wake_parent(parent_run_id, run_id)
+            except StarflowError as exc:
+                self._log.warning("could not wake the parent of an ended child run",
+                                  run_id=run_id, parent_run_id=parent_run_id, error=str(exc))
+        if has_children:
+            await self.cancel_children(run_id)
+
+    async def cancel_children(self, run_id: str, *, force: bool = False) -> int:
+        """Cancel the attached (not detached) children of ``run_id`` that are still
+        active, and theirs (each cancel cascades). Returns how many were cancelled."""
+        try:
+            kids = await self.adapter.list_runs(parent_run_id=run_id, limit=2**31 - 1)
+        except StarflowError as exc:
+            self._log.warning("could not list child runs to cancel", run_id=run_id,
+                              error=str(exc))
+            return 0
+        done = 0
+        for child in kids:
+            if child.detached or child.is_terminal:
+                continue
+            try:
+                await self.cancel(child.id, force=force)
+                done += 1
+            except (RunFinished, RunNotFound):
+                continue
+            except StarflowError as exc:
+                self._log.warning("could not cancel a child run", run_id=child.id,
+                                  parent_run_id=run_id, error=str(exc))
+        return done
+
+    async def fire_timer(self, wait: WaitRecord) -> RunHandle[Any] | None:
+        """:meth:`Waker.fire_timer`, or the run's deadline (it comes first: the pause
+        registered the earlier of the two)."""
+        run = await self.adapter.get_run(wait.run_id)
+        if (run is not None and run.status == "paused" and run.deadline_at is not None
+                and run.deadline_at <= self.clock.now()):
+            return await self.time_out(run)
+        return await super().fire_timer(wait)
+
+    async def time_out(self, run: RunInfo) -> RunHandle[Any] | None:
+        """End a paused run past its deadline: status ``error``, ``WorkflowTimeout``.
+
+        One unit, guarded by the run being paused (a wake that won the race
+        lets the run's execution find the deadline instead); then its parent
+        is woken and its attached children are cancelled.
+        """
+        now = self.clock.now()
+        exc = WorkflowTimeout(
+            f"run {run.id} passed its deadline ({run.deadline_at}) while paused: raise the "
+            "workflow's timeout (@workflow(timeout=) or sf.options(timeout=)) if it needs "
+            "longer", run_id=run.id)
+        message = storable_text(f"WorkflowTimeout: {exc}")
+        duration = (max(0, int((now - run.started_at).total_seconds() * 1000))
+                    if run.started_at is not None else None)
+        async with self.adapter.unit(guard=Guard(run_id=run.id, status_in=("paused",))
+                                     ) as unit:
+            await self.adapter.on_run_error(run.id, message, now=now, duration_ms=duration,
+                                            failure=run_failure(exc))
+            await self.adapter.clear_lease(run.id)
+            await self.adapter.clear_waits(run.id)
+            await self.adapter.fail_run_jobs(run.id, error={
+                "type": CANCELLED_TYPE, "attempts": 0,
+                "message": f"run {run.id} timed out before this job finished"}, now=now)
+        if not unit.held:
+            return None
+        self._log.error("run failed", run_id=run.id, workflow=run.template_id,
+                        error_type="WorkflowTimeout", error=message)
+        self.notify_settled()
+        await self.after_end(run.id, run.parent_run_id)
+        return RunHandle(run_id=run.id, status="error", error=message)
 
     async def _existing(self, run: RunInfo, definition: WorkflowDefinition,
                         encoded: dict[str, Any]) -> RunHandle[Any]:
@@ -250,7 +348,11 @@ class Runner(Waker):
         engine = self.engines.get(run_id)
         if engine is not None:
             engine.request_cancel()
+        # The parent's own wait gets the cancel first (so its await of a child raises
+        # RunCancelled for itself, not for the child); then its attached children are
+        # cancelled, recursively (#17).
         woke = await self.deliver_cancel(run_id)
+        await self.cancel_children(run_id)
         if woke is not None:
             return woke
         self.notify_settled()
@@ -284,6 +386,8 @@ class Runner(Waker):
             engine.kill()
         self._log.info("run cancelled", run_id=run_id)
         self.notify_settled()
+        await self.cancel_children(run_id, force=True)
+        await self.after_end(run_id, run.parent_run_id, has_children=False)
         return await self.handle(run_id)
 
     async def sweep(self) -> int:
@@ -301,7 +405,41 @@ class Runner(Waker):
             obs.sweep_action(r.action)
         if results:
             self.notify_settled()
+        for r in results:
+            if r.action == "abandoned":  # ended in error: its parent, its children
+                lost = await self.adapter.get_run(r.run_id)
+                if lost is not None:
+                    await self.after_end(lost.id, lost.parent_run_id)
         return len(results)
+
+    async def wake_stranded_parents(self, limit: int = 1000) -> int:
+        """Wake paused parents whose awaited child has ended (maintenance, at the sweep
+        interval).
+
+        A child's runner wakes the parent right after the child's final unit;
+        if that process died in between, the parent would wait for ever. This
+        pass (on the ``limit`` newest paused runs) is the safety net. Returns how
+        many parents it woke.
+        """
+        woke = 0
+        try:
+            paused = await self.adapter.list_runs(status="paused", limit=limit)
+        except StarflowError as exc:
+            self._log.warning("could not list paused runs", error=str(exc))
+            return 0
+        for run in paused:
+            wait = checkpoint_wait(run.checkpoint_json)
+            child_id = child_of_event(wait.event if wait is not None else None)
+            if child_id is None:
+                continue
+            try:
+                if await self.wake_parent(run.id, child_id) is not None:
+                    woke += 1
+                    self._log.info("woke a parent its child's runner did not",
+                                   run_id=run.id, child_run_id=child_id)
+            except StarflowError as exc:
+                self._log.warning("could not wake a parent", run_id=run.id, error=str(exc))
+        return woke
 
     async def warn_stuck(self) -> list[RunInfo]:
         """Log a warning if queued runs have waited ``config.stuck_after`` for a

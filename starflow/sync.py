@@ -194,11 +194,13 @@ class Starflow:
     def options(self, *, run_id: str | None = None, pool: str | None = None,
                 priority: int = 0, concurrency_key: str | None = None,
                 dedup_key: str | None = None, debounce: timedelta | None = None,
-                debounce_key: str | None = None) -> RunOptions:
+                debounce_key: str | None = None, timeout: timedelta | None = None
+                ) -> RunOptions:
         """:meth:`starflow.Starflow.options`: ``sf.options(run_id=i).start(wf, x)``."""
         return RunOptions(self, self._app.options(
             run_id=run_id, pool=pool, priority=priority, concurrency_key=concurrency_key,
-            dedup_key=dedup_key, debounce=debounce, debounce_key=debounce_key))
+            dedup_key=dedup_key, debounce=debounce, debounce_key=debounce_key,
+            timeout=timeout))
 
     # -- schedules and pool limits ---------------------------------------------------
 
@@ -280,11 +282,13 @@ class Starflow:
 
     def list_runs(self, status: str | None = None, template_id: str | None = None,
                   limit: int = 50, since: datetime | None = None,
-                  attributes: Mapping[str, str | int | bool] | None = None) -> list[RunInfo]:
+                  attributes: Mapping[str, str | int | bool] | None = None,
+                  parent_run_id: str | None = None) -> list[RunInfo]:
         """:meth:`starflow.Starflow.list_runs`."""
         return self._call(lambda: self._app.list_runs(status=status, template_id=template_id,
                                                       limit=limit, since=since,
-                                                      attributes=attributes))
+                                                      attributes=attributes,
+                                                      parent_run_id=parent_run_id))
 
     def stuck_runs(self, limit: int = 1000) -> list[RunInfo]:
         """:meth:`starflow.Starflow.stuck_runs`."""
@@ -304,6 +308,31 @@ class Starflow:
                timeout: timedelta | float | None = None) -> Any:
         """:meth:`starflow.Starflow.result`: block until the run ends (or ``timeout``)."""
         return self._call(lambda: self._app.result(run_id, timeout))
+
+    # -- events and streams --------------------------------------------------------
+
+    def get_event(self, run_id: str, key: str, *,
+                  timeout: timedelta | float | None = None) -> Any:
+        """:meth:`starflow.Starflow.get_event`: block until the run sets ``key``."""
+        return self._call(lambda: self._app.get_event(run_id, key, timeout=timeout))
+
+    def read_stream(self, run_id: str, key: str) -> Iterator[Any]:
+        """:meth:`starflow.Starflow.read_stream`, as a blocking iterator."""
+        agen = self._app.read_stream(run_id, key)
+        assert isinstance(agen, AsyncGenerator)
+        try:
+            while True:
+                try:
+                    yield self._call(agen.__anext__)
+                except StopAsyncIteration:
+                    return
+        finally:
+            with contextlib.suppress(ConfigError):
+                self._call(agen.aclose)
+
+    def fork(self, run_id: str, *, from_node: str) -> RunHandle[Any]:
+        """:meth:`starflow.Starflow.fork`."""
+        return self._call(lambda: self._app.fork(run_id, from_node=from_node))
 
     def sweep(self) -> int:
         """:meth:`starflow.Starflow.sweep`."""

@@ -17,6 +17,7 @@ import msgspec
 
 from . import serde
 from .adapters.units import Guard
+from .children import child_of_event, child_outcome
 from .context import CANCEL_EVENT, CheckpointWait, checkpoint_wait
 from .driving import ACTIVE_STATUSES, Driver, RunHandle
 from .errors import InvalidWakeToken, RunFinished, WorkflowDefinitionError
@@ -76,11 +77,50 @@ class Waker(Driver):
             woke = await self.deliver_cancel(run_id)
             if woke is not None:
                 return woke
-        if handle.status == "paused" and handle.waiting_for is not None:
+        child_id = child_of_event(handle.waiting_for) if handle.status == "paused" else None
+        if child_id is not None:
+            # The child may have ended while this run was pausing on it.
+            woke = await self.wake_parent(run_id, child_id)
+            if woke is not None:
+                return woke
+        elif handle.status == "paused" and handle.waiting_for is not None:
             woke = await self.deliver(run_id, handle.waiting_for)
             if woke is not None:
                 return woke
         return handle
+
+    async def wake_parent(self, parent_run_id: str, child_run_id: str
+                          ) -> RunHandle[Any] | None:
+        """Wake ``parent_run_id`` with the outcome of ``child_run_id`` if the parent is
+        paused awaiting that child and the child has ended; else ``None``.
+
+        The outcome (status, result, error, failure) is read from the child's
+        row, cold, and recorded as the parent's ``result:<child>#n`` node by the
+        wake's unit; the guard (the parent's wait row) lets one of two racing
+        wakes (the child's runner, the parent's own settle) win.
+        """
+        for _ in range(3):
+            run = await self.adapter.get_run(parent_run_id)
+            if run is None or run.status != "paused":
+                return None
+            wait = checkpoint_wait(run.checkpoint_json)
+            if wait is None or wait.node_id is None or child_of_event(wait.event) != child_run_id:
+                return None
+            child = await self.adapter.get_run(child_run_id)
+            outcome = child_outcome(child) if child is not None else None
+            if outcome is None:
+                return None
+            drive = True
+            if run.start_mode == "inline":
+                try:
+                    await self.resolve(run)
+                except WorkflowDefinitionError:
+                    drive = False  # driven by a process that has the parent's code
+            handle = await self.wake(run, wait.node_id, via="child", output=outcome,
+                                     drive=drive)
+            if handle is not None:
+                return handle
+        return None
 
     async def deliver_cancel(self, run_id: str) -> RunHandle[Any] | None:
         """Wake a paused run with a pending cancel: its wait fails with RunCancelled.

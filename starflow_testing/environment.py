@@ -479,11 +479,11 @@ class WorkflowEnvironment:
 
     async def list_runs(self, status: str | None = None, template_id: str | None = None,
                         limit: int = 50,
-                        attributes: Mapping[str, str | int | bool] | None = None
-                        ) -> list[RunInfo]:
+                        attributes: Mapping[str, str | int | bool] | None = None,
+                        parent_run_id: str | None = None) -> list[RunInfo]:
         """``Starflow.list_runs``."""
         return await self.app.list_runs(status=status, template_id=template_id, limit=limit,
-                                        attributes=attributes)
+                                        attributes=attributes, parent_run_id=parent_run_id)
 
     async def events(self, run_id: str) -> list[RunEvent]:
         """``Starflow.events``."""

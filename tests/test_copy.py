@@ -25,7 +25,7 @@ import anyio
 import pytest
 
 import starflow
-from starflow import CopyRefused, WaitTimeout, session_get, session_set, step, workflow
+from starflow import CopyRefused, Starflow, WaitTimeout, session_get, session_set, step, workflow
 from starflow.copy import CopyOptions, CopyReport, copy_database
 from starflow_testing import WorkflowEnvironment
 from tests.conftest import POSTGRES_URL, require_postgres
@@ -64,6 +64,9 @@ async def explode(n: int) -> None:
 @workflow(name="copy_approval")
 async def approval(n: int) -> dict[str, Any]:
     starflow.set_attributes(customer=f"c-{n}")
+    starflow.set_event("stage", "prepared")
+    starflow.write_stream("log", {"n": n})
+    starflow.write_stream("log", "waiting")
     doubled = await prepare(n)
     # A fixed TTL: starflow.now() replayed on SQLite hashes as "+00:00" where it was
     # recorded as "Z" (a NonDeterminismError without any copy; reported separately).
@@ -192,6 +195,14 @@ class TestSQLiteToPostgres:
         assert report.rows_per_table["starflow_schedules"] == 2
         assert report.rows_per_table["starflow_pool_limits"] == 1
         assert report.rows_per_table["workflow_run_attributes"] == PER_KIND
+        assert report.rows_per_table["workflow_event_values"] == PER_KIND
+        assert report.rows_per_table["workflow_stream_items"] == 2 * PER_KIND
+        async with Starflow.open(POSTGRES_URL, workspace_id=workspace) as copied:
+            some = next(r for r, (kind, _n) in made.items() if kind == "approval")
+            assert await copied.get_event(some, "stage", timeout=0) == "prepared"
+            items = await copied.adapter.list_stream_items(some)
+            assert [(i.seq, i.node_id) for i in items] == [(1, "stream:log#1"),
+                                                          (2, "stream:log#2")]
         # Idempotent: a second copy writes nothing and verifies the same.
         again = await copy_database(options)
         assert again.ok and again.rows_written == 0 and again.verified == len(made)

@@ -122,9 +122,37 @@ class TestTypedSignal:
         assert "run is success: ada: 2 x lamp" in out
 
 
+class TestEventsAndStreams:
+    """examples/events_and_streams.py: a status event and a live stream, each write once."""
+
+    def test_reads_the_event_and_follows_the_stream(self, tmp_path: Path) -> None:
+        out = run_example("events_and_streams.py", tmp_path)
+        assert "run is paused; status event: 'waiting for review'" in out
+        lines = [line for line in out.splitlines() if line.startswith("stream")]
+        assert lines[:6] == ["stream: DURABLE", "stream: EVENTS", "stream: STREAMS",
+                             "stream: review: looks good", "stream closed",
+                             "stream writes recorded once each: ['stream:lines#1', "
+                             "'stream:lines#2', 'stream:lines#3', 'stream:lines#4', "
+                             "'stream:lines#5']"]
+        assert "status event: 'done'" in out and "result: 3" in out
+
+
+class TestForkAndContinue:
+    """examples/fork_and_continue.py: a fork re-runs only the failed step; a chain stays short."""
+
+    def test_fork_and_chain(self, tmp_path: Path) -> None:
+        out = run_example("fork_and_continue.py", tmp_path)
+        assert "checkout is error: StepFailed" in out
+        assert "fork is success: reservation-o-7 + receipt-o-7" in out
+        assert "steps run by the fork: ['charge']" in out
+        assert "poller chain: 10 runs, history sizes [3, 4]" in out
+        assert "result of the first run: 450" in out and "last run: True" in out
+
+
 #: Examples whose output a class above checks.
 CHECKED = {"saga.py", "fan_out.py", "long_sleep.py", "quickstart.py", "failure_data.py",
-           "typed_signal.py", "schedules_and_queues.py"}
+           "typed_signal.py", "schedules_and_queues.py", "events_and_streams.py",
+           "fork_and_continue.py"}
 
 
 @pytest.mark.parametrize(
@@ -246,3 +274,33 @@ class TestRetention:
         assert "pruned 3 runs" in out and "'workflow_runs': 3" in out
         assert "paused run kept: paused" in out
         assert out.count("replayed retention-order ok") == 3
+
+
+class TestChildWorkflows:
+    """examples/child_workflows.py: fan-out to child runs, a failed child caught."""
+
+    def test_children_gathered_and_failure_reported(self, tmp_path: Path) -> None:
+        out = run_example("child_workflows.py", tmp_path)
+        lines = out.splitlines()
+        assert lines[0] == "summary: 3 thumbnails, 321 bytes"
+        assert lines[1] == ("failed: party.gif: builtins.ValueError: cannot resize "
+                            "animated party.gif")
+        assert lines[2].startswith("5 child runs of ")
+        assert [line.split() for line in lines[3:]] == [
+            ["summarize", "success"], ["thumbnail", "error"], ["thumbnail", "success"],
+            ["thumbnail", "success"], ["thumbnail", "success"]]
+
+
+class TestDeadlines:
+    """examples/deadlines.py: a workflow deadline and a step timeout on fake time."""
+
+    def test_timeout_and_retried_step(self, tmp_path: Path) -> None:
+        out = run_example("deadlines.py", tmp_path)
+        assert out.splitlines() == [
+            "run ended: error, error_type WorkflowTimeout",
+            "after 1 day, 0:00:00 of fake time",
+            "quote attempts: 3 (two timed out after 30 s each)",
+            "  attempt 1: starflow.errors.StepTimeout",
+            "  attempt 2: starflow.errors.StepTimeout",
+            "with sf.options(timeout=3 days): o-2: 42 ok",
+        ]

@@ -26,7 +26,8 @@ def test_starflow_core_names_are_public() -> None:
                 "StarflowConfig", "RetryPolicy", "WorkflowContext", "RunHandle", "RunInfo",
                 "RunEvent", "StarflowError", "NonDeterminismError", "WaitTimeout",
                 "LeaseLostError", "ReservedKeyError", "SerializationError", "InvalidWakeToken",
-                "RunNotFound", "RunFinished", "WorkflowFailed", "PruneReport"}
+                "RunNotFound", "RunFinished", "WorkflowFailed", "PruneReport",
+                "start_child", "ChildHandle", "WorkflowTimeout"}
     assert required <= set(starflow.__all__)
 
 
@@ -66,12 +67,12 @@ def test_error_classes_are_pinned_and_drawn() -> None:
                     and issubclass(getattr(starflow, name), BaseException))
     assert errors == [
         "ConfigError", "CopyRefused", "DuplicateRun", "InvalidArgument", "InvalidWakeToken",
-        "LeaseLostError",
-        "NonDeterminismError", "ReservedKeyError", "ResultTimeout", "RunCancelled",
-        "RunFinished", "RunIdConflict", "RunNotFound", "ScheduleNotFound",
-        "SerializationError", "StarflowError", "StepFailed", "StorageError",
-        "UpdateRejected", "WaitTimeout", "WarmTierError", "WorkflowDefinitionError",
-        "WorkflowFailed",
+        "LeaseLostError", "NodeNotInHistory",
+        "NonDeterminismError", "OutsideWorkflow", "ReservedKeyError", "ResultTimeout",
+        "RunCancelled", "RunFinished", "RunIdConflict", "RunNotEnded", "RunNotFound",
+        "ScheduleNotFound", "SerializationError", "StarflowError", "StepFailed",
+        "StepTimeout", "StorageError", "StreamClosed", "UpdateRejected", "WaitTimeout",
+        "WarmTierError", "WorkflowDefinitionError", "WorkflowFailed", "WorkflowTimeout",
     ]
     # RunnerKilled is the test harness's (a simulated SIGKILL): starflow_testing exports it.
     import starflow_testing

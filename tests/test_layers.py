@@ -54,6 +54,9 @@ LAYERS: dict[str, str] = {
     "starflow.ui.views": "face",
     # runtime: executes runs
     "starflow.attributes": "runtime",
+    "starflow.events": "runtime",
+    "starflow.forks": "runtime",
+    "starflow.children": "runtime",
     "starflow.context": "runtime",
     "starflow.copy": "runtime",
     "starflow.decorators": "runtime",

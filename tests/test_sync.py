@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+import starflow
 from starflow import ConfigError, RunCancelled, StarflowError, step, wait_for, workflow
 from starflow.sync import Starflow
 
@@ -29,6 +30,15 @@ async def approve(order: str) -> str:
     return f"{order}:{decision['ok']}"
 
 
+@workflow(name="sync-publish")
+async def publish(n: int) -> int:
+    starflow.set_event("count", n)
+    for i in range(n):
+        starflow.write_stream("items", i)
+    await wait_for("done")
+    return n
+
+
 @pytest.fixture
 def url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'sync.db'}"
@@ -47,6 +57,18 @@ class TestSameMethods:
             assert sf.get_run(handle.run_id).status == "success"
             assert [r.id for r in sf.list_runs(template_id="sync-compute")] == [handle.run_id]
             assert "node_complete" in [e.event_type for e in sf.events(handle.run_id)]
+
+    def test_events_and_streams(self, url: str) -> None:
+        """get_event blocks for a value; read_stream is a plain iterator that ends
+        with the run; fork makes a new run from its history."""
+        with Starflow.open(url) as sf:
+            handle = sf.run(publish, 3)
+            assert sf.get_event(handle.run_id, "count", timeout=5) == 3
+            sf.signal(handle.run_id, "done")
+            assert list(sf.read_stream(handle.run_id, "items")) == [0, 1, 2]
+            fork = sf.fork(handle.run_id, from_node="wait:done#1")
+            assert fork.status == "paused" and fork.run_id != handle.run_id
+            assert sf.get_event(fork.run_id, "count", timeout=0) == 3
 
     def test_signal_resume_and_cancel(self, url: str) -> None:
         """An inline run paused on a wait finishes in the signal call; cancel ends another."""

@@ -23,6 +23,7 @@ from typing import Any
 
 from ..records import (
     DefinitionRecord,
+    EventValue,
     JobRecord,
     OutboxRow,
     PoolLimits,
@@ -30,6 +31,7 @@ from ..records import (
     RunInfo,
     ScheduleRecord,
     SignalRecord,
+    StreamItem,
     SweepResult,
     WaitRecord,
 )
@@ -48,11 +50,13 @@ from .units import (
     InsertOutbox,
     InsertRun,
     InsertSignal,
+    InsertStreamItem,
     InsertWait,
     Mark,
     Op,
     UpdateRun,
     UpsertAttribute,
+    UpsertEventValue,
     UpsertSessionVar,
 )
 
@@ -62,6 +66,7 @@ __all__ = [
     "DEFINITION_COLUMNS",
     "ENDED_STATUSES",
     "EVENT_COLUMNS",
+    "EVENT_VALUE_COLUMNS",
     "FLOW_RUN_COLUMNS",
     "INSERTABLE_RUN_COLUMNS",
     "JOB_COLUMNS",
@@ -76,6 +81,7 @@ __all__ = [
     "SIGNAL_COLUMNS",
     "SQLITE",
     "SQLITE_QUERIES",
+    "STREAM_ITEM_COLUMNS",
     "WAIT_COLUMNS",
     "Dialect",
     "Queries",
@@ -89,13 +95,13 @@ __all__ = [
     "definition_record",
     "event_args",
     "event_sql",
+    "event_value",
     "guard_args",
     "guard_shape",
     "guard_sql",
     "job_record",
     "op_sql",
     "outbox_row",
-    "parent_column_sql",
     "period_ms",
     "pool_limits",
     "prune_delete_sql",
@@ -110,6 +116,7 @@ __all__ = [
     "schedule_value",
     "signal_queued_sql",
     "signal_record",
+    "stream_item",
     "sweep_set",
     "swept",
     "uuid_or_none",
@@ -125,7 +132,7 @@ RUN_COLUMNS = (
     "id, template_id, workspace_id, env, status, started_at, completed_at, duration_ms, "
     "checkpoint_json, error, claim_state, runner_pool, leased_by, lease_until, last_heartbeat, "
     "claim_attempts, definition_id, input_json, result_json, start_mode, max_claim_attempts, "
-    "workflow_version, failure_json"
+    "workflow_version, failure_json, parent_run_id, detached, deadline_at, continued_as"
 )
 JOB_COLUMNS = (
     "id, run_id, node_id, pool, step_name, idempotency_key, input_json, status, attempts, "
@@ -137,6 +144,8 @@ WAIT_COLUMNS = "run_id, node_id, event, deadline, created_at"
 SIGNAL_COLUMNS = "id, run_id, event, payload_json, created_at"
 DEFINITION_COLUMNS = "id, name, version, code_hash, created_at"
 OUTBOX_COLUMNS = "id, run_id, kind, payload, created_at"
+EVENT_VALUE_COLUMNS = "run_id, key, value_json, node_id, updated_at"
+STREAM_ITEM_COLUMNS = "run_id, key, seq, value_json, closed, node_id, created_at"
 
 #: Flow-control columns (#18) an ``InsertRun`` may also name.
 FLOW_RUN_COLUMNS = frozenset({"priority", "concurrency_key", "dedup_key", "debounce_key",
@@ -144,7 +153,7 @@ FLOW_RUN_COLUMNS = frozenset({"priority", "concurrency_key", "dedup_key", "debou
 #: Columns an ``InsertRun`` may name (besides id/workspace_id/env).
 INSERTABLE_RUN_COLUMNS = UPDATABLE_RUN_COLUMNS | FLOW_RUN_COLUMNS | {
     "template_id", "started_at", "input_json", "start_mode", "max_claim_attempts",
-    "workflow_version",
+    "workflow_version", "parent_run_id", "detached", "deadline_at",
 }
 #: Columns of ``starflow_schedules`` in the order they are selected.
 SCHEDULE_COLUMNS = (
@@ -213,6 +222,10 @@ def run_info(row: Any, d: Dialect) -> RunInfo:
         max_claim_attempts=row[20],
         workflow_version=row[21],
         failure_json=js(row[22]),
+        parent_run_id=row[23],
+        detached=bool(row[24]),
+        deadline_at=ts(row[25]),
+        continued_as=None if row[26] is None else str(row[26]),
     )
 
 
@@ -258,6 +271,19 @@ def signal_record(row: Any, d: Dialect) -> SignalRecord:
     """A ``SIGNAL_COLUMNS`` row."""
     return SignalRecord(id=row[0], run_id=row[1], event=row[2], payload=d.json_out(row[3]),
                         created_at=d.at(row[4]))
+
+
+def event_value(row: Any, d: Dialect) -> EventValue:
+    """An ``EVENT_VALUE_COLUMNS`` row."""
+    return EventValue(run_id=str(row[0]), key=row[1], value=d.json_out(row[2]),
+                      node_id=row[3], updated_at=d.at(row[4]))
+
+
+def stream_item(row: Any, d: Dialect) -> StreamItem:
+    """A ``STREAM_ITEM_COLUMNS`` row."""
+    return StreamItem(run_id=str(row[0]), key=row[1], seq=int(row[2]),
+                      value=d.json_out(row[3]), closed=bool(row[4]), node_id=row[5],
+                      created_at=d.at(row[6]))
 
 
 def definition_record(row: Any, d: Dialect) -> DefinitionRecord:
@@ -491,12 +517,15 @@ def announces_work(op: Op) -> bool:
 
 def announces_run_change(op: Op) -> str | None:
     """The run whose change ``op`` makes that callers may be waiting for (the run
-    ending, or the answer to an update recorded), or None."""
+    ending, the answer to an update recorded, an event or stream item written),
+    or None."""
     if isinstance(op, UpdateRun):
         return op.run_id if op.values.get("status") in ENDED_STATUSES else None
     if (isinstance(op, InsertEvent) and op.event_type == "node_complete"
             and op.node_id is not None and op.node_id.startswith("reply:")):
         return op.run_id
+    if isinstance(op, UpsertEventValue | InsertStreamItem):
+        return op.run_id  # what get_event / read_stream wait for (#17)
     return None
 
 
@@ -537,6 +566,17 @@ def _static_sql(d: Dialect, kind: type[Op]) -> str:
                 f"updated_at) VALUES ({', '.join(p(i) for i in range(1, 7))}) "
                 "ON CONFLICT (run_id, key) DO UPDATE SET value = excluded.value, "
                 "updated_at = excluded.updated_at")
+    if kind is UpsertEventValue:
+        return ("INSERT INTO workflow_event_values (run_id, workspace_id, env, key, value_json, "
+                f"node_id, updated_at) VALUES ({', '.join(p(i) for i in range(1, 8))}) "
+                "ON CONFLICT (run_id, key) DO UPDATE SET value_json = excluded.value_json, "
+                "node_id = excluded.node_id, updated_at = excluded.updated_at")
+    if kind is InsertStreamItem:
+        # A replayed write finds its item there: exactly once per (run, key, seq).
+        return ("INSERT INTO workflow_stream_items (run_id, workspace_id, env, key, seq, "
+                f"value_json, closed, node_id, created_at) VALUES "
+                f"({', '.join(p(i) for i in range(1, 10))}) "
+                "ON CONFLICT (run_id, key, seq) DO NOTHING")
     if kind is UpsertSessionVar:
         return ("INSERT INTO workflow_session_vars (workspace_id, env, session_id, key, "
                 f"value_json, run_id, keep_until, updated_at) VALUES "
@@ -613,6 +653,14 @@ def op_sql(d: Dialect, op: Op, ws: str, env: str) -> tuple[str, tuple[Any, ...]]
     if isinstance(op, UpsertAttribute):
         return sql, (d.key(op.run_id, "run id"), ws, env, op.key, op.value,
                      d.ts(op.updated_at))
+    if isinstance(op, UpsertEventValue):
+        return sql, (d.key(op.run_id, "run id"), ws, env, op.key,
+                     d.json(op.value, what=f"event {op.key!r}"), op.node_id,
+                     d.ts(op.updated_at))
+    if isinstance(op, InsertStreamItem):
+        return sql, (d.key(op.run_id, "run id"), ws, env, op.key, op.seq,
+                     d.json(op.value, null=op.closed, what=f"stream {op.key!r} item"),
+                     d.flag(op.closed), op.node_id, d.ts(op.created_at))
     if isinstance(op, UpsertSessionVar):
         return sql, (ws, env, op.session_id, op.key, d.json(op.value),
                      d.key(op.run_id, "run id"), d.ts(op.keep_until), d.ts(op.updated_at))
@@ -667,6 +715,19 @@ class Queries:
         self.find_signal = (f"SELECT {SIGNAL_COLUMNS} FROM workflow_signals WHERE "
                             f"run_id = {p(1)} AND event = {p(2)} AND {kt(3)} "
                             "ORDER BY id LIMIT 1")
+        #: (run_id, ws, env, key)
+        self.get_event_value = (f"SELECT {EVENT_VALUE_COLUMNS} FROM workflow_event_values "
+                                f"WHERE run_id = {p(1)} AND {kt(2)} AND key = {p(4)}")
+        #: (run_id, ws, env)
+        self.list_event_values = (f"SELECT {EVENT_VALUE_COLUMNS} FROM workflow_event_values "
+                                  f"WHERE run_id = {p(1)} AND {kt(2)} ORDER BY key")
+        #: (run_id, ws, env, key, after_seq, limit)
+        self.read_stream = (f"SELECT {STREAM_ITEM_COLUMNS} FROM workflow_stream_items "
+                            f"WHERE run_id = {p(1)} AND {kt(2)} AND key = {p(4)} "
+                            f"AND seq > {p(5)} ORDER BY seq LIMIT {p(6)}")
+        #: (run_id, ws, env)
+        self.list_stream_items = (f"SELECT {STREAM_ITEM_COLUMNS} FROM workflow_stream_items "
+                                  f"WHERE run_id = {p(1)} AND {kt(2)} ORDER BY key, seq")
         #: (ws, env, session_id, key)
         self.session_get = ("SELECT value_json, keep_until FROM workflow_session_vars "
                             f"WHERE {t(1)} AND session_id = {p(3)} AND key = {p(4)}")
@@ -788,10 +849,10 @@ class Queries:
             "AND claim_attempts = 0 RETURNING id")
 
     def list_runs(self, status: bool, template_id: bool, since: bool,
-                  attributes: int = 0) -> str:
-        """Arguments: (ws, env, [status], [template_id], [since],
+                  attributes: int = 0, parent: bool = False) -> str:
+        """Arguments: (ws, env, [status], [template_id], [since], [parent_run_id],
         ``attributes`` x (ws, env, key, value), limit)."""
-        return _list_runs_sql(self.d, status, template_id, since, attributes)
+        return _list_runs_sql(self.d, status, template_id, since, attributes, parent)
 
     def list_jobs(self, run_id: bool, status: bool) -> str:
         """Arguments: (ws, env, [run_id], [status], limit)."""
@@ -846,13 +907,16 @@ def _update_schedule_sql(d: Dialect, columns: tuple[str, ...]) -> str:
 
 @functools.cache
 def _list_runs_sql(d: Dialect, status: bool, template_id: bool, since: bool,
-                   attributes: int = 0) -> str:
+                   attributes: int = 0, parent: bool = False) -> str:
     where = [d.tenant(1)]
     n = 3
-    for clause, present in (("status = ", status), ("template_id = ", template_id),
-                            ("started_at >= ", since)):
+    for clause, present, cast in (("status = ", status, ""),
+                                  ("template_id = ", template_id, ""),
+                                  ("started_at >= ", since, ""),
+                                  # (a child's run ids: idx_workflow_runs_parent)
+                                  ("parent_run_id = ", parent, "uuid")):
         if present:
-            where.append(f"{clause}{d.p(n)}")
+            where.append(f"{clause}{d.p(n, cast)}")
             n += 1
     for _ in range(attributes):
         # One lookup per attribute on idx_workflow_run_attributes_lookup.
@@ -895,24 +959,17 @@ ENDED_STATUSES = ("cancelled", "error", "success")
 #: enumerate the tables with a ``run_id`` column from the schema and fail if
 #: one is missing here.
 PRUNED_TABLES = ("workflow_run_events", "workflow_waits", "workflow_signals", "worker_jobs",
-                 "mirror_outbox", "workflow_session_vars", "workflow_run_attributes")
-
-
-def parent_column_sql(d: Dialect) -> str:
-    """Whether ``workflow_runs`` has ``parent_run_id`` (child runs): one row if so."""
-    if d is SQLITE:
-        return "SELECT 1 FROM pragma_table_info('workflow_runs') WHERE name = 'parent_run_id'"
-    return ("SELECT 1 FROM information_schema.columns WHERE table_schema = current_schema() "
-            "AND table_name = 'workflow_runs' AND column_name = 'parent_run_id'")
+                 "mirror_outbox", "workflow_session_vars", "workflow_run_attributes",
+                 "workflow_event_values", "workflow_stream_items")
 
 
 @functools.cache
 def prune_select_sql(d: Dialect, statuses: int, workflow: bool, ids: int | None, cursor: bool,
-                     family: bool, lock: bool) -> str:
+                     lock: bool) -> str:
     """The runs a :class:`~starflow.adapters.units.PruneRuns` batch deletes:
     ``(id, completed_at)`` rows, oldest end first. Arguments:
-    :func:`prune_select_args`. ``family``: the table has ``parent_run_id``, and
-    a run whose parent or a child is active is left out. ``lock``: lock the rows
+    :func:`prune_select_args`. A run whose parent or a child (``parent_run_id``,
+    migration 033) is active is left out. ``lock``: lock the rows
     (skipping rows another pruner holds, where the dialect can)."""
     p = d.p
     ended = ", ".join(f"'{s}'" for s in ENDED_STATUSES)
@@ -930,11 +987,10 @@ def prune_select_sql(d: Dialect, statuses: int, workflow: bool, ids: int | None,
     if cursor:
         where.append(f"(r.completed_at, r.id) > ({p(n, 'timestamptz')}, {p(n + 1, 'uuid')})")
         n += 2
-    if family:
-        where.append("NOT EXISTS (SELECT 1 FROM workflow_runs k WHERE k.parent_run_id = r.id "
-                     f"AND COALESCE(k.status, '') NOT IN ({ended}))")
-        where.append("NOT EXISTS (SELECT 1 FROM workflow_runs k WHERE k.id = r.parent_run_id "
-                     f"AND COALESCE(k.status, '') NOT IN ({ended}))")
+    where.append("NOT EXISTS (SELECT 1 FROM workflow_runs k WHERE k.parent_run_id = r.id "
+                 f"AND COALESCE(k.status, '') NOT IN ({ended}))")
+    where.append("NOT EXISTS (SELECT 1 FROM workflow_runs k WHERE k.id = r.parent_run_id "
+                 f"AND COALESCE(k.status, '') NOT IN ({ended}))")
     return (f"SELECT r.id, r.completed_at FROM workflow_runs r WHERE {' AND '.join(where)} "
             f"ORDER BY r.completed_at, r.id LIMIT {p(n)}{d.skip_locked if lock else ''}")
 

@@ -37,6 +37,7 @@ from ..failure import RunFailure
 from ..limits import check_tenant
 from ..records import (
     DefinitionRecord,
+    EventValue,
     JobRecord,
     JobSpec,
     OutboxLag,
@@ -48,6 +49,7 @@ from ..records import (
     ScheduleRecord,
     SignalRecord,
     StartOptions,
+    StreamItem,
     SweepResult,
     WaitRecord,
 )
@@ -74,6 +76,7 @@ from .units import (
     InsertJob,
     InsertRun,
     InsertSignal,
+    InsertStreamItem,
     InsertWait,
     Mark,
     MarkOutboxApplied,
@@ -87,6 +90,7 @@ from .units import (
     UpdateRun,
     UpdateSchedule,
     UpsertAttribute,
+    UpsertEventValue,
     UpsertSchedule,
     UpsertSessionVar,
 )
@@ -134,9 +138,10 @@ class RunWatch:
     """Announcements that one run changed in another process (see
     :meth:`WorkflowStateAdapter.watch_run`).
 
-    :attr:`changed` is set when the run ended or an update's answer to it was
-    recorded, and when the announcements may have been missed (the listening
-    connection was lost), so the watcher reads again. Take :meth:`arm` *before*
+    :attr:`changed` is set when the run ended, an update's answer to it was
+    recorded or it wrote an event or stream item (#17), and when the
+    announcements may have been missed (the listening connection was lost), so
+    the watcher reads again. Take :meth:`arm` *before*
     reading the state being waited on: an announcement after the read sets it.
     """
 
@@ -503,6 +508,20 @@ class WorkflowStateAdapter(abc.ABC):
             await self._submit(UpsertAttribute(method="set_attributes", run_id=run_id, key=key,
                                                value=value, updated_at=now))
 
+    async def set_event(self, run_id: str, key: str, value: Any, *, node_id: str | None,
+                        now: datetime) -> None:
+        """UPSERT the run's durable event ``key`` (``starflow.set_event``; last write wins)."""
+        await self._submit(UpsertEventValue(method="set_event", run_id=run_id, key=key,
+                                            value=value, node_id=node_id, updated_at=now))
+
+    async def append_stream(self, run_id: str, key: str, seq: int, value: Any, *,
+                            closed: bool = False, node_id: str | None, now: datetime) -> None:
+        """INSERT item ``seq`` of the run's stream ``key`` (``starflow.write_stream``,
+        or its closing item); a no-op if that item exists (a replayed write)."""
+        await self._submit(InsertStreamItem(method="append_stream", run_id=run_id, key=key,
+                                            seq=seq, value=value, closed=closed,
+                                            node_id=node_id, created_at=now))
+
     async def session_set(self, session_id: str, key: str, value: Any, *, now: datetime,
                           run_id: str | None = None, keep_until: datetime | None = None
                           ) -> None:
@@ -590,9 +609,11 @@ class WorkflowStateAdapter(abc.ABC):
     @abc.abstractmethod
     async def list_runs(self, *, status: str | None = None, template_id: str | None = None,
                         since: datetime | None = None, limit: int = 50,
-                        attributes: Mapping[str, str] | None = None) -> list[RunInfo]:
+                        attributes: Mapping[str, str] | None = None,
+                        parent_run_id: str | None = None) -> list[RunInfo]:
         """Runs in scope, newest first; ``attributes`` (key -> JSON text of the value)
-        keeps the runs that have every one of them."""
+        keeps the runs that have every one of them; ``parent_run_id`` the children
+        of that run (child runs, #17)."""
 
     @abc.abstractmethod
     async def list_runs_page(self, query: RunPageQuery) -> RunPage:
@@ -609,6 +630,23 @@ class WorkflowStateAdapter(abc.ABC):
     @abc.abstractmethod
     async def list_waits(self, run_id: str) -> list[WaitRecord]:
         """The run's registered wakes."""
+
+    @abc.abstractmethod
+    async def get_event_value(self, run_id: str, key: str) -> EventValue | None:
+        """The run's durable event ``key``, if it was set."""
+
+    @abc.abstractmethod
+    async def list_event_values(self, run_id: str) -> list[EventValue]:
+        """Every durable event of the run, by key."""
+
+    @abc.abstractmethod
+    async def read_stream(self, run_id: str, key: str, *, after_seq: int = 0,
+                          limit: int = 500) -> list[StreamItem]:
+        """Items of the run's stream ``key`` after ``after_seq``, in order (at most ``limit``)."""
+
+    @abc.abstractmethod
+    async def list_stream_items(self, run_id: str) -> list[StreamItem]:
+        """Every stream item of the run, by key then seq."""
 
     @abc.abstractmethod
     async def due_waits(self, now: datetime, *, limit: int = 100) -> list[WaitRecord]:
@@ -854,9 +892,11 @@ class DelegatingAdapter(WorkflowStateAdapter):
 
     async def list_runs(self, *, status: str | None = None, template_id: str | None = None,
                         since: datetime | None = None, limit: int = 50,
-                        attributes: Mapping[str, str] | None = None) -> list[RunInfo]:
+                        attributes: Mapping[str, str] | None = None,
+                        parent_run_id: str | None = None) -> list[RunInfo]:
         return await self.inner.list_runs(status=status, template_id=template_id,
-                                          since=since, limit=limit, attributes=attributes)
+                                          since=since, limit=limit, attributes=attributes,
+                                          parent_run_id=parent_run_id)
 
     async def list_runs_page(self, query: RunPageQuery) -> RunPage:
         return await self.inner.list_runs_page(query)
@@ -866,6 +906,20 @@ class DelegatingAdapter(WorkflowStateAdapter):
 
     async def list_waits(self, run_id: str) -> list[WaitRecord]:
         return await self.inner.list_waits(run_id)
+
+    async def get_event_value(self, run_id: str, key: str) -> EventValue | None:
+        return await self.inner.get_event_value(run_id, key)
+
+    async def list_event_values(self, run_id: str) -> list[EventValue]:
+        return await self.inner.list_event_values(run_id)
+
+    async def read_stream(self, run_id: str, key: str, *, after_seq: int = 0,
+                          limit: int = 500) -> list[StreamItem]:
+        return await self.inner.read_stream(run_id, key, after_seq=after_seq, limit=limit)
+
+    async def list_stream_items(self, run_id: str) -> list[StreamItem]:
+        return await self.inner.list_stream_items(run_id)
+
 
     async def due_waits(self, now: datetime, *, limit: int = 100) -> list[WaitRecord]:
         return await self.inner.due_waits(now, limit=limit)
@@ -922,7 +976,10 @@ def _flow_values(opts: StartOptions) -> dict[str, Any]:
     values: dict[str, Any] = {}
     if opts.priority:
         values["priority"] = opts.priority
-    for column in ("concurrency_key", "dedup_key", "debounce_key", "not_before"):
+    if opts.detached:
+        values["detached"] = True
+    for column in ("concurrency_key", "dedup_key", "debounce_key", "not_before",
+                   "parent_run_id", "deadline_at"):
         if getattr(opts, column) is not None:
             values[column] = getattr(opts, column)
     return values

@@ -175,8 +175,8 @@ class _Postgres(Dialect):
         return require_uuid(value, what)
 
     def run_value(self, column: str, value: Any) -> Any:
-        if column == "definition_id":
-            return require_uuid(value, "definition_id")
+        if column in ("definition_id", "parent_run_id", "continued_as"):
+            return require_uuid(value, column)
         if column in JSON_RUN_COLUMNS and value is not None:
             # Validate here so a bad value raises SerializationError itself.
             serde.encode(value, what=column)

@@ -14,6 +14,7 @@ from typing import Any
 from ..records import (
     RUN_STATUSES,
     DefinitionRecord,
+    EventValue,
     JobRecord,
     OutboxLag,
     OutboxRow,
@@ -23,6 +24,7 @@ from ..records import (
     RunInfo,
     ScheduleRecord,
     SignalRecord,
+    StreamItem,
     SweepResult,
     WaitRecord,
 )
@@ -66,7 +68,8 @@ class NullWorkflowStateAdapter(WorkflowStateAdapter):
 
     async def list_runs(self, *, status: str | None = None, template_id: str | None = None,
                         since: datetime | None = None, limit: int = 50,
-                        attributes: Mapping[str, str] | None = None) -> list[RunInfo]:
+                        attributes: Mapping[str, str] | None = None,
+                        parent_run_id: str | None = None) -> list[RunInfo]:
         return []
 
     async def list_runs_page(self, query: RunPageQuery) -> RunPage:
@@ -77,6 +80,19 @@ class NullWorkflowStateAdapter(WorkflowStateAdapter):
         return []
 
     async def list_waits(self, run_id: str) -> list[WaitRecord]:
+        return []
+
+    async def get_event_value(self, run_id: str, key: str) -> EventValue | None:
+        return None
+
+    async def list_event_values(self, run_id: str) -> list[EventValue]:
+        return []
+
+    async def read_stream(self, run_id: str, key: str, *, after_seq: int = 0,
+                          limit: int = 500) -> list[StreamItem]:
+        return []
+
+    async def list_stream_items(self, run_id: str) -> list[StreamItem]:
         return []
 
     async def due_waits(self, now: datetime, *, limit: int = 100) -> list[WaitRecord]:

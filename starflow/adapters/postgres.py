@@ -69,6 +69,7 @@ from ..migrations import (
 )
 from ..records import (
     DefinitionRecord,
+    EventValue,
     JobRecord,
     OutboxLag,
     OutboxRow,
@@ -79,6 +80,7 @@ from ..records import (
     RunInfo,
     ScheduleRecord,
     SignalRecord,
+    StreamItem,
     SweepResult,
     WaitRecord,
 )
@@ -97,13 +99,13 @@ from ._sql import (
     claimed_jobs,
     claimed_runs,
     definition_record,
+    event_value,
     guard_args,
     guard_shape,
     guard_sql,
     job_record,
     op_sql,
     outbox_row,
-    parent_column_sql,
     period_ms,
     pool_limits,
     prune_delete_sql,
@@ -116,6 +118,7 @@ from ._sql import (
     schedule_value,
     signal_queued_sql,
     signal_record,
+    stream_item,
     sweep_set,
     swept,
     uuid_or_none,
@@ -269,6 +272,7 @@ def channel_name(workspace_id: str, env: str, kind: str = "work") -> str:
     claimable work, ``runs`` a run's change (its payload is the run id)."""
     digest = hashlib.sha256(f"{workspace_id}\0{env}".encode()).hexdigest()[:40]
     return f"starflow_{kind}_{digest}"
+
 
 
 #: The values of ``pooler=`` (the URL parameter and the adapter argument).
@@ -777,13 +781,17 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
 
     async def list_runs(self, *, status: str | None = None, template_id: str | None = None,
                         since: datetime | None = None, limit: int = 50,
-                        attributes: Mapping[str, str] | None = None) -> list[RunInfo]:
+                        attributes: Mapping[str, str] | None = None,
+                        parent_run_id: str | None = None) -> list[RunInfo]:
         pairs = list((attributes or {}).items())
+        if parent_run_id is not None and uuid_or_none(parent_run_id) is None:
+            return []  # not a run id: no run has it as its parent
         sql = Q.list_runs(status is not None, template_id is not None, since is not None,
-                          len(pairs))
+                          len(pairs), parent_run_id is not None)
         async with self._connection("list_runs") as conn:
             rows = await conn.fetch(sql, self.workspace_id, self.env,
-                                    *(v for v in (status, template_id, since) if v is not None),
+                                    *(v for v in (status, template_id, since, parent_run_id)
+                                      if v is not None),
                                     *(v for k, val in pairs
                                       for v in (self.workspace_id, self.env, k, val)),
                                     int(limit))
@@ -807,6 +815,40 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
         async with self._connection("list_events", run_id) as conn:
             rows = await conn.fetch(Q.list_events, rid, self.workspace_id, self.env, after_id)
         return [run_event(r, POSTGRES) for r in rows]
+
+    async def get_event_value(self, run_id: str, key: str) -> EventValue | None:
+        rid = uuid_or_none(run_id)
+        if rid is None:
+            return None
+        async with self._connection("get_event_value", run_id) as conn:
+            row = await conn.fetchrow(Q.get_event_value, rid, self.workspace_id, self.env, key)
+        return event_value(row, POSTGRES) if row is not None else None
+
+    async def list_event_values(self, run_id: str) -> list[EventValue]:
+        rid = uuid_or_none(run_id)
+        if rid is None:
+            return []
+        async with self._connection("list_event_values", run_id) as conn:
+            rows = await conn.fetch(Q.list_event_values, rid, self.workspace_id, self.env)
+        return [event_value(r, POSTGRES) for r in rows]
+
+    async def read_stream(self, run_id: str, key: str, *, after_seq: int = 0,
+                          limit: int = 500) -> list[StreamItem]:
+        rid = uuid_or_none(run_id)
+        if rid is None:
+            return []
+        async with self._connection("read_stream", run_id) as conn:
+            rows = await conn.fetch(Q.read_stream, rid, self.workspace_id, self.env, key,
+                                    int(after_seq), int(limit))
+        return [stream_item(r, POSTGRES) for r in rows]
+
+    async def list_stream_items(self, run_id: str) -> list[StreamItem]:
+        rid = uuid_or_none(run_id)
+        if rid is None:
+            return []
+        async with self._connection("list_stream_items", run_id) as conn:
+            rows = await conn.fetch(Q.list_stream_items, rid, self.workspace_id, self.env)
+        return [stream_item(r, POSTGRES) for r in rows]
 
     async def list_waits(self, run_id: str) -> list[WaitRecord]:
         rid = uuid_or_none(run_id)
@@ -1062,13 +1104,9 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
 
     async def _prune_runs(self, c: PruneRuns) -> PrunedBatch:
         async with self._connection("prune_runs") as conn:
-            family = getattr(self, "_prune_family", None)
-            if family is None:
-                family = await conn.fetchval(parent_column_sql(POSTGRES)) is not None
-                self._prune_family = family
             select = prune_select_sql(POSTGRES, len(c.statuses), c.workflow is not None,
                                       None if c.run_ids is None else len(c.run_ids),
-                                      c.cursor is not None, family, not c.dry_run)
+                                      c.cursor is not None, not c.dry_run)
             args = prune_select_args(POSTGRES, c, self.workspace_id, self.env)
             if c.dry_run:
                 rows = await conn.fetch(select, *args)
@@ -1293,7 +1331,8 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
 
     @asynccontextmanager
     async def watch_run(self, run_id: str) -> AsyncIterator[RunWatch | None]:
-        """Announcements of ``run_id``'s end and update answers, by LISTEN.
+        """Announcements of ``run_id``'s end, update answers, events and stream
+        items, by LISTEN.
 
         None behind a transaction pooler without ``listen_url`` (LISTEN does not
         survive it) or when the listening connection cannot be opened: the

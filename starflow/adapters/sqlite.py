@@ -32,6 +32,7 @@ from ..errors import ConfigError, StorageError
 from ..migrations import MigrationPlan, load_migrations
 from ..records import (
     DefinitionRecord,
+    EventValue,
     JobRecord,
     OutboxLag,
     OutboxRow,
@@ -42,6 +43,7 @@ from ..records import (
     RunInfo,
     ScheduleRecord,
     SignalRecord,
+    StreamItem,
     SweepResult,
     WaitRecord,
 )
@@ -59,13 +61,13 @@ from ._sql import (
     definition_record,
     event_args,
     event_sql,
+    event_value,
     guard_args,
     guard_shape,
     guard_sql,
     job_record,
     op_sql,
     outbox_row,
-    parent_column_sql,
     period_ms,
     pool_limits,
     prune_delete_sql,
@@ -78,6 +80,7 @@ from ._sql import (
     schedule_value,
     signal_queued_sql,
     signal_record,
+    stream_item,
     sweep_set,
     swept,
     wait_exists_sql,
@@ -596,14 +599,16 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
 
     async def list_runs(self, *, status: str | None = None, template_id: str | None = None,
                         since: datetime | None = None, limit: int = 50,
-                        attributes: Mapping[str, str] | None = None) -> list[RunInfo]:
+                        attributes: Mapping[str, str] | None = None,
+                        parent_run_id: str | None = None) -> list[RunInfo]:
         pairs = list((attributes or {}).items())
         args = [self.workspace_id, self.env,
-                *(v for v in (status, template_id, SQLITE.ts(since)) if v is not None),
+                *(v for v in (status, template_id, SQLITE.ts(since), parent_run_id)
+                  if v is not None),
                 *(v for k, val in pairs for v in (self.workspace_id, self.env, k, val)),
                 int(limit)]
         sql = Q.list_runs(status is not None, template_id is not None, since is not None,
-                          len(pairs))
+                          len(pairs), parent_run_id is not None)
         return await self._call(lambda conn: [run_info(r, SQLITE)
                                               for r in conn.execute(sql, args)])
 
@@ -626,6 +631,30 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
         return await self._call(lambda conn: [
             run_event(r, SQLITE) for r in conn.execute(
                 Q.list_events, (run_id, self.workspace_id, self.env, after_id))])
+
+    async def get_event_value(self, run_id: str, key: str) -> EventValue | None:
+        def read(conn: Any) -> EventValue | None:
+            row = conn.execute(Q.get_event_value,
+                               (run_id, self.workspace_id, self.env, key)).fetchone()
+            return event_value(row, SQLITE) if row is not None else None
+        return await self._lookup(read)
+
+    async def list_event_values(self, run_id: str) -> list[EventValue]:
+        return await self._call(lambda conn: [
+            event_value(r, SQLITE) for r in conn.execute(
+                Q.list_event_values, (run_id, self.workspace_id, self.env))])
+
+    async def read_stream(self, run_id: str, key: str, *, after_seq: int = 0,
+                          limit: int = 500) -> list[StreamItem]:
+        return await self._call(lambda conn: [
+            stream_item(r, SQLITE) for r in conn.execute(
+                Q.read_stream, (run_id, self.workspace_id, self.env, key, int(after_seq),
+                                int(limit)))])
+
+    async def list_stream_items(self, run_id: str) -> list[StreamItem]:
+        return await self._call(lambda conn: [
+            stream_item(r, SQLITE) for r in conn.execute(
+                Q.list_stream_items, (run_id, self.workspace_id, self.env))])
 
     async def list_waits(self, run_id: str) -> list[WaitRecord]:
         return await self._lookup(lambda conn: [
@@ -879,12 +908,8 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
         n_ids = None if c.run_ids is None else len(c.run_ids)
 
         def select_sql(conn: sqlite3.Connection) -> str:
-            family = getattr(self, "_prune_family", None)
-            if family is None:
-                family = conn.execute(parent_column_sql(SQLITE)).fetchone() is not None
-                self._prune_family = family
             return prune_select_sql(SQLITE, len(c.statuses), c.workflow is not None, n_ids,
-                                    c.cursor is not None, family, False)
+                                    c.cursor is not None, False)
 
         def select(conn: sqlite3.Connection) -> list[Any]:
             return conn.execute(select_sql(conn), args).fetchall()

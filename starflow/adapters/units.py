@@ -52,6 +52,7 @@ __all__ = [
     "InsertOutbox",
     "InsertRun",
     "InsertSignal",
+    "InsertStreamItem",
     "InsertWait",
     "Mark",
     "MarkOutboxApplied",
@@ -65,6 +66,7 @@ __all__ = [
     "UpdateRun",
     "UpdateSchedule",
     "UpsertAttribute",
+    "UpsertEventValue",
     "UpsertSchedule",
     "UpsertSessionVar",
 ]
@@ -90,6 +92,7 @@ UPDATABLE_RUN_COLUMNS = frozenset(
         "definition_id",
         "claim_attempts",
         "failure_json",
+        "continued_as",
     }
 )
 #: Columns holding JSON (encoded by the adapter).
@@ -140,6 +143,28 @@ class UpsertAttribute(Op, frozen=True, kw_only=True):
     key: str
     value: str
     updated_at: datetime
+
+
+class UpsertEventValue(Op, frozen=True, kw_only=True):
+    """Set a run's durable event ``key`` to ``value`` (last write wins)."""
+
+    run_id: str
+    key: str
+    value: Any
+    node_id: str | None
+    updated_at: datetime
+
+
+class InsertStreamItem(Op, frozen=True, kw_only=True):
+    """Append item ``seq`` to a run's stream ``key``; a second insert of it is a no-op."""
+
+    run_id: str
+    key: str
+    seq: int
+    value: Any
+    closed: bool
+    node_id: str | None
+    created_at: datetime
 
 
 class UpsertSessionVar(Op, frozen=True, kw_only=True):

@@ -1,5 +1,5 @@
-"""``starflow runs list / show / events / export``: inspect runs and export
-their histories (``runs retry`` is in :mod:`starflow.cli.control`).
+"""``starflow runs list / show / events / export / fork``: inspect runs, export
+their histories and fork them (``runs retry`` is in :mod:`starflow.cli.control`).
 
 Wake tokens are bearer secrets: nothing here prints one.
 """
@@ -119,6 +119,7 @@ def run_detail(run: RunInfo) -> dict[str, Any]:
         "waiting": _waiting(run),
         "input": redact_wake_tokens(run.input_json),
         "result": redact_wake_tokens(run.result_json),
+        "continued_as": run.continued_as,
     }
 
 
@@ -241,19 +242,27 @@ async def _runs_list(ns: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+#: Child runs ``starflow runs show`` lists (``runs list --parent`` is not a thing yet).
+MAX_CHILDREN_SHOWN = 1000
+
+
 @command("show", group="runs", help="a run's row and a timeline of its events",
          args=[app_args, db_args], configure=run_args)
 async def _runs_show(ns: argparse.Namespace) -> int:
     async with open_app(ns, must_exist=True) as sf:
         run = await sf.get_run(ns.run_id)
         events = await sf.events(ns.run_id)
+        kids = await sf.list_runs(parent_run_id=run.id, limit=MAX_CHILDREN_SHOWN)
     detail = run_detail(run)
     rows = timeline(run, events)
     failed_attempts = attempts(events)
     changes = phases(events)
+    children = [{"run_id": k.id, "workflow": k.template_id, "status": k.status,
+                 "started_at": iso(k.started_at), "detached": k.detached}
+                for k in sorted(kids, key=lambda k: (k.started_at is None, k.started_at, k.id))]
     if ns.json:
         write_json({"run": detail, "timeline": rows, "attempts": failed_attempts,
-                    "phases": changes})
+                    "phases": changes, "children": children})
         return EXIT_OK
     waiting = detail["waiting"]
     fields: list[tuple[str, Any]] = [
@@ -267,6 +276,8 @@ async def _runs_show(ns: argparse.Namespace) -> int:
         ("completed", iso(run.completed_at)),
         ("duration", _ms(float(run.duration_ms)) if run.duration_ms is not None else None),
         ("pool", run.runner_pool),
+        ("parent", run.parent_run_id),
+        ("deadline", iso(run.deadline_at)),
         ("leased by", f"{run.leased_by} until {iso(run.lease_until)}" if run.leased_by
          else None),
         ("waiting on", (f"{waiting['event'] or 'timer'} at {waiting['node_id']}"
@@ -279,19 +290,26 @@ async def _runs_show(ns: argparse.Namespace) -> int:
         ("result", msgspec.json.encode(detail["result"]).decode()
          if run.status == "success" else None),
         ("error", run.error),
+        ("continued as", run.continued_as),  # starflow.continue_as_new: the next run
     ]
     failure = run.failure
     if failure is not None:
         tries = f" after {failure.attempts} attempt(s)" if failure.attempts else ""
         fields.append(("failed at", f"{failure.node_id}{tries}" if failure.node_id else None))
         fields.append(("cause", failure.text))
-    width = max(len(k) for k, _ in fields)
+    width = max(len(k) for k, v in fields if v is not None)
     write("".join(f"{k.ljust(width)}  {cell(v)}\n" for k, v in fields if v is not None))
     if failure is not None and failure.traceback:
         write(f"\ntraceback:\n{failure.traceback.rstrip()}\n")
     if changes:
         write(f"\nphases ({len(changes)}):\n")
         write(render_table(["at", "phase"], [(c["at"], c["phase"]) for c in changes]))
+    if children:
+        more = " (the first shown)" if len(children) == MAX_CHILDREN_SHOWN else ""
+        write(f"\nchildren ({len(children)}{more}):\n")
+        write(render_table(["run", "workflow", "status", "started", "detached"],
+                           [(c["run_id"], c["workflow"], c["status"], c["started_at"],
+                             "yes" if c["detached"] else "") for c in children]))
     if failed_attempts:
         write(f"\nfailed attempts ({len(failed_attempts)}):\n")
         write(render_table(["node", "attempt", "at", "error", "retried after"],
@@ -319,6 +337,32 @@ async def _runs_events(ns: argparse.Namespace) -> int:
     write(render_table(["id", "at", "event", "node", "payload"],
                         [(e["id"], e["created_at"], e["event_type"],
                           e["node_id"], e["payload"]) for e in data]))
+    return EXIT_OK
+
+
+def _fork_args(parser: argparse.ArgumentParser) -> None:
+    run_args(parser)
+    parser.add_argument("--from-node", required=True, metavar="NODE",
+                        help="the node the new run executes from (step:charge#1); the "
+                             "history before it is replayed, not re-run")
+
+
+@command("fork", group="runs",
+         help="a new run of an ended run, replaying its history up to a node and running "
+              "from there (after a fix)",
+         args=[app_args, db_args], configure=_fork_args)
+async def _runs_fork(ns: argparse.Namespace) -> int:
+    async with open_app(ns, must_exist=True) as sf:
+        handle = await sf.fork(ns.run_id, from_node=ns.from_node)
+    if ns.json:
+        write_json({"run_id": handle.run_id, "status": handle.status,
+                    "forked_from": ns.run_id, "from_node": ns.from_node,
+                    "error": handle.error})
+        return EXIT_OK
+    where = handle.status
+    if handle.status == "error" and handle.error:
+        where += f": {handle.error}"
+    write(f"forked run {ns.run_id} from {ns.from_node} as run {handle.run_id}: now {where}\n")
     return EXIT_OK
 
 

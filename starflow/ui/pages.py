@@ -27,6 +27,8 @@ __all__ = ["Pages"]
 
 #: A run's page shows its first and last this many events (a long run's page stays small).
 TIMELINE_EDGE = 1000
+#: Child runs a run page lists (the newest; `starflow runs show` lists more).
+CHILDREN_SHOWN = 200
 #: What a run's page says after an action redirected to it (``?done=``).
 DONE = {
     "signal": "Signal sent.",
@@ -76,6 +78,7 @@ class Pages:
         sf = site.sf
         events = await sf.adapter.list_events(run_id)
         waits = [] if run.is_terminal else await sf.adapter.list_waits(run_id)
+        children = await sf.adapter.list_runs(parent_run_id=run.id, limit=CHILDREN_SHOWN)
         now = sf.clock.now()
         session = []
         for session_id, key in views.session_keys(events):
@@ -98,7 +101,9 @@ class Pages:
             "result": views.fold_json(run.result_json) if run.status == "success" else None,
             "session": session,
             "lease_expired": run.lease_until is not None and run.lease_until < now,
-            "parent_run_id": getattr(run, "parent_run_id", None),
+            "parent_run_id": run.parent_run_id,
+            "children": sorted(children, key=lambda c: (c.started_at is None, c.started_at,
+                                                       c.id)),
             "message": message, "error": error,
             "live": not run.is_terminal,
             "version": run_version(run.status, events[-1].id if events else 0),

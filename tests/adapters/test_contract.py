@@ -243,6 +243,26 @@ class TestRunBoundaries:
         assert [r.id for r in await adapter.list_runs(status="queued",
                                                       template_id="orders")] == [c]
 
+    async def test_child_runs_and_deadlines(self, adapter: WorkflowStateAdapter) -> None:
+        """Migration 033: a child names its parent (detached or not); list_runs finds a
+        run's children; deadline_at round-trips (child runs and deadlines, #17)."""
+        parent = await start(adapter, now=at(1), deadline_at=at(3601))
+        kid = await queued(adapter, now=at(2), parent_run_id=parent)
+        loose = await queued(adapter, now=at(3), parent_run_id=parent, detached=True)
+        stranger = await start(adapter, now=at(4))
+        got = await adapter.list_runs(parent_run_id=parent)
+        assert [(r.id, r.parent_run_id, r.detached) for r in got] == [
+            (loose, parent, True), (kid, parent, False)]
+        assert [r.id for r in await adapter.list_runs(parent_run_id=parent,
+                                                      status="queued", limit=1)] == [loose]
+        assert await adapter.list_runs(parent_run_id=stranger) == []
+        assert await adapter.list_runs(parent_run_id=str(uuid.uuid4())) == []
+        info = await adapter.get_run(parent)
+        assert info is not None
+        assert (info.parent_run_id, info.detached, info.deadline_at) == (None, False, at(3601))
+        row = await adapter.get_run(kid)
+        assert row is not None and row.deadline_at is None
+
 
 @pytest.fixture
 async def other_db(adapter_kind: str, tmp_path: Path, workspace_id: str
@@ -981,6 +1001,7 @@ class TestNullAdapter:
         await null.session_set("s", "k", 1, now=T0)
         assert await null.get_run(run_id) is None
         assert await null.list_runs() == []
+        assert await null.list_runs(parent_run_id=run_id) == []
         assert await null.list_events(run_id) == []
         assert await null.find_signal(run_id, "go") is None
         assert await null.session_get("s", "k") is None

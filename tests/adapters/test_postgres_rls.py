@@ -72,6 +72,8 @@ async def seed(adapter: PostgresWorkflowStateAdapter) -> str:
     await adapter.emit_wait_wake(run_id, "wait:go#1", "go", None, now=T0)
     await adapter.session_set("session", "key", "secret", now=T0)
     await adapter.set_attributes(run_id, {"customer": '"secret"'}, now=T0)
+    await adapter.set_event(run_id, "status", "secret", node_id="event:status#1", now=T0)
+    await adapter.append_stream(run_id, "log", 1, "secret", node_id="stream:log#1", now=T0)
     await adapter.ensure_definition("wf", 1, "hash", now=T0)
     await adapter.get_secret("wake", now=T0)
     await adapter.insert_job(JobSpec(

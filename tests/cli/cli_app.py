@@ -53,3 +53,10 @@ async def cli_gateway(order_id: str) -> str:
 async def cli_retrying(order_id: str) -> str:
     starflow.context().phase = "paying"
     return await cli_gateway(order_id)
+
+
+@workflow(name="cli_parent", version=1)
+async def cli_parent(n: int) -> int:
+    """Two child runs of cli_quick: one awaited, one detached and left alone."""
+    await starflow.start_child(cli_quick, n + 1, detached=True)
+    return await cli_quick(n)

@@ -94,7 +94,7 @@ class TestRunsShow:
         assert cli("signal", run_id, "approval", "--payload", '{"ok": true}', "--db",
                    seeded.url, "--app", APP).code == 0
         data = json.loads(cli("runs", "show", run_id, "--db", seeded.url, "--json").out)
-        assert set(data) == {"run", "timeline", "attempts", "phases"}
+        assert set(data) == {"run", "timeline", "attempts", "phases", "children"}
         assert data["run"]["status"] == "success"
         assert data["run"]["result"] == {"ok": True, "receipt": "receipt-o-1"}
         by_node = {(r["event_type"], r["node_id"]): r for r in data["timeline"]}
@@ -129,6 +129,35 @@ class TestRunsShow:
         data = json.loads(cli("runs", "show", run_id, "--db", url, "--json").out)
         assert data["run"]["failure"]["type"] == "RuntimeError"
         assert "in cli_flaky" in data["run"]["failure"]["traceback"]
+
+    def test_children_are_listed(self, cli: Cli, tmp_path: Path) -> None:
+        """A parent's child runs (attached and detached), and a child's parent."""
+        from starflow_testing import WorkflowEnvironment
+
+        from . import cli_app
+
+        url = f"sqlite:///{tmp_path / 'family.db'}"
+
+        async def family() -> tuple[str, list[str]]:
+            async with WorkflowEnvironment(adapter=url, patch_time=False) as env:
+                handle = await env.start(cli_app.cli_parent, 4)
+                assert await env.result(handle) == 8
+                await env.run_until_idle()
+                kids = await env.list_runs(parent_run_id=handle.run_id)
+                return handle.run_id, [k.id for k in kids]
+
+        parent, kids = anyio.run(family)
+        assert len(kids) == 2
+        result = cli("runs", "show", parent, "--db", url)
+        assert result.code == 0, result.err
+        assert "children (2):" in result.out
+        assert all(k in result.out for k in kids)
+        data = json.loads(cli("runs", "show", parent, "--db", url, "--json").out)
+        assert sorted(c["run_id"] for c in data["children"]) == sorted(kids)
+        assert sorted(c["detached"] for c in data["children"]) == [False, True]
+        assert {c["status"] for c in data["children"]} == {"success"}
+        child = cli("runs", "show", kids[0], "--db", url)
+        assert f"parent       {parent}" in child.out
 
     def test_attempts_input_result_and_phases(self, cli: Cli, tmp_path: Path) -> None:
         """A step that took three attempts: both failed attempts, the input, result, phase."""

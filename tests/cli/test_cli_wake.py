@@ -178,3 +178,53 @@ class TestRetry:
         line = cli.fails("runs", "retry", run_id, "--db", seeded.url)
         assert "pass --app MODULE" in line and "'cli_flaky'" in line
         assert state(seeded, run_id) == before
+
+
+class TestFork:
+    """`starflow runs fork RUN --from-node NODE` makes a new run from an ended run's history."""
+
+    def test_fork_after_a_fix_and_bad_input(self, cli: Cli, seeded: Seeded) -> None:
+        run_id = _failed_inline_run(seeded)
+        before = state(seeded, run_id)
+        line = cli.fails("runs", "fork", run_id, "--from-node", "step:nope#1",
+                         "--db", seeded.url, "--app", APP)
+        assert "has no node 'step:nope#1'" in line and "step:cli_charge#1" in line
+        paused = seeded.paused[0]
+        line = cli.fails("runs", "fork", paused, "--from-node", "wait:approval#1",
+                         "--db", seeded.url, "--app", APP)
+        assert "still 'paused'" in line
+        assert state(seeded, run_id) == before
+        cli_app.BODY_BUG["on"] = False
+        result = cli("runs", "fork", run_id, "--from-node", "step:cli_charge#1",
+                     "--db", seeded.url, "--app", APP, "--json")
+        assert result.code == 0, result.err
+        data = json.loads(result.out)
+        assert data["status"] == "success" and data["forked_from"] == run_id
+        assert data["run_id"] != run_id
+        assert state(seeded, run_id) == before  # the source is not changed
+        assert state(seeded, data["run_id"])[0] == "success"
+
+    def test_show_names_the_run_a_run_continued_as(self, cli: Cli, seeded: Seeded) -> None:
+        """`runs show` prints `continued as` for a run that called continue_as_new."""
+        import starflow
+        from starflow import workflow
+
+        @workflow(name="cli_chain")
+        async def chain(n: int) -> int:
+            if n == 0:
+                starflow.continue_as_new(1)
+            return n
+
+        async def make() -> tuple[str, str]:
+            async with Starflow.open(seeded.url, maintenance=False) as sf:
+                last = await sf.run(chain, 0)
+                runs = await sf.list_runs(template_id="cli_chain")
+                first = next(r.id for r in runs if r.id != last.run_id)
+                return first, last.run_id
+
+        first, last = anyio.run(make)
+        result = cli("runs", "show", first, "--db", seeded.url)
+        assert result.code == 0, result.err
+        assert f"\ncontinued as  {last}\n" in result.out
+        data = json.loads(cli("runs", "show", first, "--db", seeded.url, "--json").out)
+        assert data["run"]["continued_as"] == last

@@ -31,9 +31,11 @@ from starflow.adapters.units import (
     InsertOutbox,
     InsertRun,
     InsertSignal,
+    InsertStreamItem,
     InsertWait,
     Unit,
     UpsertAttribute,
+    UpsertEventValue,
     UpsertSessionVar,
 )
 from starflow.records import JobSpec
@@ -67,9 +69,9 @@ async def seed_run(adapter: WorkflowStateAdapter, *, status: str, ended: datetim
     values: dict[str, Any] = {"template_id": workflow, "status": status, "started_at": START,
                               "completed_at": ended,
                               "claim_state": "complete" if ended else "running"}
-    ops: list[Any] = [InsertRun(method="t", run_id=run_id, values=values)]
     if parent is not None:
-        ops = []
+        values["parent_run_id"] = parent
+    ops: list[Any] = [InsertRun(method="t", run_id=run_id, values=values)]
     for i in range(3):
         ops.append(InsertEvent(method="t", run_id=run_id, event_type="node_complete",
                                node_id=f"n{i}", payload={"i": i}, created_at=START))
@@ -84,15 +86,15 @@ async def seed_run(adapter: WorkflowStateAdapter, *, status: str, ended: datetim
                   created_at=START),
         UpsertAttribute(method="t", run_id=run_id, key="customer", value='"c-1"',
                         updated_at=START),
+        UpsertEventValue(method="t", run_id=run_id, key="status", value={"s": 1},
+                         node_id="event:status#1", updated_at=START),
+        InsertStreamItem(method="t", run_id=run_id, key="log", seq=1, value="line",
+                         closed=False, node_id="stream:log#1", created_at=START),
         UpsertSessionVar(method="t", session_id=f"s-{run_id}", key="a", value=1,
                          run_id=run_id, keep_until=None, updated_at=START),
         UpsertSessionVar(method="t", session_id=f"s-{run_id}", key="b", value=2,
                          run_id=run_id, keep_until=kept_var_until or START, updated_at=START),
     ]
-    if parent is not None:
-        await adapter.execute(Unit(ops=[InsertRun(method="t", run_id=run_id, values=values)]))
-        await _sql(adapter, "UPDATE workflow_runs SET parent_run_id = ? WHERE id = ?",
-                   parent, run_id)
     await adapter.execute(Unit(ops=ops))
     return run_id
 
@@ -370,16 +372,10 @@ class TestPrune:
 
 
 class TestFamily:
-    """A run whose parent or child is active is kept (where runs have parents)."""
+    """A run whose parent or child is active is kept (``parent_run_id``, migration 033)."""
 
     async def test_parent_and_child_rule(self, sf: Starflow, db_url: str) -> None:
         a = sf.adapter
-        if not isinstance(a, LocalWorkflowStateAdapter):
-            pytest.skip("adds parent_run_id by hand: only on a private SQLite database")
-        columns = (await schema(a))["workflow_runs"]
-        if "parent_run_id" not in columns:
-            await _sql(a, "ALTER TABLE workflow_runs ADD COLUMN parent_run_id TEXT NULL")
-        a._prune_family = None  # type: ignore[attr-defined]  # re-read the schema
         old = NOW - timedelta(days=40)
         parent = await seed_run(a, status="success", ended=old)
         child = await seed_run(a, status="paused", ended=None, parent=parent)
@@ -388,8 +384,9 @@ class TestFamily:
         assert (await sf.prune(timedelta(days=30))).runs == 0
         for run_id in (parent, child, orphan_parent, ended_child):
             assert await a.get_run(run_id) is not None
-        await _sql(a, "UPDATE workflow_runs SET status = 'success', completed_at = ? "
-                      "WHERE id = ?", "2026-01-02T00:00:00.000000Z", child)
+        async with a.unit() as unit:
+            await a.update_run(child, "t", status="success", completed_at=old)
+        assert unit.held
         assert (await sf.prune(timedelta(days=30))).runs == 2
         assert await a.get_run(parent) is None and await a.get_run(child) is None
         assert await a.get_run(ended_child) is not None

@@ -24,9 +24,11 @@ from starflow.adapters.units import (
     InsertOutbox,
     InsertRun,
     InsertSignal,
+    InsertStreamItem,
     InsertWait,
     Unit,
     UpsertAttribute,
+    UpsertEventValue,
     UpsertSessionVar,
 )
 from starflow.records import JobSpec
@@ -72,6 +74,10 @@ def _ops(run_id: str) -> list[Any]:
                                           idempotency_key=f"{run_id}:j", input={}),
                   created_at=START),
         UpsertAttribute(method="t", run_id=run_id, key="k", value="1", updated_at=START),
+        UpsertEventValue(method="t", run_id=run_id, key="k", value=1, node_id="event:k#1",
+                         updated_at=START),
+        InsertStreamItem(method="t", run_id=run_id, key="s", seq=1, value=1, closed=False,
+                         node_id="stream:s#1", created_at=START),
         UpsertSessionVar(method="t", session_id=run_id, key="k", value=1, run_id=run_id,
                          keep_until=START, updated_at=START),
     ]
@@ -112,7 +118,8 @@ async def test_sigkill_mid_prune_leaves_whole_runs(db_url: str, workspace_id: st
         per_run = await counts(adapter, ids)
         whole = {"workflow_runs": 1, "workflow_run_events": 3, "workflow_waits": 1,
                  "workflow_signals": 1, "worker_jobs": 1, "mirror_outbox": 1,
-                 "workflow_session_vars": 1, "workflow_run_attributes": 1}
+                 "workflow_session_vars": 1, "workflow_run_attributes": 1,
+                 "workflow_event_values": 1, "workflow_stream_items": 1}
         present = 0
         for run_id in ids:
             rows = {t: n for (t, who), n in per_run.items() if who == run_id}

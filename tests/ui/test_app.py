@@ -114,6 +114,28 @@ class TestRunPage:
         assert 'data-run-status="paused"' in html
         assert 'data-when="queued running paused"' in html  # signal and cancel offered
 
+    async def test_children_and_parent_are_linked(self, sf: Starflow) -> None:
+        """A parent's page lists its child runs; a child's page links its parent."""
+        import starflow
+        from starflow import workflow
+
+        @workflow(name="ui_parent")
+        async def ui_parent() -> int:
+            detached = await starflow.start_child(quick, 5, detached=True)
+            return await quick(4) + len(detached.run_id)
+
+        handle = await sf.run(ui_parent)
+        assert handle.status == "paused"  # no worker here: the children stay queued
+        kids = await sf.list_runs(parent_run_id=handle.run_id)
+        assert len(kids) == 2
+        async with client_for(create_app(sf)) as client:
+            html = (await client.get(f"/runs/{handle.run_id}")).text
+            child = (await client.get(f"/runs/{kids[0].id}")).text
+        assert "Children <span class=\"muted\">(2)</span>" in html
+        assert all(f'/runs/{k.id}">{k.id}</a>' in html for k in kids)
+        assert "detached" in html
+        assert f'/runs/{handle.run_id}">{handle.run_id}</a>' in child
+
     async def test_token_in_a_step_output_is_redacted(self, sf: Starflow) -> None:
         handle = await sf.run(with_token)
         events = await sf.events(handle.run_id)

@@ -66,6 +66,22 @@ async def long_running(seconds: float) -> str:
     return out
 
 
+@workflow(name="worker-child-leaf", max_claim_attempts=100)
+async def child_leaf(i: int, delay: float) -> int:
+    """A child run: two steps; returns ``i``."""
+    await chunk(i, delay)
+    return await chunk(i, delay)
+
+
+@workflow(name="worker-child-parent", max_claim_attempts=100)
+async def child_parent(n: int, delay: float) -> int:
+    """Starts ``n`` children and gathers them; returns ``sum(range(n))``."""
+    import asyncio
+
+    handles = [await starflow.start_child(child_leaf, i, delay) for i in range(n)]
+    return sum(await asyncio.gather(*(h.result() for h in handles)))
+
+
 def make_app() -> Starflow:
     """The app factory ``starflow worker --app apps:make_app`` calls."""
     env = os.environ

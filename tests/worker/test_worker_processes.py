@@ -14,7 +14,7 @@ import pytest
 
 from starflow import Starflow
 
-from .apps import chunks, long_running
+from .apps import child_parent, chunks, long_running
 from .support import side_effects, spawn_worker, stop
 
 pytestmark = pytest.mark.slow
@@ -209,3 +209,63 @@ def test_subprocess_module_importable() -> None:
     out = cli("worker", "--help")
     assert out.returncode == 0 and "--grace" in out.stdout
     assert subprocess.run is not None
+
+
+class TestChildrenSurviveSigkill:
+    """A parent waits on children while the workers driving them are SIGKILLed: every
+    child finishes once, the parent once, and no child is started twice (#17)."""
+
+    async def test_sigkill_while_the_parent_waits_on_children(self, tmp_path: Path) -> None:
+        url, side = _url(tmp_path), tmp_path / "side.log"
+        env = {**FAST, "STARFLOW_TEST_SIDE_LOG": str(side)}
+        log = tmp_path / "workers.log"
+        n = 12
+        async with Starflow.open(url, maintenance=False) as sf:
+            parent_id = (await sf.start(child_parent, n, 0.3)).run_id
+        args = ("--concurrency", "6", "--maintenance", "--grace", "0")
+        procs = [spawn_worker(url, log, *args, **env) for _ in range(2)]
+        kills = 0
+        try:
+            async with Starflow.open(url, maintenance=False) as sf:
+                async def children_running() -> bool:
+                    parent = await sf.get_run(parent_id)
+                    kids = await sf.list_runs(parent_run_id=parent_id, status="running")
+                    return parent.status == "paused" and len(kids) > 0
+
+                for _ in range(3):
+                    await _wait(children_running, 60, "the parent to wait on running children")
+                    running = await sf.list_runs(parent_run_id=parent_id, status="running")
+                    holders = {r.leased_by or "" for r in running}
+                    i = next((i for i, p in enumerate(procs)
+                              if any(f":{p.pid}:" in h for h in holders)), 0)
+                    procs[i].send_signal(signal.SIGKILL)
+                    procs[i].wait(timeout=10)
+                    kills += 1
+                    procs[i] = spawn_worker(url, log, *args, **env)
+
+                async def parent_done() -> bool:
+                    return (await sf.get_run(parent_id)).is_terminal
+
+                await _wait(parent_done, 90, "the parent to end")
+                parent = await sf.get_run(parent_id)
+                assert (parent.status, parent.result_json) == ("success", sum(range(n)))
+                kids = await sf.list_runs(parent_run_id=parent_id, limit=100)
+                assert len(kids) == n  # no child started twice
+                assert {k.status for k in kids} == {"success"}
+                lost = 0
+                completed: dict[str, float] = {}
+                for run_id in [parent_id, *(k.id for k in kids)]:
+                    events = await sf.events(run_id)
+                    lost += sum(1 for e in events if e.event_type == "runner_lost")
+                    done = Counter(e.node_id for e in events if e.event_type == "node_complete")
+                    assert set(done.values()) == {1}, (run_id, done)  # each node once
+                    for e in events:
+                        if e.event_type == "node_complete" and run_id != parent_id:
+                            completed[f"{run_id}:{e.node_id}"] = e.created_at.timestamp()
+                assert kills == 3 and lost >= 1
+        finally:
+            stop(procs)
+        executions = list(side_effects(side))
+        assert {key for key, _, _ in executions} == set(completed)
+        # No child step whose node_complete was written ran again afterwards.
+        assert [(k, ts) for k, ts, _ in executions if ts > completed[k]] == []

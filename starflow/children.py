@@ -1,0 +1,398 @@
+"""Child workflows (#17): ``start_child``, ``ChildHandle`` and their nodes.
+
+Inside a workflow, ``await other_wf(x)`` (a ``@workflow`` function) or
+``handle = await starflow.start_child(other_wf, x)`` starts a **child run**:
+a queued run whose ``parent_run_id`` names the parent. Two nodes record it in
+the parent's history:
+
+- ``child:<workflow>#n``: the start. The child's row and this node's
+  ``node_complete`` (output ``{"run_id": …}``) are written in one unit, under
+  the parent's lease; the child's id is derived from the parent's run id and
+  this node id, so a replay (after a crash anywhere around that unit) finds
+  the same child and never starts a second one.
+- ``result:<child run id>#n``: ``await handle.result()``. If the child has
+  ended, its outcome is recorded at once; otherwise the parent pauses durably
+  on the wait event ``__starflow.child:<child run id>`` and the child's end
+  wakes it (:meth:`starflow.waking.Waker.wake_parent`) with the outcome read
+  from the child's row. Replay returns the recorded outcome: a value, or
+  :class:`~starflow.WorkflowFailed` for a failed child,
+  :class:`~starflow.RunCancelled` for a cancelled one.
+
+The engine calls the functions here (``Engine.start_child`` /
+``Engine.child_result``); this module never imports the engine.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Awaitable, Callable
+from datetime import datetime
+from typing import Any, Generic, Protocol, TypeVar
+
+from . import serde
+from .adapters.base import WorkflowStateAdapter
+from .context import WorkflowContext, current_engine, current_node
+from .decorators import WorkflowDefinition, definition_of
+from .errors import (
+    InvalidArgument,
+    RunCancelled,
+    RunIdConflict,
+    StarflowError,
+    WorkflowDefinitionError,
+    WorkflowFailed,
+)
+from .execution import Runtime
+from .failure import RunFailure
+from .limits import check_name
+from .records import RunInfo, StartOptions
+from .replay import CHILD_START_KIND, Journal, NodeRecord, check_recorded
+
+__all__ = [
+    "CHILD_EVENT_PREFIX",
+    "CHILD_KIND",
+    "RESULT_KIND",
+    "ChildHandle",
+    "child_event",
+    "child_id_for",
+    "child_of_event",
+    "child_outcome",
+    "child_result_node",
+    "start_child",
+    "start_child_node",
+]
+
+#: Node kind of a child's start (``child:<workflow>#n``) and of awaiting its
+#: result (``result:<child run id>#n``).
+CHILD_KIND = CHILD_START_KIND
+RESULT_KIND = "result"
+#: The wait event of a parent paused on a child (reserved: users cannot signal it).
+CHILD_EVENT_PREFIX = "__starflow.child:"
+
+R = TypeVar("R")
+
+
+def child_event(child_run_id: str) -> str:
+    """The wait event a parent pauses on until ``child_run_id`` ends."""
+    return CHILD_EVENT_PREFIX + child_run_id
+
+
+def child_of_event(event: str | None) -> str | None:
+    """The child run id a wait event names, or ``None`` for any other wait."""
+    if event is None or not event.startswith(CHILD_EVENT_PREFIX):
+        return None
+    return event[len(CHILD_EVENT_PREFIX):]
+
+
+def child_id_for(parent_run_id: str, node_id: str) -> str:
+    """The deterministic id of the child a parent starts at ``node_id``."""
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"starflow-child:{parent_run_id}:{node_id}"))
+
+
+def child_outcome(run: RunInfo) -> dict[str, Any] | None:
+    """What a parent records for an ended child (``None`` while it is active)."""
+    if not run.is_terminal:
+        return None
+    return {"run_id": run.id, "status": run.status, "result": run.result_json,
+            "error": run.error, "failure": run.failure_json}
+
+
+class ChildEngine(Protocol):
+    """What the child nodes use of the running engine (``starflow.engine.Engine``)."""
+
+    ctx: WorkflowContext
+    runtime: Runtime
+    journal: Journal
+    cancel_requested: bool
+    #: Set once the execution started or replayed a child (the end cascades to them).
+    has_children: bool
+
+    @property
+    def run_id(self) -> str: ...
+
+    @property
+    def adapter(self) -> WorkflowStateAdapter: ...
+
+    @property
+    def replaying(self) -> bool: ...
+
+    def _next_id(self, kind: str, name: str | None) -> str: ...
+
+    def _advance(self, ts: datetime | None) -> None: ...
+
+    def _guard_suspending(self) -> None: ...
+
+    def _replayed_cancel(self, rec: NodeRecord) -> None: ...
+
+    async def _reach_cancel(self, nid: str, kind: str, name: str | None) -> None: ...
+
+    async def _deliver_cancel(self, nid: str, kind: str, name: str | None) -> Any: ...
+
+    async def _commit(self, build: Callable[[datetime], Awaitable[None]], *,
+                      durable: bool = True, guard: Any = None) -> datetime: ...
+
+    async def _phase(self, ts: datetime, *, strict: bool = True) -> None: ...
+
+    def _suspend(self, nid: str, event: str | None, deadline: datetime | None,
+                 expiry: datetime, job: Any = None, payload_type: str | None = None) -> Any: ...
+
+
+def _not_in_step(engine: ChildEngine, what: str) -> None:
+    step_node = current_node.get()
+    if step_node is not None:
+        raise StarflowError(
+            f"{what} called inside step {step_node} of run {engine.run_id}: a child run is "
+            "recorded in the workflow's history, so start and await it from the @workflow "
+            "function, between steps", run_id=engine.run_id, node_id=step_node)
+
+
+async def start_child_node(engine: ChildEngine, definition: WorkflowDefinition,
+                           args: tuple[Any, ...], kwargs: dict[str, Any], *,
+                           run_id: str | None, pool: str | None, detached: bool) -> str:
+    """Start (or, on replay, find) the child run of node ``child:<workflow>#n``.
+
+    Arguments are checked and encoded before anything is written. The child's
+    row (queued for the workers of its pool) and the parent's node are one unit.
+    """
+    _not_in_step(engine, "start_child()")
+    engine._guard_suspending()
+    try:
+        definition.check_call(args, kwargs)
+    except TypeError as exc:
+        raise WorkflowDefinitionError(
+            f"bad arguments for child workflow {definition.name!r}: {exc}",
+            run_id=engine.run_id) from exc
+    encoded: dict[str, Any] = serde.to_builtins(
+        {"args": list(args), "kwargs": kwargs},
+        what=f"arguments of child workflow {definition.name!r}", run_id=engine.run_id)
+    # Converted to the annotations before anything is written, as sf.start does.
+    serde.convert_call(definition.signature, definition.hints, encoded,
+                       what=f"child workflow {definition.name!r}")
+    h = serde.args_hash(encoded)
+    nid = engine._next_id(CHILD_KIND, definition.name)
+    engine.has_children = True
+    rec = engine.journal.get(nid)
+    if rec is not None and rec.finished:
+        check_recorded(engine.run_id, rec, CHILD_KIND, definition.name, h, encoded)
+        engine.journal.consume(nid)
+        engine._advance(rec.recorded_at)
+        if rec.status == "error":
+            engine._replayed_cancel(rec)
+        output = rec.output if isinstance(rec.output, dict) else {}
+        return str(output.get("run_id"))
+    if rec is not None:
+        engine.journal.consume(nid)
+    else:
+        await engine.journal.reach_frontier(engine.run_id, nid,
+                                            f"child workflow {definition.name!r}")
+    engine._guard_suspending()
+    await engine._reach_cancel(nid, CHILD_KIND, definition.name)
+    child_id = run_id if run_id is not None else child_id_for(engine.run_id, nid)
+    existing = await engine.adapter.get_run(child_id)
+    if existing is not None and existing.template_id not in (None, definition.name):
+        raise RunIdConflict(child_id, existing.template_id, definition.name, existing.status)
+    runtime = engine.runtime
+    def_id = (await runtime.definition_id(definition) if runtime.definition_id is not None
+              else None)
+    ctx = WorkflowContext(run_id=child_id, workflow=definition.name, version=definition.version,
+                          workspace_id=engine.ctx.workspace_id, env=engine.ctx.env)
+    output = {"run_id": child_id}
+    record_payload = {"output": output, "kind": CHILD_KIND, "name": definition.name,
+                      "args_hash": h, "detached": detached}
+
+    async def record(ts: datetime) -> None:
+        if existing is None:
+            timeout = definition.timeout
+            options = StartOptions(
+                input=encoded, status="queued", claim_state="queued",
+                runner_pool=pool if pool is not None else definition.pool,
+                definition_id=def_id, start_mode="queued",
+                max_claim_attempts=(definition.max_claim_attempts
+                                    or runtime.config.max_claim_attempts),
+                parent_run_id=engine.run_id, detached=detached,
+                deadline_at=ts + timeout if timeout is not None else None)
+            await engine.adapter.on_run_start(child_id, ctx, options, now=ts)
+        await engine.adapter.on_node_complete(engine.run_id, nid, record_payload, now=ts)
+        await engine._phase(ts)
+
+    ts = await engine._commit(record)
+    engine._advance(ts)
+    engine.journal.record(NodeRecord(node_id=nid, kind=CHILD_KIND, name=definition.name,
+                                     args_hash=h, status="complete", output=output,
+                                     recorded_at=ts))
+    if runtime.notify is not None:
+        runtime.notify()  # workers of this process look for the queued child now
+    return child_id
+
+
+def _outcome_value(engine: ChildEngine, nid: str, outcome: Any, return_type: Any) -> Any:
+    """The child's result, or the error its end raises at the parent's await."""
+    data = outcome if isinstance(outcome, dict) else {}
+    child_id = str(data.get("run_id"))
+    status = data.get("status")
+    if status == "success":
+        return serde.convert(data.get("result"), return_type,
+                             what=f"result of child run {child_id} at {nid}",
+                             run_id=engine.run_id, node_id=nid)
+    if status == "cancelled":
+        raise RunCancelled(child_id, data.get("error") or "cancelled", node_id=nid, message=(
+            f"child run {child_id} (awaited by run {engine.run_id} at {nid}) was cancelled: "
+            "catch RunCancelled (or WorkflowFailed) to go on without its result"))
+    cause = RunFailure.from_json(data.get("failure"))
+    if cause is None:
+        raise WorkflowFailed(child_id, str(status), data.get("error"))
+    raise WorkflowFailed(child_id, str(status), data.get("error"), node_id=cause.node_id,
+                         error_type=cause.type, error_message=cause.message,
+                         attempts=cause.attempts, traceback=cause.traceback)
+
+
+async def child_result_node(engine: ChildEngine, child_id: str, return_type: Any) -> Any:
+    """``await handle.result()``: the child's recorded outcome, or a durable pause until
+    the child ends (node ``result:<child run id>#n``)."""
+    _not_in_step(engine, "ChildHandle.result()")
+    engine._guard_suspending()
+    nid = engine._next_id(RESULT_KIND, child_id)
+    engine.has_children = True
+    rec = engine.journal.get(nid)
+    if rec is not None and rec.finished:
+        engine.journal.consume(nid)
+        engine._advance(rec.recorded_at)
+        if rec.status == "error":
+            engine._replayed_cancel(rec)
+            raise StarflowError(f"run {engine.run_id}: {nid} was recorded as failed "
+                                f"({rec.error})", run_id=engine.run_id, node_id=nid)
+        cancelled = isinstance(rec.output, dict) and rec.output.get("status") == "cancelled"
+        if cancelled and engine.cancel_requested and not engine.replaying:
+            # The cascade of this run's own cancel ended the child and woke the run
+            # first: the cancel is this run's, delivered here (its cleanup runs).
+            await engine._deliver_cancel(nid, RESULT_KIND, child_id)
+        return _outcome_value(engine, nid, rec.output, return_type)
+    if rec is not None:
+        engine.journal.consume(nid)
+    else:
+        await engine.journal.reach_frontier(engine.run_id, nid, f"result of child {child_id}")
+    engine._guard_suspending()
+    await engine._reach_cancel(nid, RESULT_KIND, child_id)
+    child = await engine.adapter.get_run(child_id)
+    if child is None:
+        raise StarflowError(
+            f"run {engine.run_id}: child run {child_id} awaited at {nid} does not exist (was "
+            "it pruned? retention keeps a child while its parent is active)",
+            run_id=engine.run_id, node_id=nid)
+    outcome = child_outcome(child)
+    engine._guard_suspending()
+    if outcome is None:
+        expiry = engine.runtime.clock.now() + engine.runtime.config.wake_token_ttl
+        engine._suspend(nid, child_event(child_id), None, expiry)
+    if outcome is not None and outcome["status"] == "cancelled" and engine.cancel_requested:
+        # The cascade of this run's own cancel ended the child: deliver it here.
+        await engine._deliver_cancel(nid, RESULT_KIND, child_id)
+
+    async def record(ts: datetime) -> None:
+        await engine.adapter.on_node_complete(engine.run_id, nid,
+                                              {"output": outcome, "via": "child"}, now=ts)
+        await engine._phase(ts)
+
+    ts = await engine._commit(record)
+    engine._advance(ts)
+    engine.journal.record(NodeRecord(node_id=nid, kind=RESULT_KIND, name=child_id,
+                                     status="complete", output=outcome, recorded_at=ts))
+    return _outcome_value(engine, nid, outcome, return_type)
+
+
+class ChildHandle(Generic[R]):
+    """A child run started by :func:`start_child`; ``await handle.result()`` waits for it.
+
+    Attributes:
+        run_id: The child run's id (``sf.get_run(run_id)`` and the CLI show it).
+        workflow: The child's workflow name.
+    """
+
+    def __init__(self, run_id: str, definition: WorkflowDefinition) -> None:
+        self.run_id = run_id
+        self.workflow = definition.name
+        self._definition = definition
+
+    def __repr__(self) -> str:
+        return f"ChildHandle(run_id={self.run_id!r}, workflow={self.workflow!r})"
+
+    async def result(self) -> R:
+        """Wait durably for the child to end and return its result.
+
+        The parent pauses like at any wait (no process holds it) and the
+        child's end wakes it; the outcome is recorded in the parent's history.
+        Several ``result()`` calls may be gathered (``asyncio.gather``).
+
+        Raises:
+            WorkflowFailed: the child ended in ``error`` (its cause attached:
+                ``error_type``, ``error_message``, ``node_id``…).
+            RunCancelled: the child was cancelled.
+            StarflowError: called outside the workflow that started the child.
+        """
+        engine = current_engine.get()
+        if engine is None:
+            raise StarflowError(
+                f"ChildHandle.result() for child run {self.run_id} called outside a workflow "
+                "run: await it inside the workflow that started the child (from outside, "
+                "use sf.result(run_id))", run_id=self.run_id)
+        value: R = await engine.child_result(self.run_id, self._definition.return_type)
+        return value
+
+
+async def start_child(wf: Callable[..., Awaitable[R]], /, *args: Any,
+                      run_id: str | None = None, pool: str | None = None,
+                      detached: bool = False, **kwargs: Any) -> ChildHandle[R]:
+    """Start a child run of workflow ``wf`` from inside a workflow; wait for it later.
+
+    ::
+
+        handles = [await starflow.start_child(resize, image) for image in images]
+        sizes = await asyncio.gather(*(h.result() for h in handles))
+
+    The child is a queued run (claimed by the workers of ``pool``) whose
+    ``parent_run_id`` is this run. Recorded as node ``child:<workflow>#n``: a
+    replay returns the same handle without starting another child. Cancelling
+    the parent cancels its attached children (and theirs); a ``detached`` child
+    lives on. ``await child_wf(*args)`` is ``start_child`` followed by
+    ``result()``.
+
+    Args:
+        wf: A ``@workflow`` function.
+        args: Its arguments (and ``kwargs``, except the names below).
+        run_id: The child's run id (a UUID); by default derived from this run's
+            id and the node, the same on every replay.
+        pool: The runner pool whose workers run the child (default: the
+            child workflow's ``pool``, else any).
+        detached: Not cancelled with the parent (still listed as its child).
+
+    Raises:
+        StarflowError: called outside a workflow run, or inside a step.
+        WorkflowDefinitionError: ``wf`` is not a workflow, or the arguments do
+            not fit its signature.
+        InvalidArgument: a bad ``run_id``, ``pool`` or ``detached``.
+        RunIdConflict: ``run_id`` names a run of another workflow.
+
+    Nothing is written when one of these is raised.
+    """
+    engine = current_engine.get()
+    if engine is None:
+        raise StarflowError(
+            "starflow.start_child() called outside a workflow run: start child runs from a "
+            "@workflow function (from outside a workflow, use sf.start)")
+    definition = definition_of(wf)
+    problems = []
+    if run_id is not None:
+        try:
+            run_id = str(uuid.UUID(str(run_id)))
+        except ValueError:
+            problems.append(f"run_id must be a UUID: {run_id!r}")
+    if pool is not None and (not isinstance(pool, str) or not pool.strip()):
+        problems.append(f"pool must be a non-empty string: {pool!r}")
+    if not isinstance(detached, bool):
+        problems.append(f"detached must be a bool: {detached!r}")
+    if problems:
+        raise InvalidArgument("start_child: " + "; ".join(problems), run_id=engine.run_id)
+    check_name("pool", pool, optional=True, run_id=engine.run_id)
+    child_id: str = await engine.start_child(definition, args, kwargs, run_id=run_id,
+                                             pool=pool, detached=detached)
+    return ChildHandle(child_id, definition)
+

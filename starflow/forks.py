@@ -1,0 +1,147 @@
+"""Fork and continue-as-new: new runs made from a run's history.
+
+``Starflow.fork(run_id, from_node=...)`` (:func:`fork_run`) starts a new run
+of an ended run's workflow, version and arguments whose history is the
+source's up to, not including, the first event of ``from_node``; replaying
+it returns the recorded outcomes and the new run executes from that node
+on. For redoing a run after a bug fix from the step that went wrong.
+
+``starflow.continue_as_new(*args)`` (:func:`continue_as_new`) ends the run
+as ``success`` with ``workflow_runs.continued_as`` naming a new run of the
+same workflow and version started with ``args`` and an empty history, both
+written in one unit; ``Starflow.result`` follows the chain. For loops that
+would otherwise grow one history without bound.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any, NoReturn
+
+from .adapters.units import Guard
+from .context import WorkflowContext, current_engine, current_node
+from .errors import InvalidArgument, NodeNotInHistory, OutsideWorkflow, RunNotEnded, RunNotFound
+from .events import EVENT_KIND
+from .records import TERMINAL_STATUSES, RunEvent, StartOptions
+from .runner import RunHandle, Runner
+
+__all__ = ["FORKED_EVENT", "continue_as_new", "fork_run", "forked_history"]
+
+#: The first event of a forked run: ``{"from_run_id", "from_node"}``.
+FORKED_EVENT = "run_forked"
+
+
+def continue_as_new(*args: Any, **kwargs: Any) -> NoReturn:
+    """End this run as completed and continue as a new run of the same workflow
+    started with ``args``, with an empty history.
+
+    Both are written in one unit: the run ends ``success`` with
+    ``RunInfo.continued_as`` naming the new run, and ``Starflow.result`` of
+    any run of the chain follows it to the last one's result. The new run
+    runs where this one did (the caller of ``sf.run`` for an inline run,
+    workers for a queued one). Nothing after this call runs.
+
+    Raises:
+        OutsideWorkflow: called outside a workflow function (or inside a step).
+        WorkflowDefinitionError: the arguments do not fit the workflow.
+        SerializationError: an argument cannot be stored as JSON.
+    """
+    engine = current_engine.get()
+    if engine is None:
+        raise OutsideWorkflow("continue_as_new")
+    node = current_node.get()
+    if node is not None:
+        raise OutsideWorkflow("continue_as_new", run_id=engine.run_id, node_id=node)
+    engine.continue_as_new(args, kwargs)
+
+
+def forked_history(run_id: str, events: list[RunEvent], from_node: str) -> list[RunEvent]:
+    """The events of ``run_id``'s history a fork from ``from_node`` keeps: those
+    before the node's first event, node events and phases only (the source's
+    run-level events, pauses and resumes, are its own).
+
+    Raises:
+        NodeNotInHistory: no event of the history has that node id.
+    """
+    cut = next((i for i, e in enumerate(events) if e.node_id == from_node), None)
+    if cut is None:
+        known = tuple(dict.fromkeys(e.node_id for e in events if e.node_id is not None))
+        raise NodeNotInHistory(run_id, from_node, known)
+    return [e for e in events[:cut] if e.node_id is not None or e.event_type == "phase"]
+
+
+async def fork_run(runner: Runner, run_id: str, from_node: str) -> RunHandle[Any]:
+    """Start a new run from ``run_id``'s history before ``from_node`` (see the module).
+
+    The new run has the source's workflow, version, arguments, pool and start
+    mode: an inline source's fork is driven here until it pauses or ends, a
+    queued one's goes to the queue. Its events and stream items are those the
+    kept history wrote. Nothing is written if any check fails.
+
+    Raises:
+        RunNotFound: no such run.
+        RunNotEnded: the run has not ended.
+        NodeNotInHistory: ``from_node`` is not in its history.
+        InvalidArgument: ``from_node`` is not a node id.
+        WorkflowDefinitionError: an inline run's workflow is not registered here.
+    """
+    if not isinstance(from_node, str) or not from_node:
+        raise InvalidArgument(f"from_node must be a node id such as 'step:charge#1': "
+                              f"{from_node!r}", run_id=run_id)
+    adapter = runner.adapter
+    source = await adapter.get_run(run_id)
+    if source is None:
+        raise RunNotFound(run_id)
+    if not source.is_terminal:
+        raise RunNotEnded(run_id, source.status)
+    kept = forked_history(run_id, await adapter.list_events(run_id), from_node)
+    inline = source.start_mode == "inline"
+    if inline:
+        await runner.resolve(source)  # fail before writing if this process lacks the code
+    nodes = {e.node_id for e in kept}
+    # The events as the kept history set them (last write wins), and its stream items.
+    values: dict[str, tuple[str, Any]] = {}
+    for e in kept:
+        payload = e.payload_json if isinstance(e.payload_json, dict) else {}
+        if (e.event_type == "node_complete" and payload.get("kind") == EVENT_KIND
+                and e.node_id is not None):
+            values[str(payload.get("name"))] = (e.node_id, payload.get("output"))
+    items = [i for i in await adapter.list_stream_items(run_id) if i.node_id in nodes]
+    new_id = str(uuid.uuid4())
+    now = runner.clock.now()
+    ctx = WorkflowContext(run_id=new_id, workflow=source.template_id or "",
+                          version=source.workflow_version or 1,
+                          workspace_id=adapter.workspace_id, env=adapter.env)
+    options = StartOptions(
+        input=source.input_json, status="running" if inline else "queued",
+        claim_state="running" if inline else "queued", runner_pool=source.runner_pool,
+        definition_id=source.definition_id, start_mode=source.start_mode,
+        max_claim_attempts=source.max_claim_attempts)
+    guard = Guard(run_id=run_id, status_in=tuple(sorted(TERMINAL_STATUSES)))
+    async with adapter.unit(guard=guard) as unit:
+        await adapter.on_run_start(new_id, ctx, options, now=now)
+        if inline:
+            await adapter.write_lease(new_id, runner.runner_id, now + runner.config.lease_ttl,
+                                      now=now)
+        await adapter.record_event(new_id, FORKED_EVENT, None,
+                                   {"from_run_id": run_id, "from_node": from_node}, now=now,
+                                   method="fork")
+        for e in kept:
+            await adapter.record_event(new_id, e.event_type, e.node_id, e.payload_json,
+                                       now=e.created_at, method="fork")
+        for key, (nid, value) in values.items():
+            await adapter.set_event(new_id, key, value, node_id=nid, now=now)
+        for item in items:
+            await adapter.append_stream(new_id, item.key, item.seq, item.value,
+                                        closed=item.closed, node_id=item.node_id,
+                                        now=item.created_at)
+    if not unit.held:  # the source changed under us (it cannot become active again)
+        raise RunNotFound(run_id)
+    if not inline:
+        runner.notify_settled()
+        return RunHandle(run_id=new_id, status="queued")
+    fresh = await adapter.get_run(new_id)
+    assert fresh is not None
+    return await runner.drive(fresh)
+
+

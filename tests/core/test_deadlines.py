@@ -1,0 +1,235 @@
+"""Deadlines (#17): ``@workflow(timeout=)``, ``sf.options(timeout=)`` and ``@step(timeout=)``,
+on the runtime's clock (the fake clock here)."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from datetime import timedelta
+from pathlib import Path
+
+import anyio
+import pytest
+
+import starflow
+from starflow import (
+    ConfigError,
+    RetryPolicy,
+    StepFailed,
+    WorkflowDefinitionError,
+    WorkflowFailed,
+    sleep,
+    step,
+    wait_for,
+    workflow,
+)
+from starflow_testing import WorkflowEnvironment
+from tests.conftest import require_postgres
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+@workflow(name="dl-sleeper", timeout=timedelta(hours=1))
+async def sleeper(hours: float) -> str:
+    await sleep(timedelta(hours=hours))
+    return "woke"
+
+
+@workflow(name="dl-plain")
+async def plain(hours: float) -> str:
+    await sleep(timedelta(hours=hours))
+    return "woke"
+
+
+@workflow(name="dl-child-waiter")
+async def child_waiter() -> str:
+    return str(await wait_for("never"))
+
+
+@workflow(name="dl-parent", timeout=timedelta(minutes=30))
+async def parent_with_child() -> str:
+    handle = await starflow.start_child(child_waiter)
+    return await handle.result()
+
+
+@step(name="dl-hangs")
+async def hangs() -> None:
+    await anyio.Event().wait()  # never set: only a deadline ends it
+
+
+@workflow(name="dl-running", timeout=timedelta(minutes=5))
+async def running() -> None:
+    await hangs()
+
+
+@pytest.fixture
+def env_kind(adapter_kind: str) -> str:
+    if adapter_kind == "postgres":
+        require_postgres()
+    return adapter_kind
+
+
+class TestWorkflowTimeout:
+    async def test_a_paused_run_times_out_at_its_deadline(self, env_kind: str) -> None:
+        async with WorkflowEnvironment(adapter=env_kind) as env:
+            handle = await env.start(sleeper, 2)
+            started = env.now()
+            with pytest.raises(WorkflowFailed) as info:
+                await env.result(handle)
+            assert info.value.error_type == "WorkflowTimeout"
+            run = await env.get_run(handle.run_id)
+            assert run.status == "error"
+            assert run.deadline_at == started + timedelta(hours=1)
+            assert env.now() == started + timedelta(hours=1)  # not the 2 h sleep
+
+    async def test_within_its_deadline_the_run_succeeds(self, env_kind: str) -> None:
+        async with WorkflowEnvironment(adapter=env_kind) as env:
+            handle = await env.start(sleeper, 0.5)
+            assert await env.result(handle) == "woke"
+
+    async def test_a_running_step_is_stopped_at_the_deadline(self, env_kind: str) -> None:
+        async with WorkflowEnvironment(adapter=env_kind) as env:
+            handle = await env.start(running)
+            with pytest.raises(WorkflowFailed) as info:
+                await env.result(handle)
+            assert info.value.error_type == "WorkflowTimeout"
+            assert (await env.get_run(handle.run_id)).status == "error"
+
+    async def test_options_timeout_overrides_per_run(self, env_kind: str) -> None:
+        async with WorkflowEnvironment(adapter=env_kind) as env:
+            short = await env.app.options(timeout=timedelta(minutes=10)).start(plain, 1)
+            longer = await env.app.options(timeout=timedelta(hours=3)).start(sleeper, 2)
+            with pytest.raises(WorkflowFailed) as info:
+                await env.result(short)
+            assert info.value.error_type == "WorkflowTimeout"
+            assert await env.result(longer) == "woke"
+
+    async def test_attached_children_are_cancelled_with_a_timed_out_parent(
+            self, env_kind: str) -> None:
+        async with WorkflowEnvironment(adapter=env_kind) as env:
+            handle = await env.start(parent_with_child)
+            with pytest.raises(WorkflowFailed) as info:
+                await env.result(handle)
+            assert info.value.error_type == "WorkflowTimeout"
+            [kid] = await env.list_runs(parent_run_id=handle.run_id)
+            await env.run_until_idle()
+            assert (await env.get_run(kid.id)).status == "cancelled"
+
+    async def test_the_deadline_survives_a_restart(self, env_kind: str, tmp_path: Path
+                                                   ) -> None:
+        """The deadline is the row's: a new process (another app) honours it."""
+        if env_kind == "memory":
+            pytest.skip("needs a database two apps share")
+        url = (f"sqlite:///{tmp_path}/restart.db" if env_kind == "sqlite"
+               else os.environ["STARFLOW_TEST_POSTGRES_URL"])
+        workspace = unique("ws")
+        async with WorkflowEnvironment(adapter=url, workspace_id=workspace,
+                                       time_skipping=False) as first:
+            handle = await first.start(sleeper, 5)
+            await first.run_until_idle()
+            run = await first.get_run(handle.run_id)
+            assert run.status == "paused"
+            assert run.deadline_at == run.started_at + timedelta(hours=1)  # type: ignore[operator]
+            waits = await first.adapter.list_waits(handle.run_id)
+            assert [w.deadline for w in waits] == [run.deadline_at]
+            started = first.now()
+        async with WorkflowEnvironment(adapter=url, workspace_id=workspace,
+                                       start=started) as second:
+            with pytest.raises(WorkflowFailed) as info:
+                await second.result(handle.run_id)
+            assert info.value.error_type == "WorkflowTimeout"
+            assert second.now() == started + timedelta(hours=1)
+
+
+class TestStepTimeout:
+    async def test_a_slow_attempt_counts_as_failed_and_is_retried(self,
+                                                                 env_kind: str) -> None:
+        attempts: list[int] = []
+
+        @step(name=unique("dl-slow"), timeout=timedelta(seconds=10),
+              retry=RetryPolicy(max_attempts=3, initial_interval=timedelta(seconds=1)))
+        async def slow() -> str:
+            attempts.append(len(attempts) + 1)
+            if len(attempts) < 3:
+                await anyio.Event().wait()  # hangs: the timeout cancels it
+            return "third time"
+
+        @workflow(name=unique("dl-slow-flow"))
+        async def flow() -> str:
+            return await slow()
+
+        async with WorkflowEnvironment(adapter=env_kind) as env:
+            handle = await env.start(flow)
+            assert await env.result(handle) == "third time"
+            assert attempts == [1, 2, 3]
+            retries = [e.payload_json for e in await env.events(handle.run_id)
+                       if e.event_type == "node_retry"]
+            assert [r["error"]["type"] for r in retries] == ["starflow.errors.StepTimeout"] * 2
+
+    async def test_past_the_last_attempt_the_step_fails(self, env_kind: str) -> None:
+        @step(name=unique("dl-never"), timeout=timedelta(seconds=5))
+        async def never() -> None:
+            await anyio.Event().wait()
+
+        @workflow(name=unique("dl-never-flow"))
+        async def flow() -> str:
+            try:
+                await never()
+            except StepFailed as exc:
+                return exc.error_type
+            return "finished"
+
+        async with WorkflowEnvironment(adapter=env_kind) as env:
+            handle = await env.start(flow)
+            assert await env.result(handle) == "starflow.errors.StepTimeout"
+
+
+class TestBadTimeouts:
+    """Refused with a StarflowError before anything is written."""
+
+    def test_bad_workflow_and_step_timeouts(self) -> None:
+        async def fn() -> None:
+            return None
+
+        for bad in (timedelta(0), timedelta(seconds=-1), 5, "1h"):
+            with pytest.raises(WorkflowDefinitionError, match="timeout must be a positive"):
+                workflow(name=unique("dl-bad"), timeout=bad)(fn)  # type: ignore[arg-type]
+            with pytest.raises(WorkflowDefinitionError, match="timeout must be a positive"):
+                step(name=unique("dl-bad-step"), timeout=bad)(fn)  # type: ignore[arg-type]
+
+    async def test_bad_options_timeout(self) -> None:
+        async with WorkflowEnvironment() as env:
+            with pytest.raises(ConfigError, match="timeout must be a positive"):
+                env.app.options(timeout=timedelta(0))
+            assert await env.list_runs() == []
+
+
+class TestPoolStepTimeout:
+    async def test_a_job_workers_attempt_is_bounded_too(self) -> None:
+        """A ``@step(pool=..., timeout=...)`` attempt on a job worker: cancelled past
+        its timeout on the runtime's clock, a failed attempt like in-process."""
+        pool = unique("tpool")
+
+        @step(name=unique("dl-remote"), pool=pool, timeout=timedelta(seconds=30))
+        async def remote() -> str:
+            await anyio.Event().wait()
+            return "never"
+
+        @workflow(name=unique("dl-remote-flow"))
+        async def flow() -> str:
+            try:
+                return await remote()
+            except StepFailed as exc:
+                return exc.error_type
+
+        async with WorkflowEnvironment() as env:
+            handle = await env.run(flow)
+            assert handle.status == "paused"
+            jobs = env.app.job_worker(pool)
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(jobs.work_once)
+                await env.quiesce()
+                await env.advance(timedelta(seconds=31))
+            assert await env.result(handle.run_id) == "starflow.errors.StepTimeout"
