@@ -17,7 +17,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from contextlib import closing
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +37,7 @@ pytestmark = pytest.mark.anyio
 #: suite and in CI; about 90 s on a loaded 2-core machine) with its own timeout.
 PER_KIND = int(os.environ.get("STARFLOW_COPY_TEST_PER_KIND", "143"))
 TOKENS: dict[str, str] = {}
-KEEP_UNTIL = datetime(2030, 1, 10, tzinfo=UTC)
+KEEP_FOR = timedelta(days=9)
 
 
 class Boom(Exception):
@@ -68,9 +68,8 @@ async def approval(n: int) -> dict[str, Any]:
     starflow.write_stream("log", {"n": n})
     starflow.write_stream("log", "waiting")
     doubled = await prepare(n)
-    # A fixed TTL: starflow.now() replayed on SQLite hashes as "+00:00" where it was
-    # recorded as "Z" (a NonDeterminismError without any copy; reported separately).
-    await session_set(f"s-{n}", "seen", {"n": n}, keep_until=KEEP_UNTIL)
+    # A TTL from the run's own clock: its history replays in the target too.
+    await session_set(f"s-{n}", "seen", {"n": n}, keep_until=starflow.now() + KEEP_FOR)
     decision = await starflow.wait_for("approve")
     return {"n": doubled, "decision": decision, "var": await session_get(f"s-{n}", "seen")}
 
