@@ -17,7 +17,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from contextlib import closing
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -32,11 +32,12 @@ from tests.conftest import POSTGRES_URL, require_postgres
 
 pytestmark = pytest.mark.anyio
 
-#: Runs per kind in the end-to-end test (six kinds). The issue asks for 1,000;
-#: 6 x 40 = 240 keeps the suite fast on a shared 2-core machine.
-PER_KIND = int(os.environ.get("STARFLOW_COPY_TEST_PER_KIND", "40"))
+#: Runs per kind in the end-to-end test (seven kinds, queued included): 7 x 143
+#: = 1,001 runs, the issue's 1,000. The test is marked slow (it runs in the full
+#: suite and in CI; about 90 s on a loaded 2-core machine) with its own timeout.
+PER_KIND = int(os.environ.get("STARFLOW_COPY_TEST_PER_KIND", "143"))
 TOKENS: dict[str, str] = {}
-KEEP_UNTIL = datetime(2030, 1, 10, tzinfo=UTC)
+KEEP_FOR = timedelta(days=9)
 
 
 class Boom(Exception):
@@ -67,9 +68,8 @@ async def approval(n: int) -> dict[str, Any]:
     starflow.write_stream("log", {"n": n})
     starflow.write_stream("log", "waiting")
     doubled = await prepare(n)
-    # A fixed TTL: starflow.now() replayed on SQLite hashes as "+00:00" where it was
-    # recorded as "Z" (a NonDeterminismError without any copy; reported separately).
-    await session_set(f"s-{n}", "seen", {"n": n}, keep_until=KEEP_UNTIL)
+    # A TTL from the run's own clock: its history replays in the target too.
+    await session_set(f"s-{n}", "seen", {"n": n}, keep_until=starflow.now() + KEEP_FOR)
     decision = await starflow.wait_for("approve")
     return {"n": doubled, "decision": decision, "var": await session_get(f"s-{n}", "seen")}
 
@@ -174,6 +174,8 @@ def tokens() -> Iterator[None]:
 class TestSQLiteToPostgres:
     """Runs in every state copied to PostgreSQL finish there exactly as on SQLite."""
 
+    @pytest.mark.slow
+    @pytest.mark.timeout(900)
     async def test_every_state_resumes_identically(self, tmp_path: Path, workspace: str,
                                                    tokens: None) -> None:
         """Signals, timers and old wake tokens drive copies and control alike."""

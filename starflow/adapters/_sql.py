@@ -923,9 +923,10 @@ def _list_runs_sql(d: Dialect, status: bool, template_id: bool, since: bool,
         where.append(f"id IN (SELECT run_id FROM workflow_run_attributes WHERE "
                      f"{d.tenant(n)} AND key = {d.p(n + 2)} AND value = {d.p(n + 3)})")
         n += 4
-    # started_at DESC matches idx_workflow_runs_workspace_started.
+    # The order of the keyset-page indexes (026, 035): unfiltered, by status or
+    # by workflow, the first page is one index range scan, with no sort.
     return (f"SELECT {RUN_COLUMNS} FROM workflow_runs WHERE {' AND '.join(where)} "
-            f"ORDER BY started_at DESC, id LIMIT {d.p(n)}")
+            f"ORDER BY started_at DESC, id DESC LIMIT {d.p(n)}")
 
 
 @functools.cache

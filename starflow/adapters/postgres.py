@@ -196,7 +196,10 @@ WITH picked AS (
     WHERE claim_state = 'queued'
       AND (runner_pool IS NULL OR runner_pool = $3)
       AND workspace_id = $1 AND env = $2
-      AND ($9::text[] IS NULL OR template_id = ANY($9::text[]))
+      -- "|| ''" (same result, NULL included) keeps the planner off
+      -- idx_workflow_runs_template_page (035), which holds a workflow's whole
+      -- history: queued runs come from the claim indexes.
+      AND ($9::text[] IS NULL OR template_id || '' = ANY($9::text[]))
       AND {claimable(POSTGRES, 7)}
       AND (runner_pool IS NULL OR NOT EXISTS (
           SELECT 1 FROM starflow_pool_limits l
@@ -1130,6 +1133,8 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
                             extra = (self.workspace_id, self.env)
                         status: str = await conn.execute(sql, ids, *extra)
                         counts[table] = int(status.rsplit(" ", 1)[-1])
+                    if c.after is not None:
+                        await self._apply_after(conn, c.after([str(i) for i in ids]))
         return _pruned(rows, counts)
 
     async def outbox_lag(self, now: datetime, edges: Sequence[float] = ()) -> OutboxLag:
@@ -1396,7 +1401,7 @@ WITH a AS (
     SELECT id, runner_pool, concurrency_key, priority, started_at FROM workflow_runs
     WHERE claim_state = 'queued' AND workspace_id = $1 AND env = $2
       AND (runner_pool IS NULL OR (runner_pool = $3 AND NOT $9::bool))
-      AND ($6::text[] IS NULL OR template_id = ANY($6::text[]))
+      AND ($6::text[] IS NULL OR template_id || '' = ANY($6::text[]))  -- not 035's index
       AND {claimable(POSTGRES, 7)}
       AND (NOT $5 OR runner_pool IS NULL OR concurrency_key IS NULL
            OR concurrency_key NOT IN (SELECT concurrency_key FROM a

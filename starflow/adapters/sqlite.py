@@ -692,7 +692,9 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
         names, after = c.workflows, c.after
         if names is not None and not names:
             return []
-        only = f" AND template_id IN ({', '.join('?' for _ in names)})" if names else ""
+        # "+": not from idx_workflow_runs_template_page (035), a workflow's whole
+        # history; queued runs come from the claim indexes.
+        only = f" AND +template_id IN ({', '.join('?' for _ in names)})" if names else ""
         ts = format_ts(c.now)
 
         def claim(conn: sqlite3.Connection) -> list[RunInfo]:
@@ -929,6 +931,9 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
                     elif table == "workflow_runs":
                         extra = (ws, env)
                     counts[table] = int(conn.execute(sql, (*ids, *extra)).rowcount)
+                if c.after is not None:
+                    for op in c.after([str(i) for i in ids]):
+                        self._apply_op(conn, op)
             return rows, counts
 
         rows, counts = await self._write(prune)

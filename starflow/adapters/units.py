@@ -30,6 +30,7 @@ __all__ = [
     "JSON_RUN_COLUMNS",
     "UPDATABLE_RUN_COLUMNS",
     "AfterClaim",
+    "AfterPrune",
     "AfterRearm",
     "AfterSweep",
     "ClaimJobs",
@@ -305,6 +306,8 @@ AfterClaim = Callable[[list[RunInfo]], list[Op]]
 AfterSweep = Callable[[list[SweepResult]], list[Op]]
 #: Extra ops for a debounce re-arm, from the id of the run it changed.
 AfterRearm = Callable[[str], list[Op]]
+#: Extra ops for a prune batch, from the ids of the runs it deleted.
+AfterPrune = Callable[[list[str]], list[Op]]
 
 # ---------------------------------------------------------------------------
 # The sibling seam: read-modify-writes
@@ -492,7 +495,9 @@ class PruneRuns(Command[PrunedBatch]):
     oldest end first, in one short transaction; on PostgreSQL rows another
     pruner holds are skipped (``SKIP LOCKED``). Session vars bound to a run are
     deleted unless kept past ``now`` (``keep_until``). ``dry_run``: select
-    only, delete nothing.
+    only, delete nothing. ``after`` maps the deleted runs' ids to more ops
+    written in the same transaction, after the deletes (the mirror's outbox
+    rows that make the warm tier forget them).
     """
 
     method: ClassVar[str] = "prune_runs"
@@ -504,3 +509,4 @@ class PruneRuns(Command[PrunedBatch]):
     cursor: tuple[datetime, str] | None = None
     limit: int = 500
     dry_run: bool = False
+    after: AfterPrune | None = None

@@ -25,8 +25,9 @@ Projection kinds and their payloads:
     ``{"op": "delete_run", "run_id"}`` (the run-scoped vars of a finished run).
 ``reset``
     ``{"run_id", "columns": {…} | None, "events": [...]}``: replace everything
-    the tier holds for the run (``columns`` None: forget the run). Written by
-    the drift sweep and end-of-run reconciliation, from cold.
+    the tier holds for the run (``columns`` None: forget the run, its
+    high-water mark included). Written by the drift sweep and end-of-run
+    reconciliation, from cold, and by the mirror for each run a prune deletes.
 
 ``run`` and ``event`` projections carry ``seq`` (the outbox row id); a tier
 applies each at most once per run (a per-run high-water mark), so a batch

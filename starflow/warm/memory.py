@@ -113,8 +113,11 @@ class InMemoryWarmTier(WarmTier):
         if p.kind == "reset":
             columns = data.get("columns")
             if columns is None:
+                # Forgotten (a pruned run, or one cold no longer has): nothing of
+                # it stays, its high-water mark included.
                 s.runs.pop(run_id, None)
                 s.progress.pop(run_id, None)
+                s.seq.pop(run_id, None)
             else:
                 s.runs[run_id] = _Run(columns=copy.deepcopy(dict(columns)),
                                       events=copy.deepcopy(list(data.get("events") or [])))

@@ -12,10 +12,13 @@ Every outbox payload is a self-contained projection (see
 :mod:`starflow.warm.base`) with wake tokens redacted: they are bearer secrets
 and the warm tier is a dashboard-facing store.
 
-Three cold writes that change run rows are not units: a claim, a lease-sweep
-pass and a debounce re-arm are read-modify-write commands, seen at
-:meth:`perform`. They carry an ``after`` hook, and the mirror's outbox rows
-for them are written through it, in the same transaction.
+Four cold writes that change run rows are not units: a claim, a lease-sweep
+pass, a debounce re-arm and a prune batch are read-modify-write commands,
+seen at :meth:`perform`. They carry an ``after`` hook, and the mirror's outbox
+rows for them are written through it, in the same transaction. A pruned run's
+rows are a ``reset`` without columns (the tier forgets the run: columns,
+events, progress) and a ``session_var`` ``delete_run`` (its run-scoped session
+variables), written after the prune deleted the run's older outbox rows.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from ..adapters.units import (
     InsertOutbox,
     InsertRun,
     Op,
+    PruneRuns,
     RearmDebounced,
     SweepLeases,
     Unit,
@@ -48,7 +52,7 @@ from ..adapters.units import (
 from ..clock import Clock, SystemClock, format_ts
 from ..errors import WarmTierError
 from ..logs import get_logger
-from ..records import RunInfo, SweepResult
+from ..records import PrunedBatch, RunInfo, SweepResult
 from . import warm_from_url
 from .base import WarmTier, event_row, redact, run_columns
 
@@ -198,7 +202,27 @@ class MirroringWorkflowStateAdapter(DelegatingAdapter):
             if run_id is not None:
                 self._committed()
             return cast(R, run_id)
+        if isinstance(command, PruneRuns) and not command.dry_run:
+            batch: PrunedBatch = await self.inner.perform(
+                replace(command, after=self._prune_outbox(command)))
+            if batch.run_ids:
+                self._committed()
+            return cast(R, batch)
         return await self.inner.perform(command)
+
+    def _prune_outbox(self, command: PruneRuns) -> Callable[[list[str]], list[Op]]:
+        ts, after = self.clock.now(), command.after
+
+        def outbox(run_ids: list[str]) -> list[Op]:
+            ops: list[Op] = list(after(run_ids)) if after is not None else []
+            for run_id in run_ids:
+                ops.append(_outbox(run_id, "session_var", {"op": "delete_run",
+                                                           "run_id": run_id}, ts))
+                ops.append(_outbox(run_id, "reset", {"run_id": run_id, "columns": None,
+                                                     "events": []}, ts))
+            return ops
+
+        return outbox
 
     def _rearm_outbox(self, command: RearmDebounced) -> Callable[[str], list[Op]]:
         def after(run_id: str) -> list[Op]:

@@ -72,7 +72,7 @@ if p.kind == 'reset' then
     set_columns(p.columns)
     for _, e in ipairs(p.events) do redis.call('RPUSH', evk, e) end
   else
-    redis.call('DEL', progk)
+    redis.call('DEL', progk, seqk)
   end
   refresh_live()
   redis.call('PUBLISH', p.channel, p.run_id)

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from starflow.adapters._sql import POSTGRES, SQLITE
+from starflow.adapters._sql import POSTGRES, POSTGRES_QUERIES, SQLITE, SQLITE_QUERIES
 from starflow.adapters.base import WorkflowStateAdapter
 from starflow.adapters.pages import (
     MAX_PAGE,
@@ -180,12 +180,33 @@ class TestCursor:
 STATUSES = ("success", "success", "success", "error", "paused", "running", "cancelled")
 
 
+#: Workflows of the seeded runs: one run in 20 is of each.
+WORKFLOWS = 20
+
+
 def plan_queries() -> list[RunPageQuery]:
-    """First and next page, unfiltered and by status (the runs table's main views)."""
+    """First and next page, unfiltered, by status and by workflow (the runs
+    table's main views)."""
     cursor = RunCursor(started_at=T0 + timedelta(seconds=SEEDED - 120),
                        id="80000000-0000-0000-0000-000000000000")
     return [RunPageQuery(), RunPageQuery(after=cursor),
-            RunPageQuery(status="error"), RunPageQuery(status="error", after=cursor)]
+            RunPageQuery(status="error"), RunPageQuery(status="error", after=cursor),
+            RunPageQuery(template_id="wf7"), RunPageQuery(template_id="wf7", after=cursor)]
+
+
+def wanted_index(query: RunPageQuery) -> str:
+    if query.status:
+        return "idx_workflow_runs_status_page"
+    if query.template_id:
+        return "idx_workflow_runs_template_page"  # migration 035
+    return "idx_workflow_runs_page"
+
+
+#: ``list_runs`` (the adapter's first page, ``sf.list_runs``): (status, workflow)
+#: filters, the arguments after the tenant, and the index that serves it.
+LIST_RUNS = [((False, False), (), "idx_workflow_runs_page"),
+             ((True, False), ("error",), "idx_workflow_runs_status_page"),
+             ((False, True), ("wf7",), "idx_workflow_runs_template_page")]
 
 
 class TestPlans:
@@ -196,7 +217,7 @@ class TestPlans:
             await conn.execute(f"""
                 INSERT INTO workflow_runs (id, workspace_id, env, template_id, status,
                                            started_at, claim_state)
-                SELECT gen_random_uuid(), 'ws' || (g % 2), 'prod', 'wf',
+                SELECT gen_random_uuid(), 'ws' || (g % 2), 'prod', 'wf' || (g / 2 % {WORKFLOWS}),
                        (ARRAY{list(STATUSES)!r})[1 + g % {len(STATUSES)}],
                        $1::timestamptz + g * interval '1 second', 'complete'
                 FROM generate_series(1, {SEEDED}) g""", T0)
@@ -210,8 +231,7 @@ class TestPlans:
                 nodes = list(_plan_nodes(plan))
                 kinds = {n.get("Node Type") for n in nodes}
                 indexes = {n["Index Name"] for n in nodes if "Index Name" in n}
-                wanted = ("idx_workflow_runs_status_page" if query.status
-                          else "idx_workflow_runs_page")
+                wanted = wanted_index(query)
                 assert wanted in indexes, (query, json.dumps(plan, indent=1))
                 assert not kinds & {"Seq Scan", "Sort", "Incremental Sort", "Bitmap Heap Scan"}, \
                     (query, json.dumps(plan, indent=1))
@@ -220,6 +240,18 @@ class TestPlans:
                 if query.after is not None:  # the cursor bounds the index range itself
                     conds = " ".join(n.get("Index Cond", "") for n in nodes)
                     assert "ROW(started_at, id) <" in conds, json.dumps(plan, indent=1)
+            for (status, workflow), args, wanted in LIST_RUNS:
+                sql = POSTGRES_QUERIES.list_runs(status, workflow, False)
+                raw = await conn.fetchval(f"EXPLAIN (FORMAT JSON) {sql}", "ws0", "prod",
+                                          *args, 50)
+                plan = raw if isinstance(raw, list) else json.loads(raw)
+                nodes = list(_plan_nodes(plan))
+                assert wanted in {n["Index Name"] for n in nodes if "Index Name" in n}, \
+                    (args, json.dumps(plan, indent=1))
+                assert not {n.get("Node Type") for n in nodes} & {
+                    "Seq Scan", "Sort", "Incremental Sort", "Bitmap Heap Scan"}, \
+                    (args, json.dumps(plan, indent=1))
+                assert plan[0]["Plan"]["Plan Rows"] <= 50
             # The counts per status: capped index-only ranges, never a scan of the table.
             built = page_sql(POSTGRES, RunPageQuery(counts=True), workspace_id="ws0",
                              env="prod", columns="id")
@@ -240,8 +272,8 @@ class TestPlans:
         try:
             conn.executemany(
                 "INSERT INTO workflow_runs (id, workspace_id, env, template_id, status, "
-                "started_at, claim_state) VALUES (?, ?, 'prod', 'wf', ?, ?, 'complete')",
-                ((str(uuid.UUID(int=g * 7919 % 2**128)), f"ws{g % 2}",
+                "started_at, claim_state) VALUES (?, ?, 'prod', ?, ?, ?, 'complete')",
+                ((str(uuid.UUID(int=g * 7919 % 2**128)), f"ws{g % 2}", f"wf{g // 2 % WORKFLOWS}",
                   STATUSES[g % len(STATUSES)], format_ts(T0 + timedelta(seconds=g)))
                  for g in range(1, SEEDED + 1)))
             conn.commit()
@@ -251,12 +283,17 @@ class TestPlans:
                 assert built is not None
                 plan = " | ".join(row[3] for row in conn.execute(
                     f"EXPLAIN QUERY PLAN {built.select}", built.select_args))
-                wanted = ("idx_workflow_runs_status_page" if query.status
-                          else "idx_workflow_runs_page")
+                wanted = wanted_index(query)
                 assert f"SEARCH workflow_runs USING INDEX {wanted}" in plan, (query, plan)
                 assert "TEMP B-TREE" not in plan and "SCAN" not in plan, (query, plan)
                 if query.after is not None:  # the cursor bounds the index range itself
                     assert "(started_at,id)<(?,?))" in plan, plan
+            for (status, workflow), args, wanted in LIST_RUNS:
+                sql = SQLITE_QUERIES.list_runs(status, workflow, False)
+                plan = " | ".join(row[3] for row in conn.execute(
+                    f"EXPLAIN QUERY PLAN {sql}", ("ws0", "prod", *args, 50)))
+                assert f"SEARCH workflow_runs USING INDEX {wanted}" in plan, (args, plan)
+                assert "TEMP B-TREE" not in plan and "SCAN" not in plan, (args, plan)
             built = page_sql(SQLITE, RunPageQuery(counts=True), workspace_id="ws0", env="prod")
             assert built is not None and built.count is not None
             plan = " | ".join(row[3] for row in conn.execute(

@@ -390,3 +390,111 @@ class TestFamily:
         assert (await sf.prune(timedelta(days=30))).runs == 2
         assert await a.get_run(parent) is None and await a.get_run(child) is None
         assert await a.get_run(ended_child) is not None
+
+
+# ---------------------------------------------------------------------------
+# Plans at scale
+# ---------------------------------------------------------------------------
+
+PLAN_RUNS = 60_000
+#: PostgreSQL: enough runs that deleting a batch of 500 by id is cheaper through
+#: the primary key than by a scan (at 60,000 the planner may rightly scan).
+PLAN_RUNS_PG = 200_000
+
+
+def _prune_statements(d: Any, ids: list[str]) -> list[tuple[str, str, tuple[Any, ...]]]:
+    """Every statement of a prune batch as (what, SQL, arguments), in dialect ``d``."""
+    from starflow.adapters._sql import prune_delete_sql, prune_select_args, prune_select_sql
+    from starflow.adapters.units import PruneRuns
+
+    out: list[tuple[str, str, tuple[Any, ...]]] = []
+    for workflow_ in (None, "wf-7"):
+        for cursor in (None, (START + timedelta(days=1), ids[0])):
+            command = PruneRuns(ended_before=NOW, now=NOW, workflow=workflow_, cursor=cursor)
+            # Locked, as a real batch; with the parent/child checks (033).
+            sql = prune_select_sql(d, 3, workflow_ is not None, None, cursor is not None,
+                                   d.name == "postgres")
+            out.append((f"select workflow={workflow_} cursor={cursor is not None}", sql,
+                        prune_select_args(d, command, "ws0", "prod")))
+    for table, sql in prune_delete_sql(d, len(ids)):
+        extra: tuple[Any, ...] = ()
+        if table == "workflow_session_vars":
+            extra = (d.ts(NOW),)
+        elif table == "workflow_runs":
+            extra = ("ws0", "prod")
+        out.append((f"delete {table}", sql, (*d.many(ids), *extra)))
+    return out
+
+
+class TestPlans:
+    """Every statement of a prune batch is an index search with many ended runs
+    (and their events) in the table, on both databases: the batch from
+    ``idx_workflow_runs_ended`` (or, by workflow, an index that holds the
+    workflow's runs), each delete on its table's ``run_id`` index."""
+
+    async def test_postgres(self) -> None:
+        import json
+
+        from starflow.adapters.dialect import POSTGRES
+        from tests.adapters.test_postgres import _plan_nodes, scratch_database
+
+        async with scratch_database("starflow_prune_plan") as (_, conn):
+            await conn.execute(f"""
+                WITH runs AS (
+                    INSERT INTO workflow_runs (id, workspace_id, env, template_id, status,
+                                               started_at, completed_at, claim_state)
+                    SELECT gen_random_uuid(), 'ws' || (g % 2), 'prod', 'wf-' || (g / 2 % 20),
+                           'success', $1::timestamptz + g * interval '1 minute',
+                           $1::timestamptz + g * interval '1 minute', 'complete'
+                    FROM generate_series(1, {PLAN_RUNS_PG}) g RETURNING id, started_at)
+                INSERT INTO workflow_run_events (run_id, event_type, created_at)
+                SELECT id, 'node_complete', started_at FROM runs, generate_series(1, 2)""",
+                START)
+            await conn.execute("ANALYZE")
+            ids = [str(r[0]) for r in await conn.fetch(
+                "SELECT id FROM workflow_runs WHERE workspace_id = 'ws0' LIMIT 500")]
+            for what, sql, args in _prune_statements(POSTGRES, ids):
+                if what.startswith("delete") and what not in (
+                        "delete workflow_runs", "delete workflow_run_events"):
+                    continue  # empty here: a scan is its best plan (the SQLite test checks them)
+                raw = await conn.fetchval(f"EXPLAIN (FORMAT JSON) {sql}", *args)
+                plan = raw if isinstance(raw, list) else json.loads(raw)
+                nodes = list(_plan_nodes(plan))
+                scanned = {n.get("Relation Name") for n in nodes
+                           if n.get("Node Type") == "Seq Scan"}
+                assert not scanned, (what, scanned, json.dumps(plan, indent=1))
+                indexes = {n["Index Name"] for n in nodes if "Index Name" in n}
+                if what.startswith("select workflow=None"):
+                    assert "idx_workflow_runs_ended" in indexes, (what, indexes)
+                assert indexes, (what, json.dumps(plan, indent=1))
+
+    async def test_sqlite(self, tmp_path: Path) -> None:
+        import sqlite3
+        from contextlib import closing
+
+        from starflow.adapters.dialect import SQLITE
+        from starflow.clock import format_ts
+
+        path = tmp_path / "prune-plan.db"
+        adapter = LocalWorkflowStateAdapter.from_url(f"sqlite:///{path}", workspace_id="ws0")
+        await adapter.open()
+        await adapter.close()
+        with closing(sqlite3.connect(path)) as conn, conn:
+            runs = [(str(uuid.uuid4()), f"ws{g % 2}", f"wf-{g // 2 % 20}",
+                     format_ts(START + timedelta(minutes=g))) for g in range(PLAN_RUNS)]
+            conn.executemany(
+                "INSERT INTO workflow_runs (id, workspace_id, env, template_id, status, "
+                "started_at, completed_at, claim_state) "
+                "VALUES (?, ?, 'prod', ?, 'success', ?, ?4, 'complete')", runs)
+            conn.executemany(
+                "INSERT INTO workflow_run_events (run_id, event_type, created_at) "
+                "VALUES (?, 'node_complete', ?)",
+                [(r[0], r[3]) for r in runs for _ in range(4)])
+            conn.execute("ANALYZE")
+            ids = [r[0] for r in runs[:1000:2]]
+            for what, sql, args in _prune_statements(SQLITE, ids):
+                plan = " | ".join(row[3] for row in conn.execute(
+                    f"EXPLAIN QUERY PLAN {sql}", args))
+                assert "SCAN" not in plan and "SEARCH" in plan, (what, plan)
+                if what.startswith("select workflow=None"):
+                    assert "USING INDEX idx_workflow_runs_ended" in plan, (what, plan)
