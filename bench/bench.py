@@ -55,7 +55,8 @@ if __package__ in (None, ""):  # run as a script: make `starflow` importable fro
 import starflow
 import starflow.logs
 from starflow import Starflow, StarflowConfig, step, workflow
-from starflow.adapters.base import DelegatingAdapter, WorkflowStateAdapter
+from starflow.adapters.base import WorkflowStateAdapter
+from starflow.adapters.delegating import DelegatingAdapter
 
 STEPS = 3
 # Sequential runs before measuring: about 24 WAL pages each, so 60 take a SQLite

@@ -48,7 +48,7 @@ import starflow
 import starflow.logs
 from starflow import Starflow, step, workflow
 from starflow.adapters import adapter_from_url
-from starflow.adapters.base import DelegatingAdapter
+from starflow.adapters.delegating import DelegatingAdapter
 from starflow.adapters.units import Command, Unit
 
 POSTGRES_URL = os.environ.get("STARFLOW_TEST_POSTGRES_URL",

@@ -31,8 +31,18 @@ from typing import Any
 import anyio
 import anyio.to_thread
 
-from .adapters.copying import Endpoint, Json, PostgresEndpoint, TableSpec, endpoint_for
+from .adapters.copying import (
+    Endpoint,
+    Json,
+    PostgresEndpoint,
+    Query,
+    Side,
+    TableSpec,
+    chunks,
+    endpoint_for,
+)
 from .clock import Clock, SystemClock, format_ts, monotonic
+from .copy_records import Conflict, CopyOptions, CopyProgress, CopyReport, Mismatch
 from .errors import ConfigError, CopyRefused, StarflowError, StorageError
 
 __all__ = [
@@ -108,212 +118,6 @@ NOT_COPIED: dict[str, str] = {
 #: Tenant rows of these tables are copied once per copy, before the runs.
 _TENANT_TABLES = ("workflow_definitions", "starflow_keys", "starflow_schedules",
                   "starflow_pool_limits", "workflow_session_vars")
-#: How many values one ``IN (...)`` lookup carries.
-_CHUNK = 500
-
-
-@dataclass(frozen=True)
-class CopyOptions:
-    """What :func:`copy_database` copies.
-
-    Attributes:
-        source: ``sqlite:///path.db`` or ``postgresql://…`` to read from.
-        target: The URL to write to (migrated first, created if a SQLite file).
-        workspace_id: Copy this workspace's runs (with ``env``)…
-        env: … in this environment.
-        all_tenants: … or every workspace and environment.
-        run_id: … or this one run (and its children) with what it needs.
-        dry_run: Compare only: count what would be written and the conflicts.
-        wait: Wait for live leases to end instead of refusing.
-        batch_runs: Runs per target transaction.
-        wait_poll: Seconds between lease checks with ``wait``.
-    """
-
-    source: str
-    target: str
-    workspace_id: str | None = None
-    env: str | None = None
-    all_tenants: bool = False
-    run_id: str | None = None
-    dry_run: bool = False
-    wait: bool = False
-    batch_runs: int = 200
-    wait_poll: float = 1.0
-
-    def validate(self) -> None:
-        chosen = sum([self.all_tenants, self.run_id is not None,
-                      self.workspace_id is not None or self.env is not None])
-        if chosen != 1:
-            raise ConfigError("choose what to copy: --workspace W --env E, --all-tenants, "
-                              "or --run RUN_ID (exactly one)")
-        if (self.workspace_id is None) != (self.env is None):
-            raise ConfigError("--workspace and --env go together: "
-                              f"workspace={self.workspace_id!r}, env={self.env!r}")
-        if self.batch_runs < 1:
-            raise ConfigError(f"batch_runs must be >= 1: {self.batch_runs}")
-        if self.source == self.target:
-            raise ConfigError(f"--from and --to name the same database: {self.source!r}")
-
-
-@dataclass(frozen=True)
-class Conflict:
-    """A row the target holds with other content (or cannot hold).
-
-    Attributes:
-        table: Its table.
-        key: Its key columns' values.
-        run_id: The run it belongs to (nothing of that run was written), if any.
-        reason: What differs.
-    """
-
-    table: str
-    key: tuple[Any, ...]
-    run_id: str | None
-    reason: str
-
-    def describe(self) -> str:
-        who = f"run {self.run_id}: " if self.run_id else ""
-        return f"{who}{self.table} {self.key!r}: {self.reason}"
-
-
-@dataclass(frozen=True)
-class Mismatch:
-    """A run whose verification differs between source and target."""
-
-    run_id: str
-    source_events: int
-    target_events: int
-    source_hash: str
-    target_hash: str
-
-
-@dataclass
-class CopyProgress:
-    """How far a copy is (passed to ``on_progress`` after each batch)."""
-
-    runs_total: int = 0
-    runs_done: int = 0
-    rows_read: int = 0
-    rows_written: int = 0
-    seconds: float = 0.0
-
-    @property
-    def rows_per_second(self) -> float:
-        return self.rows_read / self.seconds if self.seconds > 0 else 0.0
-
-
-@dataclass
-class CopyReport:
-    """What a copy did.
-
-    Attributes:
-        runs: Runs in scope in the source.
-        runs_written: Runs with at least one row written now.
-        runs_present: Runs already complete and identical in the target.
-        rows_read: Rows read from the source.
-        rows_written: Rows written (or, on a dry run, that would be).
-        rows_per_table: Rows written per table.
-        conflicts: Rows that differ; their runs were not written.
-        verified: Runs whose count and hash match on both sides.
-        mismatches: Runs whose count or hash differ.
-        migrations_applied: Migrations applied to the target first.
-        remapped_rows: Events and signals given new ids (theirs were taken in the
-            target by another database's rows); their order is kept.
-        seconds: Wall time.
-        dry_run: Nothing was written.
-    """
-
-    runs: int = 0
-    runs_written: int = 0
-    runs_present: int = 0
-    rows_read: int = 0
-    rows_written: int = 0
-    rows_per_table: dict[str, int] = field(default_factory=dict)
-    conflicts: list[Conflict] = field(default_factory=list)
-    verified: int = 0
-    mismatches: list[Mismatch] = field(default_factory=list)
-    migrations_applied: list[int] = field(default_factory=list)
-    remapped_rows: int = 0
-    seconds: float = 0.0
-    dry_run: bool = False
-
-    @property
-    def ok(self) -> bool:
-        """No conflict and no verification difference."""
-        return not self.conflicts and not self.mismatches
-
-    @property
-    def rows_per_second(self) -> float:
-        return self.rows_read / self.seconds if self.seconds > 0 else 0.0
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "ok": self.ok, "dry_run": self.dry_run, "runs": self.runs,
-            "runs_written": self.runs_written, "runs_present": self.runs_present,
-            "rows_read": self.rows_read, "rows_written": self.rows_written,
-            "rows_per_table": dict(sorted(self.rows_per_table.items())),
-            "verified": self.verified,
-            "conflicts": [{"table": c.table, "key": [str(k) for k in c.key],
-                           "run_id": c.run_id, "reason": c.reason} for c in self.conflicts],
-            "mismatches": [{"run_id": m.run_id, "source_events": m.source_events,
-                            "target_events": m.target_events, "source_hash": m.source_hash,
-                            "target_hash": m.target_hash} for m in self.mismatches],
-            "migrations_applied": self.migrations_applied,
-            "remapped_rows": self.remapped_rows,
-            "seconds": round(self.seconds, 3),
-            "rows_per_second": round(self.rows_per_second, 1),
-        }
-
-
-# ---------------------------------------------------------------------------
-# SQL over an endpoint
-# ---------------------------------------------------------------------------
-
-
-class _Query:
-    """A WHERE clause built in placeholder order."""
-
-    def __init__(self, end: Endpoint) -> None:
-        self.end = end
-        self.parts: list[str] = []
-        self.args: list[Any] = []
-
-    def eq(self, column: str, value: Any, cast: str = "") -> _Query:
-        self.args.append(value)
-        self.parts.append(f"{column} = {self.end.dialect.p(len(self.args), cast)}")
-        return self
-
-    def gt(self, column: str, value: Any, cast: str = "") -> _Query:
-        self.args.append(value)
-        self.parts.append(f"{column} > {self.end.dialect.p(len(self.args), cast)}")
-        return self
-
-    def one_of(self, column: str, values: Sequence[Any], cast: str = "text") -> _Query:
-        d = self.end.dialect
-        self.parts.append(d.one_of(column, len(self.args) + 1, len(values), cast))
-        self.args.extend(d.many(values))
-        return self
-
-    def raw(self, sql: str) -> _Query:
-        self.parts.append(sql)
-        return self
-
-    @property
-    def where(self) -> str:
-        return f" WHERE {' AND '.join(self.parts)}" if self.parts else ""
-
-
-def _cast(spec: TableSpec, column: str) -> str:
-    if column in spec.uuids:
-        return "uuid"
-    if column == spec.serial:
-        return "bigint"
-    return "text"
-
-
-def _chunks(values: Sequence[Any], size: int = _CHUNK) -> Iterable[Sequence[Any]]:
-    for i in range(0, len(values), size):
-        yield values[i:i + size]
 
 
 @dataclass
@@ -324,47 +128,6 @@ class _Plan:
     inserts: list[tuple[dict[str, Any], tuple[Any, ...], bool]] = field(default_factory=list)
     conflicts: list[Conflict] = field(default_factory=list)
     present: int = 0
-
-
-class _Side:
-    """An endpoint with the columns its schema gives each copied table."""
-
-    def __init__(self, end: Endpoint, columns: dict[str, list[str]]) -> None:
-        self.end = end
-        self.columns = columns
-
-    def has(self, table: str) -> bool:
-        return table in self.columns
-
-    async def select(self, spec: TableSpec, q: _Query, *, columns: Sequence[str] | None = None,
-                     order: str = "", limit: int | None = None) -> list[dict[str, Any]]:
-        if not self.has(spec.name):
-            return []
-        cols = list(columns or self.columns[spec.name])
-        sql = f"SELECT {', '.join(cols)} FROM {spec.name}{q.where}"
-        if order:
-            sql += f" ORDER BY {order}"
-        if limit is not None:
-            sql += f" LIMIT {int(limit)}"
-        rows = await self.end.fetch(sql, q.args)
-        return [self.end.to_row(spec, cols, r) for r in rows]
-
-    async def select_in(self, spec: TableSpec, column: str, values: Sequence[Any],
-                        extra: Callable[[_Query], _Query] | None = None,
-                        order: str = "") -> list[dict[str, Any]]:
-        out: list[dict[str, Any]] = []
-        if self.end.dialect.name == "postgres" and column in spec.uuids:
-            from .adapters._sql import uuid_or_none
-
-            values = [v for v in values if uuid_or_none(v) is not None]
-        # PostgreSQL takes one array; SQLite one placeholder per value.
-        size = 20 * _CHUNK if self.end.dialect.name == "postgres" else _CHUNK
-        for chunk in _chunks(list(dict.fromkeys(values)), size):
-            q = _Query(self.end).one_of(column, chunk, _cast(spec, column))
-            if extra is not None:
-                extra(q)
-            out.extend(await self.select(spec, q, order=order))
-        return out
 
 
 def _key(spec: TableSpec, row: dict[str, Any]) -> tuple[Any, ...]:
@@ -407,8 +170,8 @@ class _Copy:
         self.report = CopyReport(dry_run=options.dry_run)
         self.progress = CopyProgress()
         self.started = monotonic()
-        self.src: _Side
-        self.dst: _Side | None = None
+        self.src: Side
+        self.dst: Side | None = None
         self._run_ids: list[str] | None = None
         self._tenant_of_copy: tuple[str, str] | None = None
 
@@ -454,7 +217,7 @@ class _Copy:
         finally:
             await adapter.close()
 
-    def _tenant(self, q: _Query, spec: TableSpec, tenant: tuple[str, str] | None) -> _Query:
+    def _tenant(self, q: Query, spec: TableSpec, tenant: tuple[str, str] | None) -> Query:
         if tenant is not None and spec.tenant:
             q.eq("workspace_id", tenant[0]).eq("env", tenant[1])
         return q
@@ -470,13 +233,13 @@ class _Copy:
             if not self.src.has(spec_name):
                 continue
 
-            def live(q: _Query, spec: TableSpec = spec) -> _Query:
+            def live(q: Query, spec: TableSpec = spec) -> Query:
                 q.raw("leased_by IS NOT NULL")
                 q.gt("lease_until", now, "timestamptz")
                 return self._tenant(q, spec, tenant)
 
             if run_ids is None:
-                rows = await self.src.select(spec, live(_Query(self.src.end)), columns=[id_col])
+                rows = await self.src.select(spec, live(Query(self.src.end)), columns=[id_col])
             else:
                 rows = await self.src.select_in(spec, id_col, run_ids, extra=live)
             held.update(str(r[id_col]) for r in rows)
@@ -618,7 +381,7 @@ class _Copy:
             if run_ids is not None:
                 rows = await self._rows_for_runs(spec, run_ids)
             else:
-                q = self._tenant(_Query(self.src.end), spec, tenant)
+                q = self._tenant(Query(self.src.end), spec, tenant)
                 if spec.run_column:
                     # Variables of a run are copied with it; these outlive theirs.
                     q.raw(f"({spec.run_column} IS NULL OR NOT EXISTS (SELECT 1 FROM "
@@ -659,7 +422,7 @@ class _Copy:
             runs = await self.src.select_in(_RUNS, "id", run_ids)
             out: list[dict[str, Any]] = []
             for ws, env in sorted({(r["workspace_id"], r["env"]) for r in runs}):
-                q = _Query(self.src.end).eq("workspace_id", ws).eq("env", env)
+                q = Query(self.src.end).eq("workspace_id", ws).eq("env", env)
                 out.extend(await self.src.select(spec, q))
             return out
         # Schedules and pool limits are the tenant's, not the run's; session
@@ -669,13 +432,13 @@ class _Copy:
     # -- runs ---------------------------------------------------------------------------
 
     async def _run_pages(self, run_ids: Sequence[str]) -> AsyncIterator[list[dict[str, Any]]]:
-        for chunk in _chunks(list(run_ids), self.o.batch_runs):
+        for chunk in chunks(list(run_ids), self.o.batch_runs):
             yield await self.src.select_in(_RUNS, "id", chunk, order="id")
 
     async def _tenant_run_ids(self, tenant: tuple[str, str] | None) -> list[str]:
         """Every run id in scope, read once. (Keyset pages of ``id > ?`` with the
         tenant filter make SQLite walk the tenant's index and sort it per page.)"""
-        q = self._tenant(_Query(self.src.end), _RUNS, tenant)
+        q = self._tenant(Query(self.src.end), _RUNS, tenant)
         rows = await self.src.end.fetch(f"SELECT id FROM workflow_runs{q.where}", q.args)
         return sorted(str(r[0]) for r in rows)
 
@@ -787,7 +550,7 @@ class _Copy:
         await source.connect(readonly=True, tenant=tenant)
         try:
             src_tables = await source.tables()
-            self.src = _Side(source, src_tables)
+            self.src = Side(source, src_tables)
             self._check_schema(src_tables, None)
             if not self.o.dry_run:
                 self.on_status(f"bringing {target.where} to the current schema …")
@@ -834,7 +597,7 @@ class _Copy:
             return False  # nothing there yet: everything would be written
         await target.connect(readonly=False, tenant=self._tenant_of_copy)
         try:
-            self.dst = _Side(target, await target.tables())
+            self.dst = Side(target, await target.tables())
         except BaseException:
             await target.close()
             raise

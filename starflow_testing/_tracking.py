@@ -8,7 +8,8 @@ from typing import Any, TypeVar
 
 import anyio
 
-from starflow.adapters.base import DelegatingAdapter, WorkflowStateAdapter
+from starflow.adapters.base import WorkflowStateAdapter
+from starflow.adapters.delegating import DelegatingAdapter
 from starflow.adapters.units import Command
 
 __all__ = ["InflightTracker", "forwarded_reads"]

@@ -21,7 +21,8 @@ from typing import Any, TypeVar
 
 import anyio
 
-from starflow.adapters.base import DelegatingAdapter, WorkflowStateAdapter
+from starflow.adapters.base import WorkflowStateAdapter
+from starflow.adapters.delegating import DelegatingAdapter
 from starflow.adapters.units import Command, Unit
 from starflow.errors import StorageError
 

@@ -17,7 +17,8 @@ import pytest
 
 import starflow
 from starflow import ConfigError, DuplicateRun, InvalidArgument, Starflow, StorageError
-from starflow.adapters.base import DelegatingAdapter, WorkflowStateAdapter
+from starflow.adapters.base import WorkflowStateAdapter
+from starflow.adapters.delegating import DelegatingAdapter
 from starflow.adapters.units import Command, Unit
 from starflow.records import PoolLimits, ScheduleRecord
 from starflow.warm.mirror import mirror

@@ -15,7 +15,8 @@ import pytest
 import starflow
 from starflow import Starflow, step, wait_for, workflow
 from starflow.adapters import adapter_from_url
-from starflow.adapters.base import DelegatingAdapter, WorkflowStateAdapter
+from starflow.adapters.base import WorkflowStateAdapter
+from starflow.adapters.delegating import DelegatingAdapter
 from starflow.adapters.units import Unit, UpdateRun
 from starflow.errors import StorageError
 

@@ -10,7 +10,8 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..urls import normalize_scheme, scheme_of
-from .base import DelegatingAdapter, WorkflowStateAdapter
+from .base import WorkflowStateAdapter
+from .delegating import DelegatingAdapter
 
 __all__ = ["DelegatingAdapter", "WorkflowStateAdapter", "adapter_from_url"]
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import sqlite3
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeVar
@@ -28,16 +28,24 @@ from ..urls import normalize_scheme
 from ._sql import POSTGRES, SQLITE, Dialect, uuid_or_none
 
 __all__ = [
+    "CHUNK",
     "Endpoint",
     "Insert",
     "Json",
     "PostgresEndpoint",
+    "Query",
     "SQLiteEndpoint",
+    "Side",
     "TableSpec",
+    "chunks",
+    "column_cast",
     "endpoint_for",
 ]
 
 T = TypeVar("T")
+
+#: Rows per statement of an id list (PostgreSQL takes 20 times as many, as one array).
+CHUNK = 500
 Row = dict[str, Any]
 #: Rows to insert into a table: ``(table, columns, rows of values in column order)``.
 Insert = tuple[str, Sequence[str], list[tuple[Any, ...]]]
@@ -482,3 +490,95 @@ def endpoint_for(url: str, what: str) -> Endpoint:
         return SQLiteEndpoint(path)
     raise ConfigError(f"{what}: not a database URL: {url!r} "
                       "(use sqlite:///path.db or postgresql://user@host/db)")
+
+
+# ---------------------------------------------------------------------------
+# Queries over an endpoint (used by starflow.copy)
+# ---------------------------------------------------------------------------
+
+
+class Query:
+    """A WHERE clause built in placeholder order."""
+
+    def __init__(self, end: Endpoint) -> None:
+        self.end = end
+        self.parts: list[str] = []
+        self.args: list[Any] = []
+
+    def eq(self, column: str, value: Any, cast: str = "") -> Query:
+        self.args.append(value)
+        self.parts.append(f"{column} = {self.end.dialect.p(len(self.args), cast)}")
+        return self
+
+    def gt(self, column: str, value: Any, cast: str = "") -> Query:
+        self.args.append(value)
+        self.parts.append(f"{column} > {self.end.dialect.p(len(self.args), cast)}")
+        return self
+
+    def one_of(self, column: str, values: Sequence[Any], cast: str = "text") -> Query:
+        d = self.end.dialect
+        self.parts.append(d.one_of(column, len(self.args) + 1, len(values), cast))
+        self.args.extend(d.many(values))
+        return self
+
+    def raw(self, sql: str) -> Query:
+        self.parts.append(sql)
+        return self
+
+    @property
+    def where(self) -> str:
+        return f" WHERE {' AND '.join(self.parts)}" if self.parts else ""
+
+
+def column_cast(spec: TableSpec, column: str) -> str:
+    if column in spec.uuids:
+        return "uuid"
+    if column == spec.serial:
+        return "bigint"
+    return "text"
+
+
+def chunks(values: Sequence[Any], size: int = CHUNK) -> Iterable[Sequence[Any]]:
+    for i in range(0, len(values), size):
+        yield values[i:i + size]
+
+
+
+
+class Side:
+    """An endpoint with the columns its schema gives each copied table."""
+
+    def __init__(self, end: Endpoint, columns: dict[str, list[str]]) -> None:
+        self.end = end
+        self.columns = columns
+
+    def has(self, table: str) -> bool:
+        return table in self.columns
+
+    async def select(self, spec: TableSpec, q: Query, *, columns: Sequence[str] | None = None,
+                     order: str = "", limit: int | None = None) -> list[dict[str, Any]]:
+        if not self.has(spec.name):
+            return []
+        cols = list(columns or self.columns[spec.name])
+        sql = f"SELECT {', '.join(cols)} FROM {spec.name}{q.where}"
+        if order:
+            sql += f" ORDER BY {order}"
+        if limit is not None:
+            sql += f" LIMIT {int(limit)}"
+        rows = await self.end.fetch(sql, q.args)
+        return [self.end.to_row(spec, cols, r) for r in rows]
+
+    async def select_in(self, spec: TableSpec, column: str, values: Sequence[Any],
+                        extra: Callable[[Query], Query] | None = None,
+                        order: str = "") -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        if self.end.dialect.name == "postgres" and column in spec.uuids:
+            values = [v for v in values if uuid_or_none(v) is not None]
+        # PostgreSQL takes one array; SQLite one placeholder per value.
+        size = 20 * CHUNK if self.end.dialect.name == "postgres" else CHUNK
+        for chunk in chunks(list(dict.fromkeys(values)), size):
+            q = Query(self.end).one_of(column, chunk, column_cast(spec, column))
+            if extra is not None:
+                extra(q)
+            out.extend(await self.select(spec, q, order=order))
+        return out

@@ -127,11 +127,9 @@ from ._sql import (
     wait_exists_sql,
     wait_record,
 )
-from ._sql import (
-    POSTGRES_QUERIES as Q,
-)
 from .base import RunWatch, WorkflowStateAdapter
 from .pages import RunPage, RunPageQuery, make_page, page_sql
+from .queries import POSTGRES_QUERIES as Q
 from .sweep import ABANDONED, REQUEUED
 from .units import (
     ClaimJobs,

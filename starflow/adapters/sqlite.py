@@ -86,11 +86,9 @@ from ._sql import (
     wait_exists_sql,
     wait_record,
 )
-from ._sql import (
-    SQLITE_QUERIES as Q,
-)
 from .base import WorkflowStateAdapter
 from .pages import RunPage, RunPageQuery, make_page, page_sql
+from .queries import SQLITE_QUERIES as Q
 from .sweep import lost_payload
 from .units import (
     ClaimJobs,

@@ -30,7 +30,7 @@ def _migrate_args(parser: argparse.ArgumentParser) -> None:
 @command("migrate", help="apply pending database migrations", args=[app_args, db_args],
          configure=_migrate_args)
 async def _migrate(ns: argparse.Namespace) -> int:
-    from ..adapters.base import DelegatingAdapter
+    from ..adapters.delegating import DelegatingAdapter
     from ..migrations import load_migrations
 
     sf = await resolve_app(ns)

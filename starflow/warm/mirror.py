@@ -30,7 +30,8 @@ from typing import Any, TypeVar, cast
 
 import msgspec
 
-from ..adapters.base import DelegatingAdapter, WorkflowStateAdapter
+from ..adapters.base import WorkflowStateAdapter
+from ..adapters.delegating import DelegatingAdapter
 from ..adapters.sweep import lost_payload, swept_columns
 from ..adapters.units import (
     AfterClaim,

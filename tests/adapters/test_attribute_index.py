@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import json
 
-from starflow.adapters._sql import POSTGRES_QUERIES
 from starflow.adapters.postgres import PostgresWorkflowStateAdapter
+from starflow.adapters.queries import POSTGRES_QUERIES
 
 from .test_postgres import _plan_nodes, scratch_database
 

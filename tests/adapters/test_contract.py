@@ -23,7 +23,8 @@ import anyio
 import pytest
 
 from starflow.adapters import adapter_from_url
-from starflow.adapters.base import DelegatingAdapter, WorkflowStateAdapter
+from starflow.adapters.base import WorkflowStateAdapter
+from starflow.adapters.delegating import DelegatingAdapter
 from starflow.adapters.sweep import lost_payload, swept_columns
 from starflow.adapters.units import (
     Command,

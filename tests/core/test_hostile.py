@@ -28,7 +28,8 @@ from starflow import (
     workflow,
 )
 from starflow.adapters import adapter_from_url
-from starflow.adapters.base import DelegatingAdapter, WorkflowStateAdapter
+from starflow.adapters.base import WorkflowStateAdapter
+from starflow.adapters.delegating import DelegatingAdapter
 from starflow.adapters.units import Unit
 from starflow.errors import StorageError
 

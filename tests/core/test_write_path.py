@@ -26,7 +26,8 @@ import pytest
 
 import starflow
 from starflow import Starflow, StarflowConfig, step, workflow
-from starflow.adapters.base import DelegatingAdapter, WorkflowStateAdapter
+from starflow.adapters.base import WorkflowStateAdapter
+from starflow.adapters.delegating import DelegatingAdapter
 from starflow.adapters.sqlite import LocalWorkflowStateAdapter
 from starflow.adapters.units import Guard
 from starflow.context import WorkflowContext

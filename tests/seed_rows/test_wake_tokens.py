@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 import starflow
 from starflow import InvalidWakeToken, Starflow, StarflowConfig, step, wait_for, workflow
 from starflow.adapters import adapter_from_url
-from starflow.adapters.base import DelegatingAdapter, WorkflowStateAdapter
+from starflow.adapters.base import WorkflowStateAdapter
+from starflow.adapters.delegating import DelegatingAdapter
 from starflow.records import SignalRecord
 from starflow.tokens import Keyring, WakeClaims, redact_wake_tokens
 from starflow_testing import FakeClock

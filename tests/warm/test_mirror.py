@@ -11,7 +11,8 @@ import pytest
 
 from starflow import Starflow
 from starflow.adapters import adapter_from_url
-from starflow.adapters.base import DelegatingAdapter, WorkflowStateAdapter
+from starflow.adapters.base import WorkflowStateAdapter
+from starflow.adapters.delegating import DelegatingAdapter
 from starflow.adapters.units import (
     DeleteSessionVars,
     Guard,

@@ -15,7 +15,7 @@ from typing import Any
 import anyio
 import anyio.lowlevel
 
-from starflow.adapters.base import DelegatingAdapter
+from starflow.adapters.delegating import DelegatingAdapter
 from starflow.adapters.units import Unit
 from starflow.records import RunInfo, SweepResult
 from starflow_testing import FakeClock

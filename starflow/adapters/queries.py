@@ -1,0 +1,295 @@
+"""The data-access statements of one dialect, written once for both (:class:`Queries`).
+
+Reads and the writes that are not :class:`~starflow.adapters.units.Op` values:
+each attribute of :class:`Queries` is one statement, its arguments documented
+in the order written. :data:`SQLITE_QUERIES` and :data:`POSTGRES_QUERIES` are
+the two instances the adapters use.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from ._sql import (
+    ACTIVE_RUN,
+    DEFINITION_COLUMNS,
+    EVENT_COLUMNS,
+    EVENT_VALUE_COLUMNS,
+    JOB_COLUMNS,
+    LIMIT_COLUMNS,
+    OUTBOX_COLUMNS,
+    RUN_COLUMNS,
+    SCHEDULE_INSERT,
+    SCHEDULE_SELECT,
+    SCHEDULE_UPDATABLE,
+    SIGNAL_COLUMNS,
+    STREAM_ITEM_COLUMNS,
+    WAIT_COLUMNS,
+)
+from .dialect import POSTGRES, SQLITE, Dialect
+
+__all__ = ["POSTGRES_QUERIES", "SQLITE_QUERIES", "Queries"]
+
+
+class Queries:
+    """The data-access statements of one dialect (arguments in the order written)."""
+
+    def __init__(self, d: Dialect) -> None:
+        p, kt, t = d.p, d.key_tenant, d.tenant
+        self.d = d
+        #: (run_id, ws, env)
+        self.get_run = f"SELECT {RUN_COLUMNS} FROM workflow_runs WHERE id = {p(1)} AND {kt(2)}"
+        #: (run_id, ws, env, after_id)
+        self.list_events = (
+            f"SELECT {', '.join('e.' + c for c in EVENT_COLUMNS.split(', '))} "
+            "FROM workflow_run_events e JOIN workflow_runs r ON r.id = e.run_id "
+            f"WHERE e.run_id = {p(1)} AND {kt(2, 'r.')} AND e.id > {p(4)} ORDER BY e.id")
+        #: (run_id, ws, env)
+        self.list_waits = (f"SELECT {WAIT_COLUMNS} FROM workflow_waits WHERE run_id = {p(1)} "
+                           f"AND {kt(2)} ORDER BY created_at")
+        #: (ws, env, now, limit)
+        self.due_waits = (f"SELECT {WAIT_COLUMNS} FROM workflow_waits WHERE {t(1)} "
+                          f"AND deadline IS NOT NULL AND deadline <= {p(3)} "
+                          f"ORDER BY deadline LIMIT {p(4)}")
+        #: (ws, env)
+        self.next_deadline = ("SELECT min(deadline) FROM workflow_waits WHERE "
+                              f"{t(1)} AND deadline IS NOT NULL")
+        #: (run_id, event, ws, env)
+        self.find_signal = (f"SELECT {SIGNAL_COLUMNS} FROM workflow_signals WHERE "
+                            f"run_id = {p(1)} AND event = {p(2)} AND {kt(3)} "
+                            "ORDER BY id LIMIT 1")
+        #: (run_id, ws, env, key)
+        self.get_event_value = (f"SELECT {EVENT_VALUE_COLUMNS} FROM workflow_event_values "
+                                f"WHERE run_id = {p(1)} AND {kt(2)} AND key = {p(4)}")
+        #: (run_id, ws, env)
+        self.list_event_values = (f"SELECT {EVENT_VALUE_COLUMNS} FROM workflow_event_values "
+                                  f"WHERE run_id = {p(1)} AND {kt(2)} ORDER BY key")
+        #: (run_id, ws, env, key, after_seq, limit)
+        self.read_stream = (f"SELECT {STREAM_ITEM_COLUMNS} FROM workflow_stream_items "
+                            f"WHERE run_id = {p(1)} AND {kt(2)} AND key = {p(4)} "
+                            f"AND seq > {p(5)} ORDER BY seq LIMIT {p(6)}")
+        #: (run_id, ws, env)
+        self.list_stream_items = (f"SELECT {STREAM_ITEM_COLUMNS} FROM workflow_stream_items "
+                                  f"WHERE run_id = {p(1)} AND {kt(2)} ORDER BY key, seq")
+        #: (ws, env, session_id, key)
+        self.session_get = ("SELECT value_json, keep_until FROM workflow_session_vars "
+                            f"WHERE {t(1)} AND session_id = {p(3)} AND key = {p(4)}")
+        #: (definition_id, ws, env)
+        self.get_definition = (f"SELECT {DEFINITION_COLUMNS} FROM workflow_definitions "
+                               f"WHERE id = {p(1)} AND {kt(2)}")
+        #: (id, ws, env, name, version, code_hash, now)
+        self.insert_definition = (
+            "INSERT INTO workflow_definitions (id, workspace_id, env, name, version, "
+            f"code_hash, created_at) VALUES ({', '.join(p(i) for i in range(1, 8))}) "
+            "ON CONFLICT (workspace_id, env, name, version) DO NOTHING")
+        #: (ws, env, name, version)
+        self.definition_id = ("SELECT id FROM workflow_definitions WHERE "
+                              f"{t(1)} AND name = {p(3)} AND version = {p(4)}")
+        #: (ws, env, now)
+        self.expire_session_vars = ("DELETE FROM workflow_session_vars WHERE "
+                                    f"{t(1)} AND keep_until IS NOT NULL "
+                                    f"AND keep_until <= {p(3)}")
+        #: (ws, env, key_id)
+        self.secret = f"SELECT secret FROM starflow_keys WHERE {t(1)} AND key_id = {p(3)}"
+        #: (ws, env, key_id, secret, now)
+        self.insert_secret = ("INSERT INTO starflow_keys (workspace_id, env, key_id, secret, "
+                              f"created_at) VALUES ({', '.join(p(i) for i in range(1, 6))}) "
+                              "ON CONFLICT DO NOTHING")
+        #: (worker_id, lease_until, now, ws, env, pool, now, limit)
+        self.claim_jobs = (
+            f"UPDATE worker_jobs SET status = 'claimed', attempts = attempts + 1, "
+            f"leased_by = {p(1)}, lease_until = {p(2)}, last_heartbeat = {p(3)} WHERE id IN ("
+            f"  SELECT id FROM worker_jobs WHERE {t(4)} AND pool = {p(6)}"
+            f"  AND (status = 'queued' OR (status = 'claimed' AND lease_until < {p(7)}))"
+            f"  ORDER BY created_at, id LIMIT {p(8)}{d.skip_locked}"
+            f") RETURNING {JOB_COLUMNS}")
+        #: (lease_until, now, job_id, ws, env, worker_id)
+        self.heartbeat_job = (
+            f"UPDATE worker_jobs SET lease_until = {p(1)}, last_heartbeat = {p(2)} "
+            f"WHERE id = {p(3)} AND {kt(4)} AND status = 'claimed' AND leased_by = {p(6)}")
+        #: (job_id, ws, env)
+        self.get_job = f"SELECT {JOB_COLUMNS} FROM worker_jobs WHERE id = {p(1)} AND {kt(2)}"
+        #: (ws, env, limit)
+        self.pending_outbox = (f"SELECT {OUTBOX_COLUMNS} FROM mirror_outbox WHERE {t(1)} "
+                               f"AND applied_at IS NULL ORDER BY id LIMIT {p(3)}")
+        #: (ws, env, applied_before)
+        self.prune_outbox = ("DELETE FROM mirror_outbox WHERE "
+                             f"{t(1)} AND applied_at IS NOT NULL AND applied_at < {p(3)}")
+
+        # -- schedules (#18) ---------------------------------------------------
+        sched = f"SELECT {SCHEDULE_SELECT} FROM starflow_schedules WHERE {t(1)}"
+        #: (ws, env, id)
+        self.get_schedule = f"{sched} AND id = {p(3)}"
+        #: (ws, env)
+        self.list_schedules = f"{sched} ORDER BY id"
+        #: (ws, env, now, limit)
+        self.due_schedules = (f"{sched} AND {d.unset('paused')} AND due_at <= {p(3)} "
+                              f"ORDER BY due_at LIMIT {p(4)}")
+        #: (ws, env). ORDER BY … LIMIT 1, not min(): one index entry, whatever the
+        #: planner's statistics (PostgreSQL answered min() by a scan of every schedule).
+        self.next_schedule_due = ("SELECT due_at FROM starflow_schedules WHERE "
+                                  f"{t(1)} AND {d.unset('paused')} AND due_at IS NOT NULL "
+                                  "ORDER BY due_at LIMIT 1")
+        #: (ws, env, id)
+        self.delete_schedule = f"DELETE FROM starflow_schedules WHERE {t(1)} AND id = {p(3)}"
+        #: (ws, env, *schedule_insert_args, created_at, updated_at)
+        cols = ("workspace_id", "env", *SCHEDULE_INSERT, "created_at", "updated_at")
+        self.upsert_schedule = (
+            f"INSERT INTO starflow_schedules ({', '.join(cols)}) "
+            f"VALUES ({', '.join(p(i) for i in range(1, len(cols) + 1))}) "
+            f"ON CONFLICT (workspace_id, env, id) DO UPDATE SET {_schedule_upsert_set()} "
+            f"RETURNING {SCHEDULE_SELECT}")
+
+        # -- pool limits and flow control (#18) --------------------------------
+        #: (ws, env, pool)
+        self.get_pool_limits = (f"SELECT {LIMIT_COLUMNS} FROM starflow_pool_limits "
+                                f"WHERE {t(1)} AND pool = {p(3)}")
+        #: (ws, env, pool): the row locked until the transaction ends (a limited claim).
+        self.lock_pool_limits = self.get_pool_limits + d.for_update
+        #: (ws, env)
+        self.list_pool_limits = (f"SELECT {LIMIT_COLUMNS} FROM starflow_pool_limits "
+                                 f"WHERE {t(1)}")
+        #: (ws, env, pool, concurrency, rate_limit, rate_period_ms, key_concurrency, now)
+        self.set_pool_limits = (
+            "INSERT INTO starflow_pool_limits (workspace_id, env, pool, concurrency, "
+            "rate_limit, rate_period_ms, key_concurrency, updated_at) "
+            f"VALUES ({', '.join(p(i) for i in range(1, 9))}) "
+            "ON CONFLICT (workspace_id, env, pool) DO UPDATE SET "
+            "concurrency = excluded.concurrency, rate_limit = excluded.rate_limit, "
+            "rate_period_ms = excluded.rate_period_ms, "
+            "key_concurrency = excluded.key_concurrency, updated_at = excluded.updated_at")
+        #: (ws, env, pool)
+        self.delete_pool_limits = (f"DELETE FROM starflow_pool_limits WHERE {t(1)} "
+                                   f"AND pool = {p(3)}")
+        #: (ws, env): per pool, runs queued and runs active.
+        self.pool_counts = (
+            "SELECT runner_pool, "
+            "sum(CASE WHEN claim_state = 'queued' THEN 1 ELSE 0 END), "
+            f"sum(CASE WHEN {ACTIVE_RUN} THEN 1 ELSE 0 END) "
+            f"FROM workflow_runs WHERE {t(1)} AND runner_pool IS NOT NULL "
+            f"AND (claim_state = 'queued' OR ({ACTIVE_RUN})) GROUP BY runner_pool")
+        #: (ws, env, pool)
+        self.pool_active = (f"SELECT count(*) FROM workflow_runs WHERE {t(1)} "
+                            f"AND runner_pool = {p(3)} AND {ACTIVE_RUN}")
+        #: (ws, env, pool): active runs per concurrency key.
+        self.key_active = (
+            f"SELECT concurrency_key, count(*) FROM workflow_runs WHERE {t(1)} "
+            f"AND runner_pool = {p(3)} AND {ACTIVE_RUN} AND concurrency_key IS NOT NULL "
+            "GROUP BY concurrency_key")
+        #: (ws, env, pool, since): the pool's claims in the rate window.
+        self.pool_window = (f"SELECT count(*) FROM workflow_runs WHERE {t(1)} "
+                            f"AND runner_pool = {p(3)} AND claimed_at > {p(4)}")
+        #: (ws, env, pool or '', dedup_key)
+        self.find_active_dedup = (
+            f"SELECT id FROM workflow_runs WHERE {t(1)} "
+            f"AND COALESCE(runner_pool, '') = {p(3)} AND dedup_key = {p(4)} "
+            "AND status IN ('queued', 'running', 'paused')")
+        #: (input, not_before, ws, env, pool or '', template_id, debounce_key)
+        self.rearm_debounced = (
+            f"UPDATE workflow_runs SET input_json = {p(1)}, not_before = {p(2)} "
+            f"WHERE {t(3)} AND COALESCE(runner_pool, '') = {p(5)} "
+            f"AND template_id = {p(6)} AND debounce_key = {p(7)} AND claim_state = 'queued' "
+            "AND claim_attempts = 0 RETURNING id")
+
+    def list_runs(self, status: bool, template_id: bool, since: bool,
+                  attributes: int = 0, parent: bool = False) -> str:
+        """Arguments: (ws, env, [status], [template_id], [since], [parent_run_id],
+        ``attributes`` x (ws, env, key, value), limit)."""
+        return _list_runs_sql(self.d, status, template_id, since, attributes, parent)
+
+    def list_jobs(self, run_id: bool, status: bool) -> str:
+        """Arguments: (ws, env, [run_id], [status], limit)."""
+        return _list_jobs_sql(self.d, run_id, status)
+
+    def mark_outbox_applied(self, count: int) -> str:
+        """Arguments: (now, *d.many(ids), ws, env)."""
+        return _mark_outbox_sql(self.d, count)
+
+    def update_schedule(self, columns: tuple[str, ...]) -> str:
+        """Compare-and-set ``columns`` (of :data:`SCHEDULE_UPDATABLE`).
+
+        Arguments: (*values, now, ws, env, id, revision).
+        """
+        bad = [c for c in columns if c not in SCHEDULE_UPDATABLE]
+        if bad:
+            raise ValueError(f"update_schedule: not updatable: {sorted(bad)}")
+        return _update_schedule_sql(self.d, columns)
+
+
+def _schedule_upsert_set() -> str:
+    """The ``DO UPDATE SET`` of a schedule upsert.
+
+    The cursor survives an update that keeps the cron and the zone (ticks
+    missed while the process was down still catch up); a decided tick keeps
+    its ``due_at`` so it still starts. ``paused`` and the counters are kept.
+    """
+    t = "starflow_schedules"
+    same = f"{t}.cron = excluded.cron AND {t}.timezone = excluded.timezone"
+    return (
+        "workflow = excluded.workflow, workflow_version = excluded.workflow_version, "
+        "definition_id = excluded.definition_id, input_json = excluded.input_json, "
+        "overlap = excluded.overlap, catchup_seconds = excluded.catchup_seconds, "
+        "pool = excluded.pool, "
+        f"next_fire_at = CASE WHEN {same} THEN {t}.next_fire_at "
+        "ELSE excluded.next_fire_at END, "
+        f"due_at = CASE WHEN ({same}) OR {t}.pending_tick IS NOT NULL THEN {t}.due_at "
+        "ELSE excluded.due_at END, "
+        "cron = excluded.cron, timezone = excluded.timezone, "
+        f"revision = {t}.revision + 1, updated_at = excluded.updated_at"
+    )
+
+
+@functools.lru_cache(maxsize=128)
+def _update_schedule_sql(d: Dialect, columns: tuple[str, ...]) -> str:
+    sets = "".join(f"{c} = {d.p(i)}, " for i, c in enumerate(columns, start=1))
+    n = len(columns) + 1
+    return (f"UPDATE starflow_schedules SET {sets}revision = revision + 1, "
+            f"updated_at = {d.p(n)} WHERE {d.tenant(n + 1)} AND id = {d.p(n + 3)} "
+            f"AND revision = {d.p(n + 4)}")
+
+
+@functools.cache
+def _list_runs_sql(d: Dialect, status: bool, template_id: bool, since: bool,
+                   attributes: int = 0, parent: bool = False) -> str:
+    where = [d.tenant(1)]
+    n = 3
+    for clause, present, cast in (("status = ", status, ""),
+                                  ("template_id = ", template_id, ""),
+                                  ("started_at >= ", since, ""),
+                                  # (a child's run ids: idx_workflow_runs_parent)
+                                  ("parent_run_id = ", parent, "uuid")):
+        if present:
+            where.append(f"{clause}{d.p(n, cast)}")
+            n += 1
+    for _ in range(attributes):
+        # One lookup per attribute on idx_workflow_run_attributes_lookup.
+        where.append(f"id IN (SELECT run_id FROM workflow_run_attributes WHERE "
+                     f"{d.tenant(n)} AND key = {d.p(n + 2)} AND value = {d.p(n + 3)})")
+        n += 4
+    # The order of the keyset-page indexes (026, 035): unfiltered, by status or
+    # by workflow, the first page is one index range scan, with no sort.
+    return (f"SELECT {RUN_COLUMNS} FROM workflow_runs WHERE {' AND '.join(where)} "
+            f"ORDER BY started_at DESC, id DESC LIMIT {d.p(n)}")
+
+
+@functools.cache
+def _list_jobs_sql(d: Dialect, run_id: bool, status: bool) -> str:
+    where = [d.tenant(1)]
+    n = 3
+    for clause, present in (("run_id = ", run_id), ("status = ", status)):
+        if present:
+            where.append(f"{clause}{d.p(n)}")
+            n += 1
+    return (f"SELECT {JOB_COLUMNS} FROM worker_jobs WHERE {' AND '.join(where)} "
+            f"ORDER BY created_at, id LIMIT {d.p(n)}")
+
+
+@functools.lru_cache(maxsize=64)
+def _mark_outbox_sql(d: Dialect, count: int) -> str:
+    n = 2 + d.width(count)
+    return (f"UPDATE mirror_outbox SET applied_at = {d.p(1)} WHERE "
+            f"{d.one_of('id', 2, count, 'bigint')} AND {d.tenant(n)} AND applied_at IS NULL")
+
+
+SQLITE_QUERIES = Queries(SQLITE)
+POSTGRES_QUERIES = Queries(POSTGRES)

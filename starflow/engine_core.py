@@ -1,0 +1,446 @@
+"""The state of one run execution and its primitives: time, writes, node ids.
+
+:class:`EngineCore` holds what an execution knows (its journal, counters,
+cancel state) and the primitives every operation uses: the deterministic
+clock, the one write path (:meth:`EngineCore._commit`), node ids, patches,
+attributes and wake tokens. :mod:`starflow.engine_nodes` builds the
+operations on it, :mod:`starflow.engine` the run around them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, NoReturn
+
+import anyio
+
+from . import serde
+from .adapters.base import WorkflowStateAdapter
+from .adapters.units import Guard, Op
+from .attributes import ATTRIBUTES_KIND
+from .context import WorkflowContext
+from .decorators import WorkflowDefinition
+from .errors import (
+    SerializationError,
+    StarflowError,
+    StorageError,
+    StreamClosed,
+    WorkflowDefinitionError,
+)
+from .events import EVENT_KIND, STREAM_KIND, DataWrite
+from .execution import (
+    Abort,
+    ContinueAsNew,
+    PendingWait,
+    Runtime,
+    Suspend,
+)
+from .logs import get_logger
+from .replay import (
+    Journal,
+    NodeRecord,
+    node_id,
+)
+from .requeue import lease_guard
+from .tokens import WakeClaims
+
+__all__ = ["EngineCore", "log"]
+
+log = get_logger("starflow.engine")
+
+
+@dataclass
+class EngineCore:
+    """What one execution of one run knows, and the primitives its operations use."""
+
+
+    runtime: Runtime
+    definition: WorkflowDefinition
+    ctx: WorkflowContext
+    journal: Journal
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    started_at: datetime
+    _counters: dict[tuple[str, str | None], int] = field(default_factory=dict)
+    _last_time: datetime | None = None
+    _suspending: bool = False
+    #: The wait this execution is suspending on (set when it suspends).
+    _pending_wait: PendingWait = field(init=False, repr=False)
+    _body_scope: anyio.CancelScope | None = None
+    _lease_lost: bool = False
+    #: Set by :meth:`kill` with an error: the owner stopped this execution.
+    _stop_error: StarflowError | None = None
+    _body_done: bool = False
+    #: A non-forced cancel is pending: delivered at the next new node (or step await).
+    cancel_requested: bool = False
+    #: RunCancelled reached the workflow code: its cleanup runs, then the run ends.
+    _cancelled: bool = False
+    _cleanup_deadline: datetime | None = None
+    _cleanup_timed_out: bool = False
+    _step_scopes: set[anyio.CancelScope] = field(default_factory=set)
+    #: The latest node the workflow code reached (``starflow.logger`` names it).
+    position: str | None = None
+    node_status: dict[str, str] = field(default_factory=dict)
+    #: ``patched()`` answers of this execution, by change id.
+    _patches: dict[str, bool] = field(default_factory=dict)
+    #: Patch markers decided but not yet written (they ride on the next unit).
+    _markers: list[tuple[str, str]] = field(default_factory=list)
+    #: ``set_attributes`` calls not yet written (they ride on the next unit too).
+    _attributes: list[tuple[str, dict[str, str]]] = field(default_factory=list)
+    #: ``set_event`` / ``write_stream`` / ``close_stream`` calls not yet written
+    #: (with the next unit, which they make durable).
+    _data: list[DataWrite] = field(default_factory=list)
+    #: Streams this execution closed (or replayed the closing of).
+    _closed_streams: set[str] = field(default_factory=set)
+    #: Asked before each new step starts: True hands the run back to the queue
+    #: there (a draining worker), so the step runs once, on the next runner.
+    should_yield: Callable[[], bool] | None = None
+    #: A worker's claim left the run ``claimed``: the first boundary unit also
+    #: writes the lease that moves it to ``running`` (one commit instead of two).
+    claimed: bool = False
+    #: The run's recorded input could not be decoded for this code: the body
+    #: raises it instead of running, so the run fails with it (lease-guarded).
+    input_error: StarflowError | None = None
+    #: The W3C ``traceparent`` stored with the run at its start, continued by
+    #: this execution's ``starflow.run`` span (OpenTelemetry only).
+    traceparent: str | None = None
+    #: Writes of a finished step not committed yet (``StarflowConfig.fused_boundaries``):
+    #: they open the run's next unit, so they are durable before anything that
+    #: follows the step (its next step, a pause, the run's end) is.
+    _deferred: list[Op] = field(default_factory=list)
+    #: Steps of this execution between their ``node_start`` and their outcome.
+    _steps_in_flight: int = 0
+    #: The run's start (``on_run_start`` and its lease) is among the deferred
+    #: writes: the run row does not exist yet, so the first unit is unguarded
+    #: (it creates the row, leased by this runner) and is not retried: if it
+    #: fails, the execution ends ``start_failed`` and the caller decides (a
+    #: run id or dedup key taken meanwhile is the existing run).
+    unstarted: bool = False
+    #: The run that started this one as a child (its end wakes that run).
+    parent_run_id: str | None = None
+    #: The run's deadline (``@workflow(timeout=)``): past it the run ends in error.
+    deadline: datetime | None = None
+    #: This execution started or replayed a child run (its end cascades to them).
+    has_children: bool = False
+    _timed_out: bool = False
+
+    def __post_init__(self) -> None:
+        self._last_time = self.started_at
+        self.journal.replaying = bool(self.journal.nodes)
+        self._log = log.bind(run_id=self.run_id, runner_id=self.runtime.runner_id,
+                             workspace=self.ctx.workspace_id, workflow=self.definition.name)
+        # Every boundary of this execution carries the same guard: build it once.
+        self._lease_guard = lease_guard(self.run_id, self.runtime.runner_id)
+
+    @property
+    def run_id(self) -> str:
+        return self.ctx.run_id
+
+    @property
+    def adapter(self) -> WorkflowStateAdapter:
+        return self.runtime.adapter
+
+    @property
+    def replaying(self) -> bool:
+        """Whether the workflow code is replaying recorded history (nodes lie ahead)."""
+        return self.journal.replaying and bool(self.journal.unconsumed())
+
+    @property
+    def _guard(self) -> Guard:
+        return self._lease_guard
+
+    # -- time --------------------------------------------------------------------
+
+    def now(self) -> datetime:
+        """Deterministic time: the latest boundary this execution passed."""
+        assert self._last_time is not None
+        return self._last_time
+
+    def _advance(self, ts: datetime | None) -> None:
+        if ts is not None and (self._last_time is None or ts > self._last_time):
+            self._last_time = ts
+
+    # -- writes ------------------------------------------------------------------
+
+    async def _commit(self, build: Callable[[datetime], Awaitable[None]], *,
+                      durable: bool = True, guard: Guard | None = None) -> datetime:
+        """Write one unit guarded by this runner's lease; retry storage failures.
+
+        Returns the timestamp the unit was written with.
+        """
+        clock = self.runtime.clock
+        retries = self.runtime.config.storage_retries
+        # Patch markers decided since the last boundary commit with this one, before
+        # its own writes: the history then shows the marker ahead of the new path.
+        markers, self._markers = self._markers, []
+        attributes, self._attributes = self._attributes, []
+        data, self._data = self._data, []
+        # A finished step's deferred writes go first (they happened first), and make
+        # the unit durable: its outcome is acknowledged by this unit's flush. A reader
+        # waits for data writes: commit them now, not at the next flush.
+        deferred, self._deferred = self._deferred, []
+        durable = durable or bool(deferred) or bool(data)
+        starting = self.unstarted
+        for attempt in range(retries + 1):
+            if self._lease_lost:  # killed, cancelled or taken over: write nothing more
+                raise Abort("lease_lost")
+            ts = clock.now()
+            try:
+                async with self.adapter.unit(guard=None if starting else guard or self._guard,
+                                             durable=durable) as unit:
+                    if self.claimed:
+                        await self.adapter.write_lease(
+                            self.run_id, self.runtime.runner_id,
+                            ts + self.runtime.config.lease_ttl, now=ts)
+                    unit.ops.extend(deferred)
+                    await self._extras(markers, attributes, ts)
+                    for write in data:
+                        await write.submit(self.adapter, self.run_id, ts)
+                    await build(ts)
+            except StorageError as exc:
+                if starting and (not exc.transient or attempt == retries):
+                    # The run row was not written: its start failed, and the caller
+                    # decides (a run id or dedup key taken meanwhile is that run).
+                    raise Abort("start_failed", exc) from exc
+                if not exc.transient:
+                    # Refused for what it is: it would be refused again, here or by the
+                    # runner the sweep hands the run to. Raised into the workflow body,
+                    # which ends the run with this error (once).
+                    self._log.error("boundary write refused by the database; failing the "
+                                    "run", error=str(exc))
+                    raise
+                if attempt == retries:
+                    self._log.error("boundary write failed; giving the run up to the sweep",
+                                    error=str(exc), attempts=attempt + 1)
+                    raise Abort("storage", exc) from exc
+                self._log.warning("boundary write failed; retrying", error=str(exc),
+                                  attempt=attempt + 1)
+                await clock.sleep(min(0.05 * 2**attempt, 2.0))
+                continue
+            except Exception:
+                # Refused before anything was written (an unstorable phase, a bad
+                # argument): the deferred writes go with whatever the run writes next,
+                # which records the failure (a run not started yet is started by it).
+                self._deferred[:0] = deferred
+                raise
+            if not unit.held:
+                self._lease_lost = True
+                raise Abort("lease_lost")
+            # Every engine unit records the phase if it changed (see _phase).
+            self.journal.last_phase = self.ctx.phase
+            self.claimed = False
+            self.unstarted = False
+            if data and self.runtime.notify is not None:
+                self.runtime.notify()  # get_event / read_stream callers in this process
+            return ts
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _extras(self, markers: list[tuple[str, str]],
+                      attributes: list[tuple[str, dict[str, str]]], ts: datetime) -> None:
+        """Patch markers and ``set_attributes`` calls decided since the last unit."""
+        for marker_id, change_id in markers:
+            await self.adapter.on_node_complete(
+                self.run_id, marker_id,
+                {"output": True, "kind": "patch", "name": change_id}, now=ts)
+        for attrs_id, values in attributes:
+            await self.adapter.on_node_complete(
+                self.run_id, attrs_id,
+                {"output": values, "kind": ATTRIBUTES_KIND}, now=ts)
+            await self.adapter.set_attributes(self.run_id, values, now=ts)
+
+    def defer(self, ops: list[Op]) -> None:
+        """Writes to open this execution's next unit (the run's start, collected by the
+        runner with :meth:`~starflow.adapters.base.WorkflowStateAdapter.collect`)."""
+        self._deferred.extend(ops)
+
+    async def _commit_or_defer(self, build: Callable[[datetime], Awaitable[None]]) -> datetime:
+        """A step's outcome: committed now, or (``fused_boundaries``) held for the next unit.
+
+        Deferred only while no other step of this run is in flight (the count
+        includes the step finishing): a step
+        running concurrently may act on the outside world for a long time, and
+        the outcome must not wait for it. The writes are built now (their
+        timestamp, the phase as it is now), so the history is what separate
+        commits would have written.
+        """
+        if (not self.runtime.config.fused_boundaries or self._steps_in_flight > 1
+                or self._lease_lost or self._data):
+            return await self._commit(build)
+        ts = self.runtime.clock.now()
+        markers, self._markers = self._markers, []
+        attributes, self._attributes = self._attributes, []
+        async with self.adapter.collect() as unit:
+            await self._extras(markers, attributes, ts)
+            await build(ts)
+        self._deferred.extend(unit.ops)
+        self.journal.last_phase = self.ctx.phase
+        return ts
+
+    async def _flush_deferred(self) -> None:
+        """Commit a finished step's deferred writes on their own (before a release)."""
+        if self._deferred:
+            async def nothing(ts: datetime) -> None:
+                return None
+
+            await self._commit(nothing)
+
+    async def _phase(self, ts: datetime, *, strict: bool = True) -> None:
+        """Add a phase event to the unit being built if the phase changed.
+
+        Args:
+            strict: Raise :class:`SerializationError` for a phase the database
+                cannot hold; else (the run's final error) leave the event out.
+        """
+        if self.ctx.phase != self.journal.last_phase:
+            try:
+                serde.check_storable(self.ctx.phase, what="the run's phase",
+                                     run_id=self.run_id)
+            except SerializationError:
+                if strict:
+                    raise
+                return
+            await self.adapter.record_phase_if_changed(
+                self.run_id, self.ctx, {"previous": self.journal.last_phase}, now=ts)
+
+    # -- determinism -------------------------------------------------------------
+
+    def _next_id(self, kind: str, name: str | None) -> str:
+        key = (kind, name)
+        n = self._counters.get(key, 0) + 1
+        self._counters[key] = n
+        self.position = node_id(kind, name, n)
+        return self.position
+
+    def patched(self, change_id: str) -> bool:
+        """``starflow.patched``: whether this run takes the new path of a code change.
+
+        True (and a ``patch:<change_id>#1`` marker is recorded with the next
+        boundary) when the run reaches this point for the first time with this
+        code, or when its history holds the marker. False when the history
+        already goes past this point without the marker: old code ran here, so
+        the old path is replayed. The answer is fixed for the whole execution.
+        """
+        known = self._patches.get(change_id)
+        if known is None:
+            known, marker = self.journal.decide_patch(change_id)
+            if marker is not None:
+                self._markers.append((marker, change_id))
+            self._patches[change_id] = known
+            self._log.debug("patch decided", change_id=change_id, patched=known)
+        return known
+
+    def set_attributes(self, values: dict[str, str]) -> None:
+        """``starflow.set_attributes``: record node ``attributes#n`` and the run's
+        attributes with the next boundary; nothing when the history holds it, or
+        when a replay meets it before the end of its history (code added since)."""
+        self._guard_suspending()
+        nid = self._next_id(ATTRIBUTES_KIND, None)
+        if self._recorded_or_skipped(nid, "set_attributes"):
+            return
+        self.journal.record(NodeRecord(node_id=nid, kind=ATTRIBUTES_KIND, status="complete",
+                                       output=values))
+        self._attributes.append((nid, values))
+
+    def _recorded_or_skipped(self, nid: str, what: str) -> bool:
+        """Whether a recorded-only node (attributes, event, stream) needs no write:
+        the history holds it, or a replay meets it before the end of its history."""
+        if self.journal.get(nid) is not None:
+            self.journal.consume(nid)
+            return True
+        if self.journal.replaying and self.journal.unconsumed():
+            self._log.debug(f"{what} added under a run in flight: skipped on replay",
+                            node_id=nid)
+            return True
+        return False
+
+    def set_event(self, key: str, value: Any) -> None:
+        """``starflow.set_event``: record node ``event:<key>#n`` and the run's event
+        with the next boundary (which is made durable); nothing on replay."""
+        self._guard_suspending()
+        nid = self._next_id(EVENT_KIND, key)
+        if self._recorded_or_skipped(nid, "set_event"):
+            return
+        self.journal.record(NodeRecord(node_id=nid, kind=EVENT_KIND, name=key,
+                                       status="complete", output=value))
+        self._data.append(DataWrite(node_id=nid, kind=EVENT_KIND, key=key, value=value))
+
+    def write_stream(self, key: str, value: Any, *, closed: bool = False) -> None:
+        """``starflow.write_stream`` / ``close_stream``: record node
+        ``stream:<key>#n`` and item ``n`` of the stream with the next boundary;
+        nothing on replay (the item is there: exactly once per value)."""
+        self._guard_suspending()
+        if key in self._closed_streams:
+            raise StreamClosed(key, run_id=self.run_id, closing=closed)
+        nid = self._next_id(STREAM_KIND, key)
+        seq = self._counters[(STREAM_KIND, key)]
+        if closed:
+            self._closed_streams.add(key)
+        if self._recorded_or_skipped(nid, "write_stream"):
+            return
+        output = {"seq": seq, "closed": closed}
+        self.journal.record(NodeRecord(node_id=nid, kind=STREAM_KIND, name=key,
+                                       status="complete", output=output))
+        self._data.append(DataWrite(node_id=nid, kind=STREAM_KIND, key=key, value=value,
+                                    seq=seq, closed=closed))
+
+    def continue_as_new(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> NoReturn:
+        """``starflow.continue_as_new``: check and encode the new run's arguments
+        (before anything is written), then unwind the body."""
+        self._guard_suspending()
+        if self.parent_run_id is not None:
+            # The parent awaits this run's id; a chain's later runs are not wired to
+            # wake it yet, so a child continuing would leave its parent waiting.
+            raise StarflowError(
+                f"run {self.run_id} is a child of run {self.parent_run_id}: "
+                "continue_as_new is not supported in child runs yet; loop in the child, "
+                "or have the parent start a new child for the next round",
+                run_id=self.run_id)
+        try:
+            self.definition.check_call(args, kwargs)
+        except TypeError as exc:
+            raise WorkflowDefinitionError(
+                f"run {self.run_id}: continue_as_new arguments do not fit workflow "
+                f"{self.definition.name!r}: {exc}", run_id=self.run_id) from exc
+        encoded: dict[str, Any] = serde.to_builtins(
+            {"args": list(args), "kwargs": kwargs},
+            what=f"continue_as_new arguments of workflow {self.definition.name!r}",
+            run_id=self.run_id)
+        raise ContinueAsNew(encoded)
+
+    def next_wait_id(self, event: str | None) -> str:
+        """The node id the next ``wait_for(event)`` (``sleep`` for None) will get."""
+        kind = "wait" if event is not None else "sleep"
+        return node_id(kind, event, self._counters.get((kind, event), 0) + 1)
+
+    def wake_token_for(self, event: str | None, timeout: timedelta | None = None) -> str:
+        """The wake token of the next ``wait_for(event)``, before the run reaches it.
+
+        Deterministic for a given history and signing key: its expiry derives
+        from :meth:`now` (``timeout`` + 1 day, or ``wake_token_ttl``).
+        """
+        nid = self.next_wait_id(event)
+        base = self.now()
+        try:
+            expiry = (base + timeout + timedelta(days=1) if timeout is not None
+                      else base + self.runtime.config.wake_token_ttl)
+        except OverflowError:
+            raise self._too_far(nid, timeout) from None
+        return self._sign(nid, expiry)
+
+    def _sign(self, nid: str, expiry: datetime) -> str:
+        return self.runtime.keyring.sign(WakeClaims(
+            r=self.run_id, n=nid, w=self.ctx.workspace_id, e=self.ctx.env,
+            x=math.ceil(expiry.timestamp())))
+
+    def _guard_suspending(self) -> None:
+        if self._suspending:
+            raise Suspend(self._pending_wait)
+
+    def _too_far(self, nid: str, duration: timedelta | None) -> StarflowError:
+        return StarflowError(
+            f"run {self.run_id}: {nid} with a duration of {duration} ends past the year "
+            "9999, which cannot be stored: use a shorter timeout or sleep (a wait_for "
+            "without a timeout waits for ever)", run_id=self.run_id, node_id=nid)
