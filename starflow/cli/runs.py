@@ -203,6 +203,8 @@ def _list_args(parser: argparse.ArgumentParser) -> None:
                         metavar="KEY=VALUE",
                         help="only runs with this attribute (starflow.set_attributes; the "
                              "value is matched as a string); repeat for several")
+    parser.add_argument("--parent", metavar="RUN_ID", default=None,
+                        help="only the child runs this run started (starflow.start_child)")
     parser.add_argument("--limit", type=positive_int, default=50, metavar="N",
                         help="at most N runs, newest first (default 50)")
     parser.add_argument("--stuck", action="store_true",
@@ -220,11 +222,13 @@ async def _runs_list(ns: argparse.Namespace) -> int:
             runs = [r for r in await sf.stuck_runs()
                     if (ns.template is None or r.template_id == ns.template)
                     and (since is None or (r.started_at is not None and r.started_at >= since))
+                    and (ns.parent is None or r.parent_run_id == ns.parent)
                     ][:ns.limit]
         else:
             runs = await sf.list_runs(status=ns.status, template_id=ns.template,
                                       limit=ns.limit, since=since,
-                                      attributes=dict(ns.attr) if ns.attr else None)
+                                      attributes=dict(ns.attr) if ns.attr else None,
+                                      parent_run_id=ns.parent)
     if ns.json:
         write_json([run_summary(r) for r in runs])
         return EXIT_OK
@@ -242,7 +246,7 @@ async def _runs_list(ns: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-#: Child runs ``starflow runs show`` lists (``runs list --parent`` is not a thing yet).
+#: Child runs ``starflow runs show`` lists (``runs list --parent RUN_ID`` lists them all).
 MAX_CHILDREN_SHOWN = 1000
 
 

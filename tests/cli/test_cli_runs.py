@@ -158,6 +158,10 @@ class TestRunsShow:
         assert {c["status"] for c in data["children"]} == {"success"}
         child = cli("runs", "show", kids[0], "--db", url)
         assert f"parent       {parent}" in child.out
+        listed = json.loads(cli("runs", "list", "--db", url, "--json", "--parent", parent).out)
+        assert sorted(r["id"] for r in listed) == sorted(kids)  # the children, not the parent
+        leaf = cli("runs", "list", "--db", url, "--parent", kids[0])  # a child has none
+        assert leaf.code == 0 and "no runs match" in leaf.err
 
     def test_attempts_input_result_and_phases(self, cli: Cli, tmp_path: Path) -> None:
         """A step that took three attempts: both failed attempts, the input, result, phase."""
