@@ -485,7 +485,8 @@ class TestPlans:
             conn.executemany(
                 "INSERT INTO workflow_runs (id, workspace_id, env, template_id, status, "
                 "started_at, completed_at, claim_state) "
-                "VALUES (?, ?, 'prod', ?, 'success', ?, ?4, 'complete')", runs)
+                "VALUES (?, ?, 'prod', ?, 'success', ?, ?, 'complete')",
+                [(*r, r[3]) for r in runs])  # started_at = completed_at
             conn.executemany(
                 "INSERT INTO workflow_run_events (run_id, event_type, created_at) "
                 "VALUES (?, 'node_complete', ?)",
