@@ -74,7 +74,8 @@ def _workspace(tag: str) -> str:
     return f"bench-{tag}-{uuid.uuid4().hex[:10]}"
 
 
-async def _drop(kind: str, workspace: str) -> None:
+async def drop_workspace(kind: str, workspace: str) -> None:
+    """Delete a bench workspace's rows from the shared PostgreSQL database."""
     if kind != "postgres":
         return
     import asyncpg
@@ -139,7 +140,7 @@ async def leg_schedules(kind: str, tmp: str, n: int) -> dict[str, Any]:
                 "due_pass_s": due_s, "passes": passes, "ticks_per_s": tick_rate,
                 "starts_per_s": start_rate, "tick_over_start": tick_rate / start_rate}
     finally:
-        await _drop(kind, workspace)
+        await drop_workspace(kind, workspace)
 
 
 async def _claim_all(sf: Starflow, pool: str) -> tuple[int, float]:
@@ -183,7 +184,7 @@ async def leg_claims(kind: str, tmp: str, runs: int, rounds: int) -> dict[str, A
                 "limited_claims_per_s": statistics.median(limited_rates),
                 "limited_over_free": statistics.median(ratios)}
     finally:
-        await _drop(kind, workspace)
+        await drop_workspace(kind, workspace)
 
 
 async def main(argv: list[str]) -> int:

@@ -40,6 +40,8 @@ import httpx
 if __package__ in (None, ""):  # run as a script: make `starflow` importable from the checkout
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from flow_control import drop_workspace  # bench/ is the script's directory
+
 import starflow
 import starflow.logs
 from starflow import Starflow, StarflowConfig
@@ -107,21 +109,6 @@ async def _seed_runs(kind: str, url: str, workspace: str, n: int, now: datetime)
     await anyio.to_thread.run_sync(insert)
 
 
-async def _drop(kind: str, workspace: str) -> None:
-    if kind != "postgres":
-        return
-    import asyncpg
-
-    conn = await asyncpg.connect(POSTGRES_URL)
-    try:
-        await conn.execute(
-            "DELETE FROM workflow_run_events WHERE run_id IN "
-            "(SELECT id FROM workflow_runs WHERE workspace_id = $1)", workspace)
-        for table in ("starflow_schedules", "starflow_pool_limits", "workflow_runs"):
-            await conn.execute(f"DELETE FROM {table} WHERE workspace_id = $1", workspace)
-    finally:
-        await conn.close()
-
 
 async def _time(client: httpx.AsyncClient, path: str, loads: int) -> list[float]:
     assert (await client.get(path)).status_code == 200  # warm-up
@@ -168,7 +155,7 @@ async def leg(kind: str, tmp: str, runs: int, schedules: int, loads: int) -> dic
                     took.append(time.perf_counter() - t0)
                 split[name] = statistics.median(took) * 1000
     finally:
-        await _drop(kind, workspace)
+        await drop_workspace(kind, workspace)
     return {"db": kind, "runs": runs, "schedules": schedules, "loads": loads,
             "ops_ms": statistics.median(ops) * 1000, "ops_max_ms": max(ops) * 1000,
             "runs_ms": statistics.median(page) * 1000, "runs_max_ms": max(page) * 1000,

@@ -8,14 +8,18 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from ..records import PoolUsage, ScheduleRecord
 from ._base import EXIT_OK, app_args, command, db_args, open_app
 from ._format import iso, json_flag, render_table, write, write_json
+
+if TYPE_CHECKING:
+    from ..app import Starflow
 
 __all__ = ["pool_json", "schedule_json"]
 
@@ -124,32 +128,32 @@ def _print_schedule(rec: ScheduleRecord, as_json: bool) -> None:
             write(f"{key.ljust(width)}  {value}\n")
 
 
+async def _on_schedule(ns: argparse.Namespace,
+                       call: Callable[[Starflow], Awaitable[ScheduleRecord]]) -> int:
+    """Open the app, ``call`` it, print the schedule it returns."""
+    async with open_app(ns, must_exist=True) as sf:
+        rec = await call(sf)
+    _print_schedule(rec, ns.json)
+    return EXIT_OK
+
+
 @command("show", group="schedules", help="one schedule's settings, next tick and counters",
          args=[app_args, db_args], configure=_id_arg)
 async def _schedules_show(ns: argparse.Namespace) -> int:
-    async with open_app(ns, must_exist=True) as sf:
-        rec = await sf.get_schedule(ns.schedule_id)
-    _print_schedule(rec, ns.json)
-    return EXIT_OK
+    return await _on_schedule(ns, lambda sf: sf.get_schedule(ns.schedule_id))
 
 
 @command("pause", group="schedules", help="stop firing a schedule's ticks",
          args=[app_args, db_args], configure=_id_arg)
 async def _schedules_pause(ns: argparse.Namespace) -> int:
-    async with open_app(ns, must_exist=True) as sf:
-        rec = await sf.pause_schedule(ns.schedule_id)
-    _print_schedule(rec, ns.json)
-    return EXIT_OK
+    return await _on_schedule(ns, lambda sf: sf.pause_schedule(ns.schedule_id))
 
 
 @command("resume", group="schedules",
          help="fire a paused schedule again, from its next tick (no catch-up)",
          args=[app_args, db_args], configure=_id_arg)
 async def _schedules_resume(ns: argparse.Namespace) -> int:
-    async with open_app(ns, must_exist=True) as sf:
-        rec = await sf.resume_schedule(ns.schedule_id)
-    _print_schedule(rec, ns.json)
-    return EXIT_OK
+    return await _on_schedule(ns, lambda sf: sf.resume_schedule(ns.schedule_id))
 
 
 @command("delete", group="schedules", help="delete a schedule (its runs are kept)",
