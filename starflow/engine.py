@@ -410,7 +410,8 @@ class Engine(EngineNodes):
                     outcome = Outcome("error", error=f"SerializationError: {exc}", exception=exc)
                 else:
                     async def complete(ts: datetime) -> None:
-                        await self._phase(ts)
+                        if self._phase_changed():
+                            await self._phase(ts)
                         await self.adapter.on_run_complete(
                             self.run_id, self.ctx, self._duration_ms(ts), now=ts, result=result)
                         await self.adapter.clear_lease(self.run_id)

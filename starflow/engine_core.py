@@ -175,13 +175,23 @@ class EngineCore:
         retries = self.runtime.config.storage_retries
         # Patch markers decided since the last boundary commit with this one, before
         # its own writes: the history then shows the marker ahead of the new path.
-        markers, self._markers = self._markers, []
-        attributes, self._attributes = self._attributes, []
-        data, self._data = self._data, []
+        # (Each list is swapped for a new one only when it holds something: most
+        # units have no markers, attributes or data writes.)
+        markers = self._markers
+        if markers:
+            self._markers = []
+        attributes = self._attributes
+        if attributes:
+            self._attributes = []
+        data = self._data
+        if data:
+            self._data = []
         # A finished step's deferred writes go first (they happened first), and make
         # the unit durable: its outcome is acknowledged by this unit's flush. A reader
         # waits for data writes: commit them now, not at the next flush.
-        deferred, self._deferred = self._deferred, []
+        deferred = self._deferred
+        if deferred:
+            self._deferred = []
         durable = durable or bool(deferred) or bool(data)
         starting = self.unstarted
         for attempt in range(retries + 1):
@@ -195,8 +205,10 @@ class EngineCore:
                         await self.adapter.write_lease(
                             self.run_id, self.runtime.runner_id,
                             ts + self.runtime.config.lease_ttl, now=ts)
-                    unit.ops.extend(deferred)
-                    await self._extras(markers, attributes, ts)
+                    if deferred:
+                        unit.ops.extend(deferred)
+                    if markers or attributes:
+                        await self._extras(markers, attributes, ts)
                     for write in data:
                         await write.submit(self.adapter, self.run_id, ts)
                     await build(ts)
@@ -224,7 +236,8 @@ class EngineCore:
                 # Refused before anything was written (an unstorable phase, a bad
                 # argument): the deferred writes go with whatever the run writes next,
                 # which records the failure (a run not started yet is started by it).
-                self._deferred[:0] = deferred
+                if deferred:
+                    self._deferred[:0] = deferred
                 raise
             if not unit.held:
                 self._lease_lost = True
@@ -270,10 +283,11 @@ class EngineCore:
                 or self._lease_lost or self._data):
             return await self._commit(build)
         ts = self.runtime.clock.now()
-        markers, self._markers = self._markers, []
-        attributes, self._attributes = self._attributes, []
+        markers, attributes = self._markers, self._attributes
         async with self.adapter.collect() as unit:
-            await self._extras(markers, attributes, ts)
+            if markers or attributes:
+                self._markers, self._attributes = [], []
+                await self._extras(markers, attributes, ts)
             await build(ts)
         self._deferred.extend(unit.ops)
         self.journal.last_phase = self.ctx.phase
@@ -286,6 +300,11 @@ class EngineCore:
                 return None
 
             await self._commit(nothing)
+
+    def _phase_changed(self) -> bool:
+        """Whether :meth:`_phase` has an event to add (checked first on the hot
+        boundaries, which then skip awaiting it)."""
+        return bool(self.ctx.phase != self.journal.last_phase)
 
     async def _phase(self, ts: datetime, *, strict: bool = True) -> None:
         """Add a phase event to the unit being built if the phase changed.

@@ -97,10 +97,9 @@ class EngineNodes(EngineCore):
 
     async def _run_step(self, sdef: StepDefinition, fn: Callable[..., Awaitable[Any]],
                         args: tuple[Any, ...], kwargs: dict[str, Any], nid: str) -> Any:
-        encoded = serde.to_builtins({"args": list(args), "kwargs": kwargs},
-                                    what=f"arguments of step {sdef.name}", run_id=self.run_id,
-                                    node_id=nid)
-        h = serde.args_hash(encoded)
+        encoded, h = serde.to_builtins_hashed(
+            {"args": list(args), "kwargs": kwargs}, what=f"arguments of step {sdef.name}",
+            run_id=self.run_id, node_id=nid)
         rec = self.journal.get(nid)
         if rec is not None:
             check_recorded(self.run_id, rec, "step", sdef.name, h, encoded)
@@ -132,7 +131,8 @@ class EngineNodes(EngineCore):
             self._dispatch(sdef, nid, h, encoded)
 
         async def start(ts: datetime) -> None:
-            await self._phase(ts)
+            if self._phase_changed():
+                await self._phase(ts)
             await self.adapter.on_node_start(
                 self.run_id, nid,
                 {"kind": "step", "name": sdef.name, "args_hash": h, "input": encoded}, now=ts)
@@ -209,7 +209,8 @@ class EngineNodes(EngineCore):
 
         async def complete(ts: datetime) -> None:
             await self.adapter.on_node_complete(self.run_id, nid, outcome, now=ts)
-            await self._phase(ts)
+            if self._phase_changed():
+                await self._phase(ts)
 
         ts = await self._commit_or_defer(complete)
         self._advance(ts)

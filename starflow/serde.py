@@ -177,6 +177,18 @@ def to_builtins(value: Any, *, what: str, run_id: str | None = None,
     :data:`~starflow.limits.MAX_VALUE_DEPTH`, a document larger than
     :data:`~starflow.limits.MAX_PAYLOAD_BYTES`; the error names the JSON path.
     """
+    return _builtins_and_data(value, what, run_id, node_id)[0]
+
+
+def to_builtins_hashed(value: Any, *, what: str, run_id: str | None = None,
+                       node_id: str | None = None) -> tuple[Any, str]:
+    """:func:`to_builtins` and :func:`args_hash` of its result from one encoding."""
+    builtins, data = _builtins_and_data(value, what, run_id, node_id)
+    return builtins, hashlib.sha256(data).hexdigest()[:16]
+
+
+def _builtins_and_data(value: Any, what: str, run_id: str | None, node_id: str | None
+                       ) -> tuple[Any, bytes]:
     try:
         builtins = msgspec.to_builtins(value, order="deterministic", str_keys=True,
                                        enc_hook=_enc_hook)
@@ -195,7 +207,7 @@ def to_builtins(value: Any, *, what: str, run_id: str | None = None,
         if bad is not None:
             raise _refused(what, ValueError(f"{bad!r} has no JSON representation"),
                            run_id, node_id)
-    return builtins
+    return builtins, data
 
 
 def encode(value: Any, *, what: str = "value", run_id: str | None = None,
