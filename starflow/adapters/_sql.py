@@ -405,6 +405,13 @@ def guard_shape(guard: Guard | None) -> tuple[bool, int | None]:
     return guard.leased_by is not None, None if statuses is None else len(statuses)
 
 
+@functools.lru_cache(maxsize=1024)
+def guarded_event(d: Dialect, guard: Guard) -> tuple[str, tuple[Any, ...]]:
+    """The guarded event INSERT for ``guard`` and the guard's arguments, built once per
+    guard (an execution writes every boundary under the same one)."""
+    return event_sql(d, *guard_shape(guard)), guard_args(d, guard)
+
+
 def guard_args(d: Dialect, guard: Guard | None) -> tuple[Any, ...]:
     """The arguments of the guard's optional conditions (lease holder, statuses)."""
     if guard is None:
@@ -627,12 +634,40 @@ def _insert_run_sql(d: Dialect, columns: tuple[str, ...]) -> str:
     return f"INSERT INTO workflow_runs ({names}) VALUES ({params})"
 
 
+@functools.lru_cache(maxsize=512)
+def _run_write_plan(d: Dialect, insert: bool, names: tuple[str, ...]
+                    ) -> tuple[str, tuple[str, ...]]:
+    """The statement of a run row write of these columns (checked), and the columns."""
+    if insert:
+        cols = _columns(names, INSERTABLE_RUN_COLUMNS)
+        return _insert_run_sql(d, cols), cols
+    cols = _columns(names, UPDATABLE_RUN_COLUMNS)
+    return _update_run_sql(d, cols), cols
+
+
 def op_sql(d: Dialect, op: Op, ws: str, env: str) -> tuple[str, tuple[Any, ...]] | None:
     """The statement and arguments writing ``op`` in scope (None for a :class:`Mark`).
 
     Raises ConfigError (before anything is written) for a malformed id where
     the dialect types ids, and SerializationError for an unencodable value.
     """
+    kind = type(op)
+    # The ops of every run's boundaries first, by exact type; one cached plan per
+    # shape of run row write (its statement and checked columns).
+    if kind is InsertEvent:
+        return event_sql(d), event_args(d, op, ws, env)  # type: ignore[arg-type]
+    if kind is UpdateRun:
+        values = op.values  # type: ignore[attr-defined]
+        sql, cols = _run_write_plan(d, False, tuple(values))
+        rv = d.run_value
+        return sql, (*[rv(c, values[c]) for c in cols],
+                     d.key(op.run_id, "run id"), ws, env)  # type: ignore[attr-defined]
+    if kind is InsertRun:
+        values = op.values  # type: ignore[attr-defined]
+        sql, cols = _run_write_plan(d, True, tuple(values))
+        rv = d.run_value
+        return sql, (d.key(op.run_id, "run id"), ws, env,  # type: ignore[attr-defined]
+                     *[rv(c, values[c]) for c in cols])
     if isinstance(op, InsertEvent):
         return event_sql(d), event_args(d, op, ws, env)
     if isinstance(op, UpdateRun):

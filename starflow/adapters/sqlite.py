@@ -65,6 +65,7 @@ from ._sql import (
     guard_args,
     guard_shape,
     guard_sql,
+    guarded_event,
     job_record,
     op_sql,
     outbox_row,
@@ -488,7 +489,8 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
         return result  # type: ignore[return-value]
 
     def _apply_batch(self, conn: sqlite3.Connection, batch: list[_Write]) -> None:
-        mode = self.synchronous if any(w.durable for w in batch) else "OFF"
+        mode = (self.synchronous if (batch[0].durable if len(batch) == 1
+                                     else any(w.durable for w in batch)) else "OFF")
         if mode != self._sync_mode:
             conn.execute(f"PRAGMA synchronous = {mode}")
             self._sync_mode = mode
@@ -535,9 +537,10 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
             raise
 
     async def execute(self, unit: Unit) -> bool:
-        result: bool = await self._write(lambda conn: self._apply_unit(conn, unit),
-                                         durable=unit.durable, run=unit.run_id)
-        if unit.releases_lease and self._last_run == unit.run_id:
+        run = unit.run_id
+        result: bool = await self._write(functools.partial(self._apply_unit, unit=unit),
+                                         durable=unit.durable, run=run)
+        if self._last_run == run and unit.releases_lease:
             self._last_run = _NOBODY  # its run let go: whichever run writes next is alone
         return result
 
@@ -578,8 +581,8 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
         args = event_args(SQLITE, op, self.workspace_id, self.env)
         if guard is None:
             return conn.execute(event_sql(SQLITE), args).rowcount
-        return conn.execute(event_sql(SQLITE, *guard_shape(guard)),
-                            (*args, *guard_args(SQLITE, guard))).rowcount
+        sql, more = guarded_event(SQLITE, guard)
+        return conn.execute(sql, (*args, *more)).rowcount
 
     def _apply_op(self, conn: sqlite3.Connection, op: Op) -> None:
         statement = op_sql(SQLITE, op, self.workspace_id, self.env)
