@@ -106,6 +106,7 @@ __all__ = [
     "guard_shape",
     "guard_sql",
     "job_record",
+    "merge_run_writes",
     "op_sql",
     "outbox_row",
     "period_ms",
@@ -632,6 +633,34 @@ def _insert_run_sql(d: Dialect, columns: tuple[str, ...]) -> str:
     names = ", ".join(("id", "workspace_id", "env", *columns))
     params = ", ".join(d.p(i) for i in range(1, len(columns) + 4))
     return f"INSERT INTO workflow_runs ({names}) VALUES ({params})"
+
+
+def merge_run_writes(ops: Sequence[Op]) -> list[Op]:
+    """The unit's ops with writes to one run row merged, ``Mark`` ops dropped.
+
+    An ``UpdateRun`` of a run is folded into the earlier ``InsertRun`` or
+    ``UpdateRun`` of the same run (later values win) when no op in between
+    writes ``workflow_runs``: the other ops only test that the row exists, so
+    the result is the same, with one statement fewer, and the unit can become
+    one statement (a statement cannot update a row twice).
+    """
+    merged: list[Op] = []
+    row: dict[str, int] = {}  # run id -> index in merged of its pending row write
+    for op in ops:
+        if isinstance(op, Mark):  # a boundary call with nothing to write
+            continue
+        if isinstance(op, UpdateRun):
+            at = row.get(op.run_id)
+            if at is not None:
+                prev = merged[at]
+                assert isinstance(prev, InsertRun | UpdateRun)
+                merged[at] = type(prev)(method=prev.method, run_id=prev.run_id,
+                                        values={**prev.values, **op.values})
+                continue
+        if isinstance(op, InsertRun | UpdateRun):
+            row = {op.run_id: len(merged)}
+        merged.append(op)
+    return merged
 
 
 @functools.lru_cache(maxsize=512)

@@ -105,6 +105,7 @@ from ._sql import (
     guard_shape,
     guard_sql,
     job_record,
+    merge_run_writes,
     op_sql,
     outbox_row,
     period_ms,
@@ -140,8 +141,6 @@ from .units import (
     GetSecret,
     Guard,
     HeartbeatJob,
-    InsertRun,
-    Mark,
     MarkOutboxApplied,
     Op,
     PruneOutbox,
@@ -150,7 +149,6 @@ from .units import (
     SetPoolLimits,
     SweepLeases,
     Unit,
-    UpdateRun,
     UpdateSchedule,
     UpsertSchedule,
 )
@@ -688,7 +686,7 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
         """
         plan: list[_Statement] = []
         ws, env = self.workspace_id, self.env
-        for op in _merge_run_writes(unit.ops):
+        for op in merge_run_writes(unit.ops):
             statement = op_sql(POSTGRES, op, ws, env)
             assert statement is not None  # Mark ops are merged away
             sql, args = statement
@@ -1414,34 +1412,6 @@ SELECT counts.active, counts.recent, counts.keys,
 FROM counts LEFT JOIN cand ON true
 ORDER BY cand.priority DESC, cand.started_at
 """
-
-
-def _merge_run_writes(ops: Sequence[Op]) -> list[Op]:
-    """The unit's ops with writes to one run row merged, ``Mark`` ops dropped.
-
-    An ``UpdateRun`` of a run is folded into the earlier ``InsertRun`` or
-    ``UpdateRun`` of the same run (later values win) when no op in between
-    writes ``workflow_runs``: the other ops only test that the row exists, so
-    the result is the same, with one statement fewer, and the unit can become
-    one statement (a statement cannot update a row twice).
-    """
-    merged: list[Op] = []
-    row: dict[str, int] = {}  # run id -> index in merged of its pending row write
-    for op in ops:
-        if isinstance(op, Mark):  # a boundary call with nothing to write
-            continue
-        if isinstance(op, UpdateRun):
-            at = row.get(op.run_id)
-            if at is not None:
-                prev = merged[at]
-                assert isinstance(prev, InsertRun | UpdateRun)
-                merged[at] = type(prev)(method=prev.method, run_id=prev.run_id,
-                                        values={**prev.values, **op.values})
-                continue
-        if isinstance(op, InsertRun | UpdateRun):
-            row = {op.run_id: len(merged)}
-        merged.append(op)
-    return merged
 
 
 #: Statements that can take ``AND EXISTS (SELECT 1 FROM g)`` at their end.

@@ -67,6 +67,7 @@ from ._sql import (
     guard_sql,
     guarded_event,
     job_record,
+    merge_run_writes,
     op_sql,
     outbox_row,
     period_ms,
@@ -556,6 +557,8 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
             # the guard fails, and nothing was written before it.
             if self._insert_event(conn, ops[0], g) == 0:
                 return False
+            if len(ops) > 2:
+                ops = merge_run_writes(ops)  # one statement per run row write
             for op in ops[1:]:
                 self._apply_op(conn, op)
             return True
@@ -571,7 +574,7 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
                     signal_queued_sql(SQLITE),
                     (g.run_id, g.no_signal, self.workspace_id, self.env)).fetchone()[0]:
                 return False
-        for op in unit.ops:
+        for op in (merge_run_writes(ops) if len(ops) > 1 else ops):
             self._apply_op(conn, op)
         return True
 
