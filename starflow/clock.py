@@ -46,26 +46,11 @@ class SystemClock:
         await anyio.sleep(max(0.0, (deadline - self.now()).total_seconds()))
 
 
-#: The last timestamp :func:`format_ts` rendered, and its text: a boundary formats
-#: the same instant several times (an event's ``created_at``, the lease's heartbeat).
-_last_formatted: tuple[datetime | None, str] = (None, "")
-
-
 def format_ts(ts: datetime) -> str:
     """Render a timestamp in the one fixed text format used for SQLite and payloads.
 
     Always UTC, always microseconds, so text order is time order.
     """
-    global _last_formatted
-    last = _last_formatted  # one read: another thread may replace it meanwhile
-    if last[0] is ts:
-        return last[1]
-    text = _format_ts(ts)
-    _last_formatted = (ts, text)
-    return text
-
-
-def _format_ts(ts: datetime) -> str:
     tz = ts.tzinfo
     if tz is None:
         raise ValueError(f"naive datetime {ts!r}: starflow stores timezone-aware UTC times only")
