@@ -93,12 +93,30 @@ class bound:
         self._values = values
 
     def __enter__(self) -> None:
-        self._token = _scope.set({**_scope.get(), **self._values})
-        self._tokens = structlog.contextvars.bind_contextvars(**self._values)
+        values = self._values
+        self._token = _scope.set({**_scope.get(), **values})
+        tokens = []
+        for key, value in values.items():
+            var = _structlog_vars.get(key)
+            if var is None:
+                # structlog's own bind the first time: the token names the variable
+                # it keeps for the key, set directly from then on.
+                token = structlog.contextvars.bind_contextvars(**{key: value})[key]
+                _structlog_vars[key] = token.var
+            else:
+                token = var.set(value)
+            tokens.append(token)
+        self._tokens = tokens
 
     def __exit__(self, *exc: object) -> None:
-        structlog.contextvars.reset_contextvars(**self._tokens)
+        for token in reversed(self._tokens):
+            token.var.reset(token)
         _scope.reset(self._token)
+
+
+#: The ``structlog.contextvars`` variable of each key :class:`bound` has bound
+#: (what ``bind_contextvars`` sets for it; a step binds two keys, every time).
+_structlog_vars: dict[str, ContextVar[Any]] = {}
 
 
 class RunContextFilter(logging.Filter):

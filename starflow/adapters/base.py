@@ -385,9 +385,11 @@ class WorkflowStateAdapter(AdapterSeam):
 
     async def _event(self, method: str, run_id: str, event_type: str, node_id: str | None,
                      payload: Any, now: datetime, *, same_call: bool = False) -> None:
-        await self._submit(InsertEvent(method=method, same_call=same_call, run_id=run_id,
-                                       event_type=event_type,
-                                       node_id=node_id, payload=payload, created_at=now))
+        op = InsertEvent(method=method, same_call=same_call, run_id=run_id,
+                         event_type=event_type, node_id=node_id, payload=payload,
+                         created_at=now)
+        if not self._collected(op):  # (inside a unit, as every boundary's: no await)
+            await self._submit(op)
 
     # -- reads and read-modify-writes ----------------------------------------
 

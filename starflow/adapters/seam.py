@@ -251,8 +251,13 @@ class AdapterSeam(abc.ABC):
         return cast(R, await handler(command))
 
     async def _submit(self, op: Op) -> None:
+        if not self._collected(op):
+            await self.execute(Unit(ops=[op]))
+
+    def _collected(self, op: Op) -> bool:
+        """Add ``op`` to the unit this adapter is collecting, if any (else False)."""
         pending = _pending.get()
         if pending is not None and pending[0] is self:
             pending[1].ops.append(op)
-        else:
-            await self.execute(Unit(ops=[op]))
+            return True
+        return False
