@@ -88,6 +88,21 @@ class TestBareReplay:
 class TestSuite:
     """`python bench/bench.py` on small sizes."""
 
+    def test_instruction_count_workload_and_its_refusal_without_valgrind(
+            self, tmp_path: Path) -> None:
+        """`bench/instr_count.py`: the workload valgrind counts drives every run to
+        success; without valgrind the script says so instead of printing a figure."""
+        script = BENCH.parent / "instr_count.py"
+        proc = subprocess.run(
+            [sys.executable, str(script), "--child", f"sqlite:///{tmp_path / 'i.db'}", "5", "2"],
+            capture_output=True, text=True, timeout=60, cwd=tmp_path)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        proc = subprocess.run(
+            [sys.executable, str(script), "--urls", "null://"], capture_output=True, text=True,
+            timeout=60, cwd=tmp_path, env={**os.environ, "PATH": str(tmp_path)})
+        assert proc.returncode == 1, proc.stdout + proc.stderr
+        assert "valgrind is not installed" in proc.stdout
+
     def test_throughput_legs_print_and_write_their_figures(self, tmp_path: Path) -> None:
         """Sequential and in-flight figures, each with its bare-driver row, on both databases."""
         require_postgres()
