@@ -52,6 +52,7 @@ __all__ = [
     "CHILD_KIND",
     "RESULT_KIND",
     "ChildHandle",
+    "chain_end",
     "child_event",
     "child_id_for",
     "child_of_event",
@@ -89,11 +90,28 @@ def child_id_for(parent_run_id: str, node_id: str) -> str:
 
 
 def child_outcome(run: RunInfo) -> dict[str, Any] | None:
-    """What a parent records for an ended child (``None`` while it is active)."""
-    if not run.is_terminal:
+    """What a parent records for an ended child (``None`` while it is active, or
+    when it continued as a new run: the chain's last run ends it)."""
+    if not run.is_terminal or run.continued_as is not None:
         return None
     return {"run_id": run.id, "status": run.status, "result": run.result_json,
             "error": run.error, "failure": run.failure_json}
+
+
+async def chain_end(adapter: WorkflowStateAdapter, run_id: str) -> RunInfo | None:
+    """The run ``run_id``'s chain has reached: ``run_id`` itself, or the last run it
+    continued as (``starflow.continue_as_new``), followed link by link.
+
+    ``None`` if ``run_id`` does not exist. A link not found (pruned) ends the walk
+    at the run before it, which then reads as still going on.
+    """
+    run = await adapter.get_run(run_id)
+    while run is not None and run.continued_as is not None:
+        nxt = await adapter.get_run(run.continued_as)
+        if nxt is None:
+            break
+        run = nxt
+    return run
 
 
 class ChildEngine(Protocol):
@@ -272,7 +290,9 @@ async def child_result_node(engine: ChildEngine, child_id: str, return_type: Any
         await engine.journal.reach_frontier(engine.run_id, nid, f"result of child {child_id}")
     engine._guard_suspending()
     await engine._reach_cancel(nid, RESULT_KIND, child_id)
-    child = await engine.adapter.get_run(child_id)
+    # A child that continued as new is awaited through its chain: the run the
+    # chain has reached is the one waited on, and the last one's end is the outcome.
+    child = await chain_end(engine.adapter, child_id)
     if child is None:
         raise StarflowError(
             f"run {engine.run_id}: child run {child_id} awaited at {nid} does not exist (was "
@@ -282,7 +302,7 @@ async def child_result_node(engine: ChildEngine, child_id: str, return_type: Any
     engine._guard_suspending()
     if outcome is None:
         expiry = engine.runtime.clock.now() + engine.runtime.config.wake_token_ttl
-        engine._suspend(nid, child_event(child_id), None, expiry)
+        engine._suspend(nid, child_event(child.id), None, expiry)
     if outcome is not None and outcome["status"] == "cancelled" and engine.cancel_requested:
         # The cascade of this run's own cancel ended the child: deliver it here.
         await engine._deliver_cancel(nid, RESULT_KIND, child_id)

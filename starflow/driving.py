@@ -41,7 +41,7 @@ from .errors import (
     StorageError,
     WorkflowDefinitionError,
 )
-from .execution import Outcome, Runtime
+from .execution import CONTINUED_FROM_EVENT, Outcome, Runtime
 from .heartbeats import Heartbeats
 from .logs import get_logger
 from .records import DefinitionRecord, RunInfo
@@ -311,7 +311,8 @@ class Driver:
                         args=args, kwargs=kwargs, started_at=run.started_at or self.clock.now(),
                         should_yield=should_yield, claimed=run.claim_state == "claimed",
                         input_error=input_error, traceparent=stored_traceparent(run.input_json),
-                        parent_run_id=run.parent_run_id, deadline=run.deadline_at)
+                        parent_run_id=run.parent_run_id, deadline=run.deadline_at,
+                        continuation=any(e.event_type == CONTINUED_FROM_EVENT for e in events))
         return engine
 
     async def hand_back(self, run: RunInfo, error: StarflowError) -> str | None:

@@ -125,6 +125,8 @@ class EngineCore:
     deadline: datetime | None = None
     #: This execution started or replayed a child run (its end cascades to them).
     has_children: bool = False
+    #: This run continued an earlier one (``continue_as_new``): see ``Outcome.continuation``.
+    continuation: bool = False
     _timed_out: bool = False
 
     def __post_init__(self) -> None:
@@ -390,14 +392,6 @@ class EngineCore:
         """``starflow.continue_as_new``: check and encode the new run's arguments
         (before anything is written), then unwind the body."""
         self._guard_suspending()
-        if self.parent_run_id is not None:
-            # The parent awaits this run's id; a chain's later runs are not wired to
-            # wake it yet, so a child continuing would leave its parent waiting.
-            raise StarflowError(
-                f"run {self.run_id} is a child of run {self.parent_run_id}: "
-                "continue_as_new is not supported in child runs yet; loop in the child, "
-                "or have the parent start a new child for the next round",
-                run_id=self.run_id)
         try:
             self.definition.check_call(args, kwargs)
         except TypeError as exc:

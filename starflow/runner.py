@@ -167,18 +167,21 @@ class Runner(Waker):
         awaits this run) and cancel its attached children that are still active."""
         handle = await super().settle(run_id, outcome)
         if handle.status in ("success", "error", "cancelled"):
-            await self.after_end(run_id, outcome.parent_run_id, outcome.has_children)
+            await self.after_end(run_id, outcome.parent_run_id, outcome.has_children,
+                                 chained=outcome.continuation)
         return handle
 
     async def after_end(self, run_id: str, parent_run_id: str | None,
-                        has_children: bool = True) -> None:
+                        has_children: bool = True, *, chained: bool = True) -> None:
         """A run ended: wake the parent awaiting it; cancel its attached children.
 
-        Failures are logged, not raised: the run's own end is already recorded.
+        ``chained``: the run may have continued an earlier one (see
+        :meth:`Waker.wake_parent`). Failures are logged, not raised: the run's
+        own end is already recorded.
         """
         if parent_run_id is not None:
             try:
-                await self.wake_parent(parent_run_id, run_id)
+                await self.wake_parent(parent_run_id, run_id, chained=chained)
             except StarflowError as exc:
                 self._log.warning("could not wake the parent of an ended child run",
                                   run_id=run_id, parent_run_id=parent_run_id, error=str(exc))

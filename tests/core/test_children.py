@@ -421,3 +421,108 @@ class TestPools:
             await env.run_until_idle()
             [kid] = await env.list_runs(parent_run_id=handle.run_id)
             assert kid.status == "queued"  # no worker of pool gpu here
+
+
+@workflow(name="child-chain")
+async def chain_child(n: int, fail: bool) -> str:
+    """Continues as new ``n`` times (a chain of ``n + 1`` runs), then ends."""
+    if n > 0:
+        starflow.continue_as_new(n - 1, fail)
+    if fail:
+        raise ValueError("last link failed")
+    return "chain done"
+
+
+@workflow(name="child-awaits-chain")
+async def awaits_chain(n: int, fail: bool, detached: bool) -> str:
+    handle = await starflow.start_child(chain_child, n, fail, detached=detached)
+    try:
+        return await handle.result()
+    except WorkflowFailed as exc:
+        return f"{exc.error_type}: {exc.error_message} ({exc.run_id})"
+
+
+class TestChildContinueAsNew:
+    """A child that calls ``continue_as_new``: the chain inherits the parent link and
+    the parent's await follows it to the last run's result."""
+
+    @staticmethod
+    async def chain_of(env: WorkflowEnvironment, parent_id: str) -> list[Any]:
+        kids = await env.list_runs(parent_run_id=parent_id)
+        by_id = {k.id: k for k in kids}
+        successors = {k.continued_as for k in kids}
+        [first] = [k for k in kids if k.id not in successors]
+        chain = [first]
+        while chain[-1].continued_as is not None:
+            chain.append(by_id[chain[-1].continued_as])
+        assert len(chain) == len(kids)
+        return chain
+
+    async def test_parent_waits_through_a_three_link_chain(self, env_kind: str) -> None:
+        async with WorkflowEnvironment(adapter=env_kind) as env:
+            handle = await env.start(awaits_chain, 2, False, True)
+            assert await env.result(handle) == "chain done"
+            chain = await self.chain_of(env, handle.run_id)
+            assert len(chain) == 3
+            assert all(k.parent_run_id == handle.run_id and k.detached for k in chain)
+            assert [k.status for k in chain] == ["success"] * 3
+            # The parent recorded the last run's outcome at its result node.
+            first = chain[0].id
+            [done] = [e for e in await env.events(handle.run_id)
+                      if e.node_id == f"result:{first}#1" and e.event_type == "node_complete"]
+            assert done.payload_json["output"]["run_id"] == chain[-1].id
+
+    async def test_inline_parent_follows_the_chain(self, env_kind: str) -> None:
+        async with WorkflowEnvironment(adapter=env_kind) as env:
+            handle = await env.run(awaits_chain, 2, False, False)
+            assert await env.result(handle.run_id) == "chain done"
+            chain = await self.chain_of(env, handle.run_id)
+            assert len(chain) == 3 and not any(k.detached for k in chain)
+
+    async def test_the_last_links_failure_reaches_the_parent(self, env_kind: str) -> None:
+        async with WorkflowEnvironment(adapter=env_kind) as env:
+            handle = await env.start(awaits_chain, 2, True, False)
+            text = await env.result(handle)
+            chain = await self.chain_of(env, handle.run_id)
+            assert text == f"ValueError: last link failed ({chain[-1].id})"
+            assert [k.status for k in chain] == ["success", "success", "error"]
+
+    async def test_a_parent_paused_on_an_earlier_link_is_woken(self, env_kind: str) -> None:
+        """The parent paused on the chain's first run; the last run's end (a run that
+        continued an earlier one) wakes it."""
+        async with WorkflowEnvironment(adapter=env_kind) as env:
+            started = env.now()
+            handle = await env.start(awaits_chain, 2, False, False)
+            await env.run_until_idle()
+            assert await env.result(handle) == "chain done"
+            # Woken by the last run's runner, not by the maintenance pass later.
+            assert env.now() == started
+            chain = await self.chain_of(env, handle.run_id)
+            woken = [e for e in await env.events(handle.run_id)
+                     if e.event_type == "run_paused"]
+            # It paused once, on the first run of the chain (the wait names it).
+            assert [e.payload_json["event"] for e in woken] == [
+                f"__starflow.child:{chain[0].id}"]
+
+    async def test_cancelling_the_parent_cancels_the_running_link(self,
+                                                                  env_kind: str) -> None:
+        @workflow(name=f"child-chain-waits-{uuid.uuid4().hex[:6]}")
+        async def chain_then_wait(n: int) -> str:
+            if n > 0:
+                starflow.continue_as_new(n - 1)
+            return str(await wait_for("go"))
+
+        @workflow(name=f"child-awaits-waiting-chain-{uuid.uuid4().hex[:6]}")
+        async def awaits() -> str:
+            return await chain_then_wait(1)
+
+        async with WorkflowEnvironment(adapter=env_kind) as env:
+            handle = await env.start(awaits)
+            await env.run_until_idle()
+            chain = await self.chain_of(env, handle.run_id)
+            assert [k.status for k in chain] == ["success", "paused"]
+            await env.cancel(handle.run_id)
+            await env.run_until_idle()
+            with pytest.raises(RunCancelled):
+                await env.result(handle)
+            assert (await env.get_run(chain[-1].id)).status == "cancelled"

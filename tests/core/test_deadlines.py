@@ -233,3 +233,29 @@ class TestPoolStepTimeout:
                 await env.quiesce()
                 await env.advance(timedelta(seconds=31))
             assert await env.result(handle.run_id) == "starflow.errors.StepTimeout"
+
+
+@workflow(name="dl-chain", timeout=timedelta(hours=1))
+async def chain_sleeper(links: int) -> str:
+    await sleep(timedelta(minutes=40))
+    if links > 1:
+        starflow.continue_as_new(links - 1)
+    return "done"
+
+
+class TestChainDeadline:
+    """The deadline bounds a ``continue_as_new`` chain (Temporal's execution timeout),
+    not each of its runs."""
+
+    async def test_the_next_run_keeps_the_deadline(self, env_kind: str) -> None:
+        async with WorkflowEnvironment(adapter=env_kind) as env:
+            started = env.now()
+            handle = await env.start(chain_sleeper, 2)
+            with pytest.raises(WorkflowFailed) as info:
+                await env.result(handle)  # follows the chain
+            assert info.value.error_type == "WorkflowTimeout"
+            assert env.now() == started + timedelta(hours=1)  # not 80 minutes
+            runs = await env.list_runs(template_id="dl-chain")
+            assert len(runs) == 2
+            assert {r.deadline_at for r in runs} == {started + timedelta(hours=1)}
+            assert sorted(r.status for r in runs) == ["error", "success"]
