@@ -239,6 +239,8 @@ async def start_child_node(engine: ChildEngine, definition: WorkflowDefinition,
                                      recorded_at=ts))
     if runtime.notify is not None:
         runtime.notify()  # workers of this process look for the queued child now
+    if definition.timeout is not None and runtime.notify_timers is not None:
+        runtime.notify_timers()  # the timer loop ends it at its deadline if still queued
     return child_id
 
 

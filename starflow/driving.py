@@ -112,6 +112,7 @@ class Driver:
         self.runtime = Runtime(adapter=adapter, clock=clock, config=config,
                                runner_id=self.runner_id, keyring=keyring,
                                heartbeats=self.heartbeats, notify=self.notify_settled,
+                               notify_timers=self.notify_timers,
                                definition_id=self.definition_id)
         self.engines: dict[str, Engine] = {}
         self.busy = 0
@@ -326,6 +327,7 @@ class Driver:
                                          now=self.clock.now())
         if action is not None:
             self.notify_settled()
+            self.notify_timers()  # queued again: its deadline is the timer loop's
         return action
 
     async def release(self, run_id: str, reason: str) -> bool:
@@ -338,6 +340,7 @@ class Driver:
         if held:
             self._log.info("run released to the queue", run_id=run_id, reason=reason)
             self.notify_settled()
+            self.notify_timers()  # queued again: its deadline is the timer loop's
         return held
 
     async def settle(self, run_id: str, outcome: Outcome) -> RunHandle[Any]:
@@ -356,6 +359,8 @@ class Driver:
             nxt = await self.adapter.get_run(run_id)
             if nxt is None or nxt.start_mode != "inline" or nxt.leased_by != self.runner_id:
                 self.notify_settled()
+                if nxt is not None and nxt.deadline_at is not None:
+                    self.notify_timers()  # a queued run's deadline (the timer loop's)
                 return await self.handle(run_id)
             outcome = await self._execute(await self.prepare(nxt))
         if outcome.status == "success":

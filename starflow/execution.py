@@ -49,6 +49,9 @@ class Runtime:
     #: Told when an execution records something a caller may be waiting for
     #: mid-run (an update's answer): the runner's ``notify_settled``.
     notify: Callable[[], None] | None = None
+    #: Tells this process's timer loop a deadline was registered (a child
+    #: queued with a deadline): the runner's ``notify_timers``.
+    notify_timers: Callable[[], None] | None = None
     #: The ``workflow_definitions`` id of a definition (cached by the runner):
     #: what a child run's row records.
     definition_id: Callable[[WorkflowDefinition], Awaitable[str]] | None = None

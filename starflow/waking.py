@@ -228,6 +228,8 @@ class Waker(Driver):
         self._log.debug("run resumed", run_id=run.id, node_id=node_id, via=via)
         if not inline:
             self.notify_settled()
+            if run.deadline_at is not None:
+                self.notify_timers()  # queued again: the timer loop's deadline
             return RunHandle(run_id=run.id, status="queued")
         # The unit above held, so the row is what it wrote: no need to read it back.
         fresh = msgspec.structs.replace(

@@ -21,6 +21,7 @@ from starflow import (
     workflow,
 )
 from starflow.children import child_id_for
+from starflow.records import StartOptions
 from starflow_testing import WorkflowEnvironment
 from tests.conftest import require_postgres
 
@@ -401,6 +402,86 @@ class TestStrandedParent:
             assert (await env.get_run(handle.run_id)).status == "paused"  # stranded
             assert await env.runner.wake_stranded_parents() == 1
             assert await env.result(handle) == "late"
+
+    @staticmethod
+    async def end_without_waking(env: WorkflowEnvironment, kid_id: str, result: Any,
+                                 *, continued_as: str | None = None,
+                                 parent: str | None = None) -> None:
+        """The child's final unit, as a process that dies before the wake writes it
+        (``continued_as``: it continued as that run, started queued here)."""
+        adapter = env.adapter
+        async with adapter.unit() as unit:
+            ctx = starflow.WorkflowContext(run_id=kid_id, workflow="child-waiter")
+            await adapter.on_run_complete(kid_id, ctx, 1, now=env.now(), result=result)
+            await adapter.clear_lease(kid_id)
+            await adapter.clear_waits(kid_id)
+            if continued_as is not None:
+                await adapter.update_run(kid_id, "continue_as_new", continued_as=continued_as)
+                await adapter.on_run_start(
+                    continued_as, starflow.WorkflowContext(run_id=continued_as,
+                                                           workflow="child-waiter"),
+                    StartOptions(input={"args": [], "kwargs": {}}, status="queued",
+                                 claim_state="queued", start_mode="queued",
+                                 runner_pool="nobody-serves-this", parent_run_id=parent),
+                    now=env.now())
+        assert unit.held
+
+    async def test_every_stranded_parent_is_found_in_keyset_batches(
+            self, env_kind: str) -> None:
+        """Seven parents paused on children, four stranded: batches of two find all
+        four, and no other parent is woken."""
+        async with WorkflowEnvironment(adapter=env_kind) as env:
+            handles = [await env.start(awaits_waiter, False) for _ in range(7)]
+            await env.run_until_idle()
+            kids = {h.run_id: (await env.list_runs(parent_run_id=h.run_id))[0].id
+                    for h in handles}
+            stranded = sorted(kids)[::2]  # every other one in run id order: 4 of 7
+            for parent_id in stranded:
+                await self.end_without_waking(env, kids[parent_id], f"late {parent_id}")
+            await env.run_until_idle()
+            assert await env.runner.wake_stranded_parents(batch=2) == 4
+            for parent_id in stranded:
+                assert await env.result(parent_id) == f"late {parent_id}"
+            rest = [h.run_id for h in handles if h.run_id not in stranded]
+            assert {(await env.get_run(r)).status for r in rest} == {"paused"}
+            assert await env.runner.wake_stranded_parents(batch=2) == 0
+
+    async def test_the_pass_reads_no_child_of_a_parent_still_waiting(
+            self, env_kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
+        """Parents whose children are still active cost one statement per batch:
+        no run row is read (the pass read each parent's child every sweep)."""
+        async with WorkflowEnvironment(adapter=env_kind) as env:
+            for _ in range(5):
+                await env.start(awaits_waiter, False)
+            await env.run_until_idle()
+            adapter = env.runner.adapter
+            calls: list[str] = []
+            for name in ("get_run", "list_runs", "child_waits"):
+                real = getattr(adapter, name)
+
+                def counted(*a: Any, _real: Any = real, _name: str = name, **k: Any) -> Any:
+                    calls.append(_name)
+                    return _real(*a, **k)
+
+                monkeypatch.setattr(adapter, name, counted)
+            assert await env.runner.wake_stranded_parents(batch=2) == 0
+            assert calls == ["child_waits"] * 3  # 2 + 2 + 1
+
+    async def test_a_stranded_parent_of_a_chain_is_woken(self, env_kind: str) -> None:
+        """The child continued as new and the chain's last run ended, but nobody woke
+        the parent (paused on the first run): the pass follows the chain."""
+        async with WorkflowEnvironment(adapter=env_kind) as env:
+            handle = await env.start(awaits_waiter, False)
+            await env.run_until_idle()
+            [kid] = await env.list_runs(parent_run_id=handle.run_id)
+            nxt = str(uuid.uuid4())
+            await self.end_without_waking(env, kid.id, None, continued_as=nxt,
+                                          parent=handle.run_id)
+            await env.run_until_idle()
+            assert await env.runner.wake_stranded_parents() == 0  # the chain goes on
+            await self.end_without_waking(env, nxt, "end of chain")
+            assert await env.runner.wake_stranded_parents() == 1
+            assert await env.result(handle) == "end of chain"
 
 
 class TestPools:
