@@ -27,7 +27,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Awaitable, Callable
 from datetime import datetime
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, ParamSpec, Protocol, TypeVar, overload
 
 from . import serde
 from .adapters.base import WorkflowStateAdapter
@@ -70,6 +70,11 @@ RESULT_KIND = "result"
 CHILD_EVENT_PREFIX = "__starflow.child:"
 
 R = TypeVar("R")
+P = ParamSpec("P")
+A1 = TypeVar("A1")
+A2 = TypeVar("A2")
+A3 = TypeVar("A3")
+A4 = TypeVar("A4")
 
 
 def child_event(child_run_id: str) -> str:
@@ -360,9 +365,47 @@ class ChildHandle(Generic[R]):
         return value
 
 
-async def start_child(wf: Callable[..., Awaitable[R]], /, *args: Any,
+# Typed like ``await child_wf(x)``: the first overload checks a call's arguments
+# against the workflow's signature (ParamSpec). A ParamSpec cannot carry keyword
+# options besides the workflow's own (PEP 612), so a call with ``run_id=``,
+# ``pool=`` or ``detached=`` is checked by the overload of its number of
+# positional arguments (as Temporal's start_child_workflow is), up to four.
+@overload
+async def start_child(wf: Callable[P, Awaitable[R]], /, *args: P.args, **kwargs: P.kwargs
+                      ) -> ChildHandle[R]: ...
+
+
+@overload
+async def start_child(wf: Callable[[], Awaitable[R]], /, *, run_id: str | None = None,
+                      pool: str | None = None, detached: bool = False) -> ChildHandle[R]: ...
+
+
+@overload
+async def start_child(wf: Callable[[A1], Awaitable[R]], a1: A1, /, *,
                       run_id: str | None = None, pool: str | None = None,
-                      detached: bool = False, **kwargs: Any) -> ChildHandle[R]:
+                      detached: bool = False) -> ChildHandle[R]: ...
+
+
+@overload
+async def start_child(wf: Callable[[A1, A2], Awaitable[R]], a1: A1, a2: A2, /, *,
+                      run_id: str | None = None, pool: str | None = None,
+                      detached: bool = False) -> ChildHandle[R]: ...
+
+
+@overload
+async def start_child(wf: Callable[[A1, A2, A3], Awaitable[R]], a1: A1, a2: A2, a3: A3, /, *,
+                      run_id: str | None = None, pool: str | None = None,
+                      detached: bool = False) -> ChildHandle[R]: ...
+
+
+@overload
+async def start_child(wf: Callable[[A1, A2, A3, A4], Awaitable[R]], a1: A1, a2: A2, a3: A3,
+                      a4: A4, /, *, run_id: str | None = None, pool: str | None = None,
+                      detached: bool = False) -> ChildHandle[R]: ...
+
+
+async def start_child(wf: Callable[..., Awaitable[Any]], /, *args: Any,
+                      **kwargs: Any) -> ChildHandle[Any]:
     """Start a child run of workflow ``wf`` from inside a workflow; wait for it later.
 
     ::
@@ -394,6 +437,12 @@ async def start_child(wf: Callable[..., Awaitable[R]], /, *args: Any,
         RunIdConflict: ``run_id`` names a run of another workflow.
 
     Nothing is written when one of these is raised.
+
+    Type checkers check the arguments against ``wf``'s signature, and type
+    ``handle.result()`` as ``wf``'s return type. With ``run_id=``, ``pool=`` or
+    ``detached=``, pass the workflow's arguments positionally (up to four are
+    checked; more, or keyword arguments besides these options, are accepted
+    at run time only).
     """
     engine = current_engine.get()
     if engine is None:
@@ -401,6 +450,10 @@ async def start_child(wf: Callable[..., Awaitable[R]], /, *args: Any,
             "starflow.start_child() called outside a workflow run: start child runs from a "
             "@workflow function (from outside a workflow, use sf.start)")
     definition = definition_of(wf)
+    # The options are keyword arguments besides the workflow's (see the overloads).
+    run_id: Any = kwargs.pop("run_id", None)
+    pool: Any = kwargs.pop("pool", None)
+    detached: Any = kwargs.pop("detached", False)
     problems = []
     if run_id is not None:
         try:
