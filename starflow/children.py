@@ -19,7 +19,10 @@ the parent's history:
   :class:`~starflow.RunCancelled` for a cancelled one.
 
 The engine calls the functions here (``Engine.start_child`` /
-``Engine.child_result``); this module never imports the engine.
+``Engine.child_result``) with itself; they use the primitives of
+:class:`~starflow.engine_core.EngineCore` (its write path, node ids, the
+suspension at a durable wait and the delivery of a cancel), which this module
+imports: the engine's operations module (``engine_nodes``) imports this one.
 """
 
 from __future__ import annotations
@@ -27,12 +30,13 @@ from __future__ import annotations
 import uuid
 from collections.abc import Awaitable, Callable
 from datetime import datetime
-from typing import Any, Generic, ParamSpec, Protocol, TypeVar, overload
+from typing import Any, Generic, ParamSpec, TypeVar, overload
 
 from . import serde
 from .adapters.base import WorkflowStateAdapter
 from .context import WorkflowContext, current_engine, current_node
 from .decorators import WorkflowDefinition, definition_of
+from .engine_core import EngineCore
 from .errors import (
     InvalidArgument,
     RunCancelled,
@@ -41,11 +45,10 @@ from .errors import (
     WorkflowDefinitionError,
     WorkflowFailed,
 )
-from .execution import Runtime
 from .failure import RunFailure
 from .limits import check_name
 from .records import RunInfo, StartOptions
-from .replay import CHILD_START_KIND, Journal, NodeRecord, check_recorded
+from .replay import CHILD_START_KIND, NodeRecord, check_recorded
 
 __all__ = [
     "CHILD_EVENT_PREFIX",
@@ -119,47 +122,7 @@ async def chain_end(adapter: WorkflowStateAdapter, run_id: str) -> RunInfo | Non
     return run
 
 
-class ChildEngine(Protocol):
-    """What the child nodes use of the running engine (``starflow.engine.Engine``)."""
-
-    ctx: WorkflowContext
-    runtime: Runtime
-    journal: Journal
-    cancel_requested: bool
-    #: Set once the execution started or replayed a child (the end cascades to them).
-    has_children: bool
-
-    @property
-    def run_id(self) -> str: ...
-
-    @property
-    def adapter(self) -> WorkflowStateAdapter: ...
-
-    @property
-    def replaying(self) -> bool: ...
-
-    def _next_id(self, kind: str, name: str | None) -> str: ...
-
-    def _advance(self, ts: datetime | None) -> None: ...
-
-    def _guard_suspending(self) -> None: ...
-
-    def _replayed_cancel(self, rec: NodeRecord) -> None: ...
-
-    async def _reach_cancel(self, nid: str, kind: str, name: str | None) -> None: ...
-
-    async def _deliver_cancel(self, nid: str, kind: str, name: str | None) -> Any: ...
-
-    async def _commit(self, build: Callable[[datetime], Awaitable[None]], *,
-                      durable: bool = True, guard: Any = None) -> datetime: ...
-
-    async def _phase(self, ts: datetime, *, strict: bool = True) -> None: ...
-
-    def _suspend(self, nid: str, event: str | None, deadline: datetime | None,
-                 expiry: datetime, job: Any = None, payload_type: str | None = None) -> Any: ...
-
-
-def _not_in_step(engine: ChildEngine, what: str) -> None:
+def _not_in_step(engine: EngineCore, what: str) -> None:
     step_node = current_node.get()
     if step_node is not None:
         raise StarflowError(
@@ -168,7 +131,7 @@ def _not_in_step(engine: ChildEngine, what: str) -> None:
             "function, between steps", run_id=engine.run_id, node_id=step_node)
 
 
-async def start_child_node(engine: ChildEngine, definition: WorkflowDefinition,
+async def start_child_node(engine: EngineCore, definition: WorkflowDefinition,
                            args: tuple[Any, ...], kwargs: dict[str, Any], *,
                            run_id: str | None, pool: str | None, detached: bool) -> str:
     """Start (or, on replay, find) the child run of node ``child:<workflow>#n``.
@@ -249,7 +212,7 @@ async def start_child_node(engine: ChildEngine, definition: WorkflowDefinition,
     return child_id
 
 
-def _outcome_value(engine: ChildEngine, nid: str, outcome: Any, return_type: Any) -> Any:
+def _outcome_value(engine: EngineCore, nid: str, outcome: Any, return_type: Any) -> Any:
     """The child's result, or the error its end raises at the parent's await."""
     data = outcome if isinstance(outcome, dict) else {}
     child_id = str(data.get("run_id"))
@@ -270,7 +233,7 @@ def _outcome_value(engine: ChildEngine, nid: str, outcome: Any, return_type: Any
                          attempts=cause.attempts, traceback=cause.traceback)
 
 
-async def child_result_node(engine: ChildEngine, child_id: str, return_type: Any) -> Any:
+async def child_result_node(engine: EngineCore, child_id: str, return_type: Any) -> Any:
     """``await handle.result()``: the child's recorded outcome, or a durable pause until
     the child ends (node ``result:<child run id>#n``)."""
     _not_in_step(engine, "ChildHandle.result()")
@@ -422,12 +385,15 @@ async def start_child(wf: Callable[..., Awaitable[Any]], /, *args: Any,
 
     Args:
         wf: A ``@workflow`` function.
-        args: Its arguments (and ``kwargs``, except the names below).
-        run_id: The child's run id (a UUID); by default derived from this run's
+        args: Its arguments (and ``kwargs``, except the options below).
+        kwargs: Its keyword arguments, and these options:
+
+    Keyword Args:
+        run_id (str | None): The child's run id (a UUID); by default derived from this run's
             id and the node, the same on every replay.
-        pool: The runner pool whose workers run the child (default: the
+        pool (str | None): The runner pool whose workers run the child (default: the
             child workflow's ``pool``, else any).
-        detached: Not cancelled with the parent (still listed as its child).
+        detached (bool): Not cancelled with the parent (still listed as its child).
 
     Raises:
         StarflowError: called outside a workflow run, or inside a step.
