@@ -282,7 +282,11 @@ async def child_result_node(engine: EngineCore, child_id: str, return_type: Any)
                                               {"output": outcome, "via": "child"}, now=ts)
         await engine._phase(ts)
 
-    ts = await engine._commit(record)
+    # The outcome of a child that has ended is durable in the child's row, so (with
+    # fused_boundaries) it rides with the parent's next unit, like a step's: a crash
+    # before that unit reads the same outcome again on replay. A fan-in over N
+    # ended children is then one commit, not N.
+    ts = await engine._commit_or_defer(record, in_step=False)
     engine._advance(ts)
     engine.journal.record(NodeRecord(node_id=nid, kind=RESULT_KIND, name=child_id,
                                      status="complete", output=outcome, recorded_at=ts))

@@ -264,17 +264,20 @@ class EngineCore:
         runner with :meth:`~starflow.adapters.base.WorkflowStateAdapter.collect`)."""
         self._deferred.extend(ops)
 
-    async def _commit_or_defer(self, build: Callable[[datetime], Awaitable[None]]) -> datetime:
+    async def _commit_or_defer(self, build: Callable[[datetime], Awaitable[None]], *,
+                               in_step: bool = True) -> datetime:
         """A step's outcome: committed now, or (``fused_boundaries``) held for the next unit.
 
         Deferred only while no other step of this run is in flight (the count
-        includes the step finishing): a step
+        includes the step finishing; ``in_step`` False: the outcome is not a
+        step's, such as a child's result, and no step may be in flight): a step
         running concurrently may act on the outside world for a long time, and
         the outcome must not wait for it. The writes are built now (their
         timestamp, the phase as it is now), so the history is what separate
         commits would have written.
         """
-        if (not self.runtime.config.fused_boundaries or self._steps_in_flight > 1
+        if (not self.runtime.config.fused_boundaries
+                or self._steps_in_flight > (1 if in_step else 0)
                 or self._lease_lost or self._data):
             return await self._commit(build)
         ts = self.runtime.clock.now()

@@ -24,6 +24,7 @@ from starflow.children import child_id_for
 from starflow.records import StartOptions
 from starflow_testing import WorkflowEnvironment
 from tests.conftest import require_postgres
+from tests.core.conftest import SpyAdapter
 
 CALLS: dict[str, int] = {}
 
@@ -607,3 +608,39 @@ class TestChildContinueAsNew:
             with pytest.raises(RunCancelled):
                 await env.result(handle)
             assert (await env.get_run(chain[-1].id)).status == "cancelled"
+
+
+class TestFanInCommits:
+    """Recording the results of children that have already ended commits with the
+    parent's next unit (``fused_boundaries``), not once per child."""
+
+    async def test_results_of_ended_children_ride_with_the_runs_end(
+            self, sf: starflow.Starflow, spy: SpyAdapter) -> None:
+        import anyio
+
+        @workflow(name=f"child-fan-in-{uuid.uuid4().hex[:6]}")
+        async def fan_in(n: int) -> int:
+            handles = [await starflow.start_child(square, i) for i in range(n)]
+            await wait_for("go")  # the children end meanwhile
+            return sum(await asyncio.gather(*(h.result() for h in handles)))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(sf.worker().run)
+            handle = await sf.run(fan_in, 5)
+            assert handle.status == "paused"
+            for kid in await sf.list_runs(parent_run_id=handle.run_id):
+                await sf.result(kid.id, timeout=30)
+            spy.units.clear()
+            done = await sf.signal(handle.run_id, "go", None)  # driven here to its end
+            tg.cancel_scope.cancel()
+        assert (done.status, done.result) == ("success", sum(i * i for i in range(5)))
+        # After the wake, one unit: the five result nodes and the run's end (a child's
+        # own last unit may be recorded here too: it holds one node_complete).
+        wake = next(i for i, u in enumerate(spy.units) if "on_run_resumed" in u)
+        after = spy.units[wake + 1:]
+        assert [u.count("on_node_complete") for u in after
+                if "on_run_complete" in u and u.count("on_node_complete") > 1] == [5], after
+        assert ["on_node_complete"] not in after
+        results = [e for e in await sf.events(handle.run_id)
+                   if (e.node_id or "").startswith("result:")]
+        assert len(results) == 5
