@@ -305,6 +305,16 @@ class TestQueuedDeadline:
             assert (kid.status, kid.claim_attempts) == ("error", 0)
             assert env.now() == started + timedelta(minutes=5)
 
+    async def test_run_until_idle_skips_to_it(self, env_kind: str) -> None:
+        """A deadline is a timer: with nothing else left, time skips to it."""
+        async with WorkflowEnvironment(adapter=env_kind) as env:
+            started = env.now()
+            handle = await env.app.options(timeout=timedelta(hours=2),
+                                           pool="nobody-serves-this").start(plain, 0.1)
+            await env.run_until_idle()
+            run = await env.get_run(handle.run_id)
+            assert (run.status, run.completed_at) == ("error", started + timedelta(hours=2))
+
     async def test_the_timer_loop_ends_it_not_the_env(self, env_kind: str) -> None:
         """Without time skipping: the clock moved by hand past the deadline, the
         maintenance timer loop ends the queued run."""
