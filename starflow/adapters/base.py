@@ -47,7 +47,7 @@ from ..records import (
     WaitRecord,
 )
 from .pages import RunPage, RunPageQuery
-from .seam import AdapterSeam, RunContext, RunWatch, UnitScope
+from .seam import AdapterSeam, RunContext, RunWatch, UnitScope, WatchWhenWaiting
 from .units import (
     UPDATABLE_RUN_COLUMNS,
     AfterClaim,
@@ -105,6 +105,7 @@ __all__ = [
     "SweepLeases",
     "Unit",
     "UnitScope",
+    "WatchWhenWaiting",
     "WorkflowStateAdapter",
 ]
 
