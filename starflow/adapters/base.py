@@ -37,6 +37,7 @@ from ..records import (
     OutboxRow,
     PoolLimits,
     PoolUsage,
+    QueuedRun,
     RunEvent,
     RunInfo,
     ScheduleRecord,
@@ -404,6 +405,11 @@ class WorkflowStateAdapter(AdapterSeam):
         """Runs in scope, newest first; ``attributes`` (key -> JSON text of the value)
         keeps the runs that have every one of them; ``parent_run_id`` the children
         of that run (child runs, #17)."""
+
+    @abc.abstractmethod
+    async def list_queued_runs(self, limit: int) -> list[QueuedRun]:
+        """The ``limit`` newest runs with status ``queued``, newest first, each with
+        the time of its newest event: one query (the stuck-run check reads it)."""
 
     @abc.abstractmethod
     async def list_runs_page(self, query: RunPageQuery) -> RunPage:

@@ -76,6 +76,7 @@ from ..records import (
     PoolLimits,
     PoolUsage,
     PrunedBatch,
+    QueuedRun,
     RunEvent,
     RunInfo,
     ScheduleRecord,
@@ -112,6 +113,7 @@ from ._sql import (
     prune_delete_sql,
     prune_select_args,
     prune_select_sql,
+    queued_run,
     run_conditions,
     run_event,
     run_info,
@@ -801,6 +803,11 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
                                       for v in (self.workspace_id, self.env, k, val)),
                                     int(limit))
         return [run_info(r, POSTGRES) for r in rows]
+
+    async def list_queued_runs(self, limit: int) -> list[QueuedRun]:
+        async with self._connection("list_queued_runs") as conn:
+            rows = await conn.fetch(Q.queued_runs, self.workspace_id, self.env, int(limit))
+        return [queued_run(r, POSTGRES) for r in rows]
 
     async def list_runs_page(self, query: RunPageQuery) -> RunPage:
         query.check()
