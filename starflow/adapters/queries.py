@@ -152,8 +152,6 @@ class Queries:
         #: (ws, env, pool)
         self.get_pool_limits = (f"SELECT {LIMIT_COLUMNS} FROM starflow_pool_limits "
                                 f"WHERE {t(1)} AND pool = {p(3)}")
-        #: (ws, env, pool): the row locked until the transaction ends (a limited claim).
-        self.lock_pool_limits = self.get_pool_limits + d.for_update
         #: (ws, env)
         self.list_pool_limits = (f"SELECT {LIMIT_COLUMNS} FROM starflow_pool_limits "
                                  f"WHERE {t(1)}")
