@@ -10,6 +10,7 @@ more is written.
 
 from __future__ import annotations
 
+import uuid
 from datetime import datetime
 from typing import Any
 
@@ -43,7 +44,7 @@ from .execution import (
 )
 from .failure import run_failure
 from .heartbeats import Heartbeats
-from .limits import new_run_id, storable_text
+from .limits import storable_text
 from .records import StartOptions
 from .replay import DIVERGENCE_FIX
 
@@ -364,7 +365,7 @@ class Engine(EngineNodes):
         run = await self.adapter.get_run(self.run_id)
         if run is None:  # pragma: no cover - the lease guard fails the unit anyway
             raise Abort("lease_lost")
-        new_id = new_run_id(self.now())
+        new_id = str(uuid.uuid4())
         inline = run.start_mode == "inline"
         ctx = WorkflowContext(run_id=new_id, workflow=self.ctx.workflow,
                               version=self.ctx.version, workspace_id=self.ctx.workspace_id,

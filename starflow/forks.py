@@ -15,13 +15,13 @@ would otherwise grow one history without bound.
 
 from __future__ import annotations
 
+import uuid
 from typing import Any, NoReturn
 
 from .adapters.units import Guard
 from .context import WorkflowContext, current_engine, current_node
 from .errors import InvalidArgument, NodeNotInHistory, OutsideWorkflow, RunNotEnded, RunNotFound
 from .events import EVENT_KIND
-from .limits import new_run_id
 from .records import TERMINAL_STATUSES, RunEvent, StartOptions
 from .runner import RunHandle, Runner
 
@@ -107,8 +107,8 @@ async def fork_run(runner: Runner, run_id: str, from_node: str) -> RunHandle[Any
                 and e.node_id is not None):
             values[str(payload.get("name"))] = (e.node_id, payload.get("output"))
     items = [i for i in await adapter.list_stream_items(run_id) if i.node_id in nodes]
+    new_id = str(uuid.uuid4())
     now = runner.clock.now()
-    new_id = new_run_id(now)
     ctx = WorkflowContext(run_id=new_id, workflow=source.template_id or "",
                           version=source.workflow_version or 1,
                           workspace_id=adapter.workspace_id, env=adapter.env)

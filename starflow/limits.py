@@ -11,9 +11,7 @@ re-run a step). ``docs/errors.md`` lists these limits.
 
 from __future__ import annotations
 
-import secrets
 import uuid
-from datetime import datetime
 from typing import Any
 
 from .errors import ConfigError, InvalidArgument
@@ -27,7 +25,6 @@ __all__ = [
     "check_name",
     "check_tenant",
     "name_problem",
-    "new_run_id",
     "normalize_run_id",
     "storable_text",
     "text_problem",
@@ -115,25 +112,6 @@ def check_tenant(workspace_id: object, env: object) -> None:
                 if p is not None]
     if problems:
         raise ConfigError("; ".join(problems))
-
-
-def new_run_id(now: datetime) -> str:
-    """A new run id: a time-ordered UUID (version 7, RFC 9562) made at ``now``.
-
-    Its first 48 bits are ``now`` in Unix milliseconds, the other 74 (besides
-    version and variant) random. Runs started close together get ids close
-    together, so the B-trees keyed by run id (the runs' primary key, each
-    run's events) take a new run at their right edge, and a prune, which
-    deletes runs that ended close together, rewrites a few of their pages
-    instead of one page per run (issue #24: SQLite prune throughput at a
-    million runs). Still a UUID: ids given by callers (any version) work
-    as before.
-    """
-    ms = int(now.timestamp() * 1000) & ((1 << 48) - 1)
-    rand = secrets.randbits(74)
-    value = (ms << 80) | (0x7 << 76) | ((rand >> 62) << 64) | (0b10 << 62) | (
-        rand & ((1 << 62) - 1))
-    return str(uuid.UUID(int=value))
 
 
 def normalize_run_id(run_id: Any) -> str:

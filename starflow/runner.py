@@ -38,7 +38,7 @@ from .errors import (
 )
 from .execution import Outcome
 from .failure import CANCELLED_TYPE, run_failure
-from .limits import new_run_id, storable_text
+from .limits import storable_text
 from .records import RunInfo, StartOptions, WaitRecord
 from .replay import Journal
 from .waking import Waker
@@ -46,9 +46,9 @@ from .waking import Waker
 __all__ = ["RunHandle", "Runner", "new_runner_id"]
 
 
-def _validate_run_id(run_id: str | None, now: datetime) -> str:
+def _validate_run_id(run_id: str | None) -> str:
     if run_id is None:
-        return new_run_id(now)
+        return str(uuid.uuid4())
     try:
         return str(uuid.UUID(str(run_id)))
     except ValueError:
@@ -86,7 +86,7 @@ class Runner(Waker):
         The run takes ``definition``'s version (the caller resolves a name).
         ``timeout`` (else the workflow's) sets its deadline from now.
         """
-        rid = _validate_run_id(run_id, self.clock.now())
+        rid = _validate_run_id(run_id)
         encoded = self.encode_input(definition, args, kwargs)
         # The caller's trace (OpenTelemetry), stored with the input so that every
         # execution and wake of the run, in any process, continues it.
