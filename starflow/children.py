@@ -19,7 +19,10 @@ the parent's history:
   :class:`~starflow.RunCancelled` for a cancelled one.
 
 The engine calls the functions here (``Engine.start_child`` /
-``Engine.child_result``); this module never imports the engine.
+``Engine.child_result``) with itself; they use the primitives of
+:class:`~starflow.engine_core.EngineCore` (its write path, node ids, the
+suspension at a durable wait and the delivery of a cancel), which this module
+imports: the engine's operations module (``engine_nodes``) imports this one.
 """
 
 from __future__ import annotations
@@ -27,12 +30,13 @@ from __future__ import annotations
 import uuid
 from collections.abc import Awaitable, Callable
 from datetime import datetime
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, ParamSpec, TypeVar, overload
 
 from . import serde
 from .adapters.base import WorkflowStateAdapter
 from .context import WorkflowContext, current_engine, current_node
 from .decorators import WorkflowDefinition, definition_of
+from .engine_core import EngineCore
 from .errors import (
     InvalidArgument,
     RunCancelled,
@@ -41,17 +45,17 @@ from .errors import (
     WorkflowDefinitionError,
     WorkflowFailed,
 )
-from .execution import Runtime
 from .failure import RunFailure
 from .limits import check_name
 from .records import RunInfo, StartOptions
-from .replay import CHILD_START_KIND, Journal, NodeRecord, check_recorded
+from .replay import CHILD_START_KIND, NodeRecord, check_recorded
 
 __all__ = [
     "CHILD_EVENT_PREFIX",
     "CHILD_KIND",
     "RESULT_KIND",
     "ChildHandle",
+    "chain_end",
     "child_event",
     "child_id_for",
     "child_of_event",
@@ -69,6 +73,11 @@ RESULT_KIND = "result"
 CHILD_EVENT_PREFIX = "__starflow.child:"
 
 R = TypeVar("R")
+P = ParamSpec("P")
+A1 = TypeVar("A1")
+A2 = TypeVar("A2")
+A3 = TypeVar("A3")
+A4 = TypeVar("A4")
 
 
 def child_event(child_run_id: str) -> str:
@@ -89,54 +98,31 @@ def child_id_for(parent_run_id: str, node_id: str) -> str:
 
 
 def child_outcome(run: RunInfo) -> dict[str, Any] | None:
-    """What a parent records for an ended child (``None`` while it is active)."""
-    if not run.is_terminal:
+    """What a parent records for an ended child (``None`` while it is active, or
+    when it continued as a new run: the chain's last run ends it)."""
+    if not run.is_terminal or run.continued_as is not None:
         return None
     return {"run_id": run.id, "status": run.status, "result": run.result_json,
             "error": run.error, "failure": run.failure_json}
 
 
-class ChildEngine(Protocol):
-    """What the child nodes use of the running engine (``starflow.engine.Engine``)."""
+async def chain_end(adapter: WorkflowStateAdapter, run_id: str) -> RunInfo | None:
+    """The run ``run_id``'s chain has reached: ``run_id`` itself, or the last run it
+    continued as (``starflow.continue_as_new``), followed link by link.
 
-    ctx: WorkflowContext
-    runtime: Runtime
-    journal: Journal
-    cancel_requested: bool
-    #: Set once the execution started or replayed a child (the end cascades to them).
-    has_children: bool
-
-    @property
-    def run_id(self) -> str: ...
-
-    @property
-    def adapter(self) -> WorkflowStateAdapter: ...
-
-    @property
-    def replaying(self) -> bool: ...
-
-    def _next_id(self, kind: str, name: str | None) -> str: ...
-
-    def _advance(self, ts: datetime | None) -> None: ...
-
-    def _guard_suspending(self) -> None: ...
-
-    def _replayed_cancel(self, rec: NodeRecord) -> None: ...
-
-    async def _reach_cancel(self, nid: str, kind: str, name: str | None) -> None: ...
-
-    async def _deliver_cancel(self, nid: str, kind: str, name: str | None) -> Any: ...
-
-    async def _commit(self, build: Callable[[datetime], Awaitable[None]], *,
-                      durable: bool = True, guard: Any = None) -> datetime: ...
-
-    async def _phase(self, ts: datetime, *, strict: bool = True) -> None: ...
-
-    def _suspend(self, nid: str, event: str | None, deadline: datetime | None,
-                 expiry: datetime, job: Any = None, payload_type: str | None = None) -> Any: ...
+    ``None`` if ``run_id`` does not exist. A link not found (pruned) ends the walk
+    at the run before it, which then reads as still going on.
+    """
+    run = await adapter.get_run(run_id)
+    while run is not None and run.continued_as is not None:
+        nxt = await adapter.get_run(run.continued_as)
+        if nxt is None:
+            break
+        run = nxt
+    return run
 
 
-def _not_in_step(engine: ChildEngine, what: str) -> None:
+def _not_in_step(engine: EngineCore, what: str) -> None:
     step_node = current_node.get()
     if step_node is not None:
         raise StarflowError(
@@ -145,7 +131,7 @@ def _not_in_step(engine: ChildEngine, what: str) -> None:
             "function, between steps", run_id=engine.run_id, node_id=step_node)
 
 
-async def start_child_node(engine: ChildEngine, definition: WorkflowDefinition,
+async def start_child_node(engine: EngineCore, definition: WorkflowDefinition,
                            args: tuple[Any, ...], kwargs: dict[str, Any], *,
                            run_id: str | None, pool: str | None, detached: bool) -> str:
     """Start (or, on replay, find) the child run of node ``child:<workflow>#n``.
@@ -221,10 +207,12 @@ async def start_child_node(engine: ChildEngine, definition: WorkflowDefinition,
                                      recorded_at=ts))
     if runtime.notify is not None:
         runtime.notify()  # workers of this process look for the queued child now
+    if definition.timeout is not None and runtime.notify_timers is not None:
+        runtime.notify_timers()  # the timer loop ends it at its deadline if still queued
     return child_id
 
 
-def _outcome_value(engine: ChildEngine, nid: str, outcome: Any, return_type: Any) -> Any:
+def _outcome_value(engine: EngineCore, nid: str, outcome: Any, return_type: Any) -> Any:
     """The child's result, or the error its end raises at the parent's await."""
     data = outcome if isinstance(outcome, dict) else {}
     child_id = str(data.get("run_id"))
@@ -245,7 +233,7 @@ def _outcome_value(engine: ChildEngine, nid: str, outcome: Any, return_type: Any
                          attempts=cause.attempts, traceback=cause.traceback)
 
 
-async def child_result_node(engine: ChildEngine, child_id: str, return_type: Any) -> Any:
+async def child_result_node(engine: EngineCore, child_id: str, return_type: Any) -> Any:
     """``await handle.result()``: the child's recorded outcome, or a durable pause until
     the child ends (node ``result:<child run id>#n``)."""
     _not_in_step(engine, "ChildHandle.result()")
@@ -272,7 +260,9 @@ async def child_result_node(engine: ChildEngine, child_id: str, return_type: Any
         await engine.journal.reach_frontier(engine.run_id, nid, f"result of child {child_id}")
     engine._guard_suspending()
     await engine._reach_cancel(nid, RESULT_KIND, child_id)
-    child = await engine.adapter.get_run(child_id)
+    # A child that continued as new is awaited through its chain: the run the
+    # chain has reached is the one waited on, and the last one's end is the outcome.
+    child = await chain_end(engine.adapter, child_id)
     if child is None:
         raise StarflowError(
             f"run {engine.run_id}: child run {child_id} awaited at {nid} does not exist (was "
@@ -282,7 +272,7 @@ async def child_result_node(engine: ChildEngine, child_id: str, return_type: Any
     engine._guard_suspending()
     if outcome is None:
         expiry = engine.runtime.clock.now() + engine.runtime.config.wake_token_ttl
-        engine._suspend(nid, child_event(child_id), None, expiry)
+        engine._suspend(nid, child_event(child.id), None, expiry)
     if outcome is not None and outcome["status"] == "cancelled" and engine.cancel_requested:
         # The cascade of this run's own cancel ended the child: deliver it here.
         await engine._deliver_cancel(nid, RESULT_KIND, child_id)
@@ -292,7 +282,11 @@ async def child_result_node(engine: ChildEngine, child_id: str, return_type: Any
                                               {"output": outcome, "via": "child"}, now=ts)
         await engine._phase(ts)
 
-    ts = await engine._commit(record)
+    # The outcome of a child that has ended is durable in the child's row, so (with
+    # fused_boundaries) it rides with the parent's next unit, like a step's: a crash
+    # before that unit reads the same outcome again on replay. A fan-in over N
+    # ended children is then one commit, not N.
+    ts = await engine._commit_or_defer(record, in_step=False)
     engine._advance(ts)
     engine.journal.record(NodeRecord(node_id=nid, kind=RESULT_KIND, name=child_id,
                                      status="complete", output=outcome, recorded_at=ts))
@@ -338,9 +332,47 @@ class ChildHandle(Generic[R]):
         return value
 
 
-async def start_child(wf: Callable[..., Awaitable[R]], /, *args: Any,
+# Typed like ``await child_wf(x)``: the first overload checks a call's arguments
+# against the workflow's signature (ParamSpec). A ParamSpec cannot carry keyword
+# options besides the workflow's own (PEP 612), so a call with ``run_id=``,
+# ``pool=`` or ``detached=`` is checked by the overload of its number of
+# positional arguments (as Temporal's start_child_workflow is), up to four.
+@overload
+async def start_child(wf: Callable[P, Awaitable[R]], /, *args: P.args, **kwargs: P.kwargs
+                      ) -> ChildHandle[R]: ...
+
+
+@overload
+async def start_child(wf: Callable[[], Awaitable[R]], /, *, run_id: str | None = None,
+                      pool: str | None = None, detached: bool = False) -> ChildHandle[R]: ...
+
+
+@overload
+async def start_child(wf: Callable[[A1], Awaitable[R]], a1: A1, /, *,
                       run_id: str | None = None, pool: str | None = None,
-                      detached: bool = False, **kwargs: Any) -> ChildHandle[R]:
+                      detached: bool = False) -> ChildHandle[R]: ...
+
+
+@overload
+async def start_child(wf: Callable[[A1, A2], Awaitable[R]], a1: A1, a2: A2, /, *,
+                      run_id: str | None = None, pool: str | None = None,
+                      detached: bool = False) -> ChildHandle[R]: ...
+
+
+@overload
+async def start_child(wf: Callable[[A1, A2, A3], Awaitable[R]], a1: A1, a2: A2, a3: A3, /, *,
+                      run_id: str | None = None, pool: str | None = None,
+                      detached: bool = False) -> ChildHandle[R]: ...
+
+
+@overload
+async def start_child(wf: Callable[[A1, A2, A3, A4], Awaitable[R]], a1: A1, a2: A2, a3: A3,
+                      a4: A4, /, *, run_id: str | None = None, pool: str | None = None,
+                      detached: bool = False) -> ChildHandle[R]: ...
+
+
+async def start_child(wf: Callable[..., Awaitable[Any]], /, *args: Any,
+                      **kwargs: Any) -> ChildHandle[Any]:
     """Start a child run of workflow ``wf`` from inside a workflow; wait for it later.
 
     ::
@@ -357,12 +389,15 @@ async def start_child(wf: Callable[..., Awaitable[R]], /, *args: Any,
 
     Args:
         wf: A ``@workflow`` function.
-        args: Its arguments (and ``kwargs``, except the names below).
-        run_id: The child's run id (a UUID); by default derived from this run's
+        args: Its arguments (and ``kwargs``, except the options below).
+        kwargs: Its keyword arguments, and these options:
+
+    Keyword Args:
+        run_id (str | None): The child's run id (a UUID); by default derived from this run's
             id and the node, the same on every replay.
-        pool: The runner pool whose workers run the child (default: the
+        pool (str | None): The runner pool whose workers run the child (default: the
             child workflow's ``pool``, else any).
-        detached: Not cancelled with the parent (still listed as its child).
+        detached (bool): Not cancelled with the parent (still listed as its child).
 
     Raises:
         StarflowError: called outside a workflow run, or inside a step.
@@ -372,6 +407,12 @@ async def start_child(wf: Callable[..., Awaitable[R]], /, *args: Any,
         RunIdConflict: ``run_id`` names a run of another workflow.
 
     Nothing is written when one of these is raised.
+
+    Type checkers check the arguments against ``wf``'s signature, and type
+    ``handle.result()`` as ``wf``'s return type. With ``run_id=``, ``pool=`` or
+    ``detached=``, pass the workflow's arguments positionally (up to four are
+    checked; more, or keyword arguments besides these options, are accepted
+    at run time only).
     """
     engine = current_engine.get()
     if engine is None:
@@ -379,6 +420,10 @@ async def start_child(wf: Callable[..., Awaitable[R]], /, *args: Any,
             "starflow.start_child() called outside a workflow run: start child runs from a "
             "@workflow function (from outside a workflow, use sf.start)")
     definition = definition_of(wf)
+    # The options are keyword arguments besides the workflow's (see the overloads).
+    run_id: Any = kwargs.pop("run_id", None)
+    pool: Any = kwargs.pop("pool", None)
+    detached: Any = kwargs.pop("detached", False)
     problems = []
     if run_id is not None:
         try:

@@ -41,7 +41,7 @@ from .errors import (
     StorageError,
     WorkflowDefinitionError,
 )
-from .execution import Outcome, Runtime
+from .execution import CONTINUED_FROM_EVENT, Outcome, Runtime
 from .heartbeats import Heartbeats
 from .logs import get_logger
 from .records import DefinitionRecord, RunInfo
@@ -112,6 +112,7 @@ class Driver:
         self.runtime = Runtime(adapter=adapter, clock=clock, config=config,
                                runner_id=self.runner_id, keyring=keyring,
                                heartbeats=self.heartbeats, notify=self.notify_settled,
+                               notify_timers=self.notify_timers,
                                definition_id=self.definition_id)
         self.engines: dict[str, Engine] = {}
         self.busy = 0
@@ -311,7 +312,8 @@ class Driver:
                         args=args, kwargs=kwargs, started_at=run.started_at or self.clock.now(),
                         should_yield=should_yield, claimed=run.claim_state == "claimed",
                         input_error=input_error, traceparent=stored_traceparent(run.input_json),
-                        parent_run_id=run.parent_run_id, deadline=run.deadline_at)
+                        parent_run_id=run.parent_run_id, deadline=run.deadline_at,
+                        continuation=any(e.event_type == CONTINUED_FROM_EVENT for e in events))
         return engine
 
     async def hand_back(self, run: RunInfo, error: StarflowError) -> str | None:
@@ -325,6 +327,7 @@ class Driver:
                                          now=self.clock.now())
         if action is not None:
             self.notify_settled()
+            self.notify_timers()  # queued again: its deadline is the timer loop's
         return action
 
     async def release(self, run_id: str, reason: str) -> bool:
@@ -337,6 +340,7 @@ class Driver:
         if held:
             self._log.info("run released to the queue", run_id=run_id, reason=reason)
             self.notify_settled()
+            self.notify_timers()  # queued again: its deadline is the timer loop's
         return held
 
     async def settle(self, run_id: str, outcome: Outcome) -> RunHandle[Any]:
@@ -355,6 +359,8 @@ class Driver:
             nxt = await self.adapter.get_run(run_id)
             if nxt is None or nxt.start_mode != "inline" or nxt.leased_by != self.runner_id:
                 self.notify_settled()
+                if nxt is not None and nxt.deadline_at is not None:
+                    self.notify_timers()  # a queued run's deadline (the timer loop's)
                 return await self.handle(run_id)
             outcome = await self._execute(await self.prepare(nxt))
         if outcome.status == "success":

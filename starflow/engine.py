@@ -34,6 +34,7 @@ from .errors import (
     WorkflowTimeout,
 )
 from .execution import (
+    CONTINUED_FROM_EVENT,
     Abort,
     ContinueAsNew,
     Outcome,
@@ -226,6 +227,7 @@ class Engine(EngineNodes):
             outcome.parent_run_id = self.parent_run_id
             outcome.has_children = self.has_children
             outcome.deadline = self.deadline
+            outcome.continuation = self.continuation
             execution.finish(outcome.status, outcome.error)
             if outcome.status == "lease_lost":
                 obs.lease_lost()
@@ -370,11 +372,16 @@ class Engine(EngineNodes):
         ctx = WorkflowContext(run_id=new_id, workflow=self.ctx.workflow,
                               version=self.ctx.version, workspace_id=self.ctx.workspace_id,
                               env=self.ctx.env)
+        # The new run takes the chain's place: a child's parent link (the parent
+        # awaiting the child follows the chain to its last run) and the run's
+        # deadline, which bounds the whole chain (Temporal's workflow execution
+        # timeout), not each link.
         options = StartOptions(
             input=encoded, status="running" if inline else "queued",
             claim_state="running" if inline else "queued", runner_pool=run.runner_pool,
             definition_id=run.definition_id, start_mode=run.start_mode,
-            max_claim_attempts=run.max_claim_attempts)
+            max_claim_attempts=run.max_claim_attempts, parent_run_id=run.parent_run_id,
+            detached=run.detached, deadline_at=run.deadline_at)
 
         async def continued(ts: datetime) -> None:
             await self._phase(ts)
@@ -390,7 +397,7 @@ class Engine(EngineNodes):
             if inline:  # this runner drives the chain on (Driver.settle)
                 await self.adapter.write_lease(new_id, self.runtime.runner_id,
                                                ts + self.runtime.config.lease_ttl, now=ts)
-            await self.adapter.record_event(new_id, "run_continued_from", None,
+            await self.adapter.record_event(new_id, CONTINUED_FROM_EVENT, None,
                                             {"run_id": self.run_id}, now=ts,
                                             method="continue_as_new")
 

@@ -3,7 +3,9 @@
 :class:`EngineCore` holds what an execution knows (its journal, counters,
 cancel state) and the primitives every operation uses: the deterministic
 clock, the one write path (:meth:`EngineCore._commit`), node ids, patches,
-attributes and wake tokens. :mod:`starflow.engine_nodes` builds the
+attributes, wake tokens, the suspension at a durable wait
+(:meth:`EngineCore._suspend`) and the delivery of a cooperative cancel at a
+node (a request, its delivery, the cleanup that follows). :mod:`starflow.engine_nodes` builds the
 operations on it, :mod:`starflow.engine` the run around them.
 """
 
@@ -21,9 +23,11 @@ from . import serde
 from .adapters.base import WorkflowStateAdapter
 from .adapters.units import Guard, Op
 from .attributes import ATTRIBUTES_KIND
-from .context import WorkflowContext
+from .clock import format_ts
+from .context import CANCEL_EVENT, WAIT_KEY, CheckpointWait, WorkflowContext
 from .decorators import WorkflowDefinition
 from .errors import (
+    RunCancelled,
     SerializationError,
     StarflowError,
     StorageError,
@@ -38,7 +42,9 @@ from .execution import (
     Runtime,
     Suspend,
 )
+from .failure import CANCELLED_TYPE, cancelled_error
 from .logs import get_logger
+from .records import JobSpec
 from .replay import (
     Journal,
     NodeRecord,
@@ -125,6 +131,8 @@ class EngineCore:
     deadline: datetime | None = None
     #: This execution started or replayed a child run (its end cascades to them).
     has_children: bool = False
+    #: This run continued an earlier one (``continue_as_new``): see ``Outcome.continuation``.
+    continuation: bool = False
     _timed_out: bool = False
 
     def __post_init__(self) -> None:
@@ -256,17 +264,20 @@ class EngineCore:
         runner with :meth:`~starflow.adapters.base.WorkflowStateAdapter.collect`)."""
         self._deferred.extend(ops)
 
-    async def _commit_or_defer(self, build: Callable[[datetime], Awaitable[None]]) -> datetime:
+    async def _commit_or_defer(self, build: Callable[[datetime], Awaitable[None]], *,
+                               in_step: bool = True) -> datetime:
         """A step's outcome: committed now, or (``fused_boundaries``) held for the next unit.
 
         Deferred only while no other step of this run is in flight (the count
-        includes the step finishing): a step
+        includes the step finishing; ``in_step`` False: the outcome is not a
+        step's, such as a child's result, and no step may be in flight): a step
         running concurrently may act on the outside world for a long time, and
         the outcome must not wait for it. The writes are built now (their
         timestamp, the phase as it is now), so the history is what separate
         commits would have written.
         """
-        if (not self.runtime.config.fused_boundaries or self._steps_in_flight > 1
+        if (not self.runtime.config.fused_boundaries
+                or self._steps_in_flight > (1 if in_step else 0)
                 or self._lease_lost or self._data):
             return await self._commit(build)
         ts = self.runtime.clock.now()
@@ -390,14 +401,6 @@ class EngineCore:
         """``starflow.continue_as_new``: check and encode the new run's arguments
         (before anything is written), then unwind the body."""
         self._guard_suspending()
-        if self.parent_run_id is not None:
-            # The parent awaits this run's id; a chain's later runs are not wired to
-            # wake it yet, so a child continuing would leave its parent waiting.
-            raise StarflowError(
-                f"run {self.run_id} is a child of run {self.parent_run_id}: "
-                "continue_as_new is not supported in child runs yet; loop in the child, "
-                "or have the parent start a new child for the next round",
-                run_id=self.run_id)
         try:
             self.definition.check_call(args, kwargs)
         except TypeError as exc:
@@ -444,3 +447,85 @@ class EngineCore:
             f"run {self.run_id}: {nid} with a duration of {duration} ends past the year "
             "9999, which cannot be stored: use a shorter timeout or sleep (a wait_for "
             "without a timeout waits for ever)", run_id=self.run_id, node_id=nid)
+
+    # -- suspending at a durable wait -------------------------------------------
+
+    def _suspend(self, nid: str, event: str | None, deadline: datetime | None,
+                 expiry: datetime, job: JobSpec | None = None,
+                 payload_type: str | None = None) -> NoReturn:
+        token = self._sign(nid, expiry)
+        pending = PendingWait(node_id=nid, event=event, deadline=deadline, wake_token=token,
+                              job=job)
+        # enterDurableWait steps 1-2 (in memory); the engine writes steps 3-6.
+        recorded = CheckpointWait(node_id=nid, event=event,
+                                  deadline=format_ts(deadline) if deadline else None,
+                                  wake_token=token, job_id=job.id if job is not None else None,
+                                  payload_type=payload_type)
+        self.ctx.variables._engine_set(WAIT_KEY, recorded.variable())  # type: ignore[attr-defined]
+        self.node_status[nid] = "waiting"
+        self._pending_wait = pending
+        self._suspending = True
+        raise Suspend(pending)
+
+    # -- cancellation (Starflow.cancel without force) ----------------------------
+
+    def request_cancel(self) -> None:
+        """A cancel was requested: a step in flight is cancelled at its next await, and
+        the next new node raises :class:`RunCancelled` into the workflow code."""
+        if self.cancel_requested or self._cancelled:
+            return
+        self.cancel_requested = True
+        self._log.info("cancel requested; delivering it at the run's current await")
+        for scope in list(self._step_scopes):
+            scope.cancel()
+
+    def _cancel_error(self, nid: str) -> RunCancelled:
+        return RunCancelled(self.run_id, node_id=nid, message=(
+            f"run {self.run_id} was cancelled at {nid}: catch RunCancelled (or use finally) "
+            "to run compensation steps; the run then ends cancelled"))
+
+    def _cancel_delivered(self) -> None:
+        """The workflow code got (or replayed) RunCancelled: its cleanup runs now."""
+        self.cancel_requested = False
+        if not self._cancelled:
+            self._cancelled = True
+            self._cleanup_deadline = (self.runtime.clock.now()
+                                      + self.runtime.config.cancel_cleanup_timeout)
+
+    def _replayed_cancel(self, rec: NodeRecord) -> None:
+        """A replayed wait recorded as reached by a cancel raises RunCancelled again."""
+        if (rec.error or {}).get("type") == CANCELLED_TYPE:
+            self._cancel_delivered()
+            raise self._cancel_error(rec.node_id)
+
+    async def _reach_cancel(self, nid: str, kind: str, name: str | None) -> None:
+        """At a new node: deliver a pending cancel here; during the cleanup, refuse a
+        durable wait (the run is ending: only steps may run)."""
+        if self._cancelled:
+            if kind != "step":
+                raise RunCancelled(self.run_id, node_id=nid, message=(
+                    f"run {self.run_id} is cancelled: {nid} is a durable wait, which cannot "
+                    "run in the cleanup of a cancelled run (call steps only)"))
+            return
+        if self.cancel_requested:
+            await self._deliver_cancel(nid, kind, name)
+
+    async def _deliver_cancel(self, nid: str, kind: str, name: str | None) -> NoReturn:
+        """Record the cancel as ``nid``'s failure (consuming the request) and raise it."""
+        signal = await self.adapter.find_signal(self.run_id, CANCEL_EVENT)
+        info = cancelled_error(nid)
+
+        async def record(ts: datetime) -> None:
+            if signal is not None:
+                await self.adapter.consume_signal(signal.id)
+            await self.adapter.on_node_error(self.run_id, nid, {"error": info, "via": "cancel"},
+                                             now=ts)
+            await self._phase(ts)
+
+        ts = await self._commit(record)
+        self._advance(ts)
+        self.node_status[nid] = "error"
+        self.journal.record(NodeRecord(node_id=nid, kind=kind, name=name, status="error",
+                                       error=info, recorded_at=ts))
+        self._cancel_delivered()
+        raise self._cancel_error(nid)

@@ -1,9 +1,11 @@
-"""The operations workflow code calls on its execution: steps, waits, cancellation.
+"""The operations workflow code calls on its execution: steps, waits, child runs.
 
 :class:`EngineNodes` adds to :class:`~starflow.engine_core.EngineCore` every
 durable operation (a step with its retries, a wait or sleep, ``wait_for_any``,
-an update's answer) and the delivery of a cooperative cancel: each gets a
-node id, returns its recorded outcome on replay, or writes its boundary.
+an update's answer, a child run's start and result through
+:mod:`starflow.children`): each gets a node id, returns its recorded outcome
+on replay, or writes its boundary. Suspending at a wait and delivering a
+cancel are the core's primitives, which the child nodes use too.
 """
 
 from __future__ import annotations
@@ -16,13 +18,9 @@ from typing import Any, NoReturn
 import anyio
 
 from . import children, logs, observability, serde
-from .clock import format_ts
 from .context import (
-    CANCEL_EVENT,
     IDEMPOTENCY_KEY,
     RESERVED_PREFIX,
-    WAIT_KEY,
-    CheckpointWait,
     current_node,
 )
 from .decorators import StepDefinition, WorkflowDefinition
@@ -37,11 +35,9 @@ from .errors import (
 )
 from .execution import (
     Abort,
-    PendingWait,
-    Suspend,
     timed_attempt,
 )
-from .failure import CANCELLED_TYPE, cancelled_error, error_info, format_traceback
+from .failure import CANCELLED_TYPE, error_info, format_traceback
 from .limits import storable_text
 from .records import JobSpec
 from .replay import (
@@ -274,23 +270,6 @@ class EngineNodes(EngineCore):
         expiry = self.runtime.clock.now() + self.runtime.config.wake_token_ttl
         self._suspend(nid, None, None, expiry, job=job)
 
-    def _suspend(self, nid: str, event: str | None, deadline: datetime | None,
-                 expiry: datetime, job: JobSpec | None = None,
-                 payload_type: str | None = None) -> NoReturn:
-        token = self._sign(nid, expiry)
-        pending = PendingWait(node_id=nid, event=event, deadline=deadline, wake_token=token,
-                              job=job)
-        # enterDurableWait steps 1-2 (in memory); the engine writes steps 3-6.
-        recorded = CheckpointWait(node_id=nid, event=event,
-                                  deadline=format_ts(deadline) if deadline else None,
-                                  wake_token=token, job_id=job.id if job is not None else None,
-                                  payload_type=payload_type)
-        self.ctx.variables._engine_set(WAIT_KEY, recorded.variable())  # type: ignore[attr-defined]
-        self.node_status[nid] = "waiting"
-        self._pending_wait = pending
-        self._suspending = True
-        raise Suspend(pending)
-
     # -- waits -------------------------------------------------------------------
 
     async def wait(self, event: str | None, timeout: timedelta | None,
@@ -492,66 +471,3 @@ class EngineNodes(EngineCore):
                                 what=f"payload of {event!r} at {nid}", run_id=self.run_id,
                                 node_id=nid)
         return event, payload
-
-    # -- cancellation (Starflow.cancel without force) ----------------------------
-
-    def request_cancel(self) -> None:
-        """A cancel was requested: a step in flight is cancelled at its next await, and
-        the next new node raises :class:`RunCancelled` into the workflow code."""
-        if self.cancel_requested or self._cancelled:
-            return
-        self.cancel_requested = True
-        self._log.info("cancel requested; delivering it at the run's current await")
-        for scope in list(self._step_scopes):
-            scope.cancel()
-
-    def _cancel_error(self, nid: str) -> RunCancelled:
-        return RunCancelled(self.run_id, node_id=nid, message=(
-            f"run {self.run_id} was cancelled at {nid}: catch RunCancelled (or use finally) "
-            "to run compensation steps; the run then ends cancelled"))
-
-    def _cancel_delivered(self) -> None:
-        """The workflow code got (or replayed) RunCancelled: its cleanup runs now."""
-        self.cancel_requested = False
-        if not self._cancelled:
-            self._cancelled = True
-            self._cleanup_deadline = (self.runtime.clock.now()
-                                      + self.runtime.config.cancel_cleanup_timeout)
-
-    def _replayed_cancel(self, rec: NodeRecord) -> None:
-        """A replayed wait recorded as reached by a cancel raises RunCancelled again."""
-        if (rec.error or {}).get("type") == CANCELLED_TYPE:
-            self._cancel_delivered()
-            raise self._cancel_error(rec.node_id)
-
-    async def _reach_cancel(self, nid: str, kind: str, name: str | None) -> None:
-        """At a new node: deliver a pending cancel here; during the cleanup, refuse a
-        durable wait (the run is ending: only steps may run)."""
-        if self._cancelled:
-            if kind != "step":
-                raise RunCancelled(self.run_id, node_id=nid, message=(
-                    f"run {self.run_id} is cancelled: {nid} is a durable wait, which cannot "
-                    "run in the cleanup of a cancelled run (call steps only)"))
-            return
-        if self.cancel_requested:
-            await self._deliver_cancel(nid, kind, name)
-
-    async def _deliver_cancel(self, nid: str, kind: str, name: str | None) -> NoReturn:
-        """Record the cancel as ``nid``'s failure (consuming the request) and raise it."""
-        signal = await self.adapter.find_signal(self.run_id, CANCEL_EVENT)
-        info = cancelled_error(nid)
-
-        async def record(ts: datetime) -> None:
-            if signal is not None:
-                await self.adapter.consume_signal(signal.id)
-            await self.adapter.on_node_error(self.run_id, nid, {"error": info, "via": "cancel"},
-                                             now=ts)
-            await self._phase(ts)
-
-        ts = await self._commit(record)
-        self._advance(ts)
-        self.node_status[nid] = "error"
-        self.journal.record(NodeRecord(node_id=nid, kind=kind, name=name, status="error",
-                                       error=info, recorded_at=ts))
-        self._cancel_delivered()
-        raise self._cancel_error(nid)

@@ -25,8 +25,8 @@ from .heartbeats import Heartbeats
 from .records import JobSpec
 from .tokens import Keyring
 
-__all__ = ["Abort", "ContinueAsNew", "Outcome", "OutcomeStatus", "PendingWait", "Runtime",
-           "Suspend", "find_unwinding", "timed_attempt"]
+__all__ = ["CONTINUED_FROM_EVENT", "Abort", "ContinueAsNew", "Outcome", "OutcomeStatus",
+           "PendingWait", "Runtime", "Suspend", "find_unwinding", "timed_attempt"]
 
 #: ``continued``: the run ended with ``continue_as_new``; ``Outcome.result`` is
 #: the new run's id.
@@ -49,9 +49,16 @@ class Runtime:
     #: Told when an execution records something a caller may be waiting for
     #: mid-run (an update's answer): the runner's ``notify_settled``.
     notify: Callable[[], None] | None = None
+    #: Tells this process's timer loop a deadline was registered (a child
+    #: queued with a deadline): the runner's ``notify_timers``.
+    notify_timers: Callable[[], None] | None = None
     #: The ``workflow_definitions`` id of a definition (cached by the runner):
     #: what a child run's row records.
     definition_id: Callable[[WorkflowDefinition], Awaitable[str]] | None = None
+
+
+#: The first event of a run started by ``continue_as_new``: ``{"run_id": previous}``.
+CONTINUED_FROM_EVENT = "run_continued_from"
 
 
 @dataclass(frozen=True)
@@ -82,6 +89,9 @@ class Outcome:
     has_children: bool = False
     #: The run's deadline: a paused run's timer (its wait row) may be this.
     deadline: datetime | None = None
+    #: The run continued an earlier run of a chain (``continue_as_new``): its
+    #: parent may be waiting on an earlier link, so the wake follows the chain.
+    continuation: bool = False
 
 
 class Suspend(BaseException):

@@ -39,7 +39,9 @@ def continue_as_new(*args: Any, **kwargs: Any) -> NoReturn:
     ``RunInfo.continued_as`` naming the new run, and ``Starflow.result`` of
     any run of the chain follows it to the last one's result. The new run
     runs where this one did (the caller of ``sf.run`` for an inline run,
-    workers for a queued one). Nothing after this call runs.
+    workers for a queued one). Nothing after this call runs. The new run
+    keeps the run's deadline (it bounds the whole chain) and, in a child run,
+    its parent link: the parent's await follows the chain to the last run.
 
     Raises:
         OutsideWorkflow: called outside a workflow function (or inside a step).

@@ -19,7 +19,7 @@ import anyio
 from .clock import wait_event
 from .errors import StarflowError
 from .logs import get_logger
-from .records import WaitRecord
+from .records import RunInfo, WaitRecord
 from .retention import prune_runs
 from .runner import Runner
 from .schedules import ScheduleLoop
@@ -29,6 +29,10 @@ from .warm.mirror import find_mirror
 __all__ = ["InlineTimers", "Maintenance"]
 
 log = get_logger("starflow.maintenance")
+
+#: The second half of the ``firing`` key of a queued run being ended at its
+#: deadline (the first is the run id; a node id never reads so).
+DEADLINE_KEY = "deadline"
 
 
 class Maintenance:
@@ -124,7 +128,8 @@ class Maintenance:
             await self.runner.wake_stranded_parents()
 
     async def fire_due(self, tg: anyio.abc.TaskGroup) -> int:
-        """Start a wake for every due timer not already being fired."""
+        """Start a wake for every due timer not already being fired, and end every
+        queued run past its deadline (no worker has to claim it first)."""
         due = await self.runner.due_timers()
         started = 0
         for wait in due:
@@ -135,7 +140,26 @@ class Maintenance:
             self.runner.busy += 1
             started += 1
             tg.start_soon(self._fire, wait, key)
+        for run in await self.runner.due_run_deadlines():
+            key = (run.id, DEADLINE_KEY)
+            if key in self.firing:
+                continue
+            self.firing.add(key)
+            self.runner.busy += 1
+            started += 1
+            tg.start_soon(self._time_out, run, key)
         return started
+
+    async def _time_out(self, run: RunInfo, key: tuple[str, str]) -> None:
+        try:
+            await self.runner.time_out(run)
+        except StarflowError as exc:
+            log.error("ending a queued run past its deadline failed", run_id=run.id,
+                      error=str(exc))
+        finally:
+            self.firing.discard(key)
+            self.runner.busy -= 1
+            self.runner.notify_timers()
 
     async def _fire(self, wait: object, key: tuple[str, str]) -> None:
         from .records import WaitRecord

@@ -184,6 +184,19 @@ class DefinitionRecord(msgspec.Struct, frozen=True, kw_only=True):
     created_at: datetime
 
 
+class ChildWait(msgspec.Struct, frozen=True, kw_only=True):
+    """A run paused on a child run (``await handle.result()``), for the
+    stranded-parent pass: whether the chain of the child it waits on has ended."""
+
+    #: The paused parent.
+    run_id: str
+    #: The child its wait names.
+    child_run_id: str
+    #: The run that ends that child's chain (the child, or the last run it
+    #: continued as) if it has ended; ``None`` while the chain goes on.
+    ended_run_id: str | None
+
+
 class SweepResult(msgspec.Struct, frozen=True, kw_only=True):
     """One run the lease sweep acted on."""
 

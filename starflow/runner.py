@@ -21,8 +21,7 @@ from typing import Any
 
 from . import observability
 from .adapters.units import Guard
-from .children import child_of_event
-from .context import CANCEL_EVENT, WorkflowContext, checkpoint_wait
+from .context import CANCEL_EVENT, WorkflowContext
 from .decorators import WorkflowDefinition
 from .driving import ACTIVE_STATUSES, RunHandle, new_runner_id
 from .engine import Engine
@@ -132,6 +131,8 @@ class Runner(Waker):
                        mode=options.start_mode)
         if not inline:
             self.notify_settled()
+            if deadline is not None:
+                self.notify_timers()  # ended by the timer loop if still queued then
             return RunHandle(run_id=rid, status="queued")
         engine = Engine(runtime=self.runtime, definition=definition, ctx=ctx, journal=Journal(),
                         args=run_args, kwargs=run_kwargs, started_at=now,
@@ -167,18 +168,21 @@ class Runner(Waker):
         awaits this run) and cancel its attached children that are still active."""
         handle = await super().settle(run_id, outcome)
         if handle.status in ("success", "error", "cancelled"):
-            await self.after_end(run_id, outcome.parent_run_id, outcome.has_children)
+            await self.after_end(run_id, outcome.parent_run_id, outcome.has_children,
+                                 chained=outcome.continuation)
         return handle
 
     async def after_end(self, run_id: str, parent_run_id: str | None,
-                        has_children: bool = True) -> None:
+                        has_children: bool = True, *, chained: bool = True) -> None:
         """A run ended: wake the parent awaiting it; cancel its attached children.
 
-        Failures are logged, not raised: the run's own end is already recorded.
+        ``chained``: the run may have continued an earlier one (see
+        :meth:`Waker.wake_parent`). Failures are logged, not raised: the run's
+        own end is already recorded.
         """
         if parent_run_id is not None:
             try:
-                await self.wake_parent(parent_run_id, run_id)
+                await self.wake_parent(parent_run_id, run_id, chained=chained)
             except StarflowError as exc:
                 self._log.warning("could not wake the parent of an ended child run",
                                   run_id=run_id, parent_run_id=parent_run_id, error=str(exc))
@@ -217,23 +221,29 @@ class Runner(Waker):
             return await self.time_out(run)
         return await super().fire_timer(wait)
 
-    async def time_out(self, run: RunInfo) -> RunHandle[Any] | None:
-        """End a paused run past its deadline: status ``error``, ``WorkflowTimeout``.
+    async def due_run_deadlines(self, limit: int = 100) -> list[RunInfo]:
+        """Queued runs past their deadline (the timer loop ends them: :meth:`time_out`)."""
+        return await self.adapter.due_run_deadlines(self.clock.now(), limit=limit)
 
-        One unit, guarded by the run being paused (a wake that won the race
-        lets the run's execution find the deadline instead); then its parent
-        is woken and its attached children are cancelled.
+    async def time_out(self, run: RunInfo) -> RunHandle[Any] | None:
+        """End a paused or queued run past its deadline: status ``error``,
+        ``WorkflowTimeout``, without a runner having to claim it.
+
+        One unit, guarded by the run being paused or queued (a wake or a claim
+        that won the race lets the run's execution find the deadline instead);
+        then its parent is woken and its attached children are cancelled.
+        Returns ``None`` if the guard did not hold.
         """
         now = self.clock.now()
         exc = WorkflowTimeout(
-            f"run {run.id} passed its deadline ({run.deadline_at}) while paused: raise the "
-            "workflow's timeout (@workflow(timeout=) or sf.options(timeout=)) if it needs "
+            f"run {run.id} passed its deadline ({run.deadline_at}) while {run.status}: raise "
+            "the workflow's timeout (@workflow(timeout=) or sf.options(timeout=)) if it needs "
             "longer", run_id=run.id)
         message = storable_text(f"WorkflowTimeout: {exc}")
         duration = (max(0, int((now - run.started_at).total_seconds() * 1000))
                     if run.started_at is not None else None)
-        async with self.adapter.unit(guard=Guard(run_id=run.id, status_in=("paused",))
-                                     ) as unit:
+        guard = Guard(run_id=run.id, status_in=("paused", "queued"))
+        async with self.adapter.unit(guard=guard) as unit:
             await self.adapter.on_run_error(run.id, message, now=now, duration_ms=duration,
                                             failure=run_failure(exc))
             await self.adapter.clear_lease(run.id)
@@ -331,6 +341,8 @@ class Runner(Waker):
         self._log.info("run retried", run_id=run_id, previous_error=run.error)
         if not inline:
             self.notify_settled()
+            if run.deadline_at is not None:
+                self.notify_timers()
             return RunHandle(run_id=run_id, status="queued")
         fresh = await self.adapter.get_run(run_id)
         assert fresh is not None
@@ -421,6 +433,7 @@ class Runner(Waker):
             obs.sweep_action(r.action)
         if results:
             self.notify_settled()
+            self.notify_timers()  # a requeued run's deadline is the timer loop's again
         for r in results:
             if r.action == "abandoned":  # ended in error: its parent, its children
                 lost = await self.adapter.get_run(r.run_id)
@@ -428,34 +441,40 @@ class Runner(Waker):
                     await self.after_end(lost.id, lost.parent_run_id)
         return len(results)
 
-    async def wake_stranded_parents(self, limit: int = 1000) -> int:
+    async def wake_stranded_parents(self, batch: int = 1000) -> int:
         """Wake paused parents whose awaited child has ended (maintenance, at the sweep
         interval).
 
         A child's runner wakes the parent right after the child's final unit;
         if that process died in between, the parent would wait for ever. This
-        pass (on the ``limit`` newest paused runs) is the safety net. Returns how
-        many parents it woke.
+        pass is the safety net: one statement per keyset batch of ``batch``
+        runs paused on a child (all of them, in run id order) says which
+        ones' child chain has ended (:meth:`~starflow.adapters.base.
+        WorkflowStateAdapter.child_waits`); only those are read and woken.
+        Returns how many parents it woke.
         """
         woke = 0
-        try:
-            paused = await self.adapter.list_runs(status="paused", limit=limit)
-        except StarflowError as exc:
-            self._log.warning("could not list paused runs", error=str(exc))
-            return 0
-        for run in paused:
-            wait = checkpoint_wait(run.checkpoint_json)
-            child_id = child_of_event(wait.event if wait is not None else None)
-            if child_id is None:
-                continue
+        after: str | None = None
+        while True:
             try:
-                if await self.wake_parent(run.id, child_id) is not None:
-                    woke += 1
-                    self._log.info("woke a parent its child's runner did not",
-                                   run_id=run.id, child_run_id=child_id)
+                rows = await self.adapter.child_waits(after=after, limit=batch)
             except StarflowError as exc:
-                self._log.warning("could not wake a parent", run_id=run.id, error=str(exc))
-        return woke
+                self._log.warning("could not list parents waiting on children", error=str(exc))
+                return woke
+            for row in rows:
+                if row.ended_run_id is None:
+                    continue
+                try:
+                    if await self.wake_parent(row.run_id, row.child_run_id) is not None:
+                        woke += 1
+                        self._log.info("woke a parent its child's runner did not",
+                                       run_id=row.run_id, child_run_id=row.ended_run_id)
+                except StarflowError as exc:
+                    self._log.warning("could not wake a parent", run_id=row.run_id,
+                                      error=str(exc))
+            if len(rows) < batch:
+                return woke
+            after = rows[-1].run_id
 
     async def warn_stuck(self) -> list[RunInfo]:
         """Log a warning if queued runs have waited ``config.stuck_after`` for a

@@ -17,7 +17,7 @@ import msgspec
 
 from . import serde
 from .adapters.units import Guard
-from .children import child_of_event, child_outcome
+from .children import chain_end, child_of_event, child_outcome
 from .context import CANCEL_EVENT, CheckpointWait, checkpoint_wait
 from .driving import ACTIVE_STATUSES, Driver, RunHandle
 from .errors import InvalidWakeToken, RunFinished, WorkflowDefinitionError
@@ -89,24 +89,35 @@ class Waker(Driver):
                 return woke
         return handle
 
-    async def wake_parent(self, parent_run_id: str, child_run_id: str
-                          ) -> RunHandle[Any] | None:
+    async def wake_parent(self, parent_run_id: str, child_run_id: str, *,
+                          chained: bool = True) -> RunHandle[Any] | None:
         """Wake ``parent_run_id`` with the outcome of ``child_run_id`` if the parent is
         paused awaiting that child and the child has ended; else ``None``.
 
         The outcome (status, result, error, failure) is read from the child's
         row, cold, and recorded as the parent's ``result:<child>#n`` node by the
         wake's unit; the guard (the parent's wait row) lets one of two racing
-        wakes (the child's runner, the parent's own settle) win.
+        wakes (the child's runner, the parent's own settle) win. A child that
+        continued as new (``continue_as_new``) is followed to the last run of
+        its chain: that run's end is the outcome.
+
+        Args:
+            chained: ``child_run_id`` may be a later run of the chain the parent
+                waits on (it continued an earlier run), so a parent waiting on
+                another run id is looked at too. False (a run that continued
+                nothing) returns at once when the parent waits on another run.
         """
         for _ in range(3):
             run = await self.adapter.get_run(parent_run_id)
             if run is None or run.status != "paused":
                 return None
             wait = checkpoint_wait(run.checkpoint_json)
-            if wait is None or wait.node_id is None or child_of_event(wait.event) != child_run_id:
+            awaited = child_of_event(wait.event) if wait is not None else None
+            if wait is None or wait.node_id is None or awaited is None:
                 return None
-            child = await self.adapter.get_run(child_run_id)
+            if awaited != child_run_id and not chained:
+                return None
+            child = await chain_end(self.adapter, awaited)
             outcome = child_outcome(child) if child is not None else None
             if outcome is None:
                 return None
@@ -217,6 +228,8 @@ class Waker(Driver):
         self._log.debug("run resumed", run_id=run.id, node_id=node_id, via=via)
         if not inline:
             self.notify_settled()
+            if run.deadline_at is not None:
+                self.notify_timers()  # queued again: the timer loop's deadline
             return RunHandle(run_id=run.id, status="queued")
         # The unit above held, so the row is what it wrote: no need to read it back.
         fresh = msgspec.structs.replace(

@@ -408,7 +408,9 @@ class WorkflowEnvironment:
         timeout: a run waiting on ``wait_for(..., timeout=...)`` stays at its
         wait (an info line on the ``starflow.testing`` logger says so). Signal
         it, or ``await env.advance(...)`` past the timeout to make it fire;
-        :meth:`result` skips to timeouts too, since it waits for the end.
+        :meth:`result` skips to timeouts too, since it waits for the end. A
+        run's deadline is a timer: a queued run no worker here claims is ended
+        at its deadline (``WorkflowTimeout``) once nothing else is left.
         """
         await self._drive(lambda: False, None, stop_at_timeouts=True)
 

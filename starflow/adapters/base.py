@@ -29,6 +29,7 @@ from typing import Any
 
 from ..failure import RunFailure
 from ..records import (
+    ChildWait,
     DefinitionRecord,
     EventValue,
     JobRecord,
@@ -450,11 +451,23 @@ class WorkflowStateAdapter(AdapterSeam):
 
     @abc.abstractmethod
     async def next_deadline(self) -> datetime | None:
-        """The earliest wait deadline in scope, if any."""
+        """The earliest timer in scope, if any: a wait's deadline, or the deadline
+        of a queued run (see :meth:`due_run_deadlines`)."""
 
     @abc.abstractmethod
     async def find_signal(self, run_id: str, event: str) -> SignalRecord | None:
         """The oldest undelivered signal for ``event``."""
+
+    @abc.abstractmethod
+    async def due_run_deadlines(self, now: datetime, *, limit: int = 100) -> list[RunInfo]:
+        """Queued runs whose deadline (``deadline_at``) is at or before ``now``,
+        earliest first (the timer loop ends them with ``WorkflowTimeout``)."""
+
+    @abc.abstractmethod
+    async def child_waits(self, *, after: str | None, limit: int = 1000) -> list[ChildWait]:
+        """One keyset batch of the runs paused on a child run, by run id after
+        ``after`` (``None``: from the first): ``limit`` rows at most, and fewer
+        only for the last batch."""
 
     async def claim_runs(self, runner_id: str, *, pool: str | None, now: datetime,
                          lease_until: datetime, limit: int = 1,

@@ -9,6 +9,7 @@ from typing import Any
 
 from ..clock import Clock
 from ..records import (
+    ChildWait,
     DefinitionRecord,
     EventValue,
     JobRecord,
@@ -127,6 +128,12 @@ class DelegatingAdapter(WorkflowStateAdapter):
 
     async def next_deadline(self) -> datetime | None:
         return await self.inner.next_deadline()
+
+    async def due_run_deadlines(self, now: datetime, *, limit: int = 100) -> list[RunInfo]:
+        return await self.inner.due_run_deadlines(now, limit=limit)
+
+    async def child_waits(self, *, after: str | None, limit: int = 1000) -> list[ChildWait]:
+        return await self.inner.child_waits(after=after, limit=limit)
 
     async def find_signal(self, run_id: str, event: str) -> SignalRecord | None:
         return await self.inner.find_signal(run_id, event)

@@ -13,6 +13,7 @@ from typing import Any
 
 from ..records import (
     RUN_STATUSES,
+    ChildWait,
     DefinitionRecord,
     EventValue,
     JobRecord,
@@ -104,6 +105,12 @@ class NullWorkflowStateAdapter(WorkflowStateAdapter):
 
     async def next_deadline(self) -> datetime | None:
         return None
+
+    async def due_run_deadlines(self, now: datetime, *, limit: int = 100) -> list[RunInfo]:
+        return []
+
+    async def child_waits(self, *, after: str | None, limit: int = 1000) -> list[ChildWait]:
+        return []
 
     async def find_signal(self, run_id: str, event: str) -> SignalRecord | None:
         return None

@@ -69,6 +69,7 @@ from ..migrations import (
     seed_versions,
 )
 from ..records import (
+    ChildWait,
     DefinitionRecord,
     EventValue,
     JobRecord,
@@ -900,8 +901,23 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
     async def next_deadline(self) -> datetime | None:
         async with self._connection("next_deadline") as conn:
             value: datetime | None = await conn.fetchval(Q.next_deadline, self.workspace_id,
-                                                         self.env)
+                                                         self.env, self.workspace_id, self.env)
         return value
+
+    async def due_run_deadlines(self, now: datetime, *, limit: int = 100) -> list[RunInfo]:
+        async with self._connection("due_run_deadlines") as conn:
+            rows = await conn.fetch(Q.due_run_deadlines, self.workspace_id, self.env, now,
+                                    int(limit))
+        return [run_info(r, POSTGRES) for r in rows]
+
+    async def child_waits(self, *, after: str | None, limit: int = 1000) -> list[ChildWait]:
+        start = uuid_or_none(after) if after is not None else None
+        async with self._connection("child_waits") as conn:
+            rows = await conn.fetch(Q.child_waits, self.workspace_id, self.env,
+                                    start or "00000000-0000-0000-0000-000000000000",
+                                    int(limit), *(self.workspace_id, self.env) * 3)
+        return [ChildWait(run_id=str(r[0]), child_run_id=str(r[1]),
+                          ended_run_id=None if r[2] is None else str(r[2])) for r in rows]
 
     async def find_signal(self, run_id: str, event: str) -> SignalRecord | None:
         rid = uuid_or_none(run_id)

@@ -28,7 +28,14 @@ from ._sql import (
 )
 from .dialect import POSTGRES, SQLITE, Dialect
 
-__all__ = ["POSTGRES_QUERIES", "SQLITE_QUERIES", "Queries"]
+__all__ = ["CHILD_WAIT", "POSTGRES_QUERIES", "QUEUED_DEADLINE", "SQLITE_QUERIES", "Queries"]
+
+#: The WHERE terms of ``idx_workflow_runs_queued_deadline`` (migration 036),
+#: repeated as written (SQLite uses a partial index only then).
+QUEUED_DEADLINE = "status = 'queued' AND deadline_at IS NOT NULL"
+#: The WHERE term of ``idx_workflow_waits_child`` (migration 036): a wait on a
+#: child run (event ``__starflow.child:<child run id>``, see starflow.children).
+CHILD_WAIT = "substr(w.event, 1, 17) = '__starflow.child:'"
 
 
 class Queries:
@@ -59,9 +66,44 @@ class Queries:
         self.due_waits = (f"SELECT {WAIT_COLUMNS} FROM workflow_waits WHERE {t(1)} "
                           f"AND deadline IS NOT NULL AND deadline <= {p(3)} "
                           f"ORDER BY deadline LIMIT {p(4)}")
-        #: (ws, env)
-        self.next_deadline = ("SELECT min(deadline) FROM workflow_waits WHERE "
-                              f"{t(1)} AND deadline IS NOT NULL")
+        #: (ws, env, ws, env): the earliest wait deadline or queued run's deadline
+        #: (the queued part as ORDER BY … LIMIT 1: one entry of its partial index).
+        self.next_deadline = (
+            "SELECT min(d) FROM ("
+            f"SELECT min(deadline) AS d FROM workflow_waits WHERE {t(1)} "
+            "AND deadline IS NOT NULL UNION ALL "
+            f"SELECT d FROM (SELECT deadline_at AS d FROM workflow_runs WHERE {t(3)} "
+            f"AND {QUEUED_DEADLINE} ORDER BY deadline_at LIMIT 1) q) x")
+        #: (ws, env, now, limit): queued runs past their deadline, earliest first
+        #: (``idx_workflow_runs_queued_deadline``, migration 036).
+        self.due_run_deadlines = (
+            f"SELECT {RUN_COLUMNS} FROM workflow_runs WHERE {t(1)} AND {QUEUED_DEADLINE} "
+            f"AND deadline_at <= {p(3)} ORDER BY deadline_at LIMIT {p(4)}")
+        #: (ws, env, after, limit, ws, env, ws, env, ws, env): one keyset batch of
+        #: the runs paused on a child (``idx_workflow_waits_child``, migration
+        #: 036), each with the run that ends the chain of the child it waits on
+        #: (``continued_as`` followed) if that run has ended: (parent id, awaited
+        #: child id, ended run id or NULL). Each run of a chain is read by a scalar
+        #: lookup by primary key: as joins, PostgreSQL scanned the runs table (it
+        #: cannot tell how few rows the recursive part yields).
+        child_id = "CAST(substr(w.event, 18) AS uuid)" if d.uuid_ids else "substr(w.event, 18)"
+
+        def link(n: int) -> str:
+            return (f"(SELECT r.continued_as FROM workflow_runs r WHERE r.id = c.run_id "
+                    f"AND {kt(n, 'r.')})")
+
+        self.child_waits = (
+            "WITH RECURSIVE batch(parent_id, child_id) AS ("
+            f"SELECT w.run_id, {child_id} FROM workflow_waits w WHERE {t(1, 'w.')} "
+            f"AND {CHILD_WAIT} AND w.run_id > {p(3, 'uuid' if d.uuid_ids else '')} "
+            f"ORDER BY w.run_id LIMIT {p(4)}), "
+            "chain(parent_id, run_id) AS (SELECT parent_id, child_id FROM batch UNION ALL "
+            f"SELECT c.parent_id, {link(5)} FROM chain c WHERE {link(7)} IS NOT NULL) "
+            "SELECT b.parent_id, b.child_id, s.run_id FROM batch b LEFT JOIN ("
+            "SELECT c.parent_id, c.run_id FROM chain c WHERE (SELECT 1 FROM workflow_runs e "
+            f"WHERE e.id = c.run_id AND {kt(9, 'e.')} AND e.continued_as IS NULL "
+            "AND e.status IN ('success', 'error', 'cancelled')) = 1) s "
+            "ON s.parent_id = b.parent_id ORDER BY b.parent_id")
         #: (run_id, event, ws, env)
         self.find_signal = (f"SELECT {SIGNAL_COLUMNS} FROM workflow_signals WHERE "
                             f"run_id = {p(1)} AND event = {p(2)} AND {kt(3)} "

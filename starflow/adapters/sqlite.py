@@ -31,6 +31,7 @@ from ..clock import format_ts, parse_ts
 from ..errors import ConfigError, StorageError
 from ..migrations import MigrationPlan, load_migrations
 from ..records import (
+    ChildWait,
     DefinitionRecord,
     EventValue,
     JobRecord,
@@ -673,8 +674,20 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
 
     async def next_deadline(self) -> datetime | None:
         row = await self._call(lambda conn: conn.execute(
-            Q.next_deadline, (self.workspace_id, self.env)).fetchone())
+            Q.next_deadline, (self.workspace_id, self.env) * 2).fetchone())
         return SQLITE.ts_out(row[0]) if row else None
+
+    async def due_run_deadlines(self, now: datetime, *, limit: int = 100) -> list[RunInfo]:
+        return await self._call(lambda conn: [
+            run_info(r, SQLITE) for r in conn.execute(
+                Q.due_run_deadlines, (self.workspace_id, self.env, format_ts(now), int(limit)))])
+
+    async def child_waits(self, *, after: str | None, limit: int = 1000) -> list[ChildWait]:
+        return await self._call(lambda conn: [
+            ChildWait(run_id=str(r[0]), child_run_id=str(r[1]),
+                      ended_run_id=None if r[2] is None else str(r[2]))
+            for r in conn.execute(Q.child_waits, (self.workspace_id, self.env, after or "",
+                                                  int(limit)) + (self.workspace_id, self.env) * 3)])
 
     async def find_signal(self, run_id: str, event: str) -> SignalRecord | None:
         row = await self._lookup(lambda conn: conn.execute(

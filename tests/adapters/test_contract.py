@@ -861,6 +861,53 @@ class TestWaits:
         assert await adapter.next_deadline() is None
         assert [w.node_id for w in await adapter.list_waits(b)] == ["wait:go#1"]
 
+    async def test_queued_runs_past_their_deadline(self, adapter: WorkflowStateAdapter) -> None:
+        """Queued runs with a deadline are timers too (migration 036): the earliest is
+        ``next_deadline``, and ``due_run_deadlines`` lists those due, earliest first."""
+        late = await queued(adapter, deadline_at=at(50))
+        early = await queued(adapter, deadline_at=at(20))
+        await queued(adapter)  # no deadline
+        running = await start(adapter, deadline_at=at(5))  # not queued: its engine's
+        a = await start(adapter)
+        await adapter.emit_wait_wake(a, "sleep#1", None, at(30), now=at(1))
+        assert await adapter.next_deadline() == at(20)
+        assert await adapter.due_run_deadlines(at(19)) == []
+        assert [r.id for r in await adapter.due_run_deadlines(at(50))] == [early, late]
+        assert [r.id for r in await adapter.due_run_deadlines(at(50), limit=1)] == [early]
+        [due] = await adapter.due_run_deadlines(at(20))
+        assert (due.id, due.status, due.deadline_at) == (early, "queued", at(20))
+        await adapter.update_run(early, "test", status="error", claim_state="failed")
+        assert await adapter.next_deadline() == at(30)  # the sleep's, then the late run's
+        assert running not in {r.id for r in await adapter.due_run_deadlines(at(100))}
+
+    async def test_child_waits_in_keyset_batches(self, adapter: WorkflowStateAdapter) -> None:
+        """Runs paused on a child, by run id, with the run ending the child's chain
+        when it has ended (``continued_as`` followed)."""
+        parents = sorted([await start(adapter) for _ in range(4)])
+        kids = [await start(adapter) for _ in range(4)]
+        other = await start(adapter)
+        await adapter.emit_wait_wake(other, "wait:go#1", "go", None, now=at(1))
+        for parent, kid in zip(parents, kids, strict=True):
+            await adapter.emit_wait_wake(parent, f"result:{kid}#1", f"__starflow.child:{kid}",
+                                         None, now=at(1))
+        # kids[1] ended; kids[2] continued as nxt, which ended; kids[3] continued as
+        # one still running.
+        ctx = ctx_for(kids[1])
+        await adapter.on_run_complete(kids[1], ctx, 1, now=at(2), result=1)
+        nxt, going = await start(adapter), await start(adapter)
+        for kid, successor in ((kids[2], nxt), (kids[3], going)):
+            await adapter.on_run_complete(kid, ctx_for(kid), 1, now=at(2), result=None)
+            await adapter.update_run(kid, "continue_as_new", continued_as=successor)
+        await adapter.on_run_error(nxt, "boom", now=at(3))
+        rows = await adapter.child_waits(after=None)
+        assert [(r.run_id, r.child_run_id, r.ended_run_id) for r in rows] == [
+            (parents[0], kids[0], None), (parents[1], kids[1], kids[1]),
+            (parents[2], kids[2], nxt), (parents[3], kids[3], None)]
+        first = await adapter.child_waits(after=None, limit=3)
+        assert [r.run_id for r in first] == parents[:3]
+        rest = await adapter.child_waits(after=first[-1].run_id, limit=3)
+        assert [r.run_id for r in rest] == parents[3:]
+
 
 class TestSessionVars:
     """Session vars: upsert, lifetime bound to the run unless kept, keep_until expiry."""
@@ -961,8 +1008,13 @@ class TestTenancy:
         await adapter.on_node_start(run_id, "step:a#1", None, now=at(1))
         await adapter.enqueue_signal(run_id, "go", 1, now=at(1))
         await adapter.emit_wait_wake(run_id, "sleep#1", None, at(30), now=at(1))
+        kid = await queued(adapter, deadline_at=at(5))
+        await adapter.emit_wait_wake(run_id, f"result:{kid}#1", f"__starflow.child:{kid}",
+                                     None, now=at(1))
         await adapter.session_set("s", "k", "mine", now=T0)
         definition = await adapter.ensure_definition("orders", 1, "h", now=T0)
+        assert len(await adapter.due_run_deadlines(at(100))) == 1
+        assert len(await adapter.child_waits(after=None)) == 1
 
         assert await neighbour.get_run(run_id) is None
         assert await neighbour.list_runs() == []
@@ -972,6 +1024,8 @@ class TestTenancy:
         assert await neighbour.list_waits(run_id) == []
         assert await neighbour.due_waits(at(100)) == []
         assert await neighbour.next_deadline() is None
+        assert await neighbour.due_run_deadlines(at(100)) == []
+        assert await neighbour.child_waits(after=None) == []
         assert await neighbour.session_get("s", "k") is None
         assert await neighbour.get_definition(definition) is None
         assert await neighbour.ensure_definition("orders", 1, "h", now=T0) != definition
@@ -991,7 +1045,7 @@ class TestTenancy:
         assert await adapter.session_get("s", "k") == "mine"
         assert await neighbour.session_get("s", "k") == "theirs"
         assert await adapter.find_signal(run_id, "go") is not None
-        assert len(await adapter.list_waits(run_id)) == 1
+        assert len(await adapter.list_waits(run_id)) == 2
 
     async def test_claim_and_sweep_are_scoped(self, adapter: WorkflowStateAdapter,
                                               neighbour: WorkflowStateAdapter) -> None:
@@ -1023,6 +1077,8 @@ class TestNullAdapter:
         assert u.held is True
         await null.enqueue_signal(run_id, "go", None, now=T0)
         await null.session_set("s", "k", 1, now=T0)
+        assert await null.due_run_deadlines(at(100)) == []
+        assert await null.child_waits(after=None) == []
         assert await null.get_run(run_id) is None
         assert await null.list_runs() == []
         assert await null.list_runs(parent_run_id=run_id) == []

@@ -21,8 +21,10 @@ from starflow import (
     workflow,
 )
 from starflow.children import child_id_for
+from starflow.records import StartOptions
 from starflow_testing import WorkflowEnvironment
 from tests.conftest import require_postgres
+from tests.core.conftest import SpyAdapter
 
 CALLS: dict[str, int] = {}
 
@@ -402,6 +404,86 @@ class TestStrandedParent:
             assert await env.runner.wake_stranded_parents() == 1
             assert await env.result(handle) == "late"
 
+    @staticmethod
+    async def end_without_waking(env: WorkflowEnvironment, kid_id: str, result: Any,
+                                 *, continued_as: str | None = None,
+                                 parent: str | None = None) -> None:
+        """The child's final unit, as a process that dies before the wake writes it
+        (``continued_as``: it continued as that run, started queued here)."""
+        adapter = env.adapter
+        async with adapter.unit() as unit:
+            ctx = starflow.WorkflowContext(run_id=kid_id, workflow="child-waiter")
+            await adapter.on_run_complete(kid_id, ctx, 1, now=env.now(), result=result)
+            await adapter.clear_lease(kid_id)
+            await adapter.clear_waits(kid_id)
+            if continued_as is not None:
+                await adapter.update_run(kid_id, "continue_as_new", continued_as=continued_as)
+                await adapter.on_run_start(
+                    continued_as, starflow.WorkflowContext(run_id=continued_as,
+                                                           workflow="child-waiter"),
+                    StartOptions(input={"args": [], "kwargs": {}}, status="queued",
+                                 claim_state="queued", start_mode="queued",
+                                 runner_pool="nobody-serves-this", parent_run_id=parent),
+                    now=env.now())
+        assert unit.held
+
+    async def test_every_stranded_parent_is_found_in_keyset_batches(
+            self, env_kind: str) -> None:
+        """Seven parents paused on children, four stranded: batches of two find all
+        four, and no other parent is woken."""
+        async with WorkflowEnvironment(adapter=env_kind) as env:
+            handles = [await env.start(awaits_waiter, False) for _ in range(7)]
+            await env.run_until_idle()
+            kids = {h.run_id: (await env.list_runs(parent_run_id=h.run_id))[0].id
+                    for h in handles}
+            stranded = sorted(kids)[::2]  # every other one in run id order: 4 of 7
+            for parent_id in stranded:
+                await self.end_without_waking(env, kids[parent_id], f"late {parent_id}")
+            await env.run_until_idle()
+            assert await env.runner.wake_stranded_parents(batch=2) == 4
+            for parent_id in stranded:
+                assert await env.result(parent_id) == f"late {parent_id}"
+            rest = [h.run_id for h in handles if h.run_id not in stranded]
+            assert {(await env.get_run(r)).status for r in rest} == {"paused"}
+            assert await env.runner.wake_stranded_parents(batch=2) == 0
+
+    async def test_the_pass_reads_no_child_of_a_parent_still_waiting(
+            self, env_kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
+        """Parents whose children are still active cost one statement per batch:
+        no run row is read (the pass read each parent's child every sweep)."""
+        async with WorkflowEnvironment(adapter=env_kind) as env:
+            for _ in range(5):
+                await env.start(awaits_waiter, False)
+            await env.run_until_idle()
+            adapter = env.runner.adapter
+            calls: list[str] = []
+            for name in ("get_run", "list_runs", "child_waits"):
+                real = getattr(adapter, name)
+
+                def counted(*a: Any, _real: Any = real, _name: str = name, **k: Any) -> Any:
+                    calls.append(_name)
+                    return _real(*a, **k)
+
+                monkeypatch.setattr(adapter, name, counted)
+            assert await env.runner.wake_stranded_parents(batch=2) == 0
+            assert calls == ["child_waits"] * 3  # 2 + 2 + 1
+
+    async def test_a_stranded_parent_of_a_chain_is_woken(self, env_kind: str) -> None:
+        """The child continued as new and the chain's last run ended, but nobody woke
+        the parent (paused on the first run): the pass follows the chain."""
+        async with WorkflowEnvironment(adapter=env_kind) as env:
+            handle = await env.start(awaits_waiter, False)
+            await env.run_until_idle()
+            [kid] = await env.list_runs(parent_run_id=handle.run_id)
+            nxt = str(uuid.uuid4())
+            await self.end_without_waking(env, kid.id, None, continued_as=nxt,
+                                          parent=handle.run_id)
+            await env.run_until_idle()
+            assert await env.runner.wake_stranded_parents() == 0  # the chain goes on
+            await self.end_without_waking(env, nxt, "end of chain")
+            assert await env.runner.wake_stranded_parents() == 1
+            assert await env.result(handle) == "end of chain"
+
 
 class TestPools:
     async def test_a_child_in_another_pool_is_run_by_that_pools_workers(
@@ -421,3 +503,144 @@ class TestPools:
             await env.run_until_idle()
             [kid] = await env.list_runs(parent_run_id=handle.run_id)
             assert kid.status == "queued"  # no worker of pool gpu here
+
+
+@workflow(name="child-chain")
+async def chain_child(n: int, fail: bool) -> str:
+    """Continues as new ``n`` times (a chain of ``n + 1`` runs), then ends."""
+    if n > 0:
+        starflow.continue_as_new(n - 1, fail)
+    if fail:
+        raise ValueError("last link failed")
+    return "chain done"
+
+
+@workflow(name="child-awaits-chain")
+async def awaits_chain(n: int, fail: bool, detached: bool) -> str:
+    handle = await starflow.start_child(chain_child, n, fail, detached=detached)
+    try:
+        return await handle.result()
+    except WorkflowFailed as exc:
+        return f"{exc.error_type}: {exc.error_message} ({exc.run_id})"
+
+
+class TestChildContinueAsNew:
+    """A child that calls ``continue_as_new``: the chain inherits the parent link and
+    the parent's await follows it to the last run's result."""
+
+    @staticmethod
+    async def chain_of(env: WorkflowEnvironment, parent_id: str) -> list[Any]:
+        kids = await env.list_runs(parent_run_id=parent_id)
+        by_id = {k.id: k for k in kids}
+        successors = {k.continued_as for k in kids}
+        [first] = [k for k in kids if k.id not in successors]
+        chain = [first]
+        while chain[-1].continued_as is not None:
+            chain.append(by_id[chain[-1].continued_as])
+        assert len(chain) == len(kids)
+        return chain
+
+    async def test_parent_waits_through_a_three_link_chain(self, env_kind: str) -> None:
+        async with WorkflowEnvironment(adapter=env_kind) as env:
+            handle = await env.start(awaits_chain, 2, False, True)
+            assert await env.result(handle) == "chain done"
+            chain = await self.chain_of(env, handle.run_id)
+            assert len(chain) == 3
+            assert all(k.parent_run_id == handle.run_id and k.detached for k in chain)
+            assert [k.status for k in chain] == ["success"] * 3
+            # The parent recorded the last run's outcome at its result node.
+            first = chain[0].id
+            [done] = [e for e in await env.events(handle.run_id)
+                      if e.node_id == f"result:{first}#1" and e.event_type == "node_complete"]
+            assert done.payload_json["output"]["run_id"] == chain[-1].id
+
+    async def test_inline_parent_follows_the_chain(self, env_kind: str) -> None:
+        async with WorkflowEnvironment(adapter=env_kind) as env:
+            handle = await env.run(awaits_chain, 2, False, False)
+            assert await env.result(handle.run_id) == "chain done"
+            chain = await self.chain_of(env, handle.run_id)
+            assert len(chain) == 3 and not any(k.detached for k in chain)
+
+    async def test_the_last_links_failure_reaches_the_parent(self, env_kind: str) -> None:
+        async with WorkflowEnvironment(adapter=env_kind) as env:
+            handle = await env.start(awaits_chain, 2, True, False)
+            text = await env.result(handle)
+            chain = await self.chain_of(env, handle.run_id)
+            assert text == f"ValueError: last link failed ({chain[-1].id})"
+            assert [k.status for k in chain] == ["success", "success", "error"]
+
+    async def test_a_parent_paused_on_an_earlier_link_is_woken(self, env_kind: str) -> None:
+        """The parent paused on the chain's first run; the last run's end (a run that
+        continued an earlier one) wakes it."""
+        async with WorkflowEnvironment(adapter=env_kind) as env:
+            started = env.now()
+            handle = await env.start(awaits_chain, 2, False, False)
+            await env.run_until_idle()
+            assert await env.result(handle) == "chain done"
+            # Woken by the last run's runner, not by the maintenance pass later.
+            assert env.now() == started
+            chain = await self.chain_of(env, handle.run_id)
+            woken = [e for e in await env.events(handle.run_id)
+                     if e.event_type == "run_paused"]
+            # It paused once, on the first run of the chain (the wait names it).
+            assert [e.payload_json["event"] for e in woken] == [
+                f"__starflow.child:{chain[0].id}"]
+
+    async def test_cancelling_the_parent_cancels_the_running_link(self,
+                                                                  env_kind: str) -> None:
+        @workflow(name=f"child-chain-waits-{uuid.uuid4().hex[:6]}")
+        async def chain_then_wait(n: int) -> str:
+            if n > 0:
+                starflow.continue_as_new(n - 1)
+            return str(await wait_for("go"))
+
+        @workflow(name=f"child-awaits-waiting-chain-{uuid.uuid4().hex[:6]}")
+        async def awaits() -> str:
+            return await chain_then_wait(1)
+
+        async with WorkflowEnvironment(adapter=env_kind) as env:
+            handle = await env.start(awaits)
+            await env.run_until_idle()
+            chain = await self.chain_of(env, handle.run_id)
+            assert [k.status for k in chain] == ["success", "paused"]
+            await env.cancel(handle.run_id)
+            await env.run_until_idle()
+            with pytest.raises(RunCancelled):
+                await env.result(handle)
+            assert (await env.get_run(chain[-1].id)).status == "cancelled"
+
+
+class TestFanInCommits:
+    """Recording the results of children that have already ended commits with the
+    parent's next unit (``fused_boundaries``), not once per child."""
+
+    async def test_results_of_ended_children_ride_with_the_runs_end(
+            self, sf: starflow.Starflow, spy: SpyAdapter) -> None:
+        import anyio
+
+        @workflow(name=f"child-fan-in-{uuid.uuid4().hex[:6]}")
+        async def fan_in(n: int) -> int:
+            handles = [await starflow.start_child(square, i) for i in range(n)]
+            await wait_for("go")  # the children end meanwhile
+            return sum(await asyncio.gather(*(h.result() for h in handles)))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(sf.worker().run)
+            handle = await sf.run(fan_in, 5)
+            assert handle.status == "paused"
+            for kid in await sf.list_runs(parent_run_id=handle.run_id):
+                await sf.result(kid.id, timeout=30)
+            spy.units.clear()
+            done = await sf.signal(handle.run_id, "go", None)  # driven here to its end
+            tg.cancel_scope.cancel()
+        assert (done.status, done.result) == ("success", sum(i * i for i in range(5)))
+        # After the wake, one unit: the five result nodes and the run's end (a child's
+        # own last unit may be recorded here too: it holds one node_complete).
+        wake = next(i for i, u in enumerate(spy.units) if "on_run_resumed" in u)
+        after = spy.units[wake + 1:]
+        assert [u.count("on_node_complete") for u in after
+                if "on_run_complete" in u and u.count("on_node_complete") > 1] == [5], after
+        assert ["on_node_complete"] not in after
+        results = [e for e in await sf.events(handle.run_id)
+                   if (e.node_id or "").startswith("result:")]
+        assert len(results) == 5

@@ -233,3 +233,99 @@ class TestPoolStepTimeout:
                 await env.quiesce()
                 await env.advance(timedelta(seconds=31))
             assert await env.result(handle.run_id) == "starflow.errors.StepTimeout"
+
+
+@workflow(name="dl-chain", timeout=timedelta(hours=1))
+async def chain_sleeper(links: int) -> str:
+    await sleep(timedelta(minutes=40))
+    if links > 1:
+        starflow.continue_as_new(links - 1)
+    return "done"
+
+
+class TestChainDeadline:
+    """The deadline bounds a ``continue_as_new`` chain (Temporal's execution timeout),
+    not each of its runs."""
+
+    async def test_the_next_run_keeps_the_deadline(self, env_kind: str) -> None:
+        async with WorkflowEnvironment(adapter=env_kind) as env:
+            started = env.now()
+            handle = await env.start(chain_sleeper, 2)
+            with pytest.raises(WorkflowFailed) as info:
+                await env.result(handle)  # follows the chain
+            assert info.value.error_type == "WorkflowTimeout"
+            assert env.now() == started + timedelta(hours=1)  # not 80 minutes
+            runs = await env.list_runs(template_id="dl-chain")
+            assert len(runs) == 2
+            assert {r.deadline_at for r in runs} == {started + timedelta(hours=1)}
+            assert sorted(r.status for r in runs) == ["error", "success"]
+
+
+@workflow(name="dl-quick", timeout=timedelta(minutes=5))
+async def quick() -> str:
+    return "ran"
+
+
+@workflow(name="dl-awaits-unserved")
+async def awaits_unserved() -> str:
+    handle = await starflow.start_child(quick, pool="nobody-serves-this")
+    try:
+        return await handle.result()
+    except WorkflowFailed as exc:
+        return f"{exc.error_type} ({exc.run_id})"
+
+
+class TestQueuedDeadline:
+    """A queued run past its deadline ends with ``WorkflowTimeout`` at the deadline,
+    from the timer loop: no worker has to claim it first."""
+
+    async def test_a_queued_run_no_worker_claims_ends_at_its_deadline(
+            self, env_kind: str) -> None:
+        async with WorkflowEnvironment(adapter=env_kind) as env:
+            started = env.now()
+            handle = await env.app.options(timeout=timedelta(minutes=10),
+                                           pool="nobody-serves-this").start(plain, 0.1)
+            with pytest.raises(WorkflowFailed) as info:
+                await env.result(handle)
+            assert info.value.error_type == "WorkflowTimeout"
+            assert "while queued" in (info.value.error_message or "")
+            assert env.now() == started + timedelta(minutes=10)
+            run = await env.get_run(handle.run_id)
+            assert (run.status, run.claim_state, run.claim_attempts) == ("error", "failed", 0)
+            assert run.completed_at == started + timedelta(minutes=10)
+
+    async def test_the_parent_of_a_timed_out_queued_child_is_woken(
+            self, env_kind: str) -> None:
+        async with WorkflowEnvironment(adapter=env_kind) as env:
+            started = env.now()
+            handle = await env.start(awaits_unserved)
+            text = await env.result(handle)
+            [kid] = await env.list_runs(parent_run_id=handle.run_id)
+            assert text == f"WorkflowTimeout ({kid.id})"
+            assert (kid.status, kid.claim_attempts) == ("error", 0)
+            assert env.now() == started + timedelta(minutes=5)
+
+    async def test_run_until_idle_skips_to_it(self, env_kind: str) -> None:
+        """A deadline is a timer: with nothing else left, time skips to it."""
+        async with WorkflowEnvironment(adapter=env_kind) as env:
+            started = env.now()
+            handle = await env.app.options(timeout=timedelta(hours=2),
+                                           pool="nobody-serves-this").start(plain, 0.1)
+            await env.run_until_idle()
+            run = await env.get_run(handle.run_id)
+            assert (run.status, run.completed_at) == ("error", started + timedelta(hours=2))
+
+    async def test_the_timer_loop_ends_it_not_the_env(self, env_kind: str) -> None:
+        """Without time skipping: the clock moved by hand past the deadline, the
+        maintenance timer loop ends the queued run."""
+        async with WorkflowEnvironment(adapter=env_kind, time_skipping=False) as env:
+            handle = await env.app.options(timeout=timedelta(minutes=10),
+                                           pool="nobody-serves-this").start(plain, 0.1)
+            await env.advance(timedelta(minutes=9))
+            await env.run_until_idle()
+            assert (await env.get_run(handle.run_id)).status == "queued"
+            await env.advance(timedelta(minutes=1))
+            await env.run_until_idle()
+            run = await env.get_run(handle.run_id)
+            assert run.status == "error"
+            assert run.failure is not None and run.failure.type == "WorkflowTimeout"

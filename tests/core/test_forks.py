@@ -6,7 +6,6 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-import anyio
 import pytest
 
 import starflow
@@ -293,32 +292,3 @@ async def test_continue_as_new_in_a_cancelled_runs_cleanup_ends_it_cancelled(
     assert done.status == "cancelled"
     runs = await sf.list_runs(template_id=name)
     assert [(r.status, r.continued_as) for r in runs] == [("cancelled", None)]
-
-
-async def test_a_child_run_cannot_continue_as_new(sf: Starflow) -> None:
-    """Refused in the child, before anything is written: its parent awaits its id."""
-    name = unique("can-child")
-
-    @workflow(name=name)
-    async def child(n: int) -> str:
-        try:
-            starflow.continue_as_new(n + 1)
-        except starflow.StarflowError as exc:
-            return str(exc)
-        return "accepted"
-
-    @workflow(name=unique("can-parent"))
-    async def parent() -> str:
-        return await child(0)
-
-    async with anyio.create_task_group() as tg:
-        worker = sf.worker()
-        tg.start_soon(worker.run)
-        handle = await sf.run(parent)
-        if handle.status != "success":
-            result = await sf.result(handle.run_id, timeout=30)
-        else:
-            result = handle.result
-        tg.cancel_scope.cancel()
-    assert "not supported in child runs" in result
-    assert all(r.continued_as is None for r in await sf.list_runs(template_id=name))

@@ -8,12 +8,13 @@ still holds one outcome per node, and nothing after the step ran twice.
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 
 import anyio
 import pytest
 
-from starflow import StarflowConfig, step, workflow
+from starflow import StarflowConfig, start_child, step, wait_for, workflow
 from starflow_testing import WorkflowEnvironment
 from tests.conftest import require_postgres
 
@@ -76,3 +77,46 @@ async def test_a_kill_between_steps(env_adapter: str, fused: bool) -> None:
                   if e.event_type == "node_complete"]
         assert events == [("node_complete", "step:t_window_first#1"),
                           ("node_complete", "step:t_window_second#1")]
+
+
+@workflow(name="t_window_child")
+async def window_child(n: int) -> int:
+    return n * 10
+
+
+@workflow(name="t_window_children")
+async def window_children(key: str) -> int:
+    handles = [await start_child(window_child, i) for i in range(3)]
+    await wait_for("go")  # the children end meanwhile
+    values = await asyncio.gather(*(h.result() for h in handles))
+    IN_WINDOW[0].set()  # their results recorded, not committed yet (fused)
+    await GO_ON[0].wait()
+    return sum(values)
+
+
+async def test_a_kill_after_child_results(env_adapter: str) -> None:
+    """Killed after recording the results of ended children, before the run's next
+    unit: the replay reads them again from the children's rows (no child twice)."""
+    IN_WINDOW[:] = [anyio.Event()]
+    GO_ON[:] = [anyio.Event()]
+    config = StarflowConfig(lease_ttl=timedelta(seconds=30),
+                            sweep_interval=timedelta(seconds=30))
+    async with WorkflowEnvironment(adapter=env_adapter, config=config) as env:
+        handle = await env.start(window_children, "k")
+        await env.run_until_idle()
+        kids = await env.list_runs(parent_run_id=handle.run_id)
+        assert sorted(k.status for k in kids) == ["success"] * 3
+        await env.signal(handle.run_id, "go", None)
+        await IN_WINDOW[0].wait()
+        results = [e for e in await env.events(handle.run_id)
+                   if (e.node_id or "").startswith("result:")]
+        assert results == []  # deferred to the run's next unit
+        await env.kill_runner(handle.run_id)
+        GO_ON[0].set()
+        await env.advance(timedelta(seconds=60))  # the sweep requeues; a worker replays
+        assert await env.result(handle.run_id) == 30
+        results = [e.node_id for e in await env.events(handle.run_id)
+                   if (e.node_id or "").startswith("result:")
+                   and e.event_type == "node_complete"]
+        assert sorted(results) == sorted(f"result:{k.id}#1" for k in kids)
+        assert len(await env.list_runs(parent_run_id=handle.run_id)) == 3

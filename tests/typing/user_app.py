@@ -37,6 +37,21 @@ async def order(order_id: str, cents: int = 100) -> Receipt:
     return receipt if decision else Receipt(id="none", cents=0)
 
 
+@workflow(name="typed-batch")
+async def batch(order_ids: list[str]) -> int:
+    """Child runs: ``start_child`` is typed like ``await order(...)``."""
+    first = await order(order_ids[0])
+    assert_type(first, Receipt)
+    handle = await starflow.start_child(order, order_ids[1], cents=5)
+    assert_type(handle, starflow.ChildHandle[Receipt])
+    assert_type(await handle.result(), Receipt)
+    gpu = await starflow.start_child(order, order_ids[2], 7, pool="gpu", detached=True)
+    assert_type(gpu, starflow.ChildHandle[Receipt])
+    one = await starflow.start_child(order, order_ids[3], run_id=None)
+    assert_type(await one.result(), Receipt)
+    return first.cents + (await handle.result()).cents + (await gpu.result()).cents
+
+
 async def client(sf: Starflow) -> None:
     handle = await sf.run(order, "o-1")
     assert_type(handle, RunHandle[Receipt])

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from starflow import Starflow, workflow
+from starflow import Starflow, start_child, workflow
 from starflow import sync as sfsync
 
 
@@ -17,6 +17,18 @@ async def misuse(sf: Starflow) -> None:
     handle = await sf.run(wf, 1)
     number: int = await sf.result(handle)  # error: the result is a str
     await sf.options(pool="gpu").start(wf, 1, 2)  # error: too many arguments
+    _ = number
+
+
+@workflow(name="typed-child-errors")
+async def parent() -> None:
+    await start_child(wf, "one")  # error: a str where the child workflow takes an int
+    await start_child(wf)  # error: the child's argument is missing
+    await start_child(wf, 1, 2)  # error: too many arguments for the child
+    await start_child(wf, "one", pool="gpu")  # error: a str, with an option
+    await start_child(wf, 1, detached="yes")  # error: detached is a bool
+    handle = await start_child(wf, 1)
+    number: int = await handle.result()  # error: the child's result is a str
     _ = number
 
 
