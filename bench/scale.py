@@ -68,8 +68,8 @@ async def signal_flow() -> Any:
 
 def _active(i: int) -> tuple[tuple[Any, ...], tuple[Any, ...] | None]:
     """An active run row and, for a paused one, its wait ``(node, event, deadline)``."""
-    run_id = str(uuid.uuid4())
     started = NOW - timedelta(minutes=30) + timedelta(milliseconds=i)
+    run_id = _uuid7(started) if RUN_IDS == "ordered" else str(uuid.uuid4())
     wf = WORKFLOWS[i % 20]
     if i < 4000:
         return (run_id, wf, "queued", started, None, "queued", None, None), None
@@ -97,11 +97,40 @@ def _actives() -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
 RUN_COLS = ["id", "workspace_id", "env", "template_id", "status", "started_at", "completed_at",
             "claim_state", "leased_by", "lease_until", "start_mode"]
 
+#: "random": version-4 run ids, as starflow makes them; "ordered": time-ordered
+#: ids (UUID version 7: a run's id starts with its start time in milliseconds),
+#: to measure what they would change (``--run-ids``; docs/performance.md).
+RUN_IDS = "random"
+
+
+def _uuid7(at: datetime) -> str:
+    """A version-7 uuid (RFC 9562) at ``at``: 48 bits of Unix milliseconds, then random."""
+    ms = int(at.timestamp() * 1000)
+    rand = random.getrandbits(74)
+    return str(uuid.UUID(int=(ms << 80) | (0x7 << 76) | ((rand >> 62) << 64) | (0b10 << 62)
+                         | (rand & ((1 << 62) - 1))))
+
 # A version-4 uuid in canonical text, made by SQLite.
 _SQLITE_UUID = ("lower(hex(randomblob(4))) || '-' || lower(hex(randomblob(2))) || '-4' || "
                 "substr(lower(hex(randomblob(2))), 2) || '-' || "
                 "substr('89ab', 1 + abs(random()) % 4, 1) || "
                 "substr(lower(hex(randomblob(2))), 2) || '-' || lower(hex(randomblob(6)))")
+
+
+def _sqlite_v7(seconds_sql: str) -> str:
+    """SQL for a version-7 uuid whose time is ``BASE + seconds`` (:func:`new_run_id`)."""
+    ms = f"printf('%012x', ({int(BASE.timestamp())} + {seconds_sql}) * 1000)"
+    return (f"substr({ms}, 1, 8) || '-' || substr({ms}, 9, 4) || '-7' || "
+            "substr(lower(hex(randomblob(2))), 2) || '-' || "
+            "substr('89ab', 1 + abs(random()) % 4, 1) || "
+            "substr(lower(hex(randomblob(2))), 2) || '-' || lower(hex(randomblob(6)))")
+
+
+#: PostgreSQL: a version-7 uuid whose time is the run's start (``g``: its number).
+_PG_V7 = ("(substr(lpad(to_hex(m), 12, '0'), 1, 8) || '-' || substr(lpad(to_hex(m), 12, '0'), "
+          "9, 4) || '-7' || substr(md5(random()::text), 1, 3) || '-' || "
+          "substr('89ab', 1 + floor(random() * 4)::int, 1) || substr(md5(random()::text), 1, 3) "
+          "|| '-' || substr(md5(random()::text), 1, 12))::uuid")
 
 
 def _sqlite_ts(seconds_sql: str) -> str:
@@ -132,7 +161,8 @@ def seed_sqlite(path: str, ws: str, n: int) -> list[str]:
             conn.execute(f"""
                 WITH RECURSIVE g(x) AS (SELECT ? UNION ALL SELECT x + 1 FROM g WHERE x < ?)
                 INSERT INTO workflow_runs ({', '.join(RUN_COLS)})
-                SELECT {_SQLITE_UUID}, ?, 'prod', 'wf-' || (x % 20),
+                SELECT {_SQLITE_UUID if RUN_IDS == "random" else _sqlite_v7("x * 10")},
+                       ?, 'prod', 'wf-' || (x % 20),
                        CASE WHEN x % 50 <> 0 THEN 'success'
                             WHEN x % 100 <> 0 THEN 'error' ELSE 'cancelled' END,
                        {_sqlite_ts('x * 10')}, {_sqlite_ts('x * 10 + 2')},
@@ -193,13 +223,16 @@ async def seed_postgres(url: str, ws: str, n: int) -> list[str]:
             await conn.execute(f"""
                 WITH runs AS (
                     INSERT INTO workflow_runs ({', '.join(RUN_COLS)})
-                    SELECT gen_random_uuid(), $1, 'prod', 'wf-' || (g % 20),
+                    SELECT {"gen_random_uuid()" if RUN_IDS == "random" else _PG_V7},
+                           $1, 'prod', 'wf-' || (g % 20),
                            CASE WHEN g % 50 <> 0 THEN 'success'
                                 WHEN g % 100 <> 0 THEN 'error' ELSE 'cancelled' END,
                            $2::timestamptz + g * interval '10 seconds',
                            $2::timestamptz + g * interval '10 seconds' + interval '2 seconds',
                            'complete', NULL, NULL, 'queued'
-                    FROM generate_series($3::int, $4::int) g
+                    FROM generate_series($3::int, $4::int) g,
+                         LATERAL (SELECT (extract(epoch FROM $2::timestamptz) * 1000)::bigint
+                                         + g::bigint * 10000 AS m) t
                     RETURNING id, started_at)
                 INSERT INTO workflow_run_events (run_id, event_type, node_id, payload_json,
                                                  created_at)
@@ -458,7 +491,12 @@ async def main() -> None:
     parser.add_argument("--small", type=int, default=10_000)
     parser.add_argument("--large", type=int, default=1_000_000)
     parser.add_argument("--rounds", type=int, default=5, help="alternating rounds per figure")
+    parser.add_argument("--run-ids", choices=["random", "ordered"], default="random",
+                        help="seeded run ids: random (version 4, as starflow makes them) or "
+                             "time-ordered (version 7), to measure what ordered ids change")
     ns = parser.parse_args()
+    global RUN_IDS
+    RUN_IDS = ns.run_ids
     started = time.perf_counter()
     print(f"load average at start: {os.getloadavg()}", file=sys.stderr)
     small, large, ratios = await measure(ns.db, ns.small, ns.large, ns.rounds)

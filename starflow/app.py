@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator, Mapping
 from datetime import datetime, timedelta
 from typing import Any, TypeVar, overload
 
+from .adapters.base import WatchWhenWaiting
 from .app_core import RunOptions, workflow_definition
 from .app_ops import StarflowOps, check_session_names
 from .attributes import encode_attributes
@@ -99,12 +100,13 @@ class Starflow(StarflowOps):
             if handle is not None:
                 self._track(handle)
         poll = self.config.poll_interval.total_seconds()
-        async with self.adapter.watch_run(run_id) as watch:
+        async with WatchWhenWaiting(self.adapter, run_id) as watch:
             while answer is None:
                 # Taken before the read: a change after it (in this process, or
-                # announced by another) wakes us; poll_interval is the fallback.
+                # announced by another once watching) wakes us; poll_interval is
+                # the fallback. The watch starts only if the first read must wait.
                 settled = runner.settled
-                changed = () if watch is None else (watch.arm(),)
+                changed = watch.arm()
                 answer = await runner.update_answer(run_id, uid)
                 if answer is not None:
                     break
@@ -120,6 +122,8 @@ class Starflow(StarflowOps):
                         f"run {run_id} did not answer update {name!r} (id {uid}) within "
                         f"{limit:g} s; the request stays queued: call update again with "
                         f"update_id={uid!r} to wait for its answer", run_id=run_id)
+                if await watch.start():
+                    continue  # announcements reach us from now on: read again first
                 wait = poll if deadline is None else min(poll, (deadline - now).total_seconds())
                 await runner.wait_settled(wait, settled, *changed)
         node_id, output = answer
@@ -279,12 +283,13 @@ class Starflow(StarflowOps):
         """The run's row once it ended with ``success`` (else its error, raised)."""
         runner = self.runner
         poll = self.config.poll_interval.total_seconds()
-        async with self.adapter.watch_run(run_id) as watch:
+        async with WatchWhenWaiting(self.adapter, run_id) as watch:
             while True:
                 # Taken before the read: a change after it (in this process, or
-                # announced by another) wakes us; poll_interval is the fallback.
+                # announced by another once watching) wakes us; poll_interval is
+                # the fallback. The watch starts only if the first read must wait.
                 settled = runner.settled
-                changed = () if watch is None else (watch.arm(),)
+                changed = watch.arm()
                 run = await self.get_run(run_id)
                 if run.status == "success":
                     return run
@@ -297,6 +302,8 @@ class Starflow(StarflowOps):
                     raise ResultTimeout(
                         f"run {run_id} is still {run.status} after {limit:g} s; it goes on",
                         run_id=run_id)
+                if await watch.start():
+                    continue  # announcements reach us from now on: read again first
                 wait = poll if deadline is None else min(poll, (deadline - now).total_seconds())
                 await runner.wait_settled(wait, settled, *changed)
 

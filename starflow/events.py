@@ -33,7 +33,7 @@ from typing import Any
 import anyio
 
 from . import serde
-from .adapters.base import WorkflowStateAdapter
+from .adapters.base import WatchWhenWaiting, WorkflowStateAdapter
 from .clock import Clock, wait_event
 from .context import current_engine, current_node
 from .errors import InvalidArgument, OutsideWorkflow, ResultTimeout, RunFinished, RunNotFound
@@ -182,11 +182,12 @@ class DataReader:
         check_key(key, "get_event", run_id=run_id)
         adapter, clock = self.adapter, self.clock
         deadline = None if timeout is None else clock.now() + timedelta(seconds=timeout)
-        async with adapter.watch_run(run_id) as watch:
+        async with WatchWhenWaiting(adapter, run_id) as watch:
             while True:
-                # Taken before the read: a commit after it wakes us.
+                # Taken before the read: a commit after it wakes us (from another
+                # process once watching, which starts only if we must wait).
                 settled = self.settled()
-                changed = () if watch is None else (watch.arm(),)
+                changed = watch.arm()
                 found = await adapter.get_event_value(run_id, key)
                 if found is not None:
                     return found.value
@@ -204,6 +205,8 @@ class DataReader:
                     raise ResultTimeout(
                         f"run {run_id} did not set event {key!r} within {timeout:g} s; it "
                         "goes on: call get_event again to keep waiting", run_id=run_id)
+                if await watch.start():
+                    continue  # announcements reach us from now on: read again first
                 wait = self.poll if deadline is None else min(
                     self.poll, (deadline - now).total_seconds())
                 await wait_event(clock, settled, wait, *changed)
@@ -218,11 +221,11 @@ class DataReader:
         check_key(key, "read_stream", run_id=run_id)
         adapter, clock = self.adapter, self.clock
         after = 0
-        async with adapter.watch_run(run_id) as watch:
+        async with WatchWhenWaiting(adapter, run_id) as watch:
             ended = False
             while True:
                 settled = self.settled()
-                changed = () if watch is None else (watch.arm(),)
+                changed = watch.arm()
                 items = await adapter.read_stream(run_id, key, after_seq=after)
                 for item in items:
                     if item.closed:
@@ -239,4 +242,6 @@ class DataReader:
                 if run.is_terminal:
                     ended = True
                     continue
+                if await watch.start():
+                    continue  # announcements reach us from now on: read again first
                 await wait_event(clock, settled, self.poll, *changed)

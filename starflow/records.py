@@ -30,6 +30,7 @@ __all__ = [
     "PoolLimits",
     "PoolUsage",
     "PrunedBatch",
+    "QueuedRun",
     "RunEvent",
     "RunInfo",
     "ScheduleRecord",
@@ -116,6 +117,13 @@ class RunEvent(msgspec.Struct, frozen=True, kw_only=True):
     def payload(self) -> Any:
         """Alias of ``payload_json``."""
         return self.payload_json
+
+
+class QueuedRun(msgspec.Struct, frozen=True, kw_only=True):
+    """A queued run and when its newest event was written (None: it has none)."""
+
+    run: RunInfo
+    last_event_at: datetime | None
 
 
 class WaitRecord(msgspec.Struct, frozen=True, kw_only=True):

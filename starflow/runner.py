@@ -498,17 +498,13 @@ class Runner(Waker):
         newest queued runs.
         """
         cutoff = self.clock.now() - self.config.stuck_after
-        queued = await self.adapter.list_runs(status="queued", limit=limit)
         stuck: list[tuple[datetime, RunInfo]] = []
-        for run in queued:
-            since = max((t for t in (run.started_at, run.last_heartbeat) if t is not None),
-                        default=None)
-            if run.claim_state != "queued" or since is None or since >= cutoff:
-                continue
-            events = await self.adapter.list_events(run.id)  # only for the few candidates
-            if events and events[-1].created_at is not None:
-                since = max(since, events[-1].created_at)
-            if since < cutoff:
+        # One query for the page: each run with its newest event's time.
+        for queued in await self.adapter.list_queued_runs(limit):
+            run = queued.run
+            since = max((t for t in (run.started_at, run.last_heartbeat, queued.last_event_at)
+                         if t is not None), default=None)
+            if run.claim_state == "queued" and since is not None and since < cutoff:
                 stuck.append((since, run))
         stuck.sort(key=lambda pair: (pair[0], pair[1].id))
         return [run for _, run in stuck]

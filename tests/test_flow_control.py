@@ -163,6 +163,86 @@ class TestConcurrency:
                                                         limit=2)) == [99]
 
 
+@asynccontextmanager
+async def round_trips(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[list[str]]:
+    """Each request asyncpg sends and waits on while in the block: a statement
+    (``fetch``/``execute`` with arguments), a pipelined batch (``fetchmany``, one
+    Sync), or a simple query (``BEGIN``, ``COMMIT``)."""
+    import asyncpg.connection
+
+    cls = asyncpg.connection.Connection
+    sent: list[str] = []
+    real_execute, real_many, real_simple = cls._execute, cls._executemany, cls.execute
+
+    async def execute(self: Any, query: str, *args: Any, **kwargs: Any) -> Any:
+        sent.append(query)
+        return await real_execute(self, query, *args, **kwargs)
+
+    async def many(self: Any, query: str, *args: Any, **kwargs: Any) -> Any:
+        sent.append(f"pipelined: {query}")
+        return await real_many(self, query, *args, **kwargs)
+
+    async def simple(self: Any, query: str, *args: Any, **kwargs: Any) -> Any:
+        if not args:  # with arguments it goes through _execute
+            sent.append(query)
+        return await real_simple(self, query, *args, **kwargs)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(cls, "_execute", execute)
+        patch.setattr(cls, "_executemany", many)
+        patch.setattr(cls, "execute", simple)
+        yield sent
+
+
+class TestLimitedClaimByVersion:
+    """PostgreSQL: a claim of a pool with limits reads, then claims in one statement
+    if the pool's limits row is still the version it read, else reads again."""
+
+    async def test_two_round_trips(self, workspace_id: str,
+                                   monkeypatch: pytest.MonkeyPatch) -> None:
+        require_postgres()
+        async with app_on(POSTGRES_URL, workspace_id) as sf:
+            await sf.set_pool_limits("p", concurrency=5)
+            for n in range(8):
+                await sf.options(pool="p").start(job, n)
+            assert len(await claim(sf.adapter, "p", limit=2)) == 2  # the pool is known now
+            async with round_trips(monkeypatch) as sent:
+                assert len(await claim(sf.adapter, "p", limit=2)) == 2
+            assert len(sent) == 2, sent  # was 5: BEGIN, lock, read, claim, COMMIT
+            assert "xmin::text = $4" in sent[1]  # the claim by version
+            assert len(await claim(sf.adapter, "p", limit=10)) == 1  # the limit holds
+
+    @pytest.mark.parametrize("other", ["by version", "locked"])
+    async def test_a_claim_between_the_read_and_the_claim_is_seen(
+            self, workspace_id: str, monkeypatch: pytest.MonkeyPatch, other: str) -> None:
+        """Another claim (of either shape) commits after this claim's read: this one
+        claims nothing, reads again and finds the pool full."""
+        require_postgres()
+        async with app_on(POSTGRES_URL, workspace_id) as a, \
+                app_on(POSTGRES_URL, workspace_id) as b:
+            b.adapter.versioned_claims = other == "by version"  # type: ignore[attr-defined]
+            await a.set_pool_limits("p", concurrency=2)
+            for n in range(6):
+                await a.options(pool="p").start(job, n)
+            assert len(await claim(a.adapter, "p", limit=1)) == 1  # a knows the pool
+            adapter: Any = a.adapter
+            real_read = adapter._limited_read
+            reads: list[list[str]] = []
+
+            async def read(*args: Any, **kwargs: Any) -> Any:
+                got = await real_read(*args, **kwargs)
+                reads.append(got.ids)
+                if len(reads) == 1:  # b spends the last slot after a's read
+                    assert len(await claim(b.adapter, "p", limit=1)) == 1
+                return got
+
+            monkeypatch.setattr(adapter, "_limited_read", read)
+            assert await claim(a.adapter, "p", limit=1) == []
+            assert [len(ids) for ids in reads] == [1, 0]  # picked one, then found no room
+            usage = {u.pool: u for u in await a.pools()}["p"]
+            assert usage.active == 2
+
+
 class TestRateLimit:
     """At most n claims in any window of the period, across the period boundary too."""
 

@@ -27,6 +27,7 @@ from ..records import (
     JobRecord,
     OutboxRow,
     PoolLimits,
+    QueuedRun,
     RunEvent,
     RunInfo,
     ScheduleRecord,
@@ -114,6 +115,7 @@ __all__ = [
     "prune_delete_sql",
     "prune_select_args",
     "prune_select_sql",
+    "queued_run",
     "require_uuid",
     "run_conditions",
     "run_event",
@@ -234,6 +236,15 @@ def run_info(row: Any, d: Dialect) -> RunInfo:
         deadline_at=ts(row[25]),
         continued_as=None if row[26] is None else str(row[26]),
     )
+
+
+def queued_run(row: Any, d: Dialect) -> QueuedRun:
+    """A ``Queries.queued_runs`` row: ``RUN_COLUMNS``, then the newest event's time."""
+    return QueuedRun(run=run_info(row, d), last_event_at=d.ts_out(row[_RUN_WIDTH]))
+
+
+#: How many columns ``RUN_COLUMNS`` selects.
+_RUN_WIDTH = len(RUN_COLUMNS.split(", "))
 
 
 def claimed_runs(rows: Sequence[Any], d: Dialect) -> list[RunInfo]:

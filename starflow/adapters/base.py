@@ -38,6 +38,7 @@ from ..records import (
     OutboxRow,
     PoolLimits,
     PoolUsage,
+    QueuedRun,
     RunEvent,
     RunInfo,
     ScheduleRecord,
@@ -48,7 +49,7 @@ from ..records import (
     WaitRecord,
 )
 from .pages import RunPage, RunPageQuery
-from .seam import AdapterSeam, RunContext, RunWatch, UnitScope
+from .seam import AdapterSeam, RunContext, RunWatch, UnitScope, WatchWhenWaiting
 from .units import (
     UPDATABLE_RUN_COLUMNS,
     AfterClaim,
@@ -106,6 +107,7 @@ __all__ = [
     "SweepLeases",
     "Unit",
     "UnitScope",
+    "WatchWhenWaiting",
     "WorkflowStateAdapter",
 ]
 
@@ -406,6 +408,11 @@ class WorkflowStateAdapter(AdapterSeam):
         """Runs in scope, newest first; ``attributes`` (key -> JSON text of the value)
         keeps the runs that have every one of them; ``parent_run_id`` the children
         of that run (child runs, #17)."""
+
+    @abc.abstractmethod
+    async def list_queued_runs(self, limit: int) -> list[QueuedRun]:
+        """The ``limit`` newest runs with status ``queued``, newest first, each with
+        the time of its newest event: one query (the stuck-run check reads it)."""
 
     @abc.abstractmethod
     async def list_runs_page(self, query: RunPageQuery) -> RunPage:

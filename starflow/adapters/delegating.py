@@ -17,6 +17,7 @@ from ..records import (
     OutboxRow,
     PoolLimits,
     PoolUsage,
+    QueuedRun,
     RunEvent,
     RunInfo,
     ScheduleRecord,
@@ -95,6 +96,9 @@ class DelegatingAdapter(WorkflowStateAdapter):
         return await self.inner.list_runs(status=status, template_id=template_id,
                                           since=since, limit=limit, attributes=attributes,
                                           parent_run_id=parent_run_id)
+
+    async def list_queued_runs(self, limit: int) -> list[QueuedRun]:
+        return await self.inner.list_queued_runs(limit)
 
     async def list_runs_page(self, query: RunPageQuery) -> RunPage:
         return await self.inner.list_runs_page(query)

@@ -29,8 +29,6 @@ class Dialect:
     name = ""
     #: The locking clause of a claim's candidate rows ("" where writers are serialized).
     skip_locked = ""
-    #: The locking clause of a row read to serialize a read-modify-write.
-    for_update = ""
     #: Run ids are a ``uuid`` column (only uuid text can name a run), not any text.
     uuid_ids = False
 
@@ -147,7 +145,6 @@ class _SQLite(Dialect):
 class _Postgres(Dialect):
     name = "postgres"
     skip_locked = " FOR UPDATE SKIP LOCKED"
-    for_update = " FOR UPDATE"
     uuid_ids = True
 
     def p(self, n: int, cast: str = "") -> str:

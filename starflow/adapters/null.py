@@ -21,6 +21,7 @@ from ..records import (
     OutboxRow,
     PoolLimits,
     PoolUsage,
+    QueuedRun,
     RunEvent,
     RunInfo,
     ScheduleRecord,
@@ -71,6 +72,9 @@ class NullWorkflowStateAdapter(WorkflowStateAdapter):
                         since: datetime | None = None, limit: int = 50,
                         attributes: Mapping[str, str] | None = None,
                         parent_run_id: str | None = None) -> list[RunInfo]:
+        return []
+
+    async def list_queued_runs(self, limit: int) -> list[QueuedRun]:
         return []
 
     async def list_runs_page(self, query: RunPageQuery) -> RunPage:

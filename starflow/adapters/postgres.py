@@ -49,6 +49,7 @@ import secrets
 import uuid
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
@@ -77,6 +78,7 @@ from ..records import (
     PoolLimits,
     PoolUsage,
     PrunedBatch,
+    QueuedRun,
     RunEvent,
     RunInfo,
     ScheduleRecord,
@@ -90,6 +92,7 @@ from ._flow import Candidate, pick_claims, room_left, scan_size
 from ._sql import (
     ACTIVE_RUN,
     CLAIM_ORDER,
+    LIMIT_COLUMNS,
     POSTGRES,
     RUN_COLUMNS,
     announces_run_change,
@@ -114,6 +117,7 @@ from ._sql import (
     prune_delete_sql,
     prune_select_args,
     prune_select_sql,
+    queued_run,
     run_conditions,
     run_event,
     run_info,
@@ -348,6 +352,22 @@ class _Statement:
         self.args = [args]
 
 
+class _Stale:
+    """A limited claim by version found the pool changed since its read: pick again."""
+
+
+_STALE = _Stale()
+
+
+@dataclass(frozen=True, slots=True)
+class _LimitedRead:
+    """What a limited claim read, and the ids it picked (see ``_LIMITED_CANDIDATES``)."""
+
+    limits: PoolLimits | None  # the row as read (None: removed)
+    version: str | None  # its xmin
+    ids: list[str]
+
+
 async def _no_reset(conn: asyncpg.Connection) -> None:
     """Pool release hook: the adapter leaves no session state behind.
 
@@ -428,8 +448,12 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
         self.channel = channel_name(workspace_id, env)
         self.runs_channel = channel_name(workspace_id, env, "runs")
         self._pool: asyncpg.Pool | None = None
-        #: Pools seen with stored limits (#18): their claims skip the unlimited statement.
-        self._limited_pools: set[str] = set()
+        #: Pools seen with stored limits (#18), with those limits as last read: their
+        #: claims skip the unlimited statement.
+        self._limited_pools: dict[str, PoolLimits] = {}
+        #: Limited claims by version (two round trips); False: the limits row is
+        #: locked first (five; bench/flow_control.py measures both).
+        self.versioned_claims = True
         self._listener: asyncpg.Connection | None = None
         self._listen_lock = anyio.Lock()
         self._work = anyio.Event()
@@ -801,6 +825,11 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
                                     int(limit))
         return [run_info(r, POSTGRES) for r in rows]
 
+    async def list_queued_runs(self, limit: int) -> list[QueuedRun]:
+        async with self._connection("list_queued_runs") as conn:
+            rows = await conn.fetch(Q.queued_runs, self.workspace_id, self.env, int(limit))
+        return [queued_run(r, POSTGRES) for r in rows]
+
     async def list_runs_page(self, query: RunPageQuery) -> RunPage:
         query.check()
         sql = page_sql(POSTGRES, query, workspace_id=self.workspace_id, env=self.env)
@@ -955,43 +984,53 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
 
         Unless ``known`` (the pool had limits at an earlier claim), one read
         first tells whether it has any, so an unlimited pool's claim pays no
-        transaction. The limits row is then locked ``FOR UPDATE`` until commit.
+        transaction. Then a claim by version: a read, then one statement that
+        claims if no other claim of the pool (and no change of its limits)
+        committed since (``_LIMITED_CLAIM``); if one did, again, and after
+        :data:`VERSIONED_TRIES` the locked claim: the limits row locked (and
+        written), then the read and the claim, until commit.
         """
         pool = c.pool
         assert pool is not None
         scope = (self.workspace_id, self.env, pool)
-        if not known and await conn.fetchval(Q.get_pool_limits, *scope) is None:
-            return None
-        async with conn.transaction():
-            row = await conn.fetchrow(Q.lock_pool_limits, *scope)
-            if row is None:  # removed meanwhile: CLAIM_SQL takes its runs
-                self._limited_pools.discard(pool)
+        if not known:
+            row = await conn.fetchrow(Q.get_pool_limits, *scope)
+            if row is None:
                 return None
-            self._limited_pools.add(pool)
-            runs = claimed_runs(await self._claim_limited(
-                conn, pool_limits(row, POSTGRES), c, limit), POSTGRES)
+            self._limited_pools[pool] = pool_limits(row, POSTGRES)
+        if c.after is None and self.versioned_claims:
+            for _ in range(VERSIONED_TRIES):
+                got = await self._claim_versioned(conn, c, limit)
+                if got is None:  # removed meanwhile: CLAIM_SQL takes its runs
+                    self._limited_pools.pop(pool, None)
+                    return None
+                if not isinstance(got, _Stale):
+                    return claimed_runs(got, POSTGRES)
+        async with conn.transaction():
+            row = await conn.fetchrow(_LOCK_POOL_LIMITS, *scope)
+            if row is None:
+                self._limited_pools.pop(pool, None)
+                return None
+            limits = self._limited_pools[pool] = pool_limits(row, POSTGRES)
+            read = await self._limited_read(conn, limits, c, limit)
+            runs = claimed_runs(await self._claim_ids(conn, c, read.ids), POSTGRES)
             if c.after is not None and runs:
                 await self._apply_after(conn, c.after(runs))
         return runs
 
-    async def _claim_limited(self, conn: asyncpg.Connection, limits: PoolLimits, c: ClaimRuns,
-                             limit: int) -> list[asyncpg.Record]:
-        """Claim for a pool with stored limits; the caller holds its limits row lock.
-
-        Every claimer of the pool takes that lock first, so the counts read
-        here stay true until this transaction commits its claims.
-        """
+    async def _limited_read(self, conn: asyncpg.Connection, limits: PoolLimits,
+                            c: ClaimRuns, limit: int) -> _LimitedRead:
+        """The pool's counts, its limits row as it is now, and the ids the claim
+        rule (:func:`pick_claims`) takes from the queued candidates under ``limits``."""
         since = c.now - limits.rate_period if limits.rate_period is not None else None
         names = list(c.workflows) if c.workflows is not None else None
-        # One statement after the lock (its snapshot sees every claim committed
-        # before the lock was granted): the pool's executing runs (per key, if
-        # keys are limited), its claims in the rate window, and the candidates.
         keyed = limits.key_concurrency is not None
         args = (self.workspace_id, self.env, c.pool, since, keyed, names, c.now,
                 scan_size(limit, limits))
         rows = await conn.fetch(_LIMITED_CANDIDATES, *args, False, limits.key_concurrency or 0)
         head = rows[0]
         active, recent = int(head[0]), int(head[1])
+        now = None if head[6] is None else pool_limits(tuple(head)[6:12], POSTGRES)
         key_active: dict[str, int] = {k: int(n) for k, n in (head[2] or {}).items()}
         room = room_left(limits, active, recent)
         if room is not None and room <= 0 and any(r[4] is not None for r in rows):
@@ -1002,12 +1041,38 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
         cands = [Candidate(str(r[3]), r[4], r[5]) for r in rows if r[3] is not None]
         ids = pick_claims(cands, limits, limit=limit, active=active, claimed_in_window=recent,
                           key_active=key_active)
+        return _LimitedRead(limits=now, version=head[12], ids=ids)
+
+    async def _claim_ids(self, conn: asyncpg.Connection, c: ClaimRuns, ids: list[str]
+                         ) -> list[asyncpg.Record]:
         if not ids:
             return []
         claimed: list[asyncpg.Record] = await conn.fetch(
             claim_ids_sql(POSTGRES, len(ids)), c.runner_id, c.lease_until, c.now, c.now,
             *POSTGRES.many(ids))
         return claimed
+
+    async def _claim_versioned(self, conn: asyncpg.Connection, c: ClaimRuns, limit: int
+                               ) -> list[asyncpg.Record] | _Stale | None:
+        """One try of a limited claim by version (``_LIMITED_CLAIM``): the claimed
+        rows, :data:`_STALE` if the pool changed since the read (nothing claimed),
+        None if it has no limits."""
+        pool = c.pool
+        assert pool is not None
+        limits = self._limited_pools[pool]
+        read = await self._limited_read(conn, limits, c, limit)
+        if read.limits is None:
+            return None
+        if read.limits != limits:  # changed since this process last read them
+            self._limited_pools[pool] = read.limits
+            return _STALE
+        if not read.ids:
+            return []
+        rows = await conn.fetch(_LIMITED_CLAIM, self.workspace_id, self.env, pool, read.version,
+                                c.runner_id, c.lease_until, c.now, c.now, read.ids)
+        if not rows[0]["valid"]:
+            return _STALE
+        return [r for r in rows if r[0] is not None]
 
     async def _apply_after(self, conn: asyncpg.Connection, ops: list[Op]) -> None:
         """Write ``ops`` on ``conn`` inside the caller's transaction."""
@@ -1392,10 +1457,13 @@ def _notifying(sql: str, args: tuple[Any, ...], announce: Sequence[tuple[str, st
             (*args, *(v for pair in announce for v in pair)))
 
 
-#: A limited claim's read, after the pool's limits row is locked: the counts
-#: (repeated on every row; one row of NULL candidates when none is queued) and
-#: up to $8 queued candidates in claim order, locked. $9: runs of any pool only;
-#: $5 and $10: keys are limited, to $10 executing runs each (full keys' runs skipped).
+#: A limited claim's read: the counts (repeated on every row; one row of NULL
+#: candidates when none is queued), up to $8 queued candidates in claim order,
+#: and the pool's limits row as it is now (NULL: removed) with its version
+#: (``xmin``: every claim of the pool writes the row). $9: runs of any pool
+#: only; $5 and $10: keys are limited, to $10 executing runs each (full keys'
+#: runs skipped). Under the limits row lock (the locked claim) or before it (a
+#: claim by version, ``_LIMITED_CLAIM``).
 _LIMITED_CANDIDATES = f"""
 WITH a AS (
     SELECT concurrency_key FROM workflow_runs
@@ -1409,6 +1477,9 @@ WITH a AS (
                SELECT COALESCE(jsonb_object_agg(k, n), '{{}}'::jsonb) FROM (
                    SELECT concurrency_key AS k, count(*) AS n FROM a
                    WHERE concurrency_key IS NOT NULL GROUP BY concurrency_key) g) END AS keys
+), lim AS (
+    SELECT {LIMIT_COLUMNS}, xmin::text AS version FROM starflow_pool_limits
+    WHERE workspace_id = $1 AND env = $2 AND pool = $3
 ), cand AS (
     SELECT id, runner_pool, concurrency_key, priority, started_at FROM workflow_runs
     WHERE claim_state = 'queued' AND workspace_id = $1 AND env = $2
@@ -1424,10 +1495,48 @@ WITH a AS (
     FOR UPDATE SKIP LOCKED
 )
 SELECT counts.active, counts.recent, counts.keys,
-       cand.id, cand.runner_pool, cand.concurrency_key
-FROM counts LEFT JOIN cand ON true
+       cand.id, cand.runner_pool, cand.concurrency_key, lim.*
+FROM counts LEFT JOIN lim ON true LEFT JOIN cand ON true
 ORDER BY cand.priority DESC, cand.started_at
 """
+
+#: A limited claim by version (#18), one statement after the read: it writes
+#: the pool's limits row (``updated_at = updated_at``: a new row version, the
+#: values unchanged) only if the row is still the version $4 the read saw, and
+#: claims the picked ids $9 only if it did. Every claim of a limited pool
+#: writes that row (here, or ``_LOCK_POOL_LIMITS`` in the locked claim), and
+#: ``set_pool_limits`` writes it too, so an unchanged version means no claim
+#: of the pool committed since the read and its limits are the same: the counts
+#: the pick was made on still hold (runs that ended since only leave more
+#: room). A claim that commits meanwhile holds the row until it does; this
+#: statement then re-checks the row's newest version (READ COMMITTED), finds
+#: another and claims nothing (``valid`` false): the caller reads again. The
+#: row stays locked until this statement commits, so the next claim waits.
+_LIMITED_CLAIM = f"""
+WITH bump AS (
+    UPDATE starflow_pool_limits SET updated_at = updated_at
+    WHERE workspace_id = $1 AND env = $2 AND pool = $3 AND xmin::text = $4
+    RETURNING 1
+), claimed AS (
+    UPDATE workflow_runs SET {claim_set(POSTGRES, 5)}
+    WHERE id = ANY($9::uuid[]) AND claim_state = 'queued' AND EXISTS (SELECT 1 FROM bump)
+    RETURNING {RUN_COLUMNS}
+)
+SELECT claimed.*, EXISTS (SELECT 1 FROM bump) AS valid
+FROM (SELECT 1) one LEFT JOIN claimed ON true
+"""
+
+#: The locked claim's first statement: lock the pool's limits row and give it a
+#: new version (so a claim by version that read before this one sees it changed).
+_LOCK_POOL_LIMITS = f"""
+UPDATE starflow_pool_limits SET updated_at = updated_at
+WHERE workspace_id = $1 AND env = $2 AND pool = $3
+RETURNING {LIMIT_COLUMNS}
+"""
+
+#: A claim by version that found the pool changed is retried this many times,
+#: then the claim takes the limits row lock first (it cannot be overtaken).
+VERSIONED_TRIES = 2
 
 
 #: Statements that can take ``AND EXISTS (SELECT 1 FROM g)`` at their end.

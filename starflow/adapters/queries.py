@@ -51,6 +51,14 @@ class Queries:
             f"SELECT {', '.join('e.' + c for c in EVENT_COLUMNS.split(', '))} "
             "FROM workflow_run_events e JOIN workflow_runs r ON r.id = e.run_id "
             f"WHERE e.run_id = {p(1)} AND {kt(2, 'r.')} AND e.id > {p(4)} ORDER BY e.id")
+        #: (ws, env, limit): the ``limit`` newest queued runs, each with the time of its
+        #: newest event (one index probe of idx_workflow_run_events_run per run).
+        self.queued_runs = (
+            f"SELECT {RUN_COLUMNS}, (SELECT e.created_at FROM workflow_run_events e "
+            "WHERE e.run_id = r.id ORDER BY e.id DESC LIMIT 1) "
+            f"FROM (SELECT {RUN_COLUMNS} FROM workflow_runs WHERE {t(1)} "
+            f"AND status = 'queued' ORDER BY started_at DESC, id DESC LIMIT {p(3)}) r "
+            "ORDER BY started_at DESC, id DESC")
         #: (run_id, ws, env)
         self.list_waits = (f"SELECT {WAIT_COLUMNS} FROM workflow_waits WHERE run_id = {p(1)} "
                            f"AND {kt(2)} ORDER BY created_at")
@@ -186,8 +194,6 @@ class Queries:
         #: (ws, env, pool)
         self.get_pool_limits = (f"SELECT {LIMIT_COLUMNS} FROM starflow_pool_limits "
                                 f"WHERE {t(1)} AND pool = {p(3)}")
-        #: (ws, env, pool): the row locked until the transaction ends (a limited claim).
-        self.lock_pool_limits = self.get_pool_limits + d.for_update
         #: (ws, env)
         self.list_pool_limits = (f"SELECT {LIMIT_COLUMNS} FROM starflow_pool_limits "
                                  f"WHERE {t(1)}")

@@ -30,7 +30,7 @@ from .units import (
     Unit,
 )
 
-__all__ = ["AdapterSeam", "RunContext", "RunWatch", "UnitScope"]
+__all__ = ["AdapterSeam", "RunContext", "RunWatch", "UnitScope", "WatchWhenWaiting"]
 
 
 class RunContext(Protocol):
@@ -73,6 +73,62 @@ class RunWatch:
         if self.changed.is_set():
             self.changed = anyio.Event()
         return self.changed
+
+
+class WatchWhenWaiting:
+    """``async with WatchWhenWaiting(adapter, run_id) as watch``: the run's
+    :meth:`~AdapterSeam.watch_run`, entered only once the caller has to wait.
+
+    A call whose first read finds what it waits for (the result of a run that
+    has ended, an update already answered) then opens no listening connection.
+    No announcement is lost: the caller reads, and only if it must wait calls
+    :meth:`start`; when that returns True it reads again (announcements from
+    then on set :meth:`arm`'s event) before it waits::
+
+        async with WatchWhenWaiting(adapter, run_id) as watch:
+            while True:
+                changed = watch.arm()          # () until started
+                state = await read()
+                if done(state):
+                    return state
+                if await watch.start():
+                    continue                   # watching now: read again first
+                await wait(poll, *changed)
+    """
+
+    __slots__ = ("_adapter", "_run_id", "_stack", "_started", "_watch")
+
+    def __init__(self, adapter: AdapterSeam, run_id: str) -> None:
+        self._adapter = adapter
+        self._run_id = run_id
+        self._stack = contextlib.AsyncExitStack()
+        self._started = False
+        self._watch: RunWatch | None = None
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        await self._stack.__aexit__(exc_type, exc, tb)
+
+    def arm(self) -> tuple[anyio.Event, ...]:
+        """The announcement event to wait on after the next read (none before
+        :meth:`start`, or where the database cannot announce)."""
+        return () if self._watch is None else (self._watch.arm(),)
+
+    async def start(self) -> bool:
+        """Enter the watch (once). True if this call started an announcing watch:
+        the caller must read again before waiting. False if it was started
+        before, or the database cannot announce (the caller polls, and its
+        runner's ``settled`` event, taken before the read, covers this process).
+        """
+        if self._started:
+            return False
+        self._started = True
+        self._watch = await self._stack.enter_async_context(
+            self._adapter.watch_run(self._run_id))
+        return self._watch is not None
 
 
 #: The unit being collected in this context and the adapter it belongs to: only

@@ -40,6 +40,7 @@ from ..records import (
     PoolLimits,
     PoolUsage,
     PrunedBatch,
+    QueuedRun,
     RunEvent,
     RunInfo,
     ScheduleRecord,
@@ -76,6 +77,7 @@ from ._sql import (
     prune_delete_sql,
     prune_select_args,
     prune_select_sql,
+    queued_run,
     run_event,
     run_info,
     schedule_insert_args,
@@ -616,6 +618,11 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
                           len(pairs), parent_run_id is not None)
         return await self._call(lambda conn: [run_info(r, SQLITE)
                                               for r in conn.execute(sql, args)])
+
+    async def list_queued_runs(self, limit: int) -> list[QueuedRun]:
+        return await self._call(lambda conn: [
+            queued_run(r, SQLITE)
+            for r in conn.execute(Q.queued_runs, (self.workspace_id, self.env, int(limit)))])
 
     async def list_runs_page(self, query: RunPageQuery) -> RunPage:
         query.check()

@@ -244,6 +244,28 @@ class TestRunBoundaries:
         assert [r.id for r in await adapter.list_runs(status="queued",
                                                       template_id="orders")] == [c]
 
+    async def test_list_queued_runs(self, adapter: WorkflowStateAdapter) -> None:
+        """The newest queued runs, each with its newest event's time, in one read:
+        the same answer as ``list_runs`` and ``list_events`` run by run."""
+        quiet = await queued(adapter, now=at(1))
+        busy = await queued(adapter, now=at(2), pool="gpu")
+        await adapter.record_event(busy, "phase", None, "a", now=at(9))
+        await adapter.record_event(busy, "phase", None, "b", now=at(7))  # newest by order
+        newest = await queued(adapter, now=at(3))
+        await adapter.record_event(newest, "phase", None, None, now=at(4))
+        running = await start(adapter, now=at(5))
+        await adapter.record_event(running, "phase", None, None, now=at(6))
+
+        got = await adapter.list_queued_runs(10)
+        assert [(q.run.id, q.last_event_at) for q in got] == [
+            (newest, at(4)), (busy, at(7)), (quiet, None)]
+        expected = await adapter.list_runs(status="queued", limit=10)
+        assert [q.run for q in got] == expected
+        for q in got:
+            events = await adapter.list_events(q.run.id)
+            assert q.last_event_at == (events[-1].created_at if events else None)
+        assert [q.run.id for q in await adapter.list_queued_runs(2)] == [newest, busy]
+
     async def test_child_runs_and_deadlines(self, adapter: WorkflowStateAdapter) -> None:
         """Migration 033: a child names its parent (detached or not); list_runs finds a
         run's children; deadline_at round-trips (child runs and deadlines, #17)."""
@@ -996,6 +1018,7 @@ class TestTenancy:
 
         assert await neighbour.get_run(run_id) is None
         assert await neighbour.list_runs() == []
+        assert await neighbour.list_queued_runs(10) == []
         assert await neighbour.list_events(run_id) == []
         assert await neighbour.find_signal(run_id, "go") is None
         assert await neighbour.list_waits(run_id) == []
@@ -1059,6 +1082,7 @@ class TestNullAdapter:
         assert await null.get_run(run_id) is None
         assert await null.list_runs() == []
         assert await null.list_runs(parent_run_id=run_id) == []
+        assert await null.list_queued_runs(10) == []
         assert await null.list_events(run_id) == []
         assert await null.find_signal(run_id, "go") is None
         assert await null.session_get("s", "k") is None

@@ -18,6 +18,7 @@ from pathlib import Path
 import anyio
 import pytest
 
+import starflow
 from starflow import Starflow, StarflowConfig, receive, wait_for, workflow
 from starflow.adapters.base import RunWatch
 from starflow_testing import FakeClock
@@ -37,6 +38,21 @@ async def desk() -> int:
     req = await receive("ask", type=int)
     await req.reply(req.payload * 2)
     return int(await wait_for("done"))
+
+
+@workflow(name="announce-done")
+async def done() -> int:
+    starflow.set_event("phase", "built")
+    starflow.write_stream("out", 1)
+    starflow.close_stream("out")
+    return 5
+
+
+@workflow(name="announce-answered")
+async def answered() -> int:
+    req = await receive("ask", type=int)
+    await req.reply(req.payload + 1)
+    return 0
 
 
 @pytest.mark.parametrize("kind", ["memory", "sqlite", "postgres", "pgbouncer"])
@@ -106,3 +122,67 @@ async def test_update_is_answered_by_a_worker_elsewhere(workspace_id: str) -> No
                 await waiter.signal(handle.run_id, "done", 7)
                 assert await waiter.result(handle.run_id) == 7
                 worker.stop()
+
+
+async def test_reads_that_need_not_wait_open_no_listen_connection(
+        workspace_id: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``result``, ``get_event``, ``read_stream`` and a retried ``update`` of a run
+    that has ended read first: finding what they want, they LISTEN on nothing."""
+    import asyncpg
+
+    connects: list[object] = []
+    real_connect = asyncpg.connect
+
+    async def counting(*args: object, **kwargs: object) -> object:
+        connects.append(args)
+        return await real_connect(*args, **kwargs)
+
+    url = adapter_url("postgres", Path("."))
+    config = StarflowConfig(poll_interval=timedelta(hours=1))
+    async with Starflow.open(url, workspace_id=workspace_id, maintenance=False,
+                             clock=FakeClock(), config=config) as sf:
+        monkeypatch.setattr(asyncpg, "connect", counting)
+        run = await sf.run(done)
+        asking = await sf.run(answered)
+        assert await sf.update(asking.run_id, "ask", 1, update_id="u-1") == 2
+        assert await sf.result(run.run_id) == 5
+        assert await sf.get_event(run.run_id, "phase") == "built"
+        assert [v async for v in sf.read_stream(run.run_id, "out")] == [1]
+        assert await sf.update(asking.run_id, "ask", 1, update_id="u-1") == 2
+        assert connects == []
+        assert sf.adapter._listener is None  # type: ignore[attr-defined]
+        # A call that must wait still listens (the run is paused in its receive).
+        waiting_run = await sf.run(answered)
+        got: list[int] = []
+        with anyio.fail_after(BOUND):
+            async with anyio.create_task_group() as tg:
+                async def wait() -> None:
+                    got.append(await sf.result(waiting_run.run_id))
+
+                tg.start_soon(wait)
+                await waiting(sf, waiting_run.run_id)
+                assert len(connects) == 1
+                assert await sf.update(waiting_run.run_id, "ask", 6) == 7
+        assert got == [0]
+
+
+async def test_an_end_between_the_first_read_and_the_watch_is_not_missed(
+        workspace_id: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The run ends in another process after ``result``'s first read and before
+    its watch listens (that NOTIFY reaches no one): the read after arming sees it."""
+    async with two_processes(workspace_id) as (waiter, doer):
+        handle = await doer.run(gate)
+        real_get_run = waiter.adapter.get_run
+        reads: list[str | None] = []
+
+        async def get_run(run_id: str) -> object:
+            row = await real_get_run(run_id)
+            reads.append(None if row is None else row.status)
+            if len(reads) == 1:  # the end lands while this stale row is in hand
+                await doer.signal(run_id, "go", "late")
+            return row
+
+        monkeypatch.setattr(waiter.adapter, "get_run", get_run)
+        with anyio.fail_after(BOUND):
+            assert await waiter.result(handle.run_id) == "late"
+        assert reads == ["paused", "success"]

@@ -4,13 +4,17 @@ attempts for inline runs, and queued runs nobody claims (``stuck_after``)."""
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import timedelta
+from typing import Any
 
 import anyio
 import msgspec
 import pytest
 
 from starflow import LeaseLostError, Starflow, StarflowConfig
+from starflow.adapters.sqlite import LocalWorkflowStateAdapter
 from starflow.errors import ConfigError
 from starflow_testing import FakeClock, capture_logs
 
@@ -36,6 +40,37 @@ async def lose_inline_run(sf: Starflow, probe: Probe, clock: FakeClock, tag: str
         sf.runner.engines[run_id].kill()  # as with SIGKILL: the lease stays
     await clock.advance(TTL + timedelta(seconds=1))
     return run_id
+
+
+@asynccontextmanager
+async def counted_selects(adapter: Any, monkeypatch: pytest.MonkeyPatch
+                          ) -> AsyncIterator[list[str]]:
+    """The SELECT statements ``adapter`` sends to its database while in the block
+    (SQLite: its connection's trace; PostgreSQL: every query asyncpg executes)."""
+    selects: list[str] = []
+
+    def seen(sql: str) -> None:
+        if sql.lstrip().upper().startswith("SELECT"):
+            selects.append(sql)
+
+    if isinstance(adapter, LocalWorkflowStateAdapter):
+        await adapter._call(lambda conn: conn.set_trace_callback(seen))
+        try:
+            yield selects
+        finally:
+            await adapter._call(lambda conn: conn.set_trace_callback(None))
+        return
+    import asyncpg.connection
+
+    real = asyncpg.connection.Connection._execute
+
+    async def execute(self: Any, query: str, *args: Any, **kwargs: Any) -> Any:
+        seen(query)
+        return await real(self, query, *args, **kwargs)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(asyncpg.connection.Connection, "_execute", execute)
+        yield selects
 
 
 class TestLostRuns:
@@ -117,6 +152,19 @@ class TestStuckRuns:
             assert {r.id for r in await sf.stuck_runs()} == {pooled, fresh}
             await claim_all(sf.worker())
             assert [r.id for r in await sf.stuck_runs()] == [pooled]
+
+    async def test_one_query_however_many_runs_are_stuck(
+            self, open_app: OpenApp, clock: FakeClock, monkeypatch: pytest.MonkeyPatch) -> None:
+        """The check reads the page of queued runs and their newest events in one
+        statement (it read each candidate's events, one query per run)."""
+        async with open_app() as (sf, probe):
+            ids = [(await sf.start(flows.one_step, f"n{i}", pool="gpu")).run_id
+                   for i in range(6)]
+            await clock.advance(CONFIG.stuck_after + timedelta(seconds=1))
+            async with counted_selects(probe.inner, monkeypatch) as selects:
+                stuck = await sf.stuck_runs()
+            assert [r.id for r in stuck] == sorted(ids)  # one start time: by id
+            assert len(selects) == 1, selects
 
     async def test_runs_list_stuck(self, url: str, workspace_id: str) -> None:
         from datetime import UTC, datetime
