@@ -18,7 +18,7 @@ from starflow.adapters.dialect import POSTGRES, SQLITE
 from starflow.adapters.queries import Queries
 from starflow.adapters.sqlite import LocalWorkflowStateAdapter
 from starflow.clock import format_ts
-from tests.adapters.test_postgres import _plan_nodes, scratch_database
+from tests.adapters.test_postgres import explain_nodes, scratch_database, seq_scanned
 
 T0 = datetime(2030, 1, 1, tzinfo=UTC)
 RUNS = 60_000
@@ -72,12 +72,8 @@ class TestPlans:
                 """, T0)
             await conn.execute("ANALYZE")
             for what, sql, args, index in statements(POSTGRES):
-                raw = await conn.fetchval(f"EXPLAIN (FORMAT JSON) {sql}", *args)
-                plan = raw if isinstance(raw, list) else json.loads(raw)
-                nodes = list(_plan_nodes(plan))
-                scanned = {n.get("Relation Name") for n in nodes
-                           if n.get("Node Type") == "Seq Scan"}
-                assert not scanned, (what, scanned, json.dumps(plan, indent=1))
+                nodes = await explain_nodes(conn, sql, *args)
+                assert not seq_scanned(nodes), (what, json.dumps(nodes, indent=1))
                 indexes = {n["Index Name"] for n in nodes if "Index Name" in n}
                 assert index in indexes, (what, indexes)
             # And the answer: the child waits of ws0 (its paused runs: g even), each

@@ -354,6 +354,17 @@ async def scratch_database(prefix: str) -> AsyncIterator[tuple[str, Any]]:
         await admin.close()
 
 
+async def explain_nodes(conn: Any, sql: str, *args: Any) -> list[dict[str, Any]]:
+    """Every node of the plan PostgreSQL chooses for ``sql`` with these arguments."""
+    raw = await conn.fetchval(f"EXPLAIN (FORMAT JSON) {sql}", *args)
+    return list(_plan_nodes(raw if isinstance(raw, list) else json.loads(raw)))
+
+
+def seq_scanned(nodes: list[dict[str, Any]]) -> set[str | None]:
+    """The tables a plan reads by a sequential scan."""
+    return {n.get("Relation Name") for n in nodes if n.get("Node Type") == "Seq Scan"}
+
+
 def _plan_nodes(plan: Any) -> Iterator[dict[str, Any]]:
     """Every node of an ``EXPLAIN (FORMAT JSON)`` plan, depth first."""
     if isinstance(plan, dict):

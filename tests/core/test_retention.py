@@ -436,7 +436,7 @@ class TestPlans:
         import json
 
         from starflow.adapters.dialect import POSTGRES
-        from tests.adapters.test_postgres import _plan_nodes, scratch_database
+        from tests.adapters.test_postgres import explain_nodes, scratch_database, seq_scanned
 
         async with scratch_database("starflow_prune_plan") as (_, conn):
             await conn.execute(f"""
@@ -457,16 +457,12 @@ class TestPlans:
                 if what.startswith("delete") and what not in (
                         "delete workflow_runs", "delete workflow_run_events"):
                     continue  # empty here: a scan is its best plan (the SQLite test checks them)
-                raw = await conn.fetchval(f"EXPLAIN (FORMAT JSON) {sql}", *args)
-                plan = raw if isinstance(raw, list) else json.loads(raw)
-                nodes = list(_plan_nodes(plan))
-                scanned = {n.get("Relation Name") for n in nodes
-                           if n.get("Node Type") == "Seq Scan"}
-                assert not scanned, (what, scanned, json.dumps(plan, indent=1))
+                nodes = await explain_nodes(conn, sql, *args)
+                assert not seq_scanned(nodes), (what, json.dumps(nodes, indent=1))
                 indexes = {n["Index Name"] for n in nodes if "Index Name" in n}
                 if what.startswith("select workflow=None"):
                     assert "idx_workflow_runs_ended" in indexes, (what, indexes)
-                assert indexes, (what, json.dumps(plan, indent=1))
+                assert indexes, (what, json.dumps(nodes, indent=1))
 
     async def test_sqlite(self, tmp_path: Path) -> None:
         import sqlite3
