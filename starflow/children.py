@@ -34,7 +34,7 @@ from typing import Any, Generic, ParamSpec, TypeVar, overload
 
 from . import serde
 from .adapters.base import WorkflowStateAdapter
-from .context import WorkflowContext, current_engine, current_node
+from .context import WorkflowContext, current_engine
 from .decorators import WorkflowDefinition, definition_of
 from .engine_core import EngineCore
 from .errors import (
@@ -123,12 +123,8 @@ async def chain_end(adapter: WorkflowStateAdapter, run_id: str) -> RunInfo | Non
 
 
 def _not_in_step(engine: EngineCore, what: str) -> None:
-    step_node = current_node.get()
-    if step_node is not None:
-        raise StarflowError(
-            f"{what} called inside step {step_node} of run {engine.run_id}: a child run is "
-            "recorded in the workflow's history, so start and await it from the @workflow "
-            "function, between steps", run_id=engine.run_id, node_id=step_node)
+    engine._refuse_in_step(what, "a child run is recorded in the workflow's history, so "
+                           "start and await it from the @workflow function, between steps")
 
 
 async def start_child_node(engine: EngineCore, definition: WorkflowDefinition,

@@ -24,7 +24,7 @@ from .adapters.base import WorkflowStateAdapter
 from .adapters.units import Guard, Op
 from .attributes import ATTRIBUTES_KIND
 from .clock import format_ts
-from .context import CANCEL_EVENT, WAIT_KEY, CheckpointWait, WorkflowContext
+from .context import CANCEL_EVENT, WAIT_KEY, CheckpointWait, WorkflowContext, current_node
 from .decorators import WorkflowDefinition
 from .errors import (
     RunCancelled,
@@ -32,6 +32,7 @@ from .errors import (
     StarflowError,
     StorageError,
     StreamClosed,
+    WaitTimeout,
     WorkflowDefinitionError,
 )
 from .events import EVENT_KIND, STREAM_KIND, DataWrite
@@ -460,6 +461,37 @@ class EngineCore:
     def _guard_suspending(self) -> None:
         if self._suspending:
             raise Suspend(self._pending_wait)
+
+    def _refuse_in_step(self, what: str, why: str) -> None:
+        """Raise if called from inside a step: ``what`` is recorded in the workflow's
+        history, so it belongs to the ``@workflow`` function, between steps."""
+        step_node = current_node.get()
+        if step_node is not None:
+            raise StarflowError(f"{what} called inside step {step_node} of run {self.run_id}: "
+                                f"{why}", run_id=self.run_id, node_id=step_node)
+
+    async def _enter_wait(self, nid: str, kind: str, name: str | None, reaching: str,
+                          timed_out: str) -> NodeRecord | None:
+        """The replay side of a durable wait at ``nid``: its finished record (a
+        recorded timeout raises :class:`WaitTimeout` "timed out before
+        ``timed_out``", a recorded cancel :class:`RunCancelled`), or None once
+        the wait is reached for real (``reaching`` names it at the frontier)."""
+        rec = self.journal.get(nid)
+        if rec is not None and rec.finished:
+            self.journal.consume(nid)
+            self._advance(rec.recorded_at)
+            if rec.status == "error":
+                self._replayed_cancel(rec)
+                raise WaitTimeout(f"run {self.run_id}: wait {nid} timed out before {timed_out}",
+                                  run_id=self.run_id, node_id=nid)
+            return rec
+        if rec is not None:
+            self.journal.consume(nid)
+        else:
+            await self.journal.reach_frontier(self.run_id, nid, reaching)
+        self._guard_suspending()
+        await self._reach_cancel(nid, kind, name)
+        return None
 
     def _too_far(self, nid: str, duration: timedelta | None) -> StarflowError:
         return StarflowError(

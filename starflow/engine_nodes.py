@@ -29,9 +29,7 @@ from .errors import (
     NonDeterminismError,
     RunCancelled,
     SerializationError,
-    StarflowError,
     StepFailed,
-    WaitTimeout,
 )
 from .execution import (
     Abort,
@@ -280,38 +278,23 @@ class EngineNodes(EngineCore):
         ``kind`` and ``node_name`` name the node otherwise (``receive:<name>#n``
         for an update, whose inbox event is reserved).
         """
-        step_node = current_node.get()
-        if step_node is not None:
-            # A pause here would unwind the step half done and, on the wake, run it
-            # again from its start (its effects before the wait twice).
-            what = f"wait_for({event!r})" if event is not None else "sleep()"
-            raise StarflowError(
-                f"{what.split('(')[0]}() called inside step {step_node} of run {self.run_id}: "
-                f"a durable wait pauses the whole run, so {what} must be called from the "
-                "@workflow function, between steps (a step may hand out "
-                "starflow.wake_token() for the wait that follows it)",
-                run_id=self.run_id, node_id=step_node)
+        # A pause inside a step would unwind the step half done and, on the wake,
+        # run it again from its start (its effects before the wait twice).
+        what = f"wait_for({event!r})" if event is not None else "sleep()"
+        self._refuse_in_step(
+            f"{what.split('(')[0]}()",
+            f"a durable wait pauses the whole run, so {what} must be called from the "
+            "@workflow function, between steps (a step may hand out "
+            "starflow.wake_token() for the wait that follows it)")
         self._guard_suspending()
         kind = kind or ("wait" if event is not None else "sleep")
         nid = self._next_id(kind, node_name or event)
-        rec = self.journal.get(nid)
-        if rec is not None and rec.finished:
-            self.journal.consume(nid)
-            self._advance(rec.recorded_at)
-            if rec.status == "error":
-                self._replayed_cancel(rec)
-                raise WaitTimeout(
-                    f"run {self.run_id}: wait {nid} timed out before {event!r} was signalled",
-                    run_id=self.run_id, node_id=nid)
-            return serde.convert(rec.output, type_, what=f"payload of {nid}",
+        done = await self._enter_wait(nid, kind, event,
+                                      f"{kind} {event!r}" if event else "sleep",
+                                      f"{event!r} was signalled")
+        if done is not None:
+            return serde.convert(done.output, type_, what=f"payload of {nid}",
                                  run_id=self.run_id, node_id=nid)
-        if rec is not None:
-            self.journal.consume(nid)
-        else:
-            await self.journal.reach_frontier(self.run_id, nid,
-                                              f"{kind} {event!r}" if event else "sleep")
-        self._guard_suspending()
-        await self._reach_cancel(nid, kind, event)
         if event is None and timeout is not None and timeout <= timedelta(0):
             return None  # sleep(0) does not pause (a recorded one above replays as before)
         if event is not None:
@@ -377,32 +360,15 @@ class EngineNodes(EngineCore):
         (:func:`starflow.waits.wait_events`) and a wake guarded by that row
         decides which signal wins.
         """
-        step_node = current_node.get()
-        if step_node is not None:
-            raise StarflowError(
-                f"wait_for_any() called inside step {step_node} of run {self.run_id}: a "
-                "durable wait pauses the whole run, so it must be called from the @workflow "
-                "function, between steps", run_id=self.run_id, node_id=step_node)
+        self._refuse_in_step("wait_for_any()", "a durable wait pauses the whole run, so it "
+                             "must be called from the @workflow function, between steps")
         self._guard_suspending()
         name = ANY_SEPARATOR.join(events)
         nid = self._next_id(ANY_KIND, name)
-        rec = self.journal.get(nid)
-        if rec is not None and rec.finished:
-            self.journal.consume(nid)
-            self._advance(rec.recorded_at)
-            if rec.status == "error":
-                self._replayed_cancel(rec)
-                raise WaitTimeout(
-                    f"run {self.run_id}: wait {nid} timed out before any of "
-                    f"{', '.join(map(repr, events))} was signalled",
-                    run_id=self.run_id, node_id=nid)
-            return self._any_result(nid, rec.output, events, types)
-        if rec is not None:
-            self.journal.consume(nid)
-        else:
-            await self.journal.reach_frontier(self.run_id, nid, f"wait_for_any {name!r}")
-        self._guard_suspending()
-        await self._reach_cancel(nid, ANY_KIND, name)
+        done = await self._enter_wait(nid, ANY_KIND, name, f"wait_for_any {name!r}",
+                                      f"any of {', '.join(map(repr, events))} was signalled")
+        if done is not None:
+            return self._any_result(nid, done.output, events, types)
         signal = await first_signal(self.adapter, self.run_id, events)
         if signal is not None:
             output = {"event": signal.event, "payload": signal.payload}

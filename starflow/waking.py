@@ -65,6 +65,17 @@ def _check_payload(run_id: str, wait: CheckpointWait, encoded: Any, what: str) -
 class Waker(Driver):
     """Wakes paused runs of one adapter in this process (see the module docstring)."""
 
+    async def _drives_here(self, run: RunInfo) -> bool:
+        """The ``drive`` of :meth:`wake`: False only for an inline run whose workflow's
+        code this process lacks (the workers, which have it, drive it then)."""
+        if run.start_mode != "inline":
+            return True
+        try:
+            await self.resolve(run)
+        except WorkflowDefinitionError:
+            return False
+        return True
+
     async def settle(self, run_id: str, outcome: Outcome) -> RunHandle[Any]:
         """:meth:`Driver.settle`, then deliver a signal that raced a pause.
 
@@ -121,12 +132,7 @@ class Waker(Driver):
             outcome = child_outcome(child) if child is not None else None
             if outcome is None:
                 return None
-            drive = True
-            if run.start_mode == "inline":
-                try:
-                    await self.resolve(run)
-                except WorkflowDefinitionError:
-                    drive = False  # driven by a process that has the parent's code
+            drive = await self._drives_here(run)  # else a process with the parent's code
             handle = await self.wake(run, wait.node_id, via="child", output=outcome,
                                      drive=drive)
             if handle is not None:
@@ -157,14 +163,9 @@ class Waker(Driver):
                     "message": f"run {run_id} was cancelled before this job finished"},
                     now=now)
 
-            drive = True
-            if run.start_mode == "inline":
-                try:
-                    await self.resolve(run)
-                except WorkflowDefinitionError:
-                    # A process without the workflow's code (the CLI without --app):
-                    # the cleanup runs where the code is (the workers).
-                    drive = False
+            # In a process without the workflow's code (the CLI without --app) the
+            # cleanup runs where the code is (the workers).
+            drive = await self._drives_here(run)
             handle = await self.wake(run, wait.node_id, via="cancel",
                                      error=cancelled_error(wait.node_id), signal_id=signal.id,
                                      also=fail_jobs if wait.job_id is not None else None,
@@ -400,16 +401,10 @@ class Waker(Driver):
         run = await self.adapter.get_run(wait.run_id)
         if run is None or run.status != "paused":
             return None
-        drive = True
-        if run.start_mode == "inline":
-            try:
-                await self.resolve(run)
-            except WorkflowDefinitionError:
-                # A maintenance process without the workflow's code (`starflow server`
-                # without --app): hand the woken run to the workers instead.
-                drive = False
+        # A maintenance process without the workflow's code (`starflow server`
+        # without --app) hands the woken run to the workers instead.
         return await self.wake(run, wait.node_id, via="timer", timed_out=wait.event is not None,
-                               drive=drive)
+                               drive=await self._drives_here(run))
 
     async def due_timers(self) -> list[WaitRecord]:
         return await self.adapter.due_waits(self.clock.now())
