@@ -7,13 +7,14 @@ Nothing else in ``starflow`` calls ``time.time()``, ``datetime.now()`` or
 
 from __future__ import annotations
 
+import re
 import time
 from datetime import UTC, datetime, timedelta
 from typing import Protocol, runtime_checkable
 
 import anyio
 
-__all__ = ["Clock", "SystemClock", "format_ts", "monotonic", "parse_ts"]
+__all__ = ["Clock", "SystemClock", "format_ts", "monotonic", "parse_age", "parse_ts", "parse_when"]
 
 
 @runtime_checkable
@@ -66,6 +67,36 @@ def parse_ts(text: str) -> datetime:
     """Parse a timestamp written by :func:`format_ts` (or any ISO-8601 string)."""
     parsed = datetime.fromisoformat(text)  # C, and reads the "Z" of format_ts (3.11+)
     return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
+
+
+_AGE = re.compile(r"^(\d+(?:\.\d+)?)\s*(s|m|h|d|w)$")
+_AGE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def parse_age(text: str) -> timedelta | None:
+    """An age like ``90s``, ``30m``, ``12h``, ``3d``, ``2w`` (what the CLI's and
+    the web page's filters take), or None if ``text`` is not one."""
+    match = _AGE.match(text.strip().lower())
+    if match is None:
+        return None
+    return timedelta(seconds=float(match.group(1)) * _AGE_UNITS[match.group(2)])
+
+
+def parse_when(text: str, now: datetime) -> datetime:
+    """A time filter: an ISO date/time (naive means UTC) or an age (:func:`parse_age`)
+    before ``now``.
+
+    Raises:
+        ValueError: with a message naming the text.
+    """
+    age = parse_age(text)
+    if age is not None:
+        return now - age
+    try:
+        when = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise ValueError(f"not an ISO date/time or an age like 30m, 2h, 3d: {text!r}") from None
+    return when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
 
 
 def seconds(delta: timedelta | float) -> float:

@@ -4,25 +4,23 @@ that belongs to them, optionally exporting their histories first (issue #24)."""
 from __future__ import annotations
 
 import argparse
-import re
 from datetime import timedelta
 
+from ..clock import parse_age as age_of
 from ._base import EXIT_OK, EXIT_USAGE, CommandError, app_args, command, db_args, open_app
 from ._format import json_flag, write, write_json
 
 __all__ = ["parse_age"]
 
-_AGE = re.compile(r"^(\d+(?:\.\d+)?)\s*(s|m|h|d|w)$")
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 _ENDED = ("cancelled", "error", "success")
 
 
 def parse_age(text: str) -> timedelta:
     """``--older-than``: an age like ``90s``, ``30m``, ``12h``, ``30d``, ``2w``."""
-    match = _AGE.match(text.strip().lower())
-    if not match:
+    age = age_of(text)
+    if age is None:
         raise argparse.ArgumentTypeError(f"not an age like 30m, 12h, 30d, 2w: {text!r}")
-    return timedelta(seconds=float(match.group(1)) * _UNITS[match.group(2)])
+    return age
 
 
 def _statuses(text: str) -> tuple[str, ...]:

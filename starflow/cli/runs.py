@@ -7,15 +7,15 @@ Wake tokens are bearer secrets: nothing here prints one.
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 from collections.abc import Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any, TextIO
 
 import anyio
 import msgspec
 
+from ..clock import parse_when
 from ..context import checkpoint_wait
 from ..records import RunEvent, RunInfo
 from ..tokens import redact_wake_tokens
@@ -36,8 +36,6 @@ __all__ = ["Progress", "event_json", "parse_since", "run_detail", "run_summary",
 STATUSES = ("queued", "running", "paused", "success", "error", "cancelled")
 #: ``--all`` exports have no row limit (LIMIT needs a number).
 _NO_LIMIT = 2**31 - 1
-_RELATIVE = re.compile(r"^(\d+(?:\.\d+)?)\s*(s|m|h|d|w)$")
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
 
 # ---------------------------------------------------------------------------
@@ -48,15 +46,10 @@ _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 def parse_since(text: str, now: datetime) -> datetime:
     """``--since``: an ISO date/time (naive means UTC) or an age like ``90s``,
     ``30m``, ``2h``, ``3d``, ``1w`` before ``now``."""
-    match = _RELATIVE.match(text.strip().lower())
-    if match:
-        return now - timedelta(seconds=float(match.group(1)) * _UNITS[match.group(2)])
     try:
-        when = datetime.fromisoformat(text.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"not an ISO date or an age like 30m, 2h, 3d: {text!r}") from None
-    return when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
+        return parse_when(text, now)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _since_arg(text: str) -> str:

@@ -11,11 +11,12 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
 
+from ..clock import parse_when
 from ..context import WAIT_KEY
 from ..records import RunEvent, RunInfo, WaitRecord
 from ..tokens import REDACTED, redact_wake_tokens
@@ -37,8 +38,6 @@ __all__ = [
 
 #: A wake token anywhere in a string: ``sfw1.<key id>.<body>.<mac>``.
 _TOKEN = re.compile(r"sfw1\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{16,}")
-_RELATIVE = re.compile(r"^(\d+(?:\.\d+)?)\s*(s|m|h|d|w)$")
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 #: JSON longer than this (characters or lines) is folded behind a summary.
 FOLD_CHARS, FOLD_LINES = 400, 12
 #: JSON longer than this is cut: a page must stay small whatever a step returned.
@@ -102,23 +101,6 @@ def bucket_label(key: str) -> str:
     if key.startswith(("gt_", "ge_")):
         return "> " + key[3:]
     return key.replace("_", "-")
-
-
-def parse_when(text: str, now: datetime) -> datetime:
-    """A time filter: an ISO date/time (naive means UTC) or an age like ``30m``,
-    ``2h``, ``3d``, ``1w`` before ``now``.
-
-    Raises:
-        ValueError: with a message naming the text.
-    """
-    match = _RELATIVE.match(text.strip().lower())
-    if match:
-        return now - timedelta(seconds=float(match.group(1)) * _UNITS[match.group(2)])
-    try:
-        when = datetime.fromisoformat(text.strip())
-    except ValueError:
-        raise ValueError(f"not an ISO date/time or an age like 30m, 2h, 3d: {text!r}") from None
-    return when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
 
 
 @dataclass(frozen=True)

@@ -108,7 +108,7 @@ class TestBadInput:
         assert needle in cli.fails("runs", "list", "--db", seeded.url, "--app", app, code=2)
 
     @pytest.mark.parametrize(("args", "needle"), [
-        (["runs", "list", "--since", "yesterday"], "not an ISO date or an age"),
+        (["runs", "list", "--since", "yesterday"], "not an ISO date/time or an age"),
         (["runs", "list", "--status", "done"], "invalid choice: 'done'"),
         (["runs", "list", "--limit", "0"], "must be >= 1"),
         (["runs", "show"], "required: RUN_ID"),
