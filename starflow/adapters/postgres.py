@@ -136,6 +136,7 @@ from ._sql import (
 from .base import RunWatch, WorkflowStateAdapter
 from .pages import RunPage, RunPageQuery, make_page, page_sql
 from .queries import POSTGRES_QUERIES as Q
+from .seam import BusyTracking
 from .sweep import ABANDONED, REQUEUED
 from .units import (
     ClaimJobs,
@@ -382,7 +383,7 @@ async def _no_reset(conn: asyncpg.Connection) -> None:
 # ---------------------------------------------------------------------------
 
 
-class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
+class PostgresWorkflowStateAdapter(BusyTracking, WorkflowStateAdapter):
     """PostgreSQL state adapter (self-hosted or Supabase; many workers, many nodes).
 
     Args:
@@ -461,8 +462,6 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
         self._run_watches: dict[str, set[RunWatch]] = {}
         # Connections kept checked out of the pool between calls (see _connection).
         self._spare: list[Any] = []
-        self._inflight = 0
-        self._idle_event: anyio.Event | None = None
         # Transaction pooler: the set_config() query each call's transaction
         # starts with ("" when nothing needs setting); decided in open().
         self._tx_settings = ""
@@ -636,25 +635,6 @@ class PostgresWorkflowStateAdapter(WorkflowStateAdapter):
                         await pool.release(conn)
         finally:
             self._busy_exit()
-
-    # A task awaiting a query looks blocked to the event loop (it waits on a
-    # socket); this counter tells test harnesses driving a fake clock otherwise.
-    def _busy_enter(self) -> None:
-        self._inflight += 1
-
-    def _busy_exit(self) -> None:
-        self._inflight -= 1
-        if self._inflight == 0 and self._idle_event is not None:
-            self._idle_event.set()
-            self._idle_event = None
-
-    async def idle(self) -> None:
-        """Return once no query is in flight (at once, without yielding, if none is)."""
-        while self._inflight > 0:
-            # Made on demand: most queries have nobody waiting for idleness.
-            if self._idle_event is None:
-                self._idle_event = anyio.Event()
-            await self._idle_event.wait()
 
     # -- migrations ----------------------------------------------------------
 

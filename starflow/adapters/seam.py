@@ -30,7 +30,7 @@ from .units import (
     Unit,
 )
 
-__all__ = ["AdapterSeam", "RunContext", "RunWatch", "UnitScope", "WatchWhenWaiting"]
+__all__ = ["AdapterSeam", "BusyTracking", "RunContext", "RunWatch", "UnitScope", "WatchWhenWaiting"]
 
 
 class RunContext(Protocol):
@@ -317,3 +317,30 @@ class AdapterSeam(abc.ABC):
             pending[1].ops.append(op)
             return True
         return False
+
+
+class BusyTracking:
+    """:meth:`AdapterSeam.idle` for an adapter whose queries leave the event loop
+    (a driver thread, a socket): a task awaiting one looks blocked to the loop,
+    so the adapter counts its calls in flight (``_busy_enter``/``_busy_exit``
+    around each) and ``idle`` waits for the count to reach zero."""
+
+    _inflight = 0
+    _idle_event: anyio.Event | None = None
+
+    def _busy_enter(self) -> None:
+        self._inflight += 1
+
+    def _busy_exit(self) -> None:
+        self._inflight -= 1
+        if self._inflight == 0 and self._idle_event is not None:
+            self._idle_event.set()
+            self._idle_event = None
+
+    async def idle(self) -> None:
+        """Return once no query or queued write is in flight (at once if none is)."""
+        while self._inflight > 0:
+            # Made on demand: most calls have nobody waiting for idleness.
+            if self._idle_event is None:
+                self._idle_event = anyio.Event()
+            await self._idle_event.wait()

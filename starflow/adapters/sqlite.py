@@ -94,6 +94,7 @@ from ._sql import (
 from .base import WorkflowStateAdapter
 from .pages import RunPage, RunPageQuery, make_page, page_sql
 from .queries import SQLITE_QUERIES as Q
+from .seam import BusyTracking
 from .sweep import lost_payload
 from .units import (
     ClaimJobs,
@@ -142,7 +143,7 @@ class _Write:
         self.error: BaseException | None = None
 
 
-class LocalWorkflowStateAdapter(WorkflowStateAdapter):
+class LocalWorkflowStateAdapter(BusyTracking, WorkflowStateAdapter):
     """SQLite state adapter (self-hosted, single node, dev, tests).
 
     Args:
@@ -181,8 +182,6 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
         # Set once the batch that will take the writes queued now has committed.
         self._queued_done: anyio.Event | None = None
         self._sync_mode = ""
-        self._inflight = 0
-        self._idle_event: anyio.Event | None = None
         # Held by whoever uses the connection: the database thread for a call,
         # the event loop's thread for an inline write or read (see _on_loop).
         self._lock = threading.Lock()
@@ -238,25 +237,6 @@ class LocalWorkflowStateAdapter(WorkflowStateAdapter):
             raise StorageError(f"SQLite error: {exc}") from exc
         finally:
             self._busy_exit()
-
-    # aiosqlite answers from its own thread, so a task awaiting a query looks
-    # blocked to the event loop; this counter tells test harnesses otherwise.
-    def _busy_enter(self) -> None:
-        self._inflight += 1
-
-    def _busy_exit(self) -> None:
-        self._inflight -= 1
-        if self._inflight == 0 and self._idle_event is not None:
-            self._idle_event.set()
-            self._idle_event = None
-
-    async def idle(self) -> None:
-        """Return once no query or queued write is in flight (at once if none is)."""
-        while self._inflight > 0:
-            # Made on demand: most calls have nobody waiting for idleness.
-            if self._idle_event is None:
-                self._idle_event = anyio.Event()
-            await self._idle_event.wait()
 
     async def open(self) -> None:
         if self._db is not None:
