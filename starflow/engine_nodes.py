@@ -302,26 +302,38 @@ class EngineNodes(EngineCore):
             if signal is not None and not await self._accepts(nid, event, signal, type_):
                 signal = None
             if signal is not None:
-                async def deliver(ts: datetime) -> None:
-                    await self.adapter.consume_signal(signal.id)
-                    await self.adapter.on_node_complete(
-                        self.run_id, nid, {"output": signal.payload, "via": "signal"}, now=ts)
-                    await self._phase(ts)
-
-                ts = await self._commit(deliver)
-                self._advance(ts)
-                self.journal.record(NodeRecord(node_id=nid, kind=kind, name=event,
-                                               status="complete", output=signal.payload,
-                                               recorded_at=ts))
+                await self._take_early_signal(nid, kind, event, signal.id, signal.payload)
                 return serde.convert(signal.payload, type_, what=f"payload of {nid}",
                                      run_id=self.run_id, node_id=nid)
+        deadline, expiry = self._wait_times(nid, timeout)
+        self._suspend(nid, event, deadline, expiry, payload_type=serde.type_name(type_))
+
+    async def _take_early_signal(self, nid: str, kind: str, name: str | None,
+                                 signal_id: int, output: Any) -> None:
+        """Complete wait ``nid`` with a signal that was in the inbox before it: the
+        signal consumed and the node recorded in one unit, no pause."""
+        async def deliver(ts: datetime) -> None:
+            await self.adapter.consume_signal(signal_id)
+            await self.adapter.on_node_complete(
+                self.run_id, nid, {"output": output, "via": "signal"}, now=ts)
+            await self._phase(ts)
+
+        ts = await self._commit(deliver)
+        self._advance(ts)
+        self.journal.record(NodeRecord(node_id=nid, kind=kind, name=name, status="complete",
+                                       output=output, recorded_at=ts))
+
+    def _wait_times(self, nid: str, timeout: timedelta | None
+                    ) -> tuple[datetime | None, datetime]:
+        """A pausing wait's deadline (None without a timeout) and its wake token's
+        expiry (a day past the deadline, else the token lifetime)."""
         try:
             deadline = self.now() + timeout if timeout is not None else None
             expiry = deadline + timedelta(days=1) if deadline is not None else (
                 self.runtime.clock.now() + self.runtime.config.wake_token_ttl)
         except OverflowError:
             raise self._too_far(nid, timeout) from None
-        self._suspend(nid, event, deadline, expiry, payload_type=serde.type_name(type_))
+        return deadline, expiry
 
     async def _accepts(self, nid: str, event: str, signal: Any, type_: Any) -> bool:
         """Whether a signal that came before its wait decodes to the wait's type.
@@ -372,24 +384,9 @@ class EngineNodes(EngineCore):
         signal = await first_signal(self.adapter, self.run_id, events)
         if signal is not None:
             output = {"event": signal.event, "payload": signal.payload}
-
-            async def deliver(ts: datetime) -> None:
-                await self.adapter.consume_signal(signal.id)
-                await self.adapter.on_node_complete(
-                    self.run_id, nid, {"output": output, "via": "signal"}, now=ts)
-                await self._phase(ts)
-
-            ts = await self._commit(deliver)
-            self._advance(ts)
-            self.journal.record(NodeRecord(node_id=nid, kind=ANY_KIND, name=name,
-                                           status="complete", output=output, recorded_at=ts))
+            await self._take_early_signal(nid, ANY_KIND, name, signal.id, output)
             return self._any_result(nid, output, events, types)
-        try:
-            deadline = self.now() + timeout if timeout is not None else None
-            expiry = deadline + timedelta(days=1) if deadline is not None else (
-                self.runtime.clock.now() + self.runtime.config.wake_token_ttl)
-        except OverflowError:
-            raise self._too_far(nid, timeout) from None
+        deadline, expiry = self._wait_times(nid, timeout)
         self._suspend(nid, name, deadline, expiry)
 
     async def answer_update(self, name: str, update_id: str, outcome: dict[str, Any]) -> None:

@@ -30,7 +30,15 @@ import concurrent.futures
 import contextlib
 import os
 import threading
-from collections.abc import AsyncGenerator, Awaitable, Callable, Collection, Iterator, Mapping
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Collection,
+    Iterator,
+    Mapping,
+)
 from datetime import datetime, timedelta
 from typing import Any, ParamSpec, TypeVar, overload
 
@@ -316,9 +324,8 @@ class Starflow:
         """:meth:`starflow.Starflow.get_event`: block until the run sets ``key``."""
         return self._call(lambda: self._app.get_event(run_id, key, timeout=timeout))
 
-    def read_stream(self, run_id: str, key: str) -> Iterator[Any]:
-        """:meth:`starflow.Starflow.read_stream`, as a blocking iterator."""
-        agen = self._app.read_stream(run_id, key)
+    def _blocking(self, agen: AsyncIterator[T]) -> Iterator[T]:
+        """An async generator of the app, iterated from this thread (closed with it)."""
         assert isinstance(agen, AsyncGenerator)
         try:
             while True:
@@ -329,6 +336,10 @@ class Starflow:
         finally:
             with contextlib.suppress(ConfigError):
                 self._call(agen.aclose)
+
+    def read_stream(self, run_id: str, key: str) -> Iterator[Any]:
+        """:meth:`starflow.Starflow.read_stream`, as a blocking iterator."""
+        return self._blocking(self._app.read_stream(run_id, key))
 
     def fork(self, run_id: str, *, from_node: str) -> RunHandle[Any]:
         """:meth:`starflow.Starflow.fork`."""
@@ -371,17 +382,7 @@ class Starflow:
 
     def watch(self, run_id: str) -> Iterator[LiveRun]:
         """:meth:`starflow.Starflow.watch`, as a blocking iterator."""
-        agen = self._app.watch(run_id)
-        assert isinstance(agen, AsyncGenerator)
-        try:
-            while True:
-                try:
-                    yield self._call(agen.__anext__)
-                except StopAsyncIteration:
-                    return
-        finally:
-            with contextlib.suppress(ConfigError):
-                self._call(agen.aclose)
+        return self._blocking(self._app.watch(run_id))
 
     # -- workers -------------------------------------------------------------------
 
