@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -63,6 +65,18 @@ def require_postgres() -> None:
     """Skip (locally) or fail (in CI) when PostgreSQL is not reachable."""
     require_service("PostgreSQL", POSTGRES_URL, 5432, required=REQUIRE_POSTGRES,
                     url_variable="STARFLOW_TEST_POSTGRES_URL")
+
+
+def run_bench(script: str, kind: str, *args: str, timeout: float = 120
+              ) -> subprocess.CompletedProcess[str]:
+    """Run ``bench/<script>`` with ``--db kind`` and ``args`` against the test
+    databases (PostgreSQL required for ``postgres``); its output, unchecked."""
+    if kind == "postgres":
+        require_postgres()
+    bench = Path(__file__).resolve().parent.parent / "bench" / script
+    env = {**os.environ, "STARFLOW_TEST_POSTGRES_URL": POSTGRES_URL}
+    return subprocess.run([sys.executable, str(bench), "--db", kind, *args],
+                          capture_output=True, text=True, timeout=timeout, env=env, check=False)
 
 
 def require_pgbouncer() -> None:
