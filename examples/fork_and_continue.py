@@ -4,7 +4,8 @@
 is the old run's up to that step: the steps before it are replayed, not run
 again. ``starflow.continue_as_new(*args)`` ends a run and continues as a new
 one with an empty history, so a loop that runs forever keeps each history
-short; ``sf.result`` of the first run follows the chain.
+short; ``sf.result`` of the first run follows the chain. A child run may
+continue as new too: its parent's ``await`` follows the child's chain.
 
     python examples/fork_and_continue.py
 """
@@ -57,6 +58,13 @@ async def poller(batch: int, seen: int) -> int:
     return seen
 
 
+@workflow(name="supervisor", version=1)
+async def supervisor() -> int:
+    # A child may continue as new too: the parent's await follows the child's
+    # chain to its last run's result.
+    return await poller(0, 0)
+
+
 async def main() -> None:
     db = os.environ.get("STARFLOW_DATABASE_URL") or (
         f"sqlite:///{os.path.join(tempfile.mkdtemp(), 'starflow.db')}")
@@ -76,6 +84,16 @@ async def main() -> None:
         origin = next(r.id for r in runs if r.id not in {x.continued_as for x in runs})
         print(f"result of the first run: {await sf.result(origin)}")
         print(f"last run: {first.run_id == next(r.id for r in runs if r.continued_as is None)}")
+
+        # Child runs are queued for workers: one runs in this process here.
+        async with anyio.create_task_group() as tg:
+            worker = sf.worker(concurrency=2)
+            tg.start_soon(worker.run)
+            parent = await sf.start(supervisor)
+            result = await sf.result(parent.run_id, timeout=60)
+            print(f"supervisor, through its child's chain: {result}")
+            await worker.drain()
+            tg.cancel_scope.cancel()
 
 
 if __name__ == "__main__":

@@ -147,6 +147,7 @@ class TestForkAndContinue:
         assert "steps run by the fork: ['charge']" in out
         assert "poller chain: 10 runs, history sizes [3, 4]" in out
         assert "result of the first run: 450" in out and "last run: True" in out
+        assert "supervisor, through its child's chain: 450" in out
 
 
 #: Examples whose output a class above checks.
