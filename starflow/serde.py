@@ -261,7 +261,7 @@ def check_json_depth(data: bytes | str, *, what: str, limit: int = MAX_VALUE_DEP
             if depth > limit:
                 raise SerializationError(
                     f"{what} is nested more than {limit} levels deep (lists and objects), "
-                    "more than starflow stores. Nothing was written; flatten it")
+                    "more than starflow stores: flatten it")
         elif token in (b"]", b"}"):
             depth -= 1
 

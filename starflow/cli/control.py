@@ -27,7 +27,7 @@ def _payload(text: str) -> Any:
     try:
         check_json_depth(text, what="the JSON")
     except SerializationError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+        raise argparse.ArgumentTypeError(f"{exc}; nothing was written") from None
     try:
         return msgspec.json.decode(text)
     except msgspec.DecodeError as exc:

@@ -179,7 +179,7 @@ class Actions:
                 check_json_depth(raw, what="the payload")
                 payload = msgspec.json.decode(raw)
             except StarflowError as exc:
-                raise BadInput(str(exc)) from None
+                raise BadInput(f"{exc}; nothing was written") from None
             except msgspec.DecodeError as exc:
                 raise BadInput(f"the payload is not valid JSON ({exc}); nothing was "
                                "written") from None

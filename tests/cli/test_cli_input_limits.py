@@ -15,7 +15,7 @@ from .support import APP, Cli, Seeded
 #: Deeper than msgspec's decoder can recurse (it raised RecursionError).
 DEEP = "[" * 10_000 + "]" * 10_000
 DEPTH_LINE = ("the JSON is nested more than 250 levels deep (lists and objects), more than "
-              "starflow stores. Nothing was written; flatten it")
+              "starflow stores: flatten it; nothing was written")
 
 
 async def _snapshot(url: str) -> tuple[list[tuple[str, str, int]], bool]:
