@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+import starflow
 from starflow import (
     ConfigError,
     InvalidArgument,
@@ -16,7 +17,10 @@ from starflow import (
     Starflow,
     StarflowConfig,
     WorkflowDefinitionError,
+    sleep,
     step,
+    wait_for,
+    wait_for_any,
     workflow,
 )
 from starflow.clock import parse_age, parse_when
@@ -139,6 +143,47 @@ class TestCalls:
         assert rec.catchup == MAX_DURATION
         handle = await sf.options(timeout=MAX_DURATION).start(echo, 1)
         assert (await sf.get_run(handle.run_id)).status == "queued"
+
+
+@workflow(name="input-limits-waits")
+async def waits(kind: str, days: int, micros: int) -> object:
+    duration = timedelta(days=days, microseconds=micros)
+    if kind == "wait_for":
+        return await wait_for("go", timeout=duration)
+    if kind == "sleep":
+        return await sleep(duration)
+    if kind == "wait_for_any":
+        return await wait_for_any("go", "stop", timeout=duration)
+    if kind == "receive":
+        return await starflow.receive("ask", timeout=duration)
+    return starflow.wake_token("go", timeout=duration)
+
+
+class TestWaits:
+    """A wait's timeout (or a sleep) too long fails the run with InvalidArgument naming
+    the node, before the wait is written."""
+
+    @pytest.mark.parametrize(("kind", "node", "param"), [
+        ("wait_for", "wait:go#1", "timeout"), ("sleep", "sleep#1", "duration"),
+        ("wait_for_any", "any:go|stop#1", "timeout"), ("receive", "receive:ask#1", "timeout"),
+        ("wake_token", "wait:go#1", "timeout")])
+    @pytest.mark.parametrize("huge", [timedelta(days=999_999_999), MAX_DURATION + timedelta(1)])
+    async def test_too_long(self, sf: Starflow, kind: str, node: str, param: str,
+                            huge: timedelta) -> None:
+        handle = await sf.run(waits, kind, huge.days, huge.microseconds)
+        assert handle.status == "error"
+        assert (handle.error or "").startswith(
+            f"InvalidArgument: run {handle.run_id}: {node}: {param} must be at most 36500 "
+            "days (100 years)")
+        assert repr(huge) in (handle.error or "")
+        assert await sf.adapter.list_waits(handle.run_id) == []
+        assert "run_paused" not in [e.event_type for e in await sf.events(handle.run_id)]
+
+    async def test_the_limit_pauses(self, sf: Starflow) -> None:
+        handle = await sf.run(waits, "wait_for", MAX_DURATION.days, 0)
+        assert handle.status == "paused"
+        [wait] = await sf.adapter.list_waits(handle.run_id)
+        assert wait.deadline is not None
 
 
 class TestAges:
