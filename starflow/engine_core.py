@@ -36,7 +36,6 @@ from .errors import (
     WaitTimeout,
     WorkflowDefinitionError,
 )
-from .limits import duration_problem
 from .events import EVENT_KIND, STREAM_KIND, DataWrite
 from .execution import (
     Abort,
@@ -46,6 +45,7 @@ from .execution import (
     Suspend,
 )
 from .failure import CANCELLED_TYPE, cancelled_error
+from .limits import duration_problem
 from .logs import get_logger
 from .records import JobSpec
 from .replay import (
