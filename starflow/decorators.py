@@ -94,8 +94,12 @@ class RetryPolicy:
 
     def delay(self, attempt: int) -> float:
         """Seconds to wait after failed attempt number ``attempt`` (1-based)."""
-        base = self.initial_interval.total_seconds() * self.backoff_coefficient ** (attempt - 1)
-        return min(base, self.maximum_interval.total_seconds())
+        longest = self.maximum_interval.total_seconds()
+        try:
+            base = self.initial_interval.total_seconds() * self.backoff_coefficient ** (attempt - 1)
+        except OverflowError:  # a large coefficient to a large power: past any maximum
+            return longest
+        return min(base, longest)
 
     def retryable(self, exc: BaseException) -> bool:
         return not isinstance(exc, self.non_retryable)

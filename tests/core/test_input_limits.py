@@ -64,6 +64,12 @@ class TestDefinitions:
         with pytest.raises(WorkflowDefinitionError, match=too_long(name)):
             RetryPolicy(max_attempts=3, **{name: timedelta.max})
 
+    def test_retry_delay_of_a_huge_coefficient(self) -> None:
+        """1e200 ** 2 raises OverflowError in float arithmetic: the delay is the maximum."""
+        policy = RetryPolicy(max_attempts=10, backoff_coefficient=1e200,
+                             maximum_interval=timedelta(seconds=5))
+        assert [policy.delay(a) for a in (1, 2, 3, 9)] == [1.0, 5.0, 5.0, 5.0]
+
     def test_the_limit_itself_is_accepted(self) -> None:
         @workflow(name="input-limits-longest", timeout=MAX_DURATION)
         async def longest() -> None: ...
