@@ -5,7 +5,8 @@ one) runs once; the run then ends with a ``SerializationError`` that names the
 node and the JSON path, instead of failing the write and running the step
 again elsewhere. Names past their documented limit (docs/errors.md, Limits)
 are refused with an ``InvalidArgument`` before anything is written, the same
-way on SQLite and PostgreSQL.
+way on SQLite and PostgreSQL; so is a duration longer than starflow can add
+to the clock (``limits.MAX_DURATION``, 100 years).
 
     python examples/hostile_input.py
 """
@@ -15,6 +16,7 @@ from __future__ import annotations
 import os
 import tempfile
 from collections import Counter
+from datetime import timedelta
 
 import anyio
 
@@ -68,6 +70,10 @@ async def main() -> None:
             await sf.session_set("session\x00", "key", 1)
         except InvalidArgument as exc:
             print("refused:", exc)
+        try:
+            await sf.prune(older_than=timedelta(days=10**8))
+        except InvalidArgument as exc:
+            print("refused:", str(exc)[:90], "…")
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ from .errors import (
 )
 from .events import DataReader
 from .forks import fork_run
-from .limits import name_problem, normalize_run_id
+from .limits import MAX_DURATION, name_problem, normalize_run_id
 from .records import RUN_STATUSES, RunEvent, RunInfo
 from .runner import RunHandle
 
@@ -377,7 +377,7 @@ MAX_LIST_LIMIT = 2**31 - 1
 
 def _result_timeout(timeout: object) -> float | None:
     """``Starflow.result``'s timeout in seconds: None, or a finite number >= 0 (a
-    timedelta or seconds) no longer than :data:`~datetime.timedelta.max`."""
+    timedelta or seconds) no longer than :data:`~starflow.limits.MAX_DURATION`."""
     if timeout is None:
         return None
     if isinstance(timeout, timedelta):
@@ -386,11 +386,9 @@ def _result_timeout(timeout: object) -> float | None:
         seconds = float(timeout)
     else:
         raise InvalidArgument(f"result timeout must be a timedelta or seconds: {timeout!r}")
-    if not math.isfinite(seconds) or seconds < 0 or seconds > _MAX_TIMEOUT_S:
+    longest = MAX_DURATION.total_seconds()
+    if not math.isfinite(seconds) or seconds < 0 or seconds > longest:
         raise InvalidArgument(
-            f"result timeout must be between 0 and {_MAX_TIMEOUT_S:.0f} seconds (100 years): "
+            f"result timeout must be between 0 and {longest:.0f} seconds (100 years): "
             f"{timeout!r}")
     return seconds
-
-
-_MAX_TIMEOUT_S = 100 * 365 * 86400.0

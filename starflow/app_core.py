@@ -28,7 +28,7 @@ from .errors import (
     StorageError,
     WorkflowDefinitionError,
 )
-from .limits import check_name
+from .limits import check_name, duration_problem
 from .logs import get_logger
 from .maintenance import Maintenance
 from .runner import RunHandle, Runner
@@ -278,6 +278,8 @@ class StarflowCore:
         if debounce is not None and (not isinstance(debounce, timedelta)
                                      or debounce <= timedelta(0)):
             problems.append(f"debounce must be a positive timedelta: {debounce!r}")
+        elif debounce is not None and (problem := duration_problem("debounce", debounce)):
+            problems.append(problem)
         if (debounce is None) != (debounce_key is None):
             problems.append("debounce and debounce_key go together: "
                             f"debounce={debounce!r}, debounce_key={debounce_key!r}")

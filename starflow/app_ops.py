@@ -20,7 +20,7 @@ from .errors import (
     StarflowError,
 )
 from .jobs import JobWorker
-from .limits import check_name
+from .limits import check_name, duration_problem
 from .maintenance import Maintenance
 from .records import PoolLimits, PoolUsage, RunInfo, ScheduleRecord
 from .retention import DEFAULT_BATCH_SIZE, PruneReport, prune_runs
@@ -202,6 +202,8 @@ class StarflowOps(StarflowCore):
                     or rate_limit[1] < timedelta(milliseconds=1)):
                 problems.append("rate_limit must be (n, period): an int n >= 1 and a "
                                 f"timedelta period >= 1 ms: {rate_limit!r}")
+            elif (problem := duration_problem("rate_limit period", rate_limit[1])) is not None:
+                problems.append(problem)
             else:
                 rate, period = rate_limit
         if problems:

@@ -14,6 +14,9 @@ from typing import Protocol, runtime_checkable
 
 import anyio
 
+from .errors import InvalidArgument
+from .limits import MAX_DURATION
+
 __all__ = ["Clock", "SystemClock", "format_ts", "monotonic", "parse_age", "parse_ts", "parse_when"]
 
 
@@ -75,11 +78,21 @@ _AGE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
 def parse_age(text: str) -> timedelta | None:
     """An age like ``90s``, ``30m``, ``12h``, ``3d``, ``2w`` (what the CLI's and
-    the web page's filters take), or None if ``text`` is not one."""
+    the web page's filters take), or None if ``text`` is not one.
+
+    Raises:
+        InvalidArgument: (a ``ValueError``) the age is longer than
+            :data:`~starflow.limits.MAX_DURATION`.
+    """
     match = _AGE.match(text.strip().lower())
     if match is None:
         return None
-    return timedelta(seconds=float(match.group(1)) * _AGE_UNITS[match.group(2)])
+    seconds = float(match.group(1)) * _AGE_UNITS[match.group(2)]
+    if seconds > MAX_DURATION.total_seconds():
+        raise InvalidArgument(
+            f"the age {text.strip()[:40]!r} is longer than {MAX_DURATION.days}d (100 years), "
+            "the longest starflow takes: give a shorter one")
+    return timedelta(seconds=seconds)
 
 
 def parse_when(text: str, now: datetime) -> datetime:
@@ -87,16 +100,25 @@ def parse_when(text: str, now: datetime) -> datetime:
     before ``now``.
 
     Raises:
-        ValueError: with a message naming the text.
+        ValueError: with a message naming the text (an :class:`InvalidArgument`
+            for an age too long).
     """
     age = parse_age(text)
     if age is not None:
-        return now - age
+        try:
+            return now - age
+        except OverflowError:  # a clock near the year 1 (a test's fake clock)
+            raise InvalidArgument(f"the age {text.strip()[:40]!r} reaches before the year 1: "
+                                  "give a shorter age") from None
     try:
         when = datetime.fromisoformat(text.strip())
     except ValueError:
         raise ValueError(f"not an ISO date/time or an age like 30m, 2h, 3d: {text!r}") from None
-    return when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
+    try:
+        return when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
+    except OverflowError:  # 9999-12-31T23:00-05:00 is past the year 9999 in UTC
+        raise ValueError(f"{text.strip()[:40]!r} is outside the years 1 to 9999 in UTC: "
+                         "give a date within them") from None
 
 
 def seconds(delta: timedelta | float) -> float:

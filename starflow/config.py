@@ -9,6 +9,7 @@ from typing import Literal
 import msgspec
 
 from .errors import ConfigError
+from .limits import duration_problem
 
 __all__ = ["StarflowConfig", "check_concurrency", "int_problem"]
 
@@ -120,10 +121,15 @@ class StarflowConfig(msgspec.Struct, frozen=True, kw_only=True):
                 problems.append(f"{name} must be a timedelta, got {value!r}")
             elif value <= timedelta(0):
                 problems.append(f"{name} must be positive: {value.total_seconds():g} s")
+            elif (problem := duration_problem(name, value)) is not None:
+                problems.append(problem)
         if self.retention is not None and (
                 not isinstance(self.retention, timedelta) or self.retention <= timedelta(0)):
             problems.append(f"retention must be a positive timedelta or None (keep forever), "
                             f"got {self.retention!r}")
+        elif self.retention is not None and (
+                problem := duration_problem("retention", self.retention)) is not None:
+            problems.append(problem)
         if (
             isinstance(self.heartbeat_interval, timedelta)
             and isinstance(self.lease_ttl, timedelta)

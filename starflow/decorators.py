@@ -20,7 +20,7 @@ import wrapt
 from .config import int_problem
 from .context import current_engine, current_node
 from .errors import WorkflowDefinitionError
-from .limits import name_problem
+from .limits import duration_problem, name_problem
 
 __all__ = [
     "RetryPolicy",
@@ -69,6 +69,11 @@ class RetryPolicy:
                 f"maximum_interval must be a timedelta >= initial_interval: "
                 f"{self.maximum_interval!r}"
             )
+        for name in ("initial_interval", "maximum_interval"):
+            value = getattr(self, name)
+            if isinstance(value, timedelta) and (
+                    problem := duration_problem(name, value)) is not None:
+                problems.append(problem)
         if (not isinstance(self.backoff_coefficient, int | float)
                 or isinstance(self.backoff_coefficient, bool) or self.backoff_coefficient < 1):
             problems.append(
@@ -89,8 +94,12 @@ class RetryPolicy:
 
     def delay(self, attempt: int) -> float:
         """Seconds to wait after failed attempt number ``attempt`` (1-based)."""
-        base = self.initial_interval.total_seconds() * self.backoff_coefficient ** (attempt - 1)
-        return min(base, self.maximum_interval.total_seconds())
+        longest = self.maximum_interval.total_seconds()
+        try:
+            base = self.initial_interval.total_seconds() * self.backoff_coefficient ** (attempt - 1)
+        except OverflowError:  # a large coefficient to a large power: past any maximum
+            return longest
+        return min(base, longest)
 
     def retryable(self, exc: BaseException) -> bool:
         return not isinstance(exc, self.non_retryable)
@@ -259,12 +268,13 @@ def _pool_problems(pool: object) -> list[str]:
 
 
 def timeout_problem(what: str, timeout: object) -> str | None:
-    """The problem with a ``timeout=`` (``None`` or a positive timedelta), if any."""
+    """The problem with a ``timeout=`` (``None`` or a positive timedelta of at most
+    :data:`~starflow.limits.MAX_DURATION`), if any."""
     if timeout is None:
         return None
     if not isinstance(timeout, timedelta) or timeout <= timedelta(0):
         return f"{what} must be a positive timedelta: {timeout!r}"
-    return None
+    return duration_problem(what, timeout)
 
 
 def _fail(kind: str, fn: object, problems: list[str]) -> None:

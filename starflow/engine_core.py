@@ -27,6 +27,7 @@ from .clock import format_ts
 from .context import CANCEL_EVENT, WAIT_KEY, CheckpointWait, WorkflowContext, current_node
 from .decorators import WorkflowDefinition
 from .errors import (
+    InvalidArgument,
     RunCancelled,
     SerializationError,
     StarflowError,
@@ -44,6 +45,7 @@ from .execution import (
     Suspend,
 )
 from .failure import CANCELLED_TYPE, cancelled_error
+from .limits import duration_problem
 from .logs import get_logger
 from .records import JobSpec
 from .replay import (
@@ -445,6 +447,7 @@ class EngineCore:
         from :meth:`now` (``timeout`` + 1 day, or ``wake_token_ttl``).
         """
         nid = self.next_wait_id(event)
+        self.check_wait_duration(nid, timeout)
         base = self.now()
         try:
             expiry = (base + timeout + timedelta(days=1) if timeout is not None
@@ -493,11 +496,20 @@ class EngineCore:
         await self._reach_cancel(nid, kind, name)
         return None
 
-    def _too_far(self, nid: str, duration: timedelta | None) -> StarflowError:
-        return StarflowError(
-            f"run {self.run_id}: {nid} with a duration of {duration} ends past the year "
-            "9999, which cannot be stored: use a shorter timeout or sleep (a wait_for "
-            "without a timeout waits for ever)", run_id=self.run_id, node_id=nid)
+    def check_wait_duration(self, nid: str, duration: timedelta | None) -> None:
+        """Refuse a wait's timeout (or a sleep) longer than starflow can add to the
+        clock (:data:`~starflow.limits.MAX_DURATION`), before the wait is written."""
+        if duration is not None and duration_problem("timeout", duration) is not None:
+            raise self._too_far(nid, duration)
+
+    def _too_far(self, nid: str, duration: timedelta | None) -> InvalidArgument:
+        param = "duration" if nid.startswith("sleep") else "timeout"
+        problem = None if duration is None else duration_problem(param, duration)
+        return InvalidArgument(
+            f"run {self.run_id}: {nid}: " + (problem or (
+                f"{param} {duration} ends past the year 9999, which cannot be stored: use a "
+                f"shorter one")) + " (a wait_for without a timeout waits for ever)",
+            run_id=self.run_id, node_id=nid)
 
     # -- suspending at a durable wait -------------------------------------------
 

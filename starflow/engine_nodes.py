@@ -327,6 +327,7 @@ class EngineNodes(EngineCore):
                     ) -> tuple[datetime | None, datetime]:
         """A pausing wait's deadline (None without a timeout) and its wake token's
         expiry (a day past the deadline, else the token lifetime)."""
+        self.check_wait_duration(nid, timeout)
         try:
             deadline = self.now() + timeout if timeout is not None else None
             expiry = deadline + timedelta(days=1) if deadline is not None else (

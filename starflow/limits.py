@@ -2,7 +2,8 @@
 
 SQLite and PostgreSQL refuse different things (PostgreSQL's ``text`` and
 ``jsonb`` cannot hold NUL, a btree index entry holds about 2,700 bytes, the
-JSON readers stop near 1,000 levels of nesting). starflow checks the
+JSON readers stop near 1,000 levels of nesting, SQLite's timestamp text and
+Python's ``datetime`` end with the year 9999). starflow checks the
 strictest of both at the door, so a value is refused with the same
 :class:`~starflow.errors.StarflowError` on either database before anything
 is written, never by the driver in the middle of a boundary (which would
@@ -12,11 +13,13 @@ re-run a step). ``docs/errors.md`` lists these limits.
 from __future__ import annotations
 
 import uuid
+from datetime import timedelta
 from typing import Any
 
 from .errors import ConfigError, InvalidArgument
 
 __all__ = [
+    "MAX_DURATION",
     "MAX_NAME_LENGTH",
     "MAX_NESTING_DEPTH",
     "MAX_PAYLOAD_BYTES",
@@ -24,6 +27,7 @@ __all__ = [
     "MAX_VALUE_DEPTH",
     "check_name",
     "check_tenant",
+    "duration_problem",
     "name_problem",
     "normalize_run_id",
     "storable_text",
@@ -47,6 +51,13 @@ MAX_NESTING_DEPTH = 256
 MAX_VALUE_DEPTH = MAX_NESTING_DEPTH - 6
 #: Bytes of one stored JSON document (PostgreSQL's jsonb stops at 256 MiB).
 MAX_PAYLOAD_BYTES = 64 * 1024 * 1024
+#: The longest duration you can pass (a timeout, debounce, retention age, rate-limit
+#: period, catch-up window, retry interval, config interval): 100 years. starflow
+#: adds durations to the clock and stores the result, and the last instant both
+#: databases hold in its format is the end of the year 9999 (SQLite's text and
+#: Python's ``datetime`` have four-digit years); a longer duration would fail
+#: there, in the middle of a write, as a raw ``OverflowError``.
+MAX_DURATION = timedelta(days=36_500)
 
 
 def text_problem(value: str) -> str | None:
@@ -91,6 +102,17 @@ def name_problem(param: str, value: object, *, max_length: int = MAX_NAME_LENGTH
     if problem is not None:
         return f"{param} {problem}: {value[:60]!r}"
     return None
+
+
+def duration_problem(param: str, value: timedelta) -> str | None:
+    """Why the duration ``value`` of ``param`` is too long (or too far below zero)
+    for starflow to add to the clock, or ``None``: the one bound of every
+    duration a user passes (:data:`MAX_DURATION`). Callers check its type and
+    sign themselves, and gather this problem with their other ones."""
+    if -MAX_DURATION <= value <= MAX_DURATION:
+        return None
+    return (f"{param} must be at most {MAX_DURATION.days} days (100 years), the longest "
+            f"duration starflow can add to a time it stores: {value!r}; use a shorter one")
 
 
 def check_name(param: str, value: Any, *, max_length: int = MAX_NAME_LENGTH,

@@ -32,6 +32,7 @@ from .adapters.base import WorkflowStateAdapter
 from .adapters.units import PruneRuns
 from .errors import InvalidArgument, StorageError
 from .history import export_run
+from .limits import duration_problem
 from .logs import get_logger
 from .records import TERMINAL_STATUSES
 
@@ -67,6 +68,8 @@ def _check(older_than: object, statuses: object, workflow: object, batch_size: o
     problems = []
     if not isinstance(older_than, timedelta) or older_than < timedelta(0):
         problems.append(f"older_than must be a timedelta >= 0, got {older_than!r}")
+    elif (problem := duration_problem("older_than", older_than)) is not None:
+        problems.append(problem)
     chosen: tuple[str, ...] = tuple(sorted(TERMINAL_STATUSES))
     if statuses is not None:
         if isinstance(statuses, str) or not isinstance(statuses, Collection) or not statuses:

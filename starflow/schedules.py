@@ -35,7 +35,7 @@ from .clock import wait_event
 from .context import WorkflowContext
 from .decorators import registry
 from .errors import ConfigError, StarflowError, StorageError
-from .limits import check_name
+from .limits import MAX_NAME_LENGTH, check_name, duration_problem
 from .logs import get_logger
 from .records import ScheduleRecord, StartOptions
 
@@ -84,11 +84,16 @@ def _cronsim() -> Any:
 def _zone(name: str) -> ZoneInfo:
     from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+    # zoneinfo reads the name as a file path: a long one (or a directory such as
+    # 'America') raises OSError, which says nothing about time zones.
+    shown = repr(name) if len(name) <= 60 else f"{name[:40]!r}… ({len(name)} characters)"
     try:
+        if len(name) > MAX_NAME_LENGTH:
+            raise ValueError(name)
         return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError, TypeError):
+    except (ZoneInfoNotFoundError, ValueError, TypeError, OSError):
         raise ConfigError(
-            f"timezone: unknown time zone {name!r}: use an IANA name such as "
+            f"timezone: unknown time zone {shown}: use an IANA name such as "
             "'UTC' or 'Europe/Berlin'") from None
 
 
@@ -123,6 +128,8 @@ def check_schedule(schedule_id: object, cron: object, timezone: object, overlap:
         problems.append(f"overlap must be one of {', '.join(OVERLAPS)}: {overlap!r}")
     if not isinstance(catchup, timedelta) or catchup < timedelta(0):
         problems.append(f"catchup must be a timedelta >= 0: {catchup!r}")
+    elif (problem := duration_problem("catchup", catchup)) is not None:
+        problems.append(problem)
     if problems:
         raise ConfigError("schedule: " + "; ".join(problems))
 

@@ -12,6 +12,7 @@ import datetime as _dt
 import hashlib
 import inspect
 import math
+import re
 import sys
 from collections.abc import Mapping
 from typing import Any, TypeVar
@@ -21,8 +22,8 @@ import msgspec
 from .errors import SerializationError
 from .limits import MAX_NESTING_DEPTH, MAX_PAYLOAD_BYTES, MAX_VALUE_DEPTH, text_problem
 
-__all__ = ["args_hash", "check_storable", "convert", "convert_call", "decode", "encode",
-           "to_builtins"]
+__all__ = ["args_hash", "check_json_depth", "check_storable", "convert", "convert_call",
+           "decode", "encode", "to_builtins"]
 
 T = TypeVar("T")
 
@@ -231,6 +232,38 @@ def encode(value: Any, *, what: str = "value", run_id: str | None = None,
         raise _refused(what, exc, run_id, node_id) from exc
     _check_encoded(data, value, what, run_id, node_id, max_depth)
     return data
+
+
+#: A JSON string (skipped whole, brackets inside it do not nest) or a bracket.
+_JSON_NESTING = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{}]')
+
+
+def check_json_depth(data: bytes | str, *, what: str, limit: int = MAX_VALUE_DEPTH) -> None:
+    """Refuse JSON text you typed (a CLI argument, a form field) nested deeper than
+    ``limit`` before it is decoded.
+
+    The decoder recurses once per level and would stop with a raw
+    ``RecursionError`` near 1,000 levels; the value would be refused past
+    :data:`~starflow.limits.MAX_VALUE_DEPTH` anyway. This reads the text
+    without recursion, and only when it holds more brackets than ``limit``.
+
+    Raises:
+        SerializationError: naming ``what`` and the limit.
+    """
+    raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data
+    if raw.count(b"[") + raw.count(b"{") <= limit:
+        return
+    depth = 0
+    for match in _JSON_NESTING.finditer(raw):
+        token = match.group()
+        if token in (b"[", b"{"):
+            depth += 1
+            if depth > limit:
+                raise SerializationError(
+                    f"{what} is nested more than {limit} levels deep (lists and objects), "
+                    "more than starflow stores: flatten it")
+        elif token in (b"]", b"}"):
+            depth -= 1
 
 
 def decode(data: bytes | str, *, what: str = "stored value", sort_keys: bool = False) -> Any:

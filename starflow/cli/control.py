@@ -13,8 +13,9 @@ from typing import Any
 
 import msgspec
 
-from ..errors import InvalidWakeToken, WorkflowDefinitionError
+from ..errors import InvalidWakeToken, SerializationError, WorkflowDefinitionError
 from ..records import RunInfo
+from ..serde import check_json_depth
 from ..tokens import redact_wake_tokens
 from ._base import EXIT_OK, EXIT_USAGE, CommandError, app_args, command, db_args, open_app
 from ._format import json_flag, run_args, write, write_json
@@ -23,6 +24,10 @@ __all__: list[str] = []
 
 
 def _payload(text: str) -> Any:
+    try:
+        check_json_depth(text, what="the JSON")
+    except SerializationError as exc:
+        raise argparse.ArgumentTypeError(f"{exc}; nothing was written") from None
     try:
         return msgspec.json.decode(text)
     except msgspec.DecodeError as exc:

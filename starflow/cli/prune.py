@@ -17,7 +17,10 @@ _ENDED = ("cancelled", "error", "success")
 
 def parse_age(text: str) -> timedelta:
     """``--older-than``: an age like ``90s``, ``30m``, ``12h``, ``30d``, ``2w``."""
-    age = age_of(text)
+    try:
+        age = age_of(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
     if age is None:
         raise argparse.ArgumentTypeError(f"not an age like 30m, 12h, 30d, 2w: {text!r}")
     return age

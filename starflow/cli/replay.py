@@ -82,6 +82,9 @@ async def _replay(ns: argparse.Namespace) -> int:
     except msgspec.DecodeError as exc:
         raise CommandError(f"{ns.file}: not valid JSON ({exc}); export it with "
                            "starflow runs export") from exc
+    except RecursionError:  # the decoder recurses once per level of nesting
+        raise CommandError(f"{ns.file}: nested too deep to be a run history export; "
+                           "export it with starflow runs export") from None
     load_app_object(ns.app)  # registers the workflows the replayer looks up
     replayer = Replayer()
     results = []

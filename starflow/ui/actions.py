@@ -19,6 +19,7 @@ import msgspec
 
 from ..errors import InvalidWakeToken, StarflowError, WorkflowDefinitionError
 from ..records import RunInfo
+from ..serde import check_json_depth
 from ..waits import check_event
 from . import views
 from .site import BadInput, Site, failure, see_other
@@ -99,12 +100,15 @@ class Actions:
             check_event(event, "signal", run_id=run.id)
         except StarflowError as exc:
             problems.append(str(exc))
+        payload = None
         try:
+            check_json_depth(raw, what="the payload")
             payload = msgspec.json.decode(raw)
+        except StarflowError as exc:
+            problems.append(str(exc))
         except msgspec.DecodeError as exc:
             problems.append(f"the payload is not valid JSON ({exc}): write e.g. "
                             '{"ok": true}, or "text" for a string')
-            payload = None
         if problems:
             raise BadInput("; ".join(problems) + "; nothing was written")
         if run.is_terminal:
@@ -172,7 +176,10 @@ class Actions:
             token = "".join(form.get("token", "").split())
             raw = form.get("payload", "").strip() or "null"
             try:
+                check_json_depth(raw, what="the payload")
                 payload = msgspec.json.decode(raw)
+            except StarflowError as exc:
+                raise BadInput(f"{exc}; nothing was written") from None
             except msgspec.DecodeError as exc:
                 raise BadInput(f"the payload is not valid JSON ({exc}); nothing was "
                                "written") from None

@@ -88,7 +88,7 @@ class TestWaitInsideAStep:
 
 
 class TestDurationsPastTheCalendar:
-    """A timeout or sleep too long to store fails with a StarflowError naming the node."""
+    """A timeout or sleep too long to store fails with InvalidArgument naming the node."""
 
     @pytest.mark.parametrize("kind", ["sleep", "wait_for"])
     async def test_overlong_duration(self, sf: Starflow, kind: str) -> None:
@@ -104,7 +104,9 @@ class TestDurationsPastTheCalendar:
         handle = await sf.run(wf)
         assert handle.status == "error"
         nid = "sleep#1" if kind == "sleep" else "wait:x#1"
+        param = "duration" if kind == "sleep" else "timeout"
         assert (handle.error or "").startswith(
-            f"StarflowError: run {handle.run_id}: {nid} with a duration of"), handle.error
-        assert "use a shorter timeout or sleep" in (handle.error or "")
+            f"InvalidArgument: run {handle.run_id}: {nid}: {param} must be at most 36500 "
+            "days (100 years)"), handle.error
+        assert "use a shorter one" in (handle.error or "")
         assert await sf.adapter.list_waits(handle.run_id) == []
