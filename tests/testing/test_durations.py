@@ -15,6 +15,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+#: Runs pytest in a subprocess.
+pytestmark = pytest.mark.slow
+
 USER_TESTS = '''
 from datetime import timedelta
 
