@@ -350,6 +350,7 @@ class TestRowLevelSecurity:
 class TestInterruptedAndReverse:
     """A SIGKILLed copy completes on a second run; PostgreSQL copies back to SQLite."""
 
+    @pytest.mark.slow  # SIGKILLs a real copy
     async def test_sigkill_then_rerun(self, tmp_path: Path, workspace: str,
                                       tokens: None) -> None:
         """The re-run verifies every run, as an uninterrupted copy does."""
@@ -433,6 +434,7 @@ class TestMergingAndCli:
         alone = await drive(f"sqlite:///{two}", "team-b", made_two, now)
         assert merged == alone
 
+    @pytest.mark.slow  # runs the CLI three times
     async def test_cli_dry_run_json_and_plain_progress(self, tmp_path: Path,
                                                        tokens: None) -> None:
         """--dry-run writes nothing; the text summary and progress lines; exit 1 on conflict."""

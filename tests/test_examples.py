@@ -10,6 +10,10 @@ from pathlib import Path
 
 import pytest
 
+#: Each example runs as a script in a subprocess: end to end, and slow.
+pytestmark = pytest.mark.slow
+
+
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 

@@ -142,6 +142,7 @@ def test_help_lists_every_subcommand(cli: Cli) -> None:
         assert name in out
 
 
+@pytest.mark.slow  # runs the installed script
 def test_installed_entry_point(seeded: Seeded, tmp_path: Path) -> None:
     """The `starflow` script of [project.scripts], as a user runs it."""
     script = Path(sys.executable).parent / "starflow"

@@ -19,6 +19,10 @@ import pytest
 
 from .support import Cli, Seeded
 
+#: Each case runs the CLI in a subprocess with a deadline.
+pytestmark = pytest.mark.slow
+
+
 HERE = Path(__file__).parent
 DEADLINE_S = 30
 

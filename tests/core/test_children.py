@@ -290,6 +290,7 @@ class TestDeterministicChildId:
             assert CALLS.get("double:6") == 1
 
 
+@pytest.mark.slow  # a thousand child runs
 class TestThousandChildren:
     """Fan-out/fan-in of 1,000 children with asyncio.gather over their handles."""
 

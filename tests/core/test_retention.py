@@ -426,6 +426,7 @@ def _prune_statements(d: Any, ids: list[str]) -> list[tuple[str, str, tuple[Any,
     return out
 
 
+@pytest.mark.slow  # EXPLAIN on filled tables
 class TestPlans:
     """Every statement of a prune batch is an index search with many ended runs
     (and their events) in the table, on both databases: the batch from

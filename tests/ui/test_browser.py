@@ -22,6 +22,10 @@ from starflow.ui import create_app
 
 from .conftest import quick
 
+#: A real browser drives the page.
+pytestmark = pytest.mark.slow
+
+
 CHROMIUM = os.environ.get("STARFLOW_TEST_CHROMIUM", "/usr/bin/chromium")
 #: Set in CI: a missing browser fails the suite instead of skipping.
 REQUIRE_BROWSER = bool(os.environ.get("STARFLOW_REQUIRE_BROWSER"))

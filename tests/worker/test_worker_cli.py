@@ -11,6 +11,9 @@ from starflow import Starflow
 from .apps import chunks
 from .support import cli
 
+#: Each case runs the starflow command in a subprocess.
+pytestmark = pytest.mark.slow
+
 
 class TestBadInput:
     """One clear line on stderr, a non-zero exit, never a traceback."""
