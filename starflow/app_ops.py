@@ -25,7 +25,7 @@ from .maintenance import Maintenance
 from .records import PoolLimits, PoolUsage, RunInfo, ScheduleRecord
 from .retention import DEFAULT_BATCH_SIZE, PruneReport, prune_runs
 from .runner import RunHandle, Runner
-from .schedules import check_schedule, next_tick, start_scheduled_run, tick_run_id
+from .schedules import ScheduleLoop, check_schedule, next_tick, start_scheduled_run, tick_run_id
 from .warm.base import LiveRun, WarmTier, live_run
 from .warm.drainer import OutboxStatus, outbox_status
 from .warm.mirror import find_mirror
@@ -107,14 +107,48 @@ class StarflowOps(StarflowCore):
         return record
 
     async def pause_schedule(self, schedule_id: str) -> ScheduleRecord:
-        """Stop firing ticks until :meth:`resume_schedule` (ticks meanwhile never start)."""
-        return await self._update_schedule(schedule_id, lambda rec, now: {"paused": True})
+        """Stop firing ticks until :meth:`resume_schedule` (ticks meanwhile never start).
+
+        Ticks that fell due before the pause and no maintenance loop has handled
+        yet are handled first, as a loop would have: started (queued) within the
+        catch-up window, else counted in ``skipped_missed`` (or
+        ``skipped_overlap``), so pausing never drops a due tick uncounted.
+
+        Raises:
+            ScheduleNotFound: there is none with this id.
+            StorageError: a due tick's run could not be started (nothing paused).
+        """
+        loop = ScheduleLoop(self.runner, poll=False)
+        for _ in range(100):
+            record = await self.get_schedule(schedule_id)
+            if record.paused:
+                return record
+            now = self.clock.now()
+            if record.pending_tick is not None or (
+                    record.next_fire_at is not None and record.next_fire_at <= now):
+                # Due before the pause: decide it (of a loop racing us, one decides
+                # each tick, by the row's revision), then read the row again.
+                await loop.advance(record)
+                continue
+            if await self.adapter.update_schedule(record.id, record.revision,
+                                                  {"paused": True}, now=now):
+                self._schedules_changed()
+                return await self.get_schedule(schedule_id)
+            await anyio.lowlevel.checkpoint()
+        raise StarflowError(f"schedule {schedule_id!r} changed under 100 attempts to pause "
+                            "it; try again")
 
     async def resume_schedule(self, schedule_id: str) -> ScheduleRecord:
-        """Fire ticks again, from the next one after now (paused ticks do not catch up)."""
+        """Fire ticks again, from the next one after now (paused ticks do not catch up).
+
+        A tick that waited for the previous run (``overlap="buffer_one"``) when the
+        schedule was paused does not start: it is counted in ``skipped_overlap``.
+        """
         def values(rec: ScheduleRecord, now: datetime) -> dict[str, Any]:
             nxt = next_tick(rec.cron, rec.timezone, now)
+            dropped = 1 if rec.buffered_tick is not None else 0
             return {"paused": False, "next_fire_at": nxt, "buffered_tick": None,
+                    "skipped_overlap": rec.skipped_overlap + dropped,
                     "due_at": now if rec.pending_tick is not None else nxt}
 
         return await self._update_schedule(schedule_id, values)
