@@ -390,28 +390,35 @@ class StarflowOps(StarflowCore):
         return await self.runner.stuck_runs(limit)
 
     def worker(self, pool: str | None = None, concurrency: int = 16,
-               maintenance: bool = False, grace: float = 30.0) -> Worker:
+               maintenance: bool = False, grace: float = 30.0, timers: bool = True) -> Worker:
         """A worker that claims runs queued for ``pool``; ``await worker.run()``.
 
         Args:
             pool: Claim runs queued for this pool (and runs queued for any pool).
             concurrency: Most runs driven at once.
-            maintenance: Also run the lease sweep, every run's durable timers and
-                session-var GC (unless this app already runs them,
-                ``Starflow.open(maintenance=True)``).
+            maintenance: Also run the lease sweep, every run's durable timers,
+                cron schedules and session-var GC (unless this app already runs
+                them, ``Starflow.open(maintenance=True)``).
             grace: Seconds ``worker.stop()`` waits for active runs to finish or
                 reach a step boundary before cancelling and releasing them.
+            timers: Fire every run's due timers (sleeps, ``wait_for`` timeouts,
+                deadlines of queued runs) in this worker, as every worker does by
+                default; each timer fires once however many workers run. False
+                leaves them to another process (``starflow server``, a worker
+                with ``maintenance=True``); the worker then warns at start.
         """
         check_concurrency(concurrency)  # before the maintenance loops are built
         check_name("pool", pool, optional=True)
         mt = None
-        if maintenance and (self._maintenance is None or not self._maintenance.full):
+        if (maintenance or timers) and (self._maintenance is None
+                                        or not self._maintenance.full):
             client = self._maintenance
             mt = Maintenance(self.runner, poll=self._shared_database, drain=client is None,
-                             firing=client.firing if client is not None else None)
+                             firing=client.firing if client is not None else None,
+                             timers_only=not maintenance)
+        fires = mt is not None or (self._maintenance is not None and self._maintenance.full)
         return Worker(self.runner, pool=pool, concurrency=concurrency, maintenance=mt,
-                      grace=grace)
-
+                      grace=grace, fires_timers=fires)
 
 
 def check_session_names(session_id: object, key: object) -> None:
