@@ -15,6 +15,7 @@ holds its guard (the run still paused at that wait), the others write nothing.
 
 from __future__ import annotations
 
+import random
 from datetime import datetime
 
 import anyio
@@ -144,6 +145,11 @@ class Maintenance:
         """Start a wake for every due timer not already being fired, and end every
         queued run past its deadline (no worker has to claim it first)."""
         due = await self.runner.due_timers()
+        if self.timers_only and len(due) > 1:
+            # Every worker reads the same earliest-first list: each takes it in its
+            # own order, so workers mostly fire different timers instead of queueing
+            # on the same run rows (the losers' guarded units write nothing anyway).
+            random.shuffle(due)
         started = 0
         for wait in due:
             key = (wait.run_id, wait.node_id)
