@@ -16,8 +16,7 @@ transactions), and the idle cost: the milliseconds of
 one ``next_deadline`` read, the one read an idle timer loop makes per poll,
 with ``--background`` queued runs with a deadline (each a timer) of another
 workspace in the tables.
-docs/guides/workers.md records a run. Nothing here is asserted in tests
-beyond ``tests/test_bench_timers.py``'s smoke run.
+docs/guides/workers.md records a run. Nothing here is asserted in tests.
 """
 
 from __future__ import annotations
