@@ -387,16 +387,17 @@ class Starflow:
     # -- workers -------------------------------------------------------------------
 
     def worker(self, pool: str | None = None, concurrency: int = 16,
-               maintenance: bool = False, grace: float = 30.0) -> SyncWorker:
+               maintenance: bool = False, grace: float = 30.0,
+               timers: bool = True) -> SyncWorker:
         """:meth:`starflow.Starflow.worker`, run from a thread: ``sf.worker().run()``
         blocks; ``with sf.worker():`` runs it in the background for the block."""
         return SyncWorker(self, self._call(lambda: self._worker(pool, concurrency,
-                                                                maintenance, grace)))
+                                                                maintenance, grace, timers)))
 
     async def _worker(self, pool: str | None, concurrency: int, maintenance: bool,
-                      grace: float) -> Worker:
+                      grace: float, timers: bool) -> Worker:
         return self._app.worker(pool=pool, concurrency=concurrency, maintenance=maintenance,
-                                grace=grace)
+                                grace=grace, timers=timers)
 
 
 class RunOptions:

@@ -530,6 +530,41 @@ class TestOpsPoolsAndSchedules:
             "in 24m00s", "none yet"]
         assert cells(html, 'data-schedule="quiet"')[3:5] == ["paused", "-"]
 
+    async def test_overdue_timers_say_no_maintenance_runs(self, tmp_path: Any) -> None:
+        """Timers overdue past the slack (a paused wait's timeout, a queued run's
+        deadline) are counted in a banner; within it, or fired, there is none."""
+        from starflow_testing import FakeClock
+
+        clock = FakeClock(datetime(2030, 1, 1, tzinfo=UTC))
+        async with Starflow.open(f"sqlite:///{tmp_path / 'timers.db'}", clock=clock,
+                                 maintenance=False) as sf:
+            paused = await sf.run(with_token)  # waits for "approve", 1 h timeout
+            assert paused.status == "paused"
+            await sf.options(timeout=timedelta(hours=1), pool="nobody").start(quick, 1)
+            app = create_app(sf)
+            await clock.advance(timedelta(hours=1, seconds=20))  # due, but within 30 s
+            async with client_for(app) as client:
+                html = (await client.get("/ops")).text
+            assert 'id="timers-overdue"' not in html
+            await clock.advance(timedelta(seconds=20))  # 40 s past the wait's timeout
+            async with client_for(app) as client:
+                html = (await client.get("/ops")).text
+            banner = html.split('id="timers-overdue">')[1].split("</p>")[0]
+            assert banner.startswith("2 timers overdue, no maintenance running")
+            assert "due more than 30s ago" in banner
+            worker = sf.worker()  # a plain worker fires both
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(worker.run)
+                with anyio.fail_after(10):
+                    while (await sf.get_run(paused.run_id)).status == "paused":  # noqa: ASYNC110
+                        await anyio.sleep(0.02)
+                    while await sf.adapter.due_run_deadlines(clock.now()):  # noqa: ASYNC110
+                        await anyio.sleep(0.02)
+                await worker.drain()
+            async with client_for(app) as client:
+                html = (await client.get("/ops")).text
+            assert 'id="timers-overdue"' not in html
+
     async def test_hostile_names_are_escaped(self, sf: Starflow) -> None:
         """Names and arguments are text on the page, never markup; tokens in arguments
         are redacted."""
