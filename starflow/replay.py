@@ -20,8 +20,15 @@ from .errors import NonDeterminismError, SerializationError
 from .limits import MAX_VALUE_DEPTH
 from .records import RunEvent
 
-__all__ = ["DIVERGENCE_FIX", "Journal", "NodeRecord", "check_recorded", "node_id",
-           "replay_variables", "variables_diff", "variables_snapshot"]
+__all__ = ["DIVERGENCE_FIX", "RESULT_KIND", "RETRIED_EVENT", "Journal", "NodeRecord", "check_recorded",
+           "node_id", "replay_variables", "retried", "rewind", "variables_diff", "variables_snapshot"]
+
+#: The event ``sf.retry`` records: ``{"previous_error", "from_node"}``. With a
+#: ``from_node``, the history before it is :func:`rewind`-ed from that node.
+RETRIED_EVENT = "run_retried"
+
+#: The events that end a node (its outcome).
+_OUTCOMES = ("node_complete", "node_error")
 
 #: Recorded nodes that never count as divergence: ``patched()`` markers,
 #: ``set_attributes()`` calls and event and stream writes (adding or removing
@@ -31,6 +38,9 @@ MARKER_KINDS = ("patch", "attributes", "event", "stream")
 #: The node kind of a child run's start (``child:<workflow>#n``, starflow.children):
 #: its ``node_complete`` carries the workflow name and argument hash.
 CHILD_START_KIND = "child"
+
+#: The node kind of the await of a child run's result (``result:<child run id>#n``).
+RESULT_KIND = "result"
 
 #: What to do about a replay that diverged from its history (every such message ends so).
 DIVERGENCE_FIX = ("Revert the change, bump the workflow version, or guard it with "
@@ -78,9 +88,10 @@ class Journal:
     @classmethod
     def from_events(cls, events: Iterable[RunEvent], started_at: datetime | None = None
                     ) -> Journal:
+        """The journal of a history; a retry marker rewinds what precedes it (:func:`retried`)."""
         journal = cls(started_at=started_at)
         nodes = journal.nodes
-        for ev in events:
+        for ev in retried(events):
             nid = ev.node_id
             if ev.event_type == "phase":
                 payload = ev.payload_json or {}
@@ -191,6 +202,53 @@ class Journal:
             now_seen = len(self.consumed)
             stalls = 0 if now_seen != seen else stalls + 1
             seen = now_seen
+
+
+def rewind(events: list[RunEvent], from_node: str) -> list[RunEvent]:
+    """The events of a history that stay recorded when it is redone from ``from_node``.
+
+    ``from_node`` and what follows it in the workflow's order run again: the
+    node itself and every node whose first event comes after ``from_node``
+    ended (its outcome, or the end of the history if it has none), since
+    those may have seen its outcome. The nodes that ran beside it, started
+    before it ended (concurrent steps of a task group or ``gather``), keep
+    their events, their outcomes included, and so do the nodes before it.
+    Phase events after the node's first event are dropped; run-level events
+    are kept. A ``from_node`` without events leaves the history as it is.
+    """
+    first = next((i for i, e in enumerate(events) if e.node_id == from_node), None)
+    if first is None:
+        return list(events)
+    end = next((i for i in range(len(events) - 1, first - 1, -1)
+                if events[i].node_id == from_node and events[i].event_type in _OUTCOMES),
+               len(events))
+    dropped = {from_node}
+    seen: set[str] = set()
+    for i, e in enumerate(events):
+        nid = e.node_id
+        if nid is None or nid in seen:
+            continue
+        seen.add(nid)
+        if i > end:
+            dropped.add(nid)
+    return [e for i, e in enumerate(events)
+            if (e.node_id is not None and e.node_id not in dropped)
+            or (e.node_id is None and not (e.event_type == "phase" and i > first))]
+
+
+def retried(events: Iterable[RunEvent]) -> list[RunEvent]:
+    """A history as replay sees it: each retry marker (:data:`RETRIED_EVENT`) that
+    names a ``from_node`` rewinds the events before it from that node (:func:`rewind`),
+    so the node's recorded failure, and what followed it, run again."""
+    seen: list[RunEvent] = []
+    for ev in events:
+        if ev.event_type == RETRIED_EVENT and ev.node_id is None:
+            payload = ev.payload_json if isinstance(ev.payload_json, dict) else {}
+            from_node = payload.get("from_node")
+            if isinstance(from_node, str) and from_node:
+                seen = rewind(seen, from_node)
+        seen.append(ev)
+    return seen
 
 
 def _shown(value: Any, limit: int = 200) -> str:

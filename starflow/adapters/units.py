@@ -93,6 +93,7 @@ UPDATABLE_RUN_COLUMNS = frozenset(
         "claim_attempts",
         "failure_json",
         "continued_as",
+        "deadline_at",
     }
 )
 #: Columns holding JSON (encoded by the adapter).

@@ -116,3 +116,64 @@ class TestRetry:
             assert await sf.result(handle.run_id) == "reserved-z"
             worker.stop()
         assert calls == {"reserve": 1}
+
+
+fixed = {"charge": False}
+
+
+@step
+async def charge(item: str) -> str:
+    calls["charge"] = calls.get("charge", 0) + 1
+    if not fixed["charge"]:
+        raise ConnectionRefusedError(f"charge {item}: a bug in the step")
+    return f"charged-{item}"
+
+
+@step
+async def ship(item: str) -> str:
+    calls["ship"] = calls.get("ship", 0) + 1
+    return f"shipped-{item}"
+
+
+@workflow(name="retry-step-bug")
+async def step_bug(item: str) -> list[str]:
+    reserved = await reserve(item)
+    charged = await charge(item)
+    return [reserved, charged, await ship(item)]
+
+
+class TestRetryRerunsTheFailedStep:
+    """A retry runs the step whose failure ended the run again, with the code deployed now."""
+
+    async def test_fixed_step(self, sf: Starflow) -> None:
+        """After the step's fix, retry ends in success; the steps before it are not re-run."""
+        calls.clear()
+        fixed["charge"] = False
+        handle = await sf.run(step_bug, "x")
+        assert handle.status == "error" and "ConnectionRefusedError" in (handle.error or "")
+        assert calls == {"reserve": 1, "charge": 1}
+        fixed["charge"] = True
+        done = await sf.retry(handle.run_id)
+        assert done.status == "success", done.error
+        assert done.result == ["reserved-x", "charged-x", "shipped-x"]
+        assert calls == {"reserve": 1, "charge": 2, "ship": 1}
+        events = await sf.events(handle.run_id)
+        retried = next(e for e in events if e.event_type == "run_retried")
+        assert retried.payload["from_node"] == "step:charge#1"
+        # The earlier failure stays in the history, before the retry marker.
+        charge_events = [e.event_type for e in events if e.node_id == "step:charge#1"]
+        assert charge_events == ["node_start", "node_error", "node_start", "node_complete"]
+        # A replay of the whole history (a later wake, the replayer) agrees with it.
+        assert await sf.result(handle.run_id) == ["reserved-x", "charged-x", "shipped-x"]
+
+    async def test_still_broken_then_fixed(self, sf: Starflow) -> None:
+        """A retry that fails again can be retried again; each one re-runs the step once."""
+        calls.clear()
+        fixed["charge"] = False
+        handle = await sf.run(step_bug, "y")
+        again = await sf.retry(handle.run_id)
+        assert again.status == "error" and "ConnectionRefusedError" in (again.error or "")
+        assert calls == {"reserve": 1, "charge": 2}
+        fixed["charge"] = True
+        done = await sf.retry(handle.run_id)
+        assert done.status == "success" and calls == {"reserve": 1, "charge": 3, "ship": 1}
