@@ -84,6 +84,11 @@ class Journal:
     consumed: set[str] = field(default_factory=set)
     #: True while this execution replays recorded nodes (until it reaches new ones).
     replaying: bool = False
+    #: When the run was last retried (its ``run_retried`` event), if it was.
+    retried_at: datetime | None = None
+    #: The nodes recorded before that retry (markers aside): once this execution has
+    #: replayed them all, its time is at least ``retried_at`` (:meth:`time_floor`).
+    before_retry: frozenset[str] = frozenset()
 
     @classmethod
     def from_events(cls, events: Iterable[RunEvent], started_at: datetime | None = None
@@ -93,6 +98,11 @@ class Journal:
         nodes = journal.nodes
         for ev in retried(events):
             nid = ev.node_id
+            if ev.event_type == RETRIED_EVENT and nid is None:
+                journal.retried_at = ev.created_at
+                journal.before_retry = frozenset(
+                    n for n, rec in nodes.items() if rec.kind not in MARKER_KINDS)
+                continue
             if ev.event_type == "phase":
                 payload = ev.payload_json or {}
                 journal.last_phase = payload.get("phase")
@@ -134,6 +144,17 @@ class Journal:
 
     def get(self, nid: str) -> NodeRecord | None:
         return self.nodes.get(nid)
+
+    def time_floor(self) -> datetime | None:
+        """The retry's time, once this execution has replayed what came before it.
+
+        A retried run's code after its retry point runs at the retry, not at the
+        last boundary before it (a wait's timeout counts from the retry). Tied
+        to the nodes replayed, so every later replay sees the same time there.
+        """
+        if self.retried_at is None or not self.before_retry <= self.consumed:
+            return None
+        return self.retried_at
 
     def consume(self, nid: str) -> None:
         self.consumed.add(nid)

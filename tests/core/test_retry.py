@@ -2,13 +2,27 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
+from collections.abc import AsyncIterator
+from datetime import timedelta
 
 import anyio
 import pytest
 
-from starflow import RunFinished, RunNotFound, Starflow, StarflowError, step, wait_for, workflow
+from starflow import (
+    RunFinished,
+    RunNotFound,
+    Starflow,
+    StarflowError,
+    WorkflowFailed,
+    step,
+    wait_for,
+    workflow,
+)
 from starflow.decorators import registry
+from starflow_testing import WorkflowEnvironment
+from tests.conftest import require_postgres
 
 calls: dict[str, int] = {}
 bug = {"present": True}
@@ -177,3 +191,103 @@ class TestRetryRerunsTheFailedStep:
         fixed["charge"] = True
         done = await sf.retry(handle.run_id)
         assert done.status == "success" and calls == {"reserve": 1, "charge": 3, "ship": 1}
+
+
+@workflow(name="retry-waits-timeout")
+async def waits_timeout() -> str:
+    await reserve("t")
+    value = await wait_for("go", timeout=timedelta(hours=1))
+    return f"got {value}"
+
+
+@workflow(name="retry-child-broken")
+async def child_broken(item: str) -> str:
+    return await charge(item)
+
+
+@workflow(name="retry-parent")
+async def parent_of_broken(item: str) -> str:
+    reserved = await reserve(item)
+    return f"{reserved}+{await child_broken(item)}"
+
+
+@workflow(name="retry-deadline", timeout=timedelta(hours=1))
+async def with_deadline() -> str:
+    await reserve("d")
+    await wait_for("go")
+    return "in time"
+
+
+@workflow(name="retry-gather")
+async def gathered(item: str) -> list[str]:
+    values = await asyncio.gather(reserve(item), charge(item), ship(item))
+    return [*values, await reserve(f"{item}-after")]
+
+
+@pytest.fixture
+async def env(adapter_kind: str) -> AsyncIterator[WorkflowEnvironment]:
+    if adapter_kind == "postgres":
+        require_postgres()
+    async with WorkflowEnvironment(adapter=adapter_kind) as environment:
+        yield environment
+
+
+class TestRetryPoints:
+    """What a retry runs again, by what ended the run."""
+
+    async def test_wait_timeout_waits_again(self, env: WorkflowEnvironment) -> None:
+        """A wait that timed out waits again (a new timeout from the retry); steps stay."""
+        calls.clear()
+        handle = await env.run(waits_timeout)
+        await env.advance(timedelta(hours=2))
+        run = await env.get_run(handle.run_id)
+        assert run.status == "error" and "WaitTimeout" in (run.error or "")
+        again = await env.app.retry(handle.run_id)
+        assert again.status == "paused"
+        done = await env.signal(handle.run_id, "go", 7)
+        assert done.status == "success" and done.result == "got 7"
+        assert calls == {"reserve": 1}
+
+    async def test_failed_child_is_retried_with_its_parent(
+            self, env: WorkflowEnvironment) -> None:
+        """A parent that failed on its child's failure retries the child, then awaits it."""
+        calls.clear()
+        fixed["charge"] = False
+        handle = await env.start(parent_of_broken, "c")
+        with pytest.raises(WorkflowFailed):
+            await env.result(handle.run_id)
+        [kid] = await env.list_runs(parent_run_id=handle.run_id)
+        assert kid.status == "error"
+        fixed["charge"] = True
+        await env.app.retry(handle.run_id)
+        assert await env.result(handle.run_id) == "reserved-c+charged-c"
+        assert (await env.get_run(kid.id)).status == "success"
+        assert calls == {"reserve": 1, "charge": 2}
+
+    async def test_past_its_deadline_gets_a_new_one(self, env: WorkflowEnvironment) -> None:
+        """A run that failed on its deadline is retried with a new window of the same length."""
+        calls.clear()
+        handle = await env.run(with_deadline)
+        await env.advance(timedelta(hours=2))
+        run = await env.get_run(handle.run_id)
+        assert run.status == "error" and "WorkflowTimeout" in (run.error or "")
+        again = await env.app.retry(handle.run_id)
+        assert again.status == "paused"
+        retried = await env.get_run(handle.run_id)
+        assert retried.deadline_at == env.now() + timedelta(hours=1)
+        done = await env.signal(handle.run_id, "go")
+        assert done.status == "success" and calls == {"reserve": 1}
+
+    async def test_concurrent_failure_keeps_its_siblings(
+            self, env: WorkflowEnvironment) -> None:
+        """A step failing beside others: only it (and what follows) runs again."""
+        calls.clear()
+        fixed["charge"] = False
+        handle = await env.run(gathered, "g")
+        assert handle.status == "error"
+        assert calls == {"reserve": 1, "charge": 1, "ship": 1}
+        fixed["charge"] = True
+        done = await env.app.retry(handle.run_id)
+        assert done.status == "success", done.error
+        assert done.result == ["reserved-g", "charged-g", "shipped-g", "reserved-g-after"]
+        assert calls == {"reserve": 2, "charge": 2, "ship": 1}
