@@ -6,6 +6,7 @@ import asyncio
 import uuid
 from collections.abc import AsyncIterator
 from datetime import timedelta
+from typing import Any
 
 import anyio
 import pytest
@@ -218,10 +219,32 @@ async def with_deadline() -> str:
     return "in time"
 
 
+#: The steps of ``gathered`` meet here while the bug is present: all three are
+#: running (their starts recorded) before the broken one fails.
+side_by_side: dict[str, Any] = {}
+
+
+@step
+async def beside(tag: str) -> str:
+    calls[tag] = calls.get(tag, 0) + 1
+    if not fixed["charge"]:
+        side_by_side["in"].add(tag)
+        if len(side_by_side["in"]) == 3:
+            side_by_side["all"].set()
+        await side_by_side["all"].wait()
+        if tag == "b":
+            raise ConnectionRefusedError("b: a bug in the step")
+    return tag
+
+
 @workflow(name="retry-gather")
 async def gathered(item: str) -> list[str]:
-    values = await asyncio.gather(reserve(item), charge(item), ship(item))
-    return [*values, await reserve(f"{item}-after")]
+    values = await asyncio.gather(beside("a"), beside("b"), beside("c"),
+                                  return_exceptions=True)
+    for value in values:
+        if isinstance(value, BaseException):
+            raise value  # once all three have ended (and their outcomes are recorded)
+    return [*[str(v) for v in values], await reserve(item)]
 
 
 @pytest.fixture
@@ -283,11 +306,12 @@ class TestRetryPoints:
         """A step failing beside others: only it (and what follows) runs again."""
         calls.clear()
         fixed["charge"] = False
+        side_by_side.update({"in": set(), "all": anyio.Event()})
         handle = await env.run(gathered, "g")
-        assert handle.status == "error"
-        assert calls == {"reserve": 1, "charge": 1, "ship": 1}
+        assert handle.status == "error" and "ConnectionRefusedError" in (handle.error or "")
+        assert calls == {"a": 1, "b": 1, "c": 1}
         fixed["charge"] = True
         done = await env.app.retry(handle.run_id)
         assert done.status == "success", done.error
-        assert done.result == ["reserved-g", "charged-g", "shipped-g", "reserved-g-after"]
-        assert calls == {"reserve": 2, "charge": 2, "ship": 1}
+        assert done.result == ["a", "b", "c", "reserved-g"]
+        assert calls == {"a": 1, "b": 2, "c": 1, "reserve": 1}
