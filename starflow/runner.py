@@ -323,7 +323,7 @@ class Runner(Waker):
             raise StarflowError(
                 f"run {run_id} is still {run.status}: only a run that ended in error can be "
                 "retried", run_id=run_id)
-        from_node, child = await self._retry_point(run)
+        from_node, child = await self.retry_point(run)
         inline = run.start_mode == "inline"
         if inline:
             await self.resolve(run)  # fail before writing if this process lacks the code
@@ -371,9 +371,10 @@ class Runner(Waker):
         assert fresh is not None
         return await self.drive(fresh)
 
-    async def _retry_point(self, run: RunInfo) -> tuple[str | None, str | None]:
-        """The node a retry of ``run`` runs again from, and the failed child run to
-        retry with it (when the run failed awaiting that child's result)."""
+    async def retry_point(self, run: RunInfo) -> tuple[str | None, str | None]:
+        """The node a retry of ``run`` runs again from (None: the body runs again
+        over its whole history), and the failed child run to retry with it (when
+        the run failed awaiting that child's result). Writes nothing."""
         failure = RunFailure.from_json(run.failure_json)
         if failure is not None and failure.node_id is not None:
             return failure.node_id, None  # a step's recorded failure, a wait's timeout
