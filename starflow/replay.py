@@ -20,8 +20,9 @@ from .errors import NonDeterminismError, SerializationError
 from .limits import MAX_VALUE_DEPTH
 from .records import RunEvent
 
-__all__ = ["DIVERGENCE_FIX", "RESULT_KIND", "RETRIED_EVENT", "Journal", "NodeRecord", "check_recorded",
-           "node_id", "replay_variables", "retried", "rewind", "variables_diff", "variables_snapshot"]
+__all__ = ["DIVERGENCE_FIX", "RESULT_KIND", "RETRIED_EVENT", "Journal", "NodeRecord",
+           "check_recorded", "node_id", "replay_variables", "retried", "rewind",
+           "variables_diff", "variables_snapshot"]
 
 #: The event ``sf.retry`` records: ``{"previous_error", "from_node"}``. With a
 #: ``from_node``, the history before it is :func:`rewind`-ed from that node.
