@@ -16,12 +16,15 @@ from starflow import (
     RunNotFound,
     Starflow,
     StarflowError,
+    StepFailed,
     WorkflowFailed,
     step,
     wait_for,
     workflow,
 )
 from starflow.decorators import registry
+from starflow.history import export_run, load_history
+from starflow.replayer import Replayer
 from starflow_testing import WorkflowEnvironment
 from tests.conftest import require_postgres
 
@@ -157,6 +160,23 @@ async def step_bug(item: str) -> list[str]:
     return [reserved, charged, await ship(item)]
 
 
+@step
+async def refund(item: str) -> str:
+    calls["refund"] = calls.get("refund", 0) + 1
+    return f"refunded-{item}"
+
+
+@workflow(name="retry-compensates")
+async def compensates(item: str) -> str:
+    reserved = await reserve(item)
+    try:
+        charged = await charge(item)
+    except StepFailed:
+        await refund(item)  # compensation, then the failure ends the run
+        raise
+    return f"{reserved} {charged}"
+
+
 class TestRetryRerunsTheFailedStep:
     """A retry runs the step whose failure ended the run again, with the code deployed now."""
 
@@ -178,8 +198,27 @@ class TestRetryRerunsTheFailedStep:
         # The earlier failure stays in the history, before the retry marker.
         charge_events = [e.event_type for e in events if e.node_id == "step:charge#1"]
         assert charge_events == ["node_start", "node_error", "node_start", "node_complete"]
-        # A replay of the whole history (a later wake, the replayer) agrees with it.
-        assert await sf.result(handle.run_id) == ["reserved-x", "charged-x", "shipped-x"]
+        # A replay of the whole history (the replayer, from the database and from an
+        # exported history) takes the retry's path, without a divergence.
+        replayer = Replayer(workflows=[step_bug])
+        result = await replayer.replay_run(sf.adapter, handle.run_id)
+        assert (result.ok, result.outcome) == (True, "success"), result.error
+        exported = load_history(await export_run(sf.adapter, handle.run_id))
+        result = await replayer.replay_history(exported)
+        assert (result.ok, result.outcome) == (True, "success"), result.error
+        assert calls == {"reserve": 1, "charge": 2, "ship": 1}
+
+    async def test_what_followed_the_failure_is_superseded(self, sf: Starflow) -> None:
+        """The compensation that ran after the failure is not the retried run's: once
+        the step succeeds, the code does not reach it, and that is no divergence."""
+        calls.clear()
+        fixed["charge"] = False
+        handle = await sf.run(compensates, "z")
+        assert handle.status == "error" and calls == {"reserve": 1, "charge": 1, "refund": 1}
+        fixed["charge"] = True
+        done = await sf.retry(handle.run_id)
+        assert (done.status, done.result) == ("success", "reserved-z charged-z"), done.error
+        assert calls == {"reserve": 1, "charge": 2, "refund": 1}
 
     async def test_still_broken_then_fixed(self, sf: Starflow) -> None:
         """A retry that fails again can be retried again; each one re-runs the step once."""
