@@ -4,8 +4,9 @@ with continue_as_new.
 ``sf.fork(run_id, from_node="step:charge#1")`` starts a new run whose history
 is the old run's up to that step: the steps before it are replayed, not run
 again. ``sf.retry(run_id)`` redoes the failed run itself the same way: the
-step that failed runs again with the fixed code, the ones before it do not. ``starflow.continue_as_new(*args)`` ends a run and continues as a new
-one with an empty history, so a loop that runs forever keeps each history
+step that failed runs again with the fixed code, the ones before it do not.
+``starflow.continue_as_new(*args)`` ends a run and continues as a new one with
+an empty history, so a loop that runs forever keeps each history
 short; ``sf.result`` of the first run follows the chain. A child run may
 continue as new too: its parent's ``await`` follows the child's chain.
 
