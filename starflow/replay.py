@@ -90,6 +90,7 @@ class Journal:
     #: The nodes recorded before that retry (markers aside): once this execution has
     #: replayed them all, its time is at least ``retried_at`` (:meth:`time_floor`).
     before_retry: frozenset[str] = frozenset()
+    _past_retry: bool = False
 
     @classmethod
     def from_events(cls, events: Iterable[RunEvent], started_at: datetime | None = None
@@ -153,8 +154,12 @@ class Journal:
         last boundary before it (a wait's timeout counts from the retry). Tied
         to the nodes replayed, so every later replay sees the same time there.
         """
-        if self.retried_at is None or not self.before_retry <= self.consumed:
+        if self.retried_at is None:
             return None
+        if not self._past_retry:
+            if not self.before_retry <= self.consumed:
+                return None
+            self._past_retry = True  # consumed only grows: checked once true
         return self.retried_at
 
     def consume(self, nid: str) -> None:

@@ -339,10 +339,6 @@ class Runner(Waker):
         payload: dict[str, Any] = {"previous_error": run.error}
         if from_node is not None:
             payload["from_node"] = from_node
-        inline = run.start_mode == "inline"
-        if inline:
-            await self.resolve(run)  # fail before writing if this process lacks the code
-        now = self.clock.now()
         async with self.adapter.unit(guard=Guard(run_id=run_id, status_in=("error",))) as unit:
             await self.adapter.record_event(run_id, RETRIED_EVENT, None, payload, now=now,
                                             method="retry")
