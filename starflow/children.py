@@ -48,7 +48,7 @@ from .errors import (
 from .failure import RunFailure
 from .limits import check_name
 from .records import RunInfo, StartOptions
-from .replay import CHILD_START_KIND, NodeRecord, check_recorded
+from .replay import CHILD_START_KIND, RESULT_KIND, NodeRecord, check_recorded
 
 __all__ = [
     "CHILD_EVENT_PREFIX",
@@ -68,7 +68,6 @@ __all__ = [
 #: Node kind of a child's start (``child:<workflow>#n``) and of awaiting its
 #: result (``result:<child run id>#n``).
 CHILD_KIND = CHILD_START_KIND
-RESULT_KIND = "result"
 #: The wait event of a parent paused on a child (reserved: users cannot signal it).
 CHILD_EVENT_PREFIX = "__starflow.child:"
 

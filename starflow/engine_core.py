@@ -166,8 +166,12 @@ class EngineCore:
     # -- time --------------------------------------------------------------------
 
     def now(self) -> datetime:
-        """Deterministic time: the latest boundary this execution passed."""
+        """Deterministic time: the latest boundary this execution passed (a retry
+        is one, once the nodes recorded before it are replayed)."""
         assert self._last_time is not None
+        floor = self.journal.time_floor()
+        if floor is not None and floor > self._last_time:
+            self._last_time = floor
         return self._last_time
 
     def _advance(self, ts: datetime | None) -> None:

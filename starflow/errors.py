@@ -358,9 +358,10 @@ class WorkflowFailed(StarflowError):
             tries = f" after {attempts} attempt(s)" if attempts else ""
             message = (
                 f"run {run_id} ended with status {status!r}: {node_id} failed{tries}: "
-                f"{error_type}: {error_message}. The failure is recorded in the run's history "
-                "(sf.events(run_id)), so sf.retry would replay it: fix the cause and start a "
-                "new run, or handle it in the workflow (except StepFailed / WaitTimeout)")
+                f"{error_type}: {error_message}. See sf.events(run_id) for its history; "
+                f"once the cause is fixed, sf.retry(run_id) runs {node_id} again (the steps "
+                "recorded before it are kept), or handle it in the workflow (except "
+                "StepFailed / WaitTimeout)")
         else:
             message = (
                 f"run {run_id} ended with status {status!r}: {error}. See sf.events(run_id) "

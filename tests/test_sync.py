@@ -39,6 +39,29 @@ async def publish(n: int) -> int:
     return n
 
 
+#: Calls of sync-fragile, and whether its bug is fixed.
+FRAGILE = {"calls": 0, "fixed": False, "before": 0}
+
+
+@step(name="sync-before")
+async def before_fragile(x: int) -> int:
+    FRAGILE["before"] += 1
+    return x
+
+
+@step(name="sync-fragile")
+async def fragile(x: int) -> int:
+    FRAGILE["calls"] += 1
+    if not FRAGILE["fixed"]:
+        raise ValueError("a bug in the step")
+    return x + 1
+
+
+@workflow(name="sync-retry")
+async def fragile_flow(x: int) -> int:
+    return await fragile(await before_fragile(x))
+
+
 @pytest.fixture
 def url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'sync.db'}"
@@ -111,6 +134,19 @@ class TestSameMethods:
             while paused.run_id not in {r.id for r in sf.live_runs()}:  # drained async
                 assert time.monotonic() < deadline, "the paused run never reached the warm tier"
                 threading.Event().wait(0.01)
+
+
+def test_retry_reruns_the_failed_step(db_url: str, workspace_id: str) -> None:
+    """sf.retry through the facade: the failed step runs again with the fixed code;
+    the step before it does not."""
+    FRAGILE.update(calls=0, fixed=False, before=0)
+    with Starflow.open(db_url, workspace_id=workspace_id) as sf:
+        failed = sf.run(fragile_flow, 1)
+        assert failed.status == "error" and "a bug in the step" in (failed.error or "")
+        FRAGILE["fixed"] = True
+        done = sf.retry(failed.run_id)
+        assert (done.status, done.result) == ("success", 2)
+    assert (FRAGILE["before"], FRAGILE["calls"]) == (1, 2)
 
 
 class TestThreads:

@@ -93,6 +93,7 @@ UPDATABLE_RUN_COLUMNS = frozenset(
         "claim_attempts",
         "failure_json",
         "continued_as",
+        "deadline_at",
     }
 )
 #: Columns holding JSON (encoded by the adapter).
@@ -213,7 +214,9 @@ class InsertOutbox(Op, frozen=True, kw_only=True):
 
 
 class InsertJob(Op, frozen=True, kw_only=True):
-    """Insert a ``worker_jobs`` row; a second insert with the same idempotency key is a no-op."""
+    """Insert a ``worker_jobs`` row; a second insert with the same idempotency key is a
+    no-op while the job is queued or claimed, and queues a finished one again (a
+    retried run's dispatch)."""
 
     job: JobSpec
     created_at: datetime

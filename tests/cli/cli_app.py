@@ -37,6 +37,29 @@ async def cli_flaky(order_id: str) -> str:
     return receipt
 
 
+#: Flip ``fixed`` to True to "deploy the fix" for cli_ship; ``calls`` counts each step.
+STEP_BUG = {"fixed": False, "charge": 0, "ship": 0}
+
+
+@step()
+async def cli_counted_charge(order_id: str) -> str:
+    STEP_BUG["charge"] += 1
+    return f"receipt-{order_id}"
+
+
+@step()
+async def cli_ship(order_id: str) -> str:
+    STEP_BUG["ship"] += 1
+    if not STEP_BUG["fixed"]:
+        raise LookupError(f"no address for {order_id}")
+    return f"shipped-{order_id}"
+
+
+@workflow(name="cli_step_bug", version=1)
+async def cli_step_bug(order_id: str) -> str:
+    return f"{await cli_counted_charge(order_id)} {await cli_ship(order_id)}"
+
+
 #: How many attempts of cli_gateway fail before one succeeds.
 GATEWAY_FAILS = {"left": 2}
 

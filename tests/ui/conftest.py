@@ -47,6 +47,29 @@ async def approval(item: str, fail: bool = False) -> dict[str, Any]:
     return {"held": held, "decision": decision, "rows": list(range(200))}
 
 
+#: ``fixable``'s bug (flip ``fixed`` to deploy the fix) and its steps' calls.
+FIXABLE: dict[str, Any] = {"fixed": False, "pack": 0, "label": 0}
+
+
+@step
+async def pack(item: str) -> str:
+    FIXABLE["pack"] += 1
+    return f"packed {item}"
+
+
+@step
+async def label(item: str) -> str:
+    FIXABLE["label"] += 1
+    if not FIXABLE["fixed"]:
+        raise ValueError(f"no label printer for {item}")
+    return f"labelled {item}"
+
+
+@workflow(name="ui_fixable")
+async def fixable(item: str) -> str:
+    return f"{await pack(item)}, {await label(item)}"
+
+
 @workflow(name="ui_token")
 async def with_token() -> Any:
     await hand_out_token()

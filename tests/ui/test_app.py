@@ -14,7 +14,7 @@ from starflow import Starflow, StarflowError, step, workflow
 from starflow.ui import create_app
 from starflow.ui.app import UI
 
-from .conftest import approval, client_for, quick, with_token
+from .conftest import FIXABLE, approval, client_for, fixable, quick, with_token
 
 TOKEN = "a-test-token-of-some-length"
 #: Released by a test: the step of ``gated`` waits for it, so its run stays executing.
@@ -243,6 +243,68 @@ class TestActions:
             assert done.status_code == 303
         assert "run_retried" in await events_of(sf, failed)
         assert (await sf.get_run(fine)).status == "success"
+
+    async def test_retry_reruns_the_failed_step(self, sf: Starflow) -> None:
+        """The confirmation names the step to run again; after the fix, the run ends in
+        success with the step run again and the one before it not."""
+        FIXABLE.update(fixed=False, pack=0, label=0)
+        failed = (await sf.run(fixable, "box")).run_id
+        async with client_for(create_app(sf)) as client:
+            csrf = csrf_of((await client.get(f"/runs/{failed}")).text)
+            confirm = await client.post(f"/runs/{failed}/retry", data={"csrf": csrf})
+            assert "step:label#1 and what follows it run again" in confirm.text
+            FIXABLE["fixed"] = True
+            done = await client.post(f"/runs/{failed}/retry",
+                                     data={"csrf": csrf, "confirmed": "yes"})
+            assert done.status_code == 303
+            page = (await client.get(done.headers["location"])).text
+            assert "Run retried." in page and "from step:label#1" in page
+        run = await sf.get_run(failed)
+        assert (run.status, run.result_json) == ("success", "packed box, labelled box")
+        assert (FIXABLE["pack"], FIXABLE["label"]) == (1, 2)
+
+    async def test_fork(self, sf: Starflow) -> None:
+        """Fork from a chosen node: confirmed, then a new run; the page lands on it."""
+        FIXABLE.update(fixed=False, pack=0, label=0)
+        failed = (await sf.run(fixable, "crate")).run_id
+        paused = (await sf.run(approval, "lamp")).run_id
+        async with client_for(create_app(sf)) as client:
+            page = (await client.get(f"/runs/{failed}")).text
+            assert 'id="fork-form"' in page
+            assert '<option value="step:label#1" selected>' in page  # the failed node
+            assert '<option value="step:pack#1">' in page
+            csrf = csrf_of(page)
+            assert 'id="fork-form"' not in (await client.get(f"/runs/{paused}")).text
+            before = len(await sf.list_runs(limit=100))
+            for node, status, says in [("step:nope#1", 400, "has no node"),
+                                       ("", 400, "has no node")]:
+                refused = await client.post(f"/runs/{failed}/fork", data={
+                    "csrf": csrf, "from_node": node, "confirmed": "yes"})
+                assert refused.status_code == status and says in alert(refused.text)
+                assert "nothing was written" in alert(refused.text)
+            refused = await client.post(f"/runs/{paused}/fork", data={
+                "csrf": csrf, "from_node": "wait:approve#1", "confirmed": "yes"})
+            assert refused.status_code == 409 and "still paused" in alert(refused.text)
+            forged = await client.post(f"/runs/{failed}/fork", data={
+                "csrf": "0" * len(csrf), "from_node": "step:label#1", "confirmed": "yes"})
+            assert forged.status_code in (400, 403)
+            assert len(await sf.list_runs(limit=100)) == before
+            confirm = await client.post(f"/runs/{failed}/fork", data={
+                "csrf": csrf, "from_node": "step:label#1"})
+            assert 'id="confirm"' in confirm.text and "from step:label#1?" in confirm.text
+            assert len(await sf.list_runs(limit=100)) == before  # nothing yet
+            FIXABLE["fixed"] = True
+            done = await client.post(f"/runs/{failed}/fork", data={
+                "csrf": csrf, "from_node": "step:label#1", "confirmed": "yes"})
+            assert done.status_code == 303
+            new_id = done.headers["location"].split("/runs/")[1].split("?")[0]
+            assert new_id != failed and done.headers["location"].endswith("done=fork")
+            landed = (await client.get(done.headers["location"])).text
+            assert "Forked:" in landed and f"from run {failed} at step:label#1" in landed
+        fork = await sf.get_run(new_id)
+        assert (fork.status, fork.result_json) == ("success", "packed crate, labelled crate")
+        assert (FIXABLE["pack"], FIXABLE["label"]) == (1, 2)
+        assert (await sf.get_run(failed)).status == "error"  # the source is unchanged
 
     async def test_unknown_action(self, sf: Starflow) -> None:
         run_id = (await sf.run(quick, 1)).run_id
