@@ -622,6 +622,8 @@ async def test_all_workspaces(tmp_path: Any) -> None:
             Starflow.open(url, workspace_id="billing", env="dev", maintenance=False) as billing:
         in_shop = (await shop.run(quick, 1)).run_id
         in_billing = (await billing.run(approval, "lamp")).run_id
+    async with Starflow.open(url, workspace_id="third", maintenance=False) as third:
+        await third.run(quick, 3)
 
     opened: list[tuple[str, str]] = []
 
@@ -657,7 +659,7 @@ async def test_all_workspaces(tmp_path: Any) -> None:
             assert (await client.get("/w/x y/prod/runs")).status_code == 404
             assert (await client.get("/switch", params={"workspace": "a/b",
                                                         "env": "p"})).status_code == 400
-            too_many = await client.get("/w/third/prod/runs")
+            too_many = await client.get("/w/third/prod/runs")  # has a run: would open
             assert too_many.status_code == 404 and "already shows 2" in too_many.text
             assert (await client.get("/w/shop/prod/runs")).status_code == 200
             assert (await client.get("/w/shop/prod/runs",
@@ -665,6 +667,51 @@ async def test_all_workspaces(tmp_path: Any) -> None:
     async with Starflow.open(url, workspace_id="billing", env="dev",
                              maintenance=False) as billing:
         assert (await billing.get_run(in_billing)).status == "cancelled"
+
+
+async def test_all_workspaces_unknown_scope_writes_nothing(tmp_path: Any) -> None:
+    """A GET of a workspace/env the database does not hold is a 404 that writes no row,
+    opens no app and takes no slot: after more made-up names than slots, a real scope
+    still opens."""
+    import sqlite3
+
+    from starflow.ui.scopes import Scopes
+
+    path = tmp_path / "scopes.db"
+    url = f"sqlite:///{path}"
+    async with Starflow.open(url, workspace_id="billing", env="dev",
+                             maintenance=False) as billing:
+        in_billing = (await billing.run(quick, 1)).run_id
+
+    def dump() -> list[str]:
+        with closing(sqlite3.connect(path)) as conn:
+            return list(conn.iterdump())
+
+    entered: list[tuple[str, str]] = []
+
+    class Counted(Starflow):
+        async def __aenter__(self) -> Counted:
+            entered.append((self.adapter.workspace_id, self.adapter.env))
+            return await super().__aenter__()
+
+    def open_scope(workspace_id: str, env: str) -> Starflow:
+        return Counted.open(url, workspace_id=workspace_id, env=env, maintenance=False)
+
+    async with Starflow.open(url, workspace_id="shop", maintenance=False) as sf, \
+            Scopes(open_scope, limit=2) as scopes:
+        app = create_app(sf, token=TOKEN, scopes=scopes)
+        before = dump()
+        async with client_for(app, authorization=f"Bearer {TOKEN}") as client:
+            for n in range(5):
+                made_up = await client.get(f"/w/made-up-{n}/prod/runs")
+                assert made_up.status_code == 404
+                assert f"made-up-{n}" in made_up.text and "no runs" in made_up.text
+            wrong_env = await client.get("/w/billing/prod/runs")  # the workspace, not the env
+            assert wrong_env.status_code == 404
+            assert dump() == before and entered == []
+            page = await client.get("/w/billing/dev/runs")
+            assert page.status_code == 200 and in_billing[:8] in page.text
+            assert entered == [("billing", "dev")]
 
 
 async def test_long_timeline_shows_its_ends(sf: Starflow, monkeypatch: Any) -> None:
