@@ -26,7 +26,7 @@ from ..errors import StarflowError
 if TYPE_CHECKING:
     from ..app import Starflow
 
-__all__ = ["ScopeNotFound", "Scopes", "check_scope"]
+__all__ = ["Scopes", "check_scope"]
 
 _NAME = re.compile(r"^[A-Za-z0-9_.:@-]{1,100}$")
 
@@ -38,10 +38,6 @@ def check_scope(workspace_id: str, env: str) -> None:
            if not _NAME.match(value)]
     if bad:
         raise StarflowError("; ".join(bad))
-
-
-class ScopeNotFound(StarflowError):
-    """The database holds no run, schedule or wake key of this workspace/env."""
 
 
 async def _holds(sf: Starflow) -> bool:
@@ -98,10 +94,9 @@ class Scopes:
         """The open Starflow of this scope, opened now if it is the first time.
 
         Raises:
-            ScopeNotFound: the database holds nothing of this scope (nothing opened
-                or written).
-            StarflowError: a bad name, too many scopes open, ``Scopes`` not entered,
-                or the app failed to open.
+            StarflowError: a bad name, a scope the database holds nothing of (no run,
+                schedule or wake key: nothing is opened or written), too many scopes
+                open, ``Scopes`` not entered, or the app failed to open.
         """
         check_scope(workspace_id, env)
         key = (workspace_id, env)
@@ -118,7 +113,7 @@ class Scopes:
             candidate = self._open_app(workspace_id, env)
             if not await _holds(candidate):
                 await candidate.adapter.close()
-                raise ScopeNotFound(f"workspace {workspace_id!r} env {env!r} has no runs, "
+                raise StarflowError(f"workspace {workspace_id!r} env {env!r} has no runs, "
                                     "schedules or keys in this database: check the names "
                                     "(a scope appears once something runs in it)")
             sf: Starflow = await self._tg.start(self._own, candidate)
