@@ -362,6 +362,35 @@ class TestWhoMay:
         assert "poll_interval" in text and "page_size" in text and "token" in text
 
 
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+async def test_run_page_by_upper_case_id(kind: str, tmp_path: Any) -> None:
+    """A run id typed or pasted in upper case names the same run: the page shows its
+    whole timeline and its stream its end, as sf.get_run / sf.events do (SQLite stores
+    ids lowercase; PostgreSQL's uuid column takes either)."""
+    import uuid
+
+    from tests.conftest import adapter_url
+
+    url = adapter_url(kind, tmp_path)
+    async with Starflow.open(url, workspace_id=f"ws-{uuid.uuid4().hex[:8]}",
+                             maintenance=False) as sf:
+        paused = (await sf.run(approval, "lamp")).run_id
+        done = (await sf.run(quick, 1)).run_id
+        upper = paused.upper()
+        events = await sf.events(paused)
+        assert len(events) >= 2
+        assert [e.id for e in await sf.events(upper)] == [e.id for e in events]
+        assert (await sf.get_run(upper)).id == paused
+        async with client_for(create_app(sf)) as client:
+            lower_page = (await client.get(f"/runs/{paused}")).text
+            upper_page = await client.get(f"/runs/{upper}")
+            assert upper_page.status_code == 200
+            rows = upper_page.text.count('<tr class="ev-')
+            assert rows == lower_page.count('<tr class="ev-') == len(events)
+            stream = await client.get(f"/runs/{done.upper()}/stream")
+        assert stream.text.endswith('event: end\ndata: {"status":"success"}\n\n')
+
+
 class TestLive:
     """The event streams behind the live views."""
 
