@@ -62,16 +62,16 @@ def prune_select_sql(d: Dialect, statuses: int, workflow: bool, ids: int | None,
                  f"AND COALESCE(k.status, '') NOT IN ({ended}))")
     where.append("NOT EXISTS (SELECT 1 FROM workflow_runs k WHERE k.id = r.parent_run_id "
                  f"AND COALESCE(k.status, '') NOT IN ({ended}))")
-    # Each later link by primary key, from the candidate's own successor on.
-    same_tenant = "{t}.workspace_id = r.workspace_id AND {t}.env = r.env"
+    # Each later link read by a scalar lookup by primary key, from the candidate's
+    # own successor on (as joins, PostgreSQL scanned the runs table: it cannot
+    # tell how few rows the walk yields; see child_waits in adapters.queries).
     where.append(
         "(r.continued_as IS NULL OR NOT EXISTS (WITH RECURSIVE later(id) AS ("
-        "SELECT r.continued_as UNION SELECT n.continued_as FROM workflow_runs n "
-        f"JOIN later ON n.id = later.id WHERE n.continued_as IS NOT NULL AND "
-        f"{same_tenant.format(t='n')}) "
-        f"SELECT 1 FROM later JOIN workflow_runs e ON e.id = later.id WHERE "
-        f"{same_tenant.format(t='e')} AND (COALESCE(e.status, '') NOT IN ({ended}) "
-        f"OR e.completed_at IS NULL OR e.completed_at >= {p(n, 'timestamptz')})))")
+        "SELECT r.continued_as UNION SELECT (SELECT n.continued_as FROM workflow_runs n "
+        "WHERE n.id = later.id) FROM later WHERE later.id IS NOT NULL) "
+        "SELECT 1 FROM later WHERE (SELECT 1 FROM workflow_runs e WHERE e.id = later.id "
+        f"AND (COALESCE(e.status, '') NOT IN ({ended}) OR e.completed_at IS NULL "
+        f"OR e.completed_at >= {p(n, 'timestamptz')})) = 1))")
     n += 1
     return (f"SELECT r.id, r.completed_at FROM workflow_runs r WHERE {' AND '.join(where)} "
             f"ORDER BY r.completed_at, r.id LIMIT {p(n)}{d.skip_locked if lock else ''}")
