@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from starflow import workflow
 from starflow.adapters.postgres import PostgresWorkflowStateAdapter
 from starflow.context import WorkflowContext
 from starflow.records import JobSpec, PoolLimits, ScheduleRecord
@@ -213,6 +214,11 @@ class TestRolePins:
             await admin.execute(f'DROP ROLE "{role}"')
 
 
+@workflow(name="rls_recipe_double")
+async def recipe_double(n: int) -> int:
+    return n * 2
+
+
 def _recipe(role: str, workspace: str) -> list[str]:
     """The statements of the guide's tenant-role recipe, for ``role`` and ``workspace``."""
     import re
@@ -249,11 +255,10 @@ class TestTenantRecipe:
 
     async def _opens(self, role: str, workspace: str) -> None:
         from starflow import Starflow
-        from tests.ui.conftest import quick
 
         async with Starflow.open(url_as(role), workspace_id=workspace,
                                  maintenance=False) as sf:
-            assert (await sf.run(quick, 2)).result == 4
+            assert (await sf.run(recipe_double, 2)).result == 4
 
     async def test_documented_recipe(self, admin: Any) -> None:
         """The recipe as the guide prints it: no write on the migrations table, and the
