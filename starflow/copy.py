@@ -50,6 +50,7 @@ from .adapters.copying import (
 from .clock import Clock, SystemClock, format_ts, monotonic
 from .copy_records import Conflict, CopyOptions, CopyProgress, CopyReport, Mismatch
 from .errors import ConfigError, CopyRefused, StarflowError, StorageError
+from .limits import normalize_run_id
 
 __all__ = [
     "NOT_COPIED",
@@ -261,12 +262,13 @@ class _Copy:
         """The run ids of a ``--run`` copy (with their children); None: a tenant scope."""
         if self.o.run_id is None:
             return None
-        found = await self.src.select_in(_RUNS, "id", [self.o.run_id], )
+        run_id = normalize_run_id(self.o.run_id)  # as stored (pasted ids may be upper case)
+        found = await self.src.select_in(_RUNS, "id", [run_id])
         if not found:
             raise ConfigError(f"--run {self.o.run_id}: no such run in the source",)
-        ids = [self.o.run_id]
+        ids = [run_id]
         if "parent_run_id" in self.src.columns["workflow_runs"]:
-            frontier = [self.o.run_id]
+            frontier = [run_id]
             while frontier:
                 children = await self.src.select_in(_RUNS, "parent_run_id", frontier)
                 frontier = [str(c["id"]) for c in children if str(c["id"]) not in ids]

@@ -484,6 +484,17 @@ class TestMergingAndCli:
         alone = await drive(two, ws, {r: made_two[r] for r in kept}, now)
         assert merged == alone
 
+    async def test_single_run_by_upper_case_id(self, tmp_path: Path, tokens: None) -> None:
+        """--run takes a run id pasted in upper case (SQLite stores ids lowercase)."""
+        src = f"sqlite:///{tmp_path / 'src.db'}"
+        made, _ = await build_small(src, "celestial")
+        one = sorted(made)[0]
+        report = await copy_database(CopyOptions(source=src, run_id=one.upper(),
+                                                 target=f"sqlite:///{tmp_path / 'one.db'}"))
+        assert report.ok and report.runs == 1 and report.runs_written == 1
+        with closing(sqlite3.connect(tmp_path / "one.db")) as conn, conn:
+            assert conn.execute("SELECT id FROM workflow_runs").fetchall() == [(one,)]
+
     async def test_cli_dry_run_json_and_plain_progress(self, tmp_path: Path,
                                                        tokens: None) -> None:
         """--dry-run writes nothing; the text summary and progress lines; exit 1 on conflict."""
