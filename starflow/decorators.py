@@ -222,6 +222,34 @@ class _Registry:
 registry = _Registry()
 
 
+class _WorkflowFunction(wrapt.FunctionWrapper[..., Any]):
+    """A ``@workflow`` function: the wrapper holds its definition, not the function.
+
+    An attribute set on a wrapt wrapper lands on the wrapped function, so one
+    function decorated twice (``a = workflow(name="a")(f); b = workflow(name="b")(f)``)
+    would leave both wrappers reading the second definition. A property keeps
+    each wrapper's own (a bound wrapper finds it through its parent).
+    """
+
+    _self_starflow_definition: WorkflowDefinition
+
+    @property
+    def __starflow_workflow__(self) -> WorkflowDefinition:
+        definition: WorkflowDefinition = self._self_starflow_definition
+        return definition
+
+
+class _StepFunction(wrapt.FunctionWrapper[..., Any]):
+    """A ``@step`` function: the wrapper holds its definition (see ``_WorkflowFunction``)."""
+
+    _self_starflow_definition: StepDefinition
+
+    @property
+    def __starflow_step__(self) -> StepDefinition:
+        definition: StepDefinition = self._self_starflow_definition
+        return definition
+
+
 def _problems_for(fn: object, kind: str) -> list[str]:
     problems = []
     if not callable(fn):
@@ -368,7 +396,6 @@ def workflow(
         )
         registry.add(definition)
 
-        @wrapt.decorator
         async def wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
             engine = current_engine.get()
             if engine is None or current_node.get() is not None:
@@ -378,8 +405,8 @@ def workflow(
                                                 run_id=None, pool=None, detached=False)
             return await engine.child_result(child_id, definition.return_type)
 
-        wrapped: Any = wrapper(func)
-        wrapped.__starflow_workflow__ = definition
+        wrapped = _WorkflowFunction(func, wrapper)
+        wrapped._self_starflow_definition = definition
         return wrapped
 
     if fn is not None:
@@ -457,15 +484,14 @@ def step(
         if pool is not None:
             registry.add_step(definition)
 
-        @wrapt.decorator
         async def wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
             engine = current_engine.get()
             if engine is None or current_node.get() is not None:
                 return await wrapped(*args, **kwargs)
             return await engine.run_step(definition, wrapped, args, kwargs)
 
-        wrapped: Any = wrapper(func)
-        wrapped.__starflow_step__ = definition
+        wrapped = _StepFunction(func, wrapper)
+        wrapped._self_starflow_definition = definition
         return wrapped
 
     if fn is not None:

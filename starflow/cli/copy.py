@@ -63,7 +63,8 @@ class _Reporter:
                 )
             except ImportError:  # the cli extra is not installed: plain lines
                 return
-            self._bar = Progress(TextColumn("copying runs"), BarColumn(), MofNCompleteColumn(),
+            self._bar = Progress(TextColumn("comparing runs"), BarColumn(),
+                                 MofNCompleteColumn(), TextColumn("{task.fields[written]}"),
                                  TextColumn("{task.fields[rate]}"), TimeRemainingColumn(),
                                  console=Console(stderr=True), transient=True)
 
@@ -85,15 +86,20 @@ class _Reporter:
     def progress(self, p: CopyProgress) -> None:
         rate = f"{p.rows_per_second:,.0f} rows/s"
         if self._bar is not None:
+            written = f"{p.runs_written} written"
             if self._task is None:
-                self._task = self._bar.add_task("copy", total=p.runs_total, rate=rate)
-            self._bar.update(self._task, completed=p.runs_done, rate=rate)
+                self._task = self._bar.add_task("copy", total=p.runs_total, rate=rate,
+                                                written=written)
+            self._bar.update(self._task, completed=p.runs_done, rate=rate, written=written)
             return
         now = monotonic()
         if now - self._last >= _PLAIN_EVERY or p.runs_done >= p.runs_total:
             self._last = now
-            sys.stderr.write(f"starflow: copied {p.runs_done}/{p.runs_total} runs, "
-                             f"{p.rows_read} rows read, {p.rows_written} written, {rate}\n")
+            # Counts of what was written, never of what was only looked at.
+            sys.stderr.write(f"starflow: {p.runs_done}/{p.runs_total} runs compared: "
+                             f"{p.runs_written} written, {p.runs_present} already there, "
+                             f"{p.runs_held_back} not written; {p.rows_read} rows read, "
+                             f"{p.rows_written} written, {rate}\n")
             sys.stderr.flush()
 
 
@@ -103,7 +109,8 @@ def _summary(report: CopyReport, ns: argparse.Namespace) -> None:
         f"{'dry run: ' if report.dry_run else ''}copy {redact_url(ns.source)} → "
         f"{redact_url(ns.target)}",
         f"runs: {report.runs} in scope, {report.runs_written} written now, "
-        f"{report.runs_present} already there",
+        f"{report.runs_present} already there, "
+        f"{report.runs - report.runs_written - report.runs_present} not written",
         f"rows: {report.rows_read} read, {verb} {report.rows_written} "
         f"({report.rows_per_second:,.0f} rows/s over {report.seconds:.1f}s)",
     ]

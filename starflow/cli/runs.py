@@ -17,6 +17,7 @@ import msgspec
 
 from ..clock import parse_when
 from ..context import checkpoint_wait
+from ..limits import normalize_run_id
 from ..records import RunEvent, RunInfo
 from ..tokens import redact_wake_tokens
 from ._base import (
@@ -215,7 +216,8 @@ async def _runs_list(ns: argparse.Namespace) -> int:
             runs = [r for r in await sf.stuck_runs()
                     if (ns.template is None or r.template_id == ns.template)
                     and (since is None or (r.started_at is not None and r.started_at >= since))
-                    and (ns.parent is None or r.parent_run_id == ns.parent)
+                    and (ns.parent is None
+                         or r.parent_run_id == normalize_run_id(ns.parent))
                     ][:ns.limit]
         else:
             runs = await sf.list_runs(status=ns.status, template_id=ns.template,
