@@ -454,8 +454,8 @@ class TestMergingAndCli:
         again = await anyio.run_process(base, check=False)
         assert again.returncode == 1
         assert f"CONFLICT run {min(made)}" in again.stdout.decode()
-        bad = await anyio.run_process([*base[:-1]], check=False)
-        assert bad.returncode == 2 and b"--all-tenants" in bad.stderr
+        bad = await anyio.run_process([*base[:-1], "--workspace", "celestial"], check=False)
+        assert bad.returncode == 2 and b"--env" in bad.stderr
 
 
 class TestSchemaCoverage:

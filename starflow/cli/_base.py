@@ -35,6 +35,7 @@ from typing import Any, NoReturn
 
 import anyio
 
+from ..config import database_url_from_env
 from ..errors import StarflowError
 from ..urls import normalize_scheme
 
@@ -181,7 +182,8 @@ def app_args(parser: argparse.ArgumentParser) -> None:
 def db_args(parser: argparse.ArgumentParser) -> None:
     """``--db``, ``--workspace``, ``--env``: where the runs live."""
     parser.add_argument("--db", metavar="URL",
-                        help="database URL (default: the app's, else $STARFLOW_DATABASE_URL)")
+                        help="database URL (default: the app's, else $STARFLOW_URL, else "
+                             "$STARFLOW_DATABASE_URL)")
     parser.add_argument("--workspace", metavar="ID", default=None,
                         help="workspace_id scope (default: the app's, else celestial)")
     parser.add_argument("--env", default=None, help="env scope (default: the app's, else prod)")
@@ -278,17 +280,17 @@ async def resolve_app(ns: argparse.Namespace, *, maintenance: bool = False,
         # The user's app as configured, with this process's maintenance choice.
         return Starflow(obj.adapter, config=obj.config, clock=obj.clock,
                         maintenance=maintenance)
-    url = db or os.environ.get("STARFLOW_DATABASE_URL") or None
+    url = db or database_url_from_env()
     if obj is not None and url is None:
         raise CommandError("--workspace/--env need a database: pass --db URL too", EXIT_USAGE)
     if url is None:
-        raise CommandError("no database: pass --db URL or set STARFLOW_DATABASE_URL "
+        raise CommandError("no database: pass --db URL or set STARFLOW_URL "
                            "(e.g. sqlite:///starflow.db or postgresql://user@host/db)",
                            EXIT_USAGE)
     missing = _missing_sqlite_file(url) if must_exist else None
     if missing is not None:
         raise CommandError(f"no SQLite database at {missing}: check --db (or "
-                           "$STARFLOW_DATABASE_URL), or create it with starflow migrate")
+                           "$STARFLOW_URL), or create it with starflow migrate")
     kwargs: dict[str, Any] = {}
     if obj is not None:
         kwargs = {"config": obj.config, "clock": obj.clock,
