@@ -75,7 +75,7 @@ TABLES: tuple[TableSpec, ...] = (
               times=_T({"started_at", "completed_at", "lease_until", "last_heartbeat",
                         "not_before", "claimed_at", "deadline_at"}),
               json=_T({"checkpoint_json", "input_json", "result_json", "failure_json",
-                        "phase_json"}),
+                        "phase"}),
               uuids=_T({"id", "definition_id", "parent_run_id", "continued_as"}),
               bools=_T({"detached"})),
     TableSpec("workflow_run_events", key=("id",), lookup="id", run_column="run_id",

@@ -142,7 +142,7 @@ RUN_COLUMNS = (
     "checkpoint_json, error, claim_state, runner_pool, leased_by, lease_until, last_heartbeat, "
     "claim_attempts, definition_id, input_json, result_json, start_mode, max_claim_attempts, "
     "workflow_version, failure_json, parent_run_id, detached, deadline_at, continued_as, "
-    "phase_json"
+    "phase"
 )
 JOB_COLUMNS = (
     "id, run_id, node_id, pool, step_name, idempotency_key, input_json, status, attempts, "

@@ -93,12 +93,12 @@ UPDATABLE_RUN_COLUMNS = frozenset(
         "claim_attempts",
         "failure_json",
         "continued_as",
-        "phase_json",
+        "phase",
     }
 )
 #: Columns holding JSON (encoded by the adapter).
 JSON_RUN_COLUMNS = frozenset({"checkpoint_json", "input_json", "result_json", "failure_json",
-                              "phase_json"})
+                              "phase"})
 
 
 class Op(msgspec.Struct, frozen=True, kw_only=True, tag=True):

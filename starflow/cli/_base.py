@@ -185,8 +185,10 @@ def db_args(parser: argparse.ArgumentParser) -> None:
                         help="database URL (default: the app's, else $STARFLOW_URL, else "
                              "$STARFLOW_DATABASE_URL)")
     parser.add_argument("--workspace", metavar="ID", default=None,
-                        help="workspace_id scope (default: the app's, else celestial)")
-    parser.add_argument("--env", default=None, help="env scope (default: the app's, else prod)")
+                        help="workspace_id scope (default: the app's, else "
+                             "$STARFLOW_WORKSPACE, else celestial)")
+    parser.add_argument("--env", default=None,
+                        help="env scope (default: the app's, else $STARFLOW_ENV, else prod)")
 
 
 def load_app_object(spec: str) -> Any:

@@ -71,8 +71,8 @@ class TestRunInfoPhase:
         for unit in units:
             events = [op.payload["phase"] for op in unit.ops
                       if isinstance(op, InsertEvent) and op.event_type == "phase"]
-            columns = [op.values["phase_json"] for op in unit.ops
-                       if isinstance(op, UpdateRun) and "phase_json" in op.values]
+            columns = [op.values["phase"] for op in unit.ops
+                       if isinstance(op, UpdateRun) and "phase" in op.values]
             assert events == columns, unit.methods
             seen += events
         assert seen == ["packing", {"stage": "shipping", "carrier": "ups"}]
