@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import typing
 from datetime import timedelta
 from typing import Literal
@@ -174,6 +175,20 @@ class StarflowConfig(msgspec.Struct, frozen=True, kw_only=True):
             raise ConfigError(
                 f"invalid StarflowConfig ({len(problems)} problem(s)): " + "; ".join(problems)
             )
+
+
+#: The environment variables naming the database, in the order they are read by
+#: ``Starflow.open()`` and the ``starflow`` command alike.
+DATABASE_URL_VARIABLES = ("STARFLOW_URL", "STARFLOW_DATABASE_URL")
+
+
+def database_url_from_env() -> str | None:
+    """The database URL of ``$STARFLOW_URL``, else ``$STARFLOW_DATABASE_URL`` (else None)."""
+    for name in DATABASE_URL_VARIABLES:
+        value = os.environ.get(name)
+        if value:
+            return value
+    return None
 
 
 def int_problem(name: str, value: object, least: int) -> str | None:

@@ -524,8 +524,8 @@ class TestMergingAndCli:
                 "there, 1 not written") in again.stderr.decode()
         assert (f"runs: {len(made)} in scope, 0 written now, {len(made) - 1} already there, "
                 "1 not written") in again.stdout.decode()
-        bad = await anyio.run_process([*base[:-1]], check=False)
-        assert bad.returncode == 2 and b"--all-tenants" in bad.stderr
+        bad = await anyio.run_process([*base[:-1], "--workspace", "celestial"], check=False)
+        assert bad.returncode == 2 and b"--env" in bad.stderr
 
 
 class TestSchemaCoverage:

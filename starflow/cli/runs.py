@@ -114,6 +114,7 @@ def run_detail(run: RunInfo) -> dict[str, Any]:
         "input": redact_wake_tokens(run.input_json),
         "result": redact_wake_tokens(run.result_json),
         "continued_as": run.continued_as,
+        "phase": redact_wake_tokens(run.phase),
     }
 
 
@@ -282,7 +283,9 @@ async def _runs_show(ns: argparse.Namespace) -> int:
         ("waiting on", (f"{waiting['event'] or 'timer'} at {waiting['node_id']}"
                         + (f" (deadline {waiting['deadline']})" if waiting["deadline"] else ""))
          if waiting else None),
-        ("phase", changes[-1]["phase"] if changes else None),
+        # The row's phase (migration 041); a run that set it before then: its events.
+        ("phase", redact_wake_tokens(run.phase) if run.phase is not None
+         else changes[-1]["phase"] if changes else None),
         # As JSON, so a string result reads apart from a number or a null one.
         ("input", msgspec.json.encode(detail["input"]).decode()
          if run.input_json is not None else None),

@@ -22,6 +22,7 @@ from typing import Any
 import anyio
 import anyio.abc
 
+from ..config import database_url_from_env
 from ._base import EXIT_OK, EXIT_USAGE, CommandError, app_args, command, db_args, resolve_app
 
 __all__ = ["is_loopback"]
@@ -150,9 +151,9 @@ async def _ui(ns: argparse.Namespace) -> int:
 
     token, made_up = _token(ns)
     allowed = None if token is not None else ["127.0.0.1", "localhost", "[::1]", "::1"]
-    url = ns.db or os.environ.get("STARFLOW_DATABASE_URL")
+    url = ns.db or database_url_from_env()
     if ns.all_workspaces and url is None:
-        raise CommandError("--all-workspaces needs --db URL (or STARFLOW_DATABASE_URL)",
+        raise CommandError("--all-workspaces needs --db URL (or STARFLOW_URL)",
                            EXIT_USAGE)
     # --warm goes with --db: resolve_app opens the warm tier, or says it needs --db.
     sf = await resolve_app(ns, must_exist=True)
