@@ -11,8 +11,9 @@ operations on it, :mod:`starflow.engine` the run around them.
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, NoReturn
@@ -27,6 +28,7 @@ from .clock import format_ts
 from .context import CANCEL_EVENT, WAIT_KEY, CheckpointWait, WorkflowContext, current_node
 from .decorators import WorkflowDefinition
 from .errors import (
+    ConcurrentWaits,
     RunCancelled,
     SerializationError,
     StarflowError,
@@ -74,6 +76,11 @@ class EngineCore:
     _counters: dict[tuple[str, str | None], int] = field(default_factory=dict)
     _last_time: datetime | None = None
     _suspending: bool = False
+    #: Durable waits this execution is entering now (between their call and their
+    #: return or pause), by node id: True for a timed one (a sleep, a timeout).
+    _entering: dict[str, bool] = field(default_factory=dict)
+    #: Timed durable waits were reached at once: the run fails with this.
+    wait_conflict: ConcurrentWaits | None = None
     #: The wait this execution is suspending on (set when it suspends).
     _pending_wait: PendingWait = field(init=False, repr=False)
     _body_scope: anyio.CancelScope | None = None
@@ -462,6 +469,43 @@ class EngineCore:
         if self._suspending:
             raise Suspend(self._pending_wait)
 
+    @contextlib.contextmanager
+    def _entering_wait(self, nid: str, timed: bool) -> Iterator[None]:
+        """Mark durable wait ``nid`` as being entered until it returns or pauses.
+
+        A run pauses at one wait at a time. Untimed waits reached at once in
+        concurrent branches (a task group, ``asyncio.gather``) pause one after
+        the other: the first to pause wins (:meth:`_suspend`), the others are
+        reached again on the replay after its wake. A timer would then start
+        only once the wait before it ended, so a timed one among them fails the
+        run with :class:`ConcurrentWaits` instead, before anything is written.
+        """
+        others = [n for n in self._entering if n != nid]
+        if self._suspending:
+            # Another branch paused already: this wait runs concurrently with it.
+            paused = self._pending_wait
+            if not timed and paused.deadline is None:
+                raise Suspend(paused)
+            others = [paused.node_id]
+            timed = True
+        if others and (timed or any(self._entering[n] for n in others)):
+            nodes = (*others, nid)
+            exc = ConcurrentWaits(
+                f"run {self.run_id}: durable waits {', '.join(nodes)} were reached at once "
+                "in concurrent branches (a task group or asyncio.gather), and a timed one "
+                "(a sleep, or a timeout) cannot run concurrently: a run pauses at one wait "
+                "at a time, so its timer would start late. Wait in one place instead: "
+                "starflow.wait_for_any(..., timeout=) for the first of several signals, "
+                "or one sleep for the longest delay (untimed waits in concurrent branches "
+                "are fine)", run_id=self.run_id, node_ids=nodes)
+            self.wait_conflict = exc
+            raise exc
+        self._entering[nid] = timed
+        try:
+            yield
+        finally:
+            self._entering.pop(nid, None)
+
     def _refuse_in_step(self, what: str, why: str) -> None:
         """Raise if called from inside a step: ``what`` is recorded in the workflow's
         history, so it belongs to the ``@workflow`` function, between steps."""
@@ -504,6 +548,10 @@ class EngineCore:
     def _suspend(self, nid: str, event: str | None, deadline: datetime | None,
                  expiry: datetime, job: JobSpec | None = None,
                  payload_type: str | None = None) -> NoReturn:
+        # A wait in a concurrent branch that got here after another one paused
+        # unwinds with that pause (and is reached again after its wake); writing
+        # its own wait over the first would leave the run paused on neither.
+        self._guard_suspending()
         token = self._sign(nid, expiry)
         pending = PendingWait(node_id=nid, event=event, deadline=deadline, wake_token=token,
                               job=job)

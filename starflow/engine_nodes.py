@@ -286,9 +286,14 @@ class EngineNodes(EngineCore):
             f"a durable wait pauses the whole run, so {what} must be called from the "
             "@workflow function, between steps (a step may hand out "
             "starflow.wake_token() for the wait that follows it)")
-        self._guard_suspending()
         kind = kind or ("wait" if event is not None else "sleep")
         nid = self._next_id(kind, node_name or event)
+        timed = timeout is not None and timeout > timedelta(0)
+        with self._entering_wait(nid, timed):
+            return await self._wait(nid, kind, event, timeout, type_)
+
+    async def _wait(self, nid: str, kind: str, event: str | None, timeout: timedelta | None,
+                    type_: Any) -> Any:
         done = await self._enter_wait(nid, kind, event,
                                       f"{kind} {event!r}" if event else "sleep",
                                       f"{event!r} was signalled")
@@ -374,9 +379,14 @@ class EngineNodes(EngineCore):
         """
         self._refuse_in_step("wait_for_any()", "a durable wait pauses the whole run, so it "
                              "must be called from the @workflow function, between steps")
-        self._guard_suspending()
         name = ANY_SEPARATOR.join(events)
         nid = self._next_id(ANY_KIND, name)
+        with self._entering_wait(nid, timeout is not None):
+            return await self._wait_any(nid, name, events, timeout, types)
+
+    async def _wait_any(self, nid: str, name: str, events: tuple[str, ...],
+                        timeout: timedelta | None, types: Mapping[str, Any]
+                        ) -> tuple[str, Any]:
         done = await self._enter_wait(nid, ANY_KIND, name, f"wait_for_any {name!r}",
                                       f"any of {', '.join(map(repr, events))} was signalled")
         if done is not None:
