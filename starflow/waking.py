@@ -20,9 +20,15 @@ from .adapters.units import Guard
 from .children import chain_end, child_of_event, child_outcome
 from .context import CANCEL_EVENT, CheckpointWait, checkpoint_wait
 from .driving import ACTIVE_STATUSES, Driver, RunHandle
-from .errors import InvalidWakeToken, RunFinished, WorkflowDefinitionError
+from .errors import (
+    InvalidWakeToken,
+    RunFinished,
+    SerializationError,
+    WorkflowDefinitionError,
+)
 from .execution import Outcome
 from .failure import CANCELLED_TYPE, cancelled_error, wait_timeout_error
+from .limits import storable_text
 from .records import RunEvent, RunInfo, WaitRecord
 from .updates import check_update_id, update_event, update_marker
 from .waits import ANY_KIND, check_event, first_signal, wait_events
@@ -264,11 +270,76 @@ class Waker(Driver):
             output = signal.payload
             if wait.node_id.startswith(ANY_KIND + ":"):
                 output = {"event": signal.event, "payload": signal.payload}
+            paused = checkpoint_wait(run.checkpoint_json)
+            if paused is not None and paused.node_id == wait.node_id and paused.payload_type:
+                checked = await self._checked(run, paused, signal.id, signal.event,
+                                              signal.payload)
+                if checked is not True:
+                    if checked is not None:
+                        return checked
+                    continue  # refused: the next queued signal, if any
             handle = await self.wake(run, wait.node_id, via="signal", output=output,
                                      signal_id=signal.id)
             if handle is not None:
                 return handle
         return None
+
+    async def _checked(self, run: RunInfo, wait: CheckpointWait, signal_id: int, event: str,
+                       payload: Any) -> RunHandle[Any] | bool | None:
+        """Check a queued signal against the ``type=`` of the typed wait it would wake,
+        before it is recorded as that wait's outcome.
+
+        True: it fits, wake the run with it. None: it does not fit; it was taken
+        out of the inbox and recorded as a ``signal_rejected`` event (with why)
+        in one unit guarded by the wait, and the run stays paused. A handle:
+        this process cannot load the type (a CLI or web page without the
+        workflow's code), so the run went back to the queue with the signal
+        still queued and the wait unrecorded; the worker that replays it checks
+        the payload at the wait (accepted, or rejected as above) and pauses
+        again for one that fits.
+        """
+        expected = serde.loaded_type(wait.payload_type)
+        node_id = wait.node_id
+        assert node_id is not None
+        if expected is not None:
+            try:
+                _check_payload(run.id, wait, payload, f"payload of signal {event!r}")
+            except SerializationError as exc:
+                await self._reject(run, node_id, signal_id, event, exc)
+                return None
+            return True
+        if run.start_mode == "inline" and await self._drives_here(run):
+            return True  # driven here: the engine converts it (the code is here)
+        guard = Guard(run_id=run.id, status_in=("paused",), wait_node=node_id)
+        now = self.clock.now()
+        async with self.adapter.unit(guard=guard) as unit:
+            await self.adapter.clear_waits(run.id)
+            await self.adapter.on_run_resumed(run.id, now=now, payload={
+                "node_id": node_id, "via": "signal", "unchecked": True})
+            await self.adapter.update_run(run.id, "requeue", status="queued",
+                                          claim_state="queued", claim_attempts=0)
+        if not unit.held:
+            return False  # another wake won: look again
+        self._log.info("signal handed to a worker: this process cannot load the wait's "
+                       "type to check its payload", run_id=run.id, node_id=node_id,
+                       signal=event, payload_type=wait.payload_type)
+        self.notify_settled()
+        return RunHandle(run_id=run.id, status="queued")
+
+    async def _reject(self, run: RunInfo, node_id: str, signal_id: int, event: str,
+                      exc: SerializationError) -> None:
+        """Take a signal whose payload does not fit its wait out of the inbox, recorded
+        as a ``signal_rejected`` event; the run stays paused at the wait."""
+        reason = {"event": event, "signal_id": signal_id, "error": storable_text(str(exc))}
+        guard = Guard(run_id=run.id, status_in=("paused",), wait_node=node_id)
+        async with self.adapter.unit(guard=guard) as unit:
+            await self.adapter.consume_signal(signal_id)
+            await self.adapter.record_event(run.id, "signal_rejected", node_id, reason,
+                                            now=self.clock.now(), method="reject_signal")
+        if unit.held:
+            self._log.warning("signal rejected: its payload does not match the wait's type; "
+                              "the run stays paused", run_id=run.id, node_id=node_id,
+                              signal=event, error=str(exc))
 
     async def signal(self, run_id: str, event: str, payload: Any) -> RunHandle[Any]:
         check_event(event, "signal", run_id=run_id)
