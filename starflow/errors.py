@@ -183,9 +183,8 @@ class UnexpectedSignal(StarflowError):
     """A signal for a name the run is not waiting for and never declared.
 
     Raised by ``Starflow.signal`` (and the CLI's ``starflow signal``) before
-    anything is written: the run is paused at a wait for another name, and
-    the name is neither one of its recorded waits nor in the workflow's
-    ``@workflow(signals=...)``.
+    anything is written: the run is paused at a signal wait for another name,
+    and it never waited for this name before.
 
     Attributes:
         event: The signal name that was refused.

@@ -24,6 +24,7 @@ from .errors import (
     InvalidWakeToken,
     RunFinished,
     SerializationError,
+    UnexpectedSignal,
     WorkflowDefinitionError,
 )
 from .execution import Outcome
@@ -284,6 +285,40 @@ class Waker(Driver):
                 return handle
         return None
 
+    async def _check_expected(self, run: RunInfo, event: str) -> None:
+        """Refuse, before anything is written, a signal the paused run cannot take.
+
+        A run paused at a signal wait (``wait_for``, ``wait_for_any``) accepts
+        the events of that wait and the name of any wait recorded in its
+        history (a loop waits on it again). Any other name is a mistake the
+        caller hears of at once (as on the web page), not a signal that sits in
+        the inbox for ever. A run paused at a sleep, a child or a worker job,
+        or one running or queued, keeps any signal for the wait it reaches
+        later.
+
+        Raises:
+            UnexpectedSignal: naming the run, the event and the names it accepts.
+        """
+        waits = await self.adapter.list_waits(run.id)
+        current = {e for w in waits for e in wait_events(w.node_id, w.event)
+                   if child_of_event(e) is None}
+        if not current or event in current:
+            return
+        seen: set[str] = set()
+        for recorded in await self.adapter.list_events(run.id):
+            node = recorded.node_id or ""
+            kind, _, rest = node.partition(":")
+            if kind in ("wait", ANY_KIND) and "#" in rest:
+                seen.update(wait_events(node, rest.rpartition("#")[0]))
+        if event in seen:
+            return
+        expected = tuple(sorted(current | seen))
+        raise UnexpectedSignal(
+            f"run {run.id} is paused waiting for {', '.join(map(repr, sorted(current)))}, "
+            f"not {event!r}, and never waited for {event!r} before: check the name "
+            f"(it accepts {', '.join(map(repr, expected))}); nothing was written",
+            run_id=run.id, event=event, expected=expected)
+
     async def _checked(self, run: RunInfo, wait: CheckpointWait, signal_id: int, event: str,
                        payload: Any) -> RunHandle[Any] | bool | None:
         """Check a queued signal against the ``type=`` of the typed wait it would wake,
@@ -348,6 +383,8 @@ class Waker(Driver):
         wait = checkpoint_wait(run.checkpoint_json)
         if wait is not None and wait.event == event:
             _check_payload(run.id, wait, encoded, f"payload of signal {event!r}")
+        if run.status == "paused":
+            await self._check_expected(run, event)
         now = self.clock.now()
         async with self.adapter.unit(guard=Guard(run_id=run_id, status_in=ACTIVE_STATUSES)
                                      ) as unit:

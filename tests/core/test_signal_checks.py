@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 import msgspec
 import pytest
 
-from starflow import SerializationError, serde, wait_for, workflow
+from starflow import SerializationError, UnexpectedSignal, serde, wait_for, wait_for_any, workflow
 from starflow.adapters import adapter_from_url
 from starflow_testing import WorkflowEnvironment
 
@@ -88,3 +88,47 @@ class TestWorkerRunBadPayload:
         events = await env.events(handle.run_id)
         assert [e.event_type for e in events][-1] == "signal_rejected"
         assert await env.adapter.find_signal(handle.run_id, "decision") is None
+
+
+@workflow(name="approve-twice")
+async def approve_twice() -> list[object]:
+    first = await wait_for("approve")
+    second = await wait_for_any("approve", "reject")
+    return [first, list(second)]
+
+
+class TestUnexpectedSignal:
+    """A signal for a name the paused run neither waits for nor ever waited for."""
+
+    async def test_refused_before_anything_is_written(self, env: WorkflowEnvironment) -> None:
+        handle = await env.run(approve_twice)
+        before = await env.events(handle.run_id)
+        with pytest.raises(UnexpectedSignal) as info:
+            await env.signal(handle.run_id, "aprove", True)
+        exc = info.value
+        assert exc.run_id == handle.run_id and exc.event == "aprove"
+        assert exc.expected == ("approve",)
+        assert "'aprove'" in str(exc) and "nothing was written" in str(exc)
+        assert await env.events(handle.run_id) == before
+        assert await env.adapter.find_signal(handle.run_id, "aprove") is None
+        assert (await env.get_run(handle.run_id)).status == "paused"
+
+    async def test_names_of_its_waits_are_accepted(self, env: WorkflowEnvironment) -> None:
+        """The current wait's events and any recorded wait's are taken; "reject"
+        (an event of the wait_for_any reached next) once it is the current wait."""
+        handle = await env.run(approve_twice)
+        handle = await env.signal(handle.run_id, "approve", 1)
+        assert handle.status == "paused" and handle.waiting_for == "approve|reject"
+        done = await env.signal(handle.run_id, "reject", 2)
+        assert done.status == "success" and done.result == [1, ["reject", 2]]
+
+    async def test_running_run_keeps_any_early_signal(self, env: WorkflowEnvironment) -> None:
+        """A queued run has not reached a wait: an early signal is kept, not refused."""
+        handle = await env.start(approve_twice)
+        await env.signal(handle.run_id, "approve", "early")
+        await env.run_until_idle()
+        run = await env.get_run(handle.run_id)
+        assert run.status == "paused"
+        events = await env.events(handle.run_id)
+        assert any(e.node_id == "wait:approve#1" and e.event_type == "node_complete"
+                   for e in events)
