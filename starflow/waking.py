@@ -345,20 +345,38 @@ class Waker(Driver):
             return True
         if run.start_mode == "inline" and await self._drives_here(run):
             return True  # driven here: the engine converts it (the code is here)
+        handle = await self._hand_over(run, wait, "signal")
+        return handle if handle is not None else False  # None: another wake won
+
+    async def _hand_over(self, run: RunInfo, wait: CheckpointWait, via: str,
+                         payload: Any = None, *, enqueue: bool = False
+                         ) -> RunHandle[Any] | None:
+        """Send a paused run back to the queue without recording its wait, so a worker
+        (which holds the wait's type) checks the queued payload at the wait.
+
+        ``enqueue`` puts ``payload`` in the inbox under the wait's event in the
+        same unit (a wake by token). None if another wake won the race.
+        """
+        node_id = wait.node_id
+        assert node_id is not None and wait.event is not None
         guard = Guard(run_id=run.id, status_in=("paused",), wait_node=node_id)
         now = self.clock.now()
         async with self.adapter.unit(guard=guard) as unit:
+            if enqueue:
+                await self.adapter.enqueue_signal(run.id, wait.event, payload, now=now)
             await self.adapter.clear_waits(run.id)
             await self.adapter.on_run_resumed(run.id, now=now, payload={
-                "node_id": node_id, "via": "signal", "unchecked": True})
+                "node_id": node_id, "via": via, "unchecked": True})
             await self.adapter.update_run(run.id, "requeue", status="queued",
                                           claim_state="queued", claim_attempts=0)
         if not unit.held:
-            return False  # another wake won: look again
-        self._log.info("signal handed to a worker: this process cannot load the wait's "
-                       "type to check its payload", run_id=run.id, node_id=node_id,
-                       signal=event, payload_type=wait.payload_type)
+            return None
+        self._log.info("payload handed to a worker unchecked: this process cannot load "
+                       "the wait's type", run_id=run.id, node_id=node_id, via=via,
+                       payload_type=wait.payload_type)
         self.notify_settled()
+        if run.deadline_at is not None:
+            self.notify_timers()
         return RunHandle(run_id=run.id, status="queued")
 
     async def _reject(self, run: RunInfo, node_id: str, signal_id: int, event: str,
@@ -470,6 +488,15 @@ class Waker(Driver):
         wait = checkpoint_wait(run.checkpoint_json)
         if wait is not None and wait.node_id == claims.n:
             _check_payload(run.id, wait, encoded, f"resume payload for {claims.n}")
+            if (wait.payload_type and wait.event is not None
+                    and serde.loaded_type(wait.payload_type) is None
+                    and not (run.start_mode == "inline" and await self._drives_here(run))):
+                handed = await self._hand_over(run, wait, "token", encoded, enqueue=True)
+                if handed is None:
+                    raise InvalidWakeToken("already_used",
+                                           f"another wake of {claims.n} won the race",
+                                           run_id=run.id, node_id=claims.n)
+                return handed
         handle = await self.wake(run, claims.n, via="token", output=encoded)
         if handle is None:
             raise InvalidWakeToken("already_used", f"another wake of {claims.n} won the race",

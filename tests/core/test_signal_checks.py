@@ -10,6 +10,7 @@ import pytest
 
 from starflow import SerializationError, UnexpectedSignal, serde, wait_for, wait_for_any, workflow
 from starflow.adapters import adapter_from_url
+from starflow.context import CheckpointWait, checkpoint_wait
 from starflow_testing import WorkflowEnvironment
 
 
@@ -88,6 +89,27 @@ class TestWorkerRunBadPayload:
         events = await env.events(handle.run_id)
         assert [e.event_type for e in events][-1] == "signal_rejected"
         assert await env.adapter.find_signal(handle.run_id, "decision") is None
+
+
+    async def test_wake_by_token_without_the_type(self, env: WorkflowEnvironment,
+                                                  no_code_here: None) -> None:
+        """The same for a wake by token from a process that cannot load the type."""
+        handle = await env.start(decide)
+        await env.run_until_idle()
+        run = await env.get_run(handle.run_id)
+        token = (checkpoint_wait(run.checkpoint_json) or CheckpointWait(node_id=None)
+                 ).wake_token
+        assert token is not None
+        await env.resume(token, {"approved": "yes"})
+        await env.run_until_idle()
+        run = await env.get_run(handle.run_id)
+        assert run.status == "paused", run.error
+        rejected = [e for e in await env.events(handle.run_id)
+                    if e.event_type == "signal_rejected"]
+        assert len(rejected) == 1 and rejected[0].node_id == "wait:decision#1"
+        await env.signal(handle.run_id, "decision", {"approved": False})
+        await env.run_until_idle()
+        assert await env.result(handle.run_id) is False
 
 
 @workflow(name="approve-twice")
