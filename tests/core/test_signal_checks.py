@@ -8,7 +8,16 @@ from collections.abc import AsyncIterator
 import msgspec
 import pytest
 
-from starflow import SerializationError, UnexpectedSignal, serde, wait_for, wait_for_any, workflow
+from starflow import (
+    SerializationError,
+    UnexpectedSignal,
+    UpdateRejected,
+    receive,
+    serde,
+    wait_for,
+    wait_for_any,
+    workflow,
+)
 from starflow.adapters import adapter_from_url
 from starflow.context import CheckpointWait, checkpoint_wait
 from starflow_testing import WorkflowEnvironment
@@ -154,3 +163,33 @@ class TestUnexpectedSignal:
         events = await env.events(handle.run_id)
         assert any(e.node_id == "wait:approve#1" and e.event_type == "node_complete"
                    for e in events)
+
+
+class Item(msgspec.Struct):
+    sku: str
+    qty: int
+
+
+@workflow(name="typed-update")
+async def typed_update() -> int:
+    req = await receive("add_item", type=Item)
+    await req.reply(req.payload.qty)
+    return req.payload.qty
+
+
+class TestUpdatePayload:
+    """An update whose payload does not fit ``receive(type=)`` is rejected; the run lives."""
+
+    async def test_bad_update_rejected_run_keeps_receiving(
+            self, env: WorkflowEnvironment) -> None:
+        handle = await env.run(typed_update)
+        assert handle.status == "paused"
+        with pytest.raises(UpdateRejected) as info:
+            await env.app.update(handle.run_id, "add_item", {"sku": "a", "qty": "many"},
+                             timeout=5, update_id="bad-1")
+        assert "Item" in info.value.reason and "qty" in info.value.reason
+        run = await env.get_run(handle.run_id)
+        assert run.status == "paused", run.error
+        assert await env.app.update(handle.run_id, "add_item", {"sku": "a", "qty": 3},
+                                timeout=5, update_id="good-1") == 3
+        assert await env.result(handle.run_id) == 3
