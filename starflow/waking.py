@@ -275,17 +275,17 @@ class Waker(Driver):
             if paused is not None and paused.node_id == wait.node_id and paused.payload_type:
                 checked = await self._checked(run, paused, signal.id, signal.event,
                                               signal.payload)
-                if checked is not True:
-                    if checked is not None:
-                        return checked
-                    continue  # refused: the next queued signal, if any
+                if isinstance(checked, RunHandle):
+                    return checked  # handed to a worker, which checks it
+                if not checked:
+                    continue  # refused, or another wake won: look again
             handle = await self.wake(run, wait.node_id, via="signal", output=output,
                                      signal_id=signal.id)
             if handle is not None:
                 return handle
         return None
 
-    async def _check_expected(self, run: RunInfo, event: str) -> None:
+    async def check_signal_name(self, run: RunInfo, event: str) -> None:
         """Refuse, before anything is written, a signal the paused run cannot take.
 
         A run paused at a signal wait (``wait_for``, ``wait_for_any``) accepts
@@ -315,8 +315,9 @@ class Waker(Driver):
         expected = tuple(sorted(current | seen))
         raise UnexpectedSignal(
             f"run {run.id} is paused waiting for {', '.join(map(repr, sorted(current)))}, "
-            f"not {event!r}, and never waited for {event!r} before: check the name "
-            f"(it accepts {', '.join(map(repr, expected))}); nothing was written",
+            f"not {event!r}, and never waited for {event!r} before: no wait of it can "
+            f"take this signal now; check the name (it accepts "
+            f"{', '.join(map(repr, expected))}); nothing was written",
             run_id=run.id, event=event, expected=expected)
 
     async def _checked(self, run: RunInfo, wait: CheckpointWait, signal_id: int, event: str,
@@ -402,7 +403,7 @@ class Waker(Driver):
         if wait is not None and wait.event == event:
             _check_payload(run.id, wait, encoded, f"payload of signal {event!r}")
         if run.status == "paused":
-            await self._check_expected(run, event)
+            await self.check_signal_name(run, event)
         now = self.clock.now()
         async with self.adapter.unit(guard=Guard(run_id=run_id, status_in=ACTIVE_STATUSES)
                                      ) as unit:
