@@ -547,7 +547,8 @@ class EngineCore:
 
     def _suspend(self, nid: str, event: str | None, deadline: datetime | None,
                  expiry: datetime, job: JobSpec | None = None,
-                 payload_type: str | None = None) -> NoReturn:
+                 payload_type: str | None = None,
+                 payload_types: dict[str, str] | None = None) -> NoReturn:
         # A wait in a concurrent branch that got here after another one paused
         # unwinds with that pause (and is reached again after its wake); writing
         # its own wait over the first would leave the run paused on neither.
@@ -559,7 +560,7 @@ class EngineCore:
         recorded = CheckpointWait(node_id=nid, event=event,
                                   deadline=format_ts(deadline) if deadline else None,
                                   wake_token=token, job_id=job.id if job is not None else None,
-                                  payload_type=payload_type)
+                                  payload_type=payload_type, payload_types=payload_types)
         self.ctx.variables._engine_set(WAIT_KEY, recorded.variable())  # type: ignore[attr-defined]
         self.node_status[nid] = "waiting"
         self._pending_wait = pending

@@ -391,13 +391,17 @@ class EngineNodes(EngineCore):
                                       f"any of {', '.join(map(repr, events))} was signalled")
         if done is not None:
             return self._any_result(nid, done.output, events, types)
-        signal = await first_signal(self.adapter, self.run_id, events)
-        if signal is not None:
-            output = {"event": signal.event, "payload": signal.payload}
-            await self._take_early_signal(nid, ANY_KIND, name, signal.id, output)
-            return self._any_result(nid, output, events, types)
+        while True:  # the oldest queued signal whose payload fits its event's type
+            signal = await first_signal(self.adapter, self.run_id, events)
+            if signal is None:
+                break
+            if await self._accepts(nid, signal.event, signal, types.get(signal.event, Any)):
+                output = {"event": signal.event, "payload": signal.payload}
+                await self._take_early_signal(nid, ANY_KIND, name, signal.id, output)
+                return self._any_result(nid, output, events, types)
         deadline, expiry = self._wait_times(nid, timeout)
-        self._suspend(nid, name, deadline, expiry)
+        names = {e: n for e, n in ((e, serde.type_name(t)) for e, t in types.items()) if n}
+        self._suspend(nid, name, deadline, expiry, payload_types=names or None)
 
     async def answer_update(self, name: str, update_id: str, outcome: dict[str, Any]) -> None:
         """Record the answer to an update as node ``reply:<name>#n`` (once; a replay

@@ -54,18 +54,20 @@ def _next_wait_event(node_id: str, events: list[RunEvent]) -> str | None:
     return event if int(occurrence) == len(finished) + 1 else None
 
 
-def _check_payload(run_id: str, wait: CheckpointWait, encoded: Any, what: str) -> None:
+def _check_payload(run_id: str, wait: CheckpointWait, encoded: Any, what: str,
+                   event: str | None = None) -> None:
     """Refuse, before anything is written, a payload that does not decode to the
     ``type=`` of the wait it would wake (when this process holds that type).
 
     Raises:
         SerializationError: naming the field that does not fit.
     """
-    expected = serde.loaded_type(wait.payload_type)
+    name = wait.payload_type if event is None else wait.type_for(event)
+    expected = serde.loaded_type(name)
     if expected is not None:
         serde.convert(encoded, expected,
                       what=f"{what} (run {run_id} waits at {wait.node_id} for a "
-                           f"{wait.payload_type}; nothing was written)",
+                           f"{name}; nothing was written)",
                       run_id=run_id, node_id=wait.node_id)
 
 
@@ -272,7 +274,8 @@ class Waker(Driver):
             if wait.node_id.startswith(ANY_KIND + ":"):
                 output = {"event": signal.event, "payload": signal.payload}
             paused = checkpoint_wait(run.checkpoint_json)
-            if paused is not None and paused.node_id == wait.node_id and paused.payload_type:
+            if (paused is not None and paused.node_id == wait.node_id
+                    and paused.type_for(signal.event)):
                 checked = await self._checked(run, paused, signal.id, signal.event,
                                               signal.payload)
                 if isinstance(checked, RunHandle):
@@ -334,12 +337,13 @@ class Waker(Driver):
         the payload at the wait (accepted, or rejected as above) and pauses
         again for one that fits.
         """
-        expected = serde.loaded_type(wait.payload_type)
+        type_name = wait.type_for(event)
+        expected = serde.loaded_type(type_name)
         node_id = wait.node_id
         assert node_id is not None
         if expected is not None:
             try:
-                _check_payload(run.id, wait, payload, f"payload of signal {event!r}")
+                _check_payload(run.id, wait, payload, f"payload of signal {event!r}", event)
             except SerializationError as exc:
                 await self._reject(run, node_id, signal_id, event, exc)
                 return None
@@ -374,7 +378,7 @@ class Waker(Driver):
             return None
         self._log.info("payload handed to a worker unchecked: this process cannot load "
                        "the wait's type", run_id=run.id, node_id=node_id, via=via,
-                       payload_type=wait.payload_type)
+                       payload_type=wait.type_for(wait.event or ""))
         self.notify_settled()
         if run.deadline_at is not None:
             self.notify_timers()
@@ -400,8 +404,9 @@ class Waker(Driver):
         encoded = serde.to_builtins(payload, what=f"payload of signal {event!r}", run_id=run_id)
         run = await self._unfinished(run_id, "signal")
         wait = checkpoint_wait(run.checkpoint_json)
-        if wait is not None and wait.event == event:
-            _check_payload(run.id, wait, encoded, f"payload of signal {event!r}")
+        if wait is not None and wait.node_id is not None and (
+                event in wait_events(wait.node_id, wait.event)):
+            _check_payload(run.id, wait, encoded, f"payload of signal {event!r}", event)
         if run.status == "paused":
             await self.check_signal_name(run, event)
         now = self.clock.now()

@@ -121,6 +121,56 @@ class TestWorkerRunBadPayload:
         assert await env.result(handle.run_id) is False
 
 
+@workflow(name="typed-any")
+async def typed_any() -> list[object]:
+    event, payload = await wait_for_any("decision", "cancel", types={"decision": Decision})
+    return [event, payload.approved if isinstance(payload, Decision) else payload]
+
+
+class TestWaitForAnyTypes:
+    """``wait_for_any(types=)`` is recorded per event and checked like ``wait_for(type=)``."""
+
+    async def test_sender_with_the_type_refuses(self, env: WorkflowEnvironment) -> None:
+        handle = await env.run(typed_any)
+        run = await env.get_run(handle.run_id)
+        wait = checkpoint_wait(run.checkpoint_json)
+        assert wait is not None and wait.payload_types == {"decision": f"{__name__}:Decision"}
+        before = await env.events(handle.run_id)
+        with pytest.raises(SerializationError) as info:
+            await env.signal(handle.run_id, "decision", {"approved": "yes"})
+        assert "any:decision|cancel#1" in str(info.value) and "approved" in str(info.value)
+        assert await env.events(handle.run_id) == before
+        done = await env.signal(handle.run_id, "cancel", "untyped")
+        assert done.status == "success" and done.result == ["cancel", "untyped"]
+
+    async def test_sender_without_the_type(self, env: WorkflowEnvironment,
+                                           no_code_here: None) -> None:
+        handle = await env.start(typed_any)
+        await env.run_until_idle()
+        await env.signal(handle.run_id, "decision", {"approved": "yes"})
+        await env.run_until_idle()
+        run = await env.get_run(handle.run_id)
+        assert run.status == "paused", run.error
+        rejected = [e for e in await env.events(handle.run_id)
+                    if e.event_type == "signal_rejected"]
+        assert [e.node_id for e in rejected] == ["any:decision|cancel#1"]
+        await env.signal(handle.run_id, "decision", {"approved": True})
+        await env.run_until_idle()
+        assert await env.result(handle.run_id) == ["decision", True]
+
+    async def test_early_bad_signal_rejected_at_the_wait(self, env: WorkflowEnvironment
+                                                         ) -> None:
+        """Queued before the run starts: the bad one is rejected, the good one wins."""
+        handle = await env.start(typed_any)
+        await env.signal(handle.run_id, "decision", {"approved": "yes"})
+        await env.signal(handle.run_id, "decision", {"approved": False})
+        await env.run_until_idle()
+        assert await env.result(handle.run_id) == ["decision", False]
+        rejected = [e for e in await env.events(handle.run_id)
+                    if e.event_type == "signal_rejected"]
+        assert len(rejected) == 1
+
+
 @workflow(name="approve-twice")
 async def approve_twice() -> list[object]:
     first = await wait_for("approve")
