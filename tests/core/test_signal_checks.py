@@ -4,6 +4,7 @@ the sender cannot load the wait's type (a CLI or web page without the code)."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from datetime import timedelta
 
 import msgspec
 import pytest
@@ -14,6 +15,7 @@ from starflow import (
     UpdateRejected,
     receive,
     serde,
+    sleep,
     wait_for,
     wait_for_any,
     workflow,
@@ -171,6 +173,12 @@ class TestWaitForAnyTypes:
         assert len(rejected) == 1
 
 
+@workflow(name="sleeps-then-waits")
+async def sleeps_then_waits() -> object:
+    await sleep(timedelta(seconds=30))
+    return await wait_for("approve")
+
+
 @workflow(name="approve-twice")
 async def approve_twice() -> list[object]:
     first = await wait_for("approve")
@@ -203,16 +211,14 @@ class TestUnexpectedSignal:
         done = await env.signal(handle.run_id, "reject", 2)
         assert done.status == "success" and done.result == [1, ["reject", 2]]
 
-    async def test_running_run_keeps_any_early_signal(self, env: WorkflowEnvironment) -> None:
-        """A queued run has not reached a wait: an early signal is kept, not refused."""
-        handle = await env.start(approve_twice)
+    async def test_sleeping_run_keeps_an_early_signal(self, env: WorkflowEnvironment) -> None:
+        """Paused at a sleep (not a signal wait): a signal for the wait it reaches
+        next is kept, not refused, and delivered there."""
+        handle = await env.run(sleeps_then_waits)
+        assert handle.status == "paused" and handle.waiting_for is None
         await env.signal(handle.run_id, "approve", "early")
-        await env.run_until_idle()
-        run = await env.get_run(handle.run_id)
-        assert run.status == "paused"
-        events = await env.events(handle.run_id)
-        assert any(e.node_id == "wait:approve#1" and e.event_type == "node_complete"
-                   for e in events)
+        assert await env.adapter.find_signal(handle.run_id, "approve") is not None
+        assert await env.result(handle.run_id) == "early"
 
 
 class Item(msgspec.Struct):
