@@ -79,6 +79,10 @@ class CheckpointWait(msgspec.Struct, frozen=True, kw_only=True):
     payload_type: str | None = None
     #: The same per event of a ``wait_for_any`` (its ``types=``), for typed events only.
     payload_types: dict[str, str] | None = None
+    #: Signal names of untimed waits that concurrent branches reached while the
+    #: run paused here (each is reached again after this wait's wake): a signal
+    #: for one of them is expected, and kept until then.
+    also_events: tuple[str, ...] = ()
 
     def type_for(self, event: str) -> str | None:
         """The recorded type a payload of signal ``event`` must convert to here."""
@@ -97,6 +101,8 @@ class CheckpointWait(msgspec.Struct, frozen=True, kw_only=True):
             value["payload_type"] = self.payload_type
         if self.payload_types:
             value["payload_types"] = dict(self.payload_types)
+        if self.also_events:
+            value["also_events"] = list(self.also_events)
         return value
 
 
@@ -109,7 +115,9 @@ def checkpoint_wait(checkpoint: Mapping[str, Any] | None) -> CheckpointWait | No
     return CheckpointWait(node_id=wait.get("node_id"), event=wait.get("event"),
                           deadline=wait.get("deadline"), wake_token=wait.get("wake_token"),
                           job_id=wait.get("job_id"), payload_type=wait.get("payload_type"),
-                          payload_types=_type_names(wait.get("payload_types")))
+                          payload_types=_type_names(wait.get("payload_types")),
+                          also_events=tuple(e for e in wait.get("also_events") or ()
+                                            if isinstance(e, str)))
 
 
 def _type_names(value: Any) -> dict[str, str] | None:

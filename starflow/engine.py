@@ -162,6 +162,12 @@ class Engine(EngineNodes):
         return Outcome("error", error=f"{type(exc).__name__}: {exc}", exception=exc)
 
     async def _body(self) -> Outcome:
+        outcome = await self._run_body()
+        if outcome.status == "paused":
+            await self._settle_waits()
+        return outcome
+
+    async def _run_body(self) -> Outcome:
         with anyio.CancelScope() as scope:
             self._body_scope = scope
             try:

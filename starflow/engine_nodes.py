@@ -289,7 +289,7 @@ class EngineNodes(EngineCore):
         kind = kind or ("wait" if event is not None else "sleep")
         nid = self._next_id(kind, node_name or event)
         timed = timeout is not None and timeout > timedelta(0)
-        with self._entering_wait(nid, timed):
+        with self._entering_wait(nid, timed, (event,) if event is not None else ()):
             return await self._wait(nid, kind, event, timeout, type_)
 
     async def _wait(self, nid: str, kind: str, event: str | None, timeout: timedelta | None,
@@ -381,7 +381,7 @@ class EngineNodes(EngineCore):
                              "must be called from the @workflow function, between steps")
         name = ANY_SEPARATOR.join(events)
         nid = self._next_id(ANY_KIND, name)
-        with self._entering_wait(nid, timeout is not None):
+        with self._entering_wait(nid, timeout is not None, events):
             return await self._wait_any(nid, name, events, timeout, types)
 
     async def _wait_any(self, nid: str, name: str, events: tuple[str, ...],

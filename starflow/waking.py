@@ -307,6 +307,9 @@ class Waker(Driver):
                    if child_of_event(e) is None}
         if not current or event in current:
             return
+        paused = checkpoint_wait(run.checkpoint_json)
+        if paused is not None and event in paused.also_events:
+            return  # a wait a concurrent branch reached, next once this one wakes
         seen: set[str] = set()
         for recorded in await self.adapter.list_events(run.id):
             node = recorded.node_id or ""

@@ -123,6 +123,17 @@ class TestWorkerRunBadPayload:
         assert await env.result(handle.run_id) is False
 
 
+@workflow(name="sleeps-then-any")
+async def sleeps_then_any() -> list[object]:
+    await sleep(timedelta(seconds=30))
+    return await typed_any_body()
+
+
+async def typed_any_body() -> list[object]:
+    event, payload = await wait_for_any("decision", "cancel", types={"decision": Decision})
+    return [event, payload.approved if isinstance(payload, Decision) else payload]
+
+
 @workflow(name="typed-any")
 async def typed_any() -> list[object]:
     event, payload = await wait_for_any("decision", "cancel", types={"decision": Decision})
@@ -162,15 +173,17 @@ class TestWaitForAnyTypes:
 
     async def test_early_bad_signal_rejected_at_the_wait(self, env: WorkflowEnvironment
                                                          ) -> None:
-        """Queued before the run starts: the bad one is rejected, the good one wins."""
-        handle = await env.start(typed_any)
+        """Queued while the run sleeps before the wait: the bad one is rejected there,
+        the good one after it wins."""
+        handle = await env.run(sleeps_then_any)
+        assert handle.status == "paused" and handle.waiting_for is None
         await env.signal(handle.run_id, "decision", {"approved": "yes"})
         await env.signal(handle.run_id, "decision", {"approved": False})
-        await env.run_until_idle()
         assert await env.result(handle.run_id) == ["decision", False]
-        rejected = [e for e in await env.events(handle.run_id)
-                    if e.event_type == "signal_rejected"]
-        assert len(rejected) == 1
+        events = await env.events(handle.run_id)
+        rejected = [e for e in events if e.event_type == "signal_rejected"]
+        assert len(rejected) == 1, [(e.event_type, e.node_id, e.payload) for e in events]
+        assert rejected[0].node_id == "any:decision|cancel#1"
 
 
 @workflow(name="sleeps-then-waits")
