@@ -83,6 +83,8 @@ class CheckpointWait(msgspec.Struct, frozen=True, kw_only=True):
     #: run paused here (each is reached again after this wait's wake): a signal
     #: for one of them is expected, and kept until then.
     also_events: tuple[str, ...] = ()
+    #: The workflow's ``@workflow(signals=)``, for a sender without its code.
+    signals: tuple[str, ...] | None = None
 
     def type_for(self, event: str) -> str | None:
         """The recorded type a payload of signal ``event`` must convert to here."""
@@ -103,6 +105,8 @@ class CheckpointWait(msgspec.Struct, frozen=True, kw_only=True):
             value["payload_types"] = dict(self.payload_types)
         if self.also_events:
             value["also_events"] = list(self.also_events)
+        if self.signals is not None:
+            value["signals"] = list(self.signals)
         return value
 
 
@@ -117,7 +121,14 @@ def checkpoint_wait(checkpoint: Mapping[str, Any] | None) -> CheckpointWait | No
                           job_id=wait.get("job_id"), payload_type=wait.get("payload_type"),
                           payload_types=_type_names(wait.get("payload_types")),
                           also_events=tuple(e for e in wait.get("also_events") or ()
-                                            if isinstance(e, str)))
+                                            if isinstance(e, str)),
+                          signals=_names(wait.get("signals")))
+
+
+def _names(value: Any) -> tuple[str, ...] | None:
+    if not isinstance(value, list | tuple):
+        return None
+    return tuple(e for e in value if isinstance(e, str))
 
 
 def _type_names(value: Any) -> dict[str, str] | None:

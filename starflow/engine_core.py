@@ -607,7 +607,8 @@ class EngineCore:
         recorded = CheckpointWait(node_id=nid, event=event,
                                   deadline=format_ts(deadline) if deadline else None,
                                   wake_token=token, job_id=job.id if job is not None else None,
-                                  payload_type=payload_type, payload_types=payload_types)
+                                  payload_type=payload_type, payload_types=payload_types,
+                                  signals=self.definition.signals)
         self.ctx.variables._engine_set(WAIT_KEY, recorded.variable())  # type: ignore[attr-defined]
         self.node_status[nid] = "waiting"
         self._pending_wait = pending

@@ -12,7 +12,7 @@ All of them derive from :class:`StarflowError`, carry the ``run_id`` and
     ├── NonDeterminismError       replayed code diverged from the recorded history
     ├── WaitTimeout               a ``wait_for`` deadline passed before its signal
     ├── ConcurrentWaits           timed durable waits in concurrent branches of one run
-    ├── UnexpectedSignal          a signal for a name the run does not wait for
+    ├── UnexpectedSignal          a signal name outside the workflow's declared signals
     ├── WorkflowTimeout           a run passed its ``@workflow(timeout=)`` deadline
     ├── StepTimeout               a step attempt ran past its ``@step(timeout=)``
     ├── StepFailed                a step raised past its last retry
@@ -182,9 +182,10 @@ class ConcurrentWaits(StarflowError):
 class UnexpectedSignal(StarflowError):
     """A signal for a name the run is not waiting for and never declared.
 
-    Raised by ``Starflow.signal`` (and the CLI's ``starflow signal``) before
-    anything is written: the run is paused at a signal wait for another name,
-    and it never waited for this name before.
+    Raised by ``Starflow.signal`` (the CLI's ``starflow signal``, the web page)
+    before anything is written, for a workflow that declares its signals
+    (``@workflow(signals=...)``): the name is none of them, nor an event of
+    the run's current wait or of a wait recorded in its history.
 
     Attributes:
         event: The signal name that was refused.

@@ -19,6 +19,7 @@ from . import serde
 from .adapters.units import Guard
 from .children import chain_end, child_of_event, child_outcome
 from .context import CANCEL_EVENT, CheckpointWait, checkpoint_wait
+from .decorators import registry
 from .driving import ACTIVE_STATUSES, Driver, RunHandle
 from .errors import (
     InvalidWakeToken,
@@ -289,42 +290,46 @@ class Waker(Driver):
         return None
 
     async def check_signal_name(self, run: RunInfo, event: str) -> None:
-        """Refuse, before anything is written, a signal the paused run cannot take.
+        """Refuse, before anything is written, a signal name the run does not take.
 
-        A run paused at a signal wait (``wait_for``, ``wait_for_any``) accepts
-        the events of that wait and the name of any wait recorded in its
-        history (a loop waits on it again). Any other name is a mistake the
-        caller hears of at once (as on the web page), not a signal that sits in
-        the inbox for ever. A run paused at a sleep, a child or a worker job,
-        or one running or queued, keeps any signal for the wait it reaches
-        later.
+        Only a workflow that declares its signals (``@workflow(signals=...)``,
+        read from this process's registry or, for a paused run, from its
+        checkpoint) refuses names: any name outside the declared ones, the
+        events of the wait it is paused at (and of waits concurrent branches
+        reached, ``also_events``) and the waits recorded in its history. A
+        workflow that declares none keeps every signal for the wait it may
+        reach later (a signal sent early is never lost).
 
         Raises:
-            UnexpectedSignal: naming the run, the event and the names it accepts.
+            UnexpectedSignal: naming the run, the event and the names it takes.
         """
+        paused = checkpoint_wait(run.checkpoint_json) if run.status == "paused" else None
+        declared = paused.signals if paused is not None else None
+        if declared is None:
+            definition = (registry.get(run.template_id, run.workflow_version)
+                          if run.template_id else None)
+            declared = definition.signals if definition is not None else None
+        if declared is None or event in declared:
+            return
+        if paused is not None and event in paused.also_events:
+            return
         waits = await self.adapter.list_waits(run.id)
         current = {e for w in waits for e in wait_events(w.node_id, w.event)
                    if child_of_event(e) is None}
-        if not current or event in current:
-            return
-        paused = checkpoint_wait(run.checkpoint_json)
-        if paused is not None and event in paused.also_events:
-            return  # a wait a concurrent branch reached, next once this one wakes
         seen: set[str] = set()
         for recorded in await self.adapter.list_events(run.id):
             node = recorded.node_id or ""
             kind, _, rest = node.partition(":")
             if kind in ("wait", ANY_KIND) and "#" in rest:
                 seen.update(wait_events(node, rest.rpartition("#")[0]))
-        if event in seen:
+        if event in current or event in seen:
             return
-        expected = tuple(sorted(current | seen))
+        expected = tuple(sorted(set(declared) | current | seen))
         raise UnexpectedSignal(
-            f"run {run.id} is paused waiting for {', '.join(map(repr, sorted(current)))}, "
-            f"not {event!r}, and never waited for {event!r} before: no wait of it can "
-            f"take this signal now; check the name (it accepts "
-            f"{', '.join(map(repr, expected))}); nothing was written",
-            run_id=run.id, event=event, expected=expected)
+            f"run {run.id} ({run.template_id}) takes the signals "
+            f"{', '.join(map(repr, expected))}, not {event!r}: no wait of it can take "
+            f"this signal; check the name, or add it to @workflow(signals=...); "
+            "nothing was written", run_id=run.id, event=event, expected=expected)
 
     async def _checked(self, run: RunInfo, wait: CheckpointWait, signal_id: int, event: str,
                        payload: Any) -> RunHandle[Any] | bool | None:
@@ -410,8 +415,7 @@ class Waker(Driver):
         if wait is not None and wait.node_id is not None and (
                 event in wait_events(wait.node_id, wait.event)):
             _check_payload(run.id, wait, encoded, f"payload of signal {event!r}", event)
-        if run.status == "paused":
-            await self.check_signal_name(run, event)
+        await self.check_signal_name(run, event)
         now = self.clock.now()
         async with self.adapter.unit(guard=Guard(run_id=run_id, status_in=ACTIVE_STATUSES)
                                      ) as unit:

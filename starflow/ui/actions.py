@@ -115,15 +115,14 @@ class Actions:
         if run.is_terminal:
             raise BadInput(f"run {run.id} has ended ({run.status}): no wait can take a "
                            "signal; nothing was written", 409)
-        if run.status == "paused":
-            # The rule Starflow.signal applies (the CLI's too), told before the
-            # confirmation: a name the paused run neither waits for nor ever did.
-            try:
-                await sf.runner.check_signal_name(run, event)
-            except UnexpectedSignal as exc:
-                raise BadInput(str(exc), 409) from None
-            if run.start_mode == "inline":
-                await self._inline_code(run, "signal")
+        # The rule Starflow.signal applies (the CLI's too), told before the
+        # confirmation: a name outside the workflow's declared signals.
+        try:
+            await sf.runner.check_signal_name(run, event)
+        except UnexpectedSignal as exc:
+            raise BadInput(str(exc), 409) from None
+        if run.status == "paused" and run.start_mode == "inline":
+            await self._inline_code(run, "signal")
         if form.get("confirmed") != "yes":
             return self._confirm(request, f"Send signal {event!r} to run {run.id}?",
                                  {"event": event, "payload": raw}, run=run,

@@ -13,6 +13,7 @@ from starflow import (
     SerializationError,
     UnexpectedSignal,
     UpdateRejected,
+    WorkflowDefinitionError,
     receive,
     serde,
     sleep,
@@ -192,7 +193,7 @@ async def sleeps_then_waits() -> object:
     return await wait_for("approve")
 
 
-@workflow(name="approve-twice")
+@workflow(name="approve-twice", signals=("approve", "reject"))
 async def approve_twice() -> list[object]:
     first = await wait_for("approve")
     second = await wait_for_any("approve", "reject")
@@ -209,7 +210,7 @@ class TestUnexpectedSignal:
             await env.signal(handle.run_id, "aprove", True)
         exc = info.value
         assert exc.run_id == handle.run_id and exc.event == "aprove"
-        assert exc.expected == ("approve",)
+        assert exc.expected == ("approve", "reject")
         assert "'aprove'" in str(exc) and "nothing was written" in str(exc)
         assert await env.events(handle.run_id) == before
         assert await env.adapter.find_signal(handle.run_id, "aprove") is None
@@ -223,6 +224,17 @@ class TestUnexpectedSignal:
         assert handle.status == "paused" and handle.waiting_for == "approve|reject"
         done = await env.signal(handle.run_id, "reject", 2)
         assert done.status == "success" and done.result == [1, ["reject", 2]]
+
+    async def test_declared_workflow_refuses_at_any_status(self, env: WorkflowEnvironment
+                                                           ) -> None:
+        """Queued (not yet at any wait): an undeclared name is refused all the same,
+        and a declared one is kept for the wait it reaches."""
+        handle = await env.start(approve_twice)
+        with pytest.raises(UnexpectedSignal):
+            await env.signal(handle.run_id, "aprove", True)
+        assert await env.adapter.find_signal(handle.run_id, "aprove") is None
+        await env.signal(handle.run_id, "reject", "early")  # declared: kept
+        assert await env.adapter.find_signal(handle.run_id, "reject") is not None
 
     async def test_sleeping_run_keeps_an_early_signal(self, env: WorkflowEnvironment) -> None:
         """Paused at a sleep (not a signal wait): a signal for the wait it reaches
@@ -262,3 +274,19 @@ class TestUpdatePayload:
         assert await env.app.update(handle.run_id, "add_item", {"sku": "a", "qty": 3},
                                 timeout=5, update_id="good-1") == 3
         assert await env.result(handle.run_id) == 3
+
+
+class TestDeclaredSignals:
+    """``@workflow(signals=)`` is checked when decorated and recorded with a pause."""
+
+    @pytest.mark.parametrize("bad", ["approve", ("a", ""), ("a#1",), ("a|b",), (1,)])
+    def test_bad_declaration_refused(self, bad: object) -> None:
+        with pytest.raises(WorkflowDefinitionError, match="signals must be"):
+            @workflow(name="bad-signals", signals=bad)  # type: ignore[arg-type]
+            async def wf() -> None: ...
+
+    async def test_recorded_with_the_paused_wait(self, env: WorkflowEnvironment) -> None:
+        """A sender without the code (a CLI without --app) reads it from the checkpoint."""
+        handle = await env.run(approve_twice)
+        wait = checkpoint_wait((await env.get_run(handle.run_id)).checkpoint_json)
+        assert wait is not None and wait.signals == ("approve", "reject")
