@@ -1,7 +1,7 @@
 """``starflow copy``: copy runs between SQLite and PostgreSQL, either way.
 
 Progress goes to stderr: a ``rich`` progress bar with rows per second on a
-terminal (``pip install 'starflow-durable[cli]'``), plain lines every few seconds
+terminal (``pip install 'starflow[cli]'``), plain lines every few seconds
 otherwise. The summary goes to stdout (``--json``: machine-readable).
 """
 
