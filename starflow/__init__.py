@@ -17,6 +17,7 @@ from .config import StarflowConfig
 from .context import WorkflowContext, context
 from .decorators import RetryPolicy, step, workflow
 from .errors import (
+    ConcurrentWaits,
     ConfigError,
     CopyRefused,
     DuplicateRun,
@@ -40,6 +41,7 @@ from .errors import (
     StepTimeout,
     StorageError,
     StreamClosed,
+    UnexpectedSignal,
     UpdateRejected,
     WaitTimeout,
     WarmTierError,
@@ -64,6 +66,7 @@ from .workflow_logger import logger
 __all__ = [
     "ChildHandle",
     "Clock",
+    "ConcurrentWaits",
     "ConfigError",
     "CopyRefused",
     "DuplicateRun",
@@ -101,6 +104,7 @@ __all__ = [
     "StorageError",
     "StreamClosed",
     "SystemClock",
+    "UnexpectedSignal",
     "UpdateRejected",
     "UpdateRequest",
     "WaitTimeout",

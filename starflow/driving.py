@@ -46,7 +46,7 @@ from .heartbeats import Heartbeats
 from .logs import get_logger
 from .records import DefinitionRecord, RunInfo
 from .replay import Journal
-from .tokens import Keyring
+from .tokens import REDACTED, Keyring
 
 __all__ = ["ACTIVE_STATUSES", "Driver", "RunHandle", "new_runner_id"]
 
@@ -81,6 +81,19 @@ class RunHandle(msgspec.Struct, Generic[ResultT], frozen=True, kw_only=True):
     error: str | None = None
     waiting_for: str | None = None
     wake_token: str | None = None
+
+    def _shown(self) -> list[tuple[str, Any]]:
+        """The fields as a repr shows them: the wake token (a bearer secret) redacted,
+        as the CLI and the web page show it."""
+        return [(name, REDACTED if name == "wake_token" and value is not None else value)
+                for name, value in ((f, getattr(self, f)) for f in self.__struct_fields__)]
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{name}={value!r}" for name, value in self._shown())
+        return f"{type(self).__name__}({fields})"
+
+    def __rich_repr__(self) -> Any:
+        yield from self._shown()
 
 
 def new_runner_id() -> str:

@@ -286,9 +286,14 @@ class EngineNodes(EngineCore):
             f"a durable wait pauses the whole run, so {what} must be called from the "
             "@workflow function, between steps (a step may hand out "
             "starflow.wake_token() for the wait that follows it)")
-        self._guard_suspending()
         kind = kind or ("wait" if event is not None else "sleep")
         nid = self._next_id(kind, node_name or event)
+        timed = timeout is not None and timeout > timedelta(0)
+        with self._entering_wait(nid, timed, (event,) if event is not None else ()):
+            return await self._wait(nid, kind, event, timeout, type_)
+
+    async def _wait(self, nid: str, kind: str, event: str | None, timeout: timedelta | None,
+                    type_: Any) -> Any:
         done = await self._enter_wait(nid, kind, event,
                                       f"{kind} {event!r}" if event else "sleep",
                                       f"{event!r} was signalled")
@@ -375,20 +380,29 @@ class EngineNodes(EngineCore):
         """
         self._refuse_in_step("wait_for_any()", "a durable wait pauses the whole run, so it "
                              "must be called from the @workflow function, between steps")
-        self._guard_suspending()
         name = ANY_SEPARATOR.join(events)
         nid = self._next_id(ANY_KIND, name)
+        with self._entering_wait(nid, timeout is not None, events):
+            return await self._wait_any(nid, name, events, timeout, types)
+
+    async def _wait_any(self, nid: str, name: str, events: tuple[str, ...],
+                        timeout: timedelta | None, types: Mapping[str, Any]
+                        ) -> tuple[str, Any]:
         done = await self._enter_wait(nid, ANY_KIND, name, f"wait_for_any {name!r}",
                                       f"any of {', '.join(map(repr, events))} was signalled")
         if done is not None:
             return self._any_result(nid, done.output, events, types)
-        signal = await first_signal(self.adapter, self.run_id, events)
-        if signal is not None:
-            output = {"event": signal.event, "payload": signal.payload}
-            await self._take_early_signal(nid, ANY_KIND, name, signal.id, output)
-            return self._any_result(nid, output, events, types)
+        while True:  # the oldest queued signal whose payload fits its event's type
+            signal = await first_signal(self.adapter, self.run_id, events)
+            if signal is None:
+                break
+            if await self._accepts(nid, signal.event, signal, types.get(signal.event, Any)):
+                output = {"event": signal.event, "payload": signal.payload}
+                await self._take_early_signal(nid, ANY_KIND, name, signal.id, output)
+                return self._any_result(nid, output, events, types)
         deadline, expiry = self._wait_times(nid, timeout)
-        self._suspend(nid, name, deadline, expiry)
+        names = {e: n for e, n in ((e, serde.type_name(t)) for e, t in types.items()) if n}
+        self._suspend(nid, name, deadline, expiry, payload_types=names or None)
 
     async def answer_update(self, name: str, update_id: str, outcome: dict[str, Any]) -> None:
         """Record the answer to an update as node ``reply:<name>#n`` (once; a replay

@@ -19,7 +19,7 @@ from typing import Any, Generic, TypeVar, overload
 
 from . import serde
 from .context import check_event, current_engine
-from .errors import InvalidArgument, StarflowError
+from .errors import InvalidArgument, SerializationError, StarflowError
 from .limits import check_name
 
 __all__ = [
@@ -127,10 +127,20 @@ async def receive(name: str, *, timeout: timedelta | None = None,
     if engine is None:
         raise StarflowError("starflow.receive() called outside a workflow run: call it from a "
                             "@workflow function")
-    raw = await engine.wait(update_event(name), timeout, Any, kind="receive", node_name=name)
-    if not isinstance(raw, dict) or "id" not in raw:
-        raise StarflowError(f"run {engine.run_id}: the recorded update request {raw!r} has no "
-                            "id", run_id=engine.run_id)
-    payload = serde.convert(raw.get("payload"), type, what=f"payload of update {name!r}",
-                            run_id=engine.run_id)
-    return UpdateRequest(name, str(raw["id"]), payload)
+    while True:
+        raw = await engine.wait(update_event(name), timeout, Any, kind="receive",
+                                node_name=name)
+        if not isinstance(raw, dict) or "id" not in raw:
+            raise StarflowError(f"run {engine.run_id}: the recorded update request {raw!r} has "
+                                "no id", run_id=engine.run_id)
+        try:
+            payload = serde.convert(raw.get("payload"), type,
+                                    what=f"payload of update {name!r}", run_id=engine.run_id)
+        except SerializationError as exc:
+            # The caller's mistake, not the run's: it gets UpdateRejected saying why
+            # (recorded, so a replay answers the same), and this receive waits for
+            # the next request.
+            await UpdateRequest(name, str(raw["id"]), None).reject(
+                f"its payload does not match the type receive({name!r}) declares: {exc}")
+            continue
+        return UpdateRequest(name, str(raw["id"]), payload)
