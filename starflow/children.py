@@ -34,7 +34,7 @@ from typing import Any, Generic, ParamSpec, TypeVar, overload
 
 from . import serde
 from .adapters.base import WorkflowStateAdapter
-from .context import WorkflowContext, current_engine
+from .context import WorkflowContext, running_engine
 from .decorators import WorkflowDefinition, definition_of
 from .engine_core import EngineCore
 from .errors import (
@@ -317,12 +317,7 @@ class ChildHandle(Generic[R]):
             RunCancelled: the child was cancelled.
             StarflowError: called outside the workflow that started the child.
         """
-        engine = current_engine.get()
-        if engine is None:
-            raise StarflowError(
-                f"ChildHandle.result() for child run {self.run_id} called outside a workflow "
-                "run: await it inside the workflow that started the child (from outside, "
-                "use sf.result(run_id))", run_id=self.run_id)
+        engine = running_engine("ChildHandle.result")
         value: R = await engine.child_result(self.run_id, self._definition.return_type)
         return value
 
@@ -409,11 +404,7 @@ async def start_child(wf: Callable[..., Awaitable[Any]], /, *args: Any,
     checked; more, or keyword arguments besides these options, are accepted
     at run time only).
     """
-    engine = current_engine.get()
-    if engine is None:
-        raise StarflowError(
-            "starflow.start_child() called outside a workflow run: start child runs from a "
-            "@workflow function (from outside a workflow, use sf.start)")
+    engine = running_engine("start_child")
     definition = definition_of(wf)
     # The options are keyword arguments besides the workflow's (see the overloads).
     run_id: Any = kwargs.pop("run_id", None)

@@ -12,7 +12,8 @@ from typing import Any, NoReturn, Protocol
 import msgspec
 
 from .adapters.base import WorkflowStateAdapter
-from .errors import InvalidArgument, ReservedKeyError, StarflowError
+from .clock import Clock
+from .errors import InvalidArgument, OutsideWorkflow, ReservedKeyError, StarflowError
 from .limits import check_name
 
 __all__ = [
@@ -29,6 +30,7 @@ __all__ = [
     "context",
     "current_engine",
     "current_node",
+    "running_engine",
 ]
 
 RESERVED_PREFIX = "__celestial"
@@ -330,6 +332,9 @@ class RunningEngine(Protocol):
     @property
     def replaying(self) -> bool: ...
 
+    @property
+    def clock(self) -> Clock: ...
+
     #: The latest node id the workflow code reached (None before the first).
     position: str | None
 
@@ -372,16 +377,28 @@ current_engine: ContextVar[RunningEngine | None] = ContextVar("starflow_engine",
 current_node: ContextVar[str | None] = ContextVar("starflow_node", default=None)
 
 
+def running_engine(call: str, *, in_step: bool = True) -> RunningEngine:
+    """The engine running this task's workflow run, for workflow code's
+    ``starflow.<call>()``: the one way the primitives reach it.
+
+    Raises:
+        OutsideWorkflow: outside a workflow run, or (``in_step=False``: calls
+            recorded once in the workflow's history) inside a step.
+    """
+    engine = current_engine.get()
+    if engine is None:
+        raise OutsideWorkflow(call)
+    if not in_step:
+        node = current_node.get()
+        if node is not None:
+            raise OutsideWorkflow(call, run_id=engine.run_id, node_id=node)
+    return engine
+
+
 def context() -> WorkflowContext:
     """The :class:`WorkflowContext` of the workflow run executing this code.
 
     Raises:
-        StarflowError: when called outside a workflow run.
+        OutsideWorkflow: when called outside a workflow run.
     """
-    engine = current_engine.get()
-    if engine is None:
-        raise StarflowError(
-            "starflow.context() called outside a workflow run: call it from a @workflow "
-            "function or a @step it runs"
-        )
-    return engine.ctx
+    return running_engine("context").ctx

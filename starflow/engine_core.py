@@ -24,7 +24,7 @@ from . import serde
 from .adapters.base import WorkflowStateAdapter
 from .adapters.units import Guard, Op
 from .attributes import ATTRIBUTES_KIND
-from .clock import format_ts
+from .clock import Clock, format_ts
 from .context import CANCEL_EVENT, WAIT_KEY, CheckpointWait, WorkflowContext, current_node
 from .decorators import WorkflowDefinition
 from .errors import (
@@ -163,6 +163,11 @@ class EngineCore:
     @property
     def adapter(self) -> WorkflowStateAdapter:
         return self.runtime.adapter
+
+    @property
+    def clock(self) -> Clock:
+        """The runtime's clock (wall time; :meth:`now` is the deterministic one)."""
+        return self.runtime.clock
 
     @property
     def replaying(self) -> bool:

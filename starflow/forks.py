@@ -20,8 +20,8 @@ import uuid
 from typing import Any, NoReturn
 
 from .adapters.units import Guard
-from .context import WorkflowContext, current_engine, current_node
-from .errors import InvalidArgument, NodeNotInHistory, OutsideWorkflow, RunNotEnded, RunNotFound
+from .context import WorkflowContext, running_engine
+from .errors import InvalidArgument, NodeNotInHistory, RunNotEnded, RunNotFound
 from .events import EVENT_KIND
 from .records import TERMINAL_STATUSES, RunEvent, StartOptions
 from .replay import retried, rewind
@@ -50,13 +50,7 @@ def continue_as_new(*args: Any, **kwargs: Any) -> NoReturn:
         WorkflowDefinitionError: the arguments do not fit the workflow.
         SerializationError: an argument cannot be stored as JSON.
     """
-    engine = current_engine.get()
-    if engine is None:
-        raise OutsideWorkflow("continue_as_new")
-    node = current_node.get()
-    if node is not None:
-        raise OutsideWorkflow("continue_as_new", run_id=engine.run_id, node_id=node)
-    engine.continue_as_new(args, kwargs)
+    running_engine("continue_as_new", in_step=False).continue_as_new(args, kwargs)
 
 
 def forked_history(run_id: str, events: list[RunEvent], from_node: str) -> list[RunEvent]:
