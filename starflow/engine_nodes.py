@@ -3,7 +3,7 @@
 :class:`EngineNodes` adds to :class:`~starflow.engine_core.EngineCore` every
 durable operation (a step with its retries, a wait or sleep, ``wait_for_any``,
 an update's answer, a child run's start and result through
-:mod:`starflow.children`): each gets a node id, returns its recorded outcome
+:mod:`starflow.child_nodes`): each gets a node id, returns its recorded outcome
 on replay, or writes its boundary. Suspending at a wait and delivering a
 cancel are the core's primitives, which the child nodes use too.
 """
@@ -17,7 +17,7 @@ from typing import Any, NoReturn
 
 import anyio
 
-from . import children, logs, observability, serde
+from . import child_nodes, logs, observability, serde
 from .context import (
     IDEMPOTENCY_KEY,
     RESERVED_PREFIX,
@@ -220,18 +220,18 @@ class EngineNodes(EngineCore):
         return await timed_attempt(self.runtime.clock, sdef, fn, args, kwargs,
                                    run_id=self.run_id, node_id=nid)
 
-    # -- child runs (starflow.children) ------------------------------------------
+    # -- child runs (starflow.child_nodes) ---------------------------------------
 
     async def start_child(self, definition: WorkflowDefinition, args: tuple[Any, ...],
                           kwargs: dict[str, Any], *, run_id: str | None, pool: str | None,
                           detached: bool) -> str:
-        """``starflow.start_child``: see :func:`starflow.children.start_child_node`."""
-        return await children.start_child_node(self, definition, args, kwargs,
+        """``starflow.start_child``: see :func:`starflow.child_nodes.start_child_node`."""
+        return await child_nodes.start_child_node(self, definition, args, kwargs,
                                                run_id=run_id, pool=pool, detached=detached)
 
     async def child_result(self, child_run_id: str, return_type: Any) -> Any:
-        """``ChildHandle.result``: see :func:`starflow.children.child_result_node`."""
-        return await children.child_result_node(self, child_run_id, return_type)
+        """``ChildHandle.result``: see :func:`starflow.child_nodes.child_result_node`."""
+        return await child_nodes.child_result_node(self, child_run_id, return_type)
 
     # -- variables written by steps (see replay.variables_snapshot) --------------
 

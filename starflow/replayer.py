@@ -20,7 +20,7 @@ import anyio.lowlevel
 from .adapters.base import WorkflowStateAdapter
 from .adapters.null import NullWorkflowStateAdapter
 from .adapters.units import Unit
-from .children import RESULT_KIND, child_event
+from .child_nodes import RESULT_KIND, child_event
 from .config import StarflowConfig
 from .context import WorkflowContext, current_engine
 from .decorators import StepDefinition, WorkflowDefinition, definition_of, registry

@@ -17,7 +17,7 @@ import msgspec
 
 from . import serde
 from .adapters.units import Guard
-from .children import chain_end, child_of_event, child_outcome
+from .child_nodes import chain_end, child_of_event, child_outcome
 from .context import CANCEL_EVENT, CheckpointWait, checkpoint_wait
 from .decorators import registry
 from .driving import ACTIVE_STATUSES, Driver, RunHandle

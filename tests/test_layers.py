@@ -59,6 +59,7 @@ LAYERS: dict[str, str] = {
     "starflow.events": "runtime",
     "starflow.forks": "runtime",
     "starflow.children": "runtime",
+    "starflow.child_nodes": "runtime",
     "starflow.context": "runtime",
     "starflow.copy": "runtime",
     "starflow.copy_records": "runtime",
