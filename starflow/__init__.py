@@ -15,6 +15,7 @@ from .children import ChildHandle, start_child
 from .clock import Clock, SystemClock
 from .config import StarflowConfig
 from .context import WorkflowContext, context
+from .continuation import continue_as_new
 from .decorators import RetryPolicy, step, workflow
 from .errors import (
     ConcurrentWaits,
@@ -51,7 +52,6 @@ from .errors import (
 )
 from .events import close_stream, set_event, write_stream
 from .failure import RunFailure
-from .forks import continue_as_new
 from .jobs import JobWorker
 from .progress import progress
 from .records import PoolLimits, PoolUsage, RunEvent, RunInfo, ScheduleRecord

@@ -58,6 +58,7 @@ LAYERS: dict[str, str] = {
     "starflow.attributes": "runtime",
     "starflow.events": "runtime",
     "starflow.forks": "runtime",
+    "starflow.continuation": "runtime",
     "starflow.children": "runtime",
     "starflow.child_nodes": "runtime",
     "starflow.context": "runtime",
