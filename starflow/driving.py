@@ -41,7 +41,7 @@ from .errors import (
     StorageError,
     WorkflowDefinitionError,
 )
-from .execution import CONTINUED_FROM_EVENT, Outcome, Runtime
+from .execution import CONTINUED_FROM_EVENT, Outcome, Runtime, decode_input
 from .heartbeats import Heartbeats
 from .logs import get_logger
 from .records import DefinitionRecord, RunInfo
@@ -182,8 +182,7 @@ class Driver:
     def decode_input(definition: WorkflowDefinition, data: Any
                      ) -> tuple[tuple[Any, ...], dict[str, Any]]:
         """Rebuild call arguments, each converted to its annotated type."""
-        return serde.convert_call(definition.signature, definition.hints, data,
-                                  what=f"workflow {definition.name!r}")
+        return decode_input(definition, data)
 
     async def resolve(self, run: RunInfo) -> WorkflowDefinition:
         """The registered definition a run started with (never a newer version).

@@ -45,6 +45,7 @@ from .execution import (
     PendingWait,
     Runtime,
     Suspend,
+    lease_guard,
 )
 from .failure import CANCELLED_TYPE, cancelled_error
 from .limits import duration_problem
@@ -55,7 +56,6 @@ from .replay import (
     NodeRecord,
     node_id,
 )
-from .requeue import lease_guard
 from .tokens import WakeClaims
 from .waits import wait_events
 

@@ -31,9 +31,9 @@ from .errors import (
     StorageError,
     WorkflowDefinitionError,
 )
+from .execution import decode_input
 from .history import RunHistory, load_history, read_history
 from .replay import Journal, node_id
-from .runner import Runner
 from .tokens import Keyring
 
 __all__ = ["ReplayResult", "Replayer"]
@@ -280,7 +280,7 @@ class Replayer:
                                 outcome=outcome)
 
         try:
-            args, kwargs = Runner.decode_input(definition, run.input_json)
+            args, kwargs = decode_input(definition, run.input_json)
         except StarflowError as exc:
             return result(False, "failed", exc)
         engine = _ReplayEngine(runtime=runtime, definition=definition, ctx=ctx,
