@@ -18,6 +18,7 @@ import pytest
 import starflow
 from starflow import ConfigError, Starflow, StarflowConfig
 from starflow.limits import MAX_DURATION
+from starflow.warm.mirror import mirror
 from starflow_testing import FakeClock
 from starflow_testing._quiesce import quiesce
 
@@ -228,3 +229,23 @@ class TestBadInput:
                 await sf.run(greet, "x", **options)
             assert await sf.list_runs() == []
             assert EXECUTED == []
+
+
+class TestWarmMirror:
+    """Queueing a due start reaches the warm tier's outbox in the same transaction."""
+
+    async def test_the_mirror_sees_a_start_queued(self, db_url: str,
+                                                  workspace_id: str) -> None:
+        async with app(db_url, workspace_id) as (sf, _):
+            handle = await sf.start(greet, "warm", start_after=timedelta(minutes=1))
+            mirrored = mirror(sf.adapter, f"memory://delayed-{uuid.uuid4().hex[:8]}")
+            before = len(await mirrored.pending_outbox(limit=10_000))
+            due = await mirrored.queue_due_starts(START + timedelta(minutes=1))
+            assert due.queued == (handle.run_id,)
+            rows = (await mirrored.pending_outbox(limit=10_000))[before:]
+            assert [(r.run_id, r.kind, r.payload["op"], r.payload["columns"])
+                    for r in rows] == [(handle.run_id, "run", "update",
+                                        {"claim_state": "queued"})]
+            # Nothing due: nothing written.
+            assert (await mirrored.queue_due_starts(START + timedelta(minutes=2))).queued == ()
+            assert len(await mirrored.pending_outbox(limit=10_000)) == before + 1
