@@ -110,6 +110,12 @@ class RunInfo(msgspec.Struct, frozen=True, kw_only=True):
         """True once the run reached ``success``, ``error`` or ``cancelled``."""
         return self.status in TERMINAL_STATUSES
 
+    @property
+    def starts_at(self) -> datetime | None:
+        """When a run still queued for later may start (``not_before``); ``None``
+        once it runs or ended, or for a run queued to start at once."""
+        return self.not_before if self.status == "queued" else None
+
 
 class RunEvent(msgspec.Struct, frozen=True, kw_only=True):
     """One ``workflow_run_events`` row."""
