@@ -238,8 +238,9 @@ class MirroringWorkflowStateAdapter(DelegatingAdapter):
 
         def outbox(run_ids: list[str]) -> list[Op]:
             ops: list[Op] = list(after(run_ids)) if after is not None else []
-            changes = [UpdateRun(method=command.method, run_id=run_id,
-                                 values={"claim_state": "queued"}) for run_id in run_ids]
+            changes: list[Op] = [UpdateRun(method=command.method, run_id=run_id,
+                                           values={"claim_state": "queued"})
+                                 for run_id in run_ids]
             return [*ops, *outbox_ops(changes, now=self.clock.now(),
                                       workspace_id=self.workspace_id, env=self.env)]
 
