@@ -1,7 +1,8 @@
 """Delayed starts: run a workflow later, durably, with ``start_after`` / ``start_at``.
 
-``sf.start(wf, *args, start_after=timedelta(...))`` (or ``start_at=`` a
-timezone-aware datetime) writes the run now: it is listed at once, queued,
+``sf.options(start_after=timedelta(...)).start(wf, *args)`` (or ``start_at=``
+a timezone-aware datetime; ``sf.start(wf, *args, start_after=...)`` works
+too, untyped) writes the run now: it is listed at once, queued,
 with its start time (``RunInfo.starts_at``), so a crash or a deploy in
 between loses nothing. No worker claims it before that time; a worker
 sleeping with nothing to do wakes up for it then. ``sf.cancel`` ends it
@@ -48,12 +49,15 @@ async def main() -> None:
         again = await sf.options(run_id=request, start_after=timedelta(days=1)).start(
             trial_reminder, "ada@example.com")
         print(f"same run on retry: {again.run_id == ada.run_id}")
-        bob = await sf.start(trial_reminder, "bob@example.com",
-                             start_at=datetime(2030, 1, 1, 18, tzinfo=UTC))
+        # sf.start(wf, x, start_at=...) works too, but only options() is checked
+        # by type checkers (start's other keywords are the workflow's).
+        bob = await sf.options(start_at=datetime(2030, 1, 1, 18, tzinfo=UTC)).start(
+            trial_reminder, "bob@example.com")
         for run in await sf.list_runs():
             print(f"{run.template_id} {run.status}, starts at {run.starts_at:%Y-%m-%d %H:%M}")
         await sf.cancel(bob.run_id)  # before it starts: none of its code runs
-        print(f"ada: {await env.result(ada)} at {env.now():%Y-%m-%d %H:%M}")
+        reminded: str = await env.result(ada)
+        print(f"ada: {reminded} at {env.now():%Y-%m-%d %H:%M}")
         print(f"bob: {(await sf.get_run(bob.run_id)).status}")
         print(f"emails sent: {SENT}")
 
