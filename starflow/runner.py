@@ -498,9 +498,11 @@ class Runner(Waker):
     async def stuck_runs(self, limit: int = 1000) -> list[RunInfo]:
         """Queued runs nobody has claimed for ``config.stuck_after``, oldest first.
 
-        A run counts from when it was last queued: its start, the last heartbeat
-        of the runner it was taken from, or its newest event (a wake that put
-        it back in the queue), whichever is latest. Looks at the ``limit``
+        A run counts from when it was last queued: its start, its start time if
+        it was started for later (or debounced), the last heartbeat of the
+        runner it was taken from, or its newest event (a wake that put it back
+        in the queue), whichever is latest. A run whose start time has not
+        come (claim_state scheduled) is not stuck. Looks at the ``limit``
         newest queued runs.
         """
         cutoff = self.clock.now() - self.config.stuck_after
@@ -508,8 +510,8 @@ class Runner(Waker):
         # One query for the page: each run with its newest event's time.
         for queued in await self.adapter.list_queued_runs(limit):
             run = queued.run
-            since = max((t for t in (run.started_at, run.last_heartbeat, queued.last_event_at)
-                         if t is not None), default=None)
+            since = max((t for t in (run.started_at, run.not_before, run.last_heartbeat,
+                                     queued.last_event_at) if t is not None), default=None)
             if run.claim_state == "queued" and since is not None and since < cutoff:
                 stuck.append((since, run))
         stuck.sort(key=lambda pair: (pair[0], pair[1].id))

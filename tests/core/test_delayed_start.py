@@ -164,6 +164,21 @@ class TestWorkerWakesUp:
                 await worker.drain()
 
 
+class TestStuck:
+    """A run waiting for its start time is not stuck; once due, it counts from then."""
+
+    async def test_counts_from_the_start_time(self, db_url: str, workspace_id: str) -> None:
+        async with app(db_url, workspace_id) as (sf, clock):
+            handle = await sf.start(greet, "slow", start_after=timedelta(hours=1))
+            await clock.advance(timedelta(minutes=59))
+            assert await sf.stuck_runs() == []
+            await clock.advance(timedelta(minutes=2))
+            await sf.adapter.queue_due_starts(clock.now())  # due: no worker claims it
+            assert await sf.stuck_runs() == []  # queued a minute ago, not an hour
+            await clock.advance(sf.config.stuck_after)
+            assert [r.id for r in await sf.stuck_runs()] == [handle.run_id]
+
+
 class TestCancelAndIdempotence:
     """Cancelled before its time it never runs; a second start returns the same run."""
 
