@@ -1,9 +1,12 @@
-"""Fork a failed run from the step that went wrong, and loop with continue_as_new.
+"""Fork a failed run from the step that went wrong, retry it in place, and loop
+with continue_as_new.
 
 ``sf.fork(run_id, from_node="step:charge#1")`` starts a new run whose history
 is the old run's up to that step: the steps before it are replayed, not run
-again. ``starflow.continue_as_new(*args)`` ends a run and continues as a new
-one with an empty history, so a loop that runs forever keeps each history
+again. ``sf.retry(run_id)`` redoes the failed run itself the same way: the
+step that failed runs again with the fixed code, the ones before it do not.
+``starflow.continue_as_new(*args)`` ends a run and continues as a new one with
+an empty history, so a loop that runs forever keeps each history
 short; ``sf.result`` of the first run follows the chain. A child run may
 continue as new too: its parent's ``await`` follows the child's chain.
 
@@ -76,6 +79,10 @@ async def main() -> None:
         fixed = await sf.fork(failed.run_id, from_node="step:charge#1")
         print(f"fork is {fixed.status}: {fixed.result}")
         print(f"steps run by the fork: {CALLS}")
+        CALLS.clear()
+        retried = await sf.retry(failed.run_id)  # the failed run itself, in place
+        print(f"retry is {retried.status}: {retried.result}")
+        print(f"steps run by the retry: {CALLS}")
 
         first = await sf.run(poller, 0, 0)
         runs = await sf.list_runs(template_id="poller")

@@ -7,15 +7,15 @@ deployment does across several:
 1. ``sf.start`` queues runs (``claim_state`` queued) and returns at once.
 2. A worker claims and drives them; one run pauses on ``wait_for``; a signal
    sends it back to the queue and a worker finishes it; a durable sleep is
-   fired by the worker's maintenance loop.
+   fired by the worker itself (every worker fires due timers, each once).
 3. A run whose worker vanished (its lease expired) is swept and requeued.
 4. ``worker.drain()`` stops the worker gracefully.
 
 The same module serves real worker processes::
 
     export STARFLOW_DATABASE_URL=sqlite:///starflow.db
-    starflow worker --app worker_deployment:make_app --concurrency 8 --maintenance
-    starflow server --app worker_deployment:make_app      # sweep + timers only
+    starflow worker --app worker_deployment:make_app --concurrency 8   # runs + timers
+    starflow server --app worker_deployment:make_app      # sweep, timers, schedules
 
     python examples/worker_deployment.py
 """
@@ -51,7 +51,7 @@ async def fulfil(order_id: str, needs_approval: bool) -> str:
     if needs_approval:
         decision = await wait_for("approve", timeout=timedelta(days=1))
         how = decision["how"]
-    await sleep(timedelta(milliseconds=200))  # a durable timer, fired by maintenance
+    await sleep(timedelta(milliseconds=200))  # a durable timer, fired by any worker
     return await ship(order_id, how)
 
 
@@ -82,7 +82,7 @@ async def main(url: str) -> None:
         gated = (await sf.start(fulfil, "o-vip", True)).run_id
         print("queued:", len(plain) + 1, "runs, status", (await sf.get_run(gated)).status)
 
-        worker = sf.worker(concurrency=8, maintenance=True, grace=10)
+        worker = sf.worker(concurrency=8, grace=10)  # fires due timers too
         async with anyio.create_task_group() as tg:
             tg.start_soon(worker.run)  # sweeps first: the lost run goes back to the queue
             for run_id in plain:

@@ -169,10 +169,20 @@ class Starflow(StarflowOps):
     async def retry(self, run_id: str) -> RunHandle[Any]:
         """Run a run that ended in ``error`` again from its recorded history.
 
-        Use it after deploying a fix for what failed it (a ``NonDeterminismError``
-        after an incompatible deploy, a bug in the workflow body, a runner lost
-        too often): recorded steps are not run again. Inline runs are driven
-        here until they pause or end; worker runs go back to the queue.
+        Use it after deploying a fix for what failed it. The step whose failure
+        ended the run runs again with the code deployed now, and what follows
+        it (a wait that timed out waits again; a failed child run is retried
+        too); the steps that succeeded before it are kept, not run again. A
+        failure of the workflow body itself (a bug, a ``NonDeterminismError``
+        after an incompatible deploy, a runner lost too often) replays the
+        whole history and runs the body again. A run past its deadline gets a
+        new one as long as the first. Inline runs are driven here until they
+        pause or end; worker runs go back to the queue.
+
+        Raises:
+            RunNotFound: no such run.
+            RunFinished: the run succeeded or was cancelled.
+            StarflowError: the run has not ended.
         """
         return self._track(await self.runner.retry(normalize_run_id(run_id)))
     # -- queries -------------------------------------------------------------------
@@ -349,14 +359,17 @@ class Starflow(StarflowOps):
 
     async def fork(self, run_id: str, *, from_node: str) -> RunHandle[Any]:
         """A new run of an ended run's workflow, version and arguments whose history
-        is the source's up to, not including, ``from_node``; it runs from there.
+        is the source's without ``from_node`` and what followed it; it runs from there.
 
         For redoing a run after a bug fix from the step that went wrong::
 
             handle = await sf.fork(run_id, from_node="step:charge#1")
 
-        The recorded outcomes before ``from_node`` are replayed, not re-run; the
-        events and stream items they published are copied. The source is not
+        The recorded outcomes before ``from_node``, and of the nodes that ran
+        beside it (started before it ended: the other steps of a ``gather``),
+        are replayed, not re-run; ``from_node`` and every node that started after
+        it ended run again. The events and stream items the kept nodes published
+        are copied. The source is not
         changed. A fork of an inline run is driven here (until it pauses or
         ends), of a queued run goes to the queue of the same pool.
 

@@ -20,12 +20,12 @@ from .errors import (
     StarflowError,
 )
 from .jobs import JobWorker
-from .limits import check_name, duration_problem
+from .limits import check_name, duration_problem, normalize_run_id
 from .maintenance import Maintenance
 from .records import PoolLimits, PoolUsage, RunInfo, ScheduleRecord
 from .retention import DEFAULT_BATCH_SIZE, PruneReport, prune_runs
 from .runner import RunHandle, Runner
-from .schedules import check_schedule, next_tick, start_scheduled_run, tick_run_id
+from .schedules import ScheduleLoop, check_schedule, next_tick, start_scheduled_run, tick_run_id
 from .warm.base import LiveRun, WarmTier, live_run
 from .warm.drainer import OutboxStatus, outbox_status
 from .warm.mirror import find_mirror
@@ -107,14 +107,48 @@ class StarflowOps(StarflowCore):
         return record
 
     async def pause_schedule(self, schedule_id: str) -> ScheduleRecord:
-        """Stop firing ticks until :meth:`resume_schedule` (ticks meanwhile never start)."""
-        return await self._update_schedule(schedule_id, lambda rec, now: {"paused": True})
+        """Stop firing ticks until :meth:`resume_schedule` (ticks meanwhile never start).
+
+        Ticks that fell due before the pause and no maintenance loop has handled
+        yet are handled first, as a loop would have: started (queued) within the
+        catch-up window, else counted in ``skipped_missed`` (or
+        ``skipped_overlap``), so pausing never drops a due tick uncounted.
+
+        Raises:
+            ScheduleNotFound: there is none with this id.
+            StorageError: a due tick's run could not be started (nothing paused).
+        """
+        loop = ScheduleLoop(self.runner, poll=False)
+        for _ in range(100):
+            record = await self.get_schedule(schedule_id)
+            if record.paused:
+                return record
+            now = self.clock.now()
+            if record.pending_tick is not None or (
+                    record.next_fire_at is not None and record.next_fire_at <= now):
+                # Due before the pause: decide it (of a loop racing us, one decides
+                # each tick, by the row's revision), then read the row again.
+                await loop.advance(record)
+                continue
+            if await self.adapter.update_schedule(record.id, record.revision,
+                                                  {"paused": True}, now=now):
+                self._schedules_changed()
+                return await self.get_schedule(schedule_id)
+            await anyio.lowlevel.checkpoint()
+        raise StarflowError(f"schedule {schedule_id!r} changed under 100 attempts to pause "
+                            "it; try again")
 
     async def resume_schedule(self, schedule_id: str) -> ScheduleRecord:
-        """Fire ticks again, from the next one after now (paused ticks do not catch up)."""
+        """Fire ticks again, from the next one after now (paused ticks do not catch up).
+
+        A tick that waited for the previous run (``overlap="buffer_one"``) when the
+        schedule was paused does not start: it is counted in ``skipped_overlap``.
+        """
         def values(rec: ScheduleRecord, now: datetime) -> dict[str, Any]:
             nxt = next_tick(rec.cron, rec.timezone, now)
+            dropped = 1 if rec.buffered_tick is not None else 0
             return {"paused": False, "next_fire_at": nxt, "buffered_tick": None,
+                    "skipped_overlap": rec.skipped_overlap + dropped,
                     "due_at": now if rec.pending_tick is not None else nxt}
 
         return await self._update_schedule(schedule_id, values)
@@ -246,7 +280,7 @@ class StarflowOps(StarflowCore):
             WarmTierError: the warm tier failed while watching.
         """
         warm = self._require_warm("watch()")
-        async for state in warm.subscribe(run_id):
+        async for state in warm.subscribe(normalize_run_id(run_id)):
             live = live_run(state)
             if live is None:
                 continue  # a damaged projection: the drift sweep will repair it
@@ -358,28 +392,35 @@ class StarflowOps(StarflowCore):
         return await self.runner.stuck_runs(limit)
 
     def worker(self, pool: str | None = None, concurrency: int = 16,
-               maintenance: bool = False, grace: float = 30.0) -> Worker:
+               maintenance: bool = False, grace: float = 30.0, timers: bool = True) -> Worker:
         """A worker that claims runs queued for ``pool``; ``await worker.run()``.
 
         Args:
             pool: Claim runs queued for this pool (and runs queued for any pool).
             concurrency: Most runs driven at once.
-            maintenance: Also run the lease sweep, every run's durable timers and
-                session-var GC (unless this app already runs them,
-                ``Starflow.open(maintenance=True)``).
+            maintenance: Also run the lease sweep, every run's durable timers,
+                cron schedules and session-var GC (unless this app already runs
+                them, ``Starflow.open(maintenance=True)``).
             grace: Seconds ``worker.stop()`` waits for active runs to finish or
                 reach a step boundary before cancelling and releasing them.
+            timers: Fire every run's due timers (sleeps, ``wait_for`` timeouts,
+                deadlines of queued runs) in this worker, as every worker does by
+                default; each timer fires once however many workers run. False
+                leaves them to another process (``starflow server``, a worker
+                with ``maintenance=True``); the worker then warns at start.
         """
         check_concurrency(concurrency)  # before the maintenance loops are built
         check_name("pool", pool, optional=True)
         mt = None
-        if maintenance and (self._maintenance is None or not self._maintenance.full):
+        if (maintenance or timers) and (self._maintenance is None
+                                        or not self._maintenance.full):
             client = self._maintenance
             mt = Maintenance(self.runner, poll=self._shared_database, drain=client is None,
-                             firing=client.firing if client is not None else None)
+                             firing=client.firing if client is not None else None,
+                             timers_only=not maintenance)
+        fires = mt is not None or (self._maintenance is not None and self._maintenance.full)
         return Worker(self.runner, pool=pool, concurrency=concurrency, maintenance=mt,
-                      grace=grace)
-
+                      grace=grace, fires_timers=fires)
 
 
 def check_session_names(session_id: object, key: object) -> None:

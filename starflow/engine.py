@@ -156,7 +156,18 @@ class Engine(EngineNodes):
             node_id=wait.node_id)
         return Outcome("paused", wait=wait)
 
+    def _conflict_outcome(self) -> Outcome:
+        exc = self.wait_conflict
+        assert exc is not None
+        return Outcome("error", error=f"{type(exc).__name__}: {exc}", exception=exc)
+
     async def _body(self) -> Outcome:
+        outcome = await self._run_body()
+        if outcome.status == "paused":
+            await self._settle_waits()
+        return outcome
+
+    async def _run_body(self) -> Outcome:
         with anyio.CancelScope() as scope:
             self._body_scope = scope
             try:
@@ -168,6 +179,8 @@ class Engine(EngineNodes):
                 abort = find_unwinding(exc, Abort)
                 if isinstance(abort, Abort):
                     return Outcome(abort.reason, exception=abort.cause)
+                if self.wait_conflict is not None:  # even if another branch paused first
+                    return self._conflict_outcome()
                 if isinstance(suspend, Suspend):
                     return Outcome("paused", wait=suspend.wait)
                 cont = find_unwinding(exc, ContinueAsNew)
@@ -184,6 +197,8 @@ class Engine(EngineNodes):
                 if self._cancelled and isinstance(exc, RunCancelled):
                     return Outcome("cancelled")  # the cleanup ran and let it propagate
                 return Outcome("error", error=f"{type(exc).__name__}: {exc}", exception=exc)
+            if self.wait_conflict is not None:  # the workflow code caught it
+                return self._conflict_outcome()
             if self._suspending:
                 return self._swallowed_pause(None)
             if self._cancelled:
@@ -198,12 +213,7 @@ class Engine(EngineNodes):
                 return Outcome("error", error=f"NonDeterminismError: {exc2}", exception=exc2)
             return Outcome("success", result=value)
         if self._timed_out and not self._lease_lost:
-            exc4 = WorkflowTimeout(
-                f"run {self.run_id} passed its deadline ({self.deadline}) and was "
-                "stopped: raise the workflow's timeout (@workflow(timeout=) or "
-                "sf.options(timeout=)) if it needs longer", run_id=self.run_id,
-                node_id=self.position)
-            return Outcome("error", error=f"WorkflowTimeout: {exc4}", exception=exc4)
+            return self._deadline_outcome()
         if self._cleanup_timed_out and not self._lease_lost:
             timeout = self.runtime.config.cancel_cleanup_timeout
             exc3 = RunCancelled(self.run_id, message=(
@@ -283,6 +293,15 @@ class Engine(EngineNodes):
         if deadline is None:
             return await self._body()
         clock = self.runtime.clock
+        if clock.now() >= deadline:
+            # Checked here, not left to the watchdog: a body that never yields (an
+            # inline continue_as_new chain on SQLite or in memory, whose writes do
+            # not suspend) ends before the watchdog's task gets to run, so each
+            # run of the chain would start and continue past the deadline for ever.
+            self._timed_out = True
+            self._log.warning("run passed its deadline before this execution; not starting "
+                              "its body", deadline=format_ts(deadline))
+            return self._deadline_outcome()
         async with anyio.create_task_group() as tg:
             async def watchdog() -> None:
                 await clock.sleep(max(0.0, (deadline - clock.now()).total_seconds()))
@@ -299,6 +318,15 @@ class Engine(EngineNodes):
             finally:
                 tg.cancel_scope.cancel()
         return outcome
+
+    def _deadline_outcome(self) -> Outcome:
+        """The run passed its deadline (``@workflow(timeout=)``): it ends in error."""
+        exc = WorkflowTimeout(
+            f"run {self.run_id} passed its deadline ({self.deadline}) and was "
+            "stopped: raise the workflow's timeout (@workflow(timeout=) or "
+            "sf.options(timeout=)) if it needs longer", run_id=self.run_id,
+            node_id=self.position)
+        return Outcome("error", error=f"WorkflowTimeout: {exc}", exception=exc)
 
     def wake_deadline(self, deadline: datetime | None) -> datetime | None:
         """A paused wait's timer: its own deadline, or the run's if that comes first

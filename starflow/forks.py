@@ -1,75 +1,57 @@
-"""Fork and continue-as-new: new runs made from a run's history.
+"""Fork: a new run made from an ended run's history.
 
 ``Starflow.fork(run_id, from_node=...)`` (:func:`fork_run`) starts a new run
 of an ended run's workflow, version and arguments whose history is the
-source's up to, not including, the first event of ``from_node``; replaying
-it returns the recorded outcomes and the new run executes from that node
-on. For redoing a run after a bug fix from the step that went wrong.
+source's without ``from_node`` and what followed it (:func:`forked_history`:
+the steps that ran beside it keep their outcomes); replaying it returns the
+recorded outcomes and the new run executes from that node on. For redoing a
+run after a bug fix from the step that went wrong.
 
-``starflow.continue_as_new(*args)`` (:func:`continue_as_new`) ends the run
-as ``success`` with ``workflow_runs.continued_as`` naming a new run of the
-same workflow and version started with ``args`` and an empty history, both
-written in one unit; ``Starflow.result`` follows the chain. For loops that
-would otherwise grow one history without bound.
+Its sibling for workflow code, ``starflow.continue_as_new``, is in
+:mod:`starflow.continuation`.
 """
 
 from __future__ import annotations
 
 import uuid
-from typing import Any, NoReturn
+from typing import Any
 
 from .adapters.units import Guard
-from .context import WorkflowContext, current_engine, current_node
-from .errors import InvalidArgument, NodeNotInHistory, OutsideWorkflow, RunNotEnded, RunNotFound
+from .context import WorkflowContext
+from .errors import InvalidArgument, NodeNotInHistory, RunNotEnded, RunNotFound
 from .events import EVENT_KIND
 from .records import TERMINAL_STATUSES, RunEvent, StartOptions
+from .replay import retried, rewind
 from .runner import RunHandle, Runner
 
-__all__ = ["FORKED_EVENT", "continue_as_new", "fork_run", "forked_history"]
+__all__ = ["FORKED_EVENT", "fork_run", "forked_history"]
 
 #: The first event of a forked run: ``{"from_run_id", "from_node"}``.
 FORKED_EVENT = "run_forked"
 
 
-def continue_as_new(*args: Any, **kwargs: Any) -> NoReturn:
-    """End this run as completed and continue as a new run of the same workflow
-    started with ``args``, with an empty history.
-
-    Both are written in one unit: the run ends ``success`` with
-    ``RunInfo.continued_as`` naming the new run, and ``Starflow.result`` of
-    any run of the chain follows it to the last one's result. The new run
-    runs where this one did (the caller of ``sf.run`` for an inline run,
-    workers for a queued one). Nothing after this call runs. The new run
-    keeps the run's deadline (it bounds the whole chain) and, in a child run,
-    its parent link: the parent's await follows the chain to the last run.
-
-    Raises:
-        OutsideWorkflow: called outside a workflow function (or inside a step).
-        WorkflowDefinitionError: the arguments do not fit the workflow.
-        SerializationError: an argument cannot be stored as JSON.
-    """
-    engine = current_engine.get()
-    if engine is None:
-        raise OutsideWorkflow("continue_as_new")
-    node = current_node.get()
-    if node is not None:
-        raise OutsideWorkflow("continue_as_new", run_id=engine.run_id, node_id=node)
-    engine.continue_as_new(args, kwargs)
-
-
 def forked_history(run_id: str, events: list[RunEvent], from_node: str) -> list[RunEvent]:
-    """The events of ``run_id``'s history a fork from ``from_node`` keeps: those
-    before the node's first event, node events and phases only (the source's
-    run-level events, pauses and resumes, are its own).
+    """The events of ``run_id``'s history a fork from ``from_node`` keeps.
+
+    ``from_node`` and what follows it in the workflow's order run again in the
+    fork: the node, and every node that started after the node ended (it may
+    have seen the node's outcome). The nodes before it and the ones that ran
+    beside it (started before it ended: the other steps of a ``gather`` or a
+    task group) keep their recorded events, outcomes included
+    (:func:`starflow.replay.rewind`). Of the source's history, the fork keeps
+    node events and the phases before the node (the source's run-level events,
+    pauses and resumes, are its own). A source that was retried is seen as its
+    replay sees it (each retry rewinds the history before it).
 
     Raises:
         NodeNotInHistory: no event of the history has that node id.
     """
-    cut = next((i for i, e in enumerate(events) if e.node_id == from_node), None)
-    if cut is None:
-        known = tuple(dict.fromkeys(e.node_id for e in events if e.node_id is not None))
+    history = retried(events)
+    if not any(e.node_id == from_node for e in history):
+        known = tuple(dict.fromkeys(e.node_id for e in history if e.node_id is not None))
         raise NodeNotInHistory(run_id, from_node, known)
-    return [e for e in events[:cut] if e.node_id is not None or e.event_type == "phase"]
+    kept = rewind(history, from_node)
+    return [e for e in kept if e.node_id is not None or e.event_type == "phase"]
 
 
 async def fork_run(runner: Runner, run_id: str, from_node: str) -> RunHandle[Any]:

@@ -4,14 +4,18 @@ session-var GC, and (with a warm tier) the outbox drainer and drift sweep.
 The state model's starflow-server runs the sweep once at boot and then every
 ``sweep_interval``; starflow runs these loops in ``starflow server``, in a
 worker started with ``maintenance=True`` (``starflow worker --maintenance``),
-or in an app opened with ``Starflow.open(maintenance=True)``. An app opened
-without them fires only its own inline runs' timers (:class:`InlineTimers`).
-Every action is guarded in the database, so several processes may run
-maintenance against one database at once.
+or in an app opened with ``Starflow.open(maintenance=True)``. Every other
+worker runs the timer loop alone (``timers_only``): a plain ``starflow
+worker`` fires due timers. An app opened without them fires only its own
+inline runs' timers (:class:`InlineTimers`). Every action is guarded in the
+database, so several processes may run maintenance (or timers) against one
+database at once: of several processes firing one timer, exactly one wake
+holds its guard (the run still paused at that wait), the others write nothing.
 """
 
 from __future__ import annotations
 
+import random
 from datetime import datetime
 
 import anyio
@@ -49,13 +53,20 @@ class Maintenance:
             (False when another Maintenance of the process drains it already).
         firing: The (run id, node id) of the timers being fired, shared with
             another Maintenance of the process so that one timer is fired once.
+        timers_only: Run only the timer loop (every run's due timers, queued
+            runs past their deadline): a worker's share, ``sf.worker()``'s
+            default. No sweep loop, schedules, session-var GC nor drainer.
     """
 
     def __init__(self, runner: Runner, *, poll: bool = True, full: bool = True,
-                 drain: bool = True, firing: set[tuple[str, str]] | None = None) -> None:
+                 drain: bool = True, firing: set[tuple[str, str]] | None = None,
+                 timers_only: bool = False) -> None:
         self.runner = runner
         self.poll = poll
         self.full = full
+        self.timers_only = timers_only
+        if timers_only:
+            full, drain = True, False
         #: Timers being fired now (shared by the process's timer loops).
         self.firing: set[tuple[str, str]] = firing if firing is not None else set()
         self.sweeps = 0
@@ -63,7 +74,8 @@ class Maintenance:
         self.inline_timers: InlineTimers | None = (
             None if full else InlineTimers(runner, firing=self.firing))
         #: Starts the due ticks of cron schedules (#18): a server's loop only.
-        self.schedules: ScheduleLoop | None = ScheduleLoop(runner, poll=poll) if full else None
+        self.schedules: ScheduleLoop | None = (
+            ScheduleLoop(runner, poll=poll) if full and not timers_only else None)
         #: The outbox drainer and drift sweep, when the adapter mirrors to a warm tier.
         self.drainer: OutboxDrainer | None = None
         mirror = find_mirror(runner.adapter)
@@ -80,6 +92,8 @@ class Maintenance:
         async with anyio.create_task_group() as tg:
             if self.inline_timers is not None:
                 tg.start_soon(self.inline_timers.run)
+            elif self.timers_only:
+                tg.start_soon(self._timer_loop)
             else:
                 tg.start_soon(self._sweep_loop, sweep_now)
                 tg.start_soon(self._stuck_loop)
@@ -131,6 +145,11 @@ class Maintenance:
         """Start a wake for every due timer not already being fired, and end every
         queued run past its deadline (no worker has to claim it first)."""
         due = await self.runner.due_timers()
+        if self.timers_only and len(due) > 1:
+            # Every worker reads the same earliest-first list: each takes it in its
+            # own order, so workers mostly fire different timers instead of queueing
+            # on the same run rows (the losers' guarded units write nothing anyway).
+            random.shuffle(due)
         started = 0
         for wait in due:
             key = (wait.run_id, wait.node_id)
@@ -183,8 +202,12 @@ class Maintenance:
             while True:
                 changed = runner.timers_changed
                 try:
-                    await self.fire_due(tg)
+                    # One indexed read per pass while nothing is due (each worker
+                    # runs this loop): the due lists are read only when a timer is.
                     nxt = await runner.adapter.next_deadline()
+                    if nxt is not None and nxt <= clock.now():
+                        await self.fire_due(tg)
+                        nxt = await runner.adapter.next_deadline()
                 except StarflowError as exc:
                     log.error("timer pass failed", error=str(exc))
                     nxt = None

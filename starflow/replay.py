@@ -20,17 +20,28 @@ from .errors import NonDeterminismError, SerializationError
 from .limits import MAX_VALUE_DEPTH
 from .records import RunEvent
 
-__all__ = ["DIVERGENCE_FIX", "Journal", "NodeRecord", "check_recorded", "node_id",
-           "replay_variables", "variables_diff", "variables_snapshot"]
+__all__ = ["DIVERGENCE_FIX", "RESULT_KIND", "RETRIED_EVENT", "Journal", "NodeRecord",
+           "check_recorded", "node_id", "replay_variables", "retried", "rewind",
+           "variables_diff", "variables_snapshot"]
+
+#: The event ``sf.retry`` records: ``{"previous_error", "from_node"}``. With a
+#: ``from_node``, the history before it is :func:`rewind`-ed from that node.
+RETRIED_EVENT = "run_retried"
+
+#: The events that end a node (its outcome).
+_OUTCOMES = ("node_complete", "node_error")
 
 #: Recorded nodes that never count as divergence: ``patched()`` markers,
 #: ``set_attributes()`` calls and event and stream writes (adding or removing
 #: one is safe under runs in flight). Their history is a ``node_complete`` only.
 MARKER_KINDS = ("patch", "attributes", "event", "stream")
 
-#: The node kind of a child run's start (``child:<workflow>#n``, starflow.children):
+#: The node kind of a child run's start (``child:<workflow>#n``, starflow.child_nodes):
 #: its ``node_complete`` carries the workflow name and argument hash.
 CHILD_START_KIND = "child"
+
+#: The node kind of the await of a child run's result (``result:<child run id>#n``).
+RESULT_KIND = "result"
 
 #: What to do about a replay that diverged from its history (every such message ends so).
 DIVERGENCE_FIX = ("Revert the change, bump the workflow version, or guard it with "
@@ -74,14 +85,26 @@ class Journal:
     consumed: set[str] = field(default_factory=set)
     #: True while this execution replays recorded nodes (until it reaches new ones).
     replaying: bool = False
+    #: When the run was last retried (its ``run_retried`` event), if it was.
+    retried_at: datetime | None = None
+    #: The nodes recorded before that retry (markers aside): once this execution has
+    #: replayed them all, its time is at least ``retried_at`` (:meth:`time_floor`).
+    before_retry: frozenset[str] = frozenset()
+    _past_retry: bool = False
 
     @classmethod
     def from_events(cls, events: Iterable[RunEvent], started_at: datetime | None = None
                     ) -> Journal:
+        """The journal of a history; a retry marker rewinds what precedes it (:func:`retried`)."""
         journal = cls(started_at=started_at)
         nodes = journal.nodes
-        for ev in events:
+        for ev in retried(events):
             nid = ev.node_id
+            if ev.event_type == RETRIED_EVENT and nid is None:
+                journal.retried_at = ev.created_at
+                journal.before_retry = frozenset(
+                    n for n, rec in nodes.items() if rec.kind not in MARKER_KINDS)
+                continue
             if ev.event_type == "phase":
                 payload = ev.payload_json or {}
                 journal.last_phase = payload.get("phase")
@@ -123,6 +146,21 @@ class Journal:
 
     def get(self, nid: str) -> NodeRecord | None:
         return self.nodes.get(nid)
+
+    def time_floor(self) -> datetime | None:
+        """The retry's time, once this execution has replayed what came before it.
+
+        A retried run's code after its retry point runs at the retry, not at the
+        last boundary before it (a wait's timeout counts from the retry). Tied
+        to the nodes replayed, so every later replay sees the same time there.
+        """
+        if self.retried_at is None:
+            return None
+        if not self._past_retry:
+            if not self.before_retry <= self.consumed:
+                return None
+            self._past_retry = True  # consumed only grows: checked once true
+        return self.retried_at
 
     def consume(self, nid: str) -> None:
         self.consumed.add(nid)
@@ -191,6 +229,53 @@ class Journal:
             now_seen = len(self.consumed)
             stalls = 0 if now_seen != seen else stalls + 1
             seen = now_seen
+
+
+def rewind(events: list[RunEvent], from_node: str) -> list[RunEvent]:
+    """The events of a history that stay recorded when it is redone from ``from_node``.
+
+    ``from_node`` and what follows it in the workflow's order run again: the
+    node itself and every node whose first event comes after ``from_node``
+    ended (its outcome, or the end of the history if it has none), since
+    those may have seen its outcome. The nodes that ran beside it, started
+    before it ended (concurrent steps of a task group or ``gather``), keep
+    their events, their outcomes included, and so do the nodes before it.
+    Phase events after the node's first event are dropped; run-level events
+    are kept. A ``from_node`` without events leaves the history as it is.
+    """
+    first = next((i for i, e in enumerate(events) if e.node_id == from_node), None)
+    if first is None:
+        return list(events)
+    end = next((i for i in range(len(events) - 1, first - 1, -1)
+                if events[i].node_id == from_node and events[i].event_type in _OUTCOMES),
+               len(events))
+    dropped = {from_node}
+    seen: set[str] = set()
+    for i, e in enumerate(events):
+        nid = e.node_id
+        if nid is None or nid in seen:
+            continue
+        seen.add(nid)
+        if i > end:
+            dropped.add(nid)
+    return [e for i, e in enumerate(events)
+            if (e.node_id is not None and e.node_id not in dropped)
+            or (e.node_id is None and not (e.event_type == "phase" and i > first))]
+
+
+def retried(events: Iterable[RunEvent]) -> list[RunEvent]:
+    """A history as replay sees it: each retry marker (:data:`RETRIED_EVENT`) that
+    names a ``from_node`` rewinds the events before it from that node (:func:`rewind`),
+    so the node's recorded failure, and what followed it, run again."""
+    seen: list[RunEvent] = []
+    for ev in events:
+        if ev.event_type == RETRIED_EVENT and ev.node_id is None:
+            payload = ev.payload_json if isinstance(ev.payload_json, dict) else {}
+            from_node = payload.get("from_node")
+            if isinstance(from_node, str) and from_node:
+                seen = rewind(seen, from_node)
+        seen.append(ev)
+    return seen
 
 
 def _shown(value: Any, limit: int = 200) -> str:

@@ -36,10 +36,10 @@ from .errors import (
     WorkflowTimeout,
 )
 from .execution import Outcome
-from .failure import CANCELLED_TYPE, run_failure
+from .failure import CANCELLED_TYPE, RunFailure, run_failure
 from .limits import storable_text
 from .records import RunInfo, StartOptions, WaitRecord
-from .replay import Journal
+from .replay import RESULT_KIND, RETRIED_EVENT, Journal
 from .waking import Waker
 
 __all__ = ["RunHandle", "Runner", "new_runner_id"]
@@ -296,12 +296,19 @@ class Runner(Waker):
     async def retry(self, run_id: str) -> RunHandle[Any]:
         """Run a failed run again from its recorded history, with the code deployed now.
 
-        For runs that ended in ``error`` because of the workflow code or the
-        runtime (a ``NonDeterminismError`` after a bad deploy, an exception in the
-        workflow body, a runner lost past ``max_claim_attempts``): the history
-        is kept, so recorded steps are not run again. A step that failed past
-        its retries is part of the history and fails again. Inline runs are
-        driven here; worker runs go back to the queue.
+        The node whose recorded failure ended the run (a step that failed past
+        its retries, a wait that timed out, the await of a child run that
+        failed) runs again, and so does what follows it; the successes recorded
+        before it, and beside it, are kept and not run again (like DBOS's resume
+        or Temporal's reset). The ``run_retried`` event names that node
+        (``from_node``) and replay rewinds the history before the event from it
+        (:func:`starflow.replay.rewind`): the earlier failure stays in the
+        history, superseded. A failed child awaited there is retried too. A run
+        that failed in the workflow body itself (or on a ``NonDeterminismError``
+        after a bad deploy, or a runner lost past ``max_claim_attempts``) replays
+        its whole history and runs the body again. A run past its deadline gets
+        a new one, its first window's length from now. Inline runs are driven
+        here; worker runs go back to the queue.
 
         Raises:
             RunNotFound: no such run.
@@ -322,29 +329,41 @@ class Runner(Waker):
             raise StarflowError(
                 f"run {run_id} is still {run.status}: only a run that ended in error can be "
                 "retried", run_id=run_id)
+        from_node, child = await self.retry_point(run)
         inline = run.start_mode == "inline"
         if inline:
             await self.resolve(run)  # fail before writing if this process lacks the code
+        if child is not None:
+            await self.retry(child)  # queued: a worker runs it; the await below waits for it
         now = self.clock.now()
+        extra: dict[str, Any] = {}
+        if (run.deadline_at is not None and run.started_at is not None
+                and run.deadline_at <= now):
+            # Past its deadline, the retry would time out at once: a new window.
+            extra["deadline_at"] = now + max(run.deadline_at - run.started_at,
+                                             timedelta(seconds=1))
+        payload: dict[str, Any] = {"previous_error": run.error}
+        if from_node is not None:
+            payload["from_node"] = from_node
         async with self.adapter.unit(guard=Guard(run_id=run_id, status_in=("error",))) as unit:
-            await self.adapter.record_event(run_id, "run_retried", None,
-                                            {"previous_error": run.error}, now=now,
+            await self.adapter.record_event(run_id, RETRIED_EVENT, None, payload, now=now,
                                             method="retry")
             if inline:
                 await self.adapter.update_run(run_id, "retry", status="running",
                                               claim_state="running", error=None, failure_json=None,
                                               completed_at=None, duration_ms=None,
-                                              claim_attempts=0)
+                                              claim_attempts=0, **extra)
                 await self.adapter.write_lease(run_id, self.runner_id,
                                                now + self.config.lease_ttl, now=now)
             else:
                 await self.adapter.update_run(run_id, "retry", status="queued",
                                               claim_state="queued", error=None, failure_json=None,
                                               completed_at=None, duration_ms=None,
-                                              claim_attempts=0)
+                                              claim_attempts=0, **extra)
         if not unit.held:  # another retry won, or the row changed under us
             return await self.handle(run_id)
-        self._log.info("run retried", run_id=run_id, previous_error=run.error)
+        self._log.info("run retried", run_id=run_id, previous_error=run.error,
+                       from_node=from_node)
         if not inline:
             self.notify_settled()
             if run.deadline_at is not None:
@@ -353,6 +372,29 @@ class Runner(Waker):
         fresh = await self.adapter.get_run(run_id)
         assert fresh is not None
         return await self.drive(fresh)
+
+    async def retry_point(self, run: RunInfo) -> tuple[str | None, str | None]:
+        """The node a retry of ``run`` runs again from (None: the body runs again
+        over its whole history), and the failed child run to retry with it (when
+        the run failed awaiting that child's result). Writes nothing."""
+        failure = RunFailure.from_json(run.failure_json)
+        if failure is not None and failure.node_id is not None:
+            return failure.node_id, None  # a step's recorded failure, a wait's timeout
+        if failure is None or failure.type != WorkflowFailed.__name__:
+            return None, None  # the body's own exception: replay it all, run the body again
+        # A failed child's outcome, re-raised by the body at its await (result:<child>#n).
+        for ev in reversed(await self.adapter.list_events(run.id)):
+            if ev.event_type == RETRIED_EVENT:
+                break
+            output = (ev.payload_json or {}).get("output") if isinstance(
+                ev.payload_json, dict) else None
+            if (ev.event_type == "node_complete" and ev.node_id is not None
+                    and ev.node_id.startswith(f"{RESULT_KIND}:") and isinstance(output, dict)
+                    and output.get("status") == "error"):
+                child = await self.adapter.get_run(str(output.get("run_id")))
+                return ev.node_id, (child.id if child is not None and child.status == "error"
+                                    else None)
+        return None, None
 
     async def cancel(self, run_id: str, *, force: bool = False) -> RunHandle[Any]:
         """Cancel a run: see :meth:`starflow.Starflow.cancel`."""

@@ -47,10 +47,15 @@ class Worker:
         concurrency: Most runs driven at once.
         maintenance: Background loops to run alongside (lease sweep, timers).
         grace: Seconds a drain waits for active runs before cancelling them.
+        fires_timers: Whether this process fires due timers (this worker's
+            ``maintenance``, or the app's own). If not, :meth:`run` warns at start:
+            sleeps and ``wait_for`` timeouts then wait for another process.
+            Default: whether ``maintenance`` is given.
     """
 
     def __init__(self, runner: Runner, *, pool: str | None = None, concurrency: int = 16,
-                 maintenance: Maintenance | None = None, grace: float = 30.0) -> None:
+                 maintenance: Maintenance | None = None, grace: float = 30.0,
+                 fires_timers: bool | None = None) -> None:
         check_concurrency(concurrency)
         if grace < 0:
             raise ConfigError(f"grace must be >= 0 seconds: {grace!r}")
@@ -59,6 +64,8 @@ class Worker:
         self.concurrency = concurrency
         self.maintenance = maintenance
         self.grace = float(grace)
+        #: Whether due timers fire in this process (see ``fires_timers``).
+        self.fires_timers = maintenance is not None if fires_timers is None else fires_timers
         self.active = 0
         self.completed = 0
         #: Runs this worker handed back to the queue (drain, unknown version).
@@ -238,6 +245,13 @@ class Worker:
             raise StarflowError("a Worker runs once: create another one with sf.worker()")
         self._running = True
         self._log.info("worker started", concurrency=self.concurrency)
+        if not self.fires_timers:
+            self._log.warning(
+                "this worker fires no durable timers (timers=False, starflow worker "
+                "--no-timers) and this process runs no maintenance: runs paused on "
+                "sleep() or a wait_for() timeout stay paused past their deadline unless "
+                "a starflow server, a worker with timers or one with --maintenance runs "
+                "against this database")
         try:
             await self._boot_sweep()
             async with anyio.create_task_group() as tg:

@@ -48,6 +48,15 @@ def _track(adapter: WorkflowStateAdapter) -> WorkflowStateAdapter:
     return adapter
 
 
+#: Modules that keep real time while an environment patches it. pytest measures each
+#: phase of a test (``--durations``, junitxml's times) through ``_pytest.timing``: an
+#: environment opened in a fixture would otherwise make a setup start on real time and
+#: end on fake time (2030), and report a duration of decades, or a negative one.
+#: pytest-timeout's ``--session-timeout`` compares ``time.time()`` with a real deadline.
+#: freezegun neither patches these modules' imports nor fakes calls made from them.
+REAL_TIME_MODULES = ("_pytest.timing", "pytest_timeout")
+
+
 class WorkflowEnvironment:
     """A Starflow application with a :class:`FakeClock`, a worker and maintenance.
 
@@ -205,7 +214,8 @@ class WorkflowEnvironment:
             raise ConfigError(
                 "WorkflowEnvironment(patch_time=True) needs freezegun: install it with "
                 "pip install 'starflow-durable[testing]', or pass patch_time=False") from exc
-        self._freezer = freeze_time(self.clock.now(), real_asyncio=True)
+        self._freezer = freeze_time(self.clock.now(), real_asyncio=True,
+                                    ignore=list(REAL_TIME_MODULES))
         factory = self._freezer.start()
         self._unsubscribe = self.clock.on_change(factory.move_to)
 

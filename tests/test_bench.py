@@ -20,6 +20,10 @@ import pytest
 from starflow import Starflow, StarflowConfig
 from tests.conftest import POSTGRES_URL, require_postgres
 
+#: Bench smoke tests: the bench scripts run for real.
+pytestmark = pytest.mark.slow
+
+
 BENCH = Path(__file__).resolve().parent.parent / "bench" / "bench.py"
 
 

@@ -6,6 +6,9 @@ import pytest
 
 from tests.conftest import run_bench
 
+#: Bench smoke test: the bench script runs for real.
+pytestmark = pytest.mark.slow
+
 
 @pytest.mark.parametrize("kind", ["sqlite", "postgres"])
 def test_runs_and_prints_both_legs(kind: str) -> None:

@@ -8,6 +8,10 @@ from pathlib import Path
 
 import pytest
 
+#: Bench smoke test: the bench script runs for real.
+pytestmark = pytest.mark.slow
+
+
 BENCH = Path(__file__).resolve().parent.parent / "bench" / "prune_batch.py"
 
 

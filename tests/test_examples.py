@@ -10,6 +10,10 @@ from pathlib import Path
 
 import pytest
 
+#: Each example runs as a script in a subprocess: end to end, and slow.
+pytestmark = pytest.mark.slow
+
+
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 
@@ -138,13 +142,16 @@ class TestEventsAndStreams:
 
 
 class TestForkAndContinue:
-    """examples/fork_and_continue.py: a fork re-runs only the failed step; a chain stays short."""
+    """examples/fork_and_continue.py: a fork and a retry re-run only the failed step; a
+    chain stays short."""
 
     def test_fork_and_chain(self, tmp_path: Path) -> None:
         out = run_example("fork_and_continue.py", tmp_path)
         assert "checkout is error: StepFailed" in out
         assert "fork is success: reservation-o-7 + receipt-o-7" in out
         assert "steps run by the fork: ['charge']" in out
+        assert "retry is success: reservation-o-7 + receipt-o-7" in out
+        assert "steps run by the retry: ['charge']" in out
         assert "poller chain: 10 runs, history sizes [3, 4]" in out
         assert "result of the first run: 450" in out and "last run: True" in out
         assert "supervisor, through its child's chain: 450" in out

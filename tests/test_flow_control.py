@@ -371,6 +371,7 @@ class TestBadInput:
             assert await sf.list_runs() == []
 
 
+@pytest.mark.slow  # EXPLAIN on filled tables
 class TestPlans:
     """The claim reads the priority index: a lookup, not a sort of the backlog."""
 

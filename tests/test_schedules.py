@@ -303,6 +303,61 @@ class TestManagement:
                 with pytest.raises(ScheduleNotFound, match="'p' not found"):
                     await call("p")
 
+    async def test_a_tick_due_before_the_pause_starts(self, db_url: str,
+                                                        workspace_id: str) -> None:
+        """A pause just after a tick fell due (no loop has run yet) starts that tick,
+        as the loop would have: it was due while the schedule was active."""
+        async with two_apps(db_url, workspace_id) as (clock, a, _):
+            await a.schedule("p", report, "p", cron="0 * * * *")
+            await clock.jump_to(START + timedelta(hours=1, seconds=5))  # no loop runs
+            paused = await a.pause_schedule("p")
+            assert paused.paused
+            assert await queued_ids(a) == [
+                tick_run_id(workspace_id, "prod", "p", START + timedelta(hours=1))]
+            assert paused.started == 1 and paused.skipped_missed == 0
+            assert paused.last_tick == START + timedelta(hours=1)
+            assert paused.next_fire_at == START + timedelta(hours=2)
+            assert paused.pending_tick is None
+
+    async def test_ticks_due_before_the_pause_past_catchup_are_counted(
+            self, db_url: str, workspace_id: str) -> None:
+        """Ticks due before the pause but older than the catch-up window are counted
+        in ``skipped_missed``, not dropped; ticks while paused are neither."""
+        async with two_apps(db_url, workspace_id) as (clock, a, _):
+            await a.schedule("p", report, "p", cron="0 * * * *",
+                             catchup=timedelta(minutes=30))
+            await clock.jump_to(START + timedelta(hours=3, minutes=10))  # 01, 02, 03 due
+            paused = await a.pause_schedule("p")
+            assert paused.skipped_missed == 2  # 01:00 and 02:00, older than 30 min
+            assert await queued_ids(a) == [
+                tick_run_id(workspace_id, "prod", "p", START + timedelta(hours=3))]
+            await clock.jump_to(START + timedelta(hours=6, minutes=10))
+            resumed = await a.resume_schedule("p")
+            assert resumed.skipped_missed == 2 and resumed.started == 1
+            assert resumed.next_fire_at == START + timedelta(hours=7)
+
+    async def test_a_buffered_tick_dropped_at_resume_is_counted(
+            self, db_url: str, workspace_id: str) -> None:
+        async with two_apps(db_url, workspace_id) as (clock, a, _):
+            await a.schedule("p", report, "p", cron="0 * * * *", overlap="buffer_one")
+            await a.trigger_schedule("p")  # queued, no worker: active throughout
+            await clock.jump_to(START + timedelta(hours=1, seconds=5))
+            paused = await a.pause_schedule("p")
+            assert paused.buffered_tick == START + timedelta(hours=1)  # waits for the run
+            resumed = await a.resume_schedule("p")
+            assert resumed.buffered_tick is None and resumed.skipped_overlap == 1
+            assert len(await queued_ids(a)) == 1  # only the triggered run
+
+    async def test_pausing_twice_decides_nothing_again(self, db_url: str,
+                                                       workspace_id: str) -> None:
+        async with two_apps(db_url, workspace_id) as (clock, a, _):
+            await a.schedule("p", report, "p", cron="0 * * * *")
+            first = await a.pause_schedule("p")
+            await clock.jump_to(START + timedelta(hours=1, seconds=5))
+            again = await a.pause_schedule("p")
+            assert again.revision == first.revision  # nothing written
+            assert await queued_ids(a) == []  # a tick due while paused never starts
+
     @pytest.mark.parametrize(("kwargs", "message"), [
         ({"cron": "61 * * * *"}, "cron: bad expression '61 * * * *'"),
         ({"cron": "* * *"}, "cron: bad expression"),
@@ -367,7 +422,7 @@ anyio.run(main)
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout
-    assert "pip install 'starflow[schedules]'" in out
+    assert "pip install 'starflow-durable[schedules]'" in out
     assert out.strip().endswith("[]")
 
 

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -38,6 +41,29 @@ async def publish(n: int) -> int:
         starflow.write_stream("items", i)
     await wait_for("done")
     return n
+
+
+#: Calls of sync-fragile, and whether its bug is fixed.
+FRAGILE = {"calls": 0, "fixed": False, "before": 0}
+
+
+@step(name="sync-before")
+async def before_fragile(x: int) -> int:
+    FRAGILE["before"] += 1
+    return x
+
+
+@step(name="sync-fragile")
+async def fragile(x: int) -> int:
+    FRAGILE["calls"] += 1
+    if not FRAGILE["fixed"]:
+        raise ValueError("a bug in the step")
+    return x + 1
+
+
+@workflow(name="sync-retry")
+async def fragile_flow(x: int) -> int:
+    return await fragile(await before_fragile(x))
 
 
 @pytest.fixture
@@ -129,6 +155,19 @@ class TestSameMethods:
                 threading.Event().wait(0.01)
 
 
+def test_retry_reruns_the_failed_step(db_url: str, workspace_id: str) -> None:
+    """sf.retry through the facade: the failed step runs again with the fixed code;
+    the step before it does not."""
+    FRAGILE.update(calls=0, fixed=False, before=0)
+    with Starflow.open(db_url, workspace_id=workspace_id) as sf:
+        failed = sf.run(fragile_flow, 1)
+        assert failed.status == "error" and "a bug in the step" in (failed.error or "")
+        FRAGILE["fixed"] = True
+        done = sf.retry(failed.run_id)
+        assert (done.status, done.result) == ("success", 2)
+    assert (FRAGILE["before"], FRAGILE["calls"]) == (1, 2)
+
+
 class TestThreads:
     """One facade serves many threads at once, then closes cleanly."""
 
@@ -191,3 +230,48 @@ class TestThreads:
         with sf, pytest.raises(ConfigError, match="open already"):
             sf.__enter__()
         sf.close()
+
+
+class TestModuleLevel:
+    """A facade kept at module level (Flask, Django) opens on first use and closes at exit."""
+
+    def test_a_wsgi_app_with_a_module_level_facade_serves_many_threads(self, url: str) -> None:
+        """Threads of a WSGI server share a facade nobody entered: its first call opens it."""
+        sf = Starflow.open(url)  # at import time, as in a Flask or Django module
+
+        def app(environ: dict[str, object], start_response: Callable[..., object]) -> list[bytes]:
+            handle = sf.run(compute, int(str(environ["QUERY_STRING"])))
+            start_response("200 OK", [("Content-Type", "text/plain")])
+            return [str(sf.result(handle)).encode()]
+
+        def request(n: int) -> bytes:
+            return b"".join(app({"QUERY_STRING": str(n)}, lambda *a: None))
+
+        before = set(threading.enumerate())
+        try:
+            with ThreadPoolExecutor(8) as pool:
+                bodies = list(pool.map(request, range(16)))
+            assert bodies == [str(n * 2 + 1).encode() for n in range(16)]
+            portals = [t for t in set(threading.enumerate()) - before if "portal" in t.name]
+            assert len(portals) == 1, "one loop for every thread, opened once"
+        finally:
+            sf.close()
+        with pytest.raises(ConfigError, match="not open"):
+            sf.get_run("any")  # closed stays closed: no silent reopening
+
+    def test_a_facade_left_open_does_not_hang_the_interpreter_exit(self, tmp_path: Path) -> None:
+        """A script that never closes its module-level facade exits, with its run stored."""
+        script = tmp_path / "app.py"
+        script.write_text(
+            "from starflow import workflow\n"
+            "from starflow.sync import Starflow\n"
+            f"sf = Starflow.open('sqlite:///{tmp_path / 'exit.db'}')\n"
+            "@workflow(name='exit-wf')\n"
+            "async def wf() -> int:\n"
+            "    return 7\n"
+            "print(sf.result(sf.run(wf)))\n")
+        proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                              timeout=60)
+        assert (proc.returncode, proc.stdout.strip()) == (0, "7"), proc.stderr
+        with Starflow.open(f"sqlite:///{tmp_path / 'exit.db'}") as sf:
+            assert [r.status for r in sf.list_runs(template_id="exit-wf")] == ["success"]

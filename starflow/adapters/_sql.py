@@ -142,7 +142,7 @@ RUN_COLUMNS = (
     "checkpoint_json, error, claim_state, runner_pool, leased_by, lease_until, last_heartbeat, "
     "claim_attempts, definition_id, input_json, result_json, start_mode, max_claim_attempts, "
     "workflow_version, failure_json, parent_run_id, detached, deadline_at, continued_as, "
-    "not_before"
+    "phase, not_before"
 )
 JOB_COLUMNS = (
     "id, run_id, node_id, pool, step_name, idempotency_key, input_json, status, attempts, "
@@ -236,7 +236,8 @@ def run_info(row: Any, d: Dialect) -> RunInfo:
         detached=bool(row[24]),
         deadline_at=ts(row[25]),
         continued_as=None if row[26] is None else str(row[26]),
-        not_before=ts(row[27]),
+        phase=js(row[27]),
+        not_before=ts(row[28]),
     )
 
 
@@ -615,10 +616,19 @@ def _static_sql(d: Dialect, kind: type[Op]) -> str:
         return (f"DELETE FROM workflow_session_vars WHERE {kt(1)} "
                 f"AND run_id = {p(3)} AND keep_until IS NULL")
     if kind is InsertJob:
+        # One job per (run, node): its id is derived from the idempotency key, so a
+        # replayed dispatch finds its job and leaves it be. A dispatch that finds
+        # the job finished is a retried run's (sf.retry): the node's outcome was
+        # superseded, so the job is queued again, under the same key.
         return ("INSERT INTO worker_jobs (id, workspace_id, env, run_id, node_id, pool, "
                 "step_name, idempotency_key, input_json, status, max_attempts, created_at) "
                 f"VALUES ({', '.join(p(i) for i in range(1, 10))}, 'queued', {p(10)}, {p(11)}) "
-                "ON CONFLICT DO NOTHING")
+                "ON CONFLICT (id) DO UPDATE SET status = 'queued', attempts = 0, "
+                "input_json = excluded.input_json, max_attempts = excluded.max_attempts, "
+                "leased_by = NULL, lease_until = NULL, last_heartbeat = NULL, "
+                "result_json = NULL, error_json = NULL, completed_at = NULL, "
+                "created_at = excluded.created_at "
+                "WHERE worker_jobs.status IN ('complete', 'failed')")
     if kind is FinishJob:
         return (f"UPDATE worker_jobs SET status = {p(1)}, result_json = {p(2)}, "
                 f"error_json = {p(3)}, completed_at = {p(4)}, leased_by = NULL, "

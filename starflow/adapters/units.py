@@ -96,10 +96,13 @@ UPDATABLE_RUN_COLUMNS = frozenset(
         "claim_attempts",
         "failure_json",
         "continued_as",
+        "deadline_at",
+        "phase",
     }
 )
 #: Columns holding JSON (encoded by the adapter).
-JSON_RUN_COLUMNS = frozenset({"checkpoint_json", "input_json", "result_json", "failure_json"})
+JSON_RUN_COLUMNS = frozenset({"checkpoint_json", "input_json", "result_json", "failure_json",
+                              "phase"})
 
 
 class Op(msgspec.Struct, frozen=True, kw_only=True, tag=True):
@@ -216,7 +219,9 @@ class InsertOutbox(Op, frozen=True, kw_only=True):
 
 
 class InsertJob(Op, frozen=True, kw_only=True):
-    """Insert a ``worker_jobs`` row; a second insert with the same idempotency key is a no-op."""
+    """Insert a ``worker_jobs`` row; a second insert with the same idempotency key is a
+    no-op while the job is queued or claimed, and queues a finished one again (a
+    retried run's dispatch)."""
 
     job: JobSpec
     created_at: datetime

@@ -228,7 +228,8 @@ async def _cancel(ns: argparse.Namespace) -> int:
 
 
 @command("retry", group="runs",
-         help="run a run that ended in error again from its recorded history (after a fix)",
+         help="run a run that ended in error again after a fix: the step that failed runs "
+         "again, the steps recorded before it are kept",
          args=[app_args, db_args], configure=run_args)
 async def _retry(ns: argparse.Namespace) -> int:
     async with open_app(ns, must_exist=True) as sf, _missing_code_explained(sf):

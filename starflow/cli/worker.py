@@ -30,7 +30,13 @@ def _worker_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--concurrency", type=positive_int, default=16, metavar="N",
                         help="most runs driven at once (default 16)")
     parser.add_argument("--maintenance", action="store_true",
-                        help="also run the lease sweep and durable timers in this process")
+                        help="also run the lease sweep, cron schedules and session-var GC "
+                             "in this process (durable timers fire in every worker)")
+    parser.add_argument("--no-timers", dest="timers", action="store_false",
+                        help="do not fire due durable timers (sleeps, wait_for timeouts) in "
+                             "this worker; by default every worker fires them, each once. "
+                             "Use it only when a starflow server or a --maintenance worker "
+                             "runs against the database")
     parser.add_argument("--grace", type=nonnegative_seconds, default=30.0, metavar="SECONDS",
                         help="on SIGTERM/SIGINT, how long active runs may go on before they "
                              "are cancelled and handed back to the queue (default 30)")
@@ -53,10 +59,15 @@ async def _worker(ns: argparse.Namespace) -> int:
             "--app at that module", EXIT_USAGE)
     async with sf:
         worker = sf.worker(pool=ns.pool, concurrency=ns.concurrency,
-                           maintenance=ns.maintenance, grace=ns.grace)
+                           maintenance=ns.maintenance, grace=ns.grace, timers=ns.timers)
         say(f"worker {sf.runner_id} serving {', '.join(registry.names()) or 'no workflows'}"
              f" (pool {ns.pool or 'any'}, concurrency {ns.concurrency}"
-             f"{', maintenance' if ns.maintenance else ''})")
+             f"{', maintenance' if ns.maintenance else ''}"
+             f"{', timers' if worker.fires_timers else ''})")
+        if not worker.fires_timers:
+            say("warning: --no-timers: this worker fires no durable timers; runs paused on "
+                "sleep() or a wait_for() timeout stay paused past their deadline unless a "
+                "starflow server or another worker fires them")
         async with anyio.create_task_group() as tg:
             tg.start_soon(on_signals, worker.stop, lambda: worker.stop(0))
             await worker.run()

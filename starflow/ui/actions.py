@@ -1,9 +1,9 @@
-"""The pages that write: signal, cancel and retry a run, wake one by token.
+"""The pages that write: signal, cancel, retry and fork a run, wake one by token.
 
 Each is a POST with the CSRF token (:meth:`Site.form`), confirmed on a second
 page before anything is written, and writes through the same
 :class:`~starflow.Starflow` methods the CLI uses (``signal``, ``cancel``,
-``retry``, ``resume``). Every check runs before the write: bad input is
+``retry``, ``fork``, ``resume``). Every check runs before the write: bad input is
 answered on the page, with nothing written.
 """
 
@@ -17,7 +17,12 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from ..errors import InvalidWakeToken, StarflowError, WorkflowDefinitionError
+from ..errors import (
+    InvalidWakeToken,
+    StarflowError,
+    UnexpectedSignal,
+    WorkflowDefinitionError,
+)
 from ..records import RunInfo
 from ..serde import check_json_depth
 from ..waits import check_event
@@ -74,9 +79,9 @@ class Actions:
             form = await self.site.form(request)
             run = await self.site.run_or_404(run_id)
             handler = {"signal": self._signal, "cancel": self._cancel,
-                       "retry": self._retry}.get(verb)
+                       "retry": self._retry, "fork": self._fork}.get(verb)
             if handler is None:
-                raise BadInput(f"no action {verb!r}: signal, cancel or retry", 404)
+                raise BadInput(f"no action {verb!r}: signal, cancel, retry or fork", 404)
             return await handler(request, run, form)
         except BadInput as exc:
             return await self.pages.run(request, error=str(exc), status=exc.status)
@@ -114,17 +119,14 @@ class Actions:
         if run.is_terminal:
             raise BadInput(f"run {run.id} has ended ({run.status}): no wait can take a "
                            "signal; nothing was written", 409)
-        if run.status == "paused":
-            waits = views.waiting_on(run, await sf.adapter.list_waits(run.id), sf.clock.now())
-            events = sorted({w.event for w in waits if w.event})
-            if event not in events:
-                raise BadInput(
-                    f"run {run.id} is paused waiting for "
-                    f"{', '.join(repr(e) for e in events) or 'a timer (sleeping)'}, not "
-                    f"{event!r}: no wait of it can take this signal now; nothing was written",
-                    409)
-            if run.start_mode == "inline":
-                await self._inline_code(run, "signal")
+        # The rule Starflow.signal applies (the CLI's too), told before the
+        # confirmation: a name outside the workflow's declared signals.
+        try:
+            await sf.runner.check_signal_name(run, event)
+        except UnexpectedSignal as exc:
+            raise BadInput(str(exc), 409) from None
+        if run.status == "paused" and run.start_mode == "inline":
+            await self._inline_code(run, "signal")
         if form.get("confirmed") != "yes":
             return self._confirm(request, f"Send signal {event!r} to run {run.id}?",
                                  {"event": event, "payload": raw}, run=run,
@@ -152,11 +154,38 @@ class Actions:
         if run.start_mode == "inline":
             await self._inline_code(run, "retry")
         if form.get("confirmed") != "yes":
-            return self._confirm(request, f"Retry run {run.id} ({run.template_id}) from its "
-                                 "recorded history? Recorded steps are not run again.", {},
-                                 run=run)
+            from_node, _ = await self.site.sf.runner.retry_point(run)
+            where = (f"From its failed node: {from_node} and what follows it run again "
+                     "with the code deployed now; the steps recorded before it are not "
+                     "run again." if from_node else
+                     "Its recorded steps replay and the workflow body runs again with the "
+                     "code deployed now.")
+            return self._confirm(request, f"Retry run {run.id} ({run.template_id})? {where}",
+                                 {}, run=run)
         await self.site.sf.retry(run.id)
         return see_other(request, run.id, "retry")
+
+    async def _fork(self, request: Request, run: RunInfo, form: Mapping[str, str]
+                    ) -> Response:
+        from_node = form.get("from_node", "").strip()
+        if not run.is_terminal:
+            raise BadInput(f"run {run.id} is still {run.status}: only an ended run can be "
+                           "forked; nothing was written", 409)
+        nodes = views.recorded_nodes(await self.site.sf.adapter.list_events(run.id))
+        if from_node not in nodes:
+            raise BadInput(f"run {run.id} has no node {from_node!r} to fork from: choose one "
+                           f"of its recorded nodes ({', '.join(nodes[:10]) or 'none'}); "
+                           "nothing was written")
+        if run.start_mode == "inline":
+            await self._inline_code(run, "fork")
+        if form.get("confirmed") != "yes":
+            return self._confirm(
+                request, f"Fork run {run.id} ({run.template_id}) from {from_node}? A new run "
+                "replays the history before it (and the steps that ran beside it), then "
+                f"runs {from_node} and what follows with the code deployed now. This run is "
+                "not changed.", {"from_node": from_node}, run=run)
+        handle = await self.site.sf.fork(run.id, from_node=from_node)
+        return see_other(request, handle.run_id, "fork")
 
     async def wake(self, request: Request) -> Response:
         """Wake by token: checked (signature, scope, expiry, the run) before the

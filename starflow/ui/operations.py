@@ -3,14 +3,15 @@
 One read of everything an operator looks at when runs do not move: the
 mirror outbox, runs per status, each pool's limits and use (``sf.pools()``:
 queued and executing runs, claims in the rate window), the cron schedules
-(``sf.schedules()``) with their next tick and last run, the runners holding
-leases, runs whose lease has expired, and stuck runs.
+(``sf.schedules()``) with their next tick and last run, durable timers overdue
+(no worker nor maintenance process fires them), the runners holding leases,
+runs whose lease has expired, and stuck runs.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from ..adapters.pages import MAX_PAGE, RunPage, RunPageQuery
@@ -23,13 +24,15 @@ if TYPE_CHECKING:
     from ..app import Starflow
     from ..warm.drainer import OutboxStatus
 
-__all__ = ["Operations", "PoolRow", "ScheduleRow", "load_operations", "read_pools",
-           "read_schedules"]
+__all__ = ["Operations", "PoolRow", "ScheduleRow", "load_operations",
+           "read_overdue_timers", "read_pools", "read_schedules"]
 
 #: Stuck runs the operations page lists (oldest first).
 STUCK_SHOWN = 100
 #: Schedules the operations page lists (by id; ``starflow schedules list`` has them all).
 SCHEDULES_SHOWN = 100
+#: Overdue timers the operations page counts (past that: "1,000+").
+TIMERS_COUNTED = 1000
 
 
 @dataclass(frozen=True)
@@ -123,6 +126,13 @@ class Operations:
     schedules_paused: int
     schedules_late: int
     schedules_error: str | None
+    #: Timers (waits' deadlines, queued runs' deadlines) overdue past ``timers_slack``
+    #: seconds: no process fires timers (every worker and maintenance loop would).
+    timers_overdue: int
+    #: More than :data:`TIMERS_COUNTED` are overdue (``timers_overdue`` is that bound).
+    timers_overdue_more: bool
+    timers_slack: float
+    timers_error: str | None
     holders: dict[str, Holder]
     expired: RunPage
     stuck: list[RunInfo]
@@ -155,6 +165,7 @@ async def load_operations(sf: Starflow) -> Operations:
     stuck = await sf.stuck_runs()  # of the newest 1,000 queued runs
     pools, pools_error = await read_pools(sf, queued, running)
     schedules, records, schedules_error = await read_schedules(sf, now)
+    overdue, timers_error = await read_overdue_timers(sf, now)
     return Operations(
         outbox=outbox, outbox_error=outbox_error, counts=queued.counts or {},
         pools=pools, pools_error=pools_error,
@@ -162,7 +173,10 @@ async def load_operations(sf: Starflow) -> Operations:
         sampled=MAX_PAGE, schedules=schedules, schedules_total=len(records),
         schedules_paused=sum(1 for r in records if r.paused),
         schedules_late=sum(1 for r in records if _late(sf, r, now) is not None),
-        schedules_error=schedules_error, holders=_holders(running), expired=expired,
+        schedules_error=schedules_error,
+        timers_overdue=min(overdue, TIMERS_COUNTED), timers_overdue_more=overdue > TIMERS_COUNTED,
+        timers_slack=_slack(sf).total_seconds(), timers_error=timers_error,
+        holders=_holders(running), expired=expired,
         stuck=stuck[:STUCK_SHOWN], stuck_more=len(stuck) > STUCK_SHOWN,
         stuck_after=sf.config.stuck_after.total_seconds())
 
@@ -184,11 +198,28 @@ async def read_pools(sf: Starflow, queued: RunPage, running: RunPage
     return rows, error
 
 
+def _slack(sf: Starflow) -> timedelta:
+    """How late a tick or timer may be before the page says nothing fires it: a
+    loop handles what is due within a poll; well past that, none runs."""
+    return max(ON_TIME, 2 * sf.config.poll_interval)
+
+
+async def read_overdue_timers(sf: Starflow, now: datetime) -> tuple[int, str | None]:
+    """How many timers are overdue past :func:`_slack` (at most
+    :data:`TIMERS_COUNTED` + 1 counted), or an error reading them."""
+    before = now - _slack(sf)
+    try:
+        waits = await sf.adapter.due_waits(before, limit=TIMERS_COUNTED + 1)
+        queued = await sf.adapter.due_run_deadlines(before, limit=TIMERS_COUNTED + 1)
+    except StarflowError as exc:
+        return 0, str(exc)
+    return len(waits) + len(queued), None
+
+
 def _late(sf: Starflow, rec: ScheduleRecord, now: datetime) -> float | None:
     """Seconds a schedule's next decision is overdue, if no maintenance loop made it."""
     due = rec.due_at if rec.due_at is not None else rec.next_fire_at
-    # Any maintenance loop handles a due tick within a poll; well past that, none runs.
-    slack = max(ON_TIME, 2 * sf.config.poll_interval)
+    slack = _slack(sf)
     if rec.paused or due is None or now - due <= slack:
         return None
     return (now - due).total_seconds()

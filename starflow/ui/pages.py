@@ -34,6 +34,8 @@ DONE = {
     "signal": "Signal sent.",
     "cancel": "Run cancelled.",
     "retry": "Run retried.",
+    "fork": "Forked: this new run replays the other run's history before the chosen node "
+            "and runs from there.",
     "wake": "Run woken through its token.",
 }
 
@@ -76,6 +78,7 @@ class Pages:
         except BadInput as exc:
             return site.render(request, "error.html", exc.status, error=str(exc))
         sf = site.sf
+        run_id = run.id  # as stored: the address may spell it in upper case
         events = await sf.adapter.list_events(run_id)
         waits = [] if run.is_terminal else await sf.adapter.list_waits(run_id)
         children = await sf.adapter.list_runs(parent_run_id=run.id, limit=CHILDREN_SHOWN)
@@ -108,6 +111,8 @@ class Pages:
             "live": not run.is_terminal,
             "version": run_version(run.status, events[-1].id if events else 0),
             "signal_event": request.query_params.get("event", ""),
+            "nodes": views.recorded_nodes(events) if run.is_terminal else [],
+            "fork_from": run.failure.node_id if run.failure is not None else None,
         }
         name = "_run.html" if request.query_params.get("partial") else "run.html"
         return site.render(request, name, status, **context)

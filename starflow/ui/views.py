@@ -19,6 +19,7 @@ import msgspec
 from ..clock import parse_when
 from ..context import WAIT_KEY
 from ..records import RunEvent, RunInfo, WaitRecord
+from ..replay import retried
 from ..tokens import REDACTED, redact_wake_tokens
 
 __all__ = [
@@ -30,6 +31,7 @@ __all__ = [
     "iso",
     "parse_when",
     "period",
+    "recorded_nodes",
     "scrub",
     "session_keys",
     "timeline",
@@ -169,7 +171,10 @@ def _detail(ev: RunEvent) -> str:
     if ev.event_type in ("node_complete", "run_resumed") and p.get("via"):
         return f"woken by {p['via']}" + (" (timed out)" if p.get("timed_out") else "")
     if ev.event_type == "run_retried":
-        return f"after: {p.get('previous_error')}"
+        where = f"from {p['from_node']}, " if p.get("from_node") else ""
+        return f"{where}after: {p.get('previous_error')}"
+    if ev.event_type == "run_forked":
+        return f"from run {p.get('from_run_id')} at {p.get('from_node')}"
     if ev.event_type == "run_cancelled":
         return f"was {p.get('previous_status')}"
     return ""
@@ -260,6 +265,12 @@ def session_keys(events: Sequence[RunEvent]) -> list[tuple[str, str]]:
         if isinstance(session_id, str) and isinstance(key, str):
             seen.setdefault((session_id, key), None)
     return list(seen)
+
+
+def recorded_nodes(events: Sequence[RunEvent]) -> list[str]:
+    """The node ids of a history as its replay sees it (a retry's superseded nodes
+    aside), in the order they were first recorded: what a fork may start from."""
+    return list(dict.fromkeys(e.node_id for e in retried(events) if e.node_id is not None))
 
 
 def failure_cause(run: RunInfo, events: Sequence[RunEvent]) -> dict[str, Any] | None:

@@ -9,10 +9,16 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from starflow.adapters.postgres import PostgresWorkflowStateAdapter
 from starflow.adapters.queries import POSTGRES_QUERIES
 
 from .test_postgres import _plan_nodes, scratch_database
+
+#: EXPLAIN on a table filled to make the planner choose.
+pytestmark = pytest.mark.slow
+
 
 #: Runs seeded (see the module docstring).
 RUNS = 200_000

@@ -14,11 +14,17 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from starflow.adapters.dialect import POSTGRES, SQLITE
 from starflow.adapters.queries import Queries
 from starflow.adapters.sqlite import LocalWorkflowStateAdapter
 from starflow.clock import format_ts
 from tests.adapters.test_postgres import explain_nodes, scratch_database, seq_scanned
+
+#: EXPLAIN on tables filled to make the planner choose.
+pytestmark = pytest.mark.slow
+
 
 T0 = datetime(2030, 1, 1, tzinfo=UTC)
 RUNS = 60_000

@@ -384,6 +384,7 @@ def _index_names(plan: Any) -> set[str]:
 CLAIM_INDEXES = {"idx_workflow_runs_claim_pool", "idx_workflow_runs_claim_priority"}
 
 
+@pytest.mark.slow  # EXPLAIN on filled tables
 class TestPlans:
     """The claim and the sweep are served by the state model's partial indexes.
 
@@ -730,6 +731,7 @@ async def plan_probe(x: int) -> int:
     return await plan_step(y + got)
 
 
+@pytest.mark.slow  # EXPLAIN of every hot-path statement
 class TestHotPathPlans:
     """Every statement of a run's life looks rows up by key, never by tenant.
 

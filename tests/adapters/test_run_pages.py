@@ -210,6 +210,7 @@ LIST_RUNS = [((False, False), (), "idx_workflow_runs_page"),
              ((False, True), ("wf7",), "idx_workflow_runs_template_page")]
 
 
+@pytest.mark.slow  # EXPLAIN on filled tables
 class TestPlans:
     """With 100,000 runs, a page is an index range scan, not a table scan and sort."""
 

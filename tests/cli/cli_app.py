@@ -13,7 +13,7 @@ async def cli_charge(order_id: str) -> str:
     return f"receipt-{order_id}"
 
 
-@workflow(name="cli_order", version=1)
+@workflow(name="cli_order", version=1, signals=("approval",))
 async def cli_order(order_id: str) -> dict[str, object]:
     receipt = await cli_charge(order_id)
     decision = await wait_for("approval")
@@ -35,6 +35,29 @@ async def cli_flaky(order_id: str) -> str:
     if BODY_BUG["on"]:
         raise RuntimeError("a bug in the workflow body")
     return receipt
+
+
+#: Flip ``fixed`` to True to "deploy the fix" for cli_ship; ``calls`` counts each step.
+STEP_BUG = {"fixed": False, "charge": 0, "ship": 0}
+
+
+@step()
+async def cli_counted_charge(order_id: str) -> str:
+    STEP_BUG["charge"] += 1
+    return f"receipt-{order_id}"
+
+
+@step()
+async def cli_ship(order_id: str) -> str:
+    STEP_BUG["ship"] += 1
+    if not STEP_BUG["fixed"]:
+        raise LookupError(f"no address for {order_id}")
+    return f"shipped-{order_id}"
+
+
+@workflow(name="cli_step_bug", version=1)
+async def cli_step_bug(order_id: str) -> str:
+    return f"{await cli_counted_charge(order_id)} {await cli_ship(order_id)}"
 
 
 #: How many attempts of cli_gateway fail before one succeeds.

@@ -96,7 +96,7 @@ class TestBadInput:
         assert not path.exists()
 
     def test_no_database(self, cli: Cli) -> None:
-        assert "pass --db URL or set STARFLOW_DATABASE_URL" in cli.fails("runs", "list",
+        assert "pass --db URL or set STARFLOW_URL" in cli.fails("runs", "list",
                                                                          code=2)
 
     @pytest.mark.parametrize(("app", "needle"), [
@@ -142,6 +142,7 @@ def test_help_lists_every_subcommand(cli: Cli) -> None:
         assert name in out
 
 
+@pytest.mark.slow  # runs the installed script
 def test_installed_entry_point(seeded: Seeded, tmp_path: Path) -> None:
     """The `starflow` script of [project.scripts], as a user runs it."""
     script = Path(sys.executable).parent / "starflow"

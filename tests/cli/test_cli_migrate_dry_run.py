@@ -6,7 +6,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from starflow.migrations import load_migrations
+
+#: Runs `starflow migrate` in a subprocess four times.
+pytestmark = pytest.mark.slow
+
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -69,6 +69,16 @@ class TestSignal:
         assert "pass --app MODULE" in line and "'cli_order' v1" in line
         assert state(seeded, run_id) == before  # not even the signal was kept
 
+    def test_name_the_run_does_not_wait_for(self, cli: Cli, seeded: Seeded) -> None:
+        """A typo'd signal name to a paused run: one line, exit non-zero, nothing kept."""
+        run_id = seeded.paused[0]
+        before = state(seeded, run_id)
+        line = cli.fails("signal", run_id, "aproval", "--payload", '{"ok": true}',
+                         "--db", seeded.url, "--app", APP)
+        assert "UnexpectedSignal" in line or "not 'aproval'" in line
+        assert run_id in line and "'approval'" in line and "nothing was written" in line
+        assert state(seeded, run_id) == before
+
     def test_bad_payload(self, cli: Cli, seeded: Seeded) -> None:
         run_id = seeded.paused[0]
         before = state(seeded, run_id)
@@ -168,6 +178,24 @@ class TestRetry:
         assert result.code == 0, result.err
         assert result.out == f"retried run {run_id}: now success\n"
         assert state(seeded, run_id)[0] == "success"
+
+    def test_retry_reruns_the_failed_step(self, cli: Cli, seeded: Seeded) -> None:
+        """After a step's fix, the step runs again (and what follows); the one before
+        it does not."""
+        async def fail_one() -> str:
+            async with Starflow.open(seeded.url, maintenance=False) as sf:
+                handle = await sf.run(cli_app.cli_step_bug, "s-1")
+                assert handle.status == "error" and "LookupError" in (handle.error or "")
+                return handle.run_id
+
+        cli_app.STEP_BUG.update(fixed=False, charge=0, ship=0)
+        run_id = anyio.run(fail_one)
+        cli_app.STEP_BUG["fixed"] = True
+        result = cli("runs", "retry", run_id, "--db", seeded.url, "--app", APP, "--json")
+        assert result.code == 0, result.err
+        data = json.loads(result.out)
+        assert (data["status"], data["result"]) == ("success", "receipt-s-1 shipped-s-1")
+        assert (cli_app.STEP_BUG["charge"], cli_app.STEP_BUG["ship"]) == (1, 2)
 
     def test_inline_run_without_its_code(self, cli: Cli, seeded: Seeded,
                                          monkeypatch: pytest.MonkeyPatch) -> None:

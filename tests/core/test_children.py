@@ -20,7 +20,7 @@ from starflow import (
     wait_for,
     workflow,
 )
-from starflow.children import child_id_for
+from starflow.child_nodes import child_id_for
 from starflow.records import StartOptions
 from starflow_testing import WorkflowEnvironment
 from tests.conftest import require_postgres
@@ -290,6 +290,7 @@ class TestDeterministicChildId:
             assert CALLS.get("double:6") == 1
 
 
+@pytest.mark.slow  # a thousand child runs
 class TestThousandChildren:
     """Fan-out/fan-in of 1,000 children with asyncio.gather over their handles."""
 

@@ -11,6 +11,10 @@ import pytest
 
 from starflow import Starflow
 
+#: Two processes per run: pause in one, resume in another.
+pytestmark = pytest.mark.slow
+
+
 HERE = Path(__file__).parent
 
 

@@ -5,16 +5,18 @@ from __future__ import annotations
 
 import os
 import uuid
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import anyio
+import anyio.lowlevel
 import pytest
 
 import starflow
 from starflow import (
     ConfigError,
     RetryPolicy,
+    Starflow,
     StepFailed,
     WorkflowDefinitionError,
     WorkflowFailed,
@@ -259,6 +261,68 @@ class TestChainDeadline:
             assert len(runs) == 2
             assert {r.deadline_at for r in runs} == {started + timedelta(hours=1)}
             assert sorted(r.status for r in runs) == ["error", "success"]
+
+
+class PolledClock:
+    """Wall-clock-like time for the tests: it moves only when a step moves it, and a
+    sleeper sees that only at its own next check (a loop turn), as a real sleeper
+    that cannot run while another task holds the event loop."""
+
+    def __init__(self) -> None:
+        self.current = datetime(2030, 1, 1, tzinfo=UTC)
+
+    def now(self) -> datetime:
+        return self.current
+
+    async def sleep(self, seconds: float) -> None:
+        await self.sleep_until(self.current + timedelta(seconds=max(0.0, seconds)))
+
+    async def sleep_until(self, deadline: datetime) -> None:
+        await anyio.lowlevel.checkpoint()
+        while self.current < deadline:
+            await anyio.lowlevel.checkpoint()
+
+
+POLLED = PolledClock()
+#: Runs of the forever chain started, so the test ends even when the deadline is missed.
+CHAIN_LINKS: list[int] = []
+MAX_LINKS = 50
+
+
+@step(name="dl-minute-passes")
+async def minute_passes() -> None:
+    POLLED.current += timedelta(minutes=1)
+
+
+@workflow(name="dl-forever", timeout=timedelta(minutes=10))
+async def forever(n: int) -> int:
+    CHAIN_LINKS.append(n)
+    if n >= MAX_LINKS:
+        return n  # the deadline was missed: stop here, the test fails
+    await minute_passes()
+    starflow.continue_as_new(n + 1)
+
+
+class TestInlineChainDeadline:
+    """An inline ``continue_as_new`` chain (``sf.run``) ends at its deadline: every
+    execution checks it before the body runs, not only the watchdog task."""
+
+    async def test_the_chain_ends_with_workflow_timeout(self, db_url: str,
+                                                        workspace_id: str) -> None:
+        CHAIN_LINKS.clear()
+        started = POLLED.now()
+        async with Starflow.open(db_url, clock=POLLED, workspace_id=workspace_id,
+                                 maintenance=False) as sf:
+            handle = await sf.run(forever, 0)
+            assert handle.status == "error"
+            with pytest.raises(WorkflowFailed) as info:
+                await sf.result(handle.run_id)  # the chain's last run
+            assert info.value.error_type == "WorkflowTimeout"
+            # One minute per run: the 11th run starts past the 10-minute deadline.
+            assert len(CHAIN_LINKS) <= 11
+            runs = await sf.list_runs(template_id="dl-forever")
+            assert {r.deadline_at for r in runs} == {started + timedelta(minutes=10)}
+            assert sorted(r.status for r in runs).count("error") == 1
 
 
 @workflow(name="dl-quick", timeout=timedelta(minutes=5))

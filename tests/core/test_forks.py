@@ -3,9 +3,11 @@ durable adapter."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from typing import Any
 
+import anyio
 import pytest
 
 import starflow
@@ -115,6 +117,53 @@ class TestFork:
         assert await sf.get_event(fork.run_id, "k", timeout=0) == "second"
         items = await sf.adapter.list_stream_items(fork.run_id)
         assert [(i.seq, i.value) for i in items] == [(1, 1)]
+
+    async def test_fork_from_a_concurrent_step_keeps_its_siblings(
+            self, sf: Starflow) -> None:
+        """Forking from one of steps run side by side: it and what follows it run
+        again; the siblings that ran beside it keep their recorded outcomes."""
+        calls: list[str] = []
+        arrived: set[str] = set()
+        all_in = anyio.Event()
+
+        @step(name=unique("fk-side"))
+        async def side(tag: str) -> str:
+            calls.append(tag)
+            if not all_in.is_set():  # the three run at once (starts recorded) before any ends
+                arrived.add(tag)
+                if len(arrived) == 3:
+                    all_in.set()
+                await all_in.wait()
+            return tag
+
+        @step(name=unique("fk-after"))
+        async def after(values: list[str]) -> str:
+            calls.append("after")
+            return "+".join(values)
+
+        @workflow(name=unique("fk-gather"))
+        async def wf() -> str:
+            values = await asyncio.gather(side("a"), side("b"), side("c"))
+            return await after(list(values))
+
+        source = await sf.run(wf)
+        assert source.status == "success" and sorted(calls) == ["a", "after", "b", "c"]
+        events = await sf.events(source.run_id)
+        nodes = list(dict.fromkeys(e.node_id for e in events if e.node_id))
+        a, b, c = sorted((n for n in nodes if "fk-side" in n), key=lambda n: n[-1])
+        [last] = [n for n in nodes if "fk-after" in n]
+        first = {n: min(i for i, e in enumerate(events) if e.node_id == n) for n in nodes}
+        ends = {e.node_id: i for i, e in enumerate(events) if e.event_type == "node_complete"}
+        assert ends[a] > first[b] and first[c] < ends[b]  # they ran side by side
+        calls.clear()
+        fork = await sf.fork(source.run_id, from_node=b)
+        assert fork.status == "success", fork.error
+        assert fork.result == "a+b+c"
+        assert calls == ["b", "after"]
+        # The siblings' outcomes are the fork's history; b's is new.
+        completes = [e.node_id for e in await sf.events(fork.run_id)
+                     if e.event_type == "node_complete"]
+        assert sorted(completes[:2]) == sorted([a, c]) and completes[2:] == [b, last]
 
     async def test_bad_input_writes_nothing(self, sf: Starflow, spy: SpyAdapter) -> None:
         name = unique("fk-bad")

@@ -35,6 +35,10 @@ from starflow.records import JobSpec
 
 from .test_retention import START, _sql, counts
 
+#: Kills a real pruning process (SIGKILL).
+pytestmark = pytest.mark.slow
+
+
 RUNS = 1500
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -496,6 +496,7 @@ def _count_lines(fn: Any) -> Any:
     return run, counter
 
 
+@pytest.mark.slow  # times resumes of growing histories
 class TestResumeScaling:
     """Resuming a run with 10,000 recorded steps costs ten times one with 1,000, not 100."""
 

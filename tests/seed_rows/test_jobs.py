@@ -77,6 +77,39 @@ class TestDispatch:
         (job,) = await sf.adapter.list_jobs(run_id=h.run_id)
         assert job.status == "failed" and job.error["type"] == "builtins.ValueError"
 
+    async def test_retry_dispatches_the_failed_job_again(self, sf: Starflow) -> None:
+        """A run failed by its job's step: a retry queues the job again (same row and
+        idempotency key; the fix deployed to the job workers) and the run ends with
+        its result."""
+        fixed = {"on": False}
+
+        @step(name=unique("jobs_flaky"), pool=POOL)
+        async def flaky(x: int) -> int:
+            if not fixed["on"]:
+                raise ValueError(f"cannot render {x}")
+            return x * 3
+
+        @workflow(name=unique("flaky"))
+        async def wf(x: int) -> int:
+            return await flaky(x)
+
+        h = await sf.run(wf, 2)
+        assert await sf.job_worker(POOL).work_once() == 1
+        assert (await sf.get_run(h.run_id)).status == "error"
+        (failed,) = await sf.adapter.list_jobs(run_id=h.run_id)
+        assert failed.status == "failed"
+        fixed["on"] = True
+        again = await sf.retry(h.run_id)
+        assert again.status == "paused"
+        (queued,) = await sf.adapter.list_jobs(run_id=h.run_id)
+        assert (queued.id, queued.status, queued.attempts, queued.error) == (
+            failed.id, "queued", 0, None)
+        assert await sf.job_worker(POOL).work_once() == 1
+        assert await sf.result(h.run_id) == 6
+        (done,) = await sf.adapter.list_jobs(run_id=h.run_id)
+        assert (done.status, done.result, done.idempotency_key) == (
+            "complete", 6, failed.idempotency_key)
+
     async def test_worker_loop_serves_jobs(self, sf: Starflow) -> None:
         worker = sf.job_worker(POOL, concurrency=2)
         async with anyio.create_task_group() as tg:

@@ -7,6 +7,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+#: Each test runs pytest in a subprocess, as a user would.
+pytestmark = pytest.mark.slow
+
 
 def _pytest(args: list[str], cwd: Path, env: dict[str, str] | None = None
             ) -> subprocess.CompletedProcess[str]:

@@ -37,7 +37,7 @@ async def explode(why: str) -> None:
     raise RuntimeError(why)
 
 
-@workflow(name="ui_approval")
+@workflow(name="ui_approval", signals=("approve",))
 async def approval(item: str, fail: bool = False) -> dict[str, Any]:
     held = await reserve(item)
     await starflow.session_set("cart-1", "item", item)
@@ -45,6 +45,29 @@ async def approval(item: str, fail: bool = False) -> dict[str, Any]:
         await explode("warehouse on fire")
     decision = await wait_for("approve", timeout=timedelta(hours=2))
     return {"held": held, "decision": decision, "rows": list(range(200))}
+
+
+#: ``fixable``'s bug (flip ``fixed`` to deploy the fix) and its steps' calls.
+FIXABLE: dict[str, Any] = {"fixed": False, "pack": 0, "label": 0}
+
+
+@step
+async def pack(item: str) -> str:
+    FIXABLE["pack"] += 1
+    return f"packed {item}"
+
+
+@step
+async def label(item: str) -> str:
+    FIXABLE["label"] += 1
+    if not FIXABLE["fixed"]:
+        raise ValueError(f"no label printer for {item}")
+    return f"labelled {item}"
+
+
+@workflow(name="ui_fixable")
+async def fixable(item: str) -> str:
+    return f"{await pack(item)}, {await label(item)}"
 
 
 @workflow(name="ui_token")

@@ -14,7 +14,7 @@ from starflow import Starflow, StarflowError, step, workflow
 from starflow.ui import create_app
 from starflow.ui.app import UI
 
-from .conftest import approval, client_for, quick, with_token
+from .conftest import FIXABLE, approval, client_for, fixable, quick, with_token
 
 TOKEN = "a-test-token-of-some-length"
 #: Released by a test: the step of ``gated`` waits for it, so its run stays executing.
@@ -257,6 +257,68 @@ class TestActions:
         assert "run_retried" in await events_of(sf, failed)
         assert (await sf.get_run(fine)).status == "success"
 
+    async def test_retry_reruns_the_failed_step(self, sf: Starflow) -> None:
+        """The confirmation names the step to run again; after the fix, the run ends in
+        success with the step run again and the one before it not."""
+        FIXABLE.update(fixed=False, pack=0, label=0)
+        failed = (await sf.run(fixable, "box")).run_id
+        async with client_for(create_app(sf)) as client:
+            csrf = csrf_of((await client.get(f"/runs/{failed}")).text)
+            confirm = await client.post(f"/runs/{failed}/retry", data={"csrf": csrf})
+            assert "step:label#1 and what follows it run again" in confirm.text
+            FIXABLE["fixed"] = True
+            done = await client.post(f"/runs/{failed}/retry",
+                                     data={"csrf": csrf, "confirmed": "yes"})
+            assert done.status_code == 303
+            page = (await client.get(done.headers["location"])).text
+            assert "Run retried." in page and "from step:label#1" in page
+        run = await sf.get_run(failed)
+        assert (run.status, run.result_json) == ("success", "packed box, labelled box")
+        assert (FIXABLE["pack"], FIXABLE["label"]) == (1, 2)
+
+    async def test_fork(self, sf: Starflow) -> None:
+        """Fork from a chosen node: confirmed, then a new run; the page lands on it."""
+        FIXABLE.update(fixed=False, pack=0, label=0)
+        failed = (await sf.run(fixable, "crate")).run_id
+        paused = (await sf.run(approval, "lamp")).run_id
+        async with client_for(create_app(sf)) as client:
+            page = (await client.get(f"/runs/{failed}")).text
+            assert 'id="fork-form"' in page
+            assert '<option value="step:label#1" selected>' in page  # the failed node
+            assert '<option value="step:pack#1">' in page
+            csrf = csrf_of(page)
+            assert 'id="fork-form"' not in (await client.get(f"/runs/{paused}")).text
+            before = len(await sf.list_runs(limit=100))
+            for node, status, says in [("step:nope#1", 400, "has no node"),
+                                       ("", 400, "has no node")]:
+                refused = await client.post(f"/runs/{failed}/fork", data={
+                    "csrf": csrf, "from_node": node, "confirmed": "yes"})
+                assert refused.status_code == status and says in alert(refused.text)
+                assert "nothing was written" in alert(refused.text)
+            refused = await client.post(f"/runs/{paused}/fork", data={
+                "csrf": csrf, "from_node": "wait:approve#1", "confirmed": "yes"})
+            assert refused.status_code == 409 and "still paused" in alert(refused.text)
+            forged = await client.post(f"/runs/{failed}/fork", data={
+                "csrf": "0" * len(csrf), "from_node": "step:label#1", "confirmed": "yes"})
+            assert forged.status_code in (400, 403)
+            assert len(await sf.list_runs(limit=100)) == before
+            confirm = await client.post(f"/runs/{failed}/fork", data={
+                "csrf": csrf, "from_node": "step:label#1"})
+            assert 'id="confirm"' in confirm.text and "from step:label#1?" in confirm.text
+            assert len(await sf.list_runs(limit=100)) == before  # nothing yet
+            FIXABLE["fixed"] = True
+            done = await client.post(f"/runs/{failed}/fork", data={
+                "csrf": csrf, "from_node": "step:label#1", "confirmed": "yes"})
+            assert done.status_code == 303
+            new_id = done.headers["location"].split("/runs/")[1].split("?")[0]
+            assert new_id != failed and done.headers["location"].endswith("done=fork")
+            landed = (await client.get(done.headers["location"])).text
+            assert "Forked:" in landed and f"from run {failed} at step:label#1" in landed
+        fork = await sf.get_run(new_id)
+        assert (fork.status, fork.result_json) == ("success", "packed crate, labelled crate")
+        assert (FIXABLE["pack"], FIXABLE["label"]) == (1, 2)
+        assert (await sf.get_run(failed)).status == "error"  # the source is unchanged
+
     async def test_unknown_action(self, sf: Starflow) -> None:
         run_id = (await sf.run(quick, 1)).run_id
         async with client_for(create_app(sf)) as client:
@@ -373,6 +435,35 @@ class TestWhoMay:
             create_app(sf, token="short", poll_interval=0, page_size=0)
         text = str(info.value)
         assert "poll_interval" in text and "page_size" in text and "token" in text
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+async def test_run_page_by_upper_case_id(kind: str, tmp_path: Any) -> None:
+    """A run id typed or pasted in upper case names the same run: the page shows its
+    whole timeline and its stream its end, as sf.get_run / sf.events do (SQLite stores
+    ids lowercase; PostgreSQL's uuid column takes either)."""
+    import uuid
+
+    from tests.conftest import adapter_url
+
+    url = adapter_url(kind, tmp_path)
+    async with Starflow.open(url, workspace_id=f"ws-{uuid.uuid4().hex[:8]}",
+                             maintenance=False) as sf:
+        paused = (await sf.run(approval, "lamp")).run_id
+        done = (await sf.run(quick, 1)).run_id
+        upper = paused.upper()
+        events = await sf.events(paused)
+        assert len(events) >= 2
+        assert [e.id for e in await sf.events(upper)] == [e.id for e in events]
+        assert (await sf.get_run(upper)).id == paused
+        async with client_for(create_app(sf)) as client:
+            lower_page = (await client.get(f"/runs/{paused}")).text
+            upper_page = await client.get(f"/runs/{upper}")
+            assert upper_page.status_code == 200
+            rows = upper_page.text.count('<tr class="ev-')
+            assert rows == lower_page.count('<tr class="ev-') == len(events)
+            stream = await client.get(f"/runs/{done.upper()}/stream")
+        assert stream.text.endswith('event: end\ndata: {"status":"success"}\n\n')
 
 
 class TestLive:
@@ -543,6 +634,41 @@ class TestOpsPoolsAndSchedules:
             "in 24m00s", "none yet"]
         assert cells(html, 'data-schedule="quiet"')[3:5] == ["paused", "-"]
 
+    async def test_overdue_timers_say_no_maintenance_runs(self, tmp_path: Any) -> None:
+        """Timers overdue past the slack (a paused wait's timeout, a queued run's
+        deadline) are counted in a banner; within it, or fired, there is none."""
+        from starflow_testing import FakeClock
+
+        clock = FakeClock(datetime(2030, 1, 1, tzinfo=UTC))
+        async with Starflow.open(f"sqlite:///{tmp_path / 'timers.db'}", clock=clock,
+                                 maintenance=False) as sf:
+            paused = await sf.run(with_token)  # waits for "approve", 1 h timeout
+            assert paused.status == "paused"
+            await sf.options(timeout=timedelta(hours=1), pool="nobody").start(quick, 1)
+            app = create_app(sf)
+            await clock.advance(timedelta(hours=1, seconds=20))  # due, but within 30 s
+            async with client_for(app) as client:
+                html = (await client.get("/ops")).text
+            assert 'id="timers-overdue"' not in html
+            await clock.advance(timedelta(seconds=20))  # 40 s past the wait's timeout
+            async with client_for(app) as client:
+                html = (await client.get("/ops")).text
+            banner = html.split('id="timers-overdue">')[1].split("</p>")[0]
+            assert banner.startswith("2 timers overdue, no maintenance running")
+            assert "due more than 30s ago" in banner
+            worker = sf.worker()  # a plain worker fires both
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(worker.run)
+                with anyio.fail_after(10):
+                    while (await sf.get_run(paused.run_id)).status == "paused":  # noqa: ASYNC110
+                        await anyio.sleep(0.02)
+                    while await sf.adapter.due_run_deadlines(clock.now()):  # noqa: ASYNC110
+                        await anyio.sleep(0.02)
+                await worker.drain()
+            async with client_for(app) as client:
+                html = (await client.get("/ops")).text
+            assert 'id="timers-overdue"' not in html
+
     async def test_hostile_names_are_escaped(self, sf: Starflow) -> None:
         """Names and arguments are text on the page, never markup; tokens in arguments
         are redacted."""
@@ -635,6 +761,8 @@ async def test_all_workspaces(tmp_path: Any) -> None:
             Starflow.open(url, workspace_id="billing", env="dev", maintenance=False) as billing:
         in_shop = (await shop.run(quick, 1)).run_id
         in_billing = (await billing.run(approval, "lamp")).run_id
+    async with Starflow.open(url, workspace_id="third", maintenance=False) as third:
+        await third.run(quick, 3)
 
     opened: list[tuple[str, str]] = []
 
@@ -670,7 +798,7 @@ async def test_all_workspaces(tmp_path: Any) -> None:
             assert (await client.get("/w/x y/prod/runs")).status_code == 404
             assert (await client.get("/switch", params={"workspace": "a/b",
                                                         "env": "p"})).status_code == 400
-            too_many = await client.get("/w/third/prod/runs")
+            too_many = await client.get("/w/third/prod/runs")  # has a run: would open
             assert too_many.status_code == 404 and "already shows 2" in too_many.text
             assert (await client.get("/w/shop/prod/runs")).status_code == 200
             assert (await client.get("/w/shop/prod/runs",
@@ -678,6 +806,51 @@ async def test_all_workspaces(tmp_path: Any) -> None:
     async with Starflow.open(url, workspace_id="billing", env="dev",
                              maintenance=False) as billing:
         assert (await billing.get_run(in_billing)).status == "cancelled"
+
+
+async def test_all_workspaces_unknown_scope_writes_nothing(tmp_path: Any) -> None:
+    """A GET of a workspace/env the database does not hold is a 404 that writes no row,
+    opens no app and takes no slot: after more made-up names than slots, a real scope
+    still opens."""
+    import sqlite3
+
+    from starflow.ui.scopes import Scopes
+
+    path = tmp_path / "scopes.db"
+    url = f"sqlite:///{path}"
+    async with Starflow.open(url, workspace_id="billing", env="dev",
+                             maintenance=False) as billing:
+        in_billing = (await billing.run(quick, 1)).run_id
+
+    def dump() -> list[str]:
+        with closing(sqlite3.connect(path)) as conn:
+            return list(conn.iterdump())
+
+    entered: list[tuple[str, str]] = []
+
+    class Counted(Starflow):
+        async def __aenter__(self) -> Counted:
+            entered.append((self.adapter.workspace_id, self.adapter.env))
+            return await super().__aenter__()
+
+    def open_scope(workspace_id: str, env: str) -> Starflow:
+        return Counted.open(url, workspace_id=workspace_id, env=env, maintenance=False)
+
+    async with Starflow.open(url, workspace_id="shop", maintenance=False) as sf, \
+            Scopes(open_scope, limit=2) as scopes:
+        app = create_app(sf, token=TOKEN, scopes=scopes)
+        before = dump()
+        async with client_for(app, authorization=f"Bearer {TOKEN}") as client:
+            for n in range(5):
+                made_up = await client.get(f"/w/made-up-{n}/prod/runs")
+                assert made_up.status_code == 404
+                assert f"made-up-{n}" in made_up.text and "no runs" in made_up.text
+            wrong_env = await client.get("/w/billing/prod/runs")  # the workspace, not the env
+            assert wrong_env.status_code == 404
+            assert dump() == before and entered == []
+            page = await client.get("/w/billing/dev/runs")
+            assert page.status_code == 200 and in_billing[:8] in page.text
+            assert entered == [("billing", "dev")]
 
 
 async def test_long_timeline_shows_its_ends(sf: Starflow, monkeypatch: Any) -> None:

@@ -20,7 +20,11 @@ import pytest
 from starflow import Starflow, step, wait_for, workflow
 from starflow.ui import create_app
 
-from .conftest import quick
+from .conftest import FIXABLE, fixable, quick
+
+#: A real browser drives the page.
+pytestmark = pytest.mark.slow
+
 
 CHROMIUM = os.environ.get("STARFLOW_TEST_CHROMIUM", "/usr/bin/chromium")
 #: Set in CI: a missing browser fails the suite instead of skipping.
@@ -267,3 +271,57 @@ async def test_operations_page_pools_and_schedules(sf: Starflow) -> None:
             await browser.close()
             GATE["slot"].set()
             worker.stop(0)
+
+
+@pytest.mark.timeout(90)
+async def test_retry_and_fork_a_failed_run(sf: Starflow) -> None:
+    """A run failed in a step: fork it from a node chosen in the page (landing on the
+    new run), then, the bug fixed, retry it: the failed step runs again, the step
+    before it does not; the database agrees."""
+    executable = chromium_path()
+    from playwright.async_api import async_playwright
+
+    FIXABLE.update(fixed=False, pack=0, label=0)
+    failed = (await sf.run(fixable, "vase")).run_id
+    app = create_app(sf, token=TOKEN, poll_interval=0.1)
+    async with serve(app) as base, async_playwright() as pw:
+        browser = await pw.chromium.launch(executable_path=executable, headless=True,
+                                           args=["--no-sandbox", "--disable-gpu"])
+        try:
+            page = await browser.new_page()
+            page.set_default_timeout(10_000)
+            await page.goto(f"{base}/?token={TOKEN}")
+            await page.goto(f"{base}/runs/{failed}")
+            await page.wait_for_selector('[data-run-status="error"]')
+            assert await page.locator("#fork-form").is_visible()
+            assert await page.input_value("#fork-form select[name=from_node]") == \
+                "step:label#1"  # the failed node comes chosen
+            # Still broken: a fork from the first step runs both steps again, and fails.
+            await page.select_option("#fork-form select[name=from_node]", "step:pack#1")
+            await page.click("#fork-form button[type=submit]")
+            await page.wait_for_selector("#confirm")
+            assert "from step:pack#1?" in await page.inner_text(".question")
+            await page.click("#confirm")
+            await page.wait_for_selector("text=Forked:")
+            first_fork = page.url.split("/runs/")[1].split("?")[0]
+            assert first_fork != failed
+            await page.wait_for_selector('[data-run-status="error"]')
+            assert (FIXABLE["pack"], FIXABLE["label"]) == (2, 2)
+
+            FIXABLE["fixed"] = True
+            await page.goto(f"{base}/runs/{failed}")
+            await page.click("button:has-text('Retry run')")
+            await page.wait_for_selector("#confirm")
+            assert "step:label#1 and what follows it run again" in \
+                await page.inner_text(".question")
+            await page.click("#confirm")
+            await page.wait_for_selector("text=Run retried.")
+            await page.wait_for_selector('[data-run-status="success"]')
+            assert await page.locator("text=labelled vase").count() >= 1
+            assert await page.locator("#fork-form").is_visible()  # an ended run forks too
+        finally:
+            await browser.close()
+
+    assert (await sf.get_run(failed)).result_json == "packed vase, labelled vase"
+    assert (await sf.get_run(first_fork)).status == "error"
+    assert (FIXABLE["pack"], FIXABLE["label"]) == (2, 3)

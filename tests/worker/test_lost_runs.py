@@ -166,6 +166,7 @@ class TestStuckRuns:
             assert [r.id for r in stuck] == sorted(ids)  # one start time: by id
             assert len(selects) == 1, selects
 
+    @pytest.mark.slow  # runs the CLI twice
     async def test_runs_list_stuck(self, url: str, workspace_id: str) -> None:
         from datetime import UTC, datetime
 

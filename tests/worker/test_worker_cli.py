@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -9,7 +10,10 @@ import pytest
 from starflow import Starflow
 
 from .apps import chunks
-from .support import cli
+from .support import cli, spawn_worker, stop
+
+#: Each case runs the starflow command in a subprocess.
+pytestmark = pytest.mark.slow
 
 
 class TestBadInput:
@@ -70,3 +74,37 @@ class TestCommands:
         assert out.returncode == 0
         for name in ("worker", "server", "migrate", "sweep"):
             assert name in out.stdout
+
+
+class TestTimersFlag:
+    """``starflow worker`` fires due timers by default; ``--no-timers`` says what it drops."""
+
+    def test_help_says_workers_fire_timers(self) -> None:
+        out = cli("worker", "--help")
+        assert out.returncode == 0
+        text = " ".join(out.stdout.split())
+        assert "--no-timers" in text
+        assert "by default every worker fires them, each once" in text
+
+    @pytest.mark.parametrize(("flags", "banner", "warned"), [
+        ((), ", timers)", False),
+        (("--no-timers",), "concurrency 2)", True),
+    ])
+    def test_the_start_says_whether_timers_fire(self, flags: tuple[str, ...], banner: str,
+                                                warned: bool, tmp_path: Path) -> None:
+        url = f"sqlite:///{tmp_path / 'w.db'}"
+        assert cli("migrate", "--db", url).returncode == 0
+        log = tmp_path / "worker.log"
+        proc = spawn_worker(url, log, "--concurrency", "2", "--grace", "0", *flags)
+        # A real process: wait until it logged its start (and the warning, if any).
+        expect = "fires no durable timers" if warned else "worker started"
+        try:
+            deadline = time.monotonic() + 30
+            while expect not in log.read_text() and time.monotonic() < deadline:
+                time.sleep(0.05)
+        finally:
+            stop([proc])
+        text = log.read_text()
+        assert banner in text
+        assert ("fires no durable timers" in text) is warned
+        assert ("warning: --no-timers" in text) is warned

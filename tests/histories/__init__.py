@@ -1,0 +1,1 @@
+"""Golden run histories: the stored format, pinned (see README.md here)."""
