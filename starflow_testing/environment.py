@@ -20,8 +20,8 @@ from starflow.config import StarflowConfig
 from starflow.errors import ConfigError, ResultTimeout, RunnerKilled, StarflowError
 from starflow.logs import get_logger
 from starflow.records import RunEvent, RunInfo
-from starflow.runner import RunHandle, Runner
-from starflow.worker import Worker
+from starflow.runtime.runner import RunHandle, Runner
+from starflow.runtime.worker import Worker
 
 from ._quiesce import quiesce
 from ._tracking import InflightTracker

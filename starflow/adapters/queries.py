@@ -38,7 +38,7 @@ QUEUED_DEADLINE = "status = 'queued' AND deadline_at IS NOT NULL"
 #: for later whose time has not come yet (#30).
 SCHEDULED = "claim_state = 'scheduled'"
 #: The WHERE term of ``idx_workflow_waits_child`` (migration 036): a wait on a
-#: child run (event ``__starflow.child:<child run id>``, see starflow.child_nodes).
+#: child run (event ``__starflow.child:<child run id>``, see starflow.engine.child_nodes).
 CHILD_WAIT = "substr(w.event, 1, 17) = '__starflow.child:'"
 
 
