@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import secrets
 from collections.abc import Awaitable, Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, ParamSpec, Self, TypeVar, overload
 
 import anyio
@@ -27,7 +27,7 @@ from .errors import (
     StorageError,
     WorkflowDefinitionError,
 )
-from .limits import check_name, duration_problem
+from .limits import MAX_DURATION, check_name, duration_problem
 from .logs import get_logger
 from .runtime.maintenance import Maintenance
 from .runtime.runner import RunHandle, Runner
@@ -36,7 +36,7 @@ from .urls import scheme_of
 from .workflow.decorators import WorkflowDefinition, definition_of, registry, timeout_problem
 
 __all__ = ["DEFAULT_ENV", "DEFAULT_URL", "DEFAULT_WORKSPACE", "RunOptions",
-           "StarflowCore", "workflow_definition"]
+           "StarflowCore", "start_problems", "workflow_definition"]
 
 
 P = ParamSpec("P")
@@ -201,13 +201,20 @@ class StarflowCore:
         the existing run (its new arguments are ignored, with a warning if they
         differ). ``sf.run(wf, x, run_id=i)`` works too, untyped.
 
+        A start for later (``start_at=`` / ``start_after=``) is refused here:
+        a worker claims such a run when its time comes, so use :meth:`start`.
+
         Raises:
             RunIdConflict: ``run_id`` names a run of another workflow (nothing written).
             WorkflowDefinitionError: the arguments do not bind to the signature.
             SerializationError: an argument cannot be stored (nothing written).
+            ConfigError: ``start_at`` / ``start_after`` given (nothing written).
         """
         run_id = kwargs.pop("run_id", None)
-        return await self.options(run_id=run_id).run(wf, *args, **kwargs)
+        start_at = kwargs.pop("start_at", None)
+        start_after = kwargs.pop("start_after", None)
+        return await self.options(run_id=run_id, start_at=start_at,
+                                  start_after=start_after).run(wf, *args, **kwargs)
 
     @overload
     async def start(self, wf: Callable[P, Awaitable[R]], /, *args: P.args, **kwargs: P.kwargs
@@ -227,17 +234,28 @@ class StarflowCore:
         (an idempotent start, as for :meth:`run`; only workers of that pool claim
         it). ``run_id=`` / ``pool=`` as keywords here work too, untyped.
 
+        A start for later: ``sf.start(wf, x, start_after=timedelta(hours=1))`` or
+        ``start_at=<aware datetime>`` (or through :meth:`options`). The run is
+        written now (status ``queued``, ``RunInfo.not_before`` its start time)
+        and no worker claims it before then; ``sf.cancel`` ends it before it
+        runs.
+
         Raises:
             RunIdConflict: ``run_id`` names a run of another workflow (nothing written).
+            ConfigError: a bad ``start_at`` / ``start_after`` (nothing written).
         """
         run_id = kwargs.pop("run_id", None)
         pool = kwargs.pop("pool", None)
-        return await self.options(run_id=run_id, pool=pool).start(wf, *args, **kwargs)
+        start_at = kwargs.pop("start_at", None)
+        start_after = kwargs.pop("start_after", None)
+        return await self.options(run_id=run_id, pool=pool, start_at=start_at,
+                                  start_after=start_after).start(wf, *args, **kwargs)
 
     def options(self, *, run_id: str | None = None, pool: str | None = None,
                 priority: int = 0, concurrency_key: str | None = None,
                 dedup_key: str | None = None, debounce: timedelta | None = None,
-                debounce_key: str | None = None, timeout: timedelta | None = None
+                debounce_key: str | None = None, timeout: timedelta | None = None,
+                start_at: datetime | None = None, start_after: timedelta | None = None
                 ) -> RunOptions:
         """Start options that type checkers see: ``sf.options(run_id=i).run(wf, x)``.
 
@@ -261,7 +279,13 @@ class StarflowCore:
             timeout: The run's deadline from its start (overrides the workflow's
                 ``@workflow(timeout=)``): past it the run ends in ``error`` with
                 ``WorkflowFailed.error_type == "WorkflowTimeout"`` (``.run()`` and
-                ``.start()``).
+                ``.start()``). For a start for later, from its start time.
+            start_at: Start the run no earlier than this timezone-aware time
+                (``.start()`` only): written now, claimed by a worker then. A
+                time already past starts it at once.
+            start_after: Start the run no earlier than this long after the
+                ``.start()`` call (a timedelta of zero or more). One of
+                ``start_at`` and ``start_after``, at most 100 years ahead.
 
         Raises:
             InvalidArgument: a key is not a storable name (nothing written).
@@ -287,11 +311,16 @@ class StarflowCore:
                             f"run_id: {run_id!r}")
         if (problem := timeout_problem("timeout", timeout)) is not None:
             problems.append(problem)
+        problems += start_problems(start_at, start_after, self.clock.now())
+        if debounce is not None and (start_at, start_after) != (None, None):
+            problems.append("debounce sets its own start time: pass start_at/start_after "
+                            "without it")
         if problems:
-            raise ConfigError("options: " + "; ".join(problems))
+            raise ConfigError("options: " + "; ".join(problems), run_id=run_id)
         return RunOptions(self, run_id=run_id, pool=pool, priority=priority,
                           concurrency_key=concurrency_key, dedup_key=dedup_key,
-                          debounce=debounce, debounce_key=debounce_key, timeout=timeout)
+                          debounce=debounce, debounce_key=debounce_key, timeout=timeout,
+                          start_at=start_at, start_after=start_after)
 
     def _track(self, handle: RunHandle[R]) -> RunHandle[R]:
         """Have this process fire the timers of an inline run it paused (no maintenance)."""
@@ -307,9 +336,13 @@ class RunOptions:
     def __init__(self, app: StarflowCore, *, run_id: str | None, pool: str | None,
                  priority: int = 0, concurrency_key: str | None = None,
                  dedup_key: str | None = None, debounce: timedelta | None = None,
-                 debounce_key: str | None = None, timeout: timedelta | None = None) -> None:
+                 debounce_key: str | None = None, timeout: timedelta | None = None,
+                 start_at: datetime | None = None, start_after: timedelta | None = None
+                 ) -> None:
         self._app = app
         self.timeout = timeout
+        self.start_at = start_at
+        self.start_after = start_after
         self.run_id = run_id
         self.pool = pool
         self.priority = priority
@@ -334,11 +367,15 @@ class RunOptions:
         """Like :meth:`Starflow.run`, with these options."""
         if self.pool is not None:
             raise ConfigError("pool= applies to queued runs: use .start(), not .run()")
-        flow = [name for name, value in (*self._flow().items(), ("debounce", self.debounce))
-                if value]
+        flow = [name for name, value in (*self._flow().items(), ("debounce", self.debounce),
+                                         ("start_at", self.start_at),
+                                         ("start_after", self.start_after))
+                if value is not None and value != 0]
         if flow:
             raise ConfigError(f"{', '.join(flow)} apply to queued runs: use .start(), "
-                              "not .run()")
+                              "not .run() (a run started for later is claimed by a "
+                              "worker when its time comes). Nothing was written",
+                              run_id=self.run_id)
         return self._app._track(await self._app.runner.start(
             workflow_definition(wf), args, kwargs, run_id=self.run_id, inline=True,
             timeout=self.timeout))
@@ -361,9 +398,12 @@ class RunOptions:
         runner = self._app.runner
         definition = workflow_definition(wf)
         if self.debounce is None:
+            start_at = self.start_at
+            if self.start_after is not None:
+                start_at = self._app.clock.now() + self.start_after
             return await runner.start(definition, args, kwargs, run_id=self.run_id,
                                       inline=False, pool=self.pool, flow=self._flow(),
-                                      timeout=self.timeout)
+                                      timeout=self.timeout, start_at=start_at)
         assert self.debounce_key is not None
         encoded = runner.encode_input(definition, args, kwargs)
         runner.decode_input(definition, encoded)
@@ -388,6 +428,29 @@ class RunOptions:
         raise StarflowError(f"debounce_key {self.debounce_key!r}: the pending run changed "
                             "under 5 attempts to replace it; try again")
 
+
+
+def start_problems(start_at: object, start_after: object, now: datetime) -> list[str]:
+    """What is wrong with a start time for later (``start_at`` / ``start_after``,
+    #30), each problem named with its value; ``now`` is the clock's time."""
+    problems = []
+    if start_at is not None and start_after is not None:
+        problems.append(f"start_at and start_after are one start time: pass one of them "
+                        f"(start_at={start_at!r}, start_after={start_after!r})")
+    if start_at is not None:
+        if not isinstance(start_at, datetime) or start_at.tzinfo is None \
+                or start_at.utcoffset() is None:
+            problems.append("start_at must be a timezone-aware datetime (for example "
+                            f"datetime(..., tzinfo=UTC)): {start_at!r}")
+        elif start_at - now > MAX_DURATION:
+            problems.append(f"start_at must be at most {MAX_DURATION.days} days (100 years) "
+                            f"from now: {start_at.isoformat()}")
+    if start_after is not None:
+        if not isinstance(start_after, timedelta) or start_after < timedelta(0):
+            problems.append(f"start_after must be a timedelta of zero or more: {start_after!r}")
+        elif (problem := duration_problem("start_after", start_after)) is not None:
+            problems.append(problem)
+    return problems
 
 
 def workflow_definition(wf: object) -> WorkflowDefinition:

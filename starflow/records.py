@@ -22,6 +22,7 @@ __all__ = [
     "RUN_STATUSES",
     "TERMINAL_STATUSES",
     "DefinitionRecord",
+    "DueStarts",
     "EventValue",
     "JobRecord",
     "JobSpec",
@@ -44,7 +45,9 @@ __all__ = [
 
 RUN_STATUSES = ("queued", "running", "paused", "success", "error", "cancelled")
 TERMINAL_STATUSES = frozenset({"success", "error", "cancelled"})
-CLAIM_STATES = ("queued", "claimed", "running", "complete", "failed", "abandoned")
+#: ``scheduled``: a run started for later (#30), ``queued`` once its time comes.
+CLAIM_STATES = ("scheduled", "queued", "claimed", "running", "complete", "failed",
+                "abandoned")
 
 
 class RunInfo(msgspec.Struct, frozen=True, kw_only=True):
@@ -85,6 +88,11 @@ class RunInfo(msgspec.Struct, frozen=True, kw_only=True):
     #: The run's current phase (``starflow.context().phase``), set in the unit that
     #: records its ``phase`` event (migration 041); ``None`` if it never set one.
     phase: Any = None
+    #: When the run may start, for a run started for later (``sf.start(...,
+    #: start_at=)`` / ``start_after=``, migration 042) or debounced; else ``None``.
+    #: Until then its ``status`` is ``queued`` and its ``claim_state``
+    #: ``scheduled`` (a debounced run's stays ``queued``): no worker claims it.
+    not_before: datetime | None = None
 
     @property
     def run_id(self) -> str:
@@ -104,6 +112,12 @@ class RunInfo(msgspec.Struct, frozen=True, kw_only=True):
     def is_terminal(self) -> bool:
         """True once the run reached ``success``, ``error`` or ``cancelled``."""
         return self.status in TERMINAL_STATUSES
+
+    @property
+    def starts_at(self) -> datetime | None:
+        """When a run still queued for later may start (``not_before``); ``None``
+        once it runs or ended, or for a run queued to start at once."""
+        return self.not_before if self.status == "queued" else None
 
 
 class RunEvent(msgspec.Struct, frozen=True, kw_only=True):
@@ -300,6 +314,19 @@ class OutboxLag(msgspec.Struct, frozen=True, kw_only=True):
     pending: int
     oldest_created_at: datetime | None
     older_than: tuple[int, ...] = ()
+
+
+class DueStarts(msgspec.Struct, frozen=True, kw_only=True):
+    """What queueing the due delayed starts did (``queue_due_starts``, #30).
+
+    Attributes:
+        queued: The ids of the runs whose start time came and that were queued.
+        next_start: The earliest start time still ahead in the scope (``None``:
+            no run waits for its time): when a worker should look again.
+    """
+
+    queued: tuple[str, ...] = ()
+    next_start: datetime | None = None
 
 
 class StartOptions(msgspec.Struct, frozen=True, kw_only=True):

@@ -218,19 +218,21 @@ class Starflow:
 
     def start(self, wf: Callable[..., Awaitable[Any]] | str, /, *args: Any, **kwargs: Any
               ) -> RunHandle[Any]:
-        """:meth:`starflow.Starflow.start`: queue a run for workers."""
+        """:meth:`starflow.Starflow.start`: queue a run for workers (``start_at=`` /
+        ``start_after=``: for later)."""
         return self._call(lambda: self._app.start(wf, *args, **kwargs))
 
     def options(self, *, run_id: str | None = None, pool: str | None = None,
                 priority: int = 0, concurrency_key: str | None = None,
                 dedup_key: str | None = None, debounce: timedelta | None = None,
-                debounce_key: str | None = None, timeout: timedelta | None = None
+                debounce_key: str | None = None, timeout: timedelta | None = None,
+                start_at: datetime | None = None, start_after: timedelta | None = None
                 ) -> RunOptions:
         """:meth:`starflow.Starflow.options`: ``sf.options(run_id=i).start(wf, x)``."""
         return RunOptions(self, self._app.options(
             run_id=run_id, pool=pool, priority=priority, concurrency_key=concurrency_key,
             dedup_key=dedup_key, debounce=debounce, debounce_key=debounce_key,
-            timeout=timeout))
+            timeout=timeout, start_at=start_at, start_after=start_after))
 
     # -- schedules and pool limits ---------------------------------------------------
 

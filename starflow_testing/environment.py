@@ -21,6 +21,7 @@ from starflow.errors import ConfigError, ResultTimeout, RunnerKilled, StarflowEr
 from starflow.logs import get_logger
 from starflow.records import RunEvent, RunInfo
 from starflow.runtime.runner import RunHandle, Runner
+from starflow.runtime.worker import Worker
 
 from ._quiesce import quiesce
 from ._tracking import InflightTracker
@@ -140,6 +141,7 @@ class WorkflowEnvironment:
         self._app: Starflow | None = None
         self._adapter: WorkflowStateAdapter | None = None
         self._tg: anyio.abc.TaskGroup | None = None
+        self._workers: list[Worker] = []
         self._freezer: Any = None
         self._unsubscribe: Callable[[], None] | None = None
 
@@ -177,8 +179,10 @@ class WorkflowEnvironment:
                 # (asyncpg's C extension) refuse freezegun's classes.
                 self._start_patching()
             self._tg = await anyio.create_task_group().__aenter__()
+            self._workers = []
             for pool in self._pools:
                 worker = self._app.worker(pool=pool, concurrency=self._concurrency)
+                self._workers.append(worker)
                 self._tg.start_soon(worker.run)
             await self.quiesce()
         except BaseException:
@@ -274,6 +278,9 @@ class WorkflowEnvironment:
         if runner.busy > 0:
             return "wait"
         target = await self.adapter.next_deadline()
+        # A run started for later (#30): the embedded workers know the next start time.
+        for start in (w.next_start for w in self._workers if w.next_start is not None):
+            target = start if target is None else min(target, start)
         orphaned = await self._orphaned_leases()
         if runner.busy > 0:
             # The worker claimed a run during those queries (a NOTIFY from another

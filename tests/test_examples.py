@@ -157,10 +157,23 @@ class TestForkAndContinue:
         assert "supervisor, through its child's chain: 450" in out
 
 
+class TestDelayedStart:
+    """examples/delayed_start.py: written now, run at its time on fake time, cancellable."""
+
+    def test_runs_at_its_time(self, tmp_path: Path) -> None:
+        out = run_example("delayed_start.py", tmp_path)
+        assert "same run on retry: True" in out
+        assert "trial-reminder queued, starts at 2030-01-02 09:00" in out
+        assert "trial-reminder queued, starts at 2030-01-01 18:00" in out
+        assert "ada: reminded ada@example.com at 2030-01-02 09:00" in out
+        assert "bob: cancelled" in out
+        assert "emails sent: ['ada@example.com: your trial ends tomorrow']" in out
+
+
 #: Examples whose output a class above checks.
 CHECKED = {"saga.py", "fan_out.py", "long_sleep.py", "quickstart.py", "failure_data.py",
            "typed_signal.py", "schedules_and_queues.py", "events_and_streams.py",
-           "fork_and_continue.py"}
+           "fork_and_continue.py", "delayed_start.py"}
 
 
 @pytest.mark.parametrize(

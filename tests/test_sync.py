@@ -8,6 +8,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -120,6 +121,21 @@ class TestSameMethods:
             with sf.worker(concurrency=2):
                 assert sf.result(queued, timeout=30) == 41
             assert sf.options(run_id=run_id).start(compute, 20).status == "success"
+
+    def test_a_start_for_later(self, url: str) -> None:
+        """options(start_after=) and start(start_at=) write a scheduled run; bad input
+        is refused with nothing written; cancel ends it before it runs (#30)."""
+        with Starflow.open(url) as sf:
+            with pytest.raises(ConfigError, match="start_at must be a timezone-aware"):
+                sf.start(compute, 1, start_at=datetime(2030, 1, 1))
+            assert sf.list_runs() == []
+            later = sf.options(start_after=timedelta(hours=1)).start(compute, 1)
+            at = datetime(2099, 1, 1, tzinfo=UTC)
+            much_later = sf.start(compute, 2, start_at=at)
+            runs = {r.id: r for r in sf.list_runs()}
+            assert runs[later.run_id].claim_state == "scheduled"
+            assert runs[much_later.run_id].not_before == at
+            assert sf.cancel(later.run_id).status == "cancelled"
 
 
     def test_session_vars_sweep_and_the_warm_tier(self, url: str) -> None:

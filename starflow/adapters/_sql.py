@@ -142,7 +142,7 @@ RUN_COLUMNS = (
     "checkpoint_json, error, claim_state, runner_pool, leased_by, lease_until, last_heartbeat, "
     "claim_attempts, definition_id, input_json, result_json, start_mode, max_claim_attempts, "
     "workflow_version, failure_json, parent_run_id, detached, deadline_at, continued_as, "
-    "phase"
+    "phase, not_before"
 )
 JOB_COLUMNS = (
     "id, run_id, node_id, pool, step_name, idempotency_key, input_json, status, attempts, "
@@ -237,6 +237,7 @@ def run_info(row: Any, d: Dialect) -> RunInfo:
         deadline_at=ts(row[25]),
         continued_as=None if row[26] is None else str(row[26]),
         phase=js(row[27]),
+        not_before=ts(row[28]),
     )
 
 

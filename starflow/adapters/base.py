@@ -31,6 +31,7 @@ from ..failure import RunFailure
 from ..records import (
     ChildWait,
     DefinitionRecord,
+    DueStarts,
     EventValue,
     JobRecord,
     JobSpec,
@@ -78,6 +79,7 @@ from .units import (
     MarkOutboxApplied,
     Op,
     PruneOutbox,
+    QueueDueStarts,
     RearmDebounced,
     SetPoolLimits,
     SweepLeases,
@@ -651,6 +653,15 @@ class WorkflowStateAdapter(AdapterSeam):
         return await self.perform(RearmDebounced(
             template_id=template_id, pool=pool, debounce_key=debounce_key, input=input,
             not_before=not_before))
+
+    async def queue_due_starts(self, now: datetime) -> DueStarts:
+        """Queue the runs started for later whose start time is at or before ``now``.
+
+        Workers call it before they claim (#30): the due runs move from
+        claim_state ``scheduled`` to ``queued`` and are announced to waiting
+        workers; the result names them and the earliest start still ahead.
+        """
+        return await self.perform(QueueDueStarts(now=now))
 
 
 def _flow_values(opts: StartOptions) -> dict[str, Any]:

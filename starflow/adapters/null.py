@@ -15,6 +15,7 @@ from ..records import (
     RUN_STATUSES,
     ChildWait,
     DefinitionRecord,
+    DueStarts,
     EventValue,
     JobRecord,
     OutboxLag,
@@ -42,6 +43,7 @@ from .units import (
     HeartbeatJob,
     MarkOutboxApplied,
     PruneOutbox,
+    QueueDueStarts,
     RearmDebounced,
     SetPoolLimits,
     SweepLeases,
@@ -199,3 +201,6 @@ class NullWorkflowStateAdapter(WorkflowStateAdapter):
 
     async def _rearm_debounced(self, command: RearmDebounced) -> str | None:
         return None
+
+    async def _queue_due_starts(self, command: QueueDueStarts) -> DueStarts:
+        return DueStarts()

@@ -71,6 +71,7 @@ from ..migrations import (
 from ..records import (
     ChildWait,
     DefinitionRecord,
+    DueStarts,
     EventValue,
     JobRecord,
     OutboxLag,
@@ -151,6 +152,7 @@ from .units import (
     Op,
     PruneOutbox,
     PruneRuns,
+    QueueDueStarts,
     RearmDebounced,
     SetPoolLimits,
     SweepLeases,
@@ -253,6 +255,16 @@ ORDER BY started_at, id
 
 
 #: The sweep's statement, by ``requeue`` (``StarflowConfig.lost_runs``).
+#: Delayed starts (#30), one statement: queue the runs whose start time came
+#: (announced on the workspace channel, $4, like any queued run) and read the
+#: earliest start still ahead, both from idx_workflow_runs_scheduled (042). The
+#: read sees the table as the statement began, so it skips the due rows by time.
+QUEUE_DUE_STARTS_SQL = f"""
+WITH due AS ({Q.queue_due_starts})
+SELECT (SELECT array_agg(id::text) FROM due) AS ids, ({Q.next_start}) AS next_start,
+       CASE WHEN EXISTS (SELECT 1 FROM due) THEN pg_notify($4, '') END AS notified
+"""
+
 SWEEP_SQL = {requeue: _sweep_sql(requeue) for requeue in (True, False)}
 
 
@@ -1309,6 +1321,18 @@ class PostgresWorkflowStateAdapter(BusyTracking, WorkflowStateAdapter):
                     return None
                 await self._apply_after(conn, c.after(str(value)))
         return str(value)
+
+    async def _queue_due_starts(self, c: QueueDueStarts) -> DueStarts:
+        args = (self.workspace_id, self.env, c.now, self.channel)
+        async with self._connection("queue_due_starts") as conn:
+            if c.after is None:
+                row = await conn.fetchrow(QUEUE_DUE_STARTS_SQL, *args)
+            else:
+                async with conn.transaction():
+                    row = await conn.fetchrow(QUEUE_DUE_STARTS_SQL, *args)
+                    if row["ids"]:
+                        await self._apply_after(conn, c.after(list(row["ids"])))
+        return DueStarts(queued=tuple(row["ids"] or ()), next_start=row["next_start"])
 
     # -- waiting for work ------------------------------------------------------
 

@@ -28,11 +28,15 @@ from ._sql import (
 )
 from .dialect import POSTGRES, SQLITE, Dialect
 
-__all__ = ["CHILD_WAIT", "POSTGRES_QUERIES", "QUEUED_DEADLINE", "SQLITE_QUERIES", "Queries"]
+__all__ = ["CHILD_WAIT", "POSTGRES_QUERIES", "QUEUED_DEADLINE", "SCHEDULED", "SQLITE_QUERIES",
+           "Queries"]
 
 #: The WHERE terms of ``idx_workflow_runs_queued_deadline`` (migration 036),
 #: repeated as written (SQLite uses a partial index only then).
 QUEUED_DEADLINE = "status = 'queued' AND deadline_at IS NOT NULL"
+#: The WHERE term of ``idx_workflow_runs_scheduled`` (migration 042): runs started
+#: for later whose time has not come yet (#30).
+SCHEDULED = "claim_state = 'scheduled'"
 #: The WHERE term of ``idx_workflow_waits_child`` (migration 036): a wait on a
 #: child run (event ``__starflow.child:<child run id>``, see starflow.engine.child_nodes).
 CHILD_WAIT = "substr(w.event, 1, 17) = '__starflow.child:'"
@@ -238,6 +242,14 @@ class Queries:
             f"WHERE {t(3)} AND COALESCE(runner_pool, '') = {p(5)} "
             f"AND template_id = {p(6)} AND debounce_key = {p(7)} AND claim_state = 'queued' "
             "AND claim_attempts = 0 RETURNING id")
+        # Delayed starts (#30), both from idx_workflow_runs_scheduled (migration 042).
+        #: (ws, env, now): the earliest start still ahead of ``now``.
+        self.next_start = (f"SELECT min(not_before) FROM workflow_runs WHERE {t(1)} "
+                           f"AND {SCHEDULED} AND not_before > {p(3, 'timestamptz')}")
+        #: (ws, env, now): queue the runs whose start time came.
+        self.queue_due_starts = (
+            f"UPDATE workflow_runs SET claim_state = 'queued' WHERE {t(1)} AND {SCHEDULED} "
+            f"AND not_before <= {p(3, 'timestamptz')} RETURNING id")
 
     def list_runs(self, status: bool, template_id: bool, since: bool,
                   attributes: int = 0, parent: bool = False) -> str:

@@ -33,6 +33,7 @@ from ..migrations import MigrationPlan, load_migrations
 from ..records import (
     ChildWait,
     DefinitionRecord,
+    DueStarts,
     EventValue,
     JobRecord,
     OutboxLag,
@@ -93,6 +94,7 @@ from ._sql import (
 )
 from .base import WorkflowStateAdapter
 from .pages import RunPage, RunPageQuery, make_page, page_sql
+from .queries import SCHEDULED
 from .queries import SQLITE_QUERIES as Q
 from .seam import BusyTracking
 from .sweep import lost_payload
@@ -110,6 +112,7 @@ from .units import (
     Op,
     PruneOutbox,
     PruneRuns,
+    QueueDueStarts,
     RearmDebounced,
     SetPoolLimits,
     SweepLeases,
@@ -1060,6 +1063,29 @@ class LocalWorkflowStateAdapter(BusyTracking, WorkflowStateAdapter):
             Q.find_active_dedup, (self.workspace_id, self.env, pool or "", dedup_key)
         ).fetchone())
         return None if row is None else str(row[0])
+
+    async def _queue_due_starts(self, c: QueueDueStarts) -> DueStarts:
+        ts, scope = format_ts(c.now), (self.workspace_id, self.env)
+
+        def next_start(conn: sqlite3.Connection) -> datetime | None:
+            return SQLITE.ts_out(conn.execute(Q.next_start, (*scope, ts)).fetchone()[0])
+
+        # A read first: the write lock is taken only when a start is due.
+        ahead = await self._lookup(lambda conn: conn.execute(
+            "SELECT EXISTS (SELECT 1 FROM workflow_runs WHERE +workspace_id = ? "
+            f"AND +env = ? AND {SCHEDULED} AND not_before <= ?)", (*scope, ts)).fetchone()[0])
+        if not ahead:
+            return DueStarts(next_start=await self._lookup(next_start))
+
+        def queue(conn: sqlite3.Connection) -> DueStarts:
+            ids = [str(r[0]) for r in conn.execute(Q.queue_due_starts, (*scope, ts))]
+            if ids and c.after is not None:
+                for op in c.after(ids):
+                    self._apply_op(conn, op)
+            return DueStarts(queued=tuple(ids), next_start=next_start(conn))
+
+        result: DueStarts = await self._write(queue)
+        return result
 
     async def _rearm_debounced(self, c: RearmDebounced) -> str | None:
         args = (SQLITE.json(c.input, what="input_json"), format_ts(c.not_before),

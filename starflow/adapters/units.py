@@ -17,6 +17,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 import msgspec
 
 from ..records import (
+    DueStarts,
     JobRecord,
     JobSpec,
     PoolLimits,
@@ -31,6 +32,7 @@ __all__ = [
     "UPDATABLE_RUN_COLUMNS",
     "AfterClaim",
     "AfterPrune",
+    "AfterQueueDue",
     "AfterRearm",
     "AfterSweep",
     "ClaimJobs",
@@ -59,6 +61,7 @@ __all__ = [
     "Op",
     "PruneOutbox",
     "PruneRuns",
+    "QueueDueStarts",
     "RearmDebounced",
     "SetPoolLimits",
     "SweepLeases",
@@ -313,6 +316,9 @@ AfterSweep = Callable[[list[SweepResult]], list[Op]]
 AfterRearm = Callable[[str], list[Op]]
 #: Extra ops for a prune batch, from the ids of the runs it deleted.
 AfterPrune = Callable[[list[str]], list[Op]]
+#: The ids of the delayed starts a :class:`QueueDueStarts` queued → more ops
+#: written in the same transaction (the mirror's outbox rows).
+AfterQueueDue = Callable[[list[str]], list[Op]]
 
 # ---------------------------------------------------------------------------
 # The sibling seam: read-modify-writes
@@ -488,6 +494,22 @@ class RearmDebounced(Command["str | None"]):
     input: Any
     not_before: datetime
     after: AfterRearm | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QueueDueStarts(Command[DueStarts]):
+    """Queue the runs started for later whose time has come (#30).
+
+    Runs of claim_state ``scheduled`` whose ``not_before`` is at or before
+    ``now`` move to claim_state ``queued`` (their status stays ``queued``),
+    announced like any queued run. The result also names the earliest start
+    still ahead, for the caller's next wake-up. ``after`` maps the queued
+    runs' ids to more ops written in the same transaction.
+    """
+
+    method: ClassVar[str] = "queue_due_starts"
+    now: datetime
+    after: AfterQueueDue | None = None
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PruneRuns(Command[PrunedBatch]):
     """Delete one batch of ended runs with every row that belongs to them.

@@ -9,16 +9,18 @@ from __future__ import annotations
 import argparse
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import msgspec
 
-from ..errors import InvalidWakeToken, SerializationError, WorkflowDefinitionError
+from ..clock import parse_age
+from ..errors import ConfigError, InvalidWakeToken, SerializationError, WorkflowDefinitionError
 from ..records import RunInfo
 from ..serde import check_json_depth
 from ..tokens import redact_wake_tokens
 from ._base import EXIT_OK, EXIT_USAGE, CommandError, app_args, command, db_args, open_app
-from ._format import json_flag, run_args, write, write_json
+from ._format import iso, json_flag, run_args, write, write_json
 
 __all__: list[str] = []
 
@@ -109,7 +111,34 @@ def _start_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--inline", action="store_true",
                         help="drive the run here until it ends or pauses, instead of queueing "
                              "it for workers")
+    later = parser.add_mutually_exclusive_group()
+    later.add_argument("--at", type=_start_time, default=None, metavar="WHEN",
+                       help="start it no earlier than WHEN: an ISO date/time (UTC unless it "
+                            "has an offset); the run is written now, a worker claims it then")
+    later.add_argument("--after", type=_start_delay, default=None, metavar="AGE",
+                       help="start it no earlier than AGE from now: 90s, 30m, 2h, 3d, 1w")
     json_flag(parser)
+
+
+def _start_time(text: str) -> datetime:
+    """``--at``: an ISO date/time, naive meaning UTC."""
+    try:
+        when = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"not an ISO date/time such as 2030-01-31T09:00:00+01:00: {text!r}") from None
+    return when.replace(tzinfo=UTC) if when.tzinfo is None else when
+
+
+def _start_delay(text: str) -> timedelta:
+    """``--after``: an age like ``90s``, ``30m``, ``2h``, ``3d``, ``1w``."""
+    try:
+        age = parse_age(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if age is None:
+        raise argparse.ArgumentTypeError(f"not an age like 90s, 30m, 2h, 3d, 1w: {text!r}")
+    return age
 
 
 @command("start", help="start a run of WORKFLOW (queued for workers, or --inline here)",
@@ -133,15 +162,31 @@ async def _start(ns: argparse.Namespace) -> int:
     if ns.inline and ns.pool:
         raise CommandError("--pool applies to queued runs: drop --inline, or --pool",
                            EXIT_USAGE)
+    if ns.inline and (ns.at is not None or ns.after is not None):
+        raise CommandError("--at/--after start the run later, on a worker: drop --inline, "
+                           "or --at/--after; nothing was started", EXIT_USAGE)
     async with open_app(ns) as sf:
         if ns.workflow not in registry.names():
             known = ", ".join(registry.names()) or "none"
             raise CommandError(f"--app {ns.app} registers no workflow {ns.workflow!r} "
                                f"(it registers: {known}); nothing was started", EXIT_USAGE)
-        options = sf.options(run_id=ns.run_id, pool=ns.pool)
+        try:
+            options = sf.options(run_id=ns.run_id, pool=ns.pool, start_at=ns.at,
+                                 start_after=ns.after)
+        except ConfigError as exc:
+            raise CommandError(f"{exc}; nothing was started", EXIT_USAGE) from exc
         handle = await (options.run if ns.inline else options.start)(
             ns.workflow, *args, **kwargs)
-    _report(handle, "started", ns.json)
+        starts_at = None
+        if ns.at is not None or ns.after is not None:
+            starts_at = (await sf.get_run(handle.run_id)).starts_at
+    if starts_at is None:
+        _report(handle, "started", ns.json)
+    elif ns.json:
+        write_json({**_handle_json(handle), "starts_at": iso(starts_at)})
+    else:
+        write(f"started run {handle.run_id}: now {handle.status}, starts at "
+              f"{iso(starts_at)}\n")
     return EXIT_OK
 
 

@@ -91,6 +91,7 @@ def run_summary(run: RunInfo) -> dict[str, Any]:
         "start_mode": run.start_mode,
         "runner_pool": run.runner_pool,
         "started_at": iso(run.started_at),
+        "starts_at": iso(run.starts_at),  # a start for later (#30), while queued
         "completed_at": iso(run.completed_at),
         "duration_ms": run.duration_ms,
         "error": run.error,
@@ -236,7 +237,8 @@ async def _runs_list(ns: argparse.Namespace) -> int:
     write(render_table(
         ["id", "workflow", "status", "started", "duration", "error"],
         [(r.id, f"{r.template_id}" + (f" v{r.workflow_version}" if r.workflow_version else ""),
-          r.status, iso(r.started_at),
+          r.status + (f" (starts at {iso(r.starts_at)})" if r.starts_at else ""),
+          iso(r.started_at),
           _ms(float(r.duration_ms)) if r.duration_ms is not None else None, r.error)
          for r in runs], max_width=48))
     return EXIT_OK
@@ -273,6 +275,7 @@ async def _runs_show(ns: argparse.Namespace) -> int:
         ("claim state", f"{run.claim_state} ({run.claim_attempts} of "
                         f"{run.max_claim_attempts} claim attempts used)"),
         ("started", f"{iso(run.started_at) or '-'} ({run.start_mode})"),
+        ("starts at", iso(run.starts_at)),  # a start for later (#30)
         ("completed", iso(run.completed_at)),
         ("duration", _ms(float(run.duration_ms)) if run.duration_ms is not None else None),
         ("pool", run.runner_pool),

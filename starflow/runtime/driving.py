@@ -421,19 +421,22 @@ class Driver:
         """
         await wait_event(self.clock, event or self._settled, seconds, *more)
 
-    async def wait_for_work(self, stopping: anyio.Event, settled: anyio.Event | None = None
-                            ) -> None:
-        """Return when work may be claimable: a NOTIFY or a poll interval, a run
-        settling in this process, or ``stopping`` being set.
+    async def wait_for_work(self, stopping: anyio.Event, settled: anyio.Event | None = None,
+                            *, timeout: float | None = None) -> None:
+        """Return when work may be claimable: a NOTIFY or a poll interval (or
+        ``timeout`` seconds, if sooner: a delayed start due then), a run settling
+        in this process, or ``stopping`` being set.
 
         Pass the ``settled`` event taken *before* the claim that found nothing, so
         work queued in this process between that claim and this wait is not missed.
         """
         settled = settled or self.settled
+        wait = self.config.poll_interval.total_seconds()
+        if timeout is not None:
+            wait = min(wait, timeout)
         async with anyio.create_task_group() as tg:
             async def poll() -> None:
-                await self.adapter.wait_for_work(self.clock,
-                                                 self.config.poll_interval.total_seconds())
+                await self.adapter.wait_for_work(self.clock, wait)
                 tg.cancel_scope.cancel()
 
             async def stopped() -> None:

@@ -79,11 +79,14 @@ class Runner(Waker):
     async def start(self, definition: WorkflowDefinition, args: tuple[Any, ...],
                     kwargs: dict[str, Any], *, run_id: str | None, inline: bool,
                     pool: str | None = None, flow: Mapping[str, Any] | None = None,
-                    timeout: timedelta | None = None) -> RunHandle[Any]:
+                    timeout: timedelta | None = None, start_at: datetime | None = None
+                    ) -> RunHandle[Any]:
         """Record a new run (idempotent on ``run_id``) and, inline, drive it.
 
         The run takes ``definition``'s version (the caller resolves a name).
-        ``timeout`` (else the workflow's) sets its deadline from now.
+        ``timeout`` (else the workflow's) sets its deadline from its start:
+        now, or ``start_at`` (a queued run no worker claims before then, #30;
+        claim_state ``scheduled`` while that is ahead).
         """
         rid = _validate_run_id(run_id)
         encoded = self.encode_input(definition, args, kwargs)
@@ -101,13 +104,16 @@ class Runner(Waker):
         def_id = await self.definition_id(definition)
         now = self.clock.now()
         timeout = timeout if timeout is not None else definition.timeout
-        deadline = now + timeout if timeout is not None else None
+        begins = now if start_at is None else max(now, start_at)
+        deadline = begins + timeout if timeout is not None else None
+        if start_at is not None:
+            flow = {**(flow or {}), "not_before": start_at}
         ctx = WorkflowContext(run_id=rid, workflow=definition.name, version=definition.version,
                               workspace_id=self.adapter.workspace_id, env=self.adapter.env)
         options = StartOptions(
             input=stored,
             status="running" if inline else "queued",
-            claim_state="running" if inline else "queued",
+            claim_state="running" if inline else "scheduled" if begins > now else "queued",
             runner_pool=pool if pool is not None else definition.pool,
             definition_id=def_id,
             start_mode="inline" if inline else "queued",
@@ -128,7 +134,7 @@ class Runner(Waker):
             return await self._start_refused(exc, rid, run_id, options, definition, encoded)
         assert fused or unit.held
         self._log.debug("run started", run_id=rid, workflow=definition.name,
-                       mode=options.start_mode)
+                       mode=options.start_mode, not_before=options.not_before)
         if not inline:
             self.notify_settled()
             if deadline is not None:
@@ -534,9 +540,11 @@ class Runner(Waker):
     async def stuck_runs(self, limit: int = 1000) -> list[RunInfo]:
         """Queued runs nobody has claimed for ``config.stuck_after``, oldest first.
 
-        A run counts from when it was last queued: its start, the last heartbeat
-        of the runner it was taken from, or its newest event (a wake that put
-        it back in the queue), whichever is latest. Looks at the ``limit``
+        A run counts from when it was last queued: its start, its start time if
+        it was started for later (or debounced), the last heartbeat of the
+        runner it was taken from, or its newest event (a wake that put it back
+        in the queue), whichever is latest. A run whose start time has not
+        come (claim_state scheduled) is not stuck. Looks at the ``limit``
         newest queued runs.
         """
         cutoff = self.clock.now() - self.config.stuck_after
@@ -544,8 +552,8 @@ class Runner(Waker):
         # One query for the page: each run with its newest event's time.
         for queued in await self.adapter.list_queued_runs(limit):
             run = queued.run
-            since = max((t for t in (run.started_at, run.last_heartbeat, queued.last_event_at)
-                         if t is not None), default=None)
+            since = max((t for t in (run.started_at, run.not_before, run.last_heartbeat,
+                                     queued.last_event_at) if t is not None), default=None)
             if run.claim_state == "queued" and since is not None and since < cutoff:
                 stuck.append((since, run))
         stuck.sort(key=lambda pair: (pair[0], pair[1].id))

@@ -73,6 +73,10 @@ class Worker:
         self._backoff = False
         #: When the grace period of a drain began (clock time), once it has.
         self.draining_since: datetime | None = None
+        #: The earliest start time of a run started for later (#30) as last read,
+        #: and when to look at those again (None: at the next claim).
+        self.next_start: datetime | None = None
+        self._starts_due_at: datetime | None = None
         self._log = log.bind(runner_id=runner.runner_id, pool=pool)
 
     @property
@@ -102,12 +106,18 @@ class Worker:
     # -- claiming ------------------------------------------------------------------
 
     async def claim_once(self, tg: anyio.abc.TaskGroup) -> int:
-        """Claim as many runs as there are free slots and start driving them."""
+        """Claim as many runs as there are free slots and start driving them.
+
+        First, when one may be due, the runs started for later whose time came
+        are queued (:meth:`queue_due_starts`).
+        """
         free = self.concurrency - self.active
         if free <= 0:
             return 0
         runner = self.runner
         now = runner.clock.now()
+        if self._starts_due_at is None or now >= self._starts_due_at:
+            await self.queue_due_starts(now)
         claimed = await runner.adapter.claim_runs(
             runner.runner_id, pool=self.pool, now=now,
             lease_until=now + runner.config.lease_ttl, limit=free,
@@ -118,6 +128,21 @@ class Worker:
             self._driving.add(run.id)
             tg.start_soon(self._drive, run)
         return len(claimed)
+
+    async def queue_due_starts(self, now: datetime) -> None:
+        """Queue the delayed starts due at ``now``; note when the next one is due.
+
+        Looked at again at the next start time, at the latest one poll interval
+        on (a start for earlier may have been written since), and after each
+        idle wait (whatever woke the worker may be such a start).
+        """
+        due = await self.runner.adapter.queue_due_starts(now)
+        if due.queued:
+            self._log.debug("queued delayed starts", count=len(due.queued))
+        self.next_start = due.next_start
+        recheck = now + self.runner.config.poll_interval
+        self._starts_due_at = recheck if due.next_start is None else min(due.next_start,
+                                                                         recheck)
 
     async def _drive(self, run: RunInfo) -> None:
         runner = self.runner
@@ -286,4 +311,9 @@ class Worker:
         await wait_event(self.runner.clock, self._stopping, seconds)
 
     async def _idle(self, settled: anyio.Event) -> None:
-        await self.runner.wait_for_work(self._stopping, settled)
+        # Until work is announced, or the next delayed start is due (#30).
+        timeout = None
+        if self.next_start is not None:
+            timeout = max(0.0, (self.next_start - self.runner.clock.now()).total_seconds())
+        await self.runner.wait_for_work(self._stopping, settled, timeout=timeout)
+        self._starts_due_at = None

@@ -44,6 +44,7 @@ from ..adapters.units import (
     InsertRun,
     Op,
     PruneRuns,
+    QueueDueStarts,
     RearmDebounced,
     SweepLeases,
     Unit,
@@ -53,7 +54,7 @@ from ..adapters.units import (
 from ..clock import Clock, SystemClock, format_ts
 from ..errors import WarmTierError
 from ..logs import get_logger
-from ..records import PrunedBatch, RunInfo, SweepResult
+from ..records import DueStarts, PrunedBatch, RunInfo, SweepResult
 from . import warm_from_url
 from .base import WarmTier, event_row, redact, run_columns
 
@@ -203,6 +204,13 @@ class MirroringWorkflowStateAdapter(DelegatingAdapter):
             if run_id is not None:
                 self._committed()
             return cast(R, run_id)
+        if isinstance(command, QueueDueStarts):
+            # Delayed starts whose time came move to claim_state queued (#30).
+            due: DueStarts = await self.inner.perform(
+                replace(command, after=self._queue_due_outbox(command)))
+            if due.queued:
+                self._committed()
+            return cast(R, due)
         if isinstance(command, PruneRuns) and not command.dry_run:
             batch: PrunedBatch = await self.inner.perform(
                 replace(command, after=self._prune_outbox(command)))
@@ -222,6 +230,19 @@ class MirroringWorkflowStateAdapter(DelegatingAdapter):
                 ops.append(_outbox(run_id, "reset", {"run_id": run_id, "columns": None,
                                                      "events": []}, ts))
             return ops
+
+        return outbox
+
+    def _queue_due_outbox(self, command: QueueDueStarts) -> Callable[[list[str]], list[Op]]:
+        after = command.after
+
+        def outbox(run_ids: list[str]) -> list[Op]:
+            ops: list[Op] = list(after(run_ids)) if after is not None else []
+            changes: list[Op] = [UpdateRun(method=command.method, run_id=run_id,
+                                           values={"claim_state": "queued"})
+                                 for run_id in run_ids]
+            return [*ops, *outbox_ops(changes, now=self.clock.now(),
+                                      workspace_id=self.workspace_id, env=self.env)]
 
         return outbox
 

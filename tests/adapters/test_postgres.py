@@ -26,6 +26,7 @@ from starflow import Starflow, step, workflow
 from starflow.adapters.postgres import (
     CLAIM_SQL,
     MIGRATION_LOCK_KEY,
+    QUEUE_DUE_STARTS_SQL,
     SWEEP_SQL,
     PostgresWorkflowStateAdapter,
     channel_name,
@@ -424,6 +425,37 @@ class TestPlans:
             for requeue in (True, False):  # StarflowConfig.lost_runs
                 assert "idx_workflow_runs_lease_until" in await used(
                     SWEEP_SQL[requeue], "ws0", "prod", "runner_lost", T0, "chan")
+
+    async def test_delayed_starts_stay_out_of_the_claim(self) -> None:
+        """Runs started for later (#30) cost a claim nothing, however many wait: they
+        are outside the claim indexes. Queueing the due ones and finding the next
+        start time read idx_workflow_runs_scheduled (042), never the whole table."""
+        async with scratch_database("starflow_plan") as (_, conn):
+            await conn.execute("""
+                INSERT INTO workflow_runs (id, workspace_id, env, status, started_at,
+                                           claim_state, not_before)
+                SELECT gen_random_uuid(), 'ws0', 'prod',
+                    CASE WHEN g % 3 = 0 THEN 'queued' ELSE 'success' END,
+                    now() - g * interval '1 second',
+                    CASE WHEN g % 3 = 0 THEN 'scheduled' ELSE 'complete' END,
+                    CASE WHEN g % 3 = 0 THEN $1::timestamptz + g * interval '1 second' END
+                FROM generate_series(1, 60000) g""", at(3600))
+            await conn.execute("ANALYZE workflow_runs")
+            nodes = await explain_nodes(conn, QUEUE_DUE_STARTS_SQL, "ws0", "prod", T0, "chan")
+            assert "idx_workflow_runs_scheduled" in {n.get("Index Name") for n in nodes}
+            assert "workflow_runs" not in seq_scanned(nodes)
+            # The claim, run for real (rolled back): 20,000 scheduled runs, none read.
+            tx = conn.transaction()
+            await tx.start()
+            try:
+                raw = await conn.fetchval(
+                    f"EXPLAIN (ANALYZE, FORMAT JSON) {CLAIM_SQL}", "ws0", "prod", None, 5,
+                    "w", at(30), T0, T0, None)
+            finally:
+                await tx.rollback()
+            plan = list(_plan_nodes(raw if isinstance(raw, list) else json.loads(raw)))
+            assert CLAIM_INDEXES & {n.get("Index Name") for n in plan}
+            assert sum(n.get("Rows Removed by Filter", 0) for n in plan) == 0
 
 
 class ManualClock:

@@ -35,8 +35,8 @@ class TestRunsList:
         runs = json.loads(result.out)
         assert {r["id"] for r in runs} == {*seeded.paused, seeded.done}
         assert set(runs[0]) == {"id", "workflow", "version", "status", "claim_state",
-                                "start_mode", "runner_pool", "started_at", "completed_at",
-                                "duration_ms", "error"}
+                                "start_mode", "runner_pool", "started_at", "starts_at",
+                                "completed_at", "duration_ms", "error"}
         assert all(r["started_at"].endswith("Z") for r in runs)
         only = json.loads(cli("runs", "list", "--db", seeded.url, "--json",
                               "--status", "success").out)

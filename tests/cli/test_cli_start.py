@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -42,6 +43,44 @@ class TestStart:
         assert "JSON array" in line
         line = cli.fails("start", "cli_quick", "--db", seeded.url, code=2)
         assert "needs --app" in line
+        assert json.loads(cli("runs", "list", "--db", seeded.url, "--json").out) == before
+
+
+class TestStartLater:
+    """--at WHEN / --after AGE write the run now, for a worker to claim then (#30)."""
+
+    def test_after_and_at(self, cli: Cli, seeded: Seeded) -> None:
+        """The run is queued and scheduled; list and show say when it starts."""
+        result = cli("start", "cli_quick", "--app", APP, "--db", seeded.url, "--args", "[1]",
+                     "--after", "2h", "--json")
+        assert result.code == 0, result.err
+        data = json.loads(result.out)
+        assert data["status"] == "queued" and data["starts_at"].endswith("Z")
+        at = "2099-06-01T09:30:00+02:00"
+        result = cli("start", "cli_quick", "--app", APP, "--db", seeded.url, "--args", "[2]",
+                     "--at", at)
+        assert result.code == 0, result.err
+        assert result.out.endswith("now queued, starts at 2099-06-01T07:30:00.000Z\n")
+        run_id = result.out.split()[2].rstrip(":")
+        show = json.loads(cli("runs", "show", run_id, "--db", seeded.url, "--json").out)
+        assert (show["run"]["claim_state"], show["run"]["starts_at"]) == (
+            "scheduled", "2099-06-01T07:30:00.000Z")
+        text = cli("runs", "show", run_id, "--db", seeded.url).out
+        assert re.search(r"^starts at +2099-06-01T07:30:00.000Z$", text, re.M)
+        listed = cli("runs", "list", "--db", seeded.url, "--status", "queued").out
+        assert "queued (starts at 2099-06-01T07:30:00.000Z)" in listed
+
+    def test_bad_start_times_start_nothing(self, cli: Cli, seeded: Seeded) -> None:
+        """Exit 2 with one line saying why; nothing written."""
+        before = json.loads(cli("runs", "list", "--db", seeded.url, "--json").out)
+        base = ("start", "cli_quick", "--app", APP, "--db", seeded.url, "--args", "[1]")
+        assert "not an ISO date/time" in cli.fails(*base, "--at", "tomorrow", code=2)
+        assert "not an age like" in cli.fails(*base, "--after=-5m", code=2)
+        assert "not allowed with argument" in cli.fails(*base, "--at", "2099-01-01",
+                                                        "--after", "1h", code=2)
+        assert "drop --inline" in cli.fails(*base, "--after", "1h", "--inline", code=2)
+        line = cli.fails(*base, "--at", "2199-01-01", code=2)
+        assert "from now" in line and "nothing was started" in line
         assert json.loads(cli("runs", "list", "--db", seeded.url, "--json").out) == before
 
 

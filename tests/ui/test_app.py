@@ -89,6 +89,19 @@ class TestRunsPage:
                 url = found.group(1).replace("&amp;", "&") if found else None
             assert seen == list(reversed(ids))
 
+    async def test_a_start_for_later_says_when(self, sf: Starflow) -> None:
+        """A run started for later shows "starts at" in the table and on its page (#30)."""
+        at = datetime(2099, 3, 4, 5, 6, 7, tzinfo=UTC)
+        later = (await sf.start(quick, 1, start_at=at)).run_id
+        now = (await sf.start(quick, 2)).run_id
+        async with client_for(create_app(sf)) as client:
+            page = (await client.get("/runs")).text
+            run_page = (await client.get(f"/runs/{later}")).text
+        assert cells(page, f'data-run="{later}" data-status="queued"')[2] == (
+            "queued starts at 2099-03-04T05:06:07.000Z")
+        assert cells(page, f'data-run="{now}" data-status="queued"')[2] == "queued"
+        assert re.search(r"<dt>Starts at</dt><dd[^>]*>2099-03-04T05:06:07.000Z</dd>", run_page)
+
     async def test_bad_filters_are_explained(self, sf: Starflow) -> None:
         async with client_for(create_app(sf)) as client:
             response = await client.get("/runs", params={"status": "stuck", "from": "soon",
