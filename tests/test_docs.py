@@ -95,3 +95,32 @@ def test_reference_covers_all_exports() -> None:
         documented |= set(starflow.errors.__all__)
     missing = sorted(set(starflow.__all__) - documented - {"__version__"})
     assert not missing, f"docs/reference/starflow.md does not document {missing}"
+
+
+_CITED = re.compile(
+    r"(?<![\w/.-])((?:starflow|starflow_testing|tests|examples|bench|docs)/[\w./-]+"
+    r"\.(?:py|md|sql|json|html|css|js|toml|yml))\b")
+
+
+def _cited_paths(text: str) -> set[str]:
+    return set(_CITED.findall(text))
+
+
+def test_files_cited_in_the_docs_exist() -> None:
+    """Every repository path the docs, README and CHANGELOG name (``starflow/…``,
+    ``examples/…``, ``bench/…``, ``tests/…``) is a file of the checkout: a move
+    or a rename that leaves a page pointing at nothing fails here."""
+    pages = [ROOT / "README.md", ROOT / "CHANGELOG.md", ROOT / "mkdocs.yml",
+             *DOCS.rglob("*.md")]
+    missing = sorted(f"{page.relative_to(ROOT)}: {path}" for page in pages
+                     for path in _cited_paths(page.read_text())
+                     if not (ROOT / path).exists())
+    assert not missing, "cited files that do not exist:\n" + "\n".join(missing)
+
+
+def test_cited_paths_are_found() -> None:
+    """The scan sees a path in prose, in backticks and in a link, and not a URL's tail."""
+    text = ("see `starflow/runtime/worker.py`, [x](examples/saga.py) and bench/bench.py; "
+            "not https://example.org/docs/x.md")
+    assert _cited_paths(text) == {"starflow/runtime/worker.py", "examples/saga.py",
+                                  "bench/bench.py"}
