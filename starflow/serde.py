@@ -66,7 +66,12 @@ def _dec_hook(type_: Any, obj: Any) -> Any:
     # reports as a ValidationError with the path.
     if is_pydantic_model(type_):
         return type_.model_validate(obj)
-    raise NotImplementedError(f"Objects of type {type_!r} are unsupported")
+    # What msgspec does without a hook: an instance passes (``object`` takes
+    # anything), anything else is refused with its usual message.
+    if isinstance(type_, type) and isinstance(obj, type_):
+        return obj
+    raise ValueError(f"Expected `{getattr(type_, '__name__', type_)}`, "
+                     f"got `{type(obj).__name__}`")
 
 
 def _enc_hook(obj: Any) -> Any:
