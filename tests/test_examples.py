@@ -167,13 +167,14 @@ class TestPydanticOrders:
         assert out.count("in the workflow: Quote with Order") == 2
         assert "quote event: Quote(order=Order(id='o-1'" in out
         assert "refused:" in out and "__main__.Approval" in out and "nothing was written" in out
-        assert "run is success: Invoice {'quote': {'order':" in out and "'approved_by': 'ada'" in out
+        assert "run is success: Invoice {'quote': {'order':" in out
+        assert "'approved_by': 'ada'" in out
         assert "price ran 1 time(s)" in out
 
 
 #: Examples whose output a class above checks.
-CHECKED = {"pydantic_orders.py", "saga.py", "fan_out.py", "long_sleep.py", "quickstart.py", "failure_data.py",
-           "typed_signal.py", "schedules_and_queues.py", "events_and_streams.py",
+CHECKED = {"saga.py", "fan_out.py", "long_sleep.py", "quickstart.py", "failure_data.py",
+           "pydantic_orders.py", "typed_signal.py", "schedules_and_queues.py", "events_and_streams.py",
            "fork_and_continue.py"}
 
 
