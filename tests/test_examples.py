@@ -174,7 +174,8 @@ class TestPydanticOrders:
 
 #: Examples whose output a class above checks.
 CHECKED = {"saga.py", "fan_out.py", "long_sleep.py", "quickstart.py", "failure_data.py",
-           "pydantic_orders.py", "typed_signal.py", "schedules_and_queues.py", "events_and_streams.py",
+           "pydantic_orders.py", "typed_signal.py", "schedules_and_queues.py",
+           "events_and_streams.py",
            "fork_and_continue.py"}
 
 
