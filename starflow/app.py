@@ -58,9 +58,19 @@ class Starflow(StarflowOps):
         """
         return self._track(await self.runner.signal(normalize_run_id(run_id), event, payload))
 
+    @overload
     async def update(self, run_id: str, name: str, payload: Any = None, *,
                      timeout: timedelta | float | None = None,
-                     update_id: str | None = None) -> Any:
+                     update_id: str | None = None, type: type[R]) -> R: ...
+
+    @overload
+    async def update(self, run_id: str, name: str, payload: Any = None, *,
+                     timeout: timedelta | float | None = None,
+                     update_id: str | None = None) -> Any: ...
+
+    async def update(self, run_id: str, name: str, payload: Any = None, *,
+                     timeout: timedelta | float | None = None,
+                     update_id: str | None = None, type: Any = Any) -> Any:
         """Send a request to a running workflow and return its answer.
 
         The workflow receives it with ``req = await starflow.receive(name)`` and
@@ -81,6 +91,8 @@ class Starflow(StarflowOps):
                 the request stays queued.
             update_id: Your id for this update, to retry it safely (default:
                 a new UUID).
+            type: Convert the answer to this type (a dataclass, Struct, Pydantic
+                model…); as stored (JSON builtins) by default.
 
         Raises:
             UpdateRejected: the workflow rejected the request.
@@ -130,7 +142,9 @@ class Starflow(StarflowOps):
         node_id, output = answer
         if "rejected" in output:
             raise UpdateRejected(run_id, name, uid, str(output["rejected"]), node_id=node_id)
-        return output.get("reply")
+        return serde.convert(output.get("reply"), type,
+                             what=f"answer to update {name!r} of run {run_id}",
+                             run_id=run_id, node_id=node_id)
 
     async def resume(self, wake_token: str, payload: Any = None) -> RunHandle[Any]:
         """Wake the wait a token was issued for, with ``payload``.

@@ -290,11 +290,22 @@ class Starflow:
         """:meth:`starflow.Starflow.resume`."""
         return self._call(lambda: self._app.resume(wake_token, payload))
 
+    @overload
     def update(self, run_id: str, name: str, payload: Any = None, *,
-               timeout: timedelta | float | None = None, update_id: str | None = None) -> Any:
+               timeout: timedelta | float | None = None, update_id: str | None = None,
+               type: type[R]) -> R: ...
+
+    @overload
+    def update(self, run_id: str, name: str, payload: Any = None, *,
+               timeout: timedelta | float | None = None,
+               update_id: str | None = None) -> Any: ...
+
+    def update(self, run_id: str, name: str, payload: Any = None, *,
+               timeout: timedelta | float | None = None, update_id: str | None = None,
+               type: Any = Any) -> Any:
         """:meth:`starflow.Starflow.update`."""
         return self._call(lambda: self._app.update(run_id, name, payload, timeout=timeout,
-                                                   update_id=update_id))
+                                                   update_id=update_id, type=type))
 
     def cancel(self, run_id: str, *, force: bool = False) -> RunHandle[Any]:
         """:meth:`starflow.Starflow.cancel`."""

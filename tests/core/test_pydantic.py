@@ -158,6 +158,21 @@ class TestModelsAsValues:
         handle = await sf.run(flow)
         assert handle.status == "success"
 
+    async def test_update_request_and_answer_are_models(self, sf: Starflow) -> None:
+        """receive(type=Model) gets a model; sf.update(type=Model) returns the answer
+        as a model (the stored answer is its JSON form)."""
+        @workflow(name=unique("cart"))
+        async def flow() -> int:
+            req = await starflow.receive("add", type=Line)
+            assert isinstance(req.payload, Line)
+            await req.reply(Order(id="cart", lines=[req.payload]))
+            return req.payload.qty
+
+        handle = await sf.run(flow)
+        answer = await sf.update(handle.run_id, "add", Line(sku="a", qty=3), type=Order)
+        assert answer == Order(id="cart", lines=[Line(sku="a", qty=3)])
+        assert (await sf.result(handle.run_id)) == 3
+
 
 class TestOptional:
     """Pydantic is an optional dependency."""
