@@ -104,6 +104,38 @@ class TestModelsAsValues:
         assert run.result_json["order"] == {
             "id": "o1", "lines": [{"sku": "a", "qty": 2}], "note": {"sku": "gift", "qty": 1}}
 
+    async def test_replay_in_a_fresh_app_decodes_from_the_database(
+            self, db_url: str, adapter_kind: str, workspace_id: str) -> None:
+        """A second app on the same database (no journal of the first in memory) wakes
+        the run: the recorded step output is read back from the row as a model."""
+        if adapter_kind == "memory":
+            pytest.skip("a private in-memory database cannot be opened twice")
+        calls: list[str] = []
+        seen: list[Any] = []
+
+        @step(name=unique("fresh-price"))
+        async def price(order: Order) -> list[Order]:
+            calls.append("price")
+            return [order, order.model_copy(update={"id": "o2"})]
+
+        @workflow(name=unique("fresh-orders"))
+        async def flow(order: Order) -> str:
+            priced = await price(order)
+            seen.append(priced)
+            await wait_for("go")
+            return ",".join(o.id for o in priced)
+
+        order = Order(id="o1", lines=[Line(sku="a", qty=2)], note=None)
+        async with Starflow.open(db_url, workspace_id=workspace_id, maintenance=False) as first:
+            handle = await first.run(flow, order)
+            assert handle.status == "paused"
+        async with Starflow.open(db_url, workspace_id=workspace_id, maintenance=False) as second:
+            done = await second.signal(handle.run_id, "go")
+        assert done.status == "success" and done.result == "o1,o2"
+        assert calls == ["price"] and len(seen) == 2
+        assert all(isinstance(o, Order) and isinstance(o.lines[0], Line) for o in seen[1])
+        assert seen[1] == seen[0]
+
     async def test_signal_not_fitting_the_model_is_refused(self, sf: Starflow) -> None:
         """A payload that fails the model's validation: SerializationError naming the
         model and the field, and nothing written; the run still waits."""
