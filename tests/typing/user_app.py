@@ -70,6 +70,8 @@ async def client(sf: Starflow) -> None:
     assert_type(runs, list[RunInfo])
     assert_type(await sf.get_event(handle.run_id, "receipt", type=Receipt), Receipt)
     assert_type(await sf.get_event(handle.run_id, "receipt"), Any)
+    assert_type(await sf.update(handle.run_id, "refund", 5, type=Receipt), Receipt)
+    assert_type(await sf.update(handle.run_id, "refund", 5), Any)
     async for streamed in sf.read_stream(handle.run_id, "receipts", type=Receipt):
         assert_type(streamed, Receipt)
 
