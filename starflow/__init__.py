@@ -15,8 +15,10 @@ from .children import ChildHandle, start_child
 from .clock import Clock, SystemClock
 from .config import StarflowConfig
 from .context import WorkflowContext, context
+from .continuation import continue_as_new
 from .decorators import RetryPolicy, step, workflow
 from .errors import (
+    ConcurrentWaits,
     ConfigError,
     CopyRefused,
     DuplicateRun,
@@ -40,6 +42,7 @@ from .errors import (
     StepTimeout,
     StorageError,
     StreamClosed,
+    UnexpectedSignal,
     UpdateRejected,
     WaitTimeout,
     WarmTierError,
@@ -49,7 +52,6 @@ from .errors import (
 )
 from .events import close_stream, set_event, write_stream
 from .failure import RunFailure
-from .forks import continue_as_new
 from .jobs import JobWorker
 from .progress import progress
 from .records import PoolLimits, PoolUsage, RunEvent, RunInfo, ScheduleRecord
@@ -64,6 +66,7 @@ from .workflow_logger import logger
 __all__ = [
     "ChildHandle",
     "Clock",
+    "ConcurrentWaits",
     "ConfigError",
     "CopyRefused",
     "DuplicateRun",
@@ -101,6 +104,7 @@ __all__ = [
     "StorageError",
     "StreamClosed",
     "SystemClock",
+    "UnexpectedSignal",
     "UpdateRejected",
     "UpdateRequest",
     "WaitTimeout",

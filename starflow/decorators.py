@@ -184,6 +184,8 @@ class WorkflowDefinition(_Annotated):
     signature: inspect.Signature
     #: A run's deadline from its start (``@workflow(timeout=)``).
     timeout: timedelta | None = None
+    #: The signal names its runs take (``@workflow(signals=)``); None: not declared.
+    signals: tuple[str, ...] | None = None
     _hints: dict[str, Any] | None = field(default=None, repr=False)
     _arity: int | None = field(default=None, repr=False)
 
@@ -318,6 +320,7 @@ def workflow(fn: Callable[P, Awaitable[R]], /) -> Callable[P, Awaitable[R]]: ...
 def workflow(
     *, name: str | None = None, version: int = 1, max_claim_attempts: int | None = None,
     pool: str | None = None, timeout: timedelta | None = None,
+    signals: tuple[str, ...] | list[str] | None = None,
 ) -> Callable[[Callable[P, Awaitable[R]]], Callable[P, Awaitable[R]]]: ...
 
 
@@ -330,6 +333,7 @@ def workflow(
     max_claim_attempts: int | None = None,
     pool: str | None = None,
     timeout: timedelta | None = None,
+    signals: tuple[str, ...] | list[str] | None = None,
 ) -> Any:
     """Declare an ``async def`` function as a durable workflow.
 
@@ -354,6 +358,11 @@ def workflow(
             (restarts and waits count): past it the run ends in ``error``
             (``WorkflowFailed.error_type == "WorkflowTimeout"``) and its attached
             children are cancelled. ``sf.options(timeout=)`` overrides it per run.
+        signals: The signal names its runs take. Declared, ``Starflow.signal``
+            (the CLI, the web page) refuses any other name with
+            :class:`~starflow.UnexpectedSignal` before writing; a declared one
+            sent before the run reaches its wait is kept. Not declared (None),
+            every signal is kept for the wait the run may reach.
 
     Inside another workflow, ``await this_workflow(...)`` starts a child run and
     waits for it durably (see :func:`starflow.start_child`).
@@ -382,6 +391,15 @@ def workflow(
         problems.extend(_pool_problems(pool))
         if (problem := timeout_problem("timeout", timeout)) is not None:
             problems.append(problem)
+        declared: tuple[str, ...] | None = None
+        if signals is not None:
+            if isinstance(signals, str) or not isinstance(signals, tuple | list) or not all(
+                    isinstance(e, str) and e and "#" not in e and "|" not in e
+                    for e in signals):
+                problems.append(f"signals must be a tuple of signal names (non-empty, "
+                                f"without '#' or '|'): {signals!r}")
+            else:
+                declared = tuple(signals)
         if problems:
             _fail("workflow", func, problems)
         definition = WorkflowDefinition(
@@ -393,6 +411,7 @@ def workflow(
             code_hash=_code_hash(func),
             signature=inspect.signature(func),
             timeout=timeout,
+            signals=declared,
         )
         registry.add(definition)
 

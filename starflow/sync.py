@@ -482,7 +482,10 @@ class RunOptions:
 
 
 class SyncWorker:
-    """A :class:`starflow.worker.Worker` driven from a thread; made by :meth:`Starflow.worker`."""
+    """A :class:`starflow.worker.Worker` driven from a thread.
+
+    Made by :meth:`Starflow.worker`.
+    """
 
     def __init__(self, sf: Starflow, worker: Worker) -> None:
         self._sf = sf
