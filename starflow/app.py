@@ -12,7 +12,6 @@ from . import serde
 from .adapters.base import WatchWhenWaiting
 from .app_core import RunOptions, workflow_definition
 from .app_ops import StarflowOps, check_session_names
-from .attributes import encode_attributes
 from .config import int_problem
 from .errors import (
     InvalidArgument,
@@ -23,11 +22,12 @@ from .errors import (
     StarflowError,
     UpdateRejected,
 )
-from .events import DataReader
-from .forks import fork_run
 from .limits import MAX_DURATION, name_problem, normalize_run_id
 from .records import RUN_STATUSES, RunEvent, RunInfo
-from .runner import RunHandle
+from .runtime.forks import fork_run
+from .runtime.runner import RunHandle
+from .workflow.attributes import encode_attributes
+from .workflow.events import DataReader
 
 __all__ = ["RunOptions", "Starflow", "check_session_names", "workflow_definition"]
 

@@ -51,17 +51,17 @@ from typing import Any, ParamSpec, TypeVar, overload
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
 from .adapters.base import WorkflowStateAdapter
+from .admin.retention import DEFAULT_BATCH_SIZE, PruneReport
 from .app import RunOptions as AsyncRunOptions
 from .app import Starflow as AsyncStarflow
 from .clock import Clock
 from .config import StarflowConfig
 from .errors import ConfigError, StarflowError
 from .records import PoolLimits, PoolUsage, RunEvent, RunInfo, ScheduleRecord
-from .retention import DEFAULT_BATCH_SIZE, PruneReport
-from .runner import RunHandle
+from .runtime.runner import RunHandle
+from .runtime.worker import Worker
 from .warm.base import LiveRun
 from .warm.drainer import OutboxStatus
-from .worker import Worker
 
 __all__ = ["RunOptions", "Starflow", "SyncWorker"]
 
@@ -482,7 +482,7 @@ class RunOptions:
 
 
 class SyncWorker:
-    """A :class:`starflow.worker.Worker` driven from a thread.
+    """A :class:`starflow.runtime.worker.Worker` driven from a thread.
 
     Made by :meth:`Starflow.worker`.
     """
