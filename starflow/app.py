@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator, Mapping
 from datetime import datetime, timedelta
 from typing import Any, TypeVar, overload
 
+from . import serde
 from .adapters.base import WatchWhenWaiting
 from .app_core import RunOptions, workflow_definition
 from .app_ops import StarflowOps, check_session_names
@@ -57,9 +58,19 @@ class Starflow(StarflowOps):
         """
         return self._track(await self.runner.signal(normalize_run_id(run_id), event, payload))
 
+    @overload
     async def update(self, run_id: str, name: str, payload: Any = None, *,
                      timeout: timedelta | float | None = None,
-                     update_id: str | None = None) -> Any:
+                     update_id: str | None = None, type: type[R]) -> R: ...
+
+    @overload
+    async def update(self, run_id: str, name: str, payload: Any = None, *,
+                     timeout: timedelta | float | None = None,
+                     update_id: str | None = None) -> Any: ...
+
+    async def update(self, run_id: str, name: str, payload: Any = None, *,
+                     timeout: timedelta | float | None = None,
+                     update_id: str | None = None, type: Any = Any) -> Any:
         """Send a request to a running workflow and return its answer.
 
         The workflow receives it with ``req = await starflow.receive(name)`` and
@@ -80,6 +91,8 @@ class Starflow(StarflowOps):
                 the request stays queued.
             update_id: Your id for this update, to retry it safely (default:
                 a new UUID).
+            type: Convert the answer to this type (a dataclass, Struct, Pydantic
+                model…); as stored (JSON builtins) by default.
 
         Raises:
             UpdateRejected: the workflow rejected the request.
@@ -129,7 +142,9 @@ class Starflow(StarflowOps):
         node_id, output = answer
         if "rejected" in output:
             raise UpdateRejected(run_id, name, uid, str(output["rejected"]), node_id=node_id)
-        return output.get("reply")
+        return serde.convert(output.get("reply"), type,
+                             what=f"answer to update {name!r} of run {run_id}",
+                             run_id=run_id, node_id=node_id)
 
     async def resume(self, wake_token: str, payload: Any = None) -> RunHandle[Any]:
         """Wake the wait a token was issued for, with ``payload``.
@@ -324,23 +339,44 @@ class Starflow(StarflowOps):
         return DataReader(self.adapter, self.clock, lambda: runner.settled,
                           self.config.poll_interval.total_seconds())
 
+    @overload
     async def get_event(self, run_id: str, key: str, *,
-                        timeout: timedelta | float | None = None) -> Any:
+                        timeout: timedelta | float | None = None, type: type[R]) -> R: ...
+
+    @overload
+    async def get_event(self, run_id: str, key: str, *,
+                        timeout: timedelta | float | None = None) -> Any: ...
+
+    async def get_event(self, run_id: str, key: str, *,
+                        timeout: timedelta | float | None = None, type: Any = Any) -> Any:
         """The value the run published under ``key`` (``starflow.set_event``), as
         soon as it is set: at once if it is, else when the unit that writes it
         commits (woken in this process, and on PostgreSQL by ``NOTIFY`` from any
         process). The latest value if it was set more than once.
+
+        Args:
+            type: Convert the value to this type (a dataclass, Struct, Pydantic
+                model…); as stored (JSON builtins) by default.
 
         Raises:
             ResultTimeout: not set within ``timeout`` (the run goes on).
             RunFinished: the run ended without setting it.
             RunNotFound: no such run.
             InvalidArgument: a bad key.
+            SerializationError: the value does not fit ``type``.
         """
-        return await self._data().get_event(normalize_run_id(run_id), key,
-                                            _result_timeout(timeout))
+        run_id = normalize_run_id(run_id)
+        value = await self._data().get_event(run_id, key, _result_timeout(timeout))
+        return serde.convert(value, type, what=f"event {key!r} of run {run_id}",
+                             run_id=run_id)
 
-    async def read_stream(self, run_id: str, key: str) -> AsyncIterator[Any]:
+    @overload
+    def read_stream(self, run_id: str, key: str, *, type: type[R]) -> AsyncIterator[R]: ...
+
+    @overload
+    def read_stream(self, run_id: str, key: str) -> AsyncIterator[Any]: ...
+
+    def read_stream(self, run_id: str, key: str, *, type: Any = Any) -> AsyncIterator[Any]:
         """Every value the run wrote to stream ``key`` (``starflow.write_stream``),
         in order, from the first; live values as they are written. Ends when
         the run closes the stream (``starflow.close_stream``) or ends.
@@ -350,12 +386,22 @@ class Starflow(StarflowOps):
             async for token in sf.read_stream(run.run_id, "tokens"):
                 print(token)
 
+        Args:
+            type: Convert each value to this type (a dataclass, Struct, Pydantic
+                model…); as stored (JSON builtins) by default.
+
         Raises:
             RunNotFound: no such run.
             InvalidArgument: a bad key.
+            SerializationError: a value does not fit ``type``.
         """
-        async for value in self._data().read_stream(normalize_run_id(run_id), key):
-            yield value
+        return self._read_stream(run_id, key, type)
+
+    async def _read_stream(self, run_id: str, key: str, type_: Any) -> AsyncIterator[Any]:
+        run_id = normalize_run_id(run_id)
+        async for value in self._data().read_stream(run_id, key):
+            yield serde.convert(value, type_, what=f"stream {key!r} value of run {run_id}",
+                                run_id=run_id)
 
     async def fork(self, run_id: str, *, from_node: str) -> RunHandle[Any]:
         """A new run of an ended run's workflow, version and arguments whose history

@@ -2,8 +2,14 @@
 
 Values go into the database as JSON. Anything msgspec can encode is accepted
 (builtins, dataclasses, msgspec Structs, attrs classes, enums, datetimes,
-UUIDs, Decimals…); on the way back a value is converted to the annotated type,
-so a step annotated ``-> Receipt`` returns a ``Receipt``, not a dict.
+UUIDs, Decimals…), and Pydantic v2 models (``model_dump(mode="json")``); on
+the way back a value is converted to the annotated type, so a step annotated
+``-> Receipt`` returns a ``Receipt``, not a dict (a Pydantic model through
+``model_validate``, also inside ``list[...]``, ``Optional`` or a dataclass).
+
+Pydantic stays optional: it is never imported here. A value or annotation is
+a Pydantic model only if the ``pydantic`` module is already loaded (whoever
+defined the model imported it) and the class derives from its ``BaseModel``.
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ from .errors import SerializationError
 from .limits import MAX_NESTING_DEPTH, MAX_PAYLOAD_BYTES, MAX_VALUE_DEPTH, text_problem
 
 __all__ = ["args_hash", "check_json_depth", "check_storable", "convert", "convert_call",
-           "decode", "encode", "to_builtins"]
+           "decode", "encode", "is_pydantic_model", "to_builtins"]
 
 T = TypeVar("T")
 
@@ -35,6 +41,37 @@ def _stdlib_time_type(type_: Any) -> Any:
             and type_.__module__ != "datetime"):
         return next((c for c in type_.__mro__ if c.__module__ == "datetime"), type_)
     return type_
+
+
+def _pydantic_base() -> type | None:
+    """Pydantic's ``BaseModel`` if some module imported pydantic, else ``None``.
+
+    Never imports it: a model can exist only where pydantic was imported."""
+    module = sys.modules.get("pydantic")
+    base = getattr(module, "BaseModel", None)
+    return base if isinstance(base, type) else None
+
+
+def is_pydantic_model(type_: Any) -> bool:
+    """Whether ``type_`` is a Pydantic (v2) model class."""
+    base = _pydantic_base()
+    return (base is not None and isinstance(type_, type) and issubclass(type_, base)
+            and hasattr(type_, "model_validate"))
+
+
+def _dec_hook(type_: Any, obj: Any) -> Any:
+    # msgspec calls this for a type it does not know, at any depth (a model
+    # in a list, an Optional, a dataclass field): a Pydantic model validates
+    # its own JSON form. Its ValidationError is a ValueError, which msgspec
+    # reports as a ValidationError with the path.
+    if is_pydantic_model(type_):
+        return type_.model_validate(obj)
+    # What msgspec does without a hook: an instance passes (``object`` takes
+    # anything), anything else is refused with its usual message.
+    if isinstance(type_, type) and isinstance(obj, type_):
+        return obj
+    raise ValueError(f"Expected `{getattr(type_, '__name__', type_)}`, "
+                     f"got `{type(obj).__name__}`")
 
 
 def _enc_hook(obj: Any) -> Any:
@@ -55,6 +92,9 @@ def _enc_hook(obj: Any) -> Any:
             return real(obj.year, obj.month, obj.day)
         return real(obj.hour, obj.minute, obj.second, obj.microsecond, obj.tzinfo,
                     fold=obj.fold)
+    if is_pydantic_model(type(obj)):
+        # The JSON form: what model_validate takes back, and what a replay sees.
+        return obj.model_dump(mode="json")
     raise NotImplementedError(f"Encoding objects of type {type(obj).__name__} is unsupported")
 
 
@@ -73,7 +113,7 @@ def _refused(what: str, exc: BaseException, run_id: str | None, node_id: str | N
              ) -> SerializationError:
     return SerializationError(
         f"{what} cannot be stored as JSON: {exc}. Use builtins, dataclasses, "
-        "msgspec Structs or other msgspec-supported types",
+        "msgspec Structs, Pydantic models or other msgspec-supported types",
         run_id=run_id, node_id=node_id)
 
 
@@ -289,13 +329,18 @@ def convert(value: Any, type_: Any, *, what: str = "stored value",
         return value
     type_ = _stdlib_time_type(type_)
     try:
-        return msgspec.convert(value, type_, strict=False)
-    except (msgspec.ValidationError, TypeError) as exc:
+        return msgspec.convert(value, type_, strict=False, dec_hook=_dec_hook)
+    except (msgspec.ValidationError, TypeError, NotImplementedError) as exc:
         raise SerializationError(
-            f"{what} does not match the annotated type {type_!r}: {exc}",
+            f"{what} does not match the annotated type {_type_label(type_)}: {exc}",
             run_id=run_id,
             node_id=node_id,
         ) from exc
+
+
+def _type_label(type_: Any) -> str:
+    return f"{type_.__module__}.{type_.__qualname__}" if isinstance(type_, type) \
+        else repr(type_)
 
 
 def type_name(type_: Any) -> str | None:

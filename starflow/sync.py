@@ -292,11 +292,22 @@ class Starflow:
         """:meth:`starflow.Starflow.resume`."""
         return self._call(lambda: self._app.resume(wake_token, payload))
 
+    @overload
     def update(self, run_id: str, name: str, payload: Any = None, *,
-               timeout: timedelta | float | None = None, update_id: str | None = None) -> Any:
+               timeout: timedelta | float | None = None, update_id: str | None = None,
+               type: type[R]) -> R: ...
+
+    @overload
+    def update(self, run_id: str, name: str, payload: Any = None, *,
+               timeout: timedelta | float | None = None,
+               update_id: str | None = None) -> Any: ...
+
+    def update(self, run_id: str, name: str, payload: Any = None, *,
+               timeout: timedelta | float | None = None, update_id: str | None = None,
+               type: Any = Any) -> Any:
         """:meth:`starflow.Starflow.update`."""
         return self._call(lambda: self._app.update(run_id, name, payload, timeout=timeout,
-                                                   update_id=update_id))
+                                                   update_id=update_id, type=type))
 
     def cancel(self, run_id: str, *, force: bool = False) -> RunHandle[Any]:
         """:meth:`starflow.Starflow.cancel`."""
@@ -343,10 +354,18 @@ class Starflow:
 
     # -- events and streams --------------------------------------------------------
 
+    @overload
     def get_event(self, run_id: str, key: str, *,
-                  timeout: timedelta | float | None = None) -> Any:
+                  timeout: timedelta | float | None = None, type: type[R]) -> R: ...
+
+    @overload
+    def get_event(self, run_id: str, key: str, *,
+                  timeout: timedelta | float | None = None) -> Any: ...
+
+    def get_event(self, run_id: str, key: str, *,
+                  timeout: timedelta | float | None = None, type: Any = Any) -> Any:
         """:meth:`starflow.Starflow.get_event`: block until the run sets ``key``."""
-        return self._call(lambda: self._app.get_event(run_id, key, timeout=timeout))
+        return self._call(lambda: self._app.get_event(run_id, key, timeout=timeout, type=type))
 
     def _blocking(self, agen: AsyncIterator[T]) -> Iterator[T]:
         """An async generator of the app, iterated from this thread (closed with it)."""
@@ -361,9 +380,15 @@ class Starflow:
             with contextlib.suppress(ConfigError):
                 self._call(agen.aclose)
 
-    def read_stream(self, run_id: str, key: str) -> Iterator[Any]:
+    @overload
+    def read_stream(self, run_id: str, key: str, *, type: type[R]) -> Iterator[R]: ...
+
+    @overload
+    def read_stream(self, run_id: str, key: str) -> Iterator[Any]: ...
+
+    def read_stream(self, run_id: str, key: str, *, type: Any = Any) -> Iterator[Any]:
         """:meth:`starflow.Starflow.read_stream`, as a blocking iterator."""
-        return self._blocking(self._app.read_stream(run_id, key))
+        return self._blocking(self._app.read_stream(run_id, key, type=type))
 
     def fork(self, run_id: str, *, from_node: str) -> RunHandle[Any]:
         """:meth:`starflow.Starflow.fork`."""

@@ -170,10 +170,25 @@ class TestDelayedStart:
         assert "emails sent: ['ada@example.com: your trial ends tomorrow']" in out
 
 
+class TestPydanticOrders:
+    """examples/pydantic_orders.py: Pydantic models as values, typed on replay."""
+
+    def test_models_come_back_as_models(self, tmp_path: Path) -> None:
+        """Live and replayed step outputs are models; the event and result are typed;
+        a payload failing the wait's model is refused; the step ran once."""
+        out = run_example("pydantic_orders.py", tmp_path)
+        assert out.count("in the workflow: Quote with Order") == 2
+        assert "quote event: Quote(order=Order(id='o-1'" in out
+        assert "refused:" in out and "__main__.Approval" in out and "nothing was written" in out
+        assert "run is success: Invoice {'quote': {'order':" in out
+        assert "'approved_by': 'ada'" in out
+        assert "price ran 1 time(s)" in out
+
+
 #: Examples whose output a class above checks.
 CHECKED = {"saga.py", "fan_out.py", "long_sleep.py", "quickstart.py", "failure_data.py",
-           "typed_signal.py", "schedules_and_queues.py", "events_and_streams.py",
-           "fork_and_continue.py", "delayed_start.py"}
+           "pydantic_orders.py", "typed_signal.py", "schedules_and_queues.py",
+           "events_and_streams.py", "fork_and_continue.py", "delayed_start.py"}
 
 
 @pytest.mark.parametrize(

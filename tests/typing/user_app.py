@@ -68,6 +68,12 @@ async def client(sf: Starflow) -> None:
     assert_type(info, RunInfo)
     runs = await sf.list_runs(status="paused", limit=10)
     assert_type(runs, list[RunInfo])
+    assert_type(await sf.get_event(handle.run_id, "receipt", type=Receipt), Receipt)
+    assert_type(await sf.get_event(handle.run_id, "receipt"), Any)
+    assert_type(await sf.update(handle.run_id, "refund", 5, type=Receipt), Receipt)
+    assert_type(await sf.update(handle.run_id, "refund", 5), Any)
+    async for streamed in sf.read_stream(handle.run_id, "receipts", type=Receipt):
+        assert_type(streamed, Receipt)
 
 
 async def main() -> None:
@@ -82,3 +88,6 @@ def blocking() -> None:
         assert_type(sf.result(handle, timeout=5), Receipt)
         assert_type(sf.options(pool="gpu").start(order, "o-5"), RunHandle[Receipt])
         assert_type(sf.get_run(handle.run_id), RunInfo)
+        assert_type(sf.get_event(handle.run_id, "receipt", type=Receipt), Receipt)
+        for streamed in sf.read_stream(handle.run_id, "receipts", type=Receipt):
+            assert_type(streamed, Receipt)
