@@ -40,6 +40,7 @@ from .errors import (
     StepTimeout,
     StorageError,
     StreamClosed,
+    TooManyRuns,
     UpdateRejected,
     WaitTimeout,
     WarmTierError,
@@ -52,7 +53,15 @@ from .failure import RunFailure
 from .forks import continue_as_new
 from .jobs import JobWorker
 from .progress import progress
-from .records import PoolLimits, PoolUsage, RunEvent, RunInfo, ScheduleRecord
+from .records import (
+    BulkResult,
+    PoolLimits,
+    PoolUsage,
+    RunEvent,
+    RunFilter,
+    RunInfo,
+    ScheduleRecord,
+)
 from .retention import PruneReport
 from .runner import RunHandle
 from .session import session_get, session_set
@@ -62,6 +71,7 @@ from .warm.base import LiveRun
 from .workflow_logger import logger
 
 __all__ = [
+    "BulkResult",
     "ChildHandle",
     "Clock",
     "ConfigError",
@@ -84,6 +94,7 @@ __all__ = [
     "RunCancelled",
     "RunEvent",
     "RunFailure",
+    "RunFilter",
     "RunFinished",
     "RunHandle",
     "RunIdConflict",
@@ -101,6 +112,7 @@ __all__ = [
     "StorageError",
     "StreamClosed",
     "SystemClock",
+    "TooManyRuns",
     "UpdateRejected",
     "UpdateRequest",
     "WaitTimeout",
