@@ -71,7 +71,8 @@ def test_error_classes_are_pinned_and_drawn() -> None:
         "NonDeterminismError", "OutsideWorkflow", "ReservedKeyError", "ResultTimeout",
         "RunCancelled", "RunFinished", "RunIdConflict", "RunNotEnded", "RunNotFound",
         "ScheduleNotFound", "SerializationError", "StarflowError", "StepFailed",
-        "StepTimeout", "StorageError", "StreamClosed", "UpdateRejected", "WaitTimeout",
+        "StepTimeout", "StorageError", "StreamClosed", "TooManyRuns", "UpdateRejected",
+        "WaitTimeout",
         "WarmTierError", "WorkflowDefinitionError", "WorkflowFailed", "WorkflowTimeout",
     ]
     # RunnerKilled is the test harness's (a simulated SIGKILL): starflow_testing exports it.
