@@ -522,6 +522,8 @@ class Starflow(StarflowOps):
                 if now is not None and now.status not in BULK_STATUSES[action]:
                     reason = f"{now.status}: {exc}"  # it moved on since the match
                 else:
+                    _log.warning("bulk action failed for a run", action=action,
+                                 run_id=run.id, error=str(exc))
                     failed_count += 1
                     if len(failed) < MAX_REPORTED:
                         failed[run.id] = f"{type(exc).__name__}: {exc}"
