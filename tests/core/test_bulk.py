@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+import starflow
 import starflow.app
 from starflow import (
     InvalidArgument,
@@ -51,6 +52,18 @@ async def fails(n: int) -> str:
     if bug["present"]:
         raise KeyError("a bug in the workflow body")
     return f"fixed-{n}"
+
+
+@workflow(name="bulk-child")
+async def bulk_child() -> str:
+    await wait_for("go")
+    return "child"
+
+
+@workflow(name="bulk-parent")
+async def bulk_parent() -> str:
+    handle = await starflow.start_child(bulk_child)
+    return str(await handle.result())
 
 
 class PageSpy(SpyAdapter):
@@ -140,6 +153,18 @@ class TestMatching:
         r = await app.cancel_runs(RunFilter(all=True))
         assert (r.matched, r.acted) == (3, 3)
         assert set((await statuses(app)).values()) == {"cancelled"}
+
+
+class TestSemantics:
+    """Each run goes through the per-run method: a cancel cascades to children."""
+
+    async def test_cancel_cascades_to_children(self, app: Starflow) -> None:
+        parent = (await app.run(bulk_parent)).run_id
+        kids = await app.list_runs(parent_run_id=parent)
+        assert len(kids) == 1 and not kids[0].is_terminal
+        r = await app.cancel_runs(RunFilter(template_id="bulk-parent"))
+        assert (r.matched, r.acted) == (1, 1)
+        assert (await app.get_run(kids[0].id)).status == "cancelled"
 
 
 class TestRefusals:
