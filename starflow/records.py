@@ -10,6 +10,7 @@ them without depending on the adapter port.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -83,7 +84,7 @@ class RunFilter(msgspec.Struct, frozen=True, kw_only=True):
     template_id: str | None = None
     since: datetime | None = None
     until: datetime | None = None
-    attributes: dict[str, str | int | bool] | None = None
+    attributes: Mapping[str, str | int | bool] | None = None
     pool: str | None = None
     all: bool = False
 
