@@ -11,7 +11,7 @@ server maintenance loop (``starflow server``, ``starflow worker
 exactly once, and every worker of every host obeys the pool's limits because
 the claim enforces them.
 
-    pip install 'starflow[schedules]'
+    pip install 'starflow-durable[schedules]'
     python examples/schedules_and_queues.py
 """
 

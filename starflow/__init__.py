@@ -15,8 +15,10 @@ from .children import ChildHandle, start_child
 from .clock import Clock, SystemClock
 from .config import StarflowConfig
 from .context import WorkflowContext, context
+from .continuation import continue_as_new
 from .decorators import RetryPolicy, step, workflow
 from .errors import (
+    ConcurrentWaits,
     ConfigError,
     CopyRefused,
     DuplicateRun,
@@ -41,6 +43,7 @@ from .errors import (
     StorageError,
     StreamClosed,
     TooManyRuns,
+    UnexpectedSignal,
     UpdateRejected,
     WaitTimeout,
     WarmTierError,
@@ -50,7 +53,6 @@ from .errors import (
 )
 from .events import close_stream, set_event, write_stream
 from .failure import RunFailure
-from .forks import continue_as_new
 from .jobs import JobWorker
 from .progress import progress
 from .records import (
@@ -74,6 +76,7 @@ __all__ = [
     "BulkResult",
     "ChildHandle",
     "Clock",
+    "ConcurrentWaits",
     "ConfigError",
     "CopyRefused",
     "DuplicateRun",
@@ -113,6 +116,7 @@ __all__ = [
     "StreamClosed",
     "SystemClock",
     "TooManyRuns",
+    "UnexpectedSignal",
     "UpdateRejected",
     "UpdateRequest",
     "WaitTimeout",

@@ -20,7 +20,7 @@ import anyio.lowlevel
 from .adapters import adapter_from_url
 from .adapters.base import WorkflowStateAdapter
 from .clock import Clock, SystemClock
-from .config import StarflowConfig, int_problem
+from .config import StarflowConfig, database_url_from_env, int_problem
 from .decorators import WorkflowDefinition, definition_of, registry, timeout_problem
 from .errors import (
     ConfigError,
@@ -108,8 +108,7 @@ class StarflowCore:
         workspace_id = workspace_id or os.environ.get("STARFLOW_WORKSPACE") or DEFAULT_WORKSPACE
         env = env or os.environ.get("STARFLOW_ENV") or DEFAULT_ENV
         if adapter is None:
-            url = (url or os.environ.get("STARFLOW_URL") or os.environ.get("STARFLOW_DATABASE_URL")
-                   or DEFAULT_URL)
+            url = url or database_url_from_env() or DEFAULT_URL
             options: dict[str, Any] = {}
             scheme = scheme_of(url)
             if scheme in ("sqlite", "memory"):

@@ -20,7 +20,7 @@ from .errors import (
     StarflowError,
 )
 from .jobs import JobWorker
-from .limits import check_name, duration_problem
+from .limits import check_name, duration_problem, normalize_run_id
 from .maintenance import Maintenance
 from .records import PoolLimits, PoolUsage, RunInfo, ScheduleRecord
 from .retention import DEFAULT_BATCH_SIZE, PruneReport, prune_runs
@@ -280,7 +280,7 @@ class StarflowOps(StarflowCore):
             WarmTierError: the warm tier failed while watching.
         """
         warm = self._require_warm("watch()")
-        async for state in warm.subscribe(run_id):
+        async for state in warm.subscribe(normalize_run_id(run_id)):
             live = live_run(state)
             if live is None:
                 continue  # a damaged projection: the drift sweep will repair it

@@ -16,8 +16,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from . import serde
-from .context import current_engine
-from .errors import InvalidArgument, StarflowError
+from .context import running_engine
+from .errors import InvalidArgument
 from .limits import name_problem
 
 __all__ = ["ATTRIBUTES_KIND", "MAX_ATTRIBUTE_LENGTH", "encode_attributes", "set_attributes"]
@@ -72,9 +72,6 @@ def set_attributes(**attributes: str | int | bool) -> None:
             str, int or bool (at most 200 characters as JSON).
         StarflowError: outside a workflow run, or inside a step.
     """
-    engine = current_engine.get()
-    if engine is None:
-        raise StarflowError("starflow.set_attributes() called outside a workflow run: call it "
-                            "from a @workflow function")
+    engine = running_engine("set_attributes")
     encoded = encode_attributes(attributes, run_id=engine.run_id)
     engine.set_attributes(encoded)

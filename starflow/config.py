@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import typing
 from datetime import timedelta
 from typing import Literal
@@ -176,6 +177,20 @@ class StarflowConfig(msgspec.Struct, frozen=True, kw_only=True):
             )
 
 
+#: The environment variables naming the database, in the order they are read by
+#: ``Starflow.open()`` and the ``starflow`` command alike.
+DATABASE_URL_VARIABLES = ("STARFLOW_URL", "STARFLOW_DATABASE_URL")
+
+
+def database_url_from_env() -> str | None:
+    """The database URL of ``$STARFLOW_URL``, else ``$STARFLOW_DATABASE_URL`` (else None)."""
+    for name in DATABASE_URL_VARIABLES:
+        value = os.environ.get(name)
+        if value:
+            return value
+    return None
+
+
 def int_problem(name: str, value: object, least: int) -> str | None:
     """The problem with an option that must be an int >= ``least`` (a bool is not one),
     or None: the one wording every check of such an option uses."""
@@ -187,8 +202,8 @@ def int_problem(name: str, value: object, least: int) -> str | None:
 def check_concurrency(value: object) -> int:
     """A worker's ``concurrency``: an int >= 1 (not a bool), else a ConfigError naming it.
 
-    Shared by :class:`~starflow.worker.Worker` and :class:`~starflow.jobs.JobWorker`,
-    which call it first, before anything starts.
+    Shared by :class:`~starflow.worker.Worker` and
+    :class:`~starflow.jobs.JobWorker`, which call it first, before anything starts.
     """
     problem = int_problem("concurrency", value, 1)
     if problem is not None:

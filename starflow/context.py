@@ -12,7 +12,8 @@ from typing import Any, NoReturn, Protocol
 import msgspec
 
 from .adapters.base import WorkflowStateAdapter
-from .errors import InvalidArgument, ReservedKeyError, StarflowError
+from .clock import Clock
+from .errors import InvalidArgument, OutsideWorkflow, ReservedKeyError, StarflowError
 from .limits import check_name
 
 __all__ = [
@@ -29,6 +30,7 @@ __all__ = [
     "context",
     "current_engine",
     "current_node",
+    "running_engine",
 ]
 
 RESERVED_PREFIX = "__celestial"
@@ -77,6 +79,20 @@ class CheckpointWait(msgspec.Struct, frozen=True, kw_only=True):
     #: ``module:qualname`` of the ``type=`` a ``wait_for`` converts its payload to
     #: (:func:`starflow.serde.type_name`); ``None`` for an untyped wait.
     payload_type: str | None = None
+    #: The same per event of a ``wait_for_any`` (its ``types=``), for typed events only.
+    payload_types: dict[str, str] | None = None
+    #: Signal names of untimed waits that concurrent branches reached while the
+    #: run paused here (each is reached again after this wait's wake): a signal
+    #: for one of them is expected, and kept until then.
+    also_events: tuple[str, ...] = ()
+    #: The workflow's ``@workflow(signals=)``, for a sender without its code.
+    signals: tuple[str, ...] | None = None
+
+    def type_for(self, event: str) -> str | None:
+        """The recorded type a payload of signal ``event`` must convert to here."""
+        if self.payload_types is not None:
+            return self.payload_types.get(event)
+        return self.payload_type if event == self.event else None
 
     def variable(self) -> dict[str, Any]:
         """The ``__celestialWait`` variable (status ``pending``) the checkpoint holds."""
@@ -87,6 +103,12 @@ class CheckpointWait(msgspec.Struct, frozen=True, kw_only=True):
             value["job_id"] = self.job_id
         if self.payload_type is not None:
             value["payload_type"] = self.payload_type
+        if self.payload_types:
+            value["payload_types"] = dict(self.payload_types)
+        if self.also_events:
+            value["also_events"] = list(self.also_events)
+        if self.signals is not None:
+            value["signals"] = list(self.signals)
         return value
 
 
@@ -98,7 +120,23 @@ def checkpoint_wait(checkpoint: Mapping[str, Any] | None) -> CheckpointWait | No
         return None
     return CheckpointWait(node_id=wait.get("node_id"), event=wait.get("event"),
                           deadline=wait.get("deadline"), wake_token=wait.get("wake_token"),
-                          job_id=wait.get("job_id"), payload_type=wait.get("payload_type"))
+                          job_id=wait.get("job_id"), payload_type=wait.get("payload_type"),
+                          payload_types=_type_names(wait.get("payload_types")),
+                          also_events=tuple(e for e in wait.get("also_events") or ()
+                                            if isinstance(e, str)),
+                          signals=_names(wait.get("signals")))
+
+
+def _names(value: Any) -> tuple[str, ...] | None:
+    if not isinstance(value, list | tuple):
+        return None
+    return tuple(e for e in value if isinstance(e, str))
+
+
+def _type_names(value: Any) -> dict[str, str] | None:
+    if not isinstance(value, Mapping):
+        return None
+    return {str(k): v for k, v in value.items() if isinstance(v, str)} or None
 
 
 class Variables(dict[str, Any]):
@@ -294,6 +332,9 @@ class RunningEngine(Protocol):
     @property
     def replaying(self) -> bool: ...
 
+    @property
+    def clock(self) -> Clock: ...
+
     #: The latest node id the workflow code reached (None before the first).
     position: str | None
 
@@ -336,16 +377,28 @@ current_engine: ContextVar[RunningEngine | None] = ContextVar("starflow_engine",
 current_node: ContextVar[str | None] = ContextVar("starflow_node", default=None)
 
 
+def running_engine(call: str, *, in_step: bool = True) -> RunningEngine:
+    """The engine running this task's workflow run, for workflow code's
+    ``starflow.<call>()``: the one way the primitives reach it.
+
+    Raises:
+        OutsideWorkflow: outside a workflow run, or (``in_step=False``: calls
+            recorded once in the workflow's history) inside a step.
+    """
+    engine = current_engine.get()
+    if engine is None:
+        raise OutsideWorkflow(call)
+    if not in_step:
+        node = current_node.get()
+        if node is not None:
+            raise OutsideWorkflow(call, run_id=engine.run_id, node_id=node)
+    return engine
+
+
 def context() -> WorkflowContext:
     """The :class:`WorkflowContext` of the workflow run executing this code.
 
     Raises:
-        StarflowError: when called outside a workflow run.
+        OutsideWorkflow: when called outside a workflow run.
     """
-    engine = current_engine.get()
-    if engine is None:
-        raise StarflowError(
-            "starflow.context() called outside a workflow run: call it from a @workflow "
-            "function or a @step it runs"
-        )
-    return engine.ctx
+    return running_engine("context").ctx

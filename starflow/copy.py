@@ -19,6 +19,12 @@ definitions, wake-token keys and worker jobs, ids and timestamps kept.
   runs behind and a second copy completes it.
 - **Verified.** Per run, the number of events and a hash of the history and
   checkpoint are compared on both sides after writing.
+- **Merged definitions.** A workflow definition the target already holds under
+  another id (the same workspace, env, name and version, written by another
+  database) is reused: the copied runs and schedules point at the target's id.
+  The same name and version with other code (``code_hash``) is a
+  :class:`Conflict` naming both hashes, and that definition's runs are not
+  written.
 """
 
 from __future__ import annotations
@@ -44,6 +50,7 @@ from .adapters.copying import (
 from .clock import Clock, SystemClock, format_ts, monotonic
 from .copy_records import Conflict, CopyOptions, CopyProgress, CopyReport, Mismatch
 from .errors import ConfigError, CopyRefused, StarflowError, StorageError
+from .limits import normalize_run_id
 
 __all__ = [
     "NOT_COPIED",
@@ -74,7 +81,8 @@ TABLES: tuple[TableSpec, ...] = (
     TableSpec("workflow_runs", key=("id",), lookup="id", run_column="id",
               times=_T({"started_at", "completed_at", "lease_until", "last_heartbeat",
                         "not_before", "claimed_at", "deadline_at"}),
-              json=_T({"checkpoint_json", "input_json", "result_json", "failure_json"}),
+              json=_T({"checkpoint_json", "input_json", "result_json", "failure_json",
+                        "phase"}),
               uuids=_T({"id", "definition_id", "parent_run_id", "continued_as"}),
               bools=_T({"detached"})),
     TableSpec("workflow_run_events", key=("id",), lookup="id", run_column="run_id",
@@ -174,6 +182,10 @@ class _Copy:
         self.dst: Side | None = None
         self._run_ids: list[str] | None = None
         self._tenant_of_copy: tuple[str, str] | None = None
+        #: Source definition id -> the target's id of the same definition.
+        self._definition_ids: dict[str, str] = {}
+        #: Source definition id -> why the target cannot take it (other code).
+        self._definition_conflicts: dict[str, str] = {}
 
     # -- set-up ---------------------------------------------------------------------
 
@@ -251,12 +263,13 @@ class _Copy:
         """The run ids of a ``--run`` copy (with their children); None: a tenant scope."""
         if self.o.run_id is None:
             return None
-        found = await self.src.select_in(_RUNS, "id", [self.o.run_id], )
+        run_id = normalize_run_id(self.o.run_id)  # as stored (pasted ids may be upper case)
+        found = await self.src.select_in(_RUNS, "id", [run_id])
         if not found:
             raise ConfigError(f"--run {self.o.run_id}: no such run in the source",)
-        ids = [self.o.run_id]
+        ids = [run_id]
         if "parent_run_id" in self.src.columns["workflow_runs"]:
-            frontier = [self.o.run_id]
+            frontier = [run_id]
             while frontier:
                 children = await self.src.select_in(_RUNS, "parent_run_id", frontier)
                 frontier = [str(c["id"]) for c in children if str(c["id"]) not in ids]
@@ -388,6 +401,9 @@ class _Copy:
                           f"workflow_runs r WHERE r.id = {spec.name}.{spec.run_column}))")
                 rows = await self.src.select(spec, q)
             self.report.rows_read += len(rows)
+            if name == "workflow_definitions":
+                rows = await self._merge_definitions(spec, rows)
+            rows = [self._remapped(spec, r) for r in rows]
             plan = await self._plan(spec, rows)
             self.report.conflicts.extend(plan.conflicts)
             batches.append((spec, [v for _r, v, _remap in plan.inserts]))
@@ -410,6 +426,41 @@ class _Copy:
         else:
             for spec, encoded in batches:
                 self._count(spec, len(encoded))
+
+    async def _merge_definitions(self, spec: TableSpec, rows: Sequence[dict[str, Any]]
+                                 ) -> list[dict[str, Any]]:
+        """The source definitions the target lacks; the others are mapped to the
+        target's id (same code) or reported (other code)."""
+        if self.dst is None:
+            return list(rows)
+        out = []
+        for row in rows:
+            q = (Query(self.dst.end).eq("workspace_id", row["workspace_id"])
+                 .eq("env", row["env"]).eq("name", row["name"]).eq("version", row["version"]))
+            there = await self.dst.select(spec, q)
+            if not there or str(there[0]["id"]) == str(row["id"]):
+                out.append(row)  # new, or the same row: compared as any other
+                continue
+            target = there[0]
+            if target.get("code_hash") == row.get("code_hash"):
+                self._definition_ids[str(row["id"])] = str(target["id"])
+                continue
+            reason = (f"workflow {row['name']!r} version {row['version']} has code_hash "
+                      f"{row.get('code_hash')!r} in the source but {target.get('code_hash')!r} "
+                      f"in the target (definition {target['id']}): the same name and version "
+                      "with other code; its runs are not written (give one of them another "
+                      "version, or copy it to another workspace)")
+            self._definition_conflicts[str(row["id"])] = reason
+            self.report.conflicts.append(Conflict(spec.name, _key(spec, row), None, reason))
+        return out
+
+    def _remapped(self, spec: TableSpec, row: dict[str, Any]) -> dict[str, Any]:
+        """``row`` pointing at the target's id of its definition, where that differs."""
+        if spec.name not in ("workflow_runs", "starflow_schedules"):
+            return row
+        source = row.get("definition_id")
+        target = self._definition_ids.get(str(source)) if source is not None else None
+        return row if target is None else {**row, "definition_id": target}
 
     async def _rows_for_runs(self, spec: TableSpec, run_ids: Sequence[str]
                              ) -> list[dict[str, Any]]:
@@ -443,6 +494,7 @@ class _Copy:
         return sorted(str(r[0]) for r in rows)
 
     async def _copy_page(self, runs: list[dict[str, Any]]) -> None:
+        runs = [self._remapped(_RUNS, r) for r in runs]
         ids = [str(r["id"]) for r in runs]
         groups: dict[str, dict[str, list[dict[str, Any]]]] = {i: {} for i in ids}
         for spec in TABLES:
@@ -467,6 +519,12 @@ class _Copy:
                 rows = [r for i in ids for r in groups[i].get(spec.name, [])]
                 plans[spec.name] = await self._plan(spec, rows)
         bad: dict[str, list[Conflict]] = {}
+        for run in runs:
+            reason = self._definition_conflicts.get(str(run.get("definition_id")))
+            if reason is not None:
+                bad.setdefault(str(run["id"]), []).append(Conflict(
+                    _RUNS.name, (str(run["id"]),), str(run["id"]),
+                    f"its workflow definition {run['definition_id']} conflicts: {reason}"))
         for plan in plans.values():
             for c in plan.conflicts:
                 bad.setdefault(c.run_id or "", []).append(c)
@@ -631,6 +689,8 @@ class _Copy:
         async for page in self._run_pages(run_ids):
             await self._copy_page(page)
             self.progress.runs_done += len(page)
+            self.progress.runs_written = self.report.runs_written
+            self.progress.runs_present = self.report.runs_present
             self.progress.rows_read = self.report.rows_read
             self.progress.rows_written = self.report.rows_written
             self.progress.seconds = monotonic() - self.started

@@ -92,7 +92,11 @@ class CopyProgress:
     """How far a copy is (passed to ``on_progress`` after each batch)."""
 
     runs_total: int = 0
+    #: Runs compared so far: written, already there, or held back by a conflict.
     runs_done: int = 0
+    #: Of those, runs with rows written now, and runs already complete in the target.
+    runs_written: int = 0
+    runs_present: int = 0
     rows_read: int = 0
     rows_written: int = 0
     seconds: float = 0.0
@@ -100,6 +104,11 @@ class CopyProgress:
     @property
     def rows_per_second(self) -> float:
         return self.rows_read / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def runs_held_back(self) -> int:
+        """Runs compared but not written (a conflict, or the target refused them)."""
+        return self.runs_done - self.runs_written - self.runs_present
 
 
 @dataclass

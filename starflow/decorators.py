@@ -184,6 +184,8 @@ class WorkflowDefinition(_Annotated):
     signature: inspect.Signature
     #: A run's deadline from its start (``@workflow(timeout=)``).
     timeout: timedelta | None = None
+    #: The signal names its runs take (``@workflow(signals=)``); None: not declared.
+    signals: tuple[str, ...] | None = None
     _hints: dict[str, Any] | None = field(default=None, repr=False)
     _arity: int | None = field(default=None, repr=False)
 
@@ -220,6 +222,34 @@ class _Registry:
 
 
 registry = _Registry()
+
+
+class _WorkflowFunction(wrapt.FunctionWrapper[..., Any]):
+    """A ``@workflow`` function: the wrapper holds its definition, not the function.
+
+    An attribute set on a wrapt wrapper lands on the wrapped function, so one
+    function decorated twice (``a = workflow(name="a")(f); b = workflow(name="b")(f)``)
+    would leave both wrappers reading the second definition. A property keeps
+    each wrapper's own (a bound wrapper finds it through its parent).
+    """
+
+    _self_starflow_definition: WorkflowDefinition
+
+    @property
+    def __starflow_workflow__(self) -> WorkflowDefinition:
+        definition: WorkflowDefinition = self._self_starflow_definition
+        return definition
+
+
+class _StepFunction(wrapt.FunctionWrapper[..., Any]):
+    """A ``@step`` function: the wrapper holds its definition (see ``_WorkflowFunction``)."""
+
+    _self_starflow_definition: StepDefinition
+
+    @property
+    def __starflow_step__(self) -> StepDefinition:
+        definition: StepDefinition = self._self_starflow_definition
+        return definition
 
 
 def _problems_for(fn: object, kind: str) -> list[str]:
@@ -290,6 +320,7 @@ def workflow(fn: Callable[P, Awaitable[R]], /) -> Callable[P, Awaitable[R]]: ...
 def workflow(
     *, name: str | None = None, version: int = 1, max_claim_attempts: int | None = None,
     pool: str | None = None, timeout: timedelta | None = None,
+    signals: tuple[str, ...] | list[str] | None = None,
 ) -> Callable[[Callable[P, Awaitable[R]]], Callable[P, Awaitable[R]]]: ...
 
 
@@ -302,6 +333,7 @@ def workflow(
     max_claim_attempts: int | None = None,
     pool: str | None = None,
     timeout: timedelta | None = None,
+    signals: tuple[str, ...] | list[str] | None = None,
 ) -> Any:
     """Declare an ``async def`` function as a durable workflow.
 
@@ -326,6 +358,11 @@ def workflow(
             (restarts and waits count): past it the run ends in ``error``
             (``WorkflowFailed.error_type == "WorkflowTimeout"``) and its attached
             children are cancelled. ``sf.options(timeout=)`` overrides it per run.
+        signals: The signal names its runs take. Declared, ``Starflow.signal``
+            (the CLI, the web page) refuses any other name with
+            :class:`~starflow.UnexpectedSignal` before writing; a declared one
+            sent before the run reaches its wait is kept. Not declared (None),
+            every signal is kept for the wait the run may reach.
 
     Inside another workflow, ``await this_workflow(...)`` starts a child run and
     waits for it durably (see :func:`starflow.start_child`).
@@ -354,6 +391,15 @@ def workflow(
         problems.extend(_pool_problems(pool))
         if (problem := timeout_problem("timeout", timeout)) is not None:
             problems.append(problem)
+        declared: tuple[str, ...] | None = None
+        if signals is not None:
+            if isinstance(signals, str) or not isinstance(signals, tuple | list) or not all(
+                    isinstance(e, str) and e and "#" not in e and "|" not in e
+                    for e in signals):
+                problems.append(f"signals must be a tuple of signal names (non-empty, "
+                                f"without '#' or '|'): {signals!r}")
+            else:
+                declared = tuple(signals)
         if problems:
             _fail("workflow", func, problems)
         definition = WorkflowDefinition(
@@ -365,10 +411,10 @@ def workflow(
             code_hash=_code_hash(func),
             signature=inspect.signature(func),
             timeout=timeout,
+            signals=declared,
         )
         registry.add(definition)
 
-        @wrapt.decorator
         async def wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
             engine = current_engine.get()
             if engine is None or current_node.get() is not None:
@@ -378,8 +424,8 @@ def workflow(
                                                 run_id=None, pool=None, detached=False)
             return await engine.child_result(child_id, definition.return_type)
 
-        wrapped: Any = wrapper(func)
-        wrapped.__starflow_workflow__ = definition
+        wrapped = _WorkflowFunction(func, wrapper)
+        wrapped._self_starflow_definition = definition
         return wrapped
 
     if fn is not None:
@@ -457,15 +503,14 @@ def step(
         if pool is not None:
             registry.add_step(definition)
 
-        @wrapt.decorator
         async def wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
             engine = current_engine.get()
             if engine is None or current_node.get() is not None:
                 return await wrapped(*args, **kwargs)
             return await engine.run_step(definition, wrapped, args, kwargs)
 
-        wrapped: Any = wrapper(func)
-        wrapped.__starflow_step__ = definition
+        wrapped = _StepFunction(func, wrapper)
+        wrapped._self_starflow_definition = definition
         return wrapped
 
     if fn is not None:

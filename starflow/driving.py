@@ -41,12 +41,12 @@ from .errors import (
     StorageError,
     WorkflowDefinitionError,
 )
-from .execution import CONTINUED_FROM_EVENT, Outcome, Runtime
+from .execution import CONTINUED_FROM_EVENT, Outcome, Runtime, decode_input
 from .heartbeats import Heartbeats
 from .logs import get_logger
 from .records import DefinitionRecord, RunInfo
 from .replay import Journal
-from .tokens import Keyring
+from .tokens import REDACTED, Keyring
 
 __all__ = ["ACTIVE_STATUSES", "Driver", "RunHandle", "new_runner_id"]
 
@@ -81,6 +81,19 @@ class RunHandle(msgspec.Struct, Generic[ResultT], frozen=True, kw_only=True):
     error: str | None = None
     waiting_for: str | None = None
     wake_token: str | None = None
+
+    def _shown(self) -> list[tuple[str, Any]]:
+        """The fields as a repr shows them: the wake token (a bearer secret) redacted,
+        as the CLI and the web page show it."""
+        return [(name, REDACTED if name == "wake_token" and value is not None else value)
+                for name, value in ((f, getattr(self, f)) for f in self.__struct_fields__)]
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{name}={value!r}" for name, value in self._shown())
+        return f"{type(self).__name__}({fields})"
+
+    def __rich_repr__(self) -> Any:
+        yield from self._shown()
 
 
 def new_runner_id() -> str:
@@ -169,8 +182,7 @@ class Driver:
     def decode_input(definition: WorkflowDefinition, data: Any
                      ) -> tuple[tuple[Any, ...], dict[str, Any]]:
         """Rebuild call arguments, each converted to its annotated type."""
-        return serde.convert_call(definition.signature, definition.hints, data,
-                                  what=f"workflow {definition.name!r}")
+        return decode_input(definition, data)
 
     async def resolve(self, run: RunInfo) -> WorkflowDefinition:
         """The registered definition a run started with (never a newer version).

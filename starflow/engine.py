@@ -156,7 +156,18 @@ class Engine(EngineNodes):
             node_id=wait.node_id)
         return Outcome("paused", wait=wait)
 
+    def _conflict_outcome(self) -> Outcome:
+        exc = self.wait_conflict
+        assert exc is not None
+        return Outcome("error", error=f"{type(exc).__name__}: {exc}", exception=exc)
+
     async def _body(self) -> Outcome:
+        outcome = await self._run_body()
+        if outcome.status == "paused":
+            await self._settle_waits()
+        return outcome
+
+    async def _run_body(self) -> Outcome:
         with anyio.CancelScope() as scope:
             self._body_scope = scope
             try:
@@ -168,6 +179,8 @@ class Engine(EngineNodes):
                 abort = find_unwinding(exc, Abort)
                 if isinstance(abort, Abort):
                     return Outcome(abort.reason, exception=abort.cause)
+                if self.wait_conflict is not None:  # even if another branch paused first
+                    return self._conflict_outcome()
                 if isinstance(suspend, Suspend):
                     return Outcome("paused", wait=suspend.wait)
                 cont = find_unwinding(exc, ContinueAsNew)
@@ -184,6 +197,8 @@ class Engine(EngineNodes):
                 if self._cancelled and isinstance(exc, RunCancelled):
                     return Outcome("cancelled")  # the cleanup ran and let it propagate
                 return Outcome("error", error=f"{type(exc).__name__}: {exc}", exception=exc)
+            if self.wait_conflict is not None:  # the workflow code caught it
+                return self._conflict_outcome()
             if self._suspending:
                 return self._swallowed_pause(None)
             if self._cancelled:

@@ -11,8 +11,9 @@ operations on it, :mod:`starflow.engine` the run around them.
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, NoReturn
@@ -23,10 +24,11 @@ from . import serde
 from .adapters.base import WorkflowStateAdapter
 from .adapters.units import Guard, Op
 from .attributes import ATTRIBUTES_KIND
-from .clock import format_ts
+from .clock import Clock, format_ts
 from .context import CANCEL_EVENT, WAIT_KEY, CheckpointWait, WorkflowContext, current_node
 from .decorators import WorkflowDefinition
 from .errors import (
+    ConcurrentWaits,
     InvalidArgument,
     RunCancelled,
     SerializationError,
@@ -43,6 +45,7 @@ from .execution import (
     PendingWait,
     Runtime,
     Suspend,
+    lease_guard,
 )
 from .failure import CANCELLED_TYPE, cancelled_error
 from .limits import duration_problem
@@ -53,8 +56,8 @@ from .replay import (
     NodeRecord,
     node_id,
 )
-from .requeue import lease_guard
 from .tokens import WakeClaims
+from .waits import wait_events
 
 __all__ = ["EngineCore", "log"]
 
@@ -76,6 +79,13 @@ class EngineCore:
     _counters: dict[tuple[str, str | None], int] = field(default_factory=dict)
     _last_time: datetime | None = None
     _suspending: bool = False
+    #: Durable waits this execution is entering now (between their call and their
+    #: return or pause), by node id: True for a timed one (a sleep, a timeout).
+    _entering: dict[str, bool] = field(default_factory=dict)
+    #: Timed durable waits were reached at once: the run fails with this.
+    wait_conflict: ConcurrentWaits | None = None
+    #: Set when the last wait being entered is done (see :meth:`_settle_waits`).
+    _entering_done: anyio.Event | None = None
     #: The wait this execution is suspending on (set when it suspends).
     _pending_wait: PendingWait = field(init=False, repr=False)
     _body_scope: anyio.CancelScope | None = None
@@ -153,6 +163,11 @@ class EngineCore:
     @property
     def adapter(self) -> WorkflowStateAdapter:
         return self.runtime.adapter
+
+    @property
+    def clock(self) -> Clock:
+        """The runtime's clock (wall time; :meth:`now` is the deterministic one)."""
+        return self.runtime.clock
 
     @property
     def replaying(self) -> bool:
@@ -469,6 +484,86 @@ class EngineCore:
         if self._suspending:
             raise Suspend(self._pending_wait)
 
+    def _unwind_with_pause(self, events: tuple[str, ...]) -> NoReturn:
+        """This wait, in a concurrent branch, unwinds with the pause another branch
+        wrote; its events are recorded with that wait (``also_events``) so a
+        signal for them is expected while the run is paused there."""
+        self._note_also(events)
+        raise Suspend(self._pending_wait)
+
+    def _note_also(self, events: tuple[str, ...]) -> None:
+        if events:
+            current = self.ctx.variables.get(WAIT_KEY)
+            if isinstance(current, dict):
+                also = list(current.get("also_events") or [])
+                also += [e for e in events if e not in also]
+                self.ctx.variables._engine_set(  # type: ignore[attr-defined]
+                    WAIT_KEY, {**current, "also_events": also})
+
+    @contextlib.contextmanager
+    def _entering_wait(self, nid: str, timed: bool,
+                       events: tuple[str, ...] = ()) -> Iterator[None]:
+        """Mark durable wait ``nid`` as being entered until it returns or pauses.
+
+        A run pauses at one wait at a time. Untimed waits reached at once in
+        concurrent branches (a task group, ``asyncio.gather``) pause one after
+        the other: the first to pause wins (:meth:`_suspend`), the others are
+        reached again on the replay after its wake, and their events are noted
+        with the paused wait (``also_events``: a signal for them is expected
+        meanwhile). A timer would then start
+        only once the wait before it ended, so a timed one among them fails the
+        run with :class:`ConcurrentWaits` instead, before anything is written.
+        """
+        others = [n for n in self._entering if n != nid]
+        if self._suspending:
+            # Another branch paused already: this wait runs concurrently with it.
+            paused = self._pending_wait
+            if not timed and paused.deadline is None:
+                self._unwind_with_pause(events)
+            others = [paused.node_id]
+            timed = True
+        if others and (timed or any(self._entering[n] for n in others)):
+            raise self._conflict((*others, nid))
+        self._entering[nid] = timed
+        try:
+            yield
+        except BaseException:
+            if self._suspending and self._pending_wait.node_id != nid:
+                # Unwound (a task group cancels its other branches) by the pause
+                # another branch wrote: this wait is reached again after its wake.
+                if timed or self._pending_wait.deadline is not None:
+                    self._conflict((self._pending_wait.node_id, nid))
+                self._note_also(events)
+            raise
+        finally:
+            self._entering.pop(nid, None)
+            if not self._entering and self._entering_done is not None:
+                self._entering_done.set()
+
+    def _conflict(self, nodes: tuple[str, ...]) -> ConcurrentWaits:
+        """Record (the run fails with it) and return the error for timed waits
+        ``nodes`` reached at once."""
+        exc = ConcurrentWaits(
+            f"run {self.run_id}: durable waits {', '.join(nodes)} were reached at once "
+            "in concurrent branches (a task group or asyncio.gather), and a timed one "
+            "(a sleep, or a timeout) cannot run concurrently: a run pauses at one wait "
+            "at a time, so its timer would start late. Wait in one place instead: "
+            "starflow.wait_for_any(..., timeout=) for the first of several signals, "
+            "or one sleep for the longest delay (untimed waits in concurrent branches "
+            "are fine)", run_id=self.run_id, node_ids=nodes)
+        if self.wait_conflict is None:
+            self.wait_conflict = exc
+        return exc
+
+    async def _settle_waits(self) -> None:
+        """Before the pause is written: let the waits other branches are still
+        entering finish their reads (``asyncio.gather`` does not cancel its other
+        awaitables when one pauses); each then unwinds at its pause check, so no
+        query of this execution is left in flight after it ends."""
+        while self._entering:
+            self._entering_done = anyio.Event()
+            await self._entering_done.wait()
+
     def _refuse_in_step(self, what: str, why: str) -> None:
         """Raise if called from inside a step: ``what`` is recorded in the workflow's
         history, so it belongs to the ``@workflow`` function, between steps."""
@@ -519,7 +614,13 @@ class EngineCore:
 
     def _suspend(self, nid: str, event: str | None, deadline: datetime | None,
                  expiry: datetime, job: JobSpec | None = None,
-                 payload_type: str | None = None) -> NoReturn:
+                 payload_type: str | None = None,
+                 payload_types: dict[str, str] | None = None) -> NoReturn:
+        # A wait in a concurrent branch that got here after another one paused
+        # unwinds with that pause (and is reached again after its wake); writing
+        # its own wait over the first would leave the run paused on neither.
+        if self._suspending:
+            self._unwind_with_pause(wait_events(nid, event))
         token = self._sign(nid, expiry)
         pending = PendingWait(node_id=nid, event=event, deadline=deadline, wake_token=token,
                               job=job)
@@ -527,7 +628,8 @@ class EngineCore:
         recorded = CheckpointWait(node_id=nid, event=event,
                                   deadline=format_ts(deadline) if deadline else None,
                                   wake_token=token, job_id=job.id if job is not None else None,
-                                  payload_type=payload_type)
+                                  payload_type=payload_type, payload_types=payload_types,
+                                  signals=self.definition.signals)
         self.ctx.variables._engine_set(WAIT_KEY, recorded.variable())  # type: ignore[attr-defined]
         self.node_status[nid] = "waiting"
         self._pending_wait = pending

@@ -3,7 +3,7 @@
 :class:`EngineNodes` adds to :class:`~starflow.engine_core.EngineCore` every
 durable operation (a step with its retries, a wait or sleep, ``wait_for_any``,
 an update's answer, a child run's start and result through
-:mod:`starflow.children`): each gets a node id, returns its recorded outcome
+:mod:`starflow.child_nodes`): each gets a node id, returns its recorded outcome
 on replay, or writes its boundary. Suspending at a wait and delivering a
 cancel are the core's primitives, which the child nodes use too.
 """
@@ -17,7 +17,7 @@ from typing import Any, NoReturn
 
 import anyio
 
-from . import children, logs, observability, serde
+from . import child_nodes, logs, observability, serde
 from .context import (
     IDEMPOTENCY_KEY,
     RESERVED_PREFIX,
@@ -220,18 +220,18 @@ class EngineNodes(EngineCore):
         return await timed_attempt(self.runtime.clock, sdef, fn, args, kwargs,
                                    run_id=self.run_id, node_id=nid)
 
-    # -- child runs (starflow.children) ------------------------------------------
+    # -- child runs (starflow.child_nodes) ---------------------------------------
 
     async def start_child(self, definition: WorkflowDefinition, args: tuple[Any, ...],
                           kwargs: dict[str, Any], *, run_id: str | None, pool: str | None,
                           detached: bool) -> str:
-        """``starflow.start_child``: see :func:`starflow.children.start_child_node`."""
-        return await children.start_child_node(self, definition, args, kwargs,
+        """``starflow.start_child``: see :func:`starflow.child_nodes.start_child_node`."""
+        return await child_nodes.start_child_node(self, definition, args, kwargs,
                                                run_id=run_id, pool=pool, detached=detached)
 
     async def child_result(self, child_run_id: str, return_type: Any) -> Any:
-        """``ChildHandle.result``: see :func:`starflow.children.child_result_node`."""
-        return await children.child_result_node(self, child_run_id, return_type)
+        """``ChildHandle.result``: see :func:`starflow.child_nodes.child_result_node`."""
+        return await child_nodes.child_result_node(self, child_run_id, return_type)
 
     # -- variables written by steps (see replay.variables_snapshot) --------------
 
@@ -286,9 +286,14 @@ class EngineNodes(EngineCore):
             f"a durable wait pauses the whole run, so {what} must be called from the "
             "@workflow function, between steps (a step may hand out "
             "starflow.wake_token() for the wait that follows it)")
-        self._guard_suspending()
         kind = kind or ("wait" if event is not None else "sleep")
         nid = self._next_id(kind, node_name or event)
+        timed = timeout is not None and timeout > timedelta(0)
+        with self._entering_wait(nid, timed, (event,) if event is not None else ()):
+            return await self._wait(nid, kind, event, timeout, type_)
+
+    async def _wait(self, nid: str, kind: str, event: str | None, timeout: timedelta | None,
+                    type_: Any) -> Any:
         done = await self._enter_wait(nid, kind, event,
                                       f"{kind} {event!r}" if event else "sleep",
                                       f"{event!r} was signalled")
@@ -375,20 +380,29 @@ class EngineNodes(EngineCore):
         """
         self._refuse_in_step("wait_for_any()", "a durable wait pauses the whole run, so it "
                              "must be called from the @workflow function, between steps")
-        self._guard_suspending()
         name = ANY_SEPARATOR.join(events)
         nid = self._next_id(ANY_KIND, name)
+        with self._entering_wait(nid, timeout is not None, events):
+            return await self._wait_any(nid, name, events, timeout, types)
+
+    async def _wait_any(self, nid: str, name: str, events: tuple[str, ...],
+                        timeout: timedelta | None, types: Mapping[str, Any]
+                        ) -> tuple[str, Any]:
         done = await self._enter_wait(nid, ANY_KIND, name, f"wait_for_any {name!r}",
                                       f"any of {', '.join(map(repr, events))} was signalled")
         if done is not None:
             return self._any_result(nid, done.output, events, types)
-        signal = await first_signal(self.adapter, self.run_id, events)
-        if signal is not None:
-            output = {"event": signal.event, "payload": signal.payload}
-            await self._take_early_signal(nid, ANY_KIND, name, signal.id, output)
-            return self._any_result(nid, output, events, types)
+        while True:  # the oldest queued signal whose payload fits its event's type
+            signal = await first_signal(self.adapter, self.run_id, events)
+            if signal is None:
+                break
+            if await self._accepts(nid, signal.event, signal, types.get(signal.event, Any)):
+                output = {"event": signal.event, "payload": signal.payload}
+                await self._take_early_signal(nid, ANY_KIND, name, signal.id, output)
+                return self._any_result(nid, output, events, types)
         deadline, expiry = self._wait_times(nid, timeout)
-        self._suspend(nid, name, deadline, expiry)
+        names = {e: n for e, n in ((e, serde.type_name(t)) for e, t in types.items()) if n}
+        self._suspend(nid, name, deadline, expiry, payload_types=names or None)
 
     async def answer_update(self, name: str, update_id: str, outcome: dict[str, Any]) -> None:
         """Record the answer to an update as node ``reply:<name>#n`` (once; a replay

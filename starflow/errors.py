@@ -11,6 +11,8 @@ All of them derive from :class:`StarflowError`, carry the ``run_id`` and
     ├── ReservedKeyError          a write to a ``__celestial…`` context key
     ├── NonDeterminismError       replayed code diverged from the recorded history
     ├── WaitTimeout               a ``wait_for`` deadline passed before its signal
+    ├── ConcurrentWaits           timed durable waits in concurrent branches of one run
+    ├── UnexpectedSignal          a signal name outside the workflow's declared signals
     ├── WorkflowTimeout           a run passed its ``@workflow(timeout=)`` deadline
     ├── StepTimeout               a step attempt ran past its ``@step(timeout=)``
     ├── StepFailed                a step raised past its last retry
@@ -41,6 +43,7 @@ from __future__ import annotations
 from .driver_errors import is_transient
 
 __all__ = [
+    "ConcurrentWaits",
     "ConfigError",
     "CopyRefused",
     "DuplicateRun",
@@ -66,6 +69,7 @@ __all__ = [
     "StorageError",
     "StreamClosed",
     "TooManyRuns",
+    "UnexpectedSignal",
     "UpdateRejected",
     "WaitTimeout",
     "WarmTierError",
@@ -156,6 +160,45 @@ class NonDeterminismError(StarflowError):
 
 class WaitTimeout(StarflowError):
     """A ``wait_for`` with a timeout reached its deadline before a signal came."""
+
+
+class ConcurrentWaits(StarflowError):
+    """Two durable waits of one run were reached at once (concurrent branches of a
+    task group or ``asyncio.gather``) and one of them is timed (a ``sleep``, or a
+    ``wait_for`` / ``wait_for_any`` with a timeout).
+
+    A run pauses at one wait at a time; untimed waits in concurrent branches
+    pause one after another, but a timer that starts only when the wait before
+    it ends would fire late, so the run fails with this error instead.
+
+    Attributes:
+        node_ids: The waits that were reached at once.
+    """
+
+    def __init__(self, message: str, *, run_id: str | None = None,
+                 node_ids: tuple[str, ...] = ()) -> None:
+        super().__init__(message, run_id=run_id, node_id=node_ids[-1] if node_ids else None)
+        self.node_ids = node_ids
+
+
+class UnexpectedSignal(StarflowError):
+    """A signal for a name the run is not waiting for and never declared.
+
+    Raised by ``Starflow.signal`` (the CLI's ``starflow signal``, the web page)
+    before anything is written, for a workflow that declares its signals
+    (``@workflow(signals=...)``): the name is none of them, nor an event of
+    the run's current wait or of a wait recorded in its history.
+
+    Attributes:
+        event: The signal name that was refused.
+        expected: The names the run accepts now.
+    """
+
+    def __init__(self, message: str, *, run_id: str | None = None, event: str = "",
+                 expected: tuple[str, ...] = ()) -> None:
+        super().__init__(message, run_id=run_id)
+        self.event = event
+        self.expected = expected
 
 
 class WorkflowTimeout(StarflowError):

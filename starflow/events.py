@@ -35,8 +35,8 @@ import anyio
 from . import serde
 from .adapters.base import WatchWhenWaiting, WorkflowStateAdapter
 from .clock import Clock, wait_event
-from .context import current_engine, current_node
-from .errors import InvalidArgument, OutsideWorkflow, ResultTimeout, RunFinished, RunNotFound
+from .context import running_engine
+from .errors import InvalidArgument, ResultTimeout, RunFinished, RunNotFound
 from .limits import check_name
 
 __all__ = [
@@ -66,16 +66,6 @@ def check_key(key: object, what: str, *, run_id: str | None = None) -> str:
     return key
 
 
-def _engine(call: str) -> Any:
-    engine = current_engine.get()
-    if engine is None:
-        raise OutsideWorkflow(call)
-    node = current_node.get()
-    if node is not None:
-        raise OutsideWorkflow(call, run_id=engine.run_id, node_id=node)
-    return engine
-
-
 def set_event(key: str, value: Any) -> None:
     """Publish ``value`` under ``key`` on this run (last write wins).
 
@@ -88,7 +78,7 @@ def set_event(key: str, value: Any) -> None:
         InvalidArgument: a key that is empty, has ``#`` or is too long.
         SerializationError: ``value`` cannot be stored as JSON.
     """
-    engine = _engine("set_event")
+    engine = running_engine("set_event", in_step=False)
     check_key(key, "set_event", run_id=engine.run_id)
     stored = serde.to_builtins(value, what=f"event {key!r}", run_id=engine.run_id)
     engine.set_event(key, stored)
@@ -107,7 +97,7 @@ def write_stream(key: str, value: Any) -> None:
         InvalidArgument: a bad key.
         SerializationError: ``value`` cannot be stored as JSON.
     """
-    engine = _engine("write_stream")
+    engine = running_engine("write_stream", in_step=False)
     check_key(key, "write_stream", run_id=engine.run_id)
     stored = serde.to_builtins(value, what=f"stream {key!r} value", run_id=engine.run_id)
     engine.write_stream(key, stored)
@@ -123,7 +113,7 @@ def close_stream(key: str) -> None:
         StreamClosed: the stream is closed already.
         InvalidArgument: a bad key.
     """
-    engine = _engine("close_stream")
+    engine = running_engine("close_stream", in_step=False)
     check_key(key, "close_stream", run_id=engine.run_id)
     engine.write_stream(key, None, closed=True)
 

@@ -16,7 +16,9 @@ from typing import Any, Literal
 
 import anyio
 
+from . import serde
 from .adapters.base import WorkflowStateAdapter
+from .adapters.units import Guard
 from .clock import Clock
 from .config import StarflowConfig
 from .decorators import StepDefinition, WorkflowDefinition
@@ -26,7 +28,8 @@ from .records import JobSpec
 from .tokens import Keyring
 
 __all__ = ["CONTINUED_FROM_EVENT", "Abort", "ContinueAsNew", "Outcome", "OutcomeStatus",
-           "PendingWait", "Runtime", "Suspend", "find_unwinding", "timed_attempt"]
+           "PendingWait", "Runtime", "Suspend", "decode_input", "find_unwinding", "lease_guard",
+           "timed_attempt"]
 
 #: ``continued``: the run ended with ``continue_as_new``; ``Outcome.result`` is
 #: the new run's id.
@@ -55,6 +58,19 @@ class Runtime:
     #: The ``workflow_definitions`` id of a definition (cached by the runner):
     #: what a child run's row records.
     definition_id: Callable[[WorkflowDefinition], Awaitable[str]] | None = None
+
+
+def decode_input(definition: WorkflowDefinition, data: Any
+                 ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """A run's stored input as call arguments, each converted to its annotated type."""
+    return serde.convert_call(definition.signature, definition.hints, data,
+                              what=f"workflow {definition.name!r}")
+
+
+def lease_guard(run_id: str, runner_id: str) -> Guard:
+    """The guard every write of an execution carries: the runner holding
+    ``run_id``'s lease (status running) wrote it, or nothing is written."""
+    return Guard(run_id=run_id, leased_by=runner_id, status_in=("running",))
 
 
 #: The first event of a run started by ``continue_as_new``: ``{"run_id": previous}``.

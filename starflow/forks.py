@@ -1,4 +1,4 @@
-"""Fork and continue-as-new: new runs made from a run's history.
+"""Fork: a new run made from an ended run's history.
 
 ``Starflow.fork(run_id, from_node=...)`` (:func:`fork_run`) starts a new run
 of an ended run's workflow, version and arguments whose history is the
@@ -7,56 +7,27 @@ the steps that ran beside it keep their outcomes); replaying it returns the
 recorded outcomes and the new run executes from that node on. For redoing a
 run after a bug fix from the step that went wrong.
 
-``starflow.continue_as_new(*args)`` (:func:`continue_as_new`) ends the run
-as ``success`` with ``workflow_runs.continued_as`` naming a new run of the
-same workflow and version started with ``args`` and an empty history, both
-written in one unit; ``Starflow.result`` follows the chain. For loops that
-would otherwise grow one history without bound.
+Its sibling for workflow code, ``starflow.continue_as_new``, is in
+:mod:`starflow.continuation`.
 """
 
 from __future__ import annotations
 
 import uuid
-from typing import Any, NoReturn
+from typing import Any
 
 from .adapters.units import Guard
-from .context import WorkflowContext, current_engine, current_node
-from .errors import InvalidArgument, NodeNotInHistory, OutsideWorkflow, RunNotEnded, RunNotFound
+from .context import WorkflowContext
+from .errors import InvalidArgument, NodeNotInHistory, RunNotEnded, RunNotFound
 from .events import EVENT_KIND
 from .records import TERMINAL_STATUSES, RunEvent, StartOptions
 from .replay import retried, rewind
 from .runner import RunHandle, Runner
 
-__all__ = ["FORKED_EVENT", "continue_as_new", "fork_run", "forked_history"]
+__all__ = ["FORKED_EVENT", "fork_run", "forked_history"]
 
 #: The first event of a forked run: ``{"from_run_id", "from_node"}``.
 FORKED_EVENT = "run_forked"
-
-
-def continue_as_new(*args: Any, **kwargs: Any) -> NoReturn:
-    """End this run as completed and continue as a new run of the same workflow
-    started with ``args``, with an empty history.
-
-    Both are written in one unit: the run ends ``success`` with
-    ``RunInfo.continued_as`` naming the new run, and ``Starflow.result`` of
-    any run of the chain follows it to the last one's result. The new run
-    runs where this one did (the caller of ``sf.run`` for an inline run,
-    workers for a queued one). Nothing after this call runs. The new run
-    keeps the run's deadline (it bounds the whole chain) and, in a child run,
-    its parent link: the parent's await follows the chain to the last run.
-
-    Raises:
-        OutsideWorkflow: called outside a workflow function (or inside a step).
-        WorkflowDefinitionError: the arguments do not fit the workflow.
-        SerializationError: an argument cannot be stored as JSON.
-    """
-    engine = current_engine.get()
-    if engine is None:
-        raise OutsideWorkflow("continue_as_new")
-    node = current_node.get()
-    if node is not None:
-        raise OutsideWorkflow("continue_as_new", run_id=engine.run_id, node_id=node)
-    engine.continue_as_new(args, kwargs)
 
 
 def forked_history(run_id: str, events: list[RunEvent], from_node: str) -> list[RunEvent]:

@@ -166,6 +166,9 @@ class RunInfo(msgspec.Struct, frozen=True, kw_only=True):
     deadline_at: datetime | None = None
     #: The run this one continued as (``starflow.continue_as_new``, migration 034).
     continued_as: str | None = None
+    #: The run's current phase (``starflow.context().phase``), set in the unit that
+    #: records its ``phase`` event (migration 041); ``None`` if it never set one.
+    phase: Any = None
 
     @property
     def run_id(self) -> str:

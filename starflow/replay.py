@@ -36,7 +36,7 @@ _OUTCOMES = ("node_complete", "node_error")
 #: one is safe under runs in flight). Their history is a ``node_complete`` only.
 MARKER_KINDS = ("patch", "attributes", "event", "stream")
 
-#: The node kind of a child run's start (``child:<workflow>#n``, starflow.children):
+#: The node kind of a child run's start (``child:<workflow>#n``, starflow.child_nodes):
 #: its ``node_complete`` carries the workflow name and argument hash.
 CHILD_START_KIND = "child"
 

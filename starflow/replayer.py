@@ -20,7 +20,7 @@ import anyio.lowlevel
 from .adapters.base import WorkflowStateAdapter
 from .adapters.null import NullWorkflowStateAdapter
 from .adapters.units import Unit
-from .children import RESULT_KIND, child_event
+from .child_nodes import RESULT_KIND, child_event
 from .config import StarflowConfig
 from .context import WorkflowContext, current_engine
 from .decorators import StepDefinition, WorkflowDefinition, definition_of, registry
@@ -31,9 +31,9 @@ from .errors import (
     StorageError,
     WorkflowDefinitionError,
 )
+from .execution import decode_input
 from .history import RunHistory, load_history, read_history
 from .replay import Journal, node_id
-from .runner import Runner
 from .tokens import Keyring
 
 __all__ = ["ReplayResult", "Replayer"]
@@ -280,7 +280,7 @@ class Replayer:
                                 outcome=outcome)
 
         try:
-            args, kwargs = Runner.decode_input(definition, run.input_json)
+            args, kwargs = decode_input(definition, run.input_json)
         except StarflowError as exc:
             return result(False, "failed", exc)
         engine = _ReplayEngine(runtime=runtime, definition=definition, ctx=ctx,

@@ -4,8 +4,8 @@ A runner gives a run it holds back when it cannot or should not go on with it:
 a draining worker, a worker without the run's workflow version, an execution
 cancelled from outside (:func:`release`), a claimed run whose first reads failed
 (:func:`hand_back`). Each is one unit guarded by this runner's lease
-(:func:`lease_guard`, the same guard every engine boundary carries): if the
-lease is gone, nothing is written.
+(:func:`starflow.execution.lease_guard`, the same guard every engine boundary
+carries): if the lease is gone, nothing is written.
 """
 
 from __future__ import annotations
@@ -14,16 +14,11 @@ from datetime import datetime
 from typing import Literal
 
 from .adapters.base import WorkflowStateAdapter
-from .adapters.units import Guard
 from .errors import StarflowError
+from .execution import lease_guard
 from .records import RunInfo
 
-__all__ = ["hand_back", "lease_guard", "release"]
-
-
-def lease_guard(run_id: str, runner_id: str) -> Guard:
-    """The guard of a write by the runner holding ``run_id``'s lease (status running)."""
-    return Guard(run_id=run_id, leased_by=runner_id, status_in=("running",))
+__all__ = ["hand_back", "release"]
 
 
 async def _requeue(adapter: WorkflowStateAdapter, run_id: str, method: str) -> None:

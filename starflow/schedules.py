@@ -77,7 +77,7 @@ def _cronsim() -> Any:
     except ImportError:  # pragma: no cover - exercised by the import-guard test
         raise ConfigError(
             "schedules need the cron library cronsim: install it with: "
-            "pip install 'starflow[schedules]'") from None
+            "pip install 'starflow-durable[schedules]'") from None
     return cronsim
 
 

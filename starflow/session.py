@@ -14,7 +14,7 @@ from typing import Any, TypeVar, cast
 
 import wrapt
 
-from .context import current_engine
+from .context import running_engine
 from .decorators import step
 from .errors import StarflowError
 from .limits import check_name
@@ -24,19 +24,9 @@ __all__ = ["session_get", "session_set"]
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def _engine() -> Any:
-    engine = current_engine.get()
-    if engine is None:
-        raise StarflowError(
-            "session_get/session_set are for workflow code; outside a run use "
-            "Starflow.session_get / Starflow.session_set"
-        )
-    return engine
-
-
 async def _check_names(wrapped: Any, instance: Any, args: tuple[Any, ...],
                        kwargs: dict[str, Any]) -> Any:
-    engine = _engine()
+    engine = running_engine("session_get")
     check_name("session_id", kwargs.get("session_id", args[0] if args else None),
                run_id=engine.run_id)
     check_name("key", kwargs.get("key", args[1] if len(args) > 1 else None),
@@ -52,15 +42,15 @@ def _checks_names(fn: F) -> F:
 @step(name="session_get")
 async def session_get(session_id: str, key: str) -> Any:
     """Read a session variable (``None`` if absent or expired)."""
-    engine = _engine()
-    return await engine.adapter.session_get(session_id, key, now=engine.runtime.clock.now())
+    engine = running_engine("session_get")
+    return await engine.adapter.session_get(session_id, key, now=engine.clock.now())
 
 
 async def _check_keep_until(wrapped: Any, instance: Any, args: tuple[Any, ...],
                             kwargs: dict[str, Any]) -> None:
     # Checked in front of the step, which then gets the call exactly as made: its
     # argument hash, and so every recorded history, stays the same.
-    engine = _engine()
+    engine = running_engine("session_set")
     check_name("session_id", kwargs.get("session_id", args[0] if args else None),
                run_id=engine.run_id)
     check_name("key", kwargs.get("key", args[1] if len(args) > 1 else None),
@@ -92,6 +82,6 @@ async def session_set(session_id: str, key: str, value: Any,
         StarflowError: ``keep_until`` is naive: raised at the call, before the
             step is recorded (bad input, not a step failure).
     """
-    engine = _engine()
-    await engine.adapter.session_set(session_id, key, value, now=engine.runtime.clock.now(),
+    engine = running_engine("session_set")
+    await engine.adapter.session_set(session_id, key, value, now=engine.clock.now(),
                                      run_id=engine.run_id, keep_until=keep_until)

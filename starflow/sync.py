@@ -16,6 +16,11 @@ Workflows and steps stay ``async def``. The facade runs an ordinary
 waits for the answer. One facade can be shared by many threads (a web
 server's request threads): their calls run concurrently on the loop.
 
+A facade nobody entered opens itself on its first call, so a web application
+can keep one at module level (``sf = Starflow.open(url)`` at import time, no
+``with``): it opens in the process that first uses it (a worker forked by
+gunicorn, not its master) and is closed at interpreter exit if still open.
+
 Closing it (leaving the ``with`` block, or :meth:`Starflow.close`) cancels
 the calls other threads still wait on (they raise :class:`~starflow.StarflowError`
 saying so), closes the database and stops the loop's thread.
@@ -26,6 +31,7 @@ Do not call it from async code or from inside a workflow: there, use
 
 from __future__ import annotations
 
+import atexit
 import concurrent.futures
 import contextlib
 import os
@@ -76,8 +82,9 @@ T = TypeVar("T")
 class Starflow:
     """A blocking :class:`starflow.Starflow`: the same methods, without ``await``.
 
-    Open it with ``with Starflow.open(url) as sf:`` (or :meth:`open` then
-    :meth:`close` yourself). See :mod:`starflow.sync`.
+    Open it with ``with Starflow.open(url) as sf:``, or keep ``Starflow.open(url)``
+    at module level: it opens on its first call and closes at interpreter exit
+    (or at :meth:`close`). See :mod:`starflow.sync`.
     """
 
     def __init__(self, app: AsyncStarflow) -> None:
@@ -87,6 +94,8 @@ class Starflow:
         self._portal: BlockingPortal | None = None
         self._pending: set[concurrent.futures.Future[Any]] = set()
         self._closing = False
+        self._opened = False  # ever: the first call opens a facade nobody entered
+        self._first_open = threading.Lock()
 
     @classmethod
     def open(
@@ -124,6 +133,10 @@ class Starflow:
                 stack.close()
                 raise
             self._stack, self._portal, self._closing = stack, portal, False
+            self._opened = True
+        # An open facade left to the interpreter's finalizer would hang the exit
+        # (its loop's thread is stopped before the portal is): close it first.
+        atexit.register(self.close)
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -139,6 +152,7 @@ class Starflow:
             pending = list(self._pending)
         if stack is None:
             return
+        atexit.unregister(self.close)
         for future in pending:
             future.cancel()
         try:
@@ -160,7 +174,15 @@ class Starflow:
     def runner_id(self) -> str:
         return self._app.runner_id
 
+    def _open_on_first_call(self) -> None:
+        """Open a facade nobody entered (a module-level global) on its first call."""
+        with self._first_open:
+            if not self._opened:
+                self.__enter__()
+
     def _call(self, fn: Callable[[], Awaitable[T]]) -> T:
+        if not self._opened:
+            self._open_on_first_call()
         with self._lock:
             portal = self._portal
             if portal is None or self._closing:
@@ -462,7 +484,10 @@ class RunOptions:
 
 
 class SyncWorker:
-    """A :class:`starflow.worker.Worker` driven from a thread; made by :meth:`Starflow.worker`."""
+    """A :class:`starflow.worker.Worker` driven from a thread.
+
+    Made by :meth:`Starflow.worker`.
+    """
 
     def __init__(self, sf: Starflow, worker: Worker) -> None:
         self._sf = sf
@@ -482,6 +507,8 @@ class SyncWorker:
 
     def __enter__(self) -> SyncWorker:
         """Run the worker in the background (on the facade's loop) for the block."""
+        if not self._sf._opened:
+            self._sf._open_on_first_call()
         portal = self._sf._portal
         if portal is None:
             raise ConfigError("this sync Starflow is not open")

@@ -18,8 +18,8 @@ from datetime import timedelta
 from typing import Any, Generic, TypeVar, overload
 
 from . import serde
-from .context import check_event, current_engine
-from .errors import InvalidArgument, StarflowError
+from .context import check_event, running_engine
+from .errors import InvalidArgument, SerializationError, StarflowError
 from .limits import check_name
 
 __all__ = [
@@ -87,9 +87,8 @@ class UpdateRequest(Generic[T]):
         await self._answer({"rejected": reason})
 
     async def _answer(self, outcome: dict[str, Any]) -> None:
-        engine = current_engine.get()
-        if engine is None:
-            raise StarflowError("an update is answered inside the workflow run that received it")
+        engine = running_engine("UpdateRequest.reply" if "reply" in outcome
+                                else "UpdateRequest.reject")
         if self._answered:
             raise StarflowError(f"update {self.name!r} ({self.update_id}) was already answered",
                                 run_id=engine.run_id)
@@ -123,14 +122,21 @@ async def receive(name: str, *, timeout: timedelta | None = None,
     check_event(name, "receive")
     if timeout is not None and (not isinstance(timeout, timedelta) or timeout <= timedelta()):
         raise InvalidArgument(f"receive timeout must be a positive timedelta: {timeout!r}")
-    engine = current_engine.get()
-    if engine is None:
-        raise StarflowError("starflow.receive() called outside a workflow run: call it from a "
-                            "@workflow function")
-    raw = await engine.wait(update_event(name), timeout, Any, kind="receive", node_name=name)
-    if not isinstance(raw, dict) or "id" not in raw:
-        raise StarflowError(f"run {engine.run_id}: the recorded update request {raw!r} has no "
-                            "id", run_id=engine.run_id)
-    payload = serde.convert(raw.get("payload"), type, what=f"payload of update {name!r}",
-                            run_id=engine.run_id)
-    return UpdateRequest(name, str(raw["id"]), payload)
+    engine = running_engine("receive")
+    while True:
+        raw = await engine.wait(update_event(name), timeout, Any, kind="receive",
+                                node_name=name)
+        if not isinstance(raw, dict) or "id" not in raw:
+            raise StarflowError(f"run {engine.run_id}: the recorded update request {raw!r} has "
+                                "no id", run_id=engine.run_id)
+        try:
+            payload = serde.convert(raw.get("payload"), type,
+                                    what=f"payload of update {name!r}", run_id=engine.run_id)
+        except SerializationError as exc:
+            # The caller's mistake, not the run's: it gets UpdateRejected saying why
+            # (recorded, so a replay answers the same), and this receive waits for
+            # the next request.
+            await UpdateRequest(name, str(raw["id"]), None).reject(
+                f"its payload does not match the type receive({name!r}) declares: {exc}")
+            continue
+        return UpdateRequest(name, str(raw["id"]), payload)

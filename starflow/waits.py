@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 from typing import Any, TypeVar, overload
 
 from .adapters.base import WorkflowStateAdapter
-from .context import check_event, current_engine
+from .context import check_event, running_engine
 from .errors import InvalidArgument, StarflowError
 from .records import SignalRecord
 
@@ -46,15 +46,6 @@ ANY_SEPARATOR = "|"
 T = TypeVar("T")
 
 
-def _engine(what: str) -> Any:
-    engine = current_engine.get()
-    if engine is None:
-        raise StarflowError(
-            f"starflow.{what}() called outside a workflow run: call it from a @workflow function"
-        )
-    return engine
-
-
 @overload
 async def wait_for(event: str, *, timeout: timedelta | None = None) -> Any: ...
 @overload
@@ -79,7 +70,7 @@ async def wait_for(event: str, *, timeout: timedelta | None = None, type: Any = 
     check_event(event, "wait_for")
     if timeout is not None and (not isinstance(timeout, timedelta) or timeout <= timedelta()):
         raise StarflowError(f"wait_for timeout must be a positive timedelta: {timeout!r}")
-    return await _engine("wait_for").wait(event, timeout, type)
+    return await running_engine("wait_for").wait(event, timeout, type)
 
 
 async def wait_for_any(*events: str, timeout: timedelta | None = None,
@@ -117,7 +108,7 @@ async def wait_for_any(*events: str, timeout: timedelta | None = None,
     if unknown:
         raise InvalidArgument(f"wait_for_any types= names events it does not wait for: "
                               f"{unknown!r} (events: {list(names)!r})")
-    result: tuple[str, Any] = await _engine("wait_for_any").wait_any(names, timeout, chosen)
+    result: tuple[str, Any] = await running_engine("wait_for_any").wait_any(names, timeout, chosen)
     return result
 
 
@@ -164,7 +155,7 @@ async def sleep(duration: timedelta) -> None:
     """
     if not isinstance(duration, timedelta) or duration < timedelta():
         raise StarflowError(f"sleep duration must be a timedelta >= 0: {duration!r}")
-    await _engine("sleep").wait(None, duration, Any)
+    await running_engine("sleep").wait(None, duration, Any)
 
 
 def now() -> datetime:
@@ -174,7 +165,7 @@ def now() -> datetime:
     wake): the same value on every replay. Use it instead of
     ``datetime.now()`` in workflow code; steps may read real time freely.
     """
-    return _engine("now").now()  # type: ignore[no-any-return]
+    return running_engine("now").now()
 
 
 def patched(change_id: str) -> bool:
@@ -201,7 +192,7 @@ def patched(change_id: str) -> bool:
     if not isinstance(change_id, str) or not change_id or "#" in change_id:
         raise StarflowError(f"patched() change_id must be a non-empty string without '#': "
                             f"{change_id!r}")
-    return _engine("patched").patched(change_id)  # type: ignore[no-any-return]
+    return running_engine("patched").patched(change_id)
 
 
 def wake_token(event: str, *, timeout: timedelta | None = None) -> str:
@@ -223,4 +214,4 @@ def wake_token(event: str, *, timeout: timedelta | None = None) -> str:
         StarflowError: outside a workflow run, or a bad event name.
     """
     check_event(event, "wake_token")
-    return _engine("wake_token").wake_token_for(event, timeout)  # type: ignore[no-any-return]
+    return running_engine("wake_token").wake_token_for(event, timeout)

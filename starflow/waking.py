@@ -17,12 +17,20 @@ import msgspec
 
 from . import serde
 from .adapters.units import Guard
-from .children import chain_end, child_of_event, child_outcome
+from .child_nodes import chain_end, child_of_event, child_outcome
 from .context import CANCEL_EVENT, CheckpointWait, checkpoint_wait
+from .decorators import registry
 from .driving import ACTIVE_STATUSES, Driver, RunHandle
-from .errors import InvalidWakeToken, RunFinished, WorkflowDefinitionError
+from .errors import (
+    InvalidWakeToken,
+    RunFinished,
+    SerializationError,
+    UnexpectedSignal,
+    WorkflowDefinitionError,
+)
 from .execution import Outcome
 from .failure import CANCELLED_TYPE, cancelled_error, wait_timeout_error
+from .limits import storable_text
 from .records import RunEvent, RunInfo, WaitRecord
 from .updates import check_update_id, update_event, update_marker
 from .waits import ANY_KIND, check_event, first_signal, wait_events
@@ -47,18 +55,20 @@ def _next_wait_event(node_id: str, events: list[RunEvent]) -> str | None:
     return event if int(occurrence) == len(finished) + 1 else None
 
 
-def _check_payload(run_id: str, wait: CheckpointWait, encoded: Any, what: str) -> None:
+def _check_payload(run_id: str, wait: CheckpointWait, encoded: Any, what: str,
+                   event: str | None = None) -> None:
     """Refuse, before anything is written, a payload that does not decode to the
     ``type=`` of the wait it would wake (when this process holds that type).
 
     Raises:
         SerializationError: naming the field that does not fit.
     """
-    expected = serde.loaded_type(wait.payload_type)
+    name = wait.payload_type if event is None else wait.type_for(event)
+    expected = serde.loaded_type(name)
     if expected is not None:
         serde.convert(encoded, expected,
                       what=f"{what} (run {run_id} waits at {wait.node_id} for a "
-                           f"{wait.payload_type}; nothing was written)",
+                           f"{name}; nothing was written)",
                       run_id=run_id, node_id=wait.node_id)
 
 
@@ -264,19 +274,148 @@ class Waker(Driver):
             output = signal.payload
             if wait.node_id.startswith(ANY_KIND + ":"):
                 output = {"event": signal.event, "payload": signal.payload}
+            paused = checkpoint_wait(run.checkpoint_json)
+            if (paused is not None and paused.node_id == wait.node_id
+                    and paused.type_for(signal.event)):
+                checked = await self._checked(run, paused, signal.id, signal.event,
+                                              signal.payload)
+                if isinstance(checked, RunHandle):
+                    return checked  # handed to a worker, which checks it
+                if not checked:
+                    continue  # refused, or another wake won: look again
             handle = await self.wake(run, wait.node_id, via="signal", output=output,
                                      signal_id=signal.id)
             if handle is not None:
                 return handle
         return None
 
+    async def check_signal_name(self, run: RunInfo, event: str) -> None:
+        """Refuse, before anything is written, a signal name the run does not take.
+
+        Only a workflow that declares its signals (``@workflow(signals=...)``,
+        read from this process's registry or, for a paused run, from its
+        checkpoint) refuses names: any name outside the declared ones, the
+        events of the wait it is paused at (and of waits concurrent branches
+        reached, ``also_events``) and the waits recorded in its history. A
+        workflow that declares none keeps every signal for the wait it may
+        reach later (a signal sent early is never lost).
+
+        Raises:
+            UnexpectedSignal: naming the run, the event and the names it takes.
+        """
+        paused = checkpoint_wait(run.checkpoint_json) if run.status == "paused" else None
+        declared = paused.signals if paused is not None else None
+        if declared is None:
+            definition = (registry.get(run.template_id, run.workflow_version)
+                          if run.template_id else None)
+            declared = definition.signals if definition is not None else None
+        if declared is None or event in declared:
+            return
+        if paused is not None and event in paused.also_events:
+            return
+        waits = await self.adapter.list_waits(run.id)
+        current = {e for w in waits for e in wait_events(w.node_id, w.event)
+                   if child_of_event(e) is None}
+        seen: set[str] = set()
+        for recorded in await self.adapter.list_events(run.id):
+            node = recorded.node_id or ""
+            kind, _, rest = node.partition(":")
+            if kind in ("wait", ANY_KIND) and "#" in rest:
+                seen.update(wait_events(node, rest.rpartition("#")[0]))
+        if event in current or event in seen:
+            return
+        expected = tuple(sorted(set(declared) | current | seen))
+        raise UnexpectedSignal(
+            f"run {run.id} ({run.template_id}) takes the signals "
+            f"{', '.join(map(repr, expected))}, not {event!r}: no wait of it can take "
+            f"this signal; check the name, or add it to @workflow(signals=...); "
+            "nothing was written", run_id=run.id, event=event, expected=expected)
+
+    async def _checked(self, run: RunInfo, wait: CheckpointWait, signal_id: int, event: str,
+                       payload: Any) -> RunHandle[Any] | bool | None:
+        """Check a queued signal against the ``type=`` of the typed wait it would wake,
+        before it is recorded as that wait's outcome.
+
+        True: it fits, wake the run with it. None: it does not fit; it was taken
+        out of the inbox and recorded as a ``signal_rejected`` event (with why)
+        in one unit guarded by the wait, and the run stays paused. A handle:
+        this process cannot load the type (a CLI or web page without the
+        workflow's code), so the run went back to the queue with the signal
+        still queued and the wait unrecorded; the worker that replays it checks
+        the payload at the wait (accepted, or rejected as above) and pauses
+        again for one that fits.
+        """
+        type_name = wait.type_for(event)
+        expected = serde.loaded_type(type_name)
+        node_id = wait.node_id
+        assert node_id is not None
+        if expected is not None:
+            try:
+                _check_payload(run.id, wait, payload, f"payload of signal {event!r}", event)
+            except SerializationError as exc:
+                await self._reject(run, node_id, signal_id, event, exc)
+                return None
+            return True
+        if run.start_mode == "inline" and await self._drives_here(run):
+            return True  # driven here: the engine converts it (the code is here)
+        handle = await self._hand_over(run, wait, "signal")
+        return handle if handle is not None else False  # None: another wake won
+
+    async def _hand_over(self, run: RunInfo, wait: CheckpointWait, via: str,
+                         payload: Any = None, *, enqueue: bool = False
+                         ) -> RunHandle[Any] | None:
+        """Send a paused run back to the queue without recording its wait, so a worker
+        (which holds the wait's type) checks the queued payload at the wait.
+
+        ``enqueue`` puts ``payload`` in the inbox under the wait's event in the
+        same unit (a wake by token). None if another wake won the race.
+        """
+        node_id = wait.node_id
+        assert node_id is not None and wait.event is not None
+        guard = Guard(run_id=run.id, status_in=("paused",), wait_node=node_id)
+        now = self.clock.now()
+        async with self.adapter.unit(guard=guard) as unit:
+            if enqueue:
+                await self.adapter.enqueue_signal(run.id, wait.event, payload, now=now)
+            await self.adapter.clear_waits(run.id)
+            await self.adapter.on_run_resumed(run.id, now=now, payload={
+                "node_id": node_id, "via": via, "unchecked": True})
+            await self.adapter.update_run(run.id, "requeue", status="queued",
+                                          claim_state="queued", claim_attempts=0)
+        if not unit.held:
+            return None
+        self._log.info("payload handed to a worker unchecked: this process cannot load "
+                       "the wait's type", run_id=run.id, node_id=node_id, via=via,
+                       payload_type=wait.type_for(wait.event or ""))
+        self.notify_settled()
+        if run.deadline_at is not None:
+            self.notify_timers()
+        return RunHandle(run_id=run.id, status="queued")
+
+    async def _reject(self, run: RunInfo, node_id: str, signal_id: int, event: str,
+                      exc: SerializationError) -> None:
+        """Take a signal whose payload does not fit its wait out of the inbox, recorded
+        as a ``signal_rejected`` event; the run stays paused at the wait."""
+        reason = {"event": event, "signal_id": signal_id, "error": storable_text(str(exc))}
+        guard = Guard(run_id=run.id, status_in=("paused",), wait_node=node_id)
+        async with self.adapter.unit(guard=guard) as unit:
+            await self.adapter.consume_signal(signal_id)
+            await self.adapter.record_event(run.id, "signal_rejected", node_id, reason,
+                                            now=self.clock.now(), method="reject_signal")
+        if unit.held:
+            self._log.warning("signal rejected: its payload does not match the wait's type; "
+                              "the run stays paused", run_id=run.id, node_id=node_id,
+                              signal=event, error=str(exc))
+
     async def signal(self, run_id: str, event: str, payload: Any) -> RunHandle[Any]:
         check_event(event, "signal", run_id=run_id)
         encoded = serde.to_builtins(payload, what=f"payload of signal {event!r}", run_id=run_id)
         run = await self._unfinished(run_id, "signal")
         wait = checkpoint_wait(run.checkpoint_json)
-        if wait is not None and wait.event == event:
-            _check_payload(run.id, wait, encoded, f"payload of signal {event!r}")
+        if wait is not None and wait.node_id is not None and (
+                event in wait_events(wait.node_id, wait.event)):
+            _check_payload(run.id, wait, encoded, f"payload of signal {event!r}", event)
+        await self.check_signal_name(run, event)
         now = self.clock.now()
         async with self.adapter.unit(guard=Guard(run_id=run_id, status_in=ACTIVE_STATUSES)
                                      ) as unit:
@@ -362,6 +501,15 @@ class Waker(Driver):
         wait = checkpoint_wait(run.checkpoint_json)
         if wait is not None and wait.node_id == claims.n:
             _check_payload(run.id, wait, encoded, f"resume payload for {claims.n}")
+            if (wait.payload_type and wait.event is not None
+                    and serde.loaded_type(wait.payload_type) is None
+                    and not (run.start_mode == "inline" and await self._drives_here(run))):
+                handed = await self._hand_over(run, wait, "token", encoded, enqueue=True)
+                if handed is None:
+                    raise InvalidWakeToken("already_used",
+                                           f"another wake of {claims.n} won the race",
+                                           run_id=run.id, node_id=claims.n)
+                return handed
         handle = await self.wake(run, claims.n, via="token", output=encoded)
         if handle is None:
             raise InvalidWakeToken("already_used", f"another wake of {claims.n} won the race",

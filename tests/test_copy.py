@@ -434,6 +434,68 @@ class TestMergingAndCli:
         alone = await drive(f"sqlite:///{two}", "team-b", made_two, now)
         assert merged == alone
 
+    @pytest.mark.parametrize("target_kind", ["sqlite", "postgres"])
+    async def test_two_databases_of_one_workspace_merge_definitions(
+            self, tmp_path: Path, tokens: None, target_kind: str) -> None:
+        """Two databases of the same workspace hold the same workflow definitions under
+        different ids: the second copy reuses the target's definitions (its runs point
+        at them) and writes every run; a definition whose code differs is a conflict
+        that names it, and only the runs of that definition are held back."""
+        ws = f"merge-{uuid.uuid4().hex[:8]}"
+        one, two = f"sqlite:///{tmp_path / 'one.db'}", f"sqlite:///{tmp_path / 'two.db'}"
+        if target_kind == "postgres":
+            require_postgres()
+            dst = POSTGRES_URL
+        else:
+            dst = f"sqlite:///{tmp_path / 'all.db'}"
+        made_one, _ = await build_small(one, ws)
+        made_two, now = await build_small(two, ws)
+        with closing(sqlite3.connect(tmp_path / "two.db")) as conn, conn:
+            conn.execute("UPDATE workflow_definitions SET code_hash = 'changed' "
+                         "WHERE name = 'copy_approval'")
+        scope = {"workspace_id": ws, "env": "prod"}
+        first = await copy_database(CopyOptions(source=one, target=dst, **scope))
+        assert first.ok and first.runs_written == len(made_one)
+        second = await copy_database(CopyOptions(source=two, target=dst, **scope))
+        changed = {r for r, (kind, _n) in made_two.items() if kind == "approval"}
+        kept = set(made_two) - changed
+        by_table: dict[str, list[Any]] = {}
+        for c in second.conflicts:
+            assert c.run_id is None or c.run_id in changed, c
+            by_table.setdefault(c.table, []).append(c)
+        # The definition is named with both hashes; its runs are held back, by id.
+        (definition,) = by_table.pop("workflow_definitions")
+        assert "copy_approval" in definition.reason and "'changed'" in definition.reason
+        assert {c.run_id for c in by_table.pop("workflow_runs")} == changed
+        # Each database made its own wake key, schedule and session variables for the
+        # workspace: reported as conflicts too (the variables' runs are held back).
+        assert set(by_table) <= {"starflow_keys", "starflow_schedules",
+                                 "workflow_session_vars"}
+        assert second.runs_written == len(kept) and second.verified == len(kept)
+        assert second.runs_present == 0
+        again = await copy_database(CopyOptions(source=two, target=dst, **scope))
+        assert again.rows_written == 0 and again.runs_present == len(kept)
+        assert again.runs_written == 0 and again.verified == len(kept)
+        async with Starflow.open(dst, workspace_id=ws, maintenance=False) as sf:
+            runs = await sf.list_runs(limit=1000)
+            assert {r.id for r in runs} == set(made_one) | kept
+            definitions = {(r.template_id, r.workflow_version, r.definition_id) for r in runs}
+            assert len(definitions) == 2  # one definition per workflow, shared
+            merged = await drive(dst, ws, {r: made_two[r] for r in kept}, now)
+        alone = await drive(two, ws, {r: made_two[r] for r in kept}, now)
+        assert merged == alone
+
+    async def test_single_run_by_upper_case_id(self, tmp_path: Path, tokens: None) -> None:
+        """--run takes a run id pasted in upper case (SQLite stores ids lowercase)."""
+        src = f"sqlite:///{tmp_path / 'src.db'}"
+        made, _ = await build_small(src, "celestial")
+        one = sorted(made)[0]
+        report = await copy_database(CopyOptions(source=src, run_id=one.upper(),
+                                                 target=f"sqlite:///{tmp_path / 'one.db'}"))
+        assert report.ok and report.runs == 1 and report.runs_written == 1
+        with closing(sqlite3.connect(tmp_path / "one.db")) as conn, conn:
+            assert conn.execute("SELECT id FROM workflow_runs").fetchall() == [(one,)]
+
     @pytest.mark.slow  # runs the CLI three times
     async def test_cli_dry_run_json_and_plain_progress(self, tmp_path: Path,
                                                        tokens: None) -> None:
@@ -450,14 +512,20 @@ class TestMergingAndCli:
         assert real.returncode == 0, real.stderr.decode()
         text = real.stdout.decode()
         assert f"verified: {len(made)} run(s) identical" in text and "conflicts: 0" in text
-        assert f"copied {len(made)}/{len(made)} runs" in real.stderr.decode()
+        assert (f"{len(made)}/{len(made)} runs compared: {len(made)} written, "
+                "0 already there, 0 not written") in real.stderr.decode()
         with closing(sqlite3.connect(dst)) as conn, conn:
             conn.execute("UPDATE workflow_runs SET status = 'x' WHERE id = ?", (min(made),))
         again = await anyio.run_process(base, check=False)
         assert again.returncode == 1
         assert f"CONFLICT run {min(made)}" in again.stdout.decode()
-        bad = await anyio.run_process([*base[:-1]], check=False)
-        assert bad.returncode == 2 and b"--all-tenants" in bad.stderr
+        # What was written is counted, not what was looked at: the run held back is not.
+        assert (f"{len(made)}/{len(made)} runs compared: 0 written, {len(made) - 1} already "
+                "there, 1 not written") in again.stderr.decode()
+        assert (f"runs: {len(made)} in scope, 0 written now, {len(made) - 1} already there, "
+                "1 not written") in again.stdout.decode()
+        bad = await anyio.run_process([*base[:-1], "--workspace", "celestial"], check=False)
+        assert bad.returncode == 2 and b"--env" in bad.stderr
 
 
 class TestSchemaCoverage:

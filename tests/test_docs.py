@@ -80,6 +80,17 @@ def test_reference_covers_all_exports() -> None:
 
     text = (DOCS / "reference" / "starflow.md").read_text()
     documented = set(re.findall(r"^::: starflow\.(\w+)\s*$", text, flags=re.MULTILINE))
+    # A name documented where it is defined (``::: starflow.mod.name``, for a
+    # public name that a module of the same name shadows for mkdocstrings)
+    # counts if it is the very object ``starflow`` exports.
+    for path in re.findall(r"^::: (starflow\.[\w.]+\.\w+)\s*$", text, flags=re.MULTILINE):
+        module, name = path.rsplit(".", 1)
+        try:
+            obj = getattr(importlib.import_module(module), name)
+        except (ImportError, AttributeError):
+            continue
+        if getattr(starflow, name, None) is obj:
+            documented.add(name)
     if "::: starflow.errors" in text:
         documented |= set(starflow.errors.__all__)
     missing = sorted(set(starflow.__all__) - documented - {"__version__"})

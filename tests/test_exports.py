@@ -66,14 +66,15 @@ def test_error_classes_are_pinned_and_drawn() -> None:
                     if isinstance(getattr(starflow, name), type)
                     and issubclass(getattr(starflow, name), BaseException))
     assert errors == [
-        "ConfigError", "CopyRefused", "DuplicateRun", "InvalidArgument", "InvalidWakeToken",
+        "ConcurrentWaits", "ConfigError", "CopyRefused", "DuplicateRun", "InvalidArgument",
+        "InvalidWakeToken",
         "LeaseLostError", "NodeNotInHistory",
         "NonDeterminismError", "OutsideWorkflow", "ReservedKeyError", "ResultTimeout",
         "RunCancelled", "RunFinished", "RunIdConflict", "RunNotEnded", "RunNotFound",
         "ScheduleNotFound", "SerializationError", "StarflowError", "StepFailed",
-        "StepTimeout", "StorageError", "StreamClosed", "TooManyRuns", "UpdateRejected",
-        "WaitTimeout",
-        "WarmTierError", "WorkflowDefinitionError", "WorkflowFailed", "WorkflowTimeout",
+        "StepTimeout", "StorageError", "StreamClosed", "TooManyRuns", "UnexpectedSignal",
+        "UpdateRejected", "WaitTimeout", "WarmTierError", "WorkflowDefinitionError",
+        "WorkflowFailed", "WorkflowTimeout",
     ]
     # RunnerKilled is the test harness's (a simulated SIGKILL): starflow_testing exports it.
     import starflow_testing

@@ -422,7 +422,7 @@ anyio.run(main)
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout
-    assert "pip install 'starflow[schedules]'" in out
+    assert "pip install 'starflow-durable[schedules]'" in out
     assert out.strip().endswith("[]")
 
 

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -230,3 +233,48 @@ class TestThreads:
         with sf, pytest.raises(ConfigError, match="open already"):
             sf.__enter__()
         sf.close()
+
+
+class TestModuleLevel:
+    """A facade kept at module level (Flask, Django) opens on first use and closes at exit."""
+
+    def test_a_wsgi_app_with_a_module_level_facade_serves_many_threads(self, url: str) -> None:
+        """Threads of a WSGI server share a facade nobody entered: its first call opens it."""
+        sf = Starflow.open(url)  # at import time, as in a Flask or Django module
+
+        def app(environ: dict[str, object], start_response: Callable[..., object]) -> list[bytes]:
+            handle = sf.run(compute, int(str(environ["QUERY_STRING"])))
+            start_response("200 OK", [("Content-Type", "text/plain")])
+            return [str(sf.result(handle)).encode()]
+
+        def request(n: int) -> bytes:
+            return b"".join(app({"QUERY_STRING": str(n)}, lambda *a: None))
+
+        before = set(threading.enumerate())
+        try:
+            with ThreadPoolExecutor(8) as pool:
+                bodies = list(pool.map(request, range(16)))
+            assert bodies == [str(n * 2 + 1).encode() for n in range(16)]
+            portals = [t for t in set(threading.enumerate()) - before if "portal" in t.name]
+            assert len(portals) == 1, "one loop for every thread, opened once"
+        finally:
+            sf.close()
+        with pytest.raises(ConfigError, match="not open"):
+            sf.get_run("any")  # closed stays closed: no silent reopening
+
+    def test_a_facade_left_open_does_not_hang_the_interpreter_exit(self, tmp_path: Path) -> None:
+        """A script that never closes its module-level facade exits, with its run stored."""
+        script = tmp_path / "app.py"
+        script.write_text(
+            "from starflow import workflow\n"
+            "from starflow.sync import Starflow\n"
+            f"sf = Starflow.open('sqlite:///{tmp_path / 'exit.db'}')\n"
+            "@workflow(name='exit-wf')\n"
+            "async def wf() -> int:\n"
+            "    return 7\n"
+            "print(sf.result(sf.run(wf)))\n")
+        proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                              timeout=60)
+        assert (proc.returncode, proc.stdout.strip()) == (0, "7"), proc.stderr
+        with Starflow.open(f"sqlite:///{tmp_path / 'exit.db'}") as sf:
+            assert [r.status for r in sf.list_runs(template_id="exit-wf")] == ["success"]

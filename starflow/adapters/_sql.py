@@ -141,7 +141,8 @@ RUN_COLUMNS = (
     "id, template_id, workspace_id, env, status, started_at, completed_at, duration_ms, "
     "checkpoint_json, error, claim_state, runner_pool, leased_by, lease_until, last_heartbeat, "
     "claim_attempts, definition_id, input_json, result_json, start_mode, max_claim_attempts, "
-    "workflow_version, failure_json, parent_run_id, detached, deadline_at, continued_as"
+    "workflow_version, failure_json, parent_run_id, detached, deadline_at, continued_as, "
+    "phase"
 )
 JOB_COLUMNS = (
     "id, run_id, node_id, pool, step_name, idempotency_key, input_json, status, attempts, "
@@ -235,6 +236,7 @@ def run_info(row: Any, d: Dialect) -> RunInfo:
         detached=bool(row[24]),
         deadline_at=ts(row[25]),
         continued_as=None if row[26] is None else str(row[26]),
+        phase=js(row[27]),
     )
 
 

@@ -291,6 +291,9 @@ class WorkflowStateAdapter(AdapterSeam):
             return False
         await self._event("record_phase_if_changed", run_id, "phase", None,
                           {"phase": ctx.phase, "previous": previous}, now)
+        # The run row carries the phase too (RunInfo.phase), in the same unit.
+        await self._submit(UpdateRun(method="record_phase_if_changed", run_id=run_id,
+                                     values={"phase": ctx.phase}, same_call=True))
         return True
 
     async def set_attributes(self, run_id: str, attributes: Mapping[str, str], *,

@@ -36,7 +36,11 @@ def prune_select_sql(d: Dialect, statuses: int, workflow: bool, ids: int | None,
     """The runs a :class:`~starflow.adapters.units.PruneRuns` batch deletes:
     ``(id, completed_at)`` rows, oldest end first. Arguments:
     :func:`prune_select_args`. A run whose parent or a child (``parent_run_id``,
-    migration 033) is active is left out. ``lock``: lock the rows
+    migration 033) is active is left out, and so is a link of a
+    ``continue_as_new`` chain while any later link (``continued_as`` followed,
+    migration 034) is active or ended at or after the cutoff: ``sf.result`` of
+    the first run follows the chain, so it goes only as a whole. A successor no
+    longer stored was pruned already (it had ended). ``lock``: lock the rows
     (skipping rows another pruner holds, where the dialect can)."""
     p = d.p
     ended = ", ".join(f"'{s}'" for s in ENDED_STATUSES)
@@ -58,6 +62,17 @@ def prune_select_sql(d: Dialect, statuses: int, workflow: bool, ids: int | None,
                  f"AND COALESCE(k.status, '') NOT IN ({ended}))")
     where.append("NOT EXISTS (SELECT 1 FROM workflow_runs k WHERE k.id = r.parent_run_id "
                  f"AND COALESCE(k.status, '') NOT IN ({ended}))")
+    # Each later link read by a scalar lookup by primary key, from the candidate's
+    # own successor on (as joins, PostgreSQL scanned the runs table: it cannot
+    # tell how few rows the walk yields; see child_waits in adapters.queries).
+    where.append(
+        "(r.continued_as IS NULL OR NOT EXISTS (WITH RECURSIVE later(id) AS ("
+        "SELECT r.continued_as UNION SELECT (SELECT n.continued_as FROM workflow_runs n "
+        "WHERE n.id = later.id) FROM later WHERE later.id IS NOT NULL) "
+        "SELECT 1 FROM later WHERE (SELECT 1 FROM workflow_runs e WHERE e.id = later.id "
+        f"AND (COALESCE(e.status, '') NOT IN ({ended}) OR e.completed_at IS NULL "
+        f"OR e.completed_at >= {p(n, 'timestamptz')})) = 1))")
+    n += 1
     return (f"SELECT r.id, r.completed_at FROM workflow_runs r WHERE {' AND '.join(where)} "
             f"ORDER BY r.completed_at, r.id LIMIT {p(n)}{d.skip_locked if lock else ''}")
 
@@ -71,7 +86,7 @@ def prune_select_args(d: Dialect, command: Any, ws: str, env: str) -> tuple[Any,
         args += d.many([d.key(i, "run id") for i in command.run_ids])
     if command.cursor is not None:
         args += (d.ts(command.cursor[0]), d.key(command.cursor[1], "run id"))
-    return (*args, int(command.limit))
+    return (*args, d.ts(command.ended_before), int(command.limit))
 
 
 @functools.lru_cache(maxsize=64)

@@ -243,12 +243,19 @@ class LocalWorkflowStateAdapter(BusyTracking, WorkflowStateAdapter):
             return
         import aiosqlite
 
+        # check_same_thread=False: inline writes use the connection from the
+        # event loop's thread, never at the same time as the database thread.
+        connection = aiosqlite.connect(self.path, isolation_level=None,
+                                       check_same_thread=False)
         try:
-            # check_same_thread=False: inline writes use the connection from the
-            # event loop's thread, never at the same time as the database thread.
-            self._db = await aiosqlite.connect(self.path, isolation_level=None,
-                                               check_same_thread=False)
+            self._db = await connection
         except sqlite3.Error as exc:
+            # aiosqlite queues its thread's stop without waiting for it: wait here, or
+            # the thread reports to an event loop that closed meanwhile (a traceback
+            # on stderr after the command's one-line error).
+            thread = getattr(connection, "_thread", None)
+            if thread is not None:
+                await anyio.to_thread.run_sync(thread.join)
             raise StorageError(f"cannot open SQLite database {self.path!r}: {exc}") from exc
 
         def setup(conn: sqlite3.Connection) -> None:

@@ -94,10 +94,12 @@ UPDATABLE_RUN_COLUMNS = frozenset(
         "failure_json",
         "continued_as",
         "deadline_at",
+        "phase",
     }
 )
 #: Columns holding JSON (encoded by the adapter).
-JSON_RUN_COLUMNS = frozenset({"checkpoint_json", "input_json", "result_json", "failure_json"})
+JSON_RUN_COLUMNS = frozenset({"checkpoint_json", "input_json", "result_json", "failure_json",
+                              "phase"})
 
 
 class Op(msgspec.Struct, frozen=True, kw_only=True, tag=True):

@@ -35,7 +35,8 @@ from typing import Any, NoReturn
 
 import anyio
 
-from ..errors import StarflowError
+from ..config import database_url_from_env
+from ..errors import RunNotFound, StarflowError
 from ..urls import normalize_scheme
 
 __all__ = [
@@ -181,10 +182,13 @@ def app_args(parser: argparse.ArgumentParser) -> None:
 def db_args(parser: argparse.ArgumentParser) -> None:
     """``--db``, ``--workspace``, ``--env``: where the runs live."""
     parser.add_argument("--db", metavar="URL",
-                        help="database URL (default: the app's, else $STARFLOW_DATABASE_URL)")
+                        help="database URL (default: the app's, else $STARFLOW_URL, else "
+                             "$STARFLOW_DATABASE_URL)")
     parser.add_argument("--workspace", metavar="ID", default=None,
-                        help="workspace_id scope (default: the app's, else celestial)")
-    parser.add_argument("--env", default=None, help="env scope (default: the app's, else prod)")
+                        help="workspace_id scope (default: the app's, else "
+                             "$STARFLOW_WORKSPACE, else celestial)")
+    parser.add_argument("--env", default=None,
+                        help="env scope (default: the app's, else $STARFLOW_ENV, else prod)")
 
 
 def load_app_object(spec: str) -> Any:
@@ -278,17 +282,17 @@ async def resolve_app(ns: argparse.Namespace, *, maintenance: bool = False,
         # The user's app as configured, with this process's maintenance choice.
         return Starflow(obj.adapter, config=obj.config, clock=obj.clock,
                         maintenance=maintenance)
-    url = db or os.environ.get("STARFLOW_DATABASE_URL") or None
+    url = db or database_url_from_env()
     if obj is not None and url is None:
         raise CommandError("--workspace/--env need a database: pass --db URL too", EXIT_USAGE)
     if url is None:
-        raise CommandError("no database: pass --db URL or set STARFLOW_DATABASE_URL "
+        raise CommandError("no database: pass --db URL or set STARFLOW_URL "
                            "(e.g. sqlite:///starflow.db or postgresql://user@host/db)",
                            EXIT_USAGE)
     missing = _missing_sqlite_file(url) if must_exist else None
     if missing is not None:
         raise CommandError(f"no SQLite database at {missing}: check --db (or "
-                           "$STARFLOW_DATABASE_URL), or create it with starflow migrate")
+                           "$STARFLOW_URL), or create it with starflow migrate")
     kwargs: dict[str, Any] = {}
     if obj is not None:
         kwargs = {"config": obj.config, "clock": obj.clock,
@@ -309,7 +313,44 @@ async def open_app(ns: argparse.Namespace, *, maintenance: bool = False,
     """Open the app the arguments describe (``async with open_app(ns) as sf``)."""
     sf = await resolve_app(ns, maintenance=maintenance, must_exist=must_exist)
     async with sf:
-        yield sf
+        try:
+            yield sf
+        except RunNotFound as exc:
+            if os.environ.get("STARFLOW_TRACEBACK"):
+                raise
+            raise CommandError(await _run_not_found(sf, exc.run_id or "?", ns)) from exc
+
+
+async def _scopes_of_run(url: str, run_id: str) -> list[tuple[str, str]]:
+    """The (workspace, env) of every run ``run_id`` in the database (empty if none or unknown)."""
+    from ..adapters.copying import endpoint_for
+
+    try:
+        end = endpoint_for(url, "--db")
+        await end.connect(readonly=True)
+    except Exception:  # a URL the lookup cannot read (memory://…): no hint, the error stands
+        return []
+    try:
+        rows = await end.fetch("SELECT workspace_id, env FROM workflow_runs WHERE id = "
+                               f"{end.dialect.p(1, 'uuid')}", [run_id])
+    except Exception:  # not a UUID, a role that cannot see other tenants: no hint
+        return []
+    finally:
+        await end.close()
+    return sorted((str(ws), str(env)) for ws, env in rows)
+
+
+async def _run_not_found(sf: Any, run_id: str, ns: argparse.Namespace) -> str:
+    """A RunNotFound that names the scope searched, and where the run is if elsewhere."""
+    workspace, env = sf.adapter.workspace_id, sf.adapter.env
+    message = f"RunNotFound: run {run_id} not found in workspace {workspace!r}, env {env!r}"
+    url = getattr(ns, "db", None) or database_url_from_env()
+    found = await _scopes_of_run(url, run_id) if url else []
+    if found:
+        where = "; ".join(f"--workspace {ws} --env {e}" for ws, e in found)
+        return f"{message}; it is in another scope: pass {where}"
+    return (f"{message}: check the id and the database, or look in another scope with "
+            "--workspace W --env E (or $STARFLOW_WORKSPACE/$STARFLOW_ENV)")
 
 
 async def on_signals(first: Callable[[], None], again: Callable[[], None]) -> None:

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
+from ..config import database_url_from_env
 from ..errors import StarflowError
 from ._base import (
     EXIT_OK,
@@ -38,7 +38,7 @@ async def _migrate(ns: argparse.Namespace) -> int:
     base = adapter
     while isinstance(base, DelegatingAdapter):  # the mirror, fault injection: the real one
         base = base.inner
-    where = getattr(ns, "db", None) or os.environ.get("STARFLOW_DATABASE_URL") or "--app's"
+    where = getattr(ns, "db", None) or database_url_from_env() or "--app's"
     if ns.dry_run:
         planner = getattr(base, "migration_plan", None)
         if planner is None:

@@ -1,7 +1,7 @@
 """``starflow copy``: copy runs between SQLite and PostgreSQL, either way.
 
 Progress goes to stderr: a ``rich`` progress bar with rows per second on a
-terminal (``pip install 'starflow[cli]'``), plain lines every few seconds
+terminal (``pip install 'starflow-durable[cli]'``), plain lines every few seconds
 otherwise. The summary goes to stdout (``--json``: machine-readable).
 """
 
@@ -11,8 +11,10 @@ import argparse
 import sys
 from typing import Any
 
+from ..adapters.copying import endpoint_for
 from ..clock import monotonic
 from ..copy import CopyOptions, CopyProgress, CopyReport, copy_database
+from ..errors import StarflowError
 from ._base import EXIT_FAILURE, EXIT_OK, CommandError, command, positive_int, redact_url, say
 from ._format import json_flag, write, write_json
 
@@ -23,12 +25,17 @@ _PLAIN_EVERY = 5.0
 
 
 def _copy_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--from", dest="source", required=True, metavar="URL",
+    parser.add_argument("src", nargs="?", default=None, metavar="SRC",
+                        help="the database to read (or --from URL)")
+    parser.add_argument("dst", nargs="?", default=None, metavar="DST",
+                        help="the database to write (or --to URL)")
+    parser.add_argument("--from", dest="source", default=None, metavar="URL",
                         help="the database to read (sqlite:///app.db, postgresql://…)")
-    parser.add_argument("--to", dest="target", required=True, metavar="URL",
+    parser.add_argument("--to", dest="target", default=None, metavar="URL",
                         help="the database to write (migrated first; a SQLite file is created)")
     parser.add_argument("--workspace", default=None, metavar="W",
-                        help="copy this workspace's runs (with --env)")
+                        help="copy this workspace's runs (with --env; default: the source's "
+                             "only workspace and env, if it holds one)")
     parser.add_argument("--env", default=None, metavar="E", help="… in this environment")
     parser.add_argument("--all-tenants", action="store_true",
                         help="copy every workspace and environment")
@@ -63,7 +70,8 @@ class _Reporter:
                 )
             except ImportError:  # the cli extra is not installed: plain lines
                 return
-            self._bar = Progress(TextColumn("copying runs"), BarColumn(), MofNCompleteColumn(),
+            self._bar = Progress(TextColumn("comparing runs"), BarColumn(),
+                                 MofNCompleteColumn(), TextColumn("{task.fields[written]}"),
                                  TextColumn("{task.fields[rate]}"), TimeRemainingColumn(),
                                  console=Console(stderr=True), transient=True)
 
@@ -85,15 +93,20 @@ class _Reporter:
     def progress(self, p: CopyProgress) -> None:
         rate = f"{p.rows_per_second:,.0f} rows/s"
         if self._bar is not None:
+            written = f"{p.runs_written} written"
             if self._task is None:
-                self._task = self._bar.add_task("copy", total=p.runs_total, rate=rate)
-            self._bar.update(self._task, completed=p.runs_done, rate=rate)
+                self._task = self._bar.add_task("copy", total=p.runs_total, rate=rate,
+                                                written=written)
+            self._bar.update(self._task, completed=p.runs_done, rate=rate, written=written)
             return
         now = monotonic()
         if now - self._last >= _PLAIN_EVERY or p.runs_done >= p.runs_total:
             self._last = now
-            sys.stderr.write(f"starflow: copied {p.runs_done}/{p.runs_total} runs, "
-                             f"{p.rows_read} rows read, {p.rows_written} written, {rate}\n")
+            # Counts of what was written, never of what was only looked at.
+            sys.stderr.write(f"starflow: {p.runs_done}/{p.runs_total} runs compared: "
+                             f"{p.runs_written} written, {p.runs_present} already there, "
+                             f"{p.runs_held_back} not written; {p.rows_read} rows read, "
+                             f"{p.rows_written} written, {rate}\n")
             sys.stderr.flush()
 
 
@@ -103,7 +116,8 @@ def _summary(report: CopyReport, ns: argparse.Namespace) -> None:
         f"{'dry run: ' if report.dry_run else ''}copy {redact_url(ns.source)} → "
         f"{redact_url(ns.target)}",
         f"runs: {report.runs} in scope, {report.runs_written} written now, "
-        f"{report.runs_present} already there",
+        f"{report.runs_present} already there, "
+        f"{report.runs - report.runs_written - report.runs_present} not written",
         f"rows: {report.rows_read} read, {verb} {report.rows_written} "
         f"({report.rows_per_second:,.0f} rows/s over {report.seconds:.1f}s)",
     ]
@@ -120,9 +134,65 @@ def _summary(report: CopyReport, ns: argparse.Namespace) -> None:
     write("\n".join(lines) + "\n")
 
 
+#: The tables whose rows belong to a (workspace, env): what a tenant holds.
+_TENANT_TABLES = ("workflow_runs", "starflow_schedules", "starflow_keys", "starflow_pool_limits",
+                  "workflow_session_vars")
+
+
+def _databases(ns: argparse.Namespace) -> None:
+    """``SRC DST`` or ``--from``/``--to``: set ``ns.source`` and ``ns.target``."""
+    for option, positional, name in (("--from", "src", "source"), ("--to", "dst", "target")):
+        given, placed = getattr(ns, name), getattr(ns, positional)
+        if given is not None and placed is not None and given != placed:
+            raise CommandError(f"{option} {redact_url(given)} and {positional.upper()} "
+                               f"{redact_url(placed)} differ: give the database once", 2)
+        if given is None and placed is None:
+            raise CommandError(f"name the database to {'read' if name == 'source' else 'write'}"
+                               f": starflow copy SRC DST (or {option} URL)", 2)
+        setattr(ns, name, given if given is not None else placed)
+
+
+async def source_tenants(url: str) -> list[tuple[str, str]]:
+    """Every (workspace_id, env) the database at ``url`` holds rows of, sorted."""
+    end = endpoint_for(url, "--from")
+    await end.connect(readonly=True)
+    try:
+        tables = await end.tables()
+        selects = [f"SELECT workspace_id, env FROM {table}"  # names from _TENANT_TABLES
+                   for table in _TENANT_TABLES if table in tables]
+        if not selects:
+            return []
+        rows = await end.fetch(" UNION ".join(selects) + " ORDER BY 1, 2", [])
+    finally:
+        await end.close()
+    return [(str(ws), str(env)) for ws, env in rows]
+
+
+async def _default_scope(ns: argparse.Namespace) -> None:
+    """No scope flag: the source's only (workspace, env), or an error listing them."""
+    if ns.all_tenants or ns.run_id is not None or ns.workspace is not None or ns.env is not None:
+        return
+    try:
+        tenants = await source_tenants(ns.source)
+    except StarflowError as exc:
+        raise CommandError(str(exc), 2) from exc
+    if len(tenants) == 1:
+        ns.workspace, ns.env = tenants[0]
+        say(f"copying workspace {ns.workspace!r}, env {ns.env!r} (the only one in the source)")
+        return
+    if not tenants:
+        raise CommandError(f"{redact_url(ns.source)} holds no runs, schedules or keys: nothing "
+                           "to copy (check the URL)", 2)
+    listed = ", ".join(f"--workspace {ws} --env {env}" for ws, env in tenants)
+    raise CommandError(f"{redact_url(ns.source)} holds {len(tenants)} workspace/env pairs; "
+                       f"choose one ({listed}), or --all-tenants, or --run RUN_ID", 2)
+
+
 @command("copy", help="copy runs between databases (SQLite ↔ PostgreSQL), resumable as they are",
          configure=_copy_args)
 async def _copy(ns: argparse.Namespace) -> int:
+    _databases(ns)
+    await _default_scope(ns)
     options = CopyOptions(
         source=ns.source, target=ns.target, workspace_id=ns.workspace, env=ns.env,
         all_tenants=ns.all_tenants, run_id=ns.run_id, dry_run=ns.dry_run, wait=ns.wait,

@@ -17,6 +17,7 @@ import msgspec
 
 from ..clock import parse_when
 from ..context import checkpoint_wait
+from ..limits import normalize_run_id
 from ..records import RunEvent, RunInfo
 from ..tokens import redact_wake_tokens
 from ._base import (
@@ -114,6 +115,7 @@ def run_detail(run: RunInfo) -> dict[str, Any]:
         "input": redact_wake_tokens(run.input_json),
         "result": redact_wake_tokens(run.result_json),
         "continued_as": run.continued_as,
+        "phase": redact_wake_tokens(run.phase),
     }
 
 
@@ -216,7 +218,8 @@ async def _runs_list(ns: argparse.Namespace) -> int:
             runs = [r for r in await sf.stuck_runs()
                     if (ns.template is None or r.template_id == ns.template)
                     and (since is None or (r.started_at is not None and r.started_at >= since))
-                    and (ns.parent is None or r.parent_run_id == ns.parent)
+                    and (ns.parent is None
+                         or r.parent_run_id == normalize_run_id(ns.parent))
                     ][:ns.limit]
         else:
             runs = await sf.list_runs(status=ns.status, template_id=ns.template,
@@ -281,7 +284,9 @@ async def _runs_show(ns: argparse.Namespace) -> int:
         ("waiting on", (f"{waiting['event'] or 'timer'} at {waiting['node_id']}"
                         + (f" (deadline {waiting['deadline']})" if waiting["deadline"] else ""))
          if waiting else None),
-        ("phase", changes[-1]["phase"] if changes else None),
+        # The row's phase (migration 041); a run that set it before then: its events.
+        ("phase", redact_wake_tokens(run.phase) if run.phase is not None
+         else changes[-1]["phase"] if changes else None),
         # As JSON, so a string result reads apart from a number or a null one.
         ("input", msgspec.json.encode(detail["input"]).decode()
          if run.input_json is not None else None),

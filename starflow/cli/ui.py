@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ipaddress
+import logging
 import os
 import secrets
 import signal
@@ -21,6 +22,7 @@ from typing import Any
 import anyio
 import anyio.abc
 
+from ..config import database_url_from_env
 from ._base import EXIT_OK, EXIT_USAGE, CommandError, app_args, command, db_args, resolve_app
 
 __all__ = ["is_loopback"]
@@ -108,6 +110,21 @@ async def _stop_on_signals(server: Any) -> None:
             server.should_exit = True
 
 
+class _StartupErrors(logging.Filter):
+    """Holds back uvicorn's error records until the server started, keeping their text."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.server: Any = None
+        self.messages: list[str] = []
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if (self.server is not None and self.server.started) or record.levelno < logging.ERROR:
+            return True
+        self.messages.append(" ".join(record.getMessage().split()))
+        return False
+
+
 def _server_class() -> Any:
     import uvicorn
 
@@ -134,9 +151,9 @@ async def _ui(ns: argparse.Namespace) -> int:
 
     token, made_up = _token(ns)
     allowed = None if token is not None else ["127.0.0.1", "localhost", "[::1]", "::1"]
-    url = ns.db or os.environ.get("STARFLOW_DATABASE_URL")
+    url = ns.db or database_url_from_env()
     if ns.all_workspaces and url is None:
-        raise CommandError("--all-workspaces needs --db URL (or STARFLOW_DATABASE_URL)",
+        raise CommandError("--all-workspaces needs --db URL (or STARFLOW_URL)",
                            EXIT_USAGE)
     # --warm goes with --db: resolve_app opens the warm tier, or says it needs --db.
     sf = await resolve_app(ns, must_exist=True)
@@ -148,39 +165,49 @@ async def _ui(ns: argparse.Namespace) -> int:
                              warm=ns.warm, maintenance=False)
 
     scopes = Scopes(open_scope) if ns.all_workspaces else None
-    async with sf, scopes or contextlib.nullcontext(), anyio.create_task_group() as tg:
-        app = create_app(sf, token=token, allowed_hosts=allowed, poll_interval=ns.poll,
-                         scopes=scopes)
-        config = uvicorn.Config(app, host=ns.host, port=ns.port, log_level="warning",
-                                lifespan="off", timeout_graceful_shutdown=2,
-                                access_log=False)
-        server = _server_class()(config)
-        tg.start_soon(_stop_on_signals, server)
-        await tg.start(_serve, server, tg.cancel_scope)
-        while not server.started:
-            if server.should_exit:
-                break
-            await anyio.sleep(0.05)
-        if server.started:
-            port = server.servers[0].sockets[0].getsockname()[1]
-            host = ns.host
-            if host in ("0.0.0.0", "::", ""):  # every interface: name this machine
-                import socket
+    # uvicorn logs why it could not start (a port in use) before exiting; the
+    # command says it once, in its own error line, instead.
+    startup_errors = _StartupErrors()
+    uvicorn_log = logging.getLogger("uvicorn.error")
+    try:
+        async with sf, scopes or contextlib.nullcontext(), anyio.create_task_group() as tg:
+            app = create_app(sf, token=token, allowed_hosts=allowed, poll_interval=ns.poll,
+                             scopes=scopes)
+            config = uvicorn.Config(app, host=ns.host, port=ns.port, log_level="warning",
+                                    lifespan="off", timeout_graceful_shutdown=2,
+                                    access_log=False)
+            server = _server_class()(config)
+            startup_errors.server = server
+            uvicorn_log.addFilter(startup_errors)
+            tg.start_soon(_stop_on_signals, server)
+            await tg.start(_serve, server, tg.cancel_scope)
+            while not server.started:
+                if server.should_exit:
+                    break
+                await anyio.sleep(0.05)
+            if server.started:
+                port = server.servers[0].sockets[0].getsockname()[1]
+                host = ns.host
+                if host in ("0.0.0.0", "::", ""):  # every interface: name this machine
+                    import socket
 
-                host = socket.gethostname()
-            host = f"[{host}]" if ":" in host else host
-            address = f"http://{host}:{port}/"
-            scope = ("every workspace and env" if ns.all_workspaces else
-                     f"{sf.adapter.workspace_id}/{sf.adapter.env}")
-            if token is not None:
-                address += f"?token={token}"
-            sys.stdout.write(f"starflow ui for {scope}: open {address}\n")
-            if made_up:
-                sys.stdout.write("(a token was made up for this run: pass --token or set "
-                                 "STARFLOW_UI_TOKEN to keep one)\n")
-            sys.stdout.write("press Ctrl+C to stop\n")
-            sys.stdout.flush()
+                    host = socket.gethostname()
+                host = f"[{host}]" if ":" in host else host
+                address = f"http://{host}:{port}/"
+                scope = ("every workspace and env" if ns.all_workspaces else
+                         f"{sf.adapter.workspace_id}/{sf.adapter.env}")
+                if token is not None:
+                    address += f"?token={token}"
+                sys.stdout.write(f"starflow ui for {scope}: open {address}\n")
+                if made_up:
+                    sys.stdout.write("(a token was made up for this run: pass --token or set "
+                                     "STARFLOW_UI_TOKEN to keep one)\n")
+                sys.stdout.write("press Ctrl+C to stop\n")
+                sys.stdout.flush()
+    finally:
+        uvicorn_log.removeFilter(startup_errors)
     if not server.started:
-        raise CommandError(f"the ui could not listen on {ns.host}:{ns.port} (is the port in "
-                           "use? try --port 0)")
+        why = "; ".join(startup_errors.messages) or "is the port in use?"
+        raise CommandError(f"the ui could not listen on {ns.host}:{ns.port}: {why} "
+                           "(try another --port, or --port 0 for any free one)")
     return EXIT_OK

@@ -24,6 +24,7 @@ from ..errors import (
     InvalidWakeToken,
     StarflowError,
     TooManyRuns,
+    UnexpectedSignal,
     WorkflowDefinitionError,
 )
 from ..records import RunFilter, RunInfo
@@ -122,17 +123,14 @@ class Actions:
         if run.is_terminal:
             raise BadInput(f"run {run.id} has ended ({run.status}): no wait can take a "
                            "signal; nothing was written", 409)
-        if run.status == "paused":
-            waits = views.waiting_on(run, await sf.adapter.list_waits(run.id), sf.clock.now())
-            events = sorted({w.event for w in waits if w.event})
-            if event not in events:
-                raise BadInput(
-                    f"run {run.id} is paused waiting for "
-                    f"{', '.join(repr(e) for e in events) or 'a timer (sleeping)'}, not "
-                    f"{event!r}: no wait of it can take this signal now; nothing was written",
-                    409)
-            if run.start_mode == "inline":
-                await self._inline_code(run, "signal")
+        # The rule Starflow.signal applies (the CLI's too), told before the
+        # confirmation: a name outside the workflow's declared signals.
+        try:
+            await sf.runner.check_signal_name(run, event)
+        except UnexpectedSignal as exc:
+            raise BadInput(str(exc), 409) from None
+        if run.status == "paused" and run.start_mode == "inline":
+            await self._inline_code(run, "signal")
         if form.get("confirmed") != "yes":
             return self._confirm(request, f"Send signal {event!r} to run {run.id}?",
                                  {"event": event, "payload": raw}, run=run,

@@ -62,7 +62,8 @@ class Live:
     async def run_stream(self, request: Request) -> Response:
         run_id = request.path_params["run_id"]
         try:
-            await self.site.run_or_404(run_id)
+            # as stored: the address may spell it in upper case
+            run_id = (await self.site.run_or_404(run_id)).id
         except BadInput as exc:
             from starlette.responses import PlainTextResponse
 

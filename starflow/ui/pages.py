@@ -117,6 +117,7 @@ class Pages:
         except BadInput as exc:
             return site.render(request, "error.html", exc.status, error=str(exc))
         sf = site.sf
+        run_id = run.id  # as stored: the address may spell it in upper case
         events = await sf.adapter.list_events(run_id)
         waits = [] if run.is_terminal else await sf.adapter.list_waits(run_id)
         children = await sf.adapter.list_runs(parent_run_id=run.id, limit=CHILDREN_SHOWN)

@@ -3,7 +3,9 @@
 A :class:`~starflow.Starflow` is bound to one (workspace, env). To show
 another, :class:`Scopes` opens one more on the same database, the first time
 a page of that scope is asked for, and keeps it open until ``Scopes`` is
-left. Each is opened by a task of the ``Scopes``' own task group (a Starflow
+left. A scope the database holds nothing of (no run, schedule or wake key) is
+refused before any app is opened for it: a GET of a made-up name writes no row
+and takes no slot. Each is opened by a task of the ``Scopes``' own task group (a Starflow
 runs its heartbeat task in a task group, which must be left by the task that
 entered it), never by the request that first needed it, and each closes
 shielded from cancellation, so stopping the server never skips closing a
@@ -36,6 +38,23 @@ def check_scope(workspace_id: str, env: str) -> None:
            if not _NAME.match(value)]
     if bad:
         raise StarflowError("; ".join(bad))
+
+
+async def _holds(sf: Starflow) -> bool:
+    """Whether the database has anything of ``sf``'s scope, read without writing.
+
+    Only its adapter is opened (``Starflow.__aenter__`` would store a wake key for a
+    scope that has none); a scope that is shown keeps it open, one that is not
+    closes it.
+    """
+    adapter = sf.adapter
+    await adapter.open()
+    try:
+        return bool(await adapter.list_runs(limit=1)) or bool(await adapter.list_schedules()) \
+            or await adapter.get_secret("default", now=sf.clock.now(), create=False) is not None
+    except BaseException:
+        await adapter.close()
+        raise
 
 
 class Scopes:
@@ -75,8 +94,9 @@ class Scopes:
         """The open Starflow of this scope, opened now if it is the first time.
 
         Raises:
-            StarflowError: a bad name, too many scopes open, ``Scopes`` not entered,
-                or the app failed to open.
+            StarflowError: a bad name, a scope the database holds nothing of (no run,
+                schedule or wake key: nothing is opened or written), too many scopes
+                open, ``Scopes`` not entered, or the app failed to open.
         """
         check_scope(workspace_id, env)
         key = (workspace_id, env)
@@ -90,15 +110,21 @@ class Scopes:
             if len(self._apps) >= self._limit:
                 raise StarflowError(f"this server already shows {self._limit} workspaces/envs; "
                                     "restart it to show others")
-            sf: Starflow = await self._tg.start(self._own, workspace_id, env)
+            candidate = self._open_app(workspace_id, env)
+            if not await _holds(candidate):
+                await candidate.adapter.close()
+                raise StarflowError(f"workspace {workspace_id!r} env {env!r} has no runs, "
+                                    "schedules or keys in this database: check the names "
+                                    "(a scope appears once something runs in it)")
+            sf: Starflow = await self._tg.start(self._own, candidate)
             self._apps[key] = sf
             return sf
 
-    async def _own(self, workspace_id: str, env: str, *,
+    async def _own(self, candidate: Starflow, *,
                    task_status: anyio.abc.TaskStatus[Any] = anyio.TASK_STATUS_IGNORED) -> None:
         # Shielded: the app closes when Scopes is left, not half-way through a
         # cancellation (which would skip closing its database).
         with anyio.CancelScope(shield=True):
-            async with self._open_app(workspace_id, env) as sf:
+            async with candidate as sf:
                 task_status.started(sf)
                 await self._stop.wait()

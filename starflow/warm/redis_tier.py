@@ -289,7 +289,7 @@ class RedisWarmTier(WarmTier):
                     yield state
         finally:
             with contextlib.suppress(Exception):  # the connection may already be gone
-                await pubsub.aclose()  # type: ignore[no-untyped-call]
+                await pubsub.aclose()  # type: ignore[no-untyped-call,unused-ignore]
 
     async def hashes(self, run_ids: Sequence[str]) -> dict[str, str | None]:
         if not run_ids:

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from starflow import workflow
 from starflow.adapters.postgres import PostgresWorkflowStateAdapter
 from starflow.context import WorkflowContext
 from starflow.records import JobSpec, PoolLimits, ScheduleRecord
@@ -209,5 +210,95 @@ class TestRolePins:
             assert len(await adapter.list_jobs(run_id=run_id)) == 1
         finally:
             await adapter.close()
+            await admin.execute(f'DROP OWNED BY "{role}"')
+            await admin.execute(f'DROP ROLE "{role}"')
+
+
+@workflow(name="rls_recipe_double")
+async def recipe_double(n: int) -> int:
+    return n * 2
+
+
+def _recipe(role: str, workspace: str) -> list[str]:
+    """The statements of the guide's tenant-role recipe, for ``role`` and ``workspace``."""
+    import re
+    from pathlib import Path
+
+    guide = (Path(__file__).parents[2] / "docs" / "guides" / "postgres.md").read_text()
+    section = guide.split("### The safe setup", 1)[1]
+    block = section.split("```sql", 1)[1].split("```", 1)[0]
+    text = re.sub(r"--[^\n]*", "", block).replace("sf_acme", role)
+    text = text.replace("'acme'", f"'{workspace}'").replace('"sf_acme"', f'"{role}"')
+    return [s.strip() for s in text.split(";") if s.strip()]
+
+
+class TestTenantRecipe:
+    """The guide's tenant role writes nothing shared: one tenant cannot stop every app
+    on the database from opening by changing ``starflow_migrations``."""
+
+    async def _refused(self, conn: Any, admin: Any) -> None:
+        import asyncpg
+
+        before = await admin.fetch("SELECT version, name FROM starflow_migrations ORDER BY 1")
+        for sql in ("DELETE FROM starflow_migrations",
+                    "UPDATE starflow_migrations SET name = 'x'",
+                    "INSERT INTO starflow_migrations (version, name) VALUES (9999, 'x')"):
+            try:
+                status = await conn.execute(sql)
+            except asyncpg.InsufficientPrivilegeError:
+                continue
+            assert status.endswith(" 0"), (sql, status)
+        assert await admin.fetch("SELECT version, name FROM starflow_migrations "
+                                 "ORDER BY 1") == before
+        # ...and it still reads it, as an app does at open
+        assert await conn.fetchval("SELECT count(*) FROM starflow_migrations") == len(before)
+
+    async def _opens(self, role: str, workspace: str) -> None:
+        from starflow import Starflow
+
+        async with Starflow.open(url_as(role), workspace_id=workspace,
+                                 maintenance=False) as sf:
+            assert (await sf.run(recipe_double, 2)).result == 4
+
+    async def test_documented_recipe(self, admin: Any) -> None:
+        """The recipe as the guide prints it: no write on the migrations table, and the
+        app opens and runs as that role."""
+        import asyncpg
+
+        suffix = uuid.uuid4().hex[:8]
+        role, workspace = f"sf_recipe_{suffix}", f"recipe-{suffix}"
+        try:
+            for statement in _recipe(role, workspace):
+                await admin.execute(statement)
+            conn = await asyncpg.connect(url_as(role))
+            try:
+                await self._refused(conn, admin)
+            finally:
+                await conn.close()
+            await self._opens(role, workspace)
+        finally:
+            await admin.execute("DELETE FROM starflow_role_workspaces WHERE role_name = $1",
+                                role)
+            await admin.execute(f'DROP OWNED BY "{role}"')
+            await admin.execute(f'DROP ROLE "{role}"')
+
+    async def test_role_granted_every_table(self, admin: Any) -> None:
+        """A role given DML on every table (the recipe before #29, still in place on
+        upgraded databases) cannot change the migrations table either (040)."""
+        import asyncpg
+
+        role, workspace = f"sf_wide_{uuid.uuid4().hex[:8]}", f"wide-{uuid.uuid4().hex[:8]}"
+        await admin.execute(f'CREATE ROLE "{role}" LOGIN')
+        await admin.execute(
+            f'GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO "{role}"')
+        await admin.execute(f'GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA public TO "{role}"')
+        try:
+            conn = await asyncpg.connect(url_as(role))
+            try:
+                await self._refused(conn, admin)
+            finally:
+                await conn.close()
+            await self._opens(role, workspace)
+        finally:
             await admin.execute(f'DROP OWNED BY "{role}"')
             await admin.execute(f'DROP ROLE "{role}"')

@@ -13,7 +13,7 @@ async def cli_charge(order_id: str) -> str:
     return f"receipt-{order_id}"
 
 
-@workflow(name="cli_order", version=1)
+@workflow(name="cli_order", version=1, signals=("approval",))
 async def cli_order(order_id: str) -> dict[str, object]:
     receipt = await cli_charge(order_id)
     decision = await wait_for("approval")

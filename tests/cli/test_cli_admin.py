@@ -96,7 +96,7 @@ class TestBadInput:
         assert not path.exists()
 
     def test_no_database(self, cli: Cli) -> None:
-        assert "pass --db URL or set STARFLOW_DATABASE_URL" in cli.fails("runs", "list",
+        assert "pass --db URL or set STARFLOW_URL" in cli.fails("runs", "list",
                                                                          code=2)
 
     @pytest.mark.parametrize(("app", "needle"), [

@@ -227,6 +227,15 @@ class TestExportAndReplay:
         assert seeded.tokens[run_id] not in result.out
         assert history.events[-1].payload_json["wake_token"] == "[redacted]"
 
+    def test_export_by_upper_case_id(self, cli: Cli, seeded: Seeded) -> None:
+        """An id pasted in upper case exports the run with its whole history (SQLite
+        stores ids lowercase)."""
+        run_id = seeded.paused[0]
+        result = cli("runs", "export", run_id.upper(), "--db", seeded.url)
+        assert result.code == 0, result.err
+        history = load_history(result.out)
+        assert history.run_id == run_id and len(history.events) == 3
+
     def test_export_all_then_replay(self, cli: Cli, seeded: Seeded, tmp_path: Path) -> None:
         target = tmp_path / "histories.json"
         result = cli("runs", "export", "--all", "--db", seeded.url, "-o", str(target))

@@ -69,6 +69,16 @@ class TestSignal:
         assert "pass --app MODULE" in line and "'cli_order' v1" in line
         assert state(seeded, run_id) == before  # not even the signal was kept
 
+    def test_name_the_run_does_not_wait_for(self, cli: Cli, seeded: Seeded) -> None:
+        """A typo'd signal name to a paused run: one line, exit non-zero, nothing kept."""
+        run_id = seeded.paused[0]
+        before = state(seeded, run_id)
+        line = cli.fails("signal", run_id, "aproval", "--payload", '{"ok": true}',
+                         "--db", seeded.url, "--app", APP)
+        assert "UnexpectedSignal" in line or "not 'aproval'" in line
+        assert run_id in line and "'approval'" in line and "nothing was written" in line
+        assert state(seeded, run_id) == before
+
     def test_bad_payload(self, cli: Cli, seeded: Seeded) -> None:
         run_id = seeded.paused[0]
         before = state(seeded, run_id)

@@ -309,8 +309,11 @@ class TestRawErrors:
         assert await sf.result(paused.run_id) == value
         events = await sf.events(paused.run_id)
         assert "run_resumed" in [e.event_type for e in events]
-        waiting = await sf.run(waits)
+        # Queued (no worker here), so a signal for any name is kept in the inbox (a
+        # paused run refuses a name it never waited for: UnexpectedSignal).
+        waiting = await sf.start(waits)
         await sf.signal(waiting.run_id, "early", _nested(240))  # kept in the inbox
+        assert await sf.adapter.find_signal(waiting.run_id, "early") is not None
         assert (await sf.cancel(waiting.run_id)).status == "cancelled"
 
     async def test_deep_signal_payload(self, sf: Starflow, spy: SpyAdapter) -> None:

@@ -138,3 +138,33 @@ class TestWorkflowMethods:
                 @staticmethod
                 async def run(value: int) -> int:
                     return value
+
+
+class TestOneFunctionTwoNames:
+    """One function decorated twice under two names: each name starts its own definition."""
+
+    async def test_each_name_starts_its_own_registration(self, sf: Starflow) -> None:
+        """`a = workflow(name=A)(f); b = workflow(name=B)(f)`: a run of a is named A."""
+        suffix = uuid.uuid4().hex[:8]
+
+        async def body(value: int) -> int:
+            return value + 1
+
+        a = workflow(name=f"twice-a-{suffix}")(body)
+        b = workflow(name=f"twice-b-{suffix}", version=2)(body)
+        ran_a, ran_b = await sf.run(a, 1), await sf.run(b, 2)
+        assert (ran_a.result, ran_b.result) == (2, 3)
+        got_a, got_b = await sf.get_run(ran_a.run_id), await sf.get_run(ran_b.run_id)
+        assert (got_a.template_id, got_a.workflow_version) == (f"twice-a-{suffix}", 1)
+        assert (got_b.template_id, got_b.workflow_version) == (f"twice-b-{suffix}", 2)
+        assert not hasattr(body, "__starflow_workflow__")  # nothing leaks onto the function
+
+    def test_step_twice_keeps_each_name(self) -> None:
+        """The same holds for @step: each wrapper carries its own definition."""
+
+        async def work() -> None:
+            return None
+
+        one, two = step(name="twice-one")(work), step(name="twice-two")(work)
+        assert one.__starflow_step__.name == "twice-one"  # type: ignore[attr-defined]
+        assert two.__starflow_step__.name == "twice-two"  # type: ignore[attr-defined]

@@ -37,7 +37,7 @@ async def explode(why: str) -> None:
     raise RuntimeError(why)
 
 
-@workflow(name="ui_approval")
+@workflow(name="ui_approval", signals=("approve",))
 async def approval(item: str, fail: bool = False) -> dict[str, Any]:
     held = await reserve(item)
     await starflow.session_set("cart-1", "item", item)

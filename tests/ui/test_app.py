@@ -424,6 +424,35 @@ class TestWhoMay:
         assert "poll_interval" in text and "page_size" in text and "token" in text
 
 
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+async def test_run_page_by_upper_case_id(kind: str, tmp_path: Any) -> None:
+    """A run id typed or pasted in upper case names the same run: the page shows its
+    whole timeline and its stream its end, as sf.get_run / sf.events do (SQLite stores
+    ids lowercase; PostgreSQL's uuid column takes either)."""
+    import uuid
+
+    from tests.conftest import adapter_url
+
+    url = adapter_url(kind, tmp_path)
+    async with Starflow.open(url, workspace_id=f"ws-{uuid.uuid4().hex[:8]}",
+                             maintenance=False) as sf:
+        paused = (await sf.run(approval, "lamp")).run_id
+        done = (await sf.run(quick, 1)).run_id
+        upper = paused.upper()
+        events = await sf.events(paused)
+        assert len(events) >= 2
+        assert [e.id for e in await sf.events(upper)] == [e.id for e in events]
+        assert (await sf.get_run(upper)).id == paused
+        async with client_for(create_app(sf)) as client:
+            lower_page = (await client.get(f"/runs/{paused}")).text
+            upper_page = await client.get(f"/runs/{upper}")
+            assert upper_page.status_code == 200
+            rows = upper_page.text.count('<tr class="ev-')
+            assert rows == lower_page.count('<tr class="ev-') == len(events)
+            stream = await client.get(f"/runs/{done.upper()}/stream")
+        assert stream.text.endswith('event: end\ndata: {"status":"success"}\n\n')
+
+
 class TestLive:
     """The event streams behind the live views."""
 
@@ -719,6 +748,8 @@ async def test_all_workspaces(tmp_path: Any) -> None:
             Starflow.open(url, workspace_id="billing", env="dev", maintenance=False) as billing:
         in_shop = (await shop.run(quick, 1)).run_id
         in_billing = (await billing.run(approval, "lamp")).run_id
+    async with Starflow.open(url, workspace_id="third", maintenance=False) as third:
+        await third.run(quick, 3)
 
     opened: list[tuple[str, str]] = []
 
@@ -754,7 +785,7 @@ async def test_all_workspaces(tmp_path: Any) -> None:
             assert (await client.get("/w/x y/prod/runs")).status_code == 404
             assert (await client.get("/switch", params={"workspace": "a/b",
                                                         "env": "p"})).status_code == 400
-            too_many = await client.get("/w/third/prod/runs")
+            too_many = await client.get("/w/third/prod/runs")  # has a run: would open
             assert too_many.status_code == 404 and "already shows 2" in too_many.text
             assert (await client.get("/w/shop/prod/runs")).status_code == 200
             assert (await client.get("/w/shop/prod/runs",
@@ -762,6 +793,51 @@ async def test_all_workspaces(tmp_path: Any) -> None:
     async with Starflow.open(url, workspace_id="billing", env="dev",
                              maintenance=False) as billing:
         assert (await billing.get_run(in_billing)).status == "cancelled"
+
+
+async def test_all_workspaces_unknown_scope_writes_nothing(tmp_path: Any) -> None:
+    """A GET of a workspace/env the database does not hold is a 404 that writes no row,
+    opens no app and takes no slot: after more made-up names than slots, a real scope
+    still opens."""
+    import sqlite3
+
+    from starflow.ui.scopes import Scopes
+
+    path = tmp_path / "scopes.db"
+    url = f"sqlite:///{path}"
+    async with Starflow.open(url, workspace_id="billing", env="dev",
+                             maintenance=False) as billing:
+        in_billing = (await billing.run(quick, 1)).run_id
+
+    def dump() -> list[str]:
+        with closing(sqlite3.connect(path)) as conn:
+            return list(conn.iterdump())
+
+    entered: list[tuple[str, str]] = []
+
+    class Counted(Starflow):
+        async def __aenter__(self) -> Counted:
+            entered.append((self.adapter.workspace_id, self.adapter.env))
+            return await super().__aenter__()
+
+    def open_scope(workspace_id: str, env: str) -> Starflow:
+        return Counted.open(url, workspace_id=workspace_id, env=env, maintenance=False)
+
+    async with Starflow.open(url, workspace_id="shop", maintenance=False) as sf, \
+            Scopes(open_scope, limit=2) as scopes:
+        app = create_app(sf, token=TOKEN, scopes=scopes)
+        before = dump()
+        async with client_for(app, authorization=f"Bearer {TOKEN}") as client:
+            for n in range(5):
+                made_up = await client.get(f"/w/made-up-{n}/prod/runs")
+                assert made_up.status_code == 404
+                assert f"made-up-{n}" in made_up.text and "no runs" in made_up.text
+            wrong_env = await client.get("/w/billing/prod/runs")  # the workspace, not the env
+            assert wrong_env.status_code == 404
+            assert dump() == before and entered == []
+            page = await client.get("/w/billing/dev/runs")
+            assert page.status_code == 200 and in_billing[:8] in page.text
+            assert entered == [("billing", "dev")]
 
 
 async def test_long_timeline_shows_its_ends(sf: Starflow, monkeypatch: Any) -> None:
