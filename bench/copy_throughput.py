@@ -33,7 +33,7 @@ if __package__ in (None, ""):  # run as a script: make `starflow` importable fro
 
 import starflow
 from starflow import Starflow, session_set, step, workflow
-from starflow.copy import CopyOptions, copy_database
+from starflow.admin.copy import CopyOptions, copy_database
 
 POSTGRES_URL = os.environ.get("STARFLOW_BENCH_POSTGRES_URL",
                               os.environ.get("STARFLOW_TEST_POSTGRES_URL",

@@ -51,7 +51,7 @@ if __package__ in (None, ""):  # run as a script: make `starflow` importable fro
 import starflow
 import starflow.logs
 from starflow import Starflow, StarflowConfig
-from starflow.schedules import ScheduleLoop
+from starflow.runtime.schedules import ScheduleLoop
 from starflow_testing import FakeClock
 
 POSTGRES_URL = os.environ.get("STARFLOW_TEST_POSTGRES_URL",

@@ -25,7 +25,7 @@ import anyio
 
 from starflow.adapters.postgres import PostgresWorkflowStateAdapter, _run_statement
 from starflow.adapters.units import Guard, InsertEvent, Unit, UpdateRun
-from starflow.context import WorkflowContext
+from starflow.workflow.context import WorkflowContext
 
 URL = sys.argv[1] if len(sys.argv) > 1 else "postgresql://postgres@127.0.0.1:5432/test"
 CONCURRENCY = 50

@@ -46,8 +46,8 @@ import starflow
 from starflow import Starflow, workflow
 from starflow.adapters import adapter_from_url
 from starflow.adapters.base import WorkflowStateAdapter
+from starflow.admin.retention import prune_runs
 from starflow.clock import format_ts
-from starflow.retention import prune_runs
 
 NOW = datetime.now(UTC).replace(microsecond=0)
 BASE = NOW - timedelta(days=400)

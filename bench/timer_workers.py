@@ -40,7 +40,7 @@ from starflow import Starflow, StarflowConfig, sleep, workflow
 from starflow.adapters import adapter_from_url
 from starflow.adapters.delegating import DelegatingAdapter
 from starflow.adapters.units import Unit
-from starflow.maintenance import Maintenance
+from starflow.runtime.maintenance import Maintenance
 from starflow_testing import FakeClock
 
 CONFIG = StarflowConfig(poll_interval=timedelta(hours=1))

@@ -22,7 +22,7 @@ import anyio
 
 import starflow
 from starflow import Starflow, step, wait_for, workflow
-from starflow.copy import CopyOptions, copy_database
+from starflow.admin.copy import CopyOptions, copy_database
 
 #: Stand-in for the external system holding the wake token.
 CALLBACKS: dict[str, str] = {}

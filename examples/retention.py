@@ -26,7 +26,7 @@ import msgspec
 
 from starflow import Starflow, StarflowConfig, step, wait_for, workflow
 from starflow.adapters import adapter_from_url
-from starflow.replayer import Replayer
+from starflow.admin.replayer import Replayer
 from starflow_testing import FakeClock
 
 

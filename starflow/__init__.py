@@ -9,14 +9,10 @@ from __future__ import annotations
 
 from ._version import __version__
 from .adapters.base import WorkflowStateAdapter
+from .admin.retention import PruneReport
 from .app import Starflow
-from .attributes import set_attributes
-from .children import ChildHandle, start_child
 from .clock import Clock, SystemClock
 from .config import StarflowConfig
-from .context import WorkflowContext, context
-from .continuation import continue_as_new
-from .decorators import RetryPolicy, step, workflow
 from .errors import (
     ConcurrentWaits,
     ConfigError,
@@ -51,10 +47,7 @@ from .errors import (
     WorkflowFailed,
     WorkflowTimeout,
 )
-from .events import close_stream, set_event, write_stream
 from .failure import RunFailure
-from .jobs import JobWorker
-from .progress import progress
 from .records import (
     BulkResult,
     PoolLimits,
@@ -64,13 +57,20 @@ from .records import (
     RunInfo,
     ScheduleRecord,
 )
-from .retention import PruneReport
-from .runner import RunHandle
-from .session import session_get, session_set
-from .updates import UpdateRequest, receive
-from .waits import now, patched, sleep, wait_for, wait_for_any, wake_token
+from .runtime.jobs import JobWorker
+from .runtime.runner import RunHandle
 from .warm.base import LiveRun
-from .workflow_logger import logger
+from .workflow.attributes import set_attributes
+from .workflow.children import ChildHandle, start_child
+from .workflow.context import WorkflowContext, context
+from .workflow.continuation import continue_as_new
+from .workflow.decorators import RetryPolicy, step, workflow
+from .workflow.events import close_stream, set_event, write_stream
+from .workflow.logger import logger
+from .workflow.progress import progress
+from .workflow.session import session_get, session_set
+from .workflow.updates import UpdateRequest, receive
+from .workflow.waits import now, patched, sleep, wait_for, wait_for_any, wake_token
 
 __all__ = [
     "BulkResult",

@@ -14,7 +14,6 @@ from .adapters.base import WatchWhenWaiting
 from .adapters.pages import MAX_PAGE, RunCursor, RunPageQuery
 from .app_core import RunOptions, workflow_definition
 from .app_ops import StarflowOps, check_session_names
-from .attributes import encode_attributes
 from .config import int_problem
 from .errors import (
     InvalidArgument,
@@ -29,8 +28,6 @@ from .errors import (
     TooManyRuns,
     UpdateRejected,
 )
-from .events import DataReader
-from .forks import fork_run
 from .limits import MAX_DURATION, name_problem, normalize_run_id
 from .logs import get_logger
 from .records import (
@@ -42,7 +39,10 @@ from .records import (
     RunFilter,
     RunInfo,
 )
-from .runner import RunHandle
+from .runtime.forks import fork_run
+from .runtime.runner import RunHandle
+from .workflow.attributes import encode_attributes
+from .workflow.events import DataReader
 
 __all__ = ["DEFAULT_BULK_LIMIT", "RunOptions", "Starflow", "bulk_query",
            "check_session_names", "workflow_definition"]

@@ -21,7 +21,6 @@ from .adapters import adapter_from_url
 from .adapters.base import WorkflowStateAdapter
 from .clock import Clock, SystemClock
 from .config import StarflowConfig, database_url_from_env, int_problem
-from .decorators import WorkflowDefinition, definition_of, registry, timeout_problem
 from .errors import (
     ConfigError,
     StarflowError,
@@ -30,10 +29,11 @@ from .errors import (
 )
 from .limits import check_name, duration_problem
 from .logs import get_logger
-from .maintenance import Maintenance
-from .runner import RunHandle, Runner
+from .runtime.maintenance import Maintenance
+from .runtime.runner import RunHandle, Runner
 from .tokens import Keyring
 from .urls import scheme_of
+from .workflow.decorators import WorkflowDefinition, definition_of, registry, timeout_problem
 
 __all__ = ["DEFAULT_ENV", "DEFAULT_URL", "DEFAULT_WORKSPACE", "RunOptions",
            "StarflowCore", "workflow_definition"]

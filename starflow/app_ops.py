@@ -11,6 +11,7 @@ from typing import Any
 import anyio
 import anyio.lowlevel
 
+from .admin.retention import DEFAULT_BATCH_SIZE, PruneReport, prune_runs
 from .app_core import StarflowCore, workflow_definition
 from .config import check_concurrency, int_problem
 from .errors import (
@@ -19,17 +20,22 @@ from .errors import (
     ScheduleNotFound,
     StarflowError,
 )
-from .jobs import JobWorker
 from .limits import check_name, duration_problem, normalize_run_id
-from .maintenance import Maintenance
 from .records import PoolLimits, PoolUsage, RunInfo, ScheduleRecord
-from .retention import DEFAULT_BATCH_SIZE, PruneReport, prune_runs
-from .runner import RunHandle, Runner
-from .schedules import ScheduleLoop, check_schedule, next_tick, start_scheduled_run, tick_run_id
+from .runtime.jobs import JobWorker
+from .runtime.maintenance import Maintenance
+from .runtime.runner import RunHandle, Runner
+from .runtime.schedules import (
+    ScheduleLoop,
+    check_schedule,
+    next_tick,
+    start_scheduled_run,
+    tick_run_id,
+)
+from .runtime.worker import Worker
 from .warm.base import LiveRun, WarmTier, live_run
 from .warm.drainer import OutboxStatus, outbox_status
 from .warm.mirror import find_mirror
-from .worker import Worker
 
 __all__ = ["StarflowOps", "check_session_names"]
 

@@ -202,8 +202,8 @@ def int_problem(name: str, value: object, least: int) -> str | None:
 def check_concurrency(value: object) -> int:
     """A worker's ``concurrency``: an int >= 1 (not a bool), else a ConfigError naming it.
 
-    Shared by :class:`~starflow.worker.Worker` and
-    :class:`~starflow.jobs.JobWorker`, which call it first, before anything starts.
+    Shared by :class:`~starflow.runtime.worker.Worker` and
+    :class:`~starflow.runtime.jobs.JobWorker`, which call it first, before anything starts.
     """
     problem = int_problem("concurrency", value, 1)
     if problem is not None:

@@ -51,6 +51,7 @@ from typing import Any, ParamSpec, TypeVar, overload
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
 from .adapters.base import WorkflowStateAdapter
+from .admin.retention import DEFAULT_BATCH_SIZE, PruneReport
 from .app import DEFAULT_BULK_LIMIT
 from .app import RunOptions as AsyncRunOptions
 from .app import Starflow as AsyncStarflow
@@ -66,11 +67,10 @@ from .records import (
     RunInfo,
     ScheduleRecord,
 )
-from .retention import DEFAULT_BATCH_SIZE, PruneReport
-from .runner import RunHandle
+from .runtime.runner import RunHandle
+from .runtime.worker import Worker
 from .warm.base import LiveRun
 from .warm.drainer import OutboxStatus
-from .worker import Worker
 
 __all__ = ["RunOptions", "Starflow", "SyncWorker"]
 
@@ -484,7 +484,7 @@ class RunOptions:
 
 
 class SyncWorker:
-    """A :class:`starflow.worker.Worker` driven from a thread.
+    """A :class:`starflow.runtime.worker.Worker` driven from a thread.
 
     Made by :meth:`Starflow.worker`.
     """

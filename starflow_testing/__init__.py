@@ -14,9 +14,9 @@
 
 from __future__ import annotations
 
+from starflow.admin.history import RunHistory, export_run, load_history, read_history
+from starflow.admin.replayer import Replayer, ReplayResult
 from starflow.errors import RunnerKilled
-from starflow.history import RunHistory, export_run, load_history, read_history
-from starflow.replayer import Replayer, ReplayResult
 
 from .clock import FakeClock
 from .environment import WorkflowEnvironment

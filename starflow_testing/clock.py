@@ -17,7 +17,7 @@ from datetime import UTC, datetime, timedelta
 import anyio
 import anyio.lowlevel
 
-from starflow.context import current_engine
+from starflow.workflow.context import current_engine
 
 from ._quiesce import wait_all_tasks_blocked
 

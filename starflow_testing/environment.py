@@ -20,7 +20,7 @@ from starflow.config import StarflowConfig
 from starflow.errors import ConfigError, ResultTimeout, RunnerKilled, StarflowError
 from starflow.logs import get_logger
 from starflow.records import RunEvent, RunInfo
-from starflow.runner import RunHandle, Runner
+from starflow.runtime.runner import RunHandle, Runner
 
 from ._quiesce import quiesce
 from ._tracking import InflightTracker

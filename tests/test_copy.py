@@ -26,7 +26,7 @@ import pytest
 
 import starflow
 from starflow import CopyRefused, Starflow, WaitTimeout, session_get, session_set, step, workflow
-from starflow.copy import CopyOptions, CopyReport, copy_database
+from starflow.admin.copy import CopyOptions, CopyReport, copy_database
 from starflow_testing import WorkflowEnvironment
 from tests.conftest import POSTGRES_URL, require_postgres
 
@@ -536,7 +536,7 @@ class TestSchemaCoverage:
         require_postgres()
         from starflow.adapters import adapter_from_url
         from starflow.adapters.copying import PostgresEndpoint
-        from starflow.copy import NOT_COPIED, TABLES
+        from starflow.admin.copy import NOT_COPIED, TABLES
 
         owner = adapter_from_url(POSTGRES_URL)
         await owner.open()  # migrated

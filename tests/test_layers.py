@@ -1,6 +1,7 @@
 """Imports point down the layers, and no two modules import each other.
 
-The layer order, top to bottom, is face → runtime → warm → adapters → base
+The layer order, top to bottom, is
+face → runtime → admin → engine → workflow → warm → adapters → base
 (DESIGN.md, docs/architecture.md). :data:`LAYERS` assigns every module of
 ``starflow`` to one layer; :func:`check_layers` reads every module's imports
 with :mod:`ast` (module level, inside functions, under ``TYPE_CHECKING``,
@@ -20,7 +21,22 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 #: Top to bottom. A module may import modules of its own layer or a lower one.
-ORDER = ("face", "runtime", "warm", "adapters", "base")
+ORDER = ("face", "runtime", "admin", "engine", "workflow", "warm", "adapters", "base")
+
+#: The layer of each package of ``starflow`` (a package is one layer).
+PACKAGE_LAYERS: dict[str, str] = {
+    "cli": "face",
+    "ui": "face",
+    "runtime": "runtime",
+    "admin": "admin",
+    "engine": "engine",
+    "workflow": "workflow",
+    "warm": "warm",
+    "adapters": "adapters",
+    "migrations": "adapters",
+}
+#: The layers a top-level module of ``starflow`` may be in.
+TOP_LEVEL_LAYERS = ("face", "base")
 
 #: Every module of ``starflow`` and its layer. A new module must be added here.
 LAYERS: dict[str, str] = {
@@ -54,39 +70,46 @@ LAYERS: dict[str, str] = {
     "starflow.ui.scopes": "face",
     "starflow.ui.site": "face",
     "starflow.ui.views": "face",
-    # runtime: executes runs
-    "starflow.attributes": "runtime",
-    "starflow.events": "runtime",
-    "starflow.forks": "runtime",
-    "starflow.continuation": "runtime",
-    "starflow.children": "runtime",
-    "starflow.child_nodes": "runtime",
-    "starflow.context": "runtime",
-    "starflow.copy": "runtime",
-    "starflow.copy_records": "runtime",
-    "starflow.decorators": "runtime",
-    "starflow.driving": "runtime",
-    "starflow.engine": "runtime",
-    "starflow.engine_core": "runtime",
-    "starflow.engine_nodes": "runtime",
-    "starflow.execution": "runtime",
-    "starflow.heartbeats": "runtime",
-    "starflow.history": "runtime",
-    "starflow.jobs": "runtime",
-    "starflow.maintenance": "runtime",
-    "starflow.schedules": "runtime",
-    "starflow.progress": "runtime",
-    "starflow.replay": "runtime",
-    "starflow.replayer": "runtime",
-    "starflow.requeue": "runtime",
-    "starflow.retention": "runtime",
-    "starflow.runner": "runtime",
-    "starflow.session": "runtime",
-    "starflow.waits": "runtime",
-    "starflow.updates": "runtime",
-    "starflow.waking": "runtime",
-    "starflow.worker": "runtime",
-    "starflow.workflow_logger": "runtime",
+    # runtime: many runs (runner, workers, maintenance, schedules, forks)
+    "starflow.runtime": "runtime",
+    "starflow.runtime.forks": "runtime",
+    "starflow.runtime.driving": "runtime",
+    "starflow.runtime.jobs": "runtime",
+    "starflow.runtime.maintenance": "runtime",
+    "starflow.runtime.schedules": "runtime",
+    "starflow.runtime.runner": "runtime",
+    "starflow.runtime.waking": "runtime",
+    "starflow.runtime.worker": "runtime",
+    # admin: stored runs without a runtime (retention, copy, history, replayer)
+    "starflow.admin": "admin",
+    "starflow.admin.copy": "admin",
+    "starflow.admin.copy_records": "admin",
+    "starflow.admin.history": "admin",
+    "starflow.admin.replayer": "admin",
+    "starflow.admin.retention": "admin",
+    # engine: one execution of one run (engine, journal, lease, child nodes)
+    "starflow.engine": "engine",
+    "starflow.engine.child_nodes": "engine",
+    "starflow.engine.engine": "engine",
+    "starflow.engine.core": "engine",
+    "starflow.engine.nodes": "engine",
+    "starflow.engine.execution": "engine",
+    "starflow.engine.heartbeats": "engine",
+    "starflow.engine.replay": "engine",
+    "starflow.engine.requeue": "engine",
+    # workflow: what workflow code calls (decorators, context, waits, ...)
+    "starflow.workflow": "workflow",
+    "starflow.workflow.attributes": "workflow",
+    "starflow.workflow.events": "workflow",
+    "starflow.workflow.continuation": "workflow",
+    "starflow.workflow.children": "workflow",
+    "starflow.workflow.context": "workflow",
+    "starflow.workflow.decorators": "workflow",
+    "starflow.workflow.progress": "workflow",
+    "starflow.workflow.session": "workflow",
+    "starflow.workflow.waits": "workflow",
+    "starflow.workflow.updates": "workflow",
+    "starflow.workflow.logger": "workflow",
     # warm: the warm tier and the mirror that feeds it from the cold tier
     "starflow.warm": "warm",
     "starflow.warm.base": "warm",
@@ -335,6 +358,21 @@ def test_starflow_imports_point_down_and_have_no_cycles() -> None:
     report = check_layers(ROOT, "starflow", LAYERS, forbidden=("starflow_testing",))
     problems = report.problems()
     assert not problems, "\n".join(problems)
+
+
+def test_each_package_is_one_layer() -> None:
+    """Each package of ``starflow`` is one layer (PACKAGE_LAYERS); only the face
+    and the base sit at the top level."""
+    wrong = []
+    for module, layer in LAYERS.items():
+        parts = module.split(".")
+        if len(parts) > 2 or (len(parts) == 2 and parts[1] in PACKAGE_LAYERS):
+            expected = PACKAGE_LAYERS[parts[1]]
+        else:
+            expected = layer if layer in TOP_LEVEL_LAYERS else "face or base"
+        if layer != expected:
+            wrong.append(f"{module}: {layer}, expected {expected}")
+    assert not wrong, "\n".join(wrong)
 
 
 def test_layer_table_names_only_existing_modules() -> None:

@@ -18,7 +18,7 @@ import pytest
 import starflow
 from starflow import ConfigError, InvalidArgument, ScheduleNotFound, Starflow, StarflowConfig
 from starflow.adapters import adapter_from_url
-from starflow.schedules import ScheduleLoop, next_tick, tick_run_id
+from starflow.runtime.schedules import ScheduleLoop, next_tick, tick_run_id
 from starflow_testing import FakeClock, FaultInjectingAdapter, WorkflowEnvironment
 from starflow_testing._quiesce import quiesce
 

@@ -1,6 +1,6 @@
 """The two ends of ``starflow copy``: raw table access to SQLite and PostgreSQL.
 
-:mod:`starflow.copy` moves rows between databases; this module is how it
+:mod:`starflow.admin.copy` moves rows between databases; this module is how it
 reads and writes them. Each :class:`Endpoint` lists the tables and columns
 the schema defines, reads rows inside one snapshot (a read transaction held
 for the whole copy) and writes rows in one transaction per batch. Rows cross
@@ -493,7 +493,7 @@ def endpoint_for(url: str, what: str) -> Endpoint:
 
 
 # ---------------------------------------------------------------------------
-# Queries over an endpoint (used by starflow.copy)
+# Queries over an endpoint (used by starflow.admin.copy)
 # ---------------------------------------------------------------------------
 
 

@@ -1,6 +1,6 @@
 """The SQL of a prune: which ended runs a batch deletes, and the deletes, run rows last.
 
-Written once for both dialects; :mod:`starflow.retention` drives the batches and
+Written once for both dialects; :mod:`starflow.admin.retention` drives the batches and
 the adapters run them (see :class:`~starflow.adapters.units.PruneRuns`).
 """
 

@@ -34,7 +34,7 @@ __all__ = ["CHILD_WAIT", "POSTGRES_QUERIES", "QUEUED_DEADLINE", "SQLITE_QUERIES"
 #: repeated as written (SQLite uses a partial index only then).
 QUEUED_DEADLINE = "status = 'queued' AND deadline_at IS NOT NULL"
 #: The WHERE term of ``idx_workflow_waits_child`` (migration 036): a wait on a
-#: child run (event ``__starflow.child:<child run id>``, see starflow.child_nodes).
+#: child run (event ``__starflow.child:<child run id>``, see starflow.engine.child_nodes).
 CHILD_WAIT = "substr(w.event, 1, 17) = '__starflow.child:'"
 
 

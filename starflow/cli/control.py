@@ -137,7 +137,7 @@ def _start_args(parser: argparse.ArgumentParser) -> None:
 @command("start", help="start a run of WORKFLOW (queued for workers, or --inline here)",
          args=[app_args, db_args], configure=_start_args)
 async def _start(ns: argparse.Namespace) -> int:
-    from ..decorators import registry
+    from ..workflow.decorators import registry
 
     if not ns.app:
         raise CommandError("starflow start needs --app MODULE[:ATTR]: the module that defines "

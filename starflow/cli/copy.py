@@ -12,8 +12,8 @@ import sys
 from typing import Any
 
 from ..adapters.copying import endpoint_for
+from ..admin.copy import CopyOptions, CopyProgress, CopyReport, copy_database
 from ..clock import monotonic
-from ..copy import CopyOptions, CopyProgress, CopyReport, copy_database
 from ..errors import StarflowError
 from ._base import EXIT_FAILURE, EXIT_OK, CommandError, command, positive_int, redact_url, say
 from ._format import json_flag, write, write_json

@@ -1,5 +1,5 @@
 """``starflow replay``: replay exported histories against this code (a
-pre-deploy determinism check), with :class:`starflow.replayer.Replayer`."""
+pre-deploy determinism check), with :class:`starflow.admin.replayer.Replayer`."""
 
 from __future__ import annotations
 
@@ -64,9 +64,9 @@ async def _replay(ns: argparse.Namespace) -> int:
     if not ns.app:
         raise CommandError("starflow replay needs --app MODULE[:ATTR]: the module that "
                            "defines the workflows to check", EXIT_USAGE)
+    from ..admin.history import load_history
+    from ..admin.replayer import Replayer
     from ..errors import SerializationError
-    from ..history import load_history
-    from ..replayer import Replayer
 
     if ns.file == "-":
         raw = sys.stdin.buffer.read() if hasattr(sys.stdin, "buffer") else sys.stdin.read()

@@ -16,10 +16,10 @@ import anyio
 import msgspec
 
 from ..clock import parse_when
-from ..context import checkpoint_wait
 from ..limits import normalize_run_id
 from ..records import RunEvent, RunInfo
 from ..tokens import redact_wake_tokens
+from ..workflow.context import checkpoint_wait
 from ._base import (
     EXIT_OK,
     EXIT_USAGE,
@@ -412,7 +412,7 @@ def _export_args(parser: argparse.ArgumentParser) -> None:
          help="run histories as JSON for starflow replay (wake tokens redacted)",
          args=[app_args, db_args], configure=_export_args)
 async def _runs_export(ns: argparse.Namespace) -> int:
-    from ..history import export_run
+    from ..admin.history import export_run
 
     if bool(ns.run_ids) == bool(ns.all):
         raise CommandError("runs export: give RUN_ID... or --all, not both or neither",

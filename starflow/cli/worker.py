@@ -48,7 +48,7 @@ async def _worker(ns: argparse.Namespace) -> int:
     if not ns.app:
         raise CommandError("starflow worker needs --app MODULE[:ATTR]: the module that "
                            "defines your workflows", EXIT_USAGE)
-    from ..decorators import registry
+    from ..workflow.decorators import registry
 
     sf = await resolve_app(ns)
     if not registry.names():
@@ -87,7 +87,7 @@ def _server_args(parser: argparse.ArgumentParser) -> None:
                         "drainer until SIGTERM/SIGINT",
          args=[app_args, db_args], configure=_server_args)
 async def _server(ns: argparse.Namespace) -> int:
-    from ..maintenance import Maintenance
+    from ..runtime.maintenance import Maintenance
 
     async with open_app(ns) as sf:
         maintenance = Maintenance(sf.runner, poll=True)

@@ -29,7 +29,7 @@ from ..errors import (
 )
 from ..records import RunFilter, RunInfo
 from ..serde import check_json_depth
-from ..waits import check_event
+from ..workflow.waits import check_event
 from . import views
 from .site import BadInput, Site, failure, see_other
 

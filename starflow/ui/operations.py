@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from ..adapters.pages import MAX_PAGE, RunPage, RunPageQuery
 from ..errors import StarflowError
 from ..records import PoolUsage, RunInfo, ScheduleRecord
-from ..schedules import ON_TIME
+from ..runtime.schedules import ON_TIME
 from .views import FoldedJSON, fold_json
 
 if TYPE_CHECKING:

@@ -17,10 +17,10 @@ from typing import Any
 import msgspec
 
 from ..clock import parse_when
-from ..context import WAIT_KEY
+from ..engine.replay import retried
 from ..records import RunEvent, RunInfo, WaitRecord
-from ..replay import retried
 from ..tokens import REDACTED, redact_wake_tokens
+from ..workflow.context import WAIT_KEY
 
 __all__ = [
     "FoldedJSON",

@@ -36,9 +36,9 @@ from starflow.adapters.units import (
     Unit,
     UpdateRun,
 )
-from starflow.context import WorkflowContext
 from starflow.errors import SerializationError, StorageError
 from starflow.records import JobSpec, RunInfo, StartOptions, SweepResult
+from starflow.workflow.context import WorkflowContext
 from starflow_testing import FaultInjectingAdapter
 from tests.conftest import adapter_url
 

@@ -18,9 +18,9 @@ import pytest
 from starflow.adapters import adapter_from_url
 from starflow.adapters.base import WorkflowStateAdapter
 from starflow.adapters.units import Guard
-from starflow.context import WorkflowContext
 from starflow.errors import SerializationError
 from starflow.records import StartOptions
+from starflow.workflow.context import WorkflowContext
 from tests.conftest import adapter_url
 
 T0 = datetime(2026, 1, 1, 12, 0, 0, 123456, tzinfo=UTC)

@@ -21,9 +21,9 @@ import anyio
 import pytest
 
 from starflow.adapters.postgres import PostgresWorkflowStateAdapter, _pooler_options
-from starflow.context import WorkflowContext
 from starflow.errors import ConfigError, StorageError
 from starflow.records import StartOptions
+from starflow.workflow.context import WorkflowContext
 from tests.conftest import (
     PGBOUNCER_URL,
     POOLER_RLS_ROLE,

@@ -31,10 +31,10 @@ from starflow.adapters.postgres import (
     channel_name,
 )
 from starflow.adapters.units import Guard, InsertEvent, Unit
-from starflow.context import WorkflowContext
 from starflow.errors import ConfigError, StorageError
 from starflow.migrations import load_migrations
 from starflow.records import StartOptions
+from starflow.workflow.context import WorkflowContext
 from tests.conftest import POSTGRES_URL, require_postgres
 
 pytestmark = pytest.mark.postgres

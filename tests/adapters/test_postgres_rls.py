@@ -18,9 +18,9 @@ import pytest
 
 from starflow import workflow
 from starflow.adapters.postgres import PostgresWorkflowStateAdapter
-from starflow.context import WorkflowContext
 from starflow.records import JobSpec, PoolLimits, ScheduleRecord
 from starflow.warm.mirror import mirror
+from starflow.workflow.context import WorkflowContext
 from tests.conftest import POSTGRES_URL, require_postgres
 
 pytestmark = pytest.mark.postgres

@@ -29,9 +29,9 @@ from starflow.adapters.pages import (
 from starflow.adapters.queries import POSTGRES_QUERIES, SQLITE_QUERIES
 from starflow.adapters.sqlite import LocalWorkflowStateAdapter
 from starflow.clock import format_ts
-from starflow.context import WorkflowContext
 from starflow.errors import StarflowError
 from starflow.records import StartOptions
+from starflow.workflow.context import WorkflowContext
 from tests.adapters.test_postgres import _plan_nodes, scratch_database
 
 T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)

@@ -10,8 +10,8 @@ from pathlib import Path
 import anyio
 
 from starflow import Starflow, set_attributes, workflow
+from starflow.admin.history import load_history
 from starflow.cli.runs import Progress, parse_since
-from starflow.history import load_history
 
 from .support import APP, Cli, Seeded
 

@@ -9,7 +9,7 @@ import anyio
 import pytest
 
 from starflow import Starflow
-from starflow.decorators import registry
+from starflow.workflow.decorators import registry
 
 from . import cli_app
 from .support import APP, Cli, Seeded

@@ -255,7 +255,7 @@ async def test_options_start_is_idempotent(sf: Starflow) -> None:
 def test_arguments_are_checked_against_the_signature(
         args: tuple[object, ...], kwargs: dict[str, object], ok: bool) -> None:
     """The quick path for a plain positional call agrees with Signature.bind."""
-    from starflow.decorators import definition_of
+    from starflow.workflow.decorators import definition_of
 
     @workflow(name=f"sig-{uuid.uuid4().hex[:8]}")
     async def plain(a: int, b: int) -> int:

@@ -19,7 +19,7 @@ from starflow import (
     wait_for,
     workflow,
 )
-from starflow.context import CANCEL_EVENT
+from starflow.workflow.context import CANCEL_EVENT
 from starflow_testing import WorkflowEnvironment
 
 

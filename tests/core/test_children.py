@@ -20,7 +20,7 @@ from starflow import (
     wait_for,
     workflow,
 )
-from starflow.child_nodes import child_id_for
+from starflow.engine.child_nodes import child_id_for
 from starflow.records import StartOptions
 from starflow_testing import WorkflowEnvironment
 from tests.conftest import require_postgres

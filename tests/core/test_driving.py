@@ -9,7 +9,7 @@ import anyio
 import pytest
 
 from starflow import StarflowError, step, workflow
-from starflow.context import WAIT_KEY, CheckpointWait, checkpoint_wait
+from starflow.workflow.context import WAIT_KEY, CheckpointWait, checkpoint_wait
 from starflow_testing import WorkflowEnvironment
 from tests.conftest import require_postgres
 

@@ -298,7 +298,7 @@ async def test_a_queued_chain_is_run_by_workers(adapter_kind: str) -> None:
 async def test_the_replayer_checks_runs_that_publish_and_continue(sf: Starflow) -> None:
     """starflow replay over histories with events, streams and a continue_as_new link:
     each replays to the outcome it recorded, without writing."""
-    from starflow.replayer import Replayer
+    from starflow.admin.replayer import Replayer
 
     @step(name=unique("rp-step"))
     async def work(n: int) -> int:

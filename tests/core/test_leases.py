@@ -135,7 +135,7 @@ async def test_timer_in_a_process_without_the_code_hands_the_run_to_workers(
     from datetime import timedelta as td
 
     from starflow import sleep
-    from starflow.decorators import registry
+    from starflow.workflow.decorators import registry
 
     @workflow(name="leases-sleeper")
     async def sleeper() -> str:
@@ -204,9 +204,9 @@ class TestSharedHeartbeat:
     async def test_without_the_shared_loop_each_engine_beats_itself(
             self, db_url: str, workspace_id: str) -> None:
         """A Runner used without the application's loop still refreshes its leases."""
-        from starflow.decorators import definition_of
-        from starflow.runner import Runner
+        from starflow.runtime.runner import Runner
         from starflow.tokens import Keyring
+        from starflow.workflow.decorators import definition_of
 
         clock = FakeClock()
         gate["started"], gate["release"] = anyio.Event(), anyio.Event()
@@ -238,8 +238,8 @@ class TestHeartbeatLoopCost:
 
     async def test_runs_starting_behind_a_live_lease_do_not_wake_the_loop(
             self, monkeypatch: pytest.MonkeyPatch) -> None:
-        import starflow.heartbeats as heartbeats_module
-        from starflow.heartbeats import Heartbeats
+        import starflow.engine.heartbeats as heartbeats_module
+        from starflow.engine.heartbeats import Heartbeats
 
         class Beating:
             def __init__(self) -> None:

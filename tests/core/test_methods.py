@@ -8,7 +8,7 @@ import uuid
 import pytest
 
 from starflow import Starflow, WorkflowDefinitionError, step, wait_for, workflow
-from starflow.decorators import registry
+from starflow.workflow.decorators import registry
 
 from .conftest import SpyAdapter
 

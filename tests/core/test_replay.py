@@ -11,7 +11,7 @@ import pytest
 
 import starflow
 from starflow import NonDeterminismError, Starflow, StepFailed, step, wait_for, workflow
-from starflow.decorators import registry
+from starflow.workflow.decorators import registry
 
 
 @dataclass

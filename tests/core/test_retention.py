@@ -47,8 +47,8 @@ from starflow.adapters.units import (
     UpsertEventValue,
     UpsertSessionVar,
 )
+from starflow.admin.replayer import Replayer
 from starflow.records import JobSpec
-from starflow.replayer import Replayer
 from starflow_testing import FakeClock
 
 START = datetime.fromisoformat("2026-01-01T00:00:00+00:00")
@@ -294,7 +294,7 @@ class TestPrune:
         else:
             second = adapter_from_url(db_url, workspace_id=a.workspace_id)
             await second.open()
-        from starflow.retention import prune_runs
+        from starflow.admin.retention import prune_runs
 
         results: list[int] = []
 

@@ -47,7 +47,7 @@ PRUNER = textwrap.dedent("""
     from datetime import datetime, timedelta
     import anyio
     from starflow.adapters import adapter_from_url
-    from starflow.retention import prune_runs
+    from starflow.admin.retention import prune_runs
 
     async def main() -> None:
         adapter = adapter_from_url(sys.argv[1], workspace_id=sys.argv[2])

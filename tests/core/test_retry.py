@@ -22,9 +22,9 @@ from starflow import (
     wait_for,
     workflow,
 )
-from starflow.decorators import registry
-from starflow.history import export_run, load_history
-from starflow.replayer import Replayer
+from starflow.admin.history import export_run, load_history
+from starflow.admin.replayer import Replayer
+from starflow.workflow.decorators import registry
 from starflow_testing import WorkflowEnvironment
 from tests.conftest import require_postgres
 

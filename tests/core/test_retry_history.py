@@ -10,7 +10,7 @@ import pytest
 
 from starflow import RetryPolicy, step, workflow
 from starflow.adapters import adapter_from_url
-from starflow.replay import Journal
+from starflow.engine.replay import Journal
 from starflow_testing import WorkflowEnvironment
 
 from .conftest import SpyAdapter

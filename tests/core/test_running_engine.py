@@ -12,7 +12,7 @@ import pytest
 
 import starflow
 from starflow import OutsideWorkflow, UpdateRequest
-from starflow.context import running_engine
+from starflow.workflow.context import running_engine
 
 
 @starflow.workflow

@@ -22,7 +22,7 @@ from starflow import (
     workflow,
 )
 from starflow.adapters import adapter_from_url
-from starflow.context import CheckpointWait, checkpoint_wait
+from starflow.workflow.context import CheckpointWait, checkpoint_wait
 from starflow_testing import WorkflowEnvironment
 
 

@@ -11,7 +11,7 @@ import pytest
 import starflow
 from starflow import SerializationError, wait_for, workflow
 from starflow.adapters import adapter_from_url
-from starflow.context import checkpoint_wait
+from starflow.workflow.context import checkpoint_wait
 from starflow_testing import WorkflowEnvironment
 
 

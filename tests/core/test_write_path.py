@@ -30,8 +30,8 @@ from starflow.adapters.base import WorkflowStateAdapter
 from starflow.adapters.delegating import DelegatingAdapter
 from starflow.adapters.sqlite import LocalWorkflowStateAdapter
 from starflow.adapters.units import Guard
-from starflow.context import WorkflowContext
 from starflow.records import StartOptions
+from starflow.workflow.context import WorkflowContext
 from tests.conftest import POSTGRES_URL, require_postgres
 
 T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)

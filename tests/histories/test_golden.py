@@ -7,13 +7,13 @@ workflow, events and streams, continue_as_new, an update, patched(), cancel
 with cleanup). On every run of the suite:
 
 - each recorded file replays cleanly against the current code, through the
-  product's :class:`~starflow.replayer.Replayer` and through ``starflow
+  product's :class:`~starflow.admin.replayer.Replayer` and through ``starflow
   replay`` (what a user runs before a deploy): histories written by an older
   version must keep replaying;
 - each scenario runs again on the memory adapter, and its new export equals
   the recorded one once run ids, event ids, timestamps and tracebacks are
   normalised: a change to event types, node ids, payload keys or the export
-  layout (starflow/history.py) fails here, and is made on purpose by
+  layout (starflow/admin/history.py) fails here, and is made on purpose by
   re-recording (tests/histories/README.md).
 """
 
@@ -30,7 +30,7 @@ from typing import Any
 
 import pytest
 
-from starflow.history import HISTORY_FORMAT
+from starflow.admin.history import HISTORY_FORMAT
 from starflow_testing import Replayer
 
 from .record import HERE, ROOT, dump, path_of

@@ -9,8 +9,8 @@ import anyio
 import msgspec
 
 from starflow import Starflow, StarflowConfig, StepFailed, step, workflow
-from starflow.context import IDEMPOTENCY_KEY
-from starflow.jobs import current_job
+from starflow.runtime.jobs import current_job
+from starflow.workflow.context import IDEMPOTENCY_KEY
 from starflow_testing import FakeClock
 
 from .conftest import eventually, unique

@@ -9,7 +9,7 @@ import pytest
 import starflow
 from starflow import Starflow, StarflowConfig, wait_for, workflow
 from starflow.adapters import adapter_from_url
-from starflow.maintenance import Maintenance
+from starflow.runtime.maintenance import Maintenance
 from starflow_testing import FakeClock
 
 from .conftest import eventually, unique

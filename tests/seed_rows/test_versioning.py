@@ -6,8 +6,8 @@ import pytest
 
 import starflow
 from starflow import Starflow, step, wait_for, workflow
-from starflow.decorators import registry
 from starflow.errors import WorkflowDefinitionError
+from starflow.workflow.decorators import registry
 
 from .conftest import unique
 

@@ -339,8 +339,8 @@ class TestFakeTimeEncodesLikeRealTime:
             self, tmp_path: Path) -> None:
         """Regression: on SQLite ``starflow.now()`` is freezegun's class (parsed while
         patched), and the step's arguments hashed "+00:00" there but "Z" on replay."""
-        from starflow.history import export_run
-        from starflow.replayer import Replayer
+        from starflow.admin.history import export_run
+        from starflow.admin.replayer import Replayer
 
         async with WorkflowEnvironment(f"sqlite:///{tmp_path / 'fake.db'}") as env:
             handle = await env.start(until_flow)

@@ -12,7 +12,7 @@ import starflow
 from starflow import RunNotFound, StorageError, step, wait_for, workflow
 from starflow.adapters.base import WorkflowStateAdapter
 from starflow.adapters.units import Command
-from starflow.context import WAIT_KEY
+from starflow.workflow.context import WAIT_KEY
 from starflow_testing import FaultInjectingAdapter, WorkflowEnvironment
 from starflow_testing._tracking import forwarded_reads
 
@@ -287,9 +287,9 @@ class TestCommandsAtTheSeam:
         from datetime import UTC, datetime, timedelta
 
         from starflow.adapters import adapter_from_url
-        from starflow.context import WorkflowContext
         from starflow.records import StartOptions
         from starflow.warm.mirror import mirror
+        from starflow.workflow.context import WorkflowContext
 
         t0 = datetime(2030, 1, 1, tzinfo=UTC)
         cold = adapter_from_url(f"sqlite:///{tmp_path / 'f.db'}", workspace_id="faults")

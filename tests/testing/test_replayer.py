@@ -9,8 +9,8 @@ import msgspec
 import pytest
 
 from starflow import NonDeterminismError, SerializationError, step, wait_for, workflow
-from starflow.decorators import registry
-from starflow.history import HISTORY_FORMAT
+from starflow.admin.history import HISTORY_FORMAT
+from starflow.workflow.decorators import registry
 from starflow_testing import (
     FaultInjectingAdapter,
     Replayer,

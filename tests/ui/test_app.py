@@ -589,7 +589,7 @@ class TestOpsPoolsAndSchedules:
     async def test_schedules(self, tmp_path: Any) -> None:
         """Each schedule with its cron, state (active, paused, late), next tick, last run
         and counters; arguments are folded and scrubbed like a run's input."""
-        from starflow.schedules import ScheduleLoop
+        from starflow.runtime.schedules import ScheduleLoop
         from starflow_testing import FakeClock
 
         clock = FakeClock(datetime(2030, 1, 1, tzinfo=UTC))

@@ -24,10 +24,10 @@ from starflow.adapters.units import (
     UpdateRun,
     UpsertSessionVar,
 )
-from starflow.context import WorkflowContext
 from starflow.errors import StorageError
 from starflow.warm.base import REDACTED
 from starflow.warm.mirror import MirroringWorkflowStateAdapter, mirror
+from starflow.workflow.context import WorkflowContext
 
 from .conftest import FakeClock
 from .flows import approval_flow, sum_flow

@@ -202,7 +202,7 @@ class TestStuckRuns:
 
 async def test_maintenance_warns_at_the_sweep_interval(open_app: OpenApp,
                                                        clock: FakeClock) -> None:
-    from starflow.maintenance import Maintenance
+    from starflow.runtime.maintenance import Maintenance
 
     async with open_app() as (sf, probe):
         run_id = (await sf.start(flows.one_step, "g", pool="gpu")).run_id

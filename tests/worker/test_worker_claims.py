@@ -13,7 +13,7 @@ import starflow
 from starflow import WorkflowContext
 from starflow.adapters.base import WorkflowStateAdapter
 from starflow.records import StartOptions
-from starflow.worker import Worker
+from starflow.runtime.worker import Worker
 from starflow_testing import FakeClock, FaultInjectingAdapter, WorkflowEnvironment, capture_logs
 from starflow_testing._quiesce import quiesce
 from starflow_testing.faults import FaultSpec

@@ -10,7 +10,7 @@ import pytest
 
 from starflow import LeaseLostError, Starflow
 from starflow.adapters.units import Guard
-from starflow.maintenance import Maintenance
+from starflow.runtime.maintenance import Maintenance
 from starflow_testing import FakeClock
 
 from . import flows

@@ -12,7 +12,7 @@ import pytest
 
 from starflow import Starflow, sleep, workflow
 from starflow.adapters import adapter_from_url
-from starflow.worker import Worker
+from starflow.runtime.worker import Worker
 from starflow_testing import FakeClock, capture_logs
 from starflow_testing._quiesce import quiesce
 from tests.conftest import adapter_url

@@ -1,0 +1,303 @@
+"""``Replayer``: replay recorded run histories against the current workflow code.
+
+A replay runs the workflow function with the run's journal: recorded steps
+return their recorded outcomes, recorded waits their payloads. It stops at
+the history's frontier, the first point the history does not cover: no step
+handler runs, nothing is written. A replay that diverges from the history
+raises :class:`~starflow.NonDeterminismError`, which is what a deployment
+would hit when it resumes a paused run with changed code.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal, Protocol
+
+import anyio.lowlevel
+
+from ..adapters.base import WorkflowStateAdapter
+from ..adapters.null import NullWorkflowStateAdapter
+from ..adapters.units import Unit
+from ..config import StarflowConfig
+from ..engine.child_nodes import RESULT_KIND, child_event
+from ..engine.engine import Engine, Outcome, Runtime
+from ..engine.execution import decode_input
+from ..engine.replay import Journal, node_id
+from ..errors import NonDeterminismError, StarflowError, StorageError, WorkflowDefinitionError
+from ..tokens import Keyring
+from ..workflow.context import WorkflowContext, current_engine
+from ..workflow.decorators import StepDefinition, WorkflowDefinition, definition_of, registry
+from .history import RunHistory, load_history, read_history
+
+__all__ = ["ReplayResult", "Replayer"]
+
+HistoryLike = RunHistory | Mapping[str, Any] | str | bytes
+#: The replay's time for a run with no recorded start (none of its steps ran).
+_NO_START = datetime(2030, 1, 1, tzinfo=UTC)
+ReplayOutcome = Literal["success", "error", "paused", "frontier", "nondeterminism", "failed"]
+
+
+class _HasAdapter(Protocol):
+    @property
+    def adapter(self) -> WorkflowStateAdapter: ...
+
+
+@dataclass(frozen=True)
+class ReplayResult:
+    """How the replay of one recorded run went.
+
+    Attributes:
+        run_id: The run replayed.
+        workflow: Its workflow name.
+        ok: False if the replay diverged from the history (or could not run).
+        error: The :class:`~starflow.NonDeterminismError` (or why the run could
+            not be replayed, e.g. its workflow is not registered); None if ok.
+        outcome: Where the replay stopped: ``success`` / ``error`` (the workflow
+            returned or raised past its whole history), ``paused`` (at the wait
+            the run is paused on), ``frontier`` (at the first step the history
+            does not hold), ``nondeterminism`` or ``failed``.
+    """
+
+    run_id: str
+    workflow: str | None
+    ok: bool
+    error: StarflowError | None = None
+    outcome: ReplayOutcome = "success"
+
+
+class _Frontier(BaseException):
+    """Unwinds the replay where the history ends (never caught by user code)."""
+
+
+class _FrozenClock:
+    """The replay's :class:`~starflow.Clock`: time stands at the run's start.
+
+    A replay reads recorded outcomes only, so nothing in it should wait; a wait
+    that needs time to pass means the code went past the history, so it stops
+    the replay at its frontier (zero-length sleeps return at once).
+    """
+
+    def __init__(self, start: datetime) -> None:
+        self._now = start.astimezone(UTC)
+
+    def now(self) -> datetime:
+        return self._now
+
+    async def sleep(self, seconds: float) -> None:
+        await self.sleep_until(self._now + timedelta(seconds=max(0.0, seconds)))
+
+    async def sleep_until(self, deadline: datetime) -> None:
+        if deadline > self._now:
+            raise _Frontier()
+        await anyio.lowlevel.checkpoint()
+
+
+class _ReadOnlyAdapter(NullWorkflowStateAdapter):
+    """Serves the history's reads; refuses every write."""
+
+    def __init__(self, history: RunHistory) -> None:
+        super().__init__(workspace_id=history.run.workspace_id, env=history.run.env)
+        self.history = history
+        self.attempted: list[list[str]] = []
+
+    async def execute(self, unit: Unit) -> bool:
+        self.attempted.append(unit.methods)
+        raise StorageError("the replayer is read-only: nothing is written during a replay")
+
+
+class _ReplayEngine(Engine):
+    """An engine that never writes: any write means the replay left the history."""
+
+    nondeterminism: NonDeterminismError | None = None
+
+    async def _commit(self, build: Callable[[datetime], Awaitable[None]], *,
+                      durable: bool = True, guard: Any = None) -> datetime:
+        raise _Frontier()
+
+    async def run_step(self, sdef: StepDefinition, fn: Callable[..., Awaitable[Any]],
+                       args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        try:
+            return await super().run_step(sdef, fn, args, kwargs)
+        except NonDeterminismError as exc:
+            self.nondeterminism = self.nondeterminism or exc
+            raise
+
+    async def wait(self, event: str | None, timeout: Any, type_: Any, *,
+                   kind: str | None = None, node_name: str | None = None) -> Any:
+        try:
+            return await super().wait(event, timeout, type_, kind=kind, node_name=node_name)
+        except NonDeterminismError as exc:
+            self.nondeterminism = self.nondeterminism or exc
+            raise
+
+    async def wait_any(self, events: tuple[str, ...], timeout: Any, types: Any
+                       ) -> tuple[str, Any]:
+        try:
+            return await super().wait_any(events, timeout, types)
+        except NonDeterminismError as exc:
+            self.nondeterminism = self.nondeterminism or exc
+            raise
+
+    async def start_child(self, definition: WorkflowDefinition, args: tuple[Any, ...],
+                          kwargs: dict[str, Any], *, run_id: str | None, pool: str | None,
+                          detached: bool) -> str:
+        try:
+            return await super().start_child(definition, args, kwargs, run_id=run_id,
+                                             pool=pool, detached=detached)
+        except NonDeterminismError as exc:
+            self.nondeterminism = self.nondeterminism or exc
+            raise
+
+    async def child_result(self, child_run_id: str, return_type: Any) -> Any:
+        """A result the history holds is replayed; one it does not is where the run
+        is paused (awaiting that child): the replay stops there, reading nothing."""
+        nid = node_id(RESULT_KIND, child_run_id,
+                      self._counters.get((RESULT_KIND, child_run_id), 0) + 1)
+        rec = self.journal.get(nid)
+        if rec is None or not rec.finished:
+            self._guard_suspending()
+            self._next_id(RESULT_KIND, child_run_id)
+            if rec is not None:
+                self.journal.consume(nid)
+            else:
+                await self.journal.reach_frontier(self.run_id, nid,
+                                                  f"result of child {child_run_id}")
+            self._suspend(nid, child_event(child_run_id), None, self.runtime.clock.now())
+        return await super().child_result(child_run_id, return_type)
+
+    async def answer_update(self, name: str, update_id: str, outcome: dict[str, Any]) -> None:
+        try:
+            await super().answer_update(name, update_id, outcome)
+        except NonDeterminismError as exc:
+            self.nondeterminism = self.nondeterminism or exc
+            raise
+
+
+def _contains(exc: BaseException, kind: type[BaseException]) -> bool:
+    if isinstance(exc, kind):
+        return True
+    if isinstance(exc, BaseExceptionGroup):
+        return any(_contains(e, kind) for e in exc.exceptions)
+    return False
+
+
+class Replayer:
+    """Replays recorded histories against the workflow code of this process.
+
+    Args:
+        workflows: The ``@workflow`` functions to replay with. A history is
+            matched by workflow name (and version, when several are given).
+            Default: the process's registry, by the run's name and version.
+
+    Example::
+
+        replayer = Replayer(workflows=[order])
+        results = await replayer.replay_workflow(env, "order")
+        assert all(r.ok for r in results), [r.error for r in results if not r.ok]
+    """
+
+    def __init__(self, workflows: Iterable[Callable[..., Any]] = ()) -> None:
+        self._definitions: dict[str, list[WorkflowDefinition]] = {}
+        for wf in workflows:
+            definition = definition_of(wf)
+            self._definitions.setdefault(definition.name, []).append(definition)
+
+    def _definition(self, name: str, version: int | None) -> WorkflowDefinition:
+        candidates = self._definitions.get(name)
+        if candidates:
+            for definition in candidates:
+                if definition.version == version:
+                    return definition
+            if len(candidates) == 1:
+                return candidates[0]
+        elif not self._definitions:
+            found = registry.get(name, version)
+            if found is not None:
+                return found
+        raise WorkflowDefinitionError(
+            f"no workflow {name!r} version {version} to replay with: pass it in "
+            "Replayer(workflows=[...]) or import the module that defines it")
+
+    # -- sources -------------------------------------------------------------------
+
+    async def replay_history(self, history: HistoryLike) -> ReplayResult:
+        """Replay one history (a :class:`~starflow.admin.history.RunHistory`, an export
+        dict or its JSON text)."""
+        parsed = load_history(history)
+        run = parsed.run
+        try:
+            definition = self._definition(run.template_id or "", run.workflow_version)
+        except WorkflowDefinitionError as exc:
+            return ReplayResult(run_id=run.id, workflow=run.template_id, ok=False, error=exc,
+                                outcome="failed")
+        return await self._replay(parsed, definition)
+
+    async def replay_histories(self, histories: Iterable[HistoryLike]) -> list[ReplayResult]:
+        """Replay several histories; one result each, in order."""
+        return [await self.replay_history(h) for h in histories]
+
+    async def replay_run(self, source: WorkflowStateAdapter | _HasAdapter, run_id: str
+                         ) -> ReplayResult:
+        """Replay a run read from a database (an adapter, a ``Starflow`` or an environment)."""
+        adapter = source if isinstance(source, WorkflowStateAdapter) else source.adapter
+        return await self.replay_history(await read_history(adapter, run_id))
+
+    async def replay_workflow(self, source: WorkflowStateAdapter | _HasAdapter,
+                              workflow: str | Callable[..., Any], *, limit: int = 1000
+                              ) -> list[ReplayResult]:
+        """Replay every recorded run of a workflow (newest first, up to ``limit``)."""
+        name = workflow if isinstance(workflow, str) else definition_of(workflow).name
+        adapter = source if isinstance(source, WorkflowStateAdapter) else source.adapter
+        runs = await adapter.list_runs(template_id=name, limit=limit)
+        return [await self.replay_history(await read_history(adapter, r.id)) for r in runs]
+
+    # -- the replay ----------------------------------------------------------------
+
+    async def _replay(self, history: RunHistory, definition: WorkflowDefinition
+                      ) -> ReplayResult:
+        run = history.run
+        started = run.started_at or (history.events[0].created_at if history.events else None)
+        clock = _FrozenClock(started or _NO_START)
+        adapter = _ReadOnlyAdapter(history)
+        runtime = Runtime(adapter=adapter, clock=clock, config=StarflowConfig(),
+                          runner_id="starflow-replayer",
+                          keyring=Keyring({"replay": "starflow-replayer-key"}))
+        ctx = WorkflowContext(run_id=run.id, workflow=definition.name,
+                              version=definition.version, workspace_id=run.workspace_id,
+                              env=run.env)
+        journal = Journal.from_events(history.events, started_at=started)
+
+        def result(ok: bool, outcome: ReplayOutcome, error: StarflowError | None = None
+                   ) -> ReplayResult:
+            return ReplayResult(run_id=run.id, workflow=definition.name, ok=ok, error=error,
+                                outcome=outcome)
+
+        try:
+            args, kwargs = decode_input(definition, run.input_json)
+        except StarflowError as exc:
+            return result(False, "failed", exc)
+        engine = _ReplayEngine(runtime=runtime, definition=definition, ctx=ctx,
+                               journal=journal, args=args, kwargs=kwargs,
+                               started_at=clock.now())
+        token = current_engine.set(engine)
+        try:
+            outcome: Outcome = await engine._body()
+        except BaseException as exc:
+            if not _contains(exc, _Frontier):
+                raise
+            outcome = Outcome("paused")
+            stopped: ReplayOutcome = "frontier"
+        else:
+            # A run that continued as new ended as success (its chain goes on).
+            stopped = "paused" if outcome.status == "paused" else (
+                "success" if outcome.status in ("success", "continued") else "error")
+        finally:
+            current_engine.reset(token)
+        nde = engine.nondeterminism
+        if nde is None and isinstance(outcome.exception, NonDeterminismError):
+            nde = outcome.exception
+        if nde is not None:
+            return result(False, "nondeterminism", nde)
+        return result(True, stopped)

@@ -1,0 +1,3 @@
+"""Many runs: the runner (driving, waking), workers, job workers, the
+maintenance loops, cron schedules and forks.
+"""
