@@ -38,6 +38,7 @@ from .errors import (
     StepTimeout,
     StorageError,
     StreamClosed,
+    TooManyRuns,
     UnexpectedSignal,
     UpdateRejected,
     WaitTimeout,
@@ -47,7 +48,15 @@ from .errors import (
     WorkflowTimeout,
 )
 from .failure import RunFailure
-from .records import PoolLimits, PoolUsage, RunEvent, RunInfo, ScheduleRecord
+from .records import (
+    BulkResult,
+    PoolLimits,
+    PoolUsage,
+    RunEvent,
+    RunFilter,
+    RunInfo,
+    ScheduleRecord,
+)
 from .runtime.jobs import JobWorker
 from .runtime.runner import RunHandle
 from .warm.base import LiveRun
@@ -64,6 +73,7 @@ from .workflow.updates import UpdateRequest, receive
 from .workflow.waits import now, patched, sleep, wait_for, wait_for_any, wake_token
 
 __all__ = [
+    "BulkResult",
     "ChildHandle",
     "Clock",
     "ConcurrentWaits",
@@ -87,6 +97,7 @@ __all__ = [
     "RunCancelled",
     "RunEvent",
     "RunFailure",
+    "RunFilter",
     "RunFinished",
     "RunHandle",
     "RunIdConflict",
@@ -104,6 +115,7 @@ __all__ = [
     "StorageError",
     "StreamClosed",
     "SystemClock",
+    "TooManyRuns",
     "UnexpectedSignal",
     "UpdateRejected",
     "UpdateRequest",

@@ -4,35 +4,57 @@ from __future__ import annotations
 
 import math
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from datetime import datetime, timedelta
 from typing import Any, TypeVar, overload
 
+import msgspec
+
 from . import serde
 from .adapters.base import WatchWhenWaiting
+from .adapters.pages import MAX_PAGE, RunCursor, RunPageQuery
 from .app_core import RunOptions, workflow_definition
 from .app_ops import StarflowOps, check_session_names
 from .config import int_problem
 from .errors import (
     InvalidArgument,
+    NodeNotInHistory,
     ResultTimeout,
     RunCancelled,
     RunFinished,
+    RunNotEnded,
     RunNotFound,
     StarflowError,
+    StorageError,
+    TooManyRuns,
     UpdateRejected,
 )
 from .limits import MAX_DURATION, name_problem, normalize_run_id
-from .records import RUN_STATUSES, RunEvent, RunInfo
+from .logs import get_logger
+from .records import (
+    BULK_STATUSES,
+    MAX_REPORTED,
+    RUN_STATUSES,
+    BulkResult,
+    RunEvent,
+    RunFilter,
+    RunInfo,
+)
 from .runtime.forks import fork_run
 from .runtime.runner import RunHandle
 from .workflow.attributes import encode_attributes
 from .workflow.events import DataReader
 
-__all__ = ["RunOptions", "Starflow", "check_session_names", "workflow_definition"]
+__all__ = ["DEFAULT_BULK_LIMIT", "RunOptions", "Starflow", "bulk_query",
+           "check_session_names", "workflow_definition"]
 
 
 R = TypeVar("R")
+_log = get_logger("starflow.bulk")
+#: ``cancel_runs``' (``retry_runs``', ``fork_runs``') default cap on the matches.
+DEFAULT_BULK_LIMIT = 1000
+#: Runs read per page by a bulk action (its memory bound).
+BULK_PAGE = MAX_PAGE
 
 
 class Starflow(StarflowOps):
@@ -427,6 +449,207 @@ class Starflow(StarflowOps):
         """
         handle = await fork_run(self.runner, normalize_run_id(run_id), from_node)
         return self._track(handle)
+
+
+    # -- bulk actions (#30) ---------------------------------------------------------
+
+    async def cancel_runs(self, filter: RunFilter, *, dry_run: bool = False,
+                          limit: int | None = DEFAULT_BULK_LIMIT,
+                          force: bool = False) -> BulkResult:
+        """Cancel every queued, running or paused run the filter matches, each with
+        :meth:`cancel` (the cancel cascades to its attached children).
+
+        ::
+
+            result = await sf.cancel_runs(RunFilter(template_id="order", since=day_ago))
+
+        The matches are read page by page (newest first, by keyset), never all
+        at once. They are counted first: more than ``limit`` raises
+        :class:`~starflow.TooManyRuns` before any is cancelled. A run that ended
+        between the match and its cancel is skipped (``BulkResult.skipped``
+        says why), not an error.
+
+        Args:
+            filter: Which runs (at least one criterion, or ``all=True``).
+            dry_run: Only count the matching runs; write nothing.
+            limit: Refuse when more runs than this match (``None``: no cap).
+            force: As :meth:`cancel`'s ``force``: end each run now, no cleanup.
+
+        Raises:
+            InvalidArgument: the filter is empty or invalid, or names a status
+                a cancel does not apply to (nothing written).
+            TooManyRuns: more than ``limit`` runs match (nothing written).
+        """
+        async def act(run: RunInfo) -> str | None:
+            await self.cancel(run.id, force=force)
+            return None
+        return await self._bulk("cancel", filter, dry_run, limit, act)
+
+    async def retry_runs(self, filter: RunFilter, *, dry_run: bool = False,
+                         limit: int | None = DEFAULT_BULK_LIMIT) -> BulkResult:
+        """Retry every run in ``error`` the filter matches, each with :meth:`retry`
+        (the step that failed runs again with the code deployed now; recorded
+        successes are kept). Inline runs are driven here, one after another.
+
+        Paged, counted and capped as :meth:`cancel_runs`; a run retried or
+        ended otherwise between the match and its retry is skipped.
+
+        Raises:
+            InvalidArgument: the filter is empty or invalid, or names a status
+                other than ``error`` (nothing written).
+            TooManyRuns: more than ``limit`` runs match (nothing written).
+        """
+        async def act(run: RunInfo) -> str | None:
+            await self.retry(run.id)
+            return None
+        return await self._bulk("retry", filter, dry_run, limit, act)
+
+    async def fork_runs(self, filter: RunFilter, *, from_node: str, dry_run: bool = False,
+                        limit: int | None = DEFAULT_BULK_LIMIT) -> BulkResult:
+        """Fork every ended run the filter matches from ``from_node``, each with
+        :meth:`fork`: for redoing a batch of runs after a fix from the step they
+        share. A matched run whose history lacks ``from_node`` is skipped (and
+        listed with the reason), not an error. ``BulkResult.forks`` maps each
+        source run to its new run.
+
+        Paged, counted and capped as :meth:`cancel_runs`; the new runs are never
+        matched themselves.
+
+        Raises:
+            InvalidArgument: the filter is empty or invalid, names a status that
+                has not ended, or ``from_node`` is blank (nothing written).
+            TooManyRuns: more than ``limit`` runs match (nothing written).
+        """
+        if not isinstance(from_node, str) or not from_node.strip():
+            raise InvalidArgument(f"fork_runs: from_node must be a node id such as "
+                                  f"'step:charge#1': {from_node!r}")
+        made: set[str] = set()  # the forks are ended runs too: never fork a fork made here
+
+        async def act(run: RunInfo) -> str | None:
+            if run.id in made:
+                return "a run forked by this call"
+            handle = await self.fork(run.id, from_node=from_node)
+            made.add(handle.run_id)
+            return handle.run_id
+        return await self._bulk("fork", filter, dry_run, limit, act, skip_ids=made)
+
+    async def _bulk(self, action: str, run_filter: RunFilter, dry_run: bool,
+                    limit: int | None, act: Callable[[RunInfo], Awaitable[str | None]],
+                    skip_ids: set[str] | None = None) -> BulkResult:
+        """Count the matches (up to ``limit + 1``), then act on each, page by page."""
+        query = bulk_query(action, run_filter, limit)
+        if dry_run or limit is not None:
+            # Counted before anything is written: past the cap, nothing is.
+            counted = 0
+            async for _ in self._matches(query, None if dry_run or limit is None
+                                         else limit + 1):
+                counted += 1
+            if dry_run:
+                return BulkResult(action=action, dry_run=True, matched=counted)
+            if limit is not None and counted > limit:
+                raise TooManyRuns(action, limit)
+        matched = acted = skipped_count = failed_count = 0
+        skipped: dict[str, str] = {}
+        failed: dict[str, str] = {}
+        forks: dict[str, str] = {}
+        async for run in self._matches(query, None):
+            if skip_ids is not None and run.id in skip_ids:
+                continue  # made by this call: not a match
+            matched += 1
+            reason: str | None = None
+            try:
+                made = await act(run)
+            except (RunFinished, RunNotEnded, RunNotFound, NodeNotInHistory) as exc:
+                reason = str(exc)  # it moved on since the match, or lacks the node
+            except StorageError:
+                raise
+            except StarflowError as exc:
+                now = await self.adapter.get_run(run.id)
+                if now is not None and now.status not in BULK_STATUSES[action]:
+                    reason = f"{now.status}: {exc}"  # it moved on since the match
+                else:
+                    _log.warning("bulk action failed for a run", action=action,
+                                 run_id=run.id, error=str(exc))
+                    failed_count += 1
+                    if len(failed) < MAX_REPORTED:
+                        failed[run.id] = f"{type(exc).__name__}: {exc}"
+                    continue
+            else:
+                acted += 1
+                if made is not None and len(forks) < MAX_REPORTED:
+                    forks[run.id] = made
+                continue
+            skipped_count += 1
+            if len(skipped) < MAX_REPORTED:
+                skipped[run.id] = reason
+        _log.info("bulk action done", action=action, matched=matched, acted=acted,
+                  skipped=skipped_count, failed=failed_count)
+        return BulkResult(action=action, dry_run=False, matched=matched, acted=acted,
+                          skipped=skipped, skipped_count=skipped_count, failed=failed,
+                          failed_count=failed_count, forks=forks)
+
+    async def _matches(self, query: RunPageQuery, most: int | None) -> AsyncIterator[RunInfo]:
+        """The runs ``query`` matches, newest first, one page at a time (at most
+        ``most`` of them)."""
+        after: RunCursor | None = None
+        seen = 0
+        while True:
+            page = await self.adapter.list_runs_page(
+                msgspec.structs.replace(query, after=after))
+            for run in page.runs:
+                yield run
+                seen += 1
+                if most is not None and seen >= most:
+                    return
+            if page.next is None:
+                return
+            after = page.next
+
+
+
+def bulk_query(action: str, run_filter: RunFilter, limit: int | None) -> RunPageQuery:
+    """The page query of a bulk action's filter.
+
+    Raises:
+        InvalidArgument: every problem of the filter and limit, named with its value.
+    """
+    what = f"{action}_runs"
+    if not isinstance(run_filter, RunFilter):
+        raise InvalidArgument(f"{what}: the filter must be a starflow.RunFilter, got "
+                              f"{type(run_filter).__name__}")
+    problems: list[str] = []
+    applies = BULK_STATUSES[action]
+    f = run_filter
+    if f.empty and not f.all:
+        problems.append("the filter has no criterion: give status, template_id, since, "
+                        "until, attributes or pool, or RunFilter(all=True) to act on every "
+                        f"{' / '.join(applies)} run")
+    if f.status is not None and f.status not in applies:
+        if f.status in RUN_STATUSES:
+            problems.append(f"status {f.status!r}: {action} applies only to "
+                            f"{', '.join(applies)} runs")
+        else:
+            problems.append(f"status must be one of {', '.join(applies)}: {f.status!r}")
+    if limit is not None and (problem := int_problem("limit", limit, 1)) is not None:
+        problems.append(problem + " (or None for no cap)")
+    for key in ("template_id", "pool"):
+        if (problem := name_problem(key, getattr(f, key), optional=True)) is not None:
+            problems.append(problem)
+    for key in ("since", "until"):
+        value = getattr(f, key)
+        if value is not None and (not isinstance(value, datetime) or value.tzinfo is None):
+            problems.append(f"{key} must be a timezone-aware datetime: {value!r}")
+    encoded: dict[str, str] | None = None
+    if f.attributes:
+        try:
+            encoded = encode_attributes(f.attributes, what="attributes")
+        except InvalidArgument as exc:
+            problems.append(str(exc))
+    if problems:
+        raise InvalidArgument(f"{what}: " + "; ".join(problems) + "; nothing was written")
+    return RunPageQuery(status=f.status, statuses=applies, template_id=f.template_id,
+                        pool=f.pool, started_from=f.since, started_before=f.until,
+                        attributes=encoded, limit=BULK_PAGE)
 
 
 #: The largest ``list_runs(limit=)``: a 32-bit count, which both databases'

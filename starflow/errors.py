@@ -32,6 +32,7 @@ All of them derive from :class:`StarflowError`, carry the ``run_id`` and
     ├── StreamClosed              ``write_stream`` to a stream the run closed
     ├── NodeNotInHistory          ``Starflow.fork`` from a node the run's history lacks
     ├── RunNotEnded               ``Starflow.fork`` of a run that has not ended
+    ├── TooManyRuns               a bulk action's filter matches more runs than its ``limit``
     ├── StorageError              the database failed (driver errors are wrapped)
     ├── CopyRefused               ``starflow copy`` while a run holds a live lease
     └── WarmTierError             the warm tier (Redis…) failed; cold state is unaffected
@@ -67,6 +68,7 @@ __all__ = [
     "StepTimeout",
     "StorageError",
     "StreamClosed",
+    "TooManyRuns",
     "UnexpectedSignal",
     "UpdateRejected",
     "WaitTimeout",
@@ -531,6 +533,24 @@ class RunNotEnded(StarflowError):
             f"(sf.result), or cancel it (sf.cancel / starflow cancel {run_id}) first",
             run_id=run_id)
         self.status = status
+
+
+class TooManyRuns(StarflowError):
+    """A bulk action (``Starflow.cancel_runs``, ``retry_runs``, ``fork_runs``) whose
+    filter matches more runs than its ``limit``. Nothing was written.
+
+    Attributes:
+        action: ``cancel``, ``retry`` or ``fork``.
+        limit: The cap that was passed.
+    """
+
+    def __init__(self, action: str, limit: int) -> None:
+        super().__init__(
+            f"{action}_runs: the filter matches more than limit={limit} runs; nothing was "
+            f"written: narrow the filter (see the count with dry_run=True, or --dry-run), "
+            f"or raise the cap (limit=N, or limit=None for no cap; --limit N / --no-limit)")
+        self.action = action
+        self.limit = limit
 
 
 class StorageError(StarflowError):

@@ -10,6 +10,7 @@ them without depending on the adapter port.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -18,9 +19,12 @@ import msgspec
 from .failure import RunFailure
 
 __all__ = [
+    "BULK_STATUSES",
     "CLAIM_STATES",
+    "MAX_REPORTED",
     "RUN_STATUSES",
     "TERMINAL_STATUSES",
+    "BulkResult",
     "DefinitionRecord",
     "DueStarts",
     "EventValue",
@@ -33,6 +37,7 @@ __all__ = [
     "PrunedBatch",
     "QueuedRun",
     "RunEvent",
+    "RunFilter",
     "RunInfo",
     "ScheduleRecord",
     "SignalRecord",
@@ -48,6 +53,85 @@ TERMINAL_STATUSES = frozenset({"success", "error", "cancelled"})
 #: ``scheduled``: a run started for later (#30), ``queued`` once its time comes.
 CLAIM_STATES = ("scheduled", "queued", "claimed", "running", "complete", "failed",
                 "abandoned")
+#: The statuses each bulk action applies to (a run in another is never matched).
+BULK_STATUSES = {
+    "cancel": ("queued", "running", "paused"),
+    "retry": ("error",),
+    "fork": ("success", "error", "cancelled"),
+}
+
+
+class RunFilter(msgspec.Struct, frozen=True, kw_only=True):
+    """Which runs a bulk action (``Starflow.cancel_runs``, ``retry_runs``,
+    ``fork_runs``) acts on: those matching every criterion given.
+
+    At least one criterion, or ``all=True``, is required: an empty filter is
+    refused rather than taken to mean every run.
+
+    Attributes:
+        status: Only runs in this status (it must be one the action applies
+            to: ``cancel`` queued, running or paused runs; ``retry`` error
+            runs; ``fork`` ended runs). Without it, every status the action
+            applies to.
+        template_id: Only runs of this workflow name.
+        since: Only runs started at or after this timezone-aware time.
+        until: Only runs started before this timezone-aware time.
+        attributes: Only runs whose workflow set every one of these
+            (``starflow.set_attributes``); values match exactly, type included.
+        pool: Only runs queued for this runner pool.
+        all: Match every run the action applies to (required when no other
+            criterion is given).
+    """
+
+    status: str | None = None
+    template_id: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+    attributes: Mapping[str, str | int | bool] | None = None
+    pool: str | None = None
+    all: bool = False
+
+    @property
+    def empty(self) -> bool:
+        """No criterion given (``all`` aside)."""
+        return (self.status is None and self.template_id is None and self.since is None
+                and self.until is None and not self.attributes and self.pool is None)
+
+
+class BulkResult(msgspec.Struct, frozen=True, kw_only=True):
+    """What a bulk action did.
+
+    Attributes:
+        action: ``cancel``, ``retry`` or ``fork``.
+        dry_run: Nothing was written: ``matched`` is how many runs the action
+            would be tried on.
+        matched: Runs the filter matched (in a status the action applies to).
+        acted: Runs the action was applied to.
+        skipped: Runs left alone, by run id, with the reason: a run that ended
+            (or was retried, cancelled) between the match and the action, a
+            run whose history lacks ``fork_runs``' node. At most
+            :data:`MAX_REPORTED` are listed; ``skipped_count`` counts them all.
+        skipped_count: How many runs were skipped.
+        failed: Runs the action raised an error for, by run id, with the
+            error (the others were still acted on); at most :data:`MAX_REPORTED`.
+        failed_count: How many runs failed.
+        forks: ``fork_runs`` only: the new run of each source run (at most
+            :data:`MAX_REPORTED`).
+    """
+
+    action: str
+    dry_run: bool
+    matched: int
+    acted: int = 0
+    skipped: dict[str, str] = msgspec.field(default_factory=dict)
+    skipped_count: int = 0
+    failed: dict[str, str] = msgspec.field(default_factory=dict)
+    failed_count: int = 0
+    forks: dict[str, str] = msgspec.field(default_factory=dict)
+
+
+#: The most run ids a :class:`BulkResult` lists per kind (counts stay exact).
+MAX_REPORTED = 1000
 
 
 class RunInfo(msgspec.Struct, frozen=True, kw_only=True):

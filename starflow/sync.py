@@ -52,12 +52,21 @@ from anyio.from_thread import BlockingPortal, start_blocking_portal
 
 from .adapters.base import WorkflowStateAdapter
 from .admin.retention import DEFAULT_BATCH_SIZE, PruneReport
+from .app import DEFAULT_BULK_LIMIT
 from .app import RunOptions as AsyncRunOptions
 from .app import Starflow as AsyncStarflow
 from .clock import Clock
 from .config import StarflowConfig
 from .errors import ConfigError, StarflowError
-from .records import PoolLimits, PoolUsage, RunEvent, RunInfo, ScheduleRecord
+from .records import (
+    BulkResult,
+    PoolLimits,
+    PoolUsage,
+    RunEvent,
+    RunFilter,
+    RunInfo,
+    ScheduleRecord,
+)
 from .runtime.runner import RunHandle
 from .runtime.worker import Worker
 from .warm.base import LiveRun
@@ -393,6 +402,24 @@ class Starflow:
     def fork(self, run_id: str, *, from_node: str) -> RunHandle[Any]:
         """:meth:`starflow.Starflow.fork`."""
         return self._call(lambda: self._app.fork(run_id, from_node=from_node))
+
+    def cancel_runs(self, filter: RunFilter, *, dry_run: bool = False,
+                    limit: int | None = DEFAULT_BULK_LIMIT,
+                    force: bool = False) -> BulkResult:
+        """:meth:`starflow.Starflow.cancel_runs`."""
+        return self._call(lambda: self._app.cancel_runs(filter, dry_run=dry_run, limit=limit,
+                                                        force=force))
+
+    def retry_runs(self, filter: RunFilter, *, dry_run: bool = False,
+                   limit: int | None = DEFAULT_BULK_LIMIT) -> BulkResult:
+        """:meth:`starflow.Starflow.retry_runs`."""
+        return self._call(lambda: self._app.retry_runs(filter, dry_run=dry_run, limit=limit))
+
+    def fork_runs(self, filter: RunFilter, *, from_node: str, dry_run: bool = False,
+                  limit: int | None = DEFAULT_BULK_LIMIT) -> BulkResult:
+        """:meth:`starflow.Starflow.fork_runs`."""
+        return self._call(lambda: self._app.fork_runs(filter, from_node=from_node,
+                                                      dry_run=dry_run, limit=limit))
 
     def sweep(self) -> int:
         """:meth:`starflow.Starflow.sweep`."""

@@ -287,6 +287,21 @@ class TestMessaging:
         assert "urgent in eu: [('c-42', 'eu')]" in out
 
 
+class TestBulkActions:
+    """examples/bulk_actions.py: retry, cancel and fork every run a filter matches (#30)."""
+
+    def test_tour(self, tmp_path: Path) -> None:
+        """Counted, capped, retried after the fix, cancelled by attribute, forked where
+        the node exists."""
+        out = run_example("bulk_actions.py", tmp_path)
+        assert "failed, dry run: 4" in out
+        assert "refused: more than limit=3 match, nothing was retried" in out
+        assert "retried: matched 4, acted on 4" in out and "now succeeded: 4" in out
+        assert "cancelled: 2 eu orders" in out
+        assert "an empty filter is refused" in out
+        assert "forked 4 runs from step:print_label#1, skipped 2 without it" in out
+
+
 class TestWebUI:
     """examples/web_ui.py: the page served by uvicorn, read and acted on over HTTP."""
 

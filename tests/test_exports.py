@@ -72,9 +72,9 @@ def test_error_classes_are_pinned_and_drawn() -> None:
         "NonDeterminismError", "OutsideWorkflow", "ReservedKeyError", "ResultTimeout",
         "RunCancelled", "RunFinished", "RunIdConflict", "RunNotEnded", "RunNotFound",
         "ScheduleNotFound", "SerializationError", "StarflowError", "StepFailed",
-        "StepTimeout", "StorageError", "StreamClosed", "UnexpectedSignal", "UpdateRejected",
-        "WaitTimeout", "WarmTierError", "WorkflowDefinitionError", "WorkflowFailed",
-        "WorkflowTimeout",
+        "StepTimeout", "StorageError", "StreamClosed", "TooManyRuns", "UnexpectedSignal",
+        "UpdateRejected", "WaitTimeout", "WarmTierError", "WorkflowDefinitionError",
+        "WorkflowFailed", "WorkflowTimeout",
     ]
     # RunnerKilled is the test harness's (a simulated SIGKILL): starflow_testing exports it.
     import starflow_testing

@@ -168,6 +168,25 @@ def test_retry_reruns_the_failed_step(db_url: str, workspace_id: str) -> None:
     assert (FRAGILE["before"], FRAGILE["calls"]) == (1, 2)
 
 
+def test_bulk_actions(url: str) -> None:
+    """cancel_runs, retry_runs and fork_runs through the facade (#30)."""
+    FRAGILE.update(calls=0, fixed=False, before=0)
+    with Starflow.open(url) as sf:
+        paused = [sf.run(approve, f"o-{i}").run_id for i in range(3)]
+        counted = sf.cancel_runs(starflow.RunFilter(template_id="sync-approve"), dry_run=True)
+        assert (counted.matched, counted.acted) == (3, 0)
+        done = sf.cancel_runs(starflow.RunFilter(template_id="sync-approve"))
+        assert done.acted == 3
+        assert {sf.get_run(r).status for r in paused} == {"cancelled"}
+        failed = sf.run(fragile_flow, 1).run_id
+        forked = sf.fork_runs(starflow.RunFilter(status="error"), from_node="step:sync-fragile#1")
+        assert list(forked.forks) == [failed]
+        FRAGILE["fixed"] = True
+        retried = sf.retry_runs(starflow.RunFilter(template_id="sync-retry"), limit=None)
+        assert retried.acted == 2  # the run and its fork (which failed too)
+        assert sf.get_run(failed).status == "success"
+
+
 class TestThreads:
     """One facade serves many threads at once, then closes cleanly."""
 

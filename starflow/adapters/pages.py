@@ -88,6 +88,10 @@ class RunPageQuery(msgspec.Struct, frozen=True, kw_only=True):
         started_before: Only runs started before this (timezone-aware).
         id_prefix: Only runs whose id starts with this text (case-insensitive).
         lease_expired_at: Only running or paused runs whose lease ended before this.
+        statuses: Only runs in one of these statuses (with ``status``, both apply).
+        attributes: Only runs with every one of these attributes (key -> the JSON
+            text of the value, as ``encode_attributes`` writes it), each an
+            index lookup.
         after: Continue below this cursor (the previous page's ``next``).
         limit: Rows per page, 1 to :data:`MAX_PAGE`.
         counts: Also count the runs per status (every filter but ``status`` and
@@ -102,6 +106,8 @@ class RunPageQuery(msgspec.Struct, frozen=True, kw_only=True):
     started_before: datetime | None = None
     id_prefix: str | None = None
     lease_expired_at: datetime | None = None
+    statuses: tuple[str, ...] | None = None
+    attributes: dict[str, str] | None = None
     after: RunCursor | None = None
     limit: int = 50
     counts: bool = False
@@ -120,6 +126,10 @@ class RunPageQuery(msgspec.Struct, frozen=True, kw_only=True):
                 found.append(f"{name} must be timezone-aware: {value!r}")
         if self.after is not None and self.after.started_at.tzinfo is None:
             found.append(f"after.started_at must be timezone-aware: {self.after.started_at!r}")
+        if self.statuses is not None and (not self.statuses or any(
+                st not in RUN_STATUSES for st in self.statuses)):
+            found.append(f"statuses must be some of {', '.join(RUN_STATUSES)}: "
+                         f"{self.statuses!r}")
         if self.id_prefix is not None and not self.id_prefix.strip():
             found.append("id_prefix must not be blank")
         return found
@@ -194,6 +204,15 @@ def page_sql(d: Dialect, query: RunPageQuery, *, workspace_id: str, env: str,
     if query.lease_expired_at is not None:
         shared.append(("lease_until < {} AND status IN ('running', 'paused')",
                        (d.ts(query.lease_expired_at),)))
+    if query.statuses is not None:
+        # Constants checked by RunPageQuery.problems, passed as arguments all the same.
+        shared.append((f"status IN ({', '.join('{}' for _ in query.statuses)})",
+                       tuple(query.statuses)))
+    for key, value in sorted((query.attributes or {}).items()):
+        # One lookup per attribute on idx_workflow_run_attributes_lookup.
+        shared.append(("id IN (SELECT run_id FROM workflow_run_attributes WHERE "
+                       "workspace_id = {} AND env = {} AND key = {} AND value = {})",
+                       (workspace_id, env, key, value)))
     if query.id_prefix is not None:
         bounds = uuid_bounds(query.id_prefix)
         if bounds is not None:

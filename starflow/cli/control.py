@@ -1,5 +1,7 @@
-"""``starflow signal / resume / cancel`` and ``starflow runs retry``: commands
-that change a run's state (and drive an inline run here when they wake it).
+"""``starflow signal / resume / cancel`` and ``starflow runs retry / cancel``:
+commands that change a run's state (and drive an inline run here when they wake
+it). ``starflow runs cancel|retry|fork`` with filters instead of a RUN_ID act on
+every matching run (:meth:`starflow.Starflow.cancel_runs` and its kin).
 
 Wake tokens are bearer secrets: ``resume`` only reads the token it is given.
 """
@@ -7,6 +9,7 @@ Wake tokens are bearer secrets: ``resume`` only reads the token it is given.
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
@@ -14,15 +17,33 @@ from typing import Any
 
 import msgspec
 
-from ..clock import parse_age
-from ..errors import ConfigError, InvalidWakeToken, SerializationError, WorkflowDefinitionError
-from ..records import RunInfo
+from ..app import DEFAULT_BULK_LIMIT
+from ..clock import parse_age, parse_when
+from ..errors import (
+    ConfigError,
+    InvalidArgument,
+    InvalidWakeToken,
+    SerializationError,
+    TooManyRuns,
+    WorkflowDefinitionError,
+)
+from ..records import BulkResult, RunFilter, RunInfo
 from ..serde import check_json_depth
 from ..tokens import redact_wake_tokens
-from ._base import EXIT_OK, EXIT_USAGE, CommandError, app_args, command, db_args, open_app
+from ._base import (
+    EXIT_FAILURE,
+    EXIT_OK,
+    EXIT_USAGE,
+    CommandError,
+    app_args,
+    command,
+    db_args,
+    open_app,
+    positive_int,
+)
 from ._format import iso, json_flag, run_args, write, write_json
 
-__all__: list[str] = []
+__all__ = ["bulk_args", "no_filters", "run_bulk"]
 
 
 def _payload(text: str) -> Any:
@@ -227,12 +248,183 @@ async def _cancel(ns: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _retry_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run_id", metavar="RUN_ID", nargs="?", default=None,
+                        help="the run to retry (or filters: every matching run in error)")
+    json_flag(parser)
+    bulk_args(parser)
+
+
 @command("retry", group="runs",
          help="run a run that ended in error again after a fix: the step that failed runs "
-         "again, the steps recorded before it are kept",
-         args=[app_args, db_args], configure=run_args)
+         "again, the steps recorded before it are kept (RUN_ID, or every run in error "
+         "matching the filters)",
+         args=[app_args, db_args], configure=_retry_args)
 async def _retry(ns: argparse.Namespace) -> int:
+    if ns.run_id is None:
+        return await run_bulk(ns, "retry")
+    no_filters(ns, "retry")
     async with open_app(ns, must_exist=True) as sf, _missing_code_explained(sf):
         handle = await sf.retry(ns.run_id)
     _report(handle, "retried", ns.json)
     return EXIT_OK
+
+
+def _runs_cancel_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run_id", metavar="RUN_ID", nargs="?", default=None,
+                        help="the run to cancel (or filters: every matching active run)")
+    parser.add_argument("--force", action="store_true",
+                        help="end the runs now without running their cleanup code")
+    json_flag(parser)
+    bulk_args(parser)
+
+
+@command("cancel", group="runs",
+         help="cancel RUN_ID, or every queued, running or paused run matching the filters "
+         "(each gets RunCancelled and runs its cleanup; its children are cancelled too)",
+         args=[app_args, db_args], configure=_runs_cancel_args)
+async def _runs_cancel(ns: argparse.Namespace) -> int:
+    if ns.run_id is None:
+        return await run_bulk(ns, "cancel")
+    no_filters(ns, "cancel")
+    return await _cancel(ns)
+
+
+# ---------------------------------------------------------------------------
+# Bulk: starflow runs cancel|retry|fork with filters
+# ---------------------------------------------------------------------------
+
+_BULK_FILTERS = ("status", "workflow", "since", "until", "attr", "pool", "all")
+
+
+def _attr(text: str) -> tuple[str, str | int | bool]:
+    key, sep, raw = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"--attr must be KEY=VALUE: {text!r}")
+    try:  # 42, true: the typed values set_attributes stores; '"42"' is the text
+        value = msgspec.json.decode(raw)
+    except msgspec.DecodeError:
+        return key, raw
+    if isinstance(value, str | bool) or (isinstance(value, int) and not isinstance(value, bool)):
+        return key, value
+    return key, raw
+
+
+def _when_arg(text: str) -> str:
+    try:
+        parse_when(text, datetime(2000, 1, 1, tzinfo=UTC))  # checked now, resolved on the clock
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+def bulk_args(parser: argparse.ArgumentParser) -> None:
+    """The filters and switches of a bulk ``runs cancel|retry|fork``."""
+    group = parser.add_argument_group(
+        "acting on every matching run (instead of RUN_ID)",
+        "exit codes: 0 done (or --dry-run), 1 some runs failed, the match is over --limit, "
+        "or the confirmation was declined (nothing written), 2 bad filters")
+    group.add_argument("--status", default=None, help="only runs in this status")
+    group.add_argument("--workflow", default=None, metavar="NAME",
+                       help="only runs of this workflow")
+    group.add_argument("--since", type=_when_arg, default=None, metavar="WHEN",
+                       help="only runs started at or after WHEN: an ISO date/time (UTC unless "
+                            "it has an offset) or an age like 30m, 2h, 3d")
+    group.add_argument("--until", type=_when_arg, default=None, metavar="WHEN",
+                       help="only runs started before WHEN (same forms as --since)")
+    group.add_argument("--attr", type=_attr, action="append", default=None,
+                       metavar="KEY=VALUE",
+                       help="only runs with this attribute (repeatable); VALUE is read as "
+                            "JSON when it is a number or true/false ('\"42\"' for the text)")
+    group.add_argument("--pool", default=None, help="only runs queued for this runner pool")
+    group.add_argument("--all", action="store_true",
+                       help="every run the action applies to (required without a filter)")
+    group.add_argument("--dry-run", action="store_true",
+                       help="only print how many runs match; write nothing")
+    group.add_argument("--yes", action="store_true",
+                       help="do not ask for confirmation (required off a terminal)")
+    group.add_argument("--limit", type=positive_int, default=DEFAULT_BULK_LIMIT, metavar="N",
+                       help=f"refuse when more than N runs match (default "
+                            f"{DEFAULT_BULK_LIMIT})")
+    group.add_argument("--no-limit", action="store_true", help="no cap on the matches")
+
+
+def no_filters(ns: argparse.Namespace, verb: str) -> None:
+    given = [f"--{k.replace('_', '-')}" for k in (*_BULK_FILTERS, "dry_run", "yes", "no_limit")
+             if getattr(ns, k, None) not in (None, False)]
+    if given:
+        raise CommandError(f"runs {verb}: give RUN_ID or filters ({', '.join(given)}), not "
+                           "both; nothing was written", EXIT_USAGE)
+
+
+def _run_filter(ns: argparse.Namespace, now: datetime) -> RunFilter:
+    return RunFilter(
+        status=ns.status, template_id=ns.workflow, pool=ns.pool, all=ns.all,
+        since=parse_when(ns.since, now) if ns.since else None,
+        until=parse_when(ns.until, now) if ns.until else None,
+        attributes=dict(ns.attr) if ns.attr else None)
+
+
+def _bulk_json(result: BulkResult) -> dict[str, Any]:
+    return msgspec.to_builtins(result)  # type: ignore[no-any-return]
+
+
+async def run_bulk(ns: argparse.Namespace, action: str) -> int:
+    """``starflow runs cancel|retry|fork`` with filters: count, confirm, act, report."""
+    limit = None if ns.no_limit else ns.limit
+    extra: dict[str, Any] = {"from_node": ns.from_node} if action == "fork" else {}
+    if action == "cancel":
+        extra["force"] = ns.force
+    async with open_app(ns, must_exist=True) as sf:
+        try:
+            run_filter = _run_filter(ns, sf.clock.now())
+        except ValueError as exc:
+            raise CommandError(f"runs {action}: {exc}; nothing was written", EXIT_USAGE) from exc
+        method = {"cancel": sf.cancel_runs, "retry": sf.retry_runs,
+                  "fork": sf.fork_runs}[action]
+        try:
+            counted = await method(run_filter, dry_run=True, limit=limit, **extra)
+        except InvalidArgument as exc:
+            hint = (" (here: --status, --workflow, --since, --until, --attr, --pool, or --all)"
+                    if "no criterion" in str(exc) else "")
+            raise CommandError(f"{exc}{hint}", EXIT_USAGE) from exc
+        over = limit is not None and counted.matched > limit
+        if ns.dry_run:
+            if ns.json:
+                write_json({**_bulk_json(counted), "limit": limit, "over_limit": over})
+            else:
+                write(f"{counted.matched} runs match: {action} would be tried on each"
+                      + (f" (over --limit {limit}: pass --limit N or --no-limit)" if over
+                         else "") + "; nothing was written\n")
+            return EXIT_OK
+        if over:
+            raise CommandError(str(TooManyRuns(action, limit or 0)))
+        if counted.matched == 0:
+            if ns.json:
+                write_json(_bulk_json(BulkResult(action=action, dry_run=False, matched=0)))
+            else:
+                write(f"no runs match: nothing to {action}\n")
+            return EXIT_OK
+        if not ns.yes:
+            if not sys.stdin.isatty():
+                raise CommandError(f"runs {action}: {counted.matched} runs match; pass --yes "
+                                   "to act without a terminal to confirm on (or --dry-run); "
+                                   "nothing was written", EXIT_USAGE)
+            sys.stderr.write(f"{action} {counted.matched} matching runs? [y/N] ")
+            sys.stderr.flush()
+            if sys.stdin.readline().strip().lower() not in ("y", "yes"):
+                raise CommandError(f"runs {action}: not confirmed; nothing was written")
+        result = await method(run_filter, limit=limit, **extra)
+    if ns.json:
+        write_json(_bulk_json(result))
+    else:
+        done = {"cancel": "cancelled", "retry": "retried", "fork": "forked"}[action]
+        write(f"{result.matched} runs matched: {result.acted} {done}, "
+              f"{result.skipped_count} skipped, {result.failed_count} failed\n")
+        for run_id, fork in result.forks.items():
+            write(f"  forked {run_id} as {fork}\n")
+        for run_id, reason in result.skipped.items():
+            write(f"  skipped {run_id}: {reason}\n")
+        for run_id, reason in result.failed.items():
+            write(f"  failed {run_id}: {reason}\n")
+    return EXIT_FAILURE if result.failed_count else EXIT_OK

@@ -31,6 +31,7 @@ from ._base import (
     positive_int,
 )
 from ._format import cell, human_duration, iso, json_flag, render_table, run_args, write, write_json
+from .control import bulk_args, no_filters, run_bulk
 
 __all__ = ["Progress", "event_json", "parse_since", "run_detail", "run_summary", "timeline"]
 
@@ -346,17 +347,24 @@ async def _runs_events(ns: argparse.Namespace) -> int:
 
 
 def _fork_args(parser: argparse.ArgumentParser) -> None:
-    run_args(parser)
+    parser.add_argument("run_id", metavar="RUN_ID", nargs="?", default=None,
+                        help="the run to fork (or filters: every matching ended run)")
+    json_flag(parser)
     parser.add_argument("--from-node", required=True, metavar="NODE",
                         help="the node the new run executes from (step:charge#1); the "
                              "history before it is replayed, not re-run")
+    bulk_args(parser)
 
 
 @command("fork", group="runs",
          help="a new run of an ended run, replaying its history up to a node and running "
-              "from there (after a fix)",
+              "from there (after a fix); with filters, of every matching ended run that "
+              "has the node",
          args=[app_args, db_args], configure=_fork_args)
 async def _runs_fork(ns: argparse.Namespace) -> int:
+    if ns.run_id is None:
+        return await run_bulk(ns, "fork")
+    no_filters(ns, "fork")
     async with open_app(ns, must_exist=True) as sf:
         handle = await sf.fork(ns.run_id, from_node=ns.from_node)
     if ns.json:

@@ -1,4 +1,5 @@
-"""The pages that write: signal, cancel, retry and fork a run, wake one by token.
+"""The pages that write: signal, cancel, retry and fork a run, wake one by token,
+cancel or retry every run the runs table's filters match.
 
 Each is a POST with the CSRF token (:meth:`Site.form`), confirmed on a second
 page before anything is written, and writes through the same
@@ -17,13 +18,16 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from ..app import DEFAULT_BULK_LIMIT
 from ..errors import (
+    InvalidArgument,
     InvalidWakeToken,
     StarflowError,
+    TooManyRuns,
     UnexpectedSignal,
     WorkflowDefinitionError,
 )
-from ..records import RunInfo
+from ..records import RunFilter, RunInfo
 from ..serde import check_json_depth
 from ..workflow.waits import check_event
 from . import views
@@ -186,6 +190,68 @@ class Actions:
                 "not changed.", {"from_node": from_node}, run=run)
         handle = await self.site.sf.fork(run.id, from_node=from_node)
         return see_other(request, handle.run_id, "fork")
+
+    async def bulk(self, request: Request) -> Response:
+        """Cancel or retry every run the runs table's filters (in the address) match:
+        the confirmation shows the dry-run count, and the action is refused if
+        more runs match by then (a new run matched: confirm again)."""
+        verb = request.path_params["action"]
+        sf = self.site.sf
+        try:
+            form = await self.site.form(request)
+            if verb not in ("cancel", "retry"):
+                raise BadInput(f"no bulk action {verb!r}: cancel or retry", 404)
+            query, _ = self.site.query_from(dict(request.query_params))
+            if query.id_prefix is not None:
+                raise BadInput("a bulk action does not take the run-id filter: clear it; "
+                               "nothing was written")
+            run_filter = RunFilter(status=query.status, template_id=query.template_id,
+                                   pool=query.pool, since=query.started_from,
+                                   until=query.started_before)
+            method = sf.cancel_runs if verb == "cancel" else sf.retry_runs
+            counted = await method(run_filter, dry_run=True, limit=None)
+            n = counted.matched
+            if n == 0:
+                raise BadInput(f"no runs match these filters that {verb} applies to; "
+                               "nothing was written", 409)
+            if n > DEFAULT_BULK_LIMIT:
+                raise BadInput(f"{n:,} runs match: the page acts on at most "
+                               f"{DEFAULT_BULK_LIMIT:,} at once; narrow the filters, or use "
+                               f"starflow runs {verb} with --limit N; nothing was written",
+                               409)
+            if form.get("confirmed") != "yes":
+                what = ("Each gets RunCancelled where it waits or runs and may run its "
+                        "cleanup steps; their child runs are cancelled too."
+                        if verb == "cancel" else
+                        "In each, the step that failed (and what follows) runs again with "
+                        "the code deployed now; the steps recorded before it are kept.")
+                return self.site.render(
+                    request, "confirm.html", description=f"{verb.capitalize()} the {n} "
+                    f"runs these filters match? {what}", fields={"count": str(n)}, run=None,
+                    payload=None, action=f"{request.url.path}?{request.url.query}")
+            try:
+                confirmed = int(form.get("count", ""))
+            except ValueError:
+                raise BadInput("the confirmation lost its count: start again; nothing was "
+                               "written") from None
+            try:
+                result = await method(run_filter, limit=max(confirmed, 1))
+            except TooManyRuns:
+                raise BadInput(f"more runs match now than the {confirmed} you confirmed: "
+                               "confirm again; nothing was written", 409) from None
+        except BadInput as exc:
+            return await self.pages.runs(request, error=str(exc), status=exc.status)
+        except InvalidArgument as exc:  # the filters: refused before anything is read
+            return await self.pages.runs(request, error=str(exc), status=400)
+        except StarflowError as exc:
+            return await self.pages.runs(request, error=failure(exc), status=409)
+        # Post/redirect/get: reloading the page that says what was done acts again never.
+        from starlette.responses import RedirectResponse
+
+        url = request.url_for("runs").include_query_params(
+            **dict(request.query_params), done=verb, acted=result.acted,
+            skipped=result.skipped_count, failed=result.failed_count)
+        return RedirectResponse(str(url), status_code=303)
 
     async def wake(self, request: Request) -> Response:
         """Wake by token: checked (signature, scope, expiry, the run) before the

@@ -213,6 +213,7 @@ def _scope_app(ui: UI) -> Starlette:
         Route("/runs/{run_id}/stream", ui.live.run_stream, name="run_stream"),
         Route("/runs/{run_id}/{action}", page(ui.actions.action), methods=["POST"],
               name="action"),
+        Route("/bulk/{action}", page(ui.actions.bulk), methods=["POST"], name="bulk"),
         Route("/wake", page(ui.actions.wake), methods=["POST"], name="wake"),
         Route("/ops", page(ui.pages.ops), name="ops"),
         Mount("/static", StaticFiles(packages=[("starflow.ui", "static")]), name="static"),

@@ -11,9 +11,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 from urllib.parse import urlencode
 
-from ..adapters.pages import RunPage
+from ..adapters.pages import RunPage, RunPageQuery
 from ..errors import StarflowError
-from ..records import RUN_STATUSES
+from ..records import BULK_STATUSES, RUN_STATUSES
 from . import views
 from .live import page_version, run_version
 from .operations import load_operations
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from starlette.requests import Request
     from starlette.responses import Response
 
-__all__ = ["Pages"]
+__all__ = ["Pages", "bulk_counts"]
 
 #: A run's page shows its first and last this many events (a long run's page stays small).
 TIMELINE_EDGE = 1000
@@ -40,13 +40,49 @@ DONE = {
 }
 
 
+#: The bulk actions the runs table offers on its filtered runs.
+PAGE_BULK_ACTIONS = ("cancel", "retry")
+
+
+def bulk_counts(query: RunPageQuery, counts: dict[str, int] | None) -> dict[str, int]:
+    """How many of the filtered runs each bulk action applies to, from the page's
+    counts per status (none when no filter is set, or with the run-id filter,
+    which a bulk action does not take)."""
+    if counts is None or query.id_prefix is not None or (
+            query.status is None and query.template_id is None and query.pool is None
+            and query.started_from is None and query.started_before is None):
+        return {}
+    found = {}
+    for action in PAGE_BULK_ACTIONS:
+        applies = BULK_STATUSES[action]
+        chosen = (query.status,) if query.status is not None else applies
+        n = sum(counts.get(st, 0) for st in chosen if st in applies)
+        if n:
+            found[action] = n
+    return found
+
+
+def _bulk_done(params: dict[str, str]) -> str:
+    """What the runs table says after a bulk action redirected to it."""
+    done = {"cancel": "cancelled", "retry": "retried"}[params["done"]]
+    n = {k: params.get(k, "0") if params.get(k, "0").isdigit() else "?"
+         for k in ("acted", "skipped", "failed")}
+    text = f"{n['acted']} runs {done}"
+    if n["skipped"] != "0":
+        text += f", {n['skipped']} skipped (they changed in the meantime)"
+    if n["failed"] != "0":
+        text += f", {n['failed']} failed (the server's log names them)"
+    return text + "."
+
+
 class Pages:
     """The read-only pages of one scope."""
 
     def __init__(self, site: Site) -> None:
         self.site = site
 
-    async def runs(self, request: Request) -> Response:
+    async def runs(self, request: Request, *, message: str | None = None,
+                   error: str | None = None, status: int = 200) -> Response:
         site = self.site
         params = dict(request.query_params)
         try:
@@ -63,10 +99,13 @@ class Pages:
                               **({"limit": str(query.limit)} if params.get("limit") else {})})
                    if page.next else None)
         name = "_runs.html" if params.get("partial") else "runs.html"
-        return site.render(request, name, filters=filters, page=page, qs=qs, next_qs=next_qs,
-                           version=page_version(page),
-                           status_links=status_links,
-                           first=query.after is None, error=None, limit=query.limit)
+        if message is None and params.get("done") in PAGE_BULK_ACTIONS:
+            message = _bulk_done(params)
+        return site.render(request, name, status, filters=filters, page=page, qs=qs,
+                           next_qs=next_qs, version=page_version(page),
+                           status_links=status_links, bulk=bulk_counts(query, page.counts),
+                           first=query.after is None, error=error, message=message,
+                           limit=query.limit)
 
     async def run(self, request: Request, *, message: str | None = None,
                   error: str | None = None, status: int = 200,

@@ -117,6 +117,22 @@ class TestPages:
         assert page.counts is not None and page.counts["queued"] == 2
         assert sum(page.counts.values()) == 2
 
+    async def test_statuses(self, adapter: WorkflowStateAdapter) -> None:
+        """statuses keeps the runs in any of them (a bulk action's statuses, #30), also
+        across pages and together with status."""
+        a = await start(adapter, 1, status="queued")
+        await start(adapter, 2, status="running")
+        c = await start(adapter, 3, status="paused")
+        d = await start(adapter, 4, status="queued")
+        query = RunPageQuery(statuses=("queued", "paused"), limit=1)
+        assert await walk(adapter, query) == [d, c, a]
+        assert await walk(adapter, msgspec_replace(query, status="queued")) == [d, a]
+        assert await walk(adapter, msgspec_replace(query, status="running")) == []
+        with pytest.raises(StarflowError, match="statuses must be some of"):
+            await adapter.list_runs_page(RunPageQuery(statuses=("queued", "bogus")))
+        with pytest.raises(StarflowError, match="statuses must be some of"):
+            await adapter.list_runs_page(RunPageQuery(statuses=()))
+
     async def test_counts_are_capped(self, adapter: WorkflowStateAdapter,
                                      monkeypatch: pytest.MonkeyPatch) -> None:
         """Past COUNT_CAP a count reads COUNT_CAP + 1: its cost stays bounded."""
