@@ -1,7 +1,7 @@
 """starflow.Starflow and starflow.sync.Starflow offer the same methods.
 
 Every public ``async def`` of the async class has a blocking counterpart with
-the same parameters (names, kinds, defaults) and return annotation (an async
+the same parameters (names, kinds, defaults, annotations) and return annotation (an async
 iterator becomes an iterator), and every public method of the facade has its
 counterpart in the async class: a method added to one only fails here.
 """
@@ -38,10 +38,10 @@ def _is_async(fn: Callable[..., Any]) -> bool:
     return inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn)
 
 
-def _params(fn: Callable[..., Any]) -> list[tuple[str, Any, Any]]:
-    """Parameters after the first (``self`` or ``cls``): name, kind, default."""
+def _params(fn: Callable[..., Any]) -> list[tuple[str, Any, Any, Any]]:
+    """Parameters after the first (``self`` or ``cls``): name, kind, default, annotation."""
     params = list(inspect.signature(fn).parameters.values())[1:]
-    return [(p.name, p.kind, p.default) for p in params]
+    return [(p.name, p.kind, p.default, p.annotation) for p in params]
 
 
 def _blocking_annotation(annotation: str) -> str:

@@ -51,7 +51,7 @@ class Pages:
         params = dict(request.query_params)
         try:
             query, filters = site.query_from(params)
-            page = await site.sf.adapter.list_runs_page(query)
+            page = await site.sf.list_runs_page(query)
         except (BadInput, StarflowError) as exc:
             filters = {k: params.get(k, "") for k in FILTERS}
             return site.render(request, "runs.html", 400, filters=filters, page=RunPage(runs=[]),
@@ -79,9 +79,9 @@ class Pages:
             return site.render(request, "error.html", exc.status, error=str(exc))
         sf = site.sf
         run_id = run.id  # as stored: the address may spell it in upper case
-        events = await sf.adapter.list_events(run_id)
-        waits = [] if run.is_terminal else await sf.adapter.list_waits(run_id)
-        children = await sf.adapter.list_runs(parent_run_id=run.id, limit=CHILDREN_SHOWN)
+        events = await sf.events(run_id)
+        waits = [] if run.is_terminal else await sf.waits(run_id)
+        children = await sf.list_runs(parent_run_id=run.id, limit=CHILDREN_SHOWN)
         now = sf.clock.now()
         session = []
         for session_id, key in views.session_keys(events):
