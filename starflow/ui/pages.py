@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlencode
 
 from ..adapters.pages import RunPage
-from ..errors import StarflowError
+from ..errors import RunNotFound, StarflowError
 from ..records import RUN_STATUSES
 from . import views
 from .live import page_version, run_version
@@ -79,8 +79,11 @@ class Pages:
             return site.render(request, "error.html", exc.status, error=str(exc))
         sf = site.sf
         run_id = run.id  # as stored: the address may spell it in upper case
-        events = await sf.events(run_id)
-        waits = [] if run.is_terminal else await sf.waits(run_id)
+        try:
+            events = await sf.events(run_id)
+            waits = [] if run.is_terminal else await sf.waits(run_id)
+        except RunNotFound:  # pruned since it was read: shown as read, without its history
+            events, waits = [], []
         children = await sf.list_runs(parent_run_id=run.id, limit=CHILDREN_SHOWN)
         now = sf.clock.now()
         session = []
