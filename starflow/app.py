@@ -12,7 +12,8 @@ import msgspec
 
 from . import serde
 from .adapters.base import WatchWhenWaiting
-from .adapters.pages import MAX_PAGE, RunCursor, RunPageQuery
+from .adapters.pages import MAX_PAGE, RunCursor, RunPage, RunPageQuery
+from .admin.history import export_run
 from .app_core import RunOptions, workflow_definition
 from .app_ops import StarflowOps, check_session_names
 from .config import int_problem
@@ -39,6 +40,7 @@ from .records import (
     RunEvent,
     RunFilter,
     RunInfo,
+    WaitRecord,
 )
 from .runtime.forks import fork_run
 from .runtime.runner import RunHandle
@@ -281,12 +283,96 @@ class Starflow(StarflowOps):
                                             parent_run_id=parent_run_id,
                                             since=since, limit=limit, attributes=encoded)
 
-    async def events(self, run_id: str) -> list[RunEvent]:
-        """The run's ``workflow_run_events`` rows in order."""
+    async def events(self, run_id: str, *, after_id: int = 0) -> list[RunEvent]:
+        """The run's ``workflow_run_events`` rows in order.
+
+        Args:
+            after_id: Only the events after this one (a :attr:`RunEvent.id`):
+                what a reader that polls has not seen yet.
+
+        Raises:
+            RunNotFound: no such run.
+            InvalidArgument: ``after_id`` is not an int >= 0.
+        """
         run_id = normalize_run_id(run_id)
-        if await self.adapter.get_run(run_id) is None:
+        if (problem := int_problem("after_id", after_id, 0)) is not None:
+            raise InvalidArgument(f"events: {problem}")
+        events = await self.adapter.list_events(run_id, after_id=after_id)
+        if not events and await self.adapter.get_run(run_id) is None:
             raise RunNotFound(run_id)
-        return await self.adapter.list_events(run_id)
+        return events
+
+    async def waits(self, run_id: str) -> list[WaitRecord]:
+        """What the run is registered to wake on: one :class:`~starflow.records.WaitRecord`
+        per open wait (the node, its event, its timer's deadline); empty
+        unless the run is paused or about to pause.
+
+        Raises:
+            RunNotFound: no such run.
+        """
+        run_id = normalize_run_id(run_id)
+        waits = await self.adapter.list_waits(run_id)
+        if not waits and await self.adapter.get_run(run_id) is None:
+            raise RunNotFound(run_id)
+        return waits
+
+    async def list_runs_page(self, query: RunPageQuery) -> RunPage:
+        """One page of runs, newest first, with the filters, counts and keyset cursor
+        of :class:`~starflow.adapters.pages.RunPageQuery` (what ``starflow ui``'s runs
+        table reads): pass ``page.next`` as ``after=`` for the next page.
+
+        Unlike :meth:`list_runs`, it filters by time range, lease expiry and run-id
+        prefix too, and counts the matching runs by status (``counts=True``).
+
+        Raises:
+            StarflowError: the query is invalid (every problem named; nothing read).
+        """
+        return await self.adapter.list_runs_page(query)
+
+    async def count_due_timers(self, before: datetime, *, limit: int = 100) -> int:
+        """How many durable timers fell due at or before ``before`` and have not
+        fired: wait deadlines (``sleep``, ``wait_for`` timeouts) and deadlines of
+        queued runs, counted up to ``limit``.
+
+        A maintenance loop fires a timer within a poll of its deadline: many
+        timers well past due mean none runs (``starflow ui``'s operations page
+        asks with ``before`` a little in the past).
+
+        Raises:
+            InvalidArgument: ``before`` is naive, or ``limit`` is not an int >= 1.
+        """
+        problems = []
+        if not isinstance(before, datetime) or before.tzinfo is None:
+            problems.append(f"before must be a timezone-aware datetime: {before!r}")
+        if (problem := int_problem("limit", limit, 1)) is not None:
+            problems.append(problem)
+        elif limit > MAX_LIST_LIMIT:
+            problems.append(f"limit must be at most {MAX_LIST_LIMIT}: {limit!r}")
+        if problems:
+            raise InvalidArgument("count_due_timers: " + "; ".join(problems))
+        waits = await self.adapter.due_waits(before, limit=limit)
+        queued = await self.adapter.due_run_deadlines(before, limit=limit)
+        return min(len(waits) + len(queued), limit)
+
+    async def export_run(self, run_id: str) -> dict[str, Any]:
+        """The run's history as JSON-ready builtins, wake tokens redacted: one
+        object of the file ``starflow runs export`` writes and ``starflow replay``
+        (:func:`starflow.admin.history.load_history`) reads.
+
+        Raises:
+            RunNotFound: no such run.
+        """
+        return await export_run(self.adapter, normalize_run_id(run_id))
+
+    @property
+    def workspace_id(self) -> str:
+        """The workspace every read and write of this app is scoped to."""
+        return self.adapter.workspace_id
+
+    @property
+    def env(self) -> str:
+        """The environment every read and write of this app is scoped to."""
+        return self.adapter.env
 
     @overload
     async def result(self, run_id: RunHandle[R], timeout: timedelta | float | None = None

@@ -51,6 +51,7 @@ from typing import Any, ParamSpec, TypeVar, overload
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
 from .adapters.base import WorkflowStateAdapter
+from .adapters.pages import RunPage, RunPageQuery
 from .admin.retention import DEFAULT_BATCH_SIZE, PruneReport
 from .app import DEFAULT_BULK_LIMIT
 from .app import RunOptions as AsyncRunOptions
@@ -66,6 +67,7 @@ from .records import (
     RunFilter,
     RunInfo,
     ScheduleRecord,
+    WaitRecord,
 )
 from .runtime.runner import RunHandle
 from .runtime.worker import Worker
@@ -173,6 +175,16 @@ class Starflow:
     @property
     def runner_id(self) -> str:
         return self._app.runner_id
+
+    @property
+    def workspace_id(self) -> str:
+        """:attr:`starflow.Starflow.workspace_id`."""
+        return self._app.workspace_id
+
+    @property
+    def env(self) -> str:
+        """:attr:`starflow.Starflow.env`."""
+        return self._app.env
 
     def _open_on_first_call(self) -> None:
         """Open a facade nobody entered (a module-level global) on its first call."""
@@ -346,9 +358,25 @@ class Starflow:
         """:meth:`starflow.Starflow.stuck_runs`."""
         return self._call(lambda: self._app.stuck_runs(limit))
 
-    def events(self, run_id: str) -> list[RunEvent]:
+    def events(self, run_id: str, *, after_id: int = 0) -> list[RunEvent]:
         """:meth:`starflow.Starflow.events`."""
-        return self._call(lambda: self._app.events(run_id))
+        return self._call(lambda: self._app.events(run_id, after_id=after_id))
+
+    def waits(self, run_id: str) -> list[WaitRecord]:
+        """:meth:`starflow.Starflow.waits`."""
+        return self._call(lambda: self._app.waits(run_id))
+
+    def list_runs_page(self, query: RunPageQuery) -> RunPage:
+        """:meth:`starflow.Starflow.list_runs_page`."""
+        return self._call(lambda: self._app.list_runs_page(query))
+
+    def count_due_timers(self, before: datetime, *, limit: int = 100) -> int:
+        """:meth:`starflow.Starflow.count_due_timers`."""
+        return self._call(lambda: self._app.count_due_timers(before, limit=limit))
+
+    def export_run(self, run_id: str) -> dict[str, Any]:
+        """:meth:`starflow.Starflow.export_run`."""
+        return self._call(lambda: self._app.export_run(run_id))
 
     @overload
     def result(self, run_id: RunHandle[R], timeout: timedelta | float | None = None) -> R: ...

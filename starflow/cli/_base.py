@@ -296,7 +296,7 @@ async def resolve_app(ns: argparse.Namespace, *, maintenance: bool = False,
     kwargs: dict[str, Any] = {}
     if obj is not None:
         kwargs = {"config": obj.config, "clock": obj.clock,
-                  "workspace_id": obj.adapter.workspace_id, "env": obj.adapter.env}
+                  "workspace_id": obj.workspace_id, "env": obj.env}
     if workspace is not None:
         kwargs["workspace_id"] = workspace
     if env is not None:
@@ -342,7 +342,7 @@ async def _scopes_of_run(url: str, run_id: str) -> list[tuple[str, str]]:
 
 async def _run_not_found(sf: Any, run_id: str, ns: argparse.Namespace) -> str:
     """A RunNotFound that names the scope searched, and where the run is if elsewhere."""
-    workspace, env = sf.adapter.workspace_id, sf.adapter.env
+    workspace, env = sf.workspace_id, sf.env
     message = f"RunNotFound: run {run_id} not found in workspace {workspace!r}, env {env!r}"
     url = getattr(ns, "db", None) or database_url_from_env()
     found = await _scopes_of_run(url, run_id) if url else []

@@ -231,8 +231,8 @@ async def _runs_list(ns: argparse.Namespace) -> int:
         write_json([run_summary(r) for r in runs])
         return EXIT_OK
     if not runs:
-        sys.stderr.write(f"no runs match in workspace {sf.adapter.workspace_id!r}, env "
-                         f"{sf.adapter.env!r} (another scope: --workspace/--env, or "
+        sys.stderr.write(f"no runs match in workspace {sf.workspace_id!r}, env "
+                         f"{sf.env!r} (another scope: --workspace/--env, or "
                          "$STARFLOW_WORKSPACE/$STARFLOW_ENV)\n")
         return EXIT_OK
     write(render_table(
@@ -415,8 +415,6 @@ def _export_args(parser: argparse.ArgumentParser) -> None:
          help="run histories as JSON for starflow replay (wake tokens redacted)",
          args=[app_args, db_args], configure=_export_args)
 async def _runs_export(ns: argparse.Namespace) -> int:
-    from ..admin.history import export_run
-
     if bool(ns.run_ids) == bool(ns.all):
         raise CommandError("runs export: give RUN_ID... or --all, not both or neither",
                            EXIT_USAGE)
@@ -434,7 +432,7 @@ async def _runs_export(ns: argparse.Namespace) -> int:
         histories = []
         try:
             for run_id in ids:
-                histories.append(await export_run(sf.adapter, run_id))
+                histories.append(await sf.export_run(run_id))
                 progress.step()
         finally:
             progress.close()

@@ -195,7 +195,7 @@ async def _ui(ns: argparse.Namespace) -> int:
                 host = f"[{host}]" if ":" in host else host
                 address = f"http://{host}:{port}/"
                 scope = ("every workspace and env" if ns.all_workspaces else
-                         f"{sf.adapter.workspace_id}/{sf.adapter.env}")
+                         f"{sf.workspace_id}/{sf.env}")
                 if token is not None:
                     address += f"?token={token}"
                 sys.stdout.write(f"starflow ui for {scope}: open {address}\n")

@@ -175,7 +175,7 @@ class Actions:
         if not run.is_terminal:
             raise BadInput(f"run {run.id} is still {run.status}: only an ended run can be "
                            "forked; nothing was written", 409)
-        nodes = views.recorded_nodes(await self.site.sf.adapter.list_events(run.id))
+        nodes = views.recorded_nodes(await self.site.sf.events(run.id))
         if from_node not in nodes:
             raise BadInput(f"run {run.id} has no node {from_node!r} to fork from: choose one "
                            f"of its recorded nodes ({', '.join(nodes[:10]) or 'none'}); "
@@ -280,9 +280,8 @@ class Actions:
                                "written") from None
             if not token:
                 raise BadInput("paste the wake token to use; nothing was written")
-            adapter = sf.adapter
-            claims = sf.runner.keyring.verify(token, workspace_id=adapter.workspace_id,
-                                              env=adapter.env, now=sf.clock.now())
+            claims = sf.runner.keyring.verify(token, workspace_id=sf.workspace_id,
+                                              env=sf.env, now=sf.clock.now())
             run = await self.site.run_or_404(claims.r)
             if run.is_terminal:
                 raise BadInput(f"run {run.id} has ended ({run.status}): its token cannot "

@@ -146,7 +146,7 @@ def create_app(sf: Starflow, *, token: str | None = None,
         except StarflowError as exc:
             await PlainTextResponse(f"{exc}\n", status_code=404)(scope, receive, send)
             return
-        key = (one.adapter.workspace_id, one.adapter.env)
+        key = (one.workspace_id, one.env)
         if key not in apps:
             apps[key] = build(one, switch=True)
         inner = apps[key]
@@ -161,7 +161,7 @@ def create_app(sf: Starflow, *, token: str | None = None,
                                    path="/runs"))
 
     async def home(request: Request) -> Response:
-        return RedirectResponse(scope_url(request, sf.adapter.workspace_id, sf.adapter.env),
+        return RedirectResponse(scope_url(request, sf.workspace_id, sf.env),
                                 status_code=303)
 
     async def switch(request: Request) -> Response:

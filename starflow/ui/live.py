@@ -16,7 +16,7 @@ import anyio
 import msgspec
 
 from ..adapters.pages import RunPage, RunPageQuery
-from ..errors import WarmTierError
+from ..errors import RunNotFound, WarmTierError
 from .site import BadInput, Site
 
 if TYPE_CHECKING:
@@ -93,11 +93,12 @@ class Live:
         last_event = 0
         idle = 0
         while True:
-            run = await sf.adapter.get_run(run_id)
-            if run is None:
+            try:
+                run = await sf.get_run(run_id)
+                fresh = await sf.events(run_id, after_id=last_event)
+            except RunNotFound:
                 yield _event("end", {"status": "gone"})
                 return
-            fresh = await sf.adapter.list_events(run_id, after_id=last_event)
             if fresh:
                 last_event = fresh[-1].id
             state = (run.status, last_event, run.leased_by, run.lease_until, run.claim_attempts)
@@ -130,13 +131,13 @@ class Live:
                             ) -> AsyncIterator[str]:
         """``changed`` whenever the first page's rows or their statuses change
         (``seen``: the page's version when it was rendered, :func:`page_version`)."""
-        adapter = self.site.sf.adapter
+        sf = self.site.sf
         poll = self.site.poll_interval
         yield "retry: 2000\n\n"
         last = None
         idle = 0
         while True:
-            page = await adapter.list_runs_page(query)
+            page = await sf.list_runs_page(query)
             state = page_version(page)
             if state != last:
                 if last is not None or (seen is not None and seen != state):

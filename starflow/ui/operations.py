@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from ..adapters.pages import MAX_PAGE, RunPage, RunPageQuery
-from ..errors import StarflowError
+from ..errors import RunNotFound, StarflowError
 from ..records import PoolUsage, RunInfo, ScheduleRecord
 from ..runtime.schedules import ON_TIME
 from .views import FoldedJSON, fold_json
@@ -157,11 +157,10 @@ async def load_operations(sf: Starflow) -> Operations:
         outbox = await sf.outbox_status()
     except StarflowError as exc:
         outbox_error = str(exc)
-    expired = await sf.adapter.list_runs_page(
-        RunPageQuery(lease_expired_at=now, limit=MAX_PAGE))
-    queued = await sf.adapter.list_runs_page(RunPageQuery(status="queued", limit=MAX_PAGE,
-                                                          counts=True))
-    running = await sf.adapter.list_runs_page(RunPageQuery(status="running", limit=MAX_PAGE))
+    expired = await sf.list_runs_page(RunPageQuery(lease_expired_at=now, limit=MAX_PAGE))
+    queued = await sf.list_runs_page(RunPageQuery(status="queued", limit=MAX_PAGE,
+                                                  counts=True))
+    running = await sf.list_runs_page(RunPageQuery(status="running", limit=MAX_PAGE))
     stuck = await sf.stuck_runs()  # of the newest 1,000 queued runs
     pools, pools_error = await read_pools(sf, queued, running)
     schedules, records, schedules_error = await read_schedules(sf, now)
@@ -209,11 +208,9 @@ async def read_overdue_timers(sf: Starflow, now: datetime) -> tuple[int, str | N
     :data:`TIMERS_COUNTED` + 1 counted), or an error reading them."""
     before = now - _slack(sf)
     try:
-        waits = await sf.adapter.due_waits(before, limit=TIMERS_COUNTED + 1)
-        queued = await sf.adapter.due_run_deadlines(before, limit=TIMERS_COUNTED + 1)
+        return await sf.count_due_timers(before, limit=TIMERS_COUNTED + 1), None
     except StarflowError as exc:
         return 0, str(exc)
-    return len(waits) + len(queued), None
 
 
 def _late(sf: Starflow, rec: ScheduleRecord, now: datetime) -> float | None:
@@ -235,11 +232,20 @@ async def read_schedules(sf: Starflow, now: datetime
         return [], [], str(exc)
     rows = []
     for rec in records[:SCHEDULES_SHOWN]:
-        last = await sf.adapter.get_run(rec.last_run_id) if rec.last_run_id else None
         rows.append(ScheduleRow(schedule=rec, late=_late(sf, rec, now),
-                                last_run_status=last.status if last else None,
+                                last_run_status=await _status_of(sf, rec.last_run_id),
                                 arguments=fold_json(rec.input)))
     return rows, records, None
+
+
+async def _status_of(sf: Starflow, run_id: str | None) -> str | None:
+    """A run's status, or None for no run or one no longer stored (pruned)."""
+    if run_id is None:
+        return None
+    try:
+        return (await sf.get_run(run_id)).status
+    except RunNotFound:
+        return None
 
 
 def _holders(running: RunPage) -> dict[str, Holder]:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlencode
 
 from ..adapters.pages import RunPage, RunPageQuery
-from ..errors import StarflowError
+from ..errors import RunNotFound, StarflowError
 from ..records import BULK_STATUSES, RUN_STATUSES
 from . import views
 from .live import page_version, run_version
@@ -87,7 +87,7 @@ class Pages:
         params = dict(request.query_params)
         try:
             query, filters = site.query_from(params)
-            page = await site.sf.adapter.list_runs_page(query)
+            page = await site.sf.list_runs_page(query)
         except (BadInput, StarflowError) as exc:
             filters = {k: params.get(k, "") for k in FILTERS}
             return site.render(request, "runs.html", 400, filters=filters, page=RunPage(runs=[]),
@@ -118,9 +118,12 @@ class Pages:
             return site.render(request, "error.html", exc.status, error=str(exc))
         sf = site.sf
         run_id = run.id  # as stored: the address may spell it in upper case
-        events = await sf.adapter.list_events(run_id)
-        waits = [] if run.is_terminal else await sf.adapter.list_waits(run_id)
-        children = await sf.adapter.list_runs(parent_run_id=run.id, limit=CHILDREN_SHOWN)
+        try:
+            events = await sf.events(run_id)
+            waits = [] if run.is_terminal else await sf.waits(run_id)
+        except RunNotFound:  # pruned since it was read: shown as read, without its history
+            events, waits = [], []
+        children = await sf.list_runs(parent_run_id=run.id, limit=CHILDREN_SHOWN)
         now = sf.clock.now()
         session = []
         for session_id, key in views.session_keys(events):

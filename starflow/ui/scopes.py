@@ -88,7 +88,7 @@ class Scopes:
 
     def add(self, sf: Starflow) -> None:
         """Serve an app opened elsewhere for its own scope (the server's default one)."""
-        self._apps[(sf.adapter.workspace_id, sf.adapter.env)] = sf
+        self._apps[(sf.workspace_id, sf.env)] = sf
 
     async def get(self, workspace_id: str, env: str) -> Starflow:
         """The open Starflow of this scope, opened now if it is the first time.

@@ -82,8 +82,8 @@ class Site:
     def render(self, request: Request, name: str, status: int = 200, **context: Any
                ) -> Response:
         context.update(
-            title=self.title, csrf=self.csrf, workspace_id=self.sf.adapter.workspace_id,
-            env=self.sf.adapter.env, now=self.sf.clock.now(),
+            title=self.title, csrf=self.csrf, workspace_id=self.sf.workspace_id,
+            env=self.sf.env, now=self.sf.clock.now(),
             warm=self.sf.warm is not None,
             switch_url=request.scope.get("starflow_ui_switch") if self.switch else None,
         )
@@ -125,7 +125,7 @@ class Site:
             return await self.sf.get_run(run_id)
         except RunNotFound:
             raise BadInput(f"no run {run_id!r} in workspace "
-                           f"{self.sf.adapter.workspace_id}/{self.sf.adapter.env}", 404) from None
+                           f"{self.sf.workspace_id}/{self.sf.env}", 404) from None
 
     def query_from(self, params: Mapping[str, str]) -> tuple[RunPageQuery, dict[str, str]]:
         """The page query of the runs table's filters, and the filters as given."""
