@@ -214,6 +214,8 @@ def _scope_app(ui: UI) -> Starlette:
         Route("/runs/{run_id}/{action}", page(ui.actions.action), methods=["POST"],
               name="action"),
         Route("/wake", page(ui.actions.wake), methods=["POST"], name="wake"),
+        Route("/pools/{pool}/{action}", page(ui.actions.pool_action), methods=["POST"],
+              name="pool_action"),
         Route("/ops", page(ui.pages.ops), name="ops"),
         Mount("/static", StaticFiles(packages=[("starflow.ui", "static")]), name="static"),
     ]
