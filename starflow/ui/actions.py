@@ -25,8 +25,8 @@ from ..errors import (
     WorkflowDefinitionError,
 )
 from ..records import HELD, RunInfo
-from ..workflow.context import checkpoint_wait
 from ..serde import check_json_depth
+from ..workflow.context import checkpoint_wait
 from ..workflow.waits import check_event
 from . import views
 from .site import BadInput, Site, failure, see_other
