@@ -244,7 +244,7 @@ class TestActions:
             assert done.status_code == 303 and done.headers["location"].endswith("done=pause")
             assert (await sf.get_run(run_id)).claim_state == "held"
             page = (await client.get(f"/runs/{run_id}")).text
-            assert 'id="resume-form"' in page and "run_paused_by_operator" in page
+            assert 'id="resume-form"' in page and "paused by an operator at its wait" in page
             twice = await client.post(f"/runs/{run_id}/pause",
                                       data={"csrf": csrf, "confirmed": "yes"})
             assert twice.status_code == 409 and "already" in alert(twice.text)
