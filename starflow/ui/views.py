@@ -178,8 +178,8 @@ def _detail(ev: RunEvent) -> str:
     if ev.event_type == "run_cancelled":
         return f"was {p.get('previous_status')}"
     if ev.event_type == "run_paused_by_operator":
-        where = {"queue": "while queued", "wait": "at its wait", "step": "before its next step"}
-        return f"paused by an operator {where.get(str(p.get('at')), '')}".rstrip()
+        places = {"queue": "while queued", "wait": "at its wait", "step": "before its next step"}
+        return f"paused by an operator {places.get(str(p.get('at')), '')}".rstrip()
     if ev.event_type == "run_pause_requested":
         return "pause requested by an operator: it parks before its next step"
     if ev.event_type == "run_resumed_by_operator":
