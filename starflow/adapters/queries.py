@@ -74,8 +74,12 @@ class Queries:
         #: (the queued part as ORDER BY … LIMIT 1: one entry of its partial index).
         self.next_deadline = (
             "SELECT min(d) FROM ("
-            f"SELECT min(deadline) AS d FROM workflow_waits WHERE {t(1)} "
-            f"AND deadline IS NOT NULL AND {NOT_HELD} UNION ALL "
+            # The earliest wait of a run not held, as ORDER BY … LIMIT 1: a walk of
+            # idx_workflow_waits_deadline that stops at the first one (a held run's
+            # waits are probed by the run's primary key and passed over).
+            f"SELECT d FROM (SELECT deadline AS d FROM workflow_waits WHERE {t(1)} "
+            f"AND deadline IS NOT NULL AND {NOT_HELD} ORDER BY deadline LIMIT 1) nw "
+            "UNION ALL "
             f"SELECT d FROM (SELECT deadline_at AS d FROM workflow_runs WHERE {t(3)} "
             f"AND {QUEUED_DEADLINE} ORDER BY deadline_at LIMIT 1) q) x")
         #: (ws, env, now, limit): queued runs past their deadline, earliest first
