@@ -59,6 +59,17 @@ DEFAULT_BULK_LIMIT = 1000
 BULK_PAGE = MAX_PAGE
 
 
+def _is_uuid(value: object) -> bool:
+    """Whether ``value`` is a run id (a UUID) rather than a wake token."""
+    if isinstance(value, uuid.UUID):
+        return True
+    try:
+        uuid.UUID(str(value))
+    except ValueError:
+        return False
+    return True
+
+
 class Starflow(StarflowOps):
     """A connection to one workflow database, scoped to (``workspace_id``, ``env``).
 
@@ -171,12 +182,56 @@ class Starflow(StarflowOps):
                              run_id=run_id, node_id=node_id)
 
     async def resume(self, wake_token: str, payload: Any = None) -> RunHandle[Any]:
-        """Wake the wait a token was issued for, with ``payload``.
+        """Wake the wait a token was issued for, with ``payload``; or, given a run id,
+        resume a run an operator paused (:meth:`pause`).
+
+        The two never clash: a run id is a UUID and a wake token never is (it is
+        ``<claims>.<signature>``). A run id takes no ``payload``.
+
+        Resuming a run puts it back where it was: at its wait (a signal that came
+        while it was paused is delivered now, a timer past due fires), in the queue
+        for workers (a run started with ``sf.start``), or, for an inline run parked
+        between steps, driven on in this call until it pauses again or ends (like
+        ``sf.signal``). A run that is not paused is left as it is (nothing written);
+        a pause still pending (the run has not reached its next step) is withdrawn.
 
         Raises:
             InvalidWakeToken: forged, expired, used, or for another wait (nothing written).
+            RunNotFound: no run has that id.
+            RunFinished: the run has ended (nothing written).
+            InvalidArgument: a run id with a ``payload``.
         """
+        if _is_uuid(wake_token):
+            if payload is not None:
+                raise InvalidArgument(
+                    f"resume({wake_token!r}, payload=...): a run id resumes a run an operator "
+                    "paused and takes no payload; send data with sf.signal(run_id, event, "
+                    "payload), or pass the wait's wake token", run_id=wake_token)
+            return self._track(await self.runner.resume_run(normalize_run_id(wake_token)))
         return self._track(await self.runner.resume(wake_token, payload))
+
+    async def pause(self, run_id: str) -> RunHandle[Any]:
+        """Pause a run: it stops at its next boundary and keeps its state until
+        :meth:`resume` (``sf.resume(run_id)``).
+
+        A queued run is held (no worker claims it) and a run paused at a wait is
+        held there: a signal sent meanwhile is recorded but does not wake it, its
+        timer does not fire. An executing run parks before its next step (a step
+        in flight finishes and is recorded first): this call returns at once
+        with the run still ``running``, and the run's events show
+        ``run_pause_requested`` then ``run_paused_by_operator``. A held run has
+        status ``paused`` and ``claim_state`` ``held``. Pausing a paused run (or
+        one whose pause is pending) writes nothing. ``sf.cancel`` still cancels
+        a paused run.
+
+        Returns:
+            The run's handle as it is now.
+
+        Raises:
+            RunNotFound: no run has that id.
+            RunFinished: the run has ended (nothing written).
+        """
+        return await self.runner.pause(normalize_run_id(run_id))
 
     async def cancel(self, run_id: str, *, force: bool = False) -> RunHandle[Any]:
         """Cancel a run, letting its code clean up.

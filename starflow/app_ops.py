@@ -253,6 +253,46 @@ class StarflowOps(StarflowCore):
         await self.adapter.set_pool_limits(limits, now=self.clock.now())
         return await self.adapter.get_pool_limits(pool)
 
+    async def pause_pool(self, pool: str) -> PoolLimits:
+        """Pause ``pool``: no worker claims its queued runs until :meth:`resume_pool`.
+
+        Stored with the pool's limits (which are kept) and enforced inside every
+        claim's transaction, like them. Runs of the pool already claimed or
+        executing go on to their end; runs queued for any pool (no ``pool=``)
+        are still claimed by the pool's workers. Pausing a paused pool changes
+        nothing but its ``updated_at`` (idempotent).
+
+        Returns:
+            The pool's stored limits, ``paused`` set.
+
+        Raises:
+            InvalidArgument: ``pool`` is not a storable name (nothing written).
+        """
+        check_name("pool", pool)
+        await self.adapter.set_pool_paused(pool, True, now=self.clock.now())
+        limits = await self.adapter.get_pool_limits(pool)
+        assert limits is not None
+        return limits
+
+    async def resume_pool(self, pool: str) -> PoolLimits | None:
+        """Resume a pool paused by :meth:`pause_pool`: its queued runs are claimed again.
+
+        Resuming a pool that is not paused writes nothing and returns its limits.
+
+        Returns:
+            The pool's stored limits (``paused`` false), or None if it has none.
+
+        Raises:
+            InvalidArgument: ``pool`` is not a storable name (nothing written).
+        """
+        check_name("pool", pool)
+        current = await self.adapter.get_pool_limits(pool)
+        if current is None or not current.paused:
+            return current
+        await self.adapter.set_pool_paused(pool, False, now=self.clock.now())
+        self.runner.notify_settled()  # in-process workers look for work again
+        return await self.adapter.get_pool_limits(pool)
+
     async def pools(self) -> list[PoolUsage]:
         """Every pool with limits or with queued or executing runs: limits and current use."""
         return await self.adapter.pool_usage(self.clock.now())

@@ -204,6 +204,12 @@ class RunInfo(msgspec.Struct, frozen=True, kw_only=True):
         return self.not_before if self.status == "queued" else None
 
 
+#: ``claim_state`` of a run paused by an operator (``Starflow.pause``): its status
+#: is ``paused``; no worker claims it, no signal, timer or child's end wakes it
+#: (signals stay queued), until ``Starflow.resume(run_id)``.
+HELD = "held"
+
+
 class RunEvent(msgspec.Struct, frozen=True, kw_only=True):
     """One ``workflow_run_events`` row."""
 
@@ -494,6 +500,8 @@ class PoolLimits(msgspec.Struct, frozen=True, kw_only=True):
         rate_limit: Claims of runs of the pool per ``rate_period``.
         rate_period: The rate limit's sliding window.
         key_concurrency: Runs with one ``concurrency_key`` executing at once.
+        paused: The pool is paused (``sf.pause_pool``): workers claim none of its
+            runs until ``sf.resume_pool``; its running runs go on.
     """
 
     pool: str
@@ -502,12 +510,14 @@ class PoolLimits(msgspec.Struct, frozen=True, kw_only=True):
     rate_period: timedelta | None = None
     key_concurrency: int | None = None
     updated_at: datetime | None = None
+    paused: bool = False
 
     @property
     def limited(self) -> bool:
-        """Whether any limit is set (limits with none set are not stored)."""
-        return any(v is not None for v in (self.concurrency, self.rate_limit,
-                                           self.key_concurrency))
+        """Whether any limit is set or the pool is paused (a pool with neither is
+        not stored)."""
+        return self.paused or any(v is not None for v in (
+            self.concurrency, self.rate_limit, self.key_concurrency))
 
 
 class PoolUsage(msgspec.Struct, frozen=True, kw_only=True):

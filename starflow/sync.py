@@ -302,6 +302,14 @@ class Starflow:
         """:meth:`starflow.Starflow.pools`."""
         return self._call(self._app.pools)
 
+    def pause_pool(self, pool: str) -> PoolLimits:
+        """:meth:`starflow.Starflow.pause_pool`."""
+        return self._call(lambda: self._app.pause_pool(pool))
+
+    def resume_pool(self, pool: str) -> PoolLimits | None:
+        """:meth:`starflow.Starflow.resume_pool`."""
+        return self._call(lambda: self._app.resume_pool(pool))
+
     # -- waking runs ---------------------------------------------------------------
 
     def signal(self, run_id: str, event: str, payload: Any = None) -> RunHandle[Any]:
@@ -310,8 +318,13 @@ class Starflow:
         return self._call(lambda: self._app.signal(run_id, event, payload))
 
     def resume(self, wake_token: str, payload: Any = None) -> RunHandle[Any]:
-        """:meth:`starflow.Starflow.resume`."""
+        """:meth:`starflow.Starflow.resume`: a wake token, or a run id to resume a run
+        an operator paused (an inline run then continues here, in this call)."""
         return self._call(lambda: self._app.resume(wake_token, payload))
+
+    def pause(self, run_id: str) -> RunHandle[Any]:
+        """:meth:`starflow.Starflow.pause`."""
+        return self._call(lambda: self._app.pause(run_id))
 
     @overload
     def update(self, run_id: str, name: str, payload: Any = None, *,

@@ -355,3 +355,19 @@ class TestDeadlines:
             "  attempt 2: starflow.errors.StepTimeout",
             "with sf.options(timeout=3 days): o-2: 42 ok",
         ]
+
+
+class TestPauseAndResume:
+    """examples/pause_and_resume.py: an operator's pause keeps a signal until resume (#30)."""
+
+    def test_signal_kept_until_resumed(self, tmp_path: Path) -> None:
+        out = run_example("pause_and_resume.py", tmp_path)
+        assert "after pause: paused held" in out
+        assert "signal sent while paused; run is still paused" in out
+        assert "after resume: success -> launch-post v1, approved by ada" in out
+        assert "steps run: ['draft', 'publish']" in out
+        events = [line.split()[0] for line in out.splitlines() if line.startswith("  ")]
+        assert events.index("run_paused_by_operator") < events.index(
+            "run_resumed_by_operator") < events.index("run_resumed")
+        assert "pool gpu paused: True ; its run is queued" in out
+        assert "pool gpu resumed (no limits left): True" in out

@@ -112,6 +112,17 @@ class TestSameMethods:
             with pytest.raises(RunCancelled):
                 sf.result(third.run_id)
 
+    def test_pause_and_resume(self, url: str) -> None:
+        """pause/resume of a run (a signal kept while paused) and of a pool (#30)."""
+        with Starflow.open(url) as sf:
+            paused = sf.run(approve, "o-4")
+            assert sf.pause(paused.run_id).status == "paused"
+            assert sf.signal(paused.run_id, "approval", {"ok": True}).status == "paused"
+            assert sf.resume(paused.run_id).result == "o-4:True"
+            assert sf.pause_pool("gpu").paused
+            resumed = sf.resume_pool("gpu")
+            assert resumed is None  # no limits left once resumed
+
     def test_options_start_and_a_background_worker(self, url: str) -> None:
         """options(run_id=).start queues; a worker run for the block drives it."""
         run_id = "6f1c2b1e-8a51-4a3e-9a57-0f1e2d3c4b5a"

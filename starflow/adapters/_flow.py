@@ -73,7 +73,12 @@ def pick_claims(candidates: Sequence[Candidate], limits: PoolLimits, *, limit: i
 
 
 def room_left(limits: PoolLimits, active: int, claimed_in_window: int) -> int | None:
-    """How many more runs of the pool may be claimed now (None: unbounded)."""
+    """How many more runs of the pool may be claimed now (None: unbounded).
+
+    A paused pool (``sf.pause_pool``) has no room: its queued runs wait.
+    """
+    if limits.paused:
+        return 0
     room: int | None = None
     if limits.concurrency is not None:
         room = limits.concurrency - active

@@ -22,6 +22,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from ..records import (
+    HELD,
     DefinitionRecord,
     EventValue,
     JobRecord,
@@ -106,6 +107,7 @@ __all__ = [
     "guard_args",
     "guard_shape",
     "guard_sql",
+    "held_sql",
     "job_record",
     "merge_run_writes",
     "op_sql",
@@ -184,7 +186,8 @@ SCHEDULE_UPDATABLE = frozenset({
     "last_run_id", "started", "skipped_missed", "skipped_overlap",
 })
 #: Columns of ``starflow_pool_limits`` in the order they are selected.
-LIMIT_COLUMNS = "pool, concurrency, rate_limit, rate_period_ms, key_concurrency, updated_at"
+LIMIT_COLUMNS = ("pool, concurrency, rate_limit, rate_period_ms, key_concurrency, updated_at, "
+                 "paused")
 #: A run of a pool that counts against its concurrency: claimed or executing.
 ACTIVE_RUN = "status = 'running' AND claim_state IN ('claimed', 'running')"
 #: The order a claim takes queued runs in: highest priority first, FIFO within one.
@@ -371,7 +374,8 @@ def pool_limits(row: Any, d: Dialect) -> PoolLimits:
     """A :data:`LIMIT_COLUMNS` row."""
     return PoolLimits(pool=row[0], concurrency=row[1], rate_limit=row[2],
                       rate_period=None if row[3] is None else timedelta(milliseconds=row[3]),
-                      key_concurrency=row[4], updated_at=d.ts_out(row[5]))
+                      key_concurrency=row[4], updated_at=d.ts_out(row[5]),
+                      paused=bool(row[6]))
 
 
 def period_ms(limits: PoolLimits) -> int | None:
@@ -450,6 +454,13 @@ def wait_exists_sql(d: Dialect) -> str:
     """Whether the run still has the wait a ``wait_node`` guard needs."""
     return ("SELECT EXISTS (SELECT 1 FROM workflow_waits "
             f"WHERE run_id = {d.p(1)} AND node_id = {d.p(2)})")
+
+
+@functools.cache
+def held_sql(d: Dialect) -> str:
+    """Whether the run is paused by an operator (a ``not_held`` guard fails then)."""
+    return (f"SELECT EXISTS (SELECT 1 FROM workflow_runs WHERE id = {d.p(1)} "
+            f"AND claim_state = '{HELD}')")
 
 
 @functools.cache

@@ -82,6 +82,7 @@ from .units import (
     QueueDueStarts,
     RearmDebounced,
     SetPoolLimits,
+    SetPoolPaused,
     SweepLeases,
     Unit,
     UpdateRun,
@@ -630,6 +631,11 @@ class WorkflowStateAdapter(AdapterSeam):
     async def set_pool_limits(self, limits: PoolLimits, *, now: datetime) -> None:
         """Store a pool's limits (replacing them); limits with none set delete the row."""
         await self.perform(SetPoolLimits(limits=limits, now=now))
+
+    async def set_pool_paused(self, pool: str, paused: bool, *, now: datetime) -> None:
+        """Pause or resume a pool (its limits kept): a paused pool's queued runs are
+        not claimed (``sf.pause_pool``)."""
+        await self.perform(SetPoolPaused(pool=pool, paused=paused, now=now))
 
     @abc.abstractmethod
     async def get_pool_limits(self, pool: str) -> PoolLimits | None:

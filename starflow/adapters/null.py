@@ -46,6 +46,7 @@ from .units import (
     QueueDueStarts,
     RearmDebounced,
     SetPoolLimits,
+    SetPoolPaused,
     SweepLeases,
     Unit,
     UpdateSchedule,
@@ -188,6 +189,9 @@ class NullWorkflowStateAdapter(WorkflowStateAdapter):
         return None
 
     async def _set_pool_limits(self, command: SetPoolLimits) -> None:
+        return None
+
+    async def _set_pool_paused(self, command: SetPoolPaused) -> None:
         return None
 
     async def get_pool_limits(self, pool: str) -> PoolLimits | None:

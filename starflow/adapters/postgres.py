@@ -109,6 +109,7 @@ from ._sql import (
     guard_args,
     guard_shape,
     guard_sql,
+    held_sql,
     job_record,
     merge_run_writes,
     op_sql,
@@ -155,6 +156,7 @@ from .units import (
     QueueDueStarts,
     RearmDebounced,
     SetPoolLimits,
+    SetPoolPaused,
     SweepLeases,
     Unit,
     UpdateSchedule,
@@ -728,7 +730,8 @@ class PostgresWorkflowStateAdapter(BusyTracking, WorkflowStateAdapter):
         changes = [(self.runs_channel, r) for r in dict.fromkeys(
             announces_run_change(op) for op in unit.ops) if r is not None]
         fused = None if guard is not None and (
-            guard.wait_node is not None or guard.no_signal is not None) else _fuse(
+            guard.wait_node is not None or guard.no_signal is not None
+            or guard.not_held or guard.held) else _fuse(
             plan, guard, unit.durable, self.workspace_id, self.env, changes)
         async with self._connection(unit, run_id) as conn:
             if guard is None and len(plan) == 1 and unit.durable and not changes:
@@ -784,6 +787,9 @@ class PostgresWorkflowStateAdapter(BusyTracking, WorkflowStateAdapter):
         # waited is seen.
         if guard.wait_node is not None and not await conn.fetchval(
                 wait_exists_sql(POSTGRES), guard.run_id, guard.wait_node):
+            return False
+        if (guard.not_held or guard.held) and bool(await conn.fetchval(
+                held_sql(POSTGRES), guard.run_id)) != guard.held:
             return False
         return guard.no_signal is None or not await conn.fetchval(
             signal_queued_sql(POSTGRES), guard.run_id, guard.no_signal, self.workspace_id,
@@ -1022,7 +1028,7 @@ class PostgresWorkflowStateAdapter(BusyTracking, WorkflowStateAdapter):
         rows = await conn.fetch(_LIMITED_CANDIDATES, *args, False, limits.key_concurrency or 0)
         head = rows[0]
         active, recent = int(head[0]), int(head[1])
-        now = None if head[6] is None else pool_limits(tuple(head)[6:12], POSTGRES)
+        now = None if head[6] is None else pool_limits(tuple(head)[6:13], POSTGRES)
         key_active: dict[str, int] = {k: int(n) for k, n in (head[2] or {}).items()}
         room = room_left(limits, active, recent)
         if room is not None and room <= 0 and any(r[4] is not None for r in rows):
@@ -1033,7 +1039,7 @@ class PostgresWorkflowStateAdapter(BusyTracking, WorkflowStateAdapter):
         cands = [Candidate(str(r[3]), r[4], r[5]) for r in rows if r[3] is not None]
         ids = pick_claims(cands, limits, limit=limit, active=active, claimed_in_window=recent,
                           key_active=key_active)
-        return _LimitedRead(limits=now, version=head[12], ids=ids)
+        return _LimitedRead(limits=now, version=head[13], ids=ids)
 
     async def _claim_ids(self, conn: asyncpg.Connection, c: ClaimRuns, ids: list[str]
                          ) -> list[asyncpg.Record]:
@@ -1270,12 +1276,18 @@ class PostgresWorkflowStateAdapter(BusyTracking, WorkflowStateAdapter):
     async def _set_pool_limits(self, c: SetPoolLimits) -> None:
         lim = c.limits
         scope = (self.workspace_id, self.env, lim.pool)
-        async with self._connection("set_pool_limits") as conn:
-            if not lim.limited:
-                await conn.execute(Q.delete_pool_limits, *scope)
-                return
+        async with self._connection("set_pool_limits") as conn, conn.transaction():
+            # The upsert leaves ``paused`` as it is; a row left with neither a
+            # limit nor a pause is dropped.
             await conn.execute(Q.set_pool_limits, *scope, lim.concurrency, lim.rate_limit,
                                period_ms(lim), lim.key_concurrency, c.now)
+            await conn.execute(Q.delete_pool_limits, *scope)
+
+    async def _set_pool_paused(self, c: SetPoolPaused) -> None:
+        scope = (self.workspace_id, self.env, c.pool)
+        async with self._connection("set_pool_paused") as conn, conn.transaction():
+            await conn.execute(Q.set_pool_paused, *scope, c.paused, c.now)
+            await conn.execute(Q.delete_pool_limits, *scope)
 
     async def get_pool_limits(self, pool: str) -> PoolLimits | None:
         async with self._connection("get_pool_limits") as conn:

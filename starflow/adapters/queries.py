@@ -40,6 +40,10 @@ SCHEDULED = "claim_state = 'scheduled'"
 #: The WHERE term of ``idx_workflow_waits_child`` (migration 036): a wait on a
 #: child run (event ``__starflow.child:<child run id>``, see starflow.engine.child_nodes).
 CHILD_WAIT = "substr(w.event, 1, 17) = '__starflow.child:'"
+#: A wait of a run not paused by an operator (``Starflow.pause``): a held run's
+#: timers neither fire nor count as the next deadline until it is resumed.
+NOT_HELD = ("NOT EXISTS (SELECT 1 FROM workflow_runs h WHERE h.id = workflow_waits.run_id "
+            "AND h.claim_state = 'held')")
 
 
 class Queries:
@@ -68,14 +72,18 @@ class Queries:
                            f"AND {kt(2)} ORDER BY created_at")
         #: (ws, env, now, limit)
         self.due_waits = (f"SELECT {WAIT_COLUMNS} FROM workflow_waits WHERE {t(1)} "
-                          f"AND deadline IS NOT NULL AND deadline <= {p(3)} "
+                          f"AND deadline IS NOT NULL AND deadline <= {p(3)} AND {NOT_HELD} "
                           f"ORDER BY deadline LIMIT {p(4)}")
         #: (ws, env, ws, env): the earliest wait deadline or queued run's deadline
         #: (the queued part as ORDER BY … LIMIT 1: one entry of its partial index).
         self.next_deadline = (
             "SELECT min(d) FROM ("
-            f"SELECT min(deadline) AS d FROM workflow_waits WHERE {t(1)} "
-            "AND deadline IS NOT NULL UNION ALL "
+            # The earliest wait of a run not held, as ORDER BY … LIMIT 1: a walk of
+            # idx_workflow_waits_deadline that stops at the first one (a held run's
+            # waits are probed by the run's primary key and passed over).
+            f"SELECT d FROM (SELECT deadline AS d FROM workflow_waits WHERE {t(1)} "
+            f"AND deadline IS NOT NULL AND {NOT_HELD} ORDER BY deadline LIMIT 1) nw "
+            "UNION ALL "
             f"SELECT d FROM (SELECT deadline_at AS d FROM workflow_runs WHERE {t(3)} "
             f"AND {QUEUED_DEADLINE} ORDER BY deadline_at LIMIT 1) q) x")
         #: (ws, env, now, limit): queued runs past their deadline, earliest first
@@ -210,9 +218,17 @@ class Queries:
             "concurrency = excluded.concurrency, rate_limit = excluded.rate_limit, "
             "rate_period_ms = excluded.rate_period_ms, "
             "key_concurrency = excluded.key_concurrency, updated_at = excluded.updated_at")
-        #: (ws, env, pool)
+        #: (ws, env, pool, paused, now): pause or resume a pool, its limits kept.
+        self.set_pool_paused = (
+            "INSERT INTO starflow_pool_limits (workspace_id, env, pool, paused, updated_at) "
+            f"VALUES ({', '.join(p(i) for i in range(1, 6))}) "
+            "ON CONFLICT (workspace_id, env, pool) DO UPDATE SET "
+            "paused = excluded.paused, updated_at = excluded.updated_at")
+        #: (ws, env, pool): drop the pool's row once it has no limit and is not paused.
         self.delete_pool_limits = (f"DELETE FROM starflow_pool_limits WHERE {t(1)} "
-                                   f"AND pool = {p(3)}")
+                                   f"AND pool = {p(3)} AND concurrency IS NULL "
+                                   "AND rate_limit IS NULL AND key_concurrency IS NULL "
+                                   "AND NOT paused")
         #: (ws, env): per pool, runs queued and runs active.
         self.pool_counts = (
             "SELECT runner_pool, "

@@ -69,6 +69,7 @@ from ._sql import (
     guard_shape,
     guard_sql,
     guarded_event,
+    held_sql,
     job_record,
     merge_run_writes,
     op_sql,
@@ -115,6 +116,7 @@ from .units import (
     QueueDueStarts,
     RearmDebounced,
     SetPoolLimits,
+    SetPoolPaused,
     SweepLeases,
     Unit,
     UpdateSchedule,
@@ -541,7 +543,8 @@ class LocalWorkflowStateAdapter(BusyTracking, WorkflowStateAdapter):
     def _apply_unit(self, conn: sqlite3.Connection, unit: Unit) -> bool:
         ops = unit.ops
         g = unit.guard
-        if (g is not None and g.wait_node is None and g.no_signal is None and ops
+        if (g is not None and g.wait_node is None and g.no_signal is None and not g.not_held
+                and not g.held and ops
                 and type(ops[0]) is InsertEvent
                 and ops[0].run_id == g.run_id):
             # Most units of a run (every node_start and node_complete) open with an
@@ -562,6 +565,9 @@ class LocalWorkflowStateAdapter(BusyTracking, WorkflowStateAdapter):
                 return False
             if g.wait_node is not None and not conn.execute(
                     wait_exists_sql(SQLITE), (g.run_id, g.wait_node)).fetchone()[0]:
+                return False
+            if (g.not_held or g.held) and bool(conn.execute(
+                    held_sql(SQLITE), (g.run_id,)).fetchone()[0]) != g.held:
                 return False
             if g.no_signal is not None and conn.execute(
                     signal_queued_sql(SQLITE),
@@ -1022,12 +1028,21 @@ class LocalWorkflowStateAdapter(BusyTracking, WorkflowStateAdapter):
         scope = (self.workspace_id, self.env, lim.pool)
 
         def store(conn: sqlite3.Connection) -> None:
-            if not lim.limited:
-                conn.execute(Q.delete_pool_limits, scope)
-                return
+            # The upsert leaves ``paused`` as it is; a row left with neither a
+            # limit nor a pause is dropped.
             conn.execute(Q.set_pool_limits, (*scope, lim.concurrency, lim.rate_limit,
                                              period_ms(lim), lim.key_concurrency,
                                              format_ts(c.now)))
+            conn.execute(Q.delete_pool_limits, scope)
+
+        await self._write(store)
+
+    async def _set_pool_paused(self, c: SetPoolPaused) -> None:
+        scope = (self.workspace_id, self.env, c.pool)
+
+        def store(conn: sqlite3.Connection) -> None:
+            conn.execute(Q.set_pool_paused, (*scope, int(c.paused), format_ts(c.now)))
+            conn.execute(Q.delete_pool_limits, scope)
 
         await self._write(store)
 

@@ -64,6 +64,7 @@ __all__ = [
     "QueueDueStarts",
     "RearmDebounced",
     "SetPoolLimits",
+    "SetPoolPaused",
     "SweepLeases",
     "Unit",
     "UpdateRun",
@@ -256,6 +257,10 @@ class Guard(msgspec.Struct, frozen=True, kw_only=True):
             (exactly one wake wins it, because the wake deletes it).
         no_signal: If set, no signal for this event may be queued for the run
             (of two early wakes of one wait, exactly one is kept).
+        not_held: If set, the run may not be paused by an operator
+            (``claim_state`` held, ``Starflow.pause``): a wake then writes
+            nothing and the run's signal stays queued until it is resumed.
+        held: If set, the run must be paused by an operator (its resume).
     """
 
     run_id: str
@@ -263,6 +268,8 @@ class Guard(msgspec.Struct, frozen=True, kw_only=True):
     status_in: tuple[str, ...] | None = None
     wait_node: str | None = None
     no_signal: str | None = None
+    not_held: bool = False
+    held: bool = False
 
 
 class Unit(msgspec.Struct, kw_only=True):
@@ -476,6 +483,16 @@ class SetPoolLimits(Command[None]):
 
     method: ClassVar[str] = "set_pool_limits"
     limits: PoolLimits
+    now: datetime
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SetPoolPaused(Command[None]):
+    """Pause or resume a pool (``sf.pause_pool``), keeping its limits."""
+
+    method: ClassVar[str] = "set_pool_paused"
+    pool: str
+    paused: bool
     now: datetime
 
 

@@ -77,7 +77,7 @@ TABLES: tuple[TableSpec, ...] = (
               json=_T({"input_json"}), uuids=_T({"definition_id", "last_run_id"}),
               bools=_T({"paused"})),
     TableSpec("starflow_pool_limits", key=("workspace_id", "env", "pool"), lookup="pool",
-              times=_T({"updated_at"})),
+              times=_T({"updated_at"}), bools=_T({"paused"})),
     TableSpec("workflow_runs", key=("id",), lookup="id", run_column="id",
               times=_T({"started_at", "completed_at", "lease_until", "last_heartbeat",
                         "not_before", "claimed_at", "deadline_at"}),

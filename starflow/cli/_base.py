@@ -105,10 +105,12 @@ class Command:
         if self.children:
             sub = parser.add_subparsers(dest=f"_{self.name}_command", metavar="COMMAND",
                                         parser_class=_Parser)
-            sub.required = True
+            # A command with subcommands of its own (`starflow pools`, `starflow
+            # pools pause NAME`) runs its handler when none is given.
+            sub.required = self.handler is None
             for child in self.children.values():
                 child.add_to(sub)
-        else:
+        if self.handler is not None:
             parser.set_defaults(_handler=self.handler)
 
 

@@ -27,6 +27,7 @@ from ..errors import (
     TooManyRuns,
     WorkflowDefinitionError,
 )
+from ..limits import normalize_run_id
 from ..records import BulkResult, RunFilter, RunInfo
 from ..serde import check_json_depth
 from ..tokens import redact_wake_tokens
@@ -428,3 +429,40 @@ async def run_bulk(ns: argparse.Namespace, action: str) -> int:
         for run_id, reason in result.failed.items():
             write(f"  failed {run_id}: {reason}\n")
     return EXIT_FAILURE if result.failed_count else EXIT_OK
+
+
+async def _operator_report(sf: Any, handle: Any, verb: str, as_json: bool) -> None:
+    """Print a run's state after ``runs pause|resume`` (a held run says so)."""
+    run = await sf.get_run(handle.run_id)
+    held = run.claim_state == "held"
+    if as_json:
+        write_json({**_handle_json(handle), "held": held})
+    elif held:
+        write(f"{verb} run {handle.run_id}: now paused by an operator (starflow runs "
+              f"resume {handle.run_id} to go on)\n")
+    elif verb == "paused" and run.status == "running":
+        write(f"pause requested for run {handle.run_id}: it parks before its next step\n")
+    else:
+        _report(handle, verb, False)
+
+
+@command("pause", group="runs",
+         help="pause a run at its next step (a queued or waiting run at once); it keeps its "
+         "state, and signals sent meanwhile, until `runs resume`",
+         args=[app_args, db_args], configure=run_args)
+async def _runs_pause(ns: argparse.Namespace) -> int:
+    async with open_app(ns, must_exist=True) as sf:
+        handle = await sf.pause(ns.run_id)
+        await _operator_report(sf, handle, "paused", ns.json)
+    return EXIT_OK
+
+
+@command("resume", group="runs",
+         help="resume a run paused by `runs pause`: back to its wait, to the queue, or (an "
+         "inline run between steps, with --app) driven on here",
+         args=[app_args, db_args], configure=run_args)
+async def _runs_resume(ns: argparse.Namespace) -> int:
+    async with open_app(ns, must_exist=True) as sf, _missing_code_explained(sf):
+        handle = await sf.resume(normalize_run_id(ns.run_id))
+        await _operator_report(sf, handle, "resumed", ns.json)
+    return EXIT_OK

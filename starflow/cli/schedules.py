@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from ..records import PoolUsage, ScheduleRecord
+from ..records import PoolLimits, PoolUsage, ScheduleRecord
 from ._base import EXIT_OK, app_args, command, db_args, open_app
 from ._format import iso, json_flag, render_table, write, write_json
 
@@ -70,6 +70,7 @@ def pool_json(usage: PoolUsage) -> dict[str, Any]:
         "rate_period_seconds": lim.rate_period.total_seconds() if lim and lim.rate_period
         else None,
         "key_concurrency": lim.key_concurrency if lim else None,
+        "paused": bool(lim and lim.paused),
         "queued": usage.queued,
         "active": usage.active,
         "claimed_in_window": usage.claimed_in_window,
@@ -180,7 +181,8 @@ async def _schedules_trigger(ns: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-@command("pools", help="pool limits and current use (queued, executing, claims in window)",
+@command("pools", help="pool limits, pause and current use (queued, executing, claims in "
+                       "window); pools pause|resume NAME",
          args=[app_args, db_args], configure=json_flag)
 async def _pools(ns: argparse.Namespace) -> int:
     async with open_app(ns, must_exist=True) as sf:
@@ -196,11 +198,44 @@ async def _pools(ns: argparse.Namespace) -> int:
         return f"{used}/{cap}" if cap is not None else str(used)
 
     write(render_table(
-        ["pool", "queued", "executing", "rate", "key concurrency"],
-        [(p.pool, p.queued, limit(p.active, p.limits.concurrency if p.limits else None),
+        ["pool", "state", "queued", "executing", "rate", "key concurrency"],
+        [(p.pool, "paused" if p.limits and p.limits.paused else "active", p.queued,
+          limit(p.active, p.limits.concurrency if p.limits else None),
           (f"{p.claimed_in_window}/{p.limits.rate_limit} per "
            f"{_duration(p.limits.rate_period)}")
           if p.limits and p.limits.rate_limit is not None else None,
           p.limits.key_concurrency if p.limits else None)
          for p in pools]))
+    return EXIT_OK
+
+
+def _pool_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("pool", metavar="NAME")
+    json_flag(parser)
+
+
+def _print_pool(pool: str, limits: PoolLimits | None, as_json: bool) -> None:
+    paused = bool(limits and limits.paused)
+    if as_json:
+        write_json({"pool": pool, "paused": paused})
+    else:
+        write(f"pool {pool}: {'paused' if paused else 'active'}\n")
+
+
+@command("pause", group="pools",
+         help="stop claims of a pool's queued runs (its running runs finish)",
+         args=[app_args, db_args], configure=_pool_arg)
+async def _pools_pause(ns: argparse.Namespace) -> int:
+    async with open_app(ns, must_exist=True) as sf:
+        limits = await sf.pause_pool(ns.pool)
+    _print_pool(ns.pool, limits, ns.json)
+    return EXIT_OK
+
+
+@command("resume", group="pools", help="let workers claim a paused pool's runs again",
+         args=[app_args, db_args], configure=_pool_arg)
+async def _pools_resume(ns: argparse.Namespace) -> int:
+    async with open_app(ns, must_exist=True) as sf:
+        limits = await sf.resume_pool(ns.pool)
+    _print_pool(ns.pool, limits, ns.json)
     return EXIT_OK

@@ -84,6 +84,9 @@ class EngineCore:
     _body_done: bool = False
     #: A non-forced cancel is pending: delivered at the next new node (or step await).
     cancel_requested: bool = False
+    #: An operator paused the run (``Starflow.pause``): it is parked at the next
+    #: new step (status paused, claim_state held) instead of starting it.
+    pause_requested: bool = False
     #: RunCancelled reached the workflow code: its cleanup runs, then the run ends.
     _cancelled: bool = False
     _cleanup_deadline: datetime | None = None
@@ -636,6 +639,13 @@ class EngineCore:
         self._log.info("cancel requested; delivering it at the run's current await")
         for scope in list(self._step_scopes):
             scope.cancel()
+
+    def request_pause(self) -> None:
+        """An operator paused the run: the step in flight finishes and is recorded,
+        then the run parks before the next new step (``Starflow.pause``)."""
+        if not self.pause_requested:
+            self.pause_requested = True
+            self._log.info("pause requested; parking the run at its next step")
 
     def _cancel_error(self, nid: str) -> RunCancelled:
         return RunCancelled(self.run_id, node_id=nid, message=(

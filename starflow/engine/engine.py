@@ -29,7 +29,13 @@ from ..errors import (
 from ..failure import run_failure
 from ..limits import storable_text
 from ..records import StartOptions
-from ..workflow.context import CANCEL_EVENT, RESERVED_PREFIX, WorkflowContext, current_engine
+from ..workflow.context import (
+    CANCEL_EVENT,
+    PAUSE_EVENT,
+    RESERVED_PREFIX,
+    WorkflowContext,
+    current_engine,
+)
 from . import requeue
 from .execution import (
     CONTINUED_FROM_EVENT,
@@ -101,11 +107,15 @@ class Engine(EngineNodes):
             return
         try:
             pending = await self.adapter.find_signal(self.run_id, CANCEL_EVENT)
+            paused = (None if self.pause_requested
+                      else await self.adapter.find_signal(self.run_id, PAUSE_EVENT))
         except StarflowError as exc:
             self._log.warning("could not look for a cancel request", error=str(exc))
             return
         if pending is not None:
             self.request_cancel()
+        if paused is not None:
+            self.request_pause()  # an operator paused it from another process
 
     async def _heartbeat(self) -> None:
         """This engine's own heartbeat, when the runner runs no shared loop."""
@@ -249,6 +259,9 @@ class Engine(EngineNodes):
                 try:
                     if await self.adapter.find_signal(self.run_id, CANCEL_EVENT) is not None:
                         self.cancel_requested = True
+                    # A pause requested while it was handed back to the queue.
+                    if await self.adapter.find_signal(self.run_id, PAUSE_EVENT) is not None:
+                        self.pause_requested = True
                 except StarflowError as exc:
                     self._log.warning("could not look for a cancel request", error=str(exc))
             shared = self.runtime.heartbeats
@@ -340,6 +353,12 @@ class Engine(EngineNodes):
             try:
                 await self._flush_deferred()  # the steps already done stay done
             except Abort:
+                return
+            if self.pause_requested:
+                if await requeue.hold(self.adapter, self.run_id, self.runtime.runner_id,
+                                      now=ts):
+                    self._log.info("run paused by an operator at its next step",
+                                   at=format_ts(ts))
                 return
             if await requeue.release(self.adapter, self.run_id, self.runtime.runner_id):
                 self._log.info("run released to the queue", at=format_ts(ts))

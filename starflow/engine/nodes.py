@@ -107,9 +107,9 @@ class EngineNodes(EngineCore):
             await self.journal.reach_frontier(self.run_id, nid, f"step {sdef.name!r}")
         self._guard_suspending()
         await self._reach_cancel(nid, "step", sdef.name)
-        if self.should_yield is not None and self.should_yield():
+        if self.pause_requested or (self.should_yield is not None and self.should_yield()):
             await self._flush_deferred()  # the steps before this one stay done
-            raise Abort("released")
+            raise Abort("released")  # (paused by an operator: _release parks it instead)
         if sdef.pool is not None:
             self._dispatch(sdef, nid, h, encoded)
 

@@ -15,10 +15,20 @@ from typing import Literal
 
 from ..adapters.base import WorkflowStateAdapter
 from ..errors import StarflowError
-from ..records import RunInfo
+from ..records import HELD, RunInfo
+from ..workflow.context import PAUSE_EVENT
 from .execution import lease_guard
 
-__all__ = ["hand_back", "release"]
+__all__ = ["PAUSED_EVENT", "PAUSE_REQUESTED_EVENT", "RESUMED_EVENT", "hand_back", "hold",
+           "release"]
+
+#: The run event of a run an operator paused (``Starflow.pause``), written when it
+#: parks: at once (queued, or at a wait) or at the next step (executing).
+PAUSED_EVENT = "run_paused_by_operator"
+#: The run event of a pause asked of an executing run (it parks at its next step).
+PAUSE_REQUESTED_EVENT = "run_pause_requested"
+#: The run event of ``Starflow.resume(run_id)`` (or of a pending pause withdrawn).
+RESUMED_EVENT = "run_resumed_by_operator"
 
 
 async def _requeue(adapter: WorkflowStateAdapter, run_id: str, method: str) -> None:
@@ -35,6 +45,23 @@ async def release(adapter: WorkflowStateAdapter, run_id: str, runner_id: str) ->
     """
     async with adapter.unit(guard=lease_guard(run_id, runner_id)) as unit:
         await _requeue(adapter, run_id, "release_lease")
+    return bool(unit.held)
+
+
+async def hold(adapter: WorkflowStateAdapter, run_id: str, runner_id: str, *,
+               now: datetime) -> bool:
+    """Park a run this runner holds because an operator paused it (``Starflow.pause``):
+    status paused, ``claim_state`` held, lease cleared, the pause request consumed,
+    a ``run_paused_by_operator`` event. No worker claims it until it is resumed.
+    Returns whether the lease held (False: nothing was written)."""
+    request = await adapter.find_signal(run_id, PAUSE_EVENT)
+    async with adapter.unit(guard=lease_guard(run_id, runner_id)) as unit:
+        if request is not None:
+            await adapter.consume_signal(request.id)
+        await adapter.update_run(run_id, "hold", status="paused", claim_state=HELD,
+                                 leased_by=None, lease_until=None)
+        await adapter.record_event(run_id, PAUSED_EVENT, None, {"at": "step"}, now=now,
+                                   method="hold")
     return bool(unit.held)
 
 

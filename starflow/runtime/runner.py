@@ -21,9 +21,11 @@ from typing import Any
 
 from .. import observability
 from ..adapters.units import Guard
+from ..engine.child_nodes import child_of_event
 from ..engine.engine import Engine
 from ..engine.execution import Outcome
 from ..engine.replay import RESULT_KIND, RETRIED_EVENT, Journal
+from ..engine.requeue import PAUSE_REQUESTED_EVENT, PAUSED_EVENT, RESUMED_EVENT
 from ..errors import (
     DuplicateRun,
     RunFinished,
@@ -36,8 +38,8 @@ from ..errors import (
 )
 from ..failure import CANCELLED_TYPE, RunFailure, run_failure
 from ..limits import storable_text
-from ..records import RunInfo, StartOptions, WaitRecord
-from ..workflow.context import CANCEL_EVENT, WorkflowContext
+from ..records import HELD, RunInfo, StartOptions, WaitRecord
+from ..workflow.context import CANCEL_EVENT, PAUSE_EVENT, WorkflowContext, checkpoint_wait
 from ..workflow.decorators import WorkflowDefinition
 from .driving import ACTIVE_STATUSES, RunHandle, new_runner_id
 from .waking import Waker
@@ -431,6 +433,10 @@ class Runner(Waker):
         await self.cancel_children(run_id)
         if woke is not None:
             return woke
+        if run.claim_state == HELD:
+            # Paused by an operator between steps: the cancel resumes it, so its
+            # code gets RunCancelled at its next step and its cleanup runs.
+            return await self.resume_run(run_id)
         self.notify_settled()
         return await self.handle(run_id)
 
@@ -465,6 +471,120 @@ class Runner(Waker):
         await self.cancel_children(run_id, force=True)
         await self.after_end(run_id, run.parent_run_id, has_children=False)
         return await self.handle(run_id)
+
+    # -- pause and resume by an operator (#30) ------------------------------------
+
+    async def pause(self, run_id: str) -> RunHandle[Any]:
+        """Pause a run: see :meth:`starflow.Starflow.pause`."""
+        for _ in range(5):
+            run = await self._unfinished(run_id, "pause")
+            if run.claim_state == HELD:
+                return self.handle_of(run)  # paused already: nothing written
+            now = self.clock.now()
+            executing = run.status == "running"
+            if executing:
+                # Executing somewhere: ask its engine to park it at its next step (the
+                # request is an inbox entry, so an engine in another process sees it).
+                guard = Guard(run_id=run_id, status_in=("running",), no_signal=PAUSE_EVENT)
+            else:
+                guard = Guard(run_id=run_id, status_in=(run.status,), not_held=True)
+            async with self.adapter.unit(guard=guard) as unit:
+                if executing:
+                    await self.adapter.enqueue_signal(run_id, PAUSE_EVENT, None, now=now)
+                    await self.adapter.record_event(run_id, PAUSE_REQUESTED_EVENT, None,
+                                                    {"previous_status": run.status},
+                                                    now=now, method="pause")
+                else:  # queued (never claimed while held) or paused at a wait
+                    await self.adapter.update_run(run_id, "hold", status="paused",
+                                                  claim_state=HELD)
+                    await self.adapter.record_event(
+                        run_id, PAUSED_EVENT, None,
+                        {"at": "queue" if run.status == "queued" else "wait"},
+                        now=now, method="pause")
+            if unit.held:
+                self._log.info("run paused by an operator", run_id=run_id, status=run.status)
+                if executing:
+                    engine = self.engines.get(run_id)
+                    if engine is not None:
+                        engine.request_pause()
+                else:
+                    self.notify_settled()
+                return await self.handle(run_id)
+            if executing and await self.adapter.find_signal(run_id, PAUSE_EVENT) is not None:
+                return await self.handle(run_id)  # requested already: nothing written
+        raise StarflowError(f"run {run_id} changed under 5 attempts to pause it; try again",
+                            run_id=run_id)
+
+    async def resume_run(self, run_id: str) -> RunHandle[Any]:
+        """Resume a run an operator paused: see :meth:`starflow.Starflow.resume`."""
+        run = await self._unfinished(run_id, "resume")
+        now = self.clock.now()
+        if run.claim_state != HELD:
+            # Not parked: a pause still pending (its engine has not reached a step
+            # yet) is withdrawn; otherwise nothing is written.
+            request = await self.adapter.find_signal(run_id, PAUSE_EVENT)
+            if request is None:
+                return self.handle_of(run)
+            async with self.adapter.unit(guard=Guard(run_id=run_id, status_in=ACTIVE_STATUSES,
+                                                     not_held=True)) as unit:
+                await self.adapter.consume_signal(request.id)
+                await self.adapter.record_event(run_id, RESUMED_EVENT, None,
+                                                {"withdrawn": True}, now=now, method="resume")
+            engine = self.engines.get(run_id)
+            if unit.held and engine is not None:
+                engine.pause_requested = False
+            return await self.handle(run_id)
+        waiting = checkpoint_wait(run.checkpoint_json) is not None
+        inline = (not waiting and run.start_mode == "inline"
+                  and await self._drives_here(run))
+        if inline:
+            await self.resolve(run)  # driven here: fail before writing without its code
+        guard = Guard(run_id=run_id, status_in=("paused",), held=True)
+        async with self.adapter.unit(guard=guard) as unit:
+            await self.adapter.record_event(run_id, RESUMED_EVENT, None, None, now=now,
+                                            method="resume")
+            if waiting:  # back to waiting: what it waits for may have come meanwhile
+                await self.adapter.update_run(run_id, "resume", claim_state="complete")
+            elif inline:  # driven on here, like an inline run woken by a signal
+                await self.adapter.update_run(run_id, "resume", status="running",
+                                              claim_attempts=0)
+                await self.adapter.write_lease(run_id, self.runner_id,
+                                               now + self.config.lease_ttl, now=now)
+            else:  # back to the queue for workers
+                await self.adapter.update_run(run_id, "resume", status="queued",
+                                              claim_state="queued", claim_attempts=0)
+        if not unit.held:
+            return await self.handle(run_id)  # resumed by another call meanwhile
+        self._log.info("run resumed by an operator", run_id=run_id)
+        if inline:
+            fresh = await self.adapter.get_run(run_id)
+            assert fresh is not None
+            return await self.drive(fresh)
+        self.notify_settled()
+        if not waiting:
+            if run.deadline_at is not None:
+                self.notify_timers()
+            return await self.handle(run_id)
+        return await self._wake_resumed(run_id)
+
+    async def _wake_resumed(self, run_id: str) -> RunHandle[Any]:
+        """A resumed run at a wait: deliver what came while it was paused (a cancel,
+        its child's end, a signal) or fire its timer if it is past due."""
+        handle = await self.handle(run_id)
+        woke = await self.deliver_cancel(run_id)
+        child_id = child_of_event(handle.waiting_for)
+        if woke is None and child_id is not None:
+            woke = await self.wake_parent(run_id, child_id)
+        elif woke is None and handle.waiting_for is not None:
+            woke = await self.deliver(run_id, handle.waiting_for)
+        if woke is None:
+            now = self.clock.now()
+            for wait in await self.adapter.list_waits(run_id):
+                if wait.deadline is not None and wait.deadline <= now:
+                    woke = await self.fire_timer(wait)
+                    break
+            self.notify_timers()  # its timer counts again
+        return woke if woke is not None else await self.handle(run_id)
 
     async def sweep(self) -> int:
         """One pass of the lease sweep; returns how many runs it acted on.

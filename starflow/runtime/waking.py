@@ -19,6 +19,7 @@ from .. import serde
 from ..adapters.units import Guard
 from ..engine.child_nodes import chain_end, child_of_event, child_outcome
 from ..engine.execution import Outcome
+from ..engine.requeue import PAUSED_EVENT
 from ..errors import (
     InvalidWakeToken,
     RunFinished,
@@ -28,8 +29,8 @@ from ..errors import (
 )
 from ..failure import CANCELLED_TYPE, cancelled_error, wait_timeout_error
 from ..limits import storable_text
-from ..records import RunEvent, RunInfo, WaitRecord
-from ..workflow.context import CANCEL_EVENT, CheckpointWait, checkpoint_wait
+from ..records import HELD, RunEvent, RunInfo, WaitRecord
+from ..workflow.context import CANCEL_EVENT, PAUSE_EVENT, CheckpointWait, checkpoint_wait
 from ..workflow.decorators import registry
 from ..workflow.updates import check_update_id, update_event, update_marker
 from ..workflow.waits import ANY_KIND, check_event, first_signal, wait_events
@@ -98,6 +99,9 @@ class Waker(Driver):
             woke = await self.deliver_cancel(run_id)
             if woke is not None:
                 return woke
+            # A pause requested while the execution ran parks it at the wait it reached.
+            if await self.park_at_wait(run_id):
+                return await self.handle(run_id)
         child_id = child_of_event(handle.waiting_for) if handle.status == "paused" else None
         if child_id is not None:
             # The child may have ended while this run was pausing on it.
@@ -130,8 +134,8 @@ class Waker(Driver):
         """
         for _ in range(3):
             run = await self.adapter.get_run(parent_run_id)
-            if run is None or run.status != "paused":
-                return None
+            if run is None or run.status != "paused" or run.claim_state == HELD:
+                return None  # (held: resuming it looks at its child again)
             wait = checkpoint_wait(run.checkpoint_json)
             awaited = child_of_event(wait.event) if wait is not None else None
             if wait is None or wait.node_id is None or awaited is None:
@@ -148,6 +152,22 @@ class Waker(Driver):
             if handle is not None:
                 return handle
         return None
+
+    async def park_at_wait(self, run_id: str) -> bool:
+        """Hold a run paused at a wait whose operator pause is pending (requested
+        while it executed): ``claim_state`` held, the request consumed, a
+        ``run_paused_by_operator`` event. False, writing nothing, without a request."""
+        request = await self.adapter.find_signal(run_id, PAUSE_EVENT)
+        if request is None:
+            return False
+        now = self.clock.now()
+        guard = Guard(run_id=run_id, status_in=("paused",), not_held=True)
+        async with self.adapter.unit(guard=guard) as unit:
+            await self.adapter.consume_signal(request.id)
+            await self.adapter.update_run(run_id, "hold", claim_state=HELD)
+            await self.adapter.record_event(run_id, PAUSED_EVENT, None, {"at": "wait"},
+                                            now=now, method="hold")
+        return bool(unit.held)
 
     async def deliver_cancel(self, run_id: str) -> RunHandle[Any] | None:
         """Wake a paused run with a pending cancel: its wait fails with RunCancelled.
@@ -205,7 +225,10 @@ class Waker(Driver):
             # Driven here: fail before writing if this process lacks the run's version.
             await self.resolve(run)
         now = self.clock.now()
-        guard = Guard(run_id=run.id, status_in=("paused",), wait_node=node_id)
+        # A run paused by an operator is not woken (its signal stays queued), except
+        # by a cancel, which ends the pause too.
+        guard = Guard(run_id=run.id, status_in=("paused",), wait_node=node_id,
+                      not_held=via != "cancel")
         async with self.adapter.unit(guard=guard) as unit:
             if signal_id is not None:
                 await self.adapter.consume_signal(signal_id)
@@ -260,8 +283,8 @@ class Waker(Driver):
         """
         for _ in range(3):
             run = await self.adapter.get_run(run_id)
-            if run is None or run.status != "paused":
-                return None
+            if run is None or run.status != "paused" or run.claim_state == HELD:
+                return None  # (held: the signal stays queued until the run is resumed)
             waits = await self.adapter.list_waits(run_id)
             wait = next((w for w in waits if w.event == event
                          or event in wait_events(w.node_id, w.event)), None)
@@ -372,7 +395,8 @@ class Waker(Driver):
         """
         node_id = wait.node_id
         assert node_id is not None and wait.event is not None
-        guard = Guard(run_id=run.id, status_in=("paused",), wait_node=node_id)
+        guard = Guard(run_id=run.id, status_in=("paused",), wait_node=node_id,
+                      not_held=via != "cancel")
         now = self.clock.now()
         async with self.adapter.unit(guard=guard) as unit:
             if enqueue:
@@ -499,6 +523,12 @@ class Waker(Driver):
                 "(wait_for_any) or an update (receive), not by a wake token",
                 run_id=run.id, node_id=claims.n)
         wait = checkpoint_wait(run.checkpoint_json)
+        if run.claim_state == HELD and wait is not None and wait.event is not None:
+            # Paused by an operator: the wake is kept in the inbox, like a signal,
+            # and delivered when the run is resumed (Starflow.resume(run_id)).
+            if wait.node_id == claims.n:
+                _check_payload(run.id, wait, encoded, f"resume payload for {claims.n}")
+            return await self._resume_early(run, claims.n, wait.event, encoded)
         if wait is not None and wait.node_id == claims.n:
             _check_payload(run.id, wait, encoded, f"resume payload for {claims.n}")
             if (wait.payload_type and wait.event is not None
@@ -547,7 +577,7 @@ class Waker(Driver):
     async def fire_timer(self, wait: WaitRecord) -> RunHandle[Any] | None:
         """Fire one due wait: a sleep completes, a wait_for times out."""
         run = await self.adapter.get_run(wait.run_id)
-        if run is None or run.status != "paused":
+        if run is None or run.status != "paused" or run.claim_state == HELD:
             return None
         # A maintenance process without the workflow's code (`starflow server`
         # without --app) hands the woken run to the workers instead.

@@ -1,5 +1,6 @@
-"""The pages that write: signal, cancel, retry and fork a run, wake one by token,
-cancel or retry every run the runs table's filters match.
+"""The pages that write: signal, cancel, retry, fork, pause and resume a run, wake one
+by token, pause and resume a pool, cancel or retry every run the runs table's filters
+match.
 
 Each is a POST with the CSRF token (:meth:`Site.form`), confirmed on a second
 page before anything is written, and writes through the same
@@ -27,8 +28,9 @@ from ..errors import (
     UnexpectedSignal,
     WorkflowDefinitionError,
 )
-from ..records import RunFilter, RunInfo
+from ..records import HELD, RunFilter, RunInfo
 from ..serde import check_json_depth
+from ..workflow.context import checkpoint_wait
 from ..workflow.waits import check_event
 from . import views
 from .site import BadInput, Site, failure, see_other
@@ -83,9 +85,11 @@ class Actions:
             form = await self.site.form(request)
             run = await self.site.run_or_404(run_id)
             handler = {"signal": self._signal, "cancel": self._cancel,
-                       "retry": self._retry, "fork": self._fork}.get(verb)
+                       "retry": self._retry, "fork": self._fork, "pause": self._pause,
+                       "resume": self._resume}.get(verb)
             if handler is None:
-                raise BadInput(f"no action {verb!r}: signal, cancel, retry or fork", 404)
+                raise BadInput(f"no action {verb!r}: signal, cancel, retry, fork, pause or "
+                               "resume", 404)
             return await handler(request, run, form)
         except BadInput as exc:
             return await self.pages.run(request, error=str(exc), status=exc.status)
@@ -149,6 +153,64 @@ class Actions:
                                  "or runs and may run its cleanup steps.", {}, run=run)
         await self.site.sf.cancel(run.id)
         return see_other(request, run.id, "cancel")
+
+    async def _pause(self, request: Request, run: RunInfo, form: Mapping[str, str]
+                     ) -> Response:
+        if run.is_terminal:
+            raise BadInput(f"run {run.id} has already ended ({run.status}); nothing was "
+                           "written", 409)
+        if run.claim_state == HELD:
+            raise BadInput(f"run {run.id} is paused by an operator already; nothing was "
+                           "written", 409)
+        if form.get("confirmed") != "yes":
+            return self._confirm(request, f"Pause run {run.id} ({run.template_id}, now "
+                                 f"{run.status})? It stops at its next step (a step in flight "
+                                 "finishes first) and keeps its state until resumed; "
+                                 "signals sent meanwhile are kept.", {}, run=run)
+        await self.site.sf.pause(run.id)
+        return see_other(request, run.id, "pause")
+
+    async def _resume(self, request: Request, run: RunInfo, form: Mapping[str, str]
+                      ) -> Response:
+        if run.is_terminal:
+            raise BadInput(f"run {run.id} has already ended ({run.status}); nothing was "
+                           "written", 409)
+        if run.claim_state != HELD:
+            raise BadInput(f"run {run.id} is not paused by an operator (it is {run.status}); "
+                           "nothing was written", 409)
+        if run.start_mode == "inline" and checkpoint_wait(run.checkpoint_json) is None:
+            await self._inline_code(run, "resume")
+        if form.get("confirmed") != "yes":
+            return self._confirm(request, f"Resume run {run.id} ({run.template_id})? It goes "
+                                 "on where it was paused.", {}, run=run)
+        await self.site.sf.resume(run.id)
+        return see_other(request, run.id, "resume")
+
+    async def pool_action(self, request: Request) -> Response:
+        """Pause or resume a pool (``sf.pause_pool`` / ``sf.resume_pool``), confirmed first."""
+        from starlette.responses import RedirectResponse
+
+        pool = request.path_params["pool"]
+        verb = request.path_params["action"]
+        try:
+            form = await self.site.form(request)
+            if verb not in ("pause", "resume"):
+                raise BadInput(f"no pool action {verb!r}: pause or resume", 404)
+            if form.get("confirmed") != "yes":
+                what = ("no worker claims its queued runs until it is resumed; its running "
+                        "runs finish" if verb == "pause" else "workers claim its queued runs "
+                        "again")
+                return self._confirm(request, f"{verb.capitalize()} pool {pool!r}? {what}.",
+                                     {})
+            if verb == "pause":
+                await self.site.sf.pause_pool(pool)
+            else:
+                await self.site.sf.resume_pool(pool)
+            return RedirectResponse(str(request.url_for("ops")) + "#pools", status_code=303)
+        except BadInput as exc:
+            return await self.pages.ops(request, error=str(exc), status=exc.status)
+        except StarflowError as exc:
+            return await self.pages.ops(request, error=failure(exc), status=409)
 
     async def _retry(self, request: Request, run: RunInfo, form: Mapping[str, str]
                      ) -> Response:

@@ -215,6 +215,8 @@ def _scope_app(ui: UI) -> Starlette:
               name="action"),
         Route("/bulk/{action}", page(ui.actions.bulk), methods=["POST"], name="bulk"),
         Route("/wake", page(ui.actions.wake), methods=["POST"], name="wake"),
+        Route("/pools/{pool}/{action}", page(ui.actions.pool_action), methods=["POST"],
+              name="pool_action"),
         Route("/ops", page(ui.pages.ops), name="ops"),
         Mount("/static", StaticFiles(packages=[("starflow.ui", "static")]), name="static"),
     ]

@@ -60,6 +60,8 @@ class PoolRow:
     claimed_in_window: int = 0
     key_concurrency: int | None = None
     sampled: bool = False
+    #: Paused by an operator (``sf.pause_pool``): no claims of its runs.
+    paused: bool = False
 
     @property
     def at_concurrency(self) -> bool:
@@ -80,7 +82,8 @@ class PoolRow:
                    rate_period=lim.rate_period.total_seconds()
                    if lim and lim.rate_period else None,
                    claimed_in_window=usage.claimed_in_window,
-                   key_concurrency=lim.key_concurrency if lim else None)
+                   key_concurrency=lim.key_concurrency if lim else None,
+                   paused=bool(lim and lim.paused))
 
 
 @dataclass(frozen=True)

@@ -37,6 +37,9 @@ DONE = {
     "fork": "Forked: this new run replays the other run's history before the chosen node "
             "and runs from there.",
     "wake": "Run woken through its token.",
+    "pause": "Pause requested: the run is held at its next step (a queued or waiting run "
+             "at once); signals sent meanwhile are kept until it is resumed.",
+    "resume": "Run resumed.",
 }
 
 

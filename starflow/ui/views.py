@@ -177,6 +177,14 @@ def _detail(ev: RunEvent) -> str:
         return f"from run {p.get('from_run_id')} at {p.get('from_node')}"
     if ev.event_type == "run_cancelled":
         return f"was {p.get('previous_status')}"
+    if ev.event_type == "run_paused_by_operator":
+        places = {"queue": "while queued", "wait": "at its wait", "step": "before its next step"}
+        return f"paused by an operator {places.get(str(p.get('at')), '')}".rstrip()
+    if ev.event_type == "run_pause_requested":
+        return "pause requested by an operator: it parks before its next step"
+    if ev.event_type == "run_resumed_by_operator":
+        return ("pending pause withdrawn by an operator" if p.get("withdrawn")
+                else "resumed by an operator")
     return ""
 
 

@@ -46,6 +46,9 @@ RESERVED_EVENT_PREFIX = "__starflow"
 #: The inbox entry of a pending (non-forced) cancel: ``Starflow.cancel`` queues it,
 #: the engine consumes it with the node the cancellation is recorded on.
 CANCEL_EVENT = "__starflow.cancel"
+#: The inbox entry of a pending operator pause (``Starflow.pause`` of a run that is
+#: executing): the engine consumes it when it parks the run at its next boundary.
+PAUSE_EVENT = "__starflow.pause"
 
 
 def check_event(event: object, what: str, *, run_id: str | None = None) -> str:

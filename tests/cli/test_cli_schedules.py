@@ -68,10 +68,23 @@ class TestPools:
         table = cli("pools", "--db", url)
         assert table.code == 0, table.err
         header, row = table.out.splitlines()
-        assert header.split()[:3] == ["POOL", "QUEUED", "EXECUTING"]
-        assert row.split()[:3] == ["payments", "1", "0/5"]
+        assert header.split()[:4] == ["POOL", "STATE", "QUEUED", "EXECUTING"]
+        assert row.split()[:4] == ["payments", "active", "1", "0/5"]
         assert "0/100 per 1m" in row
         data = json.loads(cli("pools", "--db", url, "--json").out)
         assert data == [{"pool": "payments", "concurrency": 5, "rate_limit": 100,
-                         "rate_period_seconds": 60.0, "key_concurrency": 1, "queued": 1,
-                         "active": 0, "claimed_in_window": 0}]
+                         "rate_period_seconds": 60.0, "key_concurrency": 1, "paused": False,
+                         "queued": 1, "active": 0, "claimed_in_window": 0}]
+
+    def test_pause_and_resume(self, cli: Cli, tmp_path: Path) -> None:
+        """`pools pause|resume NAME` (#30): the state is stored and shown; limits kept."""
+        url = f"sqlite:///{tmp_path / 'p.db'}"
+        anyio.run(_seed, url)
+        assert cli("pools", "pause", "payments", "--db", url).out == "pool payments: paused\n"
+        row = cli("pools", "--db", url).out.splitlines()[1]
+        assert row.split()[:4] == ["payments", "paused", "1", "0/5"]
+        data = json.loads(cli("pools", "resume", "payments", "--db", url, "--json").out)
+        assert data == {"pool": "payments", "paused": False}
+        assert json.loads(cli("pools", "--db", url, "--json").out)[0]["concurrency"] == 5
+        line = cli.fails("pools", "pause", "", "--db", url)
+        assert "pool" in line

@@ -256,3 +256,31 @@ class TestFork:
         assert f"\ncontinued as  {last}\n" in result.out
         data = json.loads(cli("runs", "show", first, "--db", seeded.url, "--json").out)
         assert data["run"]["continued_as"] == last
+
+
+class TestRunsPauseResume:
+    """`starflow runs pause|resume RUN` (#30): a paused run keeps a signal until resumed."""
+
+    def test_pause_signal_resume(self, cli: Cli, seeded: Seeded) -> None:
+        run_id = seeded.paused[0]
+        result = cli("runs", "pause", run_id, "--db", seeded.url)
+        assert result.code == 0, result.err
+        assert result.out.startswith(f"paused run {run_id}: now paused by an operator")
+        again = cli("runs", "pause", run_id, "--db", seeded.url, "--json")
+        assert json.loads(again.out)["held"] is True
+        sent = cli("signal", run_id, "approval", "--payload", '{"ok": true}',
+                   "--db", seeded.url, "--app", APP)
+        assert sent.code == 0, sent.err
+        assert state(seeded, run_id) == ("paused", state(seeded, run_id)[1], True)
+        done = cli("runs", "resume", run_id, "--db", seeded.url, "--app", APP)
+        assert done.code == 0, done.err
+        assert done.out == f"resumed run {run_id}: now success\n"
+
+    def test_unknown_and_ended_runs(self, cli: Cli, seeded: Seeded) -> None:
+        line = cli.fails("runs", "pause", "6f1c2b1e-8a51-4a3e-9a57-0f1e2d3c4b5a",
+                         "--db", seeded.url)
+        assert "6f1c2b1e-8a51-4a3e-9a57-0f1e2d3c4b5a" in line
+        before = state(seeded, seeded.done)
+        line = cli.fails("runs", "resume", seeded.done, "--db", seeded.url)
+        assert seeded.done in line
+        assert state(seeded, seeded.done) == before

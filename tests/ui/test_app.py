@@ -242,6 +242,65 @@ class TestActions:
             assert again.status_code == 409 and "already ended" in alert(again.text)
         assert (await sf.get_run(run_id)).status == "cancelled"
 
+    async def test_pause_and_resume(self, sf: Starflow) -> None:
+        """Pause (#30): confirmed, then held; a signal is kept; Resume delivers it."""
+        run_id = (await sf.run(approval, "lamp")).run_id
+        async with client_for(create_app(sf)) as client:
+            page = (await client.get(f"/runs/{run_id}")).text
+            assert 'id="pause-form"' in page and 'id="resume-form"' not in page
+            csrf = csrf_of(page)
+            confirm = await client.post(f"/runs/{run_id}/pause", data={"csrf": csrf})
+            assert "Pause run" in confirm.text
+            assert (await sf.get_run(run_id)).claim_state != "held"  # nothing yet
+            done = await client.post(f"/runs/{run_id}/pause",
+                                     data={"csrf": csrf, "confirmed": "yes"})
+            assert done.status_code == 303 and done.headers["location"].endswith("done=pause")
+            assert (await sf.get_run(run_id)).claim_state == "held"
+            page = (await client.get(f"/runs/{run_id}")).text
+            assert 'id="resume-form"' in page and "paused by an operator at its wait" in page
+            twice = await client.post(f"/runs/{run_id}/pause",
+                                      data={"csrf": csrf, "confirmed": "yes"})
+            assert twice.status_code == 409 and "already" in alert(twice.text)
+            await sf.signal(run_id, "approve", {"ok": True})
+            assert (await sf.get_run(run_id)).status == "paused"
+            resumed = await client.post(f"/runs/{run_id}/resume",
+                                        data={"csrf": csrf, "confirmed": "yes"})
+            assert resumed.status_code == 303
+        assert (await sf.get_run(run_id)).status == "success"
+
+    async def test_resume_a_run_not_paused_writes_nothing(self, sf: Starflow) -> None:
+        run_id = (await sf.run(approval, "lamp")).run_id
+        before = await events_of(sf, run_id)
+        async with client_for(create_app(sf)) as client:
+            csrf = csrf_of((await client.get(f"/runs/{run_id}")).text)
+            response = await client.post(f"/runs/{run_id}/resume",
+                                         data={"csrf": csrf, "confirmed": "yes"})
+        assert response.status_code == 409 and "not paused by an operator" in alert(
+            response.text)
+        assert await events_of(sf, run_id) == before
+
+    async def test_pause_and_resume_a_pool(self, sf: Starflow) -> None:
+        await sf.set_pool_limits("gpu", concurrency=3)
+        async with client_for(create_app(sf)) as client:
+            page = (await client.get("/ops")).text
+            csrf = csrf_of(page)
+            assert '/pools/gpu/pause"' in page
+            confirm = await client.post("/pools/gpu/pause", data={"csrf": csrf})
+            assert "Pause pool" in confirm.text
+            assert not (await sf.adapter.get_pool_limits("gpu")).paused  # type: ignore[union-attr]
+            done = await client.post("/pools/gpu/pause", data={"csrf": csrf, "confirmed": "yes"})
+            assert done.status_code == 303
+            assert (await sf.adapter.get_pool_limits("gpu")).paused  # type: ignore[union-attr]
+            page = (await client.get("/ops")).text
+            assert '/pools/gpu/resume"' in page
+            forged = await client.post("/pools/gpu/resume",
+                                       data={"csrf": "0" * len(csrf), "confirmed": "yes"})
+            assert forged.status_code == 403
+            assert (await sf.adapter.get_pool_limits("gpu")).paused  # type: ignore[union-attr]
+            await client.post("/pools/gpu/resume", data={"csrf": csrf, "confirmed": "yes"})
+        limits = await sf.adapter.get_pool_limits("gpu")
+        assert limits is not None and not limits.paused and limits.concurrency == 3
+
     async def test_retry(self, sf: Starflow) -> None:
         failed = (await sf.run(approval, "chair", fail=True)).run_id
         fine = (await sf.run(quick, 1)).run_id
@@ -587,17 +646,19 @@ class TestOpsPoolsAndSchedules:
             worker.stop(0)
         # concurrency 1 holds the second run back: 1 queued, 1 executing, limit reached
         assert cells(html, 'data-pool="pay"') == ["pay", "1", "1", "1 / 1", "1 / 5 per 1m",
-                                                  "1 per key"]
+                                                  "1 per key", "Pause…"]
         pay = html.split('data-pool="pay"')[1].split("</tr>")[0]
         assert '<td class="limit full">1 / 1</td>' in pay
         assert '<td class="limit">1 / 5 per 1m</td>' in pay  # not reached
         assert cells(html, 'data-pool="idle"') == ["idle", "0", "0", "none",
-                                                   "0 / 100 per 1h", "none"]
+                                                   "0 / 100 per 1h", "none", "Pause…"]
         assert "data-pool-any" not in html  # nothing queued or running for any pool
         await sf.start(quick, 3)  # for any pool, with no worker left to claim it
         async with client_for(create_app(sf)) as client:
             html = (await client.get("/ops")).text
-        assert cells(html, "data-pool-any") == ["any pool", "1", "0", "none", "none", "none"]
+        assert cells(html, "data-pool-any")[:6] == ["any pool", "1", "0", "none", "none",
+                                                    "none"]
+        assert "Pause" not in html.split("data-pool-any")[1].split("</tr>")[0]
 
     async def test_schedules(self, tmp_path: Any) -> None:
         """Each schedule with its cron, state (active, paused, late), next tick, last run
@@ -923,7 +984,7 @@ async def test_on_postgres() -> None:
             await sf.schedule("pg-nightly", quick, 1, cron="0 3 * * *", pool="pg-pool")
             ops = (await client.get("/ops")).text
             assert cells(ops, 'data-pool="pg-pool"') == ["pg-pool", "1", "0", "0 / 2",
-                                                         "0 / 9 per 1h", "none"]
+                                                         "0 / 9 per 1h", "none", "Pause…"]
             assert cells(ops, 'data-schedule="pg-nightly"')[:4] == [
                 "pg-nightly", "ui_quick v1 pool pg-pool", "0 3 * * * UTC overlap skip",
                 "active"]
