@@ -9,6 +9,7 @@ from datetime import timedelta
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import anyio.to_thread
 import pytest
 
@@ -237,8 +238,9 @@ class TestThreadLimit:
                     await anyio.to_thread.run_sync(first_in.wait, 30)
                     tg.start_soon(app.run, flow_b)
                     limiter = app.runner.runtime.step_threads()
-                    while limiter.statistics().tasks_waiting == 0:
-                        await anyio.sleep(0)  # yield until the second step queues
+                    with anyio.fail_after(30):  # the limiter has no event to wait on
+                        while limiter.statistics().tasks_waiting == 0:  # noqa: ASYNC110
+                            await anyio.lowlevel.checkpoint()  # until the second step queues
                     assert order == ["first in"]
                     release.set()
             finally:
@@ -259,7 +261,7 @@ class TestSyncWorkflowRefused:
             return None
 
         with pytest.raises(WorkflowDefinitionError,
-                           match="must be `async def`.*Steps may be plain `def`"):
+                           match=r"must be `async def`.*Steps may be plain `def`"):
             workflow(name=name)(flow)  # type: ignore[arg-type]
         assert registry.get(name) is None  # nothing registered
 
