@@ -239,7 +239,7 @@ class TestThreadLimit:
                     tg.start_soon(app.run, flow_b)
                     limiter = app.runner.runtime.step_threads()
                     with anyio.fail_after(30):  # the limiter has no event to wait on
-                        while limiter.statistics().tasks_waiting == 0:  # noqa: ASYNC110
+                        while limiter.statistics().tasks_waiting == 0:
                             await anyio.lowlevel.checkpoint()  # until the second step queues
                     assert order == ["first in"]
                     release.set()
@@ -290,3 +290,28 @@ class TestSyncWorkflowRefused:
 
         handle = await sf.run(flow)
         assert handle.result == "starflow.errors.WorkflowDefinitionError"
+
+
+class TestSyncPoolStep:
+    async def test_a_job_worker_runs_it_in_a_thread(self) -> None:
+        pool = unique("sync-pool")
+        threads: list[int] = []
+
+        @step(name=unique("sync-remote"), pool=pool)
+        def remote(x: int) -> int:
+            threads.append(threading.get_ident())
+            return x * 2
+
+        @workflow(name=unique("sync-remote-flow"))
+        async def flow() -> int:
+            return await remote(21)
+
+        async with WorkflowEnvironment() as env:
+            handle = await env.run(flow)
+            assert handle.status == "paused"
+            jobs = env.app.job_worker(pool)
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(jobs.work_once)
+                await env.quiesce()
+            assert await env.result(handle.run_id) == 42
+            assert len(threads) == 1 and threads[0] != threading.get_ident()
