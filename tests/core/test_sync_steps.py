@@ -315,3 +315,33 @@ class TestSyncPoolStep:
                 await env.quiesce()
             assert await env.result(handle.run_id) == 42
             assert len(threads) == 1 and threads[0] != threading.get_ident()
+
+
+class Ledger:
+    def __init__(self) -> None:
+        self.entries: list[int] = []
+
+    @step(name="sync-ledger-add")
+    def add(self, cents: int) -> int:
+        self.entries.append(cents)
+        return sum(self.entries)
+
+
+ledger = Ledger()
+
+
+@workflow(name="sync-method-step")
+async def book(cents: int) -> int:
+    await ledger.add(cents)
+    return await ledger.add(cents)
+
+
+class TestSyncMethodStep:
+    async def test_a_sync_method_step_runs_on_its_instance(self, sf: Starflow) -> None:
+        ledger.entries.clear()
+        handle = await sf.run(book, 5)
+        assert (handle.status, handle.result) == ("success", 10)
+        assert ledger.entries == [5, 5]
+        started = [e.payload_json["input"] for e in await sf.events(handle.run_id)
+                   if e.event_type == "node_start"]
+        assert started == [{"args": [5], "kwargs": {}}] * 2  # self is not recorded
