@@ -62,8 +62,8 @@ async def order(order_id: str, amount: float, currency: str) -> str:
 async def main() -> None:
     db = os.environ.get("STARFLOW_DATABASE_URL") or (
         f"sqlite:///{os.path.join(tempfile.mkdtemp(), 'starflow.db')}")
+    slow: dict[str, str] = {}
     async with Starflow.open(db) as sf, anyio.create_task_group() as tg:
-        slow: dict[str, str] = {}
 
         async def run_slow() -> None:
             slow["run_id"] = (await sf.run(order, "o-slow", 10.0, "EUR")).run_id
