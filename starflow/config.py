@@ -77,6 +77,9 @@ class StarflowConfig(msgspec.Struct, frozen=True, kw_only=True):
             signals, outbox rows, jobs and session vars (``sf.prune``). None
             (the default): keep every run forever.
         prune_interval: How often maintenance prunes when ``retention`` is set (1 h).
+        sync_step_threads: How many plain ``def`` steps (run in worker threads)
+            may run at once in this application (40, anyio's default thread
+            count); more wait for a free thread. Async steps do not count.
     """
 
     lease_ttl: timedelta = timedelta(seconds=30)
@@ -100,6 +103,7 @@ class StarflowConfig(msgspec.Struct, frozen=True, kw_only=True):
     warm_finished_ttl: timedelta = timedelta(hours=24)
     retention: timedelta | None = None
     prune_interval: timedelta = timedelta(hours=1)
+    sync_step_threads: int = 40
 
     def __post_init__(self) -> None:
         problems: list[str] = []
@@ -147,7 +151,8 @@ class StarflowConfig(msgspec.Struct, frozen=True, kw_only=True):
         if not isinstance(self.sqlite_inline_commits, bool):
             problems.append(f"sqlite_inline_commits must be True or False, got "
                             f"{self.sqlite_inline_commits!r}")
-        for name, least in (("max_claim_attempts", 1), ("storage_retries", 0)):
+        for name, least in (("max_claim_attempts", 1), ("storage_retries", 0),
+                            ("sync_step_threads", 1)):
             problem = int_problem(name, getattr(self, name), least)
             if problem is not None:
                 problems.append(problem)

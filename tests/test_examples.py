@@ -185,10 +185,22 @@ class TestPydanticOrders:
         assert "price ran 1 time(s)" in out
 
 
+class TestSyncSteps:
+    """examples/sync_steps.py: plain def steps run in worker threads."""
+
+    def test_a_blocked_thread_does_not_hold_up_another_run(self, tmp_path: Path) -> None:
+        out = run_example("sync_steps.py", tmp_path)
+        assert "while o-slow's charge blocks its thread: o-fast: 635 cents" in out
+        assert "o-slow: success, o-slow: 1080 cents (key ...step:charge#1)" in out
+        # Replay did not charge again; the first fetch_rate failed once and was retried.
+        assert "charged: ['o-fast', 'o-slow']; fetch_rate attempts: 3" in out
+
+
 #: Examples whose output a class above checks.
 CHECKED = {"saga.py", "fan_out.py", "long_sleep.py", "quickstart.py", "failure_data.py",
            "pydantic_orders.py", "typed_signal.py", "schedules_and_queues.py",
-           "events_and_streams.py", "fork_and_continue.py", "delayed_start.py"}
+           "events_and_streams.py", "fork_and_continue.py", "delayed_start.py",
+           "sync_steps.py"}
 
 
 @pytest.mark.parametrize(

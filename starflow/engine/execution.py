@@ -9,8 +9,9 @@ through); :class:`Outcome` is what the engine hands the driver
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
@@ -24,7 +25,7 @@ from ..config import StarflowConfig
 from ..errors import StepTimeout
 from ..records import JobSpec
 from ..tokens import Keyring
-from ..workflow.decorators import StepDefinition, WorkflowDefinition
+from ..workflow.decorators import StepDefinition, WorkflowDefinition, in_thread
 from .heartbeats import Heartbeats
 
 __all__ = ["CONTINUED_FROM_EVENT", "Abort", "ContinueAsNew", "Outcome", "OutcomeStatus",
@@ -58,6 +59,15 @@ class Runtime:
     #: The ``workflow_definitions`` id of a definition (cached by the runner):
     #: what a child run's row records.
     definition_id: Callable[[WorkflowDefinition], Awaitable[str]] | None = None
+    _step_threads: anyio.CapacityLimiter | None = field(default=None, init=False, repr=False)
+
+    def step_threads(self) -> anyio.CapacityLimiter:
+        """The limiter of plain ``def`` steps' worker threads: at most
+        ``config.sync_step_threads`` at once for this application (made on first use,
+        on the application's event loop)."""
+        if self._step_threads is None:
+            self._step_threads = anyio.CapacityLimiter(self.config.sync_step_threads)
+        return self._step_threads
 
 
 def decode_input(definition: WorkflowDefinition, data: Any
@@ -149,15 +159,22 @@ def find_unwinding(group: BaseException, kind: type[BaseException]) -> BaseExcep
     return None
 
 
-async def timed_attempt(clock: Clock, sdef: StepDefinition, fn: Callable[..., Awaitable[Any]],
+async def timed_attempt(clock: Clock, sdef: StepDefinition, fn: Callable[..., Any],
                         args: tuple[Any, ...], kwargs: dict[str, Any], *,
-                        run_id: str | None, node_id: str | None) -> Any:
+                        run_id: str | None, node_id: str | None,
+                        threads: anyio.CapacityLimiter | None = None) -> Any:
     """One attempt of a step, cancelled past its ``@step(timeout=)`` on ``clock``.
+
+    A plain ``def`` step (``sdef.threaded``) runs in a worker thread bounded by
+    ``threads``. Its thread cannot be interrupted: past the timeout the attempt
+    fails at once and the thread runs on in the background, its result discarded.
 
     Raises:
         StepTimeout: the attempt ran longer (a failed attempt for the retry policy);
             its ``__cause__`` is what the cancelled attempt raised, if anything.
     """
+    if sdef.threaded:
+        fn = functools.partial(in_thread, fn, limiter=threads)
     timeout = sdef.timeout
     if timeout is None:
         return await fn(*args, **kwargs)

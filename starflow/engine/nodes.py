@@ -207,7 +207,8 @@ class EngineNodes(EngineCore):
                        args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """One attempt of a step, cancelled past its ``timeout`` (on the runtime's clock)."""
         return await timed_attempt(self.runtime.clock, sdef, fn, args, kwargs,
-                                   run_id=self.run_id, node_id=nid)
+                                   run_id=self.run_id, node_id=nid,
+                                   threads=self.runtime.step_threads())
 
     # -- child runs (starflow.engine.child_nodes) ---------------------------------------
 

@@ -213,7 +213,7 @@ class JobWorker:
                         try:
                             outcome["result"] = await timed_attempt(
                                 clock, sdef, sdef.fn, args, kwargs, run_id=job.run_id,
-                                node_id=job.node_id)
+                                node_id=job.node_id, threads=runner.runtime.step_threads())
                         except Exception as exc:
                             if attempt < sdef.retry.max_attempts and sdef.retry.retryable(exc):
                                 await clock.sleep(sdef.retry.delay(attempt))

@@ -7,14 +7,16 @@ through the engine, which records it or returns its recorded outcome.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import inspect
 import typing
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, ParamSpec, TypeVar, overload
+from typing import Any, ParamSpec, Protocol, TypeVar, overload
 
+import anyio.to_thread
 import wrapt
 
 from ..config import int_problem
@@ -24,6 +26,7 @@ from .context import current_engine, current_node
 
 __all__ = [
     "RetryPolicy",
+    "StepDecorator",
     "StepDefinition",
     "WorkflowDefinition",
     "registry",
@@ -124,7 +127,7 @@ def _code_hash(fn: Callable[..., Any]) -> str:
 class _Annotated:
     """``hints`` and ``return_type`` of a definition's ``fn``, resolved once."""
 
-    fn: Callable[..., Awaitable[Any]]
+    fn: Callable[..., Any]
     signature: inspect.Signature
     _hints: dict[str, Any] | None
     _arity: int | None  # parameters of a plain positional signature, -1 for others
@@ -160,13 +163,16 @@ class _Annotated:
 class StepDefinition(_Annotated):
     """A ``@step`` function and its options."""
 
-    fn: Callable[..., Awaitable[Any]]
+    #: The decorated function: a coroutine function, or a plain ``def`` if ``threaded``.
+    fn: Callable[..., Any]
     name: str
     retry: RetryPolicy
     signature: inspect.Signature
     pool: str | None = None
     #: An attempt running longer is cancelled and counts as failed (``@step(timeout=)``).
     timeout: timedelta | None = None
+    #: A plain ``def`` step: each attempt runs in a worker thread (see :func:`in_thread`).
+    threaded: bool = False
     _hints: dict[str, Any] | None = field(default=None, repr=False)
     _arity: int | None = field(default=None, repr=False)
 
@@ -254,12 +260,44 @@ class _StepFunction(wrapt.FunctionWrapper[..., Any]):
 
 def _problems_for(fn: object, kind: str) -> list[str]:
     problems = []
+    label = getattr(fn, "__qualname__", fn)
     if not callable(fn):
         problems.append(f"@{kind} decorates a function, got {fn!r}")
-    elif not inspect.iscoroutinefunction(fn):
-        label = getattr(fn, "__qualname__", fn)
-        problems.append(f"@{kind} functions must be `async def` ({label})")
+    elif inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
+        problems.append(f"@{kind} cannot decorate a generator function ({label}): its "
+                        "outcome is what it returns; return a list instead of yielding")
+    elif kind == "workflow" and not inspect.iscoroutinefunction(fn):
+        problems.append(
+            f"@workflow functions must be `async def` ({label}): a workflow pauses at "
+            "durable waits (`await starflow.wait_for(...)`, `await starflow.sleep(...)`) and "
+            "is replayed step by step on the event loop, which a plain def cannot do; write "
+            "`async def` and `await` its steps. Steps may be plain `def` functions: "
+            "@step runs them in a worker thread")
     return problems
+
+
+async def in_thread(fn: Callable[..., Any], *args: Any,
+                    limiter: anyio.CapacityLimiter | None = None, **kwargs: Any) -> Any:
+    """Call plain ``fn`` in a worker thread and wait for it without blocking the loop.
+
+    The thread runs in a copy of the caller's context (``starflow.context()``,
+    the step's node id and log fields are there). Cancelled (a step timeout, a
+    run cancel) the wait ends at once: the thread cannot be interrupted, so it
+    finishes in the background and its result is discarded. ``limiter`` bounds
+    the threads (``StarflowConfig.sync_step_threads``; anyio's default outside
+    a runtime).
+    """
+    result = await anyio.to_thread.run_sync(functools.partial(fn, *args, **kwargs),
+                                            limiter=limiter, abandon_on_cancel=True)
+    if inspect.isawaitable(result):
+        if inspect.iscoroutine(result):
+            result.close()  # never awaited: no "coroutine was never awaited" warning
+        label = getattr(fn, "__qualname__", fn)
+        raise WorkflowDefinitionError(
+            f"step {label} is a plain def (run in a worker thread) but returned an "
+            f"awaitable ({type(result).__name__}): declare it `async def` so it is awaited "
+            "on the event loop")
+    return result
 
 
 def _method_parameter(fn: Callable[..., Any]) -> str | None:
@@ -433,13 +471,25 @@ def workflow(
     return decorate
 
 
+class StepDecorator(Protocol):
+    """What ``@step(...)`` with options returns: the decorator, for ``async def`` and
+    plain ``def`` functions alike (both become ``Callable[P, Awaitable[R]]``)."""
+
+    @overload
+    def __call__(self, fn: Callable[P, Awaitable[R]], /) -> Callable[P, Awaitable[R]]: ...
+    @overload
+    def __call__(self, fn: Callable[P, R], /) -> Callable[P, Awaitable[R]]: ...
+
+
 @overload
 def step(fn: Callable[P, Awaitable[R]], /) -> Callable[P, Awaitable[R]]: ...
+@overload
+def step(fn: Callable[P, R], /) -> Callable[P, Awaitable[R]]: ...
 @overload
 def step(
     *, name: str | None = None, retry: RetryPolicy | None = None, pool: str | None = None,
     timeout: timedelta | None = None,
-) -> Callable[[Callable[P, Awaitable[R]]], Callable[P, Awaitable[R]]]: ...
+) -> StepDecorator: ...
 
 
 def step(
@@ -451,11 +501,19 @@ def step(
     pool: str | None = None,
     timeout: timedelta | None = None,
 ) -> Any:
-    """Declare an ``async def`` function as a recorded step.
+    """Declare a function (``async def`` or plain ``def``) as a recorded step.
 
     Inside a workflow run its outcome is written before the workflow moves on
     and, on replay, returned without calling it again. Outside a run it is a
     plain async function.
+
+    A plain ``def`` step runs in a worker thread (at most
+    ``StarflowConfig.sync_step_threads`` at once per application), so blocking
+    code (a sync HTTP client, a driver without asyncio) does not stall the
+    event loop; it is awaited like any step (``await charge(x)``) and recorded,
+    retried and replayed the same way. A thread cannot be interrupted: past its
+    ``timeout`` (or at a run cancel) the attempt fails at once and the thread
+    finishes in the background, its result discarded.
 
     A step may be a method: ``await client.charge(x)`` runs on the instance the
     workflow calls it on, and ``self`` is not part of the recorded arguments (so
@@ -474,7 +532,7 @@ def step(
             ``retry`` (retried like any other unless listed in ``non_retryable``).
     """
 
-    def decorate(func: Callable[..., Awaitable[Any]]) -> Any:
+    def decorate(func: Callable[..., Any]) -> Any:
         problems = _wrong_order_problems(func, "step") or _problems_for(func, "step")
         this = _method_parameter(func) if not problems and pool is not None else None
         if this is not None:
@@ -497,15 +555,18 @@ def step(
             problems.append(problem)
         if problems:
             _fail("step", func, problems)
+        threaded = not inspect.iscoroutinefunction(func)
         definition = StepDefinition(fn=func, name=step_name, retry=retry or RetryPolicy(),
                                     signature=inspect.signature(func), pool=pool,
-                                    timeout=timeout)
+                                    timeout=timeout, threaded=threaded)
         if pool is not None:
             registry.add_step(definition)
 
         async def wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
             engine = current_engine.get()
             if engine is None or current_node.get() is not None:
+                if threaded:
+                    return await in_thread(wrapped, *args, **kwargs)
                 return await wrapped(*args, **kwargs)
             return await engine.run_step(definition, wrapped, args, kwargs)
 

@@ -333,13 +333,13 @@ class TestDefinitionValidation:
     def test_step_pool_is_reported_with_the_other_problems(self) -> None:
         """A bad pool is listed beside the other reasons, not alone after fixing them."""
 
-        def sync_fn() -> None:
+        def sync_fn() -> None:  # a plain def step is valid (run in a thread)
             return None
 
         with pytest.raises(WorkflowDefinitionError, match=r"for 2 reason\(s\)") as info:
-            step(pool="")(sync_fn)
-        assert "async def" in str(info.value) and "pool must be a non-empty string" in str(
-            info.value)
+            step(name="a#b", pool="")(sync_fn)
+        assert "must not contain '#'" in str(info.value) and (
+            "pool must be a non-empty string" in str(info.value))
 
     @pytest.mark.parametrize("pool", ["", " ", 3])
     def test_workflow_pool_is_validated(self, pool: object) -> None:

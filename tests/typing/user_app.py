@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, assert_type
@@ -91,3 +92,23 @@ def blocking() -> None:
         assert_type(sf.get_event(handle.run_id, "receipt", type=Receipt), Receipt)
         for streamed in sf.read_stream(handle.run_id, "receipts", type=Receipt):
             assert_type(streamed, Receipt)
+
+
+# A plain ``def`` step (run in a worker thread): awaited like an async one.
+@step
+def refund(order_id: str, cents: int) -> Receipt:
+    return Receipt(id=f"refund-{order_id}", cents=-cents)
+
+
+@step(name="typed-sync-fee", retry=RetryPolicy(max_attempts=2))
+def fee(cents: int) -> int:
+    return cents // 100
+
+
+@workflow(name="typed-refund")
+async def refund_order(order_id: str) -> Receipt:
+    assert_type(refund("o", 1), Awaitable[Receipt])
+    receipt = await refund(order_id, 100)
+    assert_type(receipt, Receipt)
+    assert_type(await fee(250), int)
+    return receipt

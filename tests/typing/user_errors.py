@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from starflow import Starflow, start_child, workflow
+from starflow import Starflow, start_child, step, workflow
 from starflow import sync as sfsync
 
 
@@ -36,3 +36,21 @@ def blocking(sf: sfsync.Starflow) -> None:
     sf.run(wf, "one")  # error: a str where the workflow takes an int
     value: int = sf.result(sf.run(wf, 1))  # error: the result is a str
     _ = value
+
+
+@step
+def sync_fee(cents: int) -> int:
+    return cents // 100
+
+
+@step(name="typed-sync-errors")
+def sync_named(cents: int) -> int:
+    return cents
+
+
+@workflow(name="typed-sync-step-errors")
+async def uses_sync_steps() -> None:
+    await sync_fee("one")  # error: a str where the sync step takes an int
+    label: str = await sync_named(1)  # error: the sync step returns an int
+    total: int = sync_fee(1)  # error: a sync step's call is awaitable, not its result
+    _ = (label, total)
