@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator, Mapping
 from datetime import datetime, timedelta
 from typing import Any, TypeVar, overload
 
+from . import serde
 from .adapters.base import WatchWhenWaiting
 from .app_core import RunOptions, workflow_definition
 from .app_ops import StarflowOps, check_session_names
@@ -243,6 +244,22 @@ class Starflow(StarflowOps):
         return await self.adapter.list_runs(status=status, template_id=template_id,
                                             parent_run_id=parent_run_id,
                                             since=since, limit=limit, attributes=encoded)
+
+    async def get_attributes(self, run_id: str) -> dict[str, str | int | bool]:
+        """The searchable attributes of one run, key -> value (empty: none set).
+
+        Those set at its start (``sf.options(attributes=...)``) and by its
+        workflow (``starflow.set_attributes``) once written (with the run's
+        next boundary), the latest value of each key.
+
+        Raises:
+            RunNotFound: no such run.
+        """
+        run_id = normalize_run_id(run_id)
+        if await self.adapter.get_run(run_id) is None:
+            raise RunNotFound(run_id)
+        stored = await self.adapter.get_run_attributes(run_id)
+        return {key: serde.decode(text.encode()) for key, text in stored.items()}
 
     async def events(self, run_id: str) -> list[RunEvent]:
         """The run's ``workflow_run_events`` rows in order."""
