@@ -51,9 +51,13 @@ class Starflow(StarflowOps):
         here until they pause again or end, worker runs go back to the queue. A
         signal for a run not yet waiting is kept until it waits.
 
+        A run that continued as new (``starflow.continue_as_new``) passes the
+        signal on: it goes to the chain's current (last) run, whose handle is
+        returned.
+
         Raises:
             RunNotFound: no such run.
-            RunFinished: the run has ended.
+            RunFinished: the run (the chain's last run) has ended.
             SerializationError: the payload is not JSON-encodable (nothing written).
         """
         return self._track(await self.runner.signal(normalize_run_id(run_id), event, payload))
@@ -76,6 +80,10 @@ class Starflow(StarflowOps):
         the request is queued once per id, and every call with that id gets
         the one recorded answer (also after a timeout here).
 
+        A run that continued as new (``starflow.continue_as_new``) passes the
+        update on to the chain's current (last) run; a retry with the same
+        ``update_id`` finds the answer on whichever run of the chain gave it.
+
         Args:
             timeout: Give up waiting after this long (:class:`ResultTimeout`);
                 the request stays queued.
@@ -95,11 +103,28 @@ class Starflow(StarflowOps):
         limit = _result_timeout(timeout)
         runner = self.runner
         deadline = None if limit is None else self.clock.now() + timedelta(seconds=limit)
-        answer = await runner.update_answer(run_id, uid) if update_id is not None else None
-        if answer is None:
-            handle = await runner.request_update(run_id, name, payload, uid)
+        answer = None
+        while True:  # again if the run continued as new before the request was queued
+            chain = await runner.chain(run_id)
+            if update_id is not None:  # a retry: answered by a run of the chain?
+                for run in chain:
+                    answer = await runner.update_answer(run.id, uid)
+                    if answer is not None:
+                        run_id = run.id
+                        break
+            if answer is not None:
+                break
+            run_id = chain[-1].id
+            try:
+                handle = await runner.request_update(run_id, name, payload, uid)
+            except RunFinished:
+                current = await self.adapter.get_run(run_id)
+                if current is not None and current.continued_as is not None:
+                    continue
+                raise
             if handle is not None:
                 self._track(handle)
+            break
         poll = self.config.poll_interval.total_seconds()
         async with WatchWhenWaiting(self.adapter, run_id) as watch:
             while answer is None:
