@@ -86,9 +86,13 @@ class Starflow(StarflowOps):
         here until they pause again or end, worker runs go back to the queue. A
         signal for a run not yet waiting is kept until it waits.
 
+        A run that continued as new (``starflow.continue_as_new``) passes the
+        signal on: it goes to the chain's current (last) run, whose handle is
+        returned.
+
         Raises:
             RunNotFound: no such run.
-            RunFinished: the run has ended.
+            RunFinished: the run (the chain's last run) has ended.
             SerializationError: the payload is not JSON-encodable (nothing written).
         """
         return self._track(await self.runner.signal(normalize_run_id(run_id), event, payload))
@@ -121,6 +125,10 @@ class Starflow(StarflowOps):
         the request is queued once per id, and every call with that id gets
         the one recorded answer (also after a timeout here).
 
+        A run that continued as new (``starflow.continue_as_new``) passes the
+        update on to the chain's current (last) run; a retry with the same
+        ``update_id`` finds the answer on whichever run of the chain gave it.
+
         Args:
             timeout: Give up waiting after this long (:class:`ResultTimeout`);
                 the request stays queued.
@@ -142,11 +150,28 @@ class Starflow(StarflowOps):
         limit = _result_timeout(timeout)
         runner = self.runner
         deadline = None if limit is None else self.clock.now() + timedelta(seconds=limit)
-        answer = await runner.update_answer(run_id, uid) if update_id is not None else None
-        if answer is None:
-            handle = await runner.request_update(run_id, name, payload, uid)
+        answer = None
+        while True:  # again if the run continued as new before the request was queued
+            chain = await runner.chain(run_id)
+            if update_id is not None:  # a retry: answered by a run of the chain?
+                for run in chain:
+                    answer = await runner.update_answer(run.id, uid)
+                    if answer is not None:
+                        run_id = run.id
+                        break
+            if answer is not None:
+                break
+            run_id = chain[-1].id
+            try:
+                handle = await runner.request_update(run_id, name, payload, uid)
+            except RunFinished:
+                current = await self.adapter.get_run(run_id)
+                if current is not None and current.continued_as is not None:
+                    continue
+                raise
             if handle is not None:
                 self._track(handle)
+            break
         poll = self.config.poll_interval.total_seconds()
         async with WatchWhenWaiting(self.adapter, run_id) as watch:
             while answer is None:
@@ -337,6 +362,22 @@ class Starflow(StarflowOps):
         return await self.adapter.list_runs(status=status, template_id=template_id,
                                             parent_run_id=parent_run_id,
                                             since=since, limit=limit, attributes=encoded)
+
+    async def get_attributes(self, run_id: str) -> dict[str, str | int | bool]:
+        """The searchable attributes of one run, key -> value (empty: none set).
+
+        Those set at its start (``sf.options(attributes=...)``) and by its
+        workflow (``starflow.set_attributes``) once written (with the run's
+        next boundary), the latest value of each key.
+
+        Raises:
+            RunNotFound: no such run.
+        """
+        run_id = normalize_run_id(run_id)
+        if await self.adapter.get_run(run_id) is None:
+            raise RunNotFound(run_id)
+        stored = await self.adapter.get_run_attributes(run_id)
+        return {key: serde.decode(text.encode()) for key, text in stored.items()}
 
     async def events(self, run_id: str, *, after_id: int = 0) -> list[RunEvent]:
         """The run's ``workflow_run_events`` rows in order.

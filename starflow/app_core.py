@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import secrets
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime, timedelta
 from typing import Any, ParamSpec, Self, TypeVar, overload
 
@@ -33,6 +33,7 @@ from .runtime.maintenance import Maintenance
 from .runtime.runner import RunHandle, Runner
 from .tokens import Keyring
 from .urls import scheme_of
+from .workflow.attributes import encode_attributes
 from .workflow.decorators import WorkflowDefinition, definition_of, registry, timeout_problem
 
 __all__ = ["DEFAULT_ENV", "DEFAULT_URL", "DEFAULT_WORKSPACE", "RunOptions",
@@ -213,8 +214,9 @@ class StarflowCore:
         run_id = kwargs.pop("run_id", None)
         start_at = kwargs.pop("start_at", None)
         start_after = kwargs.pop("start_after", None)
-        return await self.options(run_id=run_id, start_at=start_at,
-                                  start_after=start_after).run(wf, *args, **kwargs)
+        attributes = kwargs.pop("attributes", None)
+        return await self.options(run_id=run_id, start_at=start_at, start_after=start_after,
+                                  attributes=attributes).run(wf, *args, **kwargs)
 
     @overload
     async def start(self, wf: Callable[P, Awaitable[R]], /, *args: P.args, **kwargs: P.kwargs
@@ -248,15 +250,17 @@ class StarflowCore:
         pool = kwargs.pop("pool", None)
         start_at = kwargs.pop("start_at", None)
         start_after = kwargs.pop("start_after", None)
+        attributes = kwargs.pop("attributes", None)
         return await self.options(run_id=run_id, pool=pool, start_at=start_at,
-                                  start_after=start_after).start(wf, *args, **kwargs)
+                                  start_after=start_after, attributes=attributes
+                                  ).start(wf, *args, **kwargs)
 
     def options(self, *, run_id: str | None = None, pool: str | None = None,
                 priority: int = 0, concurrency_key: str | None = None,
                 dedup_key: str | None = None, debounce: timedelta | None = None,
                 debounce_key: str | None = None, timeout: timedelta | None = None,
-                start_at: datetime | None = None, start_after: timedelta | None = None
-                ) -> RunOptions:
+                start_at: datetime | None = None, start_after: timedelta | None = None,
+                attributes: Mapping[str, str | int | bool] | None = None) -> RunOptions:
         """Start options that type checkers see: ``sf.options(run_id=i).run(wf, x)``.
 
         ``sf.run(wf, x, run_id=i)`` works too, but a type checker cannot check
@@ -286,14 +290,23 @@ class StarflowCore:
             start_after: Start the run no earlier than this long after the
                 ``.start()`` call (a timedelta of zero or more). One of
                 ``start_at`` and ``start_after``, at most 100 years ahead.
+            attributes: Searchable attributes of the run, written with its
+                start (``.run()`` and ``.start()``): the same as the workflow
+                calling ``starflow.set_attributes(**attributes)`` first, so
+                ``list_runs(attributes=)`` finds it and ``get_attributes``
+                reads them back. A later ``set_attributes`` of a key replaces
+                its value. An idempotent start that finds its run writes none.
 
         Raises:
-            InvalidArgument: a key is not a storable name (nothing written).
+            InvalidArgument: a key is not a storable name, or a bad attribute
+                (nothing written).
             ConfigError: another option is invalid (named with its value).
         """
         for name, key in (("concurrency_key", concurrency_key), ("dedup_key", dedup_key),
                           ("debounce_key", debounce_key)):
             check_name(name, key, optional=True)
+        encoded = None if attributes is None else encode_attributes(
+            attributes, what="options(attributes=)", run_id=run_id)
         problems = []
         if (problem := int_problem("priority", priority, -(2**31))) is not None or \
                 priority >= 2**31:
@@ -320,7 +333,7 @@ class StarflowCore:
         return RunOptions(self, run_id=run_id, pool=pool, priority=priority,
                           concurrency_key=concurrency_key, dedup_key=dedup_key,
                           debounce=debounce, debounce_key=debounce_key, timeout=timeout,
-                          start_at=start_at, start_after=start_after)
+                          start_at=start_at, start_after=start_after, attributes=encoded)
 
     def _track(self, handle: RunHandle[R]) -> RunHandle[R]:
         """Have this process fire the timers of an inline run it paused (no maintenance)."""
@@ -337,9 +350,11 @@ class RunOptions:
                  priority: int = 0, concurrency_key: str | None = None,
                  dedup_key: str | None = None, debounce: timedelta | None = None,
                  debounce_key: str | None = None, timeout: timedelta | None = None,
-                 start_at: datetime | None = None, start_after: timedelta | None = None
-                 ) -> None:
+                 start_at: datetime | None = None, start_after: timedelta | None = None,
+                 attributes: Mapping[str, str] | None = None) -> None:
         self._app = app
+        #: Checked and encoded (key -> JSON text) by :meth:`StarflowCore.options`.
+        self.attributes = attributes
         self.timeout = timeout
         self.start_at = start_at
         self.start_after = start_after
@@ -378,7 +393,7 @@ class RunOptions:
                               run_id=self.run_id)
         return self._app._track(await self._app.runner.start(
             workflow_definition(wf), args, kwargs, run_id=self.run_id, inline=True,
-            timeout=self.timeout))
+            timeout=self.timeout, attributes=self.attributes))
 
     @overload
     async def start(self, wf: Callable[P, Awaitable[R]], /, *args: P.args, **kwargs: P.kwargs
@@ -403,7 +418,8 @@ class RunOptions:
                 start_at = self._app.clock.now() + self.start_after
             return await runner.start(definition, args, kwargs, run_id=self.run_id,
                                       inline=False, pool=self.pool, flow=self._flow(),
-                                      timeout=self.timeout, start_at=start_at)
+                                      timeout=self.timeout, start_at=start_at,
+                                      attributes=self.attributes)
         assert self.debounce_key is not None
         encoded = runner.encode_input(definition, args, kwargs)
         runner.decode_input(definition, encoded)
@@ -420,7 +436,7 @@ class RunOptions:
             try:
                 return await runner.start(definition, args, kwargs, run_id=None, inline=False,
                                           pool=pool, flow={**flow, "not_before": not_before},
-                                          timeout=self.timeout)
+                                          timeout=self.timeout, attributes=self.attributes)
             except StorageError as exc:
                 if exc.transient:
                     raise

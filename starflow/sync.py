@@ -248,13 +248,14 @@ class Starflow:
                 priority: int = 0, concurrency_key: str | None = None,
                 dedup_key: str | None = None, debounce: timedelta | None = None,
                 debounce_key: str | None = None, timeout: timedelta | None = None,
-                start_at: datetime | None = None, start_after: timedelta | None = None
-                ) -> RunOptions:
+                start_at: datetime | None = None, start_after: timedelta | None = None,
+                attributes: Mapping[str, str | int | bool] | None = None) -> RunOptions:
         """:meth:`starflow.Starflow.options`: ``sf.options(run_id=i).start(wf, x)``."""
         return RunOptions(self, self._app.options(
             run_id=run_id, pool=pool, priority=priority, concurrency_key=concurrency_key,
             dedup_key=dedup_key, debounce=debounce, debounce_key=debounce_key,
-            timeout=timeout, start_at=start_at, start_after=start_after))
+            timeout=timeout, start_at=start_at, start_after=start_after,
+            attributes=attributes))
 
     # -- schedules and pool limits ---------------------------------------------------
 
@@ -367,6 +368,10 @@ class Starflow:
                                                       limit=limit, since=since,
                                                       attributes=attributes,
                                                       parent_run_id=parent_run_id))
+
+    def get_attributes(self, run_id: str) -> dict[str, str | int | bool]:
+        """:meth:`starflow.Starflow.get_attributes`."""
+        return self._call(lambda: self._app.get_attributes(run_id))
 
     def stuck_runs(self, limit: int = 1000) -> list[RunInfo]:
         """:meth:`starflow.Starflow.stuck_runs`."""

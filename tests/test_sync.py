@@ -133,6 +133,14 @@ class TestSameMethods:
                 assert sf.result(queued, timeout=30) == 41
             assert sf.options(run_id=run_id).start(compute, 20).status == "success"
 
+    def test_start_attributes_read_back(self, url: str) -> None:
+        """options(attributes=) and get_attributes (#30)."""
+        with Starflow.open(url) as sf:
+            queued = sf.options(attributes={"customer": "c-42", "vip": True}).start(compute, 1)
+            assert sf.get_attributes(queued.run_id) == {"customer": "c-42", "vip": True}
+            assert [r.id for r in sf.list_runs(attributes={"customer": "c-42"})] == [
+                queued.run_id]
+
     def test_a_start_for_later(self, url: str) -> None:
         """options(start_after=) and start(start_at=) write a scheduled run; bad input
         is refused with nothing written; cancel ends it before it runs (#30)."""

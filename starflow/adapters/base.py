@@ -437,6 +437,11 @@ class WorkflowStateAdapter(AdapterSeam):
         """The run's registered wakes."""
 
     @abc.abstractmethod
+    async def get_run_attributes(self, run_id: str) -> dict[str, str]:
+        """The run's searchable attributes, key -> the JSON text of its value
+        (empty for a run without any, or no such run)."""
+
+    @abc.abstractmethod
     async def get_event_value(self, run_id: str, key: str) -> EventValue | None:
         """The run's durable event ``key``, if it was set."""
 

@@ -109,6 +109,9 @@ class DelegatingAdapter(WorkflowStateAdapter):
     async def list_waits(self, run_id: str) -> list[WaitRecord]:
         return await self.inner.list_waits(run_id)
 
+    async def get_run_attributes(self, run_id: str) -> dict[str, str]:
+        return await self.inner.get_run_attributes(run_id)
+
     async def get_event_value(self, run_id: str, key: str) -> EventValue | None:
         return await self.inner.get_event_value(run_id, key)
 

@@ -90,6 +90,9 @@ class NullWorkflowStateAdapter(WorkflowStateAdapter):
     async def list_waits(self, run_id: str) -> list[WaitRecord]:
         return []
 
+    async def get_run_attributes(self, run_id: str) -> dict[str, str]:
+        return {}
+
     async def get_event_value(self, run_id: str, key: str) -> EventValue | None:
         return None
 

@@ -847,6 +847,14 @@ class PostgresWorkflowStateAdapter(BusyTracking, WorkflowStateAdapter):
             rows = await conn.fetch(Q.list_events, rid, self.workspace_id, self.env, after_id)
         return [run_event(r, POSTGRES) for r in rows]
 
+    async def get_run_attributes(self, run_id: str) -> dict[str, str]:
+        rid = uuid_or_none(run_id)
+        if rid is None:
+            return {}
+        async with self._connection("get_run_attributes", run_id) as conn:
+            rows = await conn.fetch(Q.get_run_attributes, rid, self.workspace_id, self.env)
+        return {r["key"]: r["value"] for r in rows}
+
     async def get_event_value(self, run_id: str, key: str) -> EventValue | None:
         rid = uuid_or_none(run_id)
         if rid is None:

@@ -124,6 +124,9 @@ class Queries:
         self.get_event_value = (f"SELECT {EVENT_VALUE_COLUMNS} FROM workflow_event_values "
                                 f"WHERE run_id = {p(1)} AND {kt(2)} AND key = {p(4)}")
         #: (run_id, ws, env)
+        self.get_run_attributes = ("SELECT key, value FROM workflow_run_attributes "
+                                   f"WHERE run_id = {p(1)} AND {kt(2)} ORDER BY key")
+        #: (run_id, ws, env)
         self.list_event_values = (f"SELECT {EVENT_VALUE_COLUMNS} FROM workflow_event_values "
                                   f"WHERE run_id = {p(1)} AND {kt(2)} ORDER BY key")
         #: (run_id, ws, env, key, after_seq, limit)

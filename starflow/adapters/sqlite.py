@@ -640,6 +640,11 @@ class LocalWorkflowStateAdapter(BusyTracking, WorkflowStateAdapter):
             run_event(r, SQLITE) for r in conn.execute(
                 Q.list_events, (run_id, self.workspace_id, self.env, after_id))])
 
+    async def get_run_attributes(self, run_id: str) -> dict[str, str]:
+        return await self._call(lambda conn: {
+            r[0]: r[1] for r in conn.execute(
+                Q.get_run_attributes, (run_id, self.workspace_id, self.env))})
+
     async def get_event_value(self, run_id: str, key: str) -> EventValue | None:
         def read(conn: Any) -> EventValue | None:
             row = conn.execute(Q.get_event_value,

@@ -142,10 +142,10 @@ class _ReplayEngine(Engine):
 
     async def start_child(self, definition: WorkflowDefinition, args: tuple[Any, ...],
                           kwargs: dict[str, Any], *, run_id: str | None, pool: str | None,
-                          detached: bool) -> str:
+                          detached: bool, timeout: timedelta | None = None) -> str:
         try:
             return await super().start_child(definition, args, kwargs, run_id=run_id,
-                                             pool=pool, detached=detached)
+                                             pool=pool, detached=detached, timeout=timeout)
         except NonDeterminismError as exc:
             self.nondeterminism = self.nondeterminism or exc
             raise

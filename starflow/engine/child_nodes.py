@@ -13,7 +13,7 @@ suspension at a durable wait and the delivery of a cancel).
 from __future__ import annotations
 
 import uuid
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from .. import serde
@@ -101,8 +101,12 @@ def _not_in_step(engine: EngineCore, what: str) -> None:
 
 async def start_child_node(engine: EngineCore, definition: WorkflowDefinition,
                            args: tuple[Any, ...], kwargs: dict[str, Any], *,
-                           run_id: str | None, pool: str | None, detached: bool) -> str:
+                           run_id: str | None, pool: str | None, detached: bool,
+                           timeout: timedelta | None = None) -> str:
     """Start (or, on replay, find) the child run of node ``child:<workflow>#n``.
+
+    ``timeout`` (else the child workflow's) sets the child's deadline from
+    its start, as ``sf.options(timeout=)`` does for a run.
 
     Arguments are checked and encoded before anything is written. The child's
     row (queued for the workers of its pool) and the parent's node are one unit.
@@ -145,6 +149,7 @@ async def start_child_node(engine: EngineCore, definition: WorkflowDefinition,
     if existing is not None and existing.template_id not in (None, definition.name):
         raise RunIdConflict(child_id, existing.template_id, definition.name, existing.status)
     runtime = engine.runtime
+    timeout = timeout if timeout is not None else definition.timeout
     def_id = (await runtime.definition_id(definition) if runtime.definition_id is not None
               else None)
     ctx = WorkflowContext(run_id=child_id, workflow=definition.name, version=definition.version,
@@ -155,7 +160,6 @@ async def start_child_node(engine: EngineCore, definition: WorkflowDefinition,
 
     async def record(ts: datetime) -> None:
         if existing is None:
-            timeout = definition.timeout
             options = StartOptions(
                 input=encoded, status="queued", claim_state="queued",
                 runner_pool=pool if pool is not None else definition.pool,
@@ -175,7 +179,7 @@ async def start_child_node(engine: EngineCore, definition: WorkflowDefinition,
                                      recorded_at=ts))
     if runtime.notify is not None:
         runtime.notify()  # workers of this process look for the queued child now
-    if definition.timeout is not None and runtime.notify_timers is not None:
+    if timeout is not None and runtime.notify_timers is not None:
         runtime.notify_timers()  # the timer loop ends it at its deadline if still queued
     return child_id
 

@@ -214,10 +214,11 @@ class EngineNodes(EngineCore):
 
     async def start_child(self, definition: WorkflowDefinition, args: tuple[Any, ...],
                           kwargs: dict[str, Any], *, run_id: str | None, pool: str | None,
-                          detached: bool) -> str:
+                          detached: bool, timeout: timedelta | None = None) -> str:
         """``starflow.start_child``: see :func:`starflow.engine.child_nodes.start_child_node`."""
         return await child_nodes.start_child_node(self, definition, args, kwargs,
-                                               run_id=run_id, pool=pool, detached=detached)
+                                               run_id=run_id, pool=pool, detached=detached,
+                                               timeout=timeout)
 
     async def child_result(self, child_run_id: str, return_type: Any) -> Any:
         """``ChildHandle.result``: see :func:`starflow.engine.child_nodes.child_result_node`."""

@@ -256,6 +256,33 @@ class Driver:
             raise RunFinished(run_id, run.status, action)
         return run
 
+    async def chain(self, run_id: str) -> list[RunInfo]:
+        """The run and the runs it continued as (``continue_as_new``), in order: the
+        last is the chain's current run.
+
+        Raises:
+            RunNotFound: no such run.
+        """
+        run = await self.adapter.get_run(run_id)
+        if run is None:
+            raise RunNotFound(run_id)
+        runs = [run]
+        while run.continued_as is not None:
+            nxt = await self.adapter.get_run(run.continued_as)
+            if nxt is None:  # pruned, or another scope's: the chain ends here for us
+                break
+            run = nxt
+            runs.append(run)
+        return runs
+
+    async def _current(self, run_id: str, action: str) -> RunInfo:
+        """The chain's current run (the run itself, or the last one it continued
+        as), if it has not ended (else a clear error naming that run)."""
+        run = (await self.chain(run_id))[-1]
+        if run.is_terminal:
+            raise RunFinished(run.id, run.status, action)
+        return run
+
     # -- driving -------------------------------------------------------------------
 
     async def _execute(self, engine: Engine) -> Outcome:

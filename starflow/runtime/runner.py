@@ -81,9 +81,12 @@ class Runner(Waker):
     async def start(self, definition: WorkflowDefinition, args: tuple[Any, ...],
                     kwargs: dict[str, Any], *, run_id: str | None, inline: bool,
                     pool: str | None = None, flow: Mapping[str, Any] | None = None,
-                    timeout: timedelta | None = None, start_at: datetime | None = None
-                    ) -> RunHandle[Any]:
+                    timeout: timedelta | None = None, start_at: datetime | None = None,
+                    attributes: Mapping[str, str] | None = None) -> RunHandle[Any]:
         """Record a new run (idempotent on ``run_id``) and, inline, drive it.
+
+        ``attributes`` (checked by the caller: key -> JSON text) are written
+        with the run's start, in its unit, as ``starflow.set_attributes`` would.
 
         The run takes ``definition``'s version (the caller resolves a name).
         ``timeout`` (else the workflow's) sets its deadline from its start:
@@ -129,6 +132,8 @@ class Runner(Waker):
         try:
             async with (self.adapter.collect() if fused else self.adapter.unit()) as unit:
                 await self.adapter.on_run_start(rid, ctx, options, now=now)
+                if attributes:
+                    await self.adapter.set_attributes(rid, attributes, now=now)
                 if inline:
                     await self.adapter.write_lease(rid, self.runner_id,
                                                    now + self.config.lease_ttl, now=now)

@@ -432,29 +432,37 @@ class Waker(Driver):
                               signal=event, error=str(exc))
 
     async def signal(self, run_id: str, event: str, payload: Any) -> RunHandle[Any]:
+        """Queue a signal for the run, or (``continue_as_new``) for the chain's
+        current run, and deliver it if that run waits for it."""
         check_event(event, "signal", run_id=run_id)
         encoded = serde.to_builtins(payload, what=f"payload of signal {event!r}", run_id=run_id)
-        run = await self._unfinished(run_id, "signal")
-        wait = checkpoint_wait(run.checkpoint_json)
-        if wait is not None and wait.node_id is not None and (
-                event in wait_events(wait.node_id, wait.event)):
-            _check_payload(run.id, wait, encoded, f"payload of signal {event!r}", event)
-        await self.check_signal_name(run, event)
-        now = self.clock.now()
-        async with self.adapter.unit(guard=Guard(run_id=run_id, status_in=ACTIVE_STATUSES)
-                                     ) as unit:
-            await self.adapter.enqueue_signal(run_id, event, encoded, now=now)
-        if not unit.held:
-            ended = await self.handle(run_id)
-            raise RunFinished(run_id, ended.status, "signal")
+        while True:  # again if the run continued as new meanwhile
+            run = await self._current(run_id, "signal")
+            run_id = run.id
+            wait = checkpoint_wait(run.checkpoint_json)
+            if wait is not None and wait.node_id is not None and (
+                    event in wait_events(wait.node_id, wait.event)):
+                _check_payload(run.id, wait, encoded, f"payload of signal {event!r}", event)
+            await self.check_signal_name(run, event)
+            now = self.clock.now()
+            async with self.adapter.unit(guard=Guard(run_id=run_id,
+                                                     status_in=ACTIVE_STATUSES)) as unit:
+                await self.adapter.enqueue_signal(run_id, event, encoded, now=now)
+            if unit.held:
+                break
+            ended = await self.adapter.get_run(run_id)
+            if ended is None or ended.continued_as is None:
+                raise RunFinished(run_id, ended.status if ended else "gone", "signal")
         self._log.debug("signal queued", run_id=run_id, signal=event)
         handle = await self.deliver(run_id, event)
         return handle if handle is not None else await self.handle(run_id)
 
     async def request_update(self, run_id: str, name: str, payload: Any,
                              update_id: str) -> RunHandle[Any] | None:
-        """Queue update ``update_id`` for the run (once per id) and deliver it if the
-        run is paused receiving ``name``; ``None`` if it was queued before."""
+        """Queue update ``update_id`` for the run ``run_id`` (once per id; the
+        caller resolved a ``continue_as_new`` chain to its current run) and
+        deliver it if the run is paused receiving ``name``; ``None`` if it was
+        queued before."""
         check_event(name, "update", run_id=run_id)
         check_update_id(update_id, run_id=run_id)
         encoded = serde.to_builtins(payload, what=f"payload of update {name!r}", run_id=run_id)

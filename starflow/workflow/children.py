@@ -26,12 +26,13 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Awaitable, Callable
+from datetime import timedelta
 from typing import Any, Generic, ParamSpec, TypeVar, overload
 
 from ..errors import InvalidArgument
 from ..limits import check_name
 from .context import running_engine
-from .decorators import WorkflowDefinition, definition_of
+from .decorators import WorkflowDefinition, definition_of, timeout_problem
 
 __all__ = ["ChildHandle", "start_child"]
 
@@ -89,31 +90,36 @@ async def start_child(wf: Callable[P, Awaitable[R]], /, *args: P.args, **kwargs:
 
 @overload
 async def start_child(wf: Callable[[], Awaitable[R]], /, *, run_id: str | None = None,
-                      pool: str | None = None, detached: bool = False) -> ChildHandle[R]: ...
+                      pool: str | None = None, detached: bool = False,
+                      timeout: timedelta | None = None) -> ChildHandle[R]: ...
 
 
 @overload
 async def start_child(wf: Callable[[A1], Awaitable[R]], a1: A1, /, *,
                       run_id: str | None = None, pool: str | None = None,
-                      detached: bool = False) -> ChildHandle[R]: ...
+                      detached: bool = False, timeout: timedelta | None = None
+                      ) -> ChildHandle[R]: ...
 
 
 @overload
 async def start_child(wf: Callable[[A1, A2], Awaitable[R]], a1: A1, a2: A2, /, *,
                       run_id: str | None = None, pool: str | None = None,
-                      detached: bool = False) -> ChildHandle[R]: ...
+                      detached: bool = False, timeout: timedelta | None = None
+                      ) -> ChildHandle[R]: ...
 
 
 @overload
 async def start_child(wf: Callable[[A1, A2, A3], Awaitable[R]], a1: A1, a2: A2, a3: A3, /, *,
                       run_id: str | None = None, pool: str | None = None,
-                      detached: bool = False) -> ChildHandle[R]: ...
+                      detached: bool = False, timeout: timedelta | None = None
+                      ) -> ChildHandle[R]: ...
 
 
 @overload
 async def start_child(wf: Callable[[A1, A2, A3, A4], Awaitable[R]], a1: A1, a2: A2, a3: A3,
                       a4: A4, /, *, run_id: str | None = None, pool: str | None = None,
-                      detached: bool = False) -> ChildHandle[R]: ...
+                      detached: bool = False, timeout: timedelta | None = None
+                      ) -> ChildHandle[R]: ...
 
 
 async def start_child(wf: Callable[..., Awaitable[Any]], /, *args: Any,
@@ -143,19 +149,25 @@ async def start_child(wf: Callable[..., Awaitable[Any]], /, *args: Any,
         pool (str | None): The runner pool whose workers run the child (default: the
             child workflow's ``pool``, else any).
         detached (bool): Not cancelled with the parent (still listed as its child).
+        timeout (timedelta | None): The child's deadline, from its start
+            (overrides the child workflow's ``@workflow(timeout=)``, as
+            ``sf.options(timeout=)`` does for a run): past it the child ends in
+            ``error`` with ``WorkflowTimeout``, queued or running, and
+            ``handle.result()`` raises :class:`~starflow.WorkflowFailed`
+            (``error_type == "WorkflowTimeout"``) as for any failed child.
 
     Raises:
         StarflowError: called outside a workflow run, or inside a step.
         WorkflowDefinitionError: ``wf`` is not a workflow, or the arguments do
             not fit its signature.
-        InvalidArgument: a bad ``run_id``, ``pool`` or ``detached``.
+        InvalidArgument: a bad ``run_id``, ``pool``, ``detached`` or ``timeout``.
         RunIdConflict: ``run_id`` names a run of another workflow.
 
     Nothing is written when one of these is raised.
 
     Type checkers check the arguments against ``wf``'s signature, and type
-    ``handle.result()`` as ``wf``'s return type. With ``run_id=``, ``pool=`` or
-    ``detached=``, pass the workflow's arguments positionally (up to four are
+    ``handle.result()`` as ``wf``'s return type. With ``run_id=``, ``pool=``,
+    ``detached=`` or ``timeout=``, pass the workflow's arguments positionally (up to four are
     checked; more, or keyword arguments besides these options, are accepted
     at run time only).
     """
@@ -165,7 +177,10 @@ async def start_child(wf: Callable[..., Awaitable[Any]], /, *args: Any,
     run_id: Any = kwargs.pop("run_id", None)
     pool: Any = kwargs.pop("pool", None)
     detached: Any = kwargs.pop("detached", False)
+    timeout: Any = kwargs.pop("timeout", None)
     problems = []
+    if (problem := timeout_problem("timeout", timeout)) is not None:
+        problems.append(problem)
     if run_id is not None:
         try:
             run_id = str(uuid.UUID(str(run_id)))
@@ -179,6 +194,6 @@ async def start_child(wf: Callable[..., Awaitable[Any]], /, *args: Any,
         raise InvalidArgument("start_child: " + "; ".join(problems), run_id=engine.run_id)
     check_name("pool", pool, optional=True, run_id=engine.run_id)
     child_id: str = await engine.start_child(definition, args, kwargs, run_id=run_id,
-                                             pool=pool, detached=detached)
+                                             pool=pool, detached=detached, timeout=timeout)
     return ChildHandle(child_id, definition)
 

@@ -366,7 +366,8 @@ class RunningEngine(Protocol):
 
     # ``definition`` is a ``decorators.WorkflowDefinition`` (decorators imports this module).
     async def start_child(self, definition: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
-                          *, run_id: str | None, pool: str | None, detached: bool) -> str: ...
+                          *, run_id: str | None, pool: str | None, detached: bool,
+                          timeout: timedelta | None = None) -> str: ...
 
     async def child_result(self, child_run_id: str, return_type: Any) -> Any: ...
 

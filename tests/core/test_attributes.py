@@ -7,7 +7,15 @@ import uuid
 
 import pytest
 
-from starflow import InvalidArgument, Starflow, set_attributes, step, wait_for, workflow
+from starflow import (
+    InvalidArgument,
+    RunNotFound,
+    Starflow,
+    set_attributes,
+    step,
+    wait_for,
+    workflow,
+)
 
 
 def unique(prefix: str) -> str:
@@ -90,3 +98,46 @@ async def test_attributes_are_per_workspace(db_url: str, workspace_id: str) -> N
                 ] == [mine.run_id]
         assert [r.id for r in await two.list_runs(attributes={"customer": "shared"})
                 ] == [theirs.run_id]
+
+
+async def test_attributes_set_at_start_are_found_and_read_back(sf: Starflow) -> None:
+    """#30: the caller sets attributes with the start; the workflow may replace them."""
+
+    @workflow(name=unique("attr-start"))
+    async def order(region: str) -> str:
+        await wait_for("go")
+        set_attributes(region=region)
+        return region
+
+    tenant = unique("tenant")
+    queued = await sf.options(attributes={"tenant": tenant, "tier": 2}).start(order, "us")
+    inline = await sf.run(order, "eu", attributes={"tenant": tenant, "vip": True})
+    assert inline.status == "paused"
+    assert await sf.get_attributes(queued.run_id) == {"tenant": tenant, "tier": 2}
+    assert await sf.get_attributes(inline.run_id) == {"tenant": tenant, "vip": True}
+    found = await sf.list_runs(attributes={"tenant": tenant})
+    assert {r.id for r in found} == {queued.run_id, inline.run_id}
+    assert [r.id for r in await sf.list_runs(attributes={"vip": True, "tenant": tenant})
+            ] == [inline.run_id]
+    await sf.signal(inline.run_id, "go")
+    assert await sf.get_attributes(inline.run_id) == {"tenant": tenant, "vip": True,
+                                                      "region": "eu"}
+    plain = await sf.run(order, "us")
+    assert await sf.get_attributes(plain.run_id) == {}
+
+
+async def test_bad_start_attributes_write_nothing(sf: Starflow) -> None:
+    name = unique("attr-start-bad")
+
+    @workflow(name=name)
+    async def wf() -> None:
+        return None
+
+    for bad in ({}, {"amount": 1.5}, {"note": "x" * 300}, {"": "x"}):
+        with pytest.raises(InvalidArgument, match="attributes"):
+            await sf.options(attributes=bad).start(wf)  # type: ignore[arg-type]
+        with pytest.raises(InvalidArgument, match="attributes"):
+            await sf.run(wf, attributes=bad)
+    assert await sf.list_runs(template_id=name) == []  # nothing written
+    with pytest.raises(RunNotFound):
+        await sf.get_attributes(str(uuid.uuid4()))

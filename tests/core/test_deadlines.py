@@ -393,3 +393,52 @@ class TestQueuedDeadline:
             run = await env.get_run(handle.run_id)
             assert run.status == "error"
             assert run.failure is not None and run.failure.type == "WorkflowTimeout"
+
+
+@workflow(name="dl-child-timeout-parent")
+async def parent_child_timeout(hours: float, minutes: float) -> str:
+    handle = await starflow.start_child(plain, hours, timeout=timedelta(minutes=minutes))
+    try:
+        return await handle.result()
+    except WorkflowFailed as exc:
+        return f"{exc.error_type} ({exc.run_id})"
+
+
+@workflow(name="dl-child-timeout-bad")
+async def parent_bad_child_timeout(kind: int) -> str:
+    bad: object = [timedelta(0), 5, timedelta(days=-1)][kind]
+    try:
+        await starflow.start_child(plain, 0.1, timeout=bad)  # type: ignore[arg-type]
+    except starflow.InvalidArgument as exc:
+        return str(exc)
+    return "accepted"
+
+
+class TestChildTimeout:
+    """#30: ``start_child(..., timeout=)`` sets one child run's deadline."""
+
+    async def test_the_child_ends_at_its_deadline_and_the_parent_sees_it_failed(
+            self, env_kind: str) -> None:
+        async with WorkflowEnvironment(adapter=env_kind) as env:
+            started = env.now()
+            handle = await env.start(parent_child_timeout, 2, 10)
+            text = await env.result(handle)
+            [kid] = await env.list_runs(parent_run_id=handle.run_id)
+            assert text == f"WorkflowTimeout ({kid.id})"
+            assert kid.status == "error"
+            assert kid.deadline_at == started + timedelta(minutes=10)
+            assert env.now() == started + timedelta(minutes=10)  # not the child's 2 h
+
+    async def test_within_its_timeout_the_child_returns(self, env_kind: str) -> None:
+        async with WorkflowEnvironment(adapter=env_kind) as env:
+            handle = await env.start(parent_child_timeout, 0.5, 60)
+            assert await env.result(handle) == "woke"
+
+    async def test_a_bad_child_timeout_is_refused_before_writing(self, env_kind: str
+                                                                 ) -> None:
+        async with WorkflowEnvironment(adapter=env_kind) as env:
+            for kind in range(3):
+                handle = await env.start(parent_bad_child_timeout, kind)
+                text = await env.result(handle)
+                assert "timeout must be a positive timedelta" in text, text
+                assert await env.list_runs(parent_run_id=handle.run_id) == []

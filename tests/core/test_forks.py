@@ -15,6 +15,7 @@ from starflow import (
     InvalidArgument,
     NodeNotInHistory,
     OutsideWorkflow,
+    RunFinished,
     RunNotEnded,
     RunNotFound,
     Starflow,
@@ -341,3 +342,35 @@ async def test_continue_as_new_in_a_cancelled_runs_cleanup_ends_it_cancelled(
     assert done.status == "cancelled"
     runs = await sf.list_runs(template_id=name)
     assert [(r.status, r.continued_as) for r in runs] == [("cancelled", None)]
+
+
+async def test_signals_and_updates_to_the_first_run_follow_the_chain(sf: Starflow) -> None:
+    """#30: a message sent to a run that continued as new goes to the chain's current run."""
+
+    @workflow(name=f"chain-inbox-{uuid.uuid4().hex[:8]}")
+    async def inbox(n: int, total: int) -> int:
+        total += int(await starflow.wait_for("add"))
+        if n < 2:
+            starflow.continue_as_new(n + 1, total)
+        req = await starflow.receive("ask")
+        await req.reply(total * 10)
+        return total
+
+    first = await sf.run(inbox, 0, 0)
+    assert first.status == "paused"
+    second = await sf.signal(first.run_id, "add", 1)  # the first run takes it, continues
+    assert second.run_id != first.run_id and second.status == "paused"
+    third = await sf.signal(first.run_id, "add", 2)  # given to the second run
+    assert third.run_id not in (first.run_id, second.run_id) and third.status == "paused"
+    assert (await sf.get_run(second.run_id)).continued_as == third.run_id
+    last = await sf.signal(first.run_id, "add", 3)  # the third run takes it, asks
+    assert last.run_id == third.run_id and last.status == "paused"
+    uid = str(uuid.uuid4())
+    assert await sf.update(first.run_id, "ask", update_id=uid) == 60
+    assert await sf.update(first.run_id, "ask", update_id=uid) == 60  # a retry: same answer
+    assert await sf.update(second.run_id, "ask", update_id=uid) == 60
+    assert await sf.result(first.run_id) == 6
+    with pytest.raises(RunFinished):
+        await sf.signal(first.run_id, "add", 4)  # the chain's last run has ended
+    with pytest.raises(RunFinished):
+        await sf.update(first.run_id, "ask")

@@ -26,4 +26,6 @@ async def use(sf: Starflow) -> None:
 async def use_options(sf: Starflow) -> None:
     handle = await sf.options(run_id="6f1c2b1e-8a51-4a3e-9a57-0f1e2d3c4b5a").run(typed, 1)
     queued = await sf.options(pool="gpu").start(typed, 2)
-    _ = (handle.status, queued.status)
+    tagged = await sf.options(attributes={"customer": "c-42", "tier": 2}).start(typed, 3)
+    attributes: dict[str, str | int | bool] = await sf.get_attributes(tagged.run_id)
+    _ = (handle.status, queued.status, attributes)

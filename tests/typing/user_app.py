@@ -48,7 +48,8 @@ async def batch(order_ids: list[str]) -> int:
     assert_type(await handle.result(), Receipt)
     gpu = await starflow.start_child(order, order_ids[2], 7, pool="gpu", detached=True)
     assert_type(gpu, starflow.ChildHandle[Receipt])
-    one = await starflow.start_child(order, order_ids[3], run_id=None)
+    one = await starflow.start_child(order, order_ids[3], run_id=None,
+                                     timeout=timedelta(minutes=10))
     assert_type(await one.result(), Receipt)
     return first.cents + (await handle.result()).cents + (await gpu.result()).cents
 

@@ -27,6 +27,7 @@ async def parent() -> None:
     await start_child(wf, 1, 2)  # error: too many arguments for the child
     await start_child(wf, "one", pool="gpu")  # error: a str, with an option
     await start_child(wf, 1, detached="yes")  # error: detached is a bool
+    await start_child(wf, 1, timeout=600)  # error: timeout is a timedelta
     handle = await start_child(wf, 1)
     number: int = await handle.result()  # error: the child's result is a str
     _ = number
