@@ -4,12 +4,9 @@ workers every ``metrics_interval`` (one ``queue_stats`` query) on the fake clock
 
 from __future__ import annotations
 
-import socket
-import urllib.request
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 import anyio
 import pytest
@@ -167,33 +164,3 @@ class TestRefresh:
         async with Starflow.open("memory://", maintenance=False) as sf:
             with pytest.raises(ConfigError, match="metrics_interval must be > 0"):
                 sf.worker(metrics_interval=0)
-
-
-async def until(predicate: Callable[[], bool], limit: float = 10.0) -> None:
-    """Wait (real time, bounded) for work in other tasks and threads to get there."""
-    with anyio.fail_after(limit):
-        while not predicate():
-            await anyio.sleep(0.005)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def scrape(port: int) -> dict[str, float]:
-    """The metrics endpoint's samples, by name and labels as written."""
-    from prometheus_client.parser import text_string_to_metric_families
-
-    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read()
-    out: dict[str, float] = {}
-    for family in text_string_to_metric_families(text.decode()):
-        for s in family.samples:
-            labels = ",".join(f"{k}={v}" for k, v in sorted(s.labels.items()))
-            out[f"{s.name}{{{labels}}}"] = s.value
-    return out
-
-
-def metric(samples: dict[str, float], name: str, pool: str) -> Any:
-    return samples.get(f"{name}{{pool={pool}}}")

@@ -23,6 +23,7 @@ import pytest
 
 import starflow
 from starflow import Starflow, step, workflow
+from starflow.adapters.dialect import POSTGRES
 from starflow.adapters.postgres import (
     CLAIM_SQL,
     MIGRATION_LOCK_KEY,
@@ -31,7 +32,6 @@ from starflow.adapters.postgres import (
     PostgresWorkflowStateAdapter,
     channel_name,
 )
-from starflow.adapters.dialect import POSTGRES
 from starflow.adapters.queries import POSTGRES_QUERIES, queue_stats_of
 from starflow.adapters.units import Guard, InsertEvent, Unit
 from starflow.errors import ConfigError, StorageError
