@@ -438,7 +438,8 @@ class StarflowOps(StarflowCore):
         return await self.runner.stuck_runs(limit)
 
     def worker(self, pool: str | None = None, concurrency: int = 16,
-               maintenance: bool = False, grace: float = 30.0, timers: bool = True) -> Worker:
+               maintenance: bool = False, grace: float = 30.0, timers: bool = True,
+               metrics_interval: float = 15.0) -> Worker:
         """A worker that claims runs queued for ``pool``; ``await worker.run()``.
 
         Args:
@@ -454,6 +455,10 @@ class StarflowOps(StarflowCore):
                 default; each timer fires once however many workers run. False
                 leaves them to another process (``starflow server``, a worker
                 with ``maintenance=True``); the worker then warns at start.
+            metrics_interval: With Prometheus metrics enabled, seconds between two
+                reads of the queue per pool (one query) for the queue gauges
+                (``starflow_queue_depth``, ``starflow_queue_oldest_age_seconds``,
+                ``starflow_runs_running``).
         """
         check_concurrency(concurrency)  # before the maintenance loops are built
         check_name("pool", pool, optional=True)
@@ -466,7 +471,7 @@ class StarflowOps(StarflowCore):
                              timers_only=not maintenance)
         fires = mt is not None or (self._maintenance is not None and self._maintenance.full)
         return Worker(self.runner, pool=pool, concurrency=concurrency, maintenance=mt,
-                      grace=grace, fires_timers=fires)
+                      grace=grace, fires_timers=fires, metrics_interval=metrics_interval)
 
 
 def check_session_names(session_id: object, key: object) -> None:

@@ -25,8 +25,9 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from ._version import __version__
@@ -35,6 +36,8 @@ from .errors import ConfigError
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
+
+    from .records import QueueStats
 
 __all__ = [
     "OUTBOX_AGE_BUCKETS",
@@ -49,6 +52,7 @@ __all__ = [
     "enable_metrics",
     "enable_tracing",
     "set_outbox_lag",
+    "set_queue_stats",
 ]
 
 #: Histogram buckets of ``starflow_step_attempt_duration_seconds`` (steps call
@@ -99,6 +103,14 @@ class StarflowMetrics:
         outbox_lag: ``starflow_outbox_lag_rows{age_bucket}``: unapplied
             ``mirror_outbox`` rows by age, set by the drainer through
             :func:`set_outbox_lag`.
+        queue_depth: ``starflow_queue_depth{pool}``: queued runs a worker may
+            claim now (not those started for later, nor debounced ones not yet
+            due), read by workers every ``queue_metrics_interval`` through
+            :func:`set_queue_stats`. ``pool=""``: runs queued for no pool.
+        queue_oldest_age: ``starflow_queue_oldest_age_seconds{pool}``: how long
+            the longest-waiting of those has been queued (0 with none).
+        runs_running: ``starflow_runs_running{pool}``: runs executing now in
+            every process (claimed or running).
     """
 
     def __init__(self, registry: CollectorRegistry) -> None:
@@ -124,6 +136,15 @@ class StarflowMetrics:
         self.outbox_lag = Gauge("starflow_outbox_lag_rows",
                                 "Unapplied mirror_outbox rows by age bucket.", ["age_bucket"],
                                 registry=registry)
+        self.queue_depth = Gauge("starflow_queue_depth",
+                                 "Queued runs claimable now, per pool.", ["pool"],
+                                 registry=registry)
+        self.queue_oldest_age = Gauge("starflow_queue_oldest_age_seconds",
+                                      "Age of the oldest claimable queued run, per pool.",
+                                      ["pool"], registry=registry)
+        self.runs_running = Gauge("starflow_runs_running",
+                                  "Runs executing now (all processes), per pool.", ["pool"],
+                                  registry=registry)
 
 
 class Execution:
@@ -258,6 +279,33 @@ class Observability:
         if self.metrics is not None:
             for bucket in OUTBOX_AGE_BUCKETS:
                 self.metrics.outbox_lag.labels(bucket).set(rows_by_age.get(bucket, 0))
+
+
+    def queue_stats(self, stats: Iterable[QueueStats], now: datetime) -> None:
+        """Set the queue gauges; see :func:`set_queue_stats`."""
+        metrics = self.metrics
+        if metrics is None:
+            return
+        seen: set[str] = set()
+        for s in stats:
+            pool = s.pool or ""
+            seen.add(pool)
+            age = (max(0.0, (now - s.oldest_queued_at).total_seconds())
+                   if s.queued and s.oldest_queued_at is not None else 0.0)
+            metrics.queue_depth.labels(pool).set(s.queued)
+            metrics.queue_oldest_age.labels(pool).set(age)
+            metrics.runs_running.labels(pool).set(s.running)
+        # A pool that emptied reads 0 (not its last value) until the process ends.
+        for gauge in (metrics.queue_depth, metrics.queue_oldest_age, metrics.runs_running):
+            for (pool,) in list(_label_values(gauge)):
+                if pool not in seen:
+                    gauge.labels(pool).set(0)
+
+
+def _label_values(gauge: Any) -> list[tuple[str, ...]]:
+    """The label values a labelled gauge has children for."""
+    return [tuple(sample.labels.values()) for metric in gauge.collect()
+            for sample in metric.samples]
 
 
 # -- the active instance ---------------------------------------------------------
@@ -396,3 +444,14 @@ def set_outbox_lag(rows_by_age: Mapping[str, int]) -> None:
     state model's drift signal: climbing lag means the warm tier drifts.
     """
     current().outbox_lag(rows_by_age)
+
+
+def set_queue_stats(stats: Iterable[QueueStats], now: datetime) -> None:
+    """Publish the queue per pool (``adapter.queue_stats``), ages as of ``now``.
+
+    Workers call this every ``queue_metrics_interval`` when metrics are
+    enabled: ``starflow_queue_depth``, ``starflow_queue_oldest_age_seconds``
+    and ``starflow_runs_running``, labelled by pool. Pools missing from
+    ``stats`` are set to 0.
+    """
+    current().queue_stats(stats, now)

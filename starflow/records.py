@@ -35,6 +35,7 @@ __all__ = [
     "PoolLimits",
     "PoolUsage",
     "PrunedBatch",
+    "QueueStats",
     "QueuedRun",
     "RunEvent",
     "RunFilter",
@@ -518,6 +519,23 @@ class PoolLimits(msgspec.Struct, frozen=True, kw_only=True):
         not stored)."""
         return self.paused or any(v is not None for v in (
             self.concurrency, self.rate_limit, self.key_concurrency))
+
+
+class QueueStats(msgspec.Struct, frozen=True, kw_only=True):
+    """One pool's queue as the queue metrics read it (``adapter.queue_stats``).
+
+    ``pool`` None: runs queued for no pool (any worker may claim them).
+    """
+
+    pool: str | None
+    #: Queued runs a worker may claim now: not those started for later whose
+    #: time has not come (claim_state scheduled) nor debounced ones not yet due.
+    queued: int
+    #: When the longest-waiting of those was last queued: the latest of its
+    #: start, its start time (``not_before``) and its last runner's heartbeat.
+    oldest_queued_at: datetime | None
+    #: Runs executing now (claimed or running).
+    running: int
 
 
 class PoolUsage(msgspec.Struct, frozen=True, kw_only=True):

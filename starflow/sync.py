@@ -511,16 +511,16 @@ class Starflow:
 
     def worker(self, pool: str | None = None, concurrency: int = 16,
                maintenance: bool = False, grace: float = 30.0,
-               timers: bool = True) -> SyncWorker:
+               timers: bool = True, metrics_interval: float = 15.0) -> SyncWorker:
         """:meth:`starflow.Starflow.worker`, run from a thread: ``sf.worker().run()``
         blocks; ``with sf.worker():`` runs it in the background for the block."""
-        return SyncWorker(self, self._call(lambda: self._worker(pool, concurrency,
-                                                                maintenance, grace, timers)))
+        return SyncWorker(self, self._call(lambda: self._worker(
+            pool, concurrency, maintenance, grace, timers, metrics_interval)))
 
     async def _worker(self, pool: str | None, concurrency: int, maintenance: bool,
-                      grace: float, timers: bool) -> Worker:
+                      grace: float, timers: bool, metrics_interval: float) -> Worker:
         return self._app.worker(pool=pool, concurrency=concurrency, maintenance=maintenance,
-                                grace=grace, timers=timers)
+                                grace=grace, timers=timers, metrics_interval=metrics_interval)
 
 
 class RunOptions:

@@ -40,6 +40,7 @@ from ..records import (
     PoolLimits,
     PoolUsage,
     QueuedRun,
+    QueueStats,
     RunEvent,
     RunInfo,
     ScheduleRecord,
@@ -649,6 +650,12 @@ class WorkflowStateAdapter(AdapterSeam):
     @abc.abstractmethod
     async def pool_usage(self, now: datetime) -> list[PoolUsage]:
         """Every pool with limits or with queued or executing runs: limits and current use."""
+
+    @abc.abstractmethod
+    async def queue_stats(self, now: datetime) -> list[QueueStats]:
+        """Per pool: queued runs claimable at ``now``, when the oldest of them was
+        queued, and runs executing (the queue metrics). One statement, served by
+        the partial indexes of queued and of executing runs."""
 
     @abc.abstractmethod
     async def find_active_dedup(self, pool: str | None, dedup_key: str) -> str | None:

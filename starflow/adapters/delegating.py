@@ -18,6 +18,7 @@ from ..records import (
     PoolLimits,
     PoolUsage,
     QueuedRun,
+    QueueStats,
     RunEvent,
     RunInfo,
     ScheduleRecord,
@@ -177,6 +178,9 @@ class DelegatingAdapter(WorkflowStateAdapter):
 
     async def pool_usage(self, now: datetime) -> list[PoolUsage]:
         return await self.inner.pool_usage(now)
+
+    async def queue_stats(self, now: datetime) -> list[QueueStats]:
+        return await self.inner.queue_stats(now)
 
     async def find_active_dedup(self, pool: str | None, dedup_key: str) -> str | None:
         return await self.inner.find_active_dedup(pool, dedup_key)

@@ -23,6 +23,7 @@ from ..records import (
     PoolLimits,
     PoolUsage,
     QueuedRun,
+    QueueStats,
     RunEvent,
     RunInfo,
     ScheduleRecord,
@@ -201,6 +202,9 @@ class NullWorkflowStateAdapter(WorkflowStateAdapter):
         return None
 
     async def pool_usage(self, now: datetime) -> list[PoolUsage]:
+        return []
+
+    async def queue_stats(self, now: datetime) -> list[QueueStats]:
         return []
 
     async def find_active_dedup(self, pool: str | None, dedup_key: str) -> str | None:

@@ -80,6 +80,7 @@ from ..records import (
     PoolUsage,
     PrunedBatch,
     QueuedRun,
+    QueueStats,
     RunEvent,
     RunInfo,
     ScheduleRecord,
@@ -138,6 +139,7 @@ from ._sql import (
 from .base import RunWatch, WorkflowStateAdapter
 from .pages import RunPage, RunPageQuery, make_page, page_sql
 from .queries import POSTGRES_QUERIES as Q
+from .queries import queue_stats_of
 from .seam import BusyTracking
 from .sweep import ABANDONED, REQUEUED
 from .units import (
@@ -1320,6 +1322,12 @@ class PostgresWorkflowStateAdapter(BusyTracking, WorkflowStateAdapter):
                 out.append(PoolUsage(pool=pool, limits=lim, queued=queued, active=active,
                                      claimed_in_window=window))
         return out
+
+    async def queue_stats(self, now: datetime) -> list[QueueStats]:
+        ws, env = self.workspace_id, self.env
+        async with self._connection("queue_stats") as conn:
+            rows = await conn.fetch(Q.queue_stats, ws, env, now, ws, env)
+        return queue_stats_of(rows, POSTGRES)
 
     async def find_active_dedup(self, pool: str | None, dedup_key: str) -> str | None:
         async with self._connection("find_active_dedup") as conn:

@@ -9,7 +9,11 @@ the two instances the adapters use.
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import Any
 
+from ..records import QueueStats
 from ._sql import (
     ACTIVE_RUN,
     DEFINITION_COLUMNS,
@@ -25,11 +29,12 @@ from ._sql import (
     SIGNAL_COLUMNS,
     STREAM_ITEM_COLUMNS,
     WAIT_COLUMNS,
+    claimable,
 )
 from .dialect import POSTGRES, SQLITE, Dialect
 
 __all__ = ["CHILD_WAIT", "POSTGRES_QUERIES", "QUEUED_DEADLINE", "SCHEDULED", "SQLITE_QUERIES",
-           "Queries"]
+           "Queries", "queue_stats_of"]
 
 #: The WHERE terms of ``idx_workflow_runs_queued_deadline`` (migration 036),
 #: repeated as written (SQLite uses a partial index only then).
@@ -239,6 +244,19 @@ class Queries:
             f"sum(CASE WHEN {ACTIVE_RUN} THEN 1 ELSE 0 END) "
             f"FROM workflow_runs WHERE {t(1)} AND runner_pool IS NOT NULL "
             f"AND (claim_state = 'queued' OR ({ACTIVE_RUN})) GROUP BY runner_pool")
+        # Per pool, one statement (the queue metrics): 'q' rows count the runs
+        # claimable now and their oldest "queued since" (idx_workflow_runs_claim_priority,
+        # 027), 'r' rows the runs executing (idx_workflow_runs_pool_active, 027).
+        since = ("greatest(started_at, not_before, last_heartbeat)" if d.name == "postgres"
+                 else "max(started_at, COALESCE(not_before, started_at), "
+                      "COALESCE(last_heartbeat, started_at))")
+        #: (ws, env, now, ws, env)
+        self.queue_stats = (
+            f"SELECT runner_pool, 'q', count(*), min({since}) FROM workflow_runs "
+            f"WHERE {t(1)} AND claim_state = 'queued' AND {claimable(d, 3)} "
+            "GROUP BY runner_pool UNION ALL "
+            f"SELECT runner_pool, 'r', count(*), NULL FROM workflow_runs "
+            f"WHERE {t(4)} AND {ACTIVE_RUN} GROUP BY runner_pool")
         #: (ws, env, pool)
         self.pool_active = (f"SELECT count(*) FROM workflow_runs WHERE {t(1)} "
                             f"AND runner_pool = {p(3)} AND {ACTIVE_RUN}")
@@ -372,3 +390,19 @@ def _mark_outbox_sql(d: Dialect, count: int) -> str:
 
 SQLITE_QUERIES = Queries(SQLITE)
 POSTGRES_QUERIES = Queries(POSTGRES)
+
+
+def queue_stats_of(rows: Iterable[Sequence[Any]], d: Dialect) -> list[QueueStats]:
+    """Fold the rows of ``Queries.queue_stats`` into one :class:`QueueStats` per pool
+    (ordered by pool, no pool first)."""
+    queued: dict[str | None, tuple[int, datetime | None]] = {}
+    running: dict[str | None, int] = {}
+    for pool, kind, count, oldest in rows:
+        if kind == "q":
+            queued[pool] = (int(count), d.ts_out(oldest))
+        else:
+            running[pool] = int(count)
+    return [QueueStats(pool=pool, queued=queued.get(pool, (0, None))[0],
+                       oldest_queued_at=queued.get(pool, (0, None))[1],
+                       running=running.get(pool, 0))
+            for pool in sorted(set(queued) | set(running), key=lambda p: (p is not None, p))]

@@ -42,6 +42,7 @@ from ..records import (
     PoolUsage,
     PrunedBatch,
     QueuedRun,
+    QueueStats,
     RunEvent,
     RunInfo,
     ScheduleRecord,
@@ -95,7 +96,7 @@ from ._sql import (
 )
 from .base import WorkflowStateAdapter
 from .pages import RunPage, RunPageQuery, make_page, page_sql
-from .queries import SCHEDULED
+from .queries import SCHEDULED, queue_stats_of
 from .queries import SQLITE_QUERIES as Q
 from .seam import BusyTracking
 from .sweep import lost_payload
@@ -1077,6 +1078,12 @@ class LocalWorkflowStateAdapter(BusyTracking, WorkflowStateAdapter):
             return out
 
         return await self._call(usage)
+
+    async def queue_stats(self, now: datetime) -> list[QueueStats]:
+        ws, env = self.workspace_id, self.env
+        rows = await self._lookup(lambda conn: conn.execute(
+            Q.queue_stats, (ws, env, format_ts(now), ws, env)).fetchall())
+        return queue_stats_of(rows, SQLITE)
 
     async def find_active_dedup(self, pool: str | None, dedup_key: str) -> str | None:
         row = await self._lookup(lambda conn: conn.execute(

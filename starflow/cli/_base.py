@@ -54,6 +54,7 @@ __all__ = [
     "on_signals",
     "open_app",
     "positive_int",
+    "positive_seconds",
     "redact_url",
     "resolve_app",
     "say",
@@ -385,6 +386,13 @@ def positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1: {value}")
+    return value
+
+
+def positive_seconds(text: str) -> float:
+    value = nonnegative_seconds(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError(f"must be > 0 seconds: {text}")
     return value
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 import anyio
 
@@ -17,6 +18,7 @@ from ._base import (
     on_signals,
     open_app,
     positive_int,
+    positive_seconds,
     resolve_app,
     say,
 )
@@ -40,6 +42,15 @@ def _worker_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--grace", type=nonnegative_seconds, default=30.0, metavar="SECONDS",
                         help="on SIGTERM/SIGINT, how long active runs may go on before they "
                              "are cancelled and handed back to the queue (default 30)")
+    parser.add_argument("--metrics-port", type=positive_int, default=None, metavar="PORT",
+                        help="serve Prometheus metrics on this port (/metrics, all "
+                             "interfaces; needs the metrics extra): runs, steps, leases, "
+                             "and per pool the queue depth, the oldest queued run's age and "
+                             "the runs executing")
+    parser.add_argument("--metrics-interval", type=positive_seconds, default=15.0,
+                        metavar="SECONDS",
+                        help="with --metrics-port, how often this worker reads the queue "
+                             "per pool (one query; default 15)")
 
 
 @command("worker", help="claim queued runs and drive them until SIGTERM/SIGINT",
@@ -57,23 +68,51 @@ async def _worker(ns: argparse.Namespace) -> int:
             f"--app {ns.app} defines no workflow: a worker claims only runs of the workflows "
             "its --app module registers (@workflow functions it defines or imports); point "
             "--app at that module", EXIT_USAGE)
-    async with sf:
-        worker = sf.worker(pool=ns.pool, concurrency=ns.concurrency,
-                           maintenance=ns.maintenance, grace=ns.grace, timers=ns.timers)
-        say(f"worker {sf.runner_id} serving {', '.join(registry.names()) or 'no workflows'}"
-             f" (pool {ns.pool or 'any'}, concurrency {ns.concurrency}"
-             f"{', maintenance' if ns.maintenance else ''}"
-             f"{', timers' if worker.fires_timers else ''})")
-        if not worker.fires_timers:
-            say("warning: --no-timers: this worker fires no durable timers; runs paused on "
-                "sleep() or a wait_for() timeout stay paused past their deadline unless a "
-                "starflow server or another worker fires them")
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(on_signals, worker.stop, lambda: worker.stop(0))
-            await worker.run()
-            tg.cancel_scope.cancel()
-        say(f"worker stopped: {worker.completed} run execution(s), "
-             f"{worker.released} handed back to the queue")
+    server = _serve_metrics(ns.metrics_port) if ns.metrics_port is not None else None
+    try:
+        async with sf:
+            return await _serve(sf, ns)
+    finally:
+        if server is not None:
+            server.shutdown()
+            server.server_close()
+
+
+def _serve_metrics(port: int) -> Any:
+    """Enable metrics in the default registry and serve it on ``port`` (a thread)."""
+    from ..observability import enable_metrics
+
+    try:
+        enable_metrics()  # ConfigError without prometheus-client: the extra
+        from prometheus_client import start_http_server
+
+        server, _ = start_http_server(port)
+    except OSError as exc:
+        raise CommandError(f"--metrics-port {port}: cannot listen: {exc}; pick a free "
+                           "port", EXIT_USAGE) from None
+    say(f"metrics on http://0.0.0.0:{port}/metrics")
+    return server
+
+
+async def _serve(sf: Any, ns: argparse.Namespace) -> int:
+    from ..workflow.decorators import registry
+
+    worker = sf.worker(pool=ns.pool, concurrency=ns.concurrency, maintenance=ns.maintenance,
+                       grace=ns.grace, timers=ns.timers, metrics_interval=ns.metrics_interval)
+    say(f"worker {sf.runner_id} serving {', '.join(registry.names()) or 'no workflows'}"
+         f" (pool {ns.pool or 'any'}, concurrency {ns.concurrency}"
+         f"{', maintenance' if ns.maintenance else ''}"
+         f"{', timers' if worker.fires_timers else ''})")
+    if not worker.fires_timers:
+        say("warning: --no-timers: this worker fires no durable timers; runs paused on "
+            "sleep() or a wait_for() timeout stay paused past their deadline unless a "
+            "starflow server or another worker fires them")
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(on_signals, worker.stop, lambda: worker.stop(0))
+        await worker.run()
+        tg.cancel_scope.cancel()
+    say(f"worker stopped: {worker.completed} run execution(s), "
+         f"{worker.released} handed back to the queue")
     return EXIT_OK
 
 

@@ -7,6 +7,7 @@ from datetime import datetime
 import anyio
 import anyio.abc
 
+from .. import observability
 from ..clock import wait_event
 from ..config import check_concurrency
 from ..errors import ConfigError, StarflowError, StorageError, WorkflowDefinitionError
@@ -46,14 +47,22 @@ class Worker:
             ``maintenance``, or the app's own). If not, :meth:`run` warns at start:
             sleeps and ``wait_for`` timeouts then wait for another process.
             Default: whether ``maintenance`` is given.
+        metrics_interval: With Prometheus metrics enabled
+            (``starflow.observability.enable_metrics``), read the queue per pool
+            every this many seconds (one query) and publish it as
+            ``starflow_queue_depth``, ``starflow_queue_oldest_age_seconds`` and
+            ``starflow_runs_running``. Nothing is read without metrics.
     """
 
     def __init__(self, runner: Runner, *, pool: str | None = None, concurrency: int = 16,
                  maintenance: Maintenance | None = None, grace: float = 30.0,
-                 fires_timers: bool | None = None) -> None:
+                 fires_timers: bool | None = None, metrics_interval: float = 15.0) -> None:
         check_concurrency(concurrency)
         if grace < 0:
             raise ConfigError(f"grace must be >= 0 seconds: {grace!r}")
+        if not metrics_interval > 0:
+            raise ConfigError(f"metrics_interval must be > 0 seconds: {metrics_interval!r}")
+        self.metrics_interval = float(metrics_interval)
         self.runner = runner
         self.pool = pool
         self.concurrency = concurrency
@@ -252,6 +261,8 @@ class Worker:
             async with anyio.create_task_group() as tg:
                 if self.maintenance is not None:
                     tg.start_soon(self._maintenance, self.maintenance)
+                if observability.current().metrics is not None:
+                    tg.start_soon(self._queue_metrics)
                 async with anyio.create_task_group() as runs:
                     while not self._stopping.is_set():
                         if self._backoff:
@@ -292,6 +303,21 @@ class Worker:
     @staticmethod
     async def _maintenance(maintenance: Maintenance) -> None:
         await maintenance.run(sweep_now=False)
+
+    async def publish_queue_metrics(self) -> None:
+        """Read the queue per pool once and set the queue gauges (with metrics on)."""
+        now = self.runner.clock.now()
+        stats = await self.runner.adapter.queue_stats(now)
+        observability.set_queue_stats(stats, now)
+
+    async def _queue_metrics(self) -> None:
+        """Publish the queue gauges every ``metrics_interval`` until the worker stops."""
+        while not self._stopping.is_set():
+            try:
+                await self.publish_queue_metrics()
+            except StarflowError as exc:
+                self._log.warning("reading the queue metrics failed", error=str(exc))
+            await self._pause(self.metrics_interval)
 
     async def _grace_period(self, runs: anyio.CancelScope) -> None:
         """Cancel the runs still active ``grace`` seconds after the drain began."""
