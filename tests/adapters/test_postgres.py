@@ -462,7 +462,7 @@ class TestPlans:
     async def test_queue_metrics_read_uses_the_partial_indexes(self) -> None:
         """The queue metrics' one query per interval (#30 item 9) with 100,000 runs
         queued among 200,000 finished ones: both of its halves are index-only scans
-        of partial indexes (queued runs, 047; executing runs, 027), no table scan.
+        of partial indexes (queued runs, 044; executing runs, 027), no table scan.
         Measured: ~55 ms for the 100,000 queued runs (vacuumed); ~150 ms through a
         bitmap scan of the same index when a million-row table was not."""
         async with scratch_database("starflow_plan") as (_, conn):
