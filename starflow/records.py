@@ -17,6 +17,7 @@ from typing import Any
 import msgspec
 
 from .failure import RunFailure
+from .tokens import redact_wake_tokens
 
 __all__ = [
     "BULK_STATUSES",
@@ -178,6 +179,19 @@ class RunInfo(msgspec.Struct, frozen=True, kw_only=True):
     #: Until then its ``status`` is ``queued`` and its ``claim_state``
     #: ``scheduled`` (a debounced run's stays ``queued``): no worker claims it.
     not_before: datetime | None = None
+
+    def _shown(self) -> list[tuple[str, Any]]:
+        """The fields as a repr shows them: a paused run's checkpoint carries its
+        live wake token (a bearer secret), redacted as the CLI and page show it."""
+        return [(name, redact_wake_tokens(value) if name == "checkpoint_json" else value)
+                for name, value in ((f, getattr(self, f)) for f in self.__struct_fields__)]
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{name}={value!r}" for name, value in self._shown())
+        return f"{type(self).__name__}({fields})"
+
+    def __rich_repr__(self) -> Any:
+        yield from self._shown()
 
     @property
     def run_id(self) -> str:

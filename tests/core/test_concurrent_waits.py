@@ -126,3 +126,15 @@ class TestRunHandleRepr:
         assert handle.wake_token is not None
         assert handle.wake_token not in repr(handle)
         assert "wake_token=None" in repr(RunHandle(run_id="r", status="queued"))
+
+    async def test_run_info_repr_redacts_the_checkpoint_token(self, sf: Starflow) -> None:
+        """A paused run's row carries its wake token in ``checkpoint_json``: its repr
+        shows ``[redacted]`` there, the field itself is unchanged."""
+        handle = await sf.run(in_gather)
+        assert handle.wake_token is not None
+        info = await sf.get_run(handle.run_id)
+        assert handle.wake_token in repr(info.checkpoint_json)  # stored as it is
+        for shown in (repr(info), str(info), f"{info!r}",
+                      repr(dict(info.__rich_repr__()))):
+            assert handle.wake_token not in shown
+            assert "[redacted]" in shown and handle.run_id in shown
