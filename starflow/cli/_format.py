@@ -9,12 +9,15 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Iterable, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import msgspec
 
+from ..clock import parse_age
+
 __all__ = [
+    "age_arg",
     "cell",
     "human_duration",
     "iso",
@@ -24,6 +27,18 @@ __all__ = [
     "write",
     "write_json",
 ]
+
+
+def age_arg(text: str) -> timedelta:
+    """An argparse type for an age such as ``90s``, ``30m``, ``2h``, ``3d``, ``1w``
+    (``--older-than``, ``--after``): a usage error naming the text otherwise."""
+    try:
+        age = parse_age(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if age is None:
+        raise argparse.ArgumentTypeError(f"not an age like 90s, 30m, 2h, 3d, 1w: {text!r}")
+    return age
 
 
 def iso(ts: datetime | None) -> str | None:

@@ -12,13 +12,13 @@ import argparse
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
 
 from ..app import DEFAULT_BULK_LIMIT
-from ..clock import parse_age, parse_when
+from ..clock import parse_when
 from ..errors import (
     ConfigError,
     InvalidArgument,
@@ -42,7 +42,7 @@ from ._base import (
     open_app,
     positive_int,
 )
-from ._format import iso, json_flag, run_args, write, write_json
+from ._format import age_arg, iso, json_flag, run_args, write, write_json
 
 __all__ = ["bulk_args", "no_filters", "run_bulk"]
 
@@ -137,7 +137,7 @@ def _start_args(parser: argparse.ArgumentParser) -> None:
     later.add_argument("--at", type=_start_time, default=None, metavar="WHEN",
                        help="start it no earlier than WHEN: an ISO date/time (UTC unless it "
                             "has an offset); the run is written now, a worker claims it then")
-    later.add_argument("--after", type=_start_delay, default=None, metavar="AGE",
+    later.add_argument("--after", type=age_arg, default=None, metavar="AGE",
                        help="start it no earlier than AGE from now: 90s, 30m, 2h, 3d, 1w")
     json_flag(parser)
 
@@ -150,17 +150,6 @@ def _start_time(text: str) -> datetime:
         raise argparse.ArgumentTypeError(
             f"not an ISO date/time such as 2030-01-31T09:00:00+01:00: {text!r}") from None
     return when.replace(tzinfo=UTC) if when.tzinfo is None else when
-
-
-def _start_delay(text: str) -> timedelta:
-    """``--after``: an age like ``90s``, ``30m``, ``2h``, ``3d``, ``1w``."""
-    try:
-        age = parse_age(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-    if age is None:
-        raise argparse.ArgumentTypeError(f"not an age like 90s, 30m, 2h, 3d, 1w: {text!r}")
-    return age
 
 
 @command("start", help="start a run of WORKFLOW (queued for workers, or --inline here)",

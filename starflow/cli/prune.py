@@ -4,26 +4,16 @@ that belongs to them, optionally exporting their histories first (issue #24)."""
 from __future__ import annotations
 
 import argparse
-from datetime import timedelta
 
-from ..clock import parse_age as age_of
 from ._base import EXIT_OK, EXIT_USAGE, CommandError, app_args, command, db_args, open_app
-from ._format import json_flag, write, write_json
+from ._format import age_arg, json_flag, write, write_json
 
 __all__ = ["parse_age"]
 
+#: ``--older-than``'s type (the CLI's one age parser).
+parse_age = age_arg
+
 _ENDED = ("cancelled", "error", "success")
-
-
-def parse_age(text: str) -> timedelta:
-    """``--older-than``: an age like ``90s``, ``30m``, ``12h``, ``30d``, ``2w``."""
-    try:
-        age = age_of(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-    if age is None:
-        raise argparse.ArgumentTypeError(f"not an age like 30m, 12h, 30d, 2w: {text!r}")
-    return age
 
 
 def _statuses(text: str) -> tuple[str, ...]:
