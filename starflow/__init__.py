@@ -69,7 +69,7 @@ from .workflow.events import close_stream, set_event, write_stream
 from .workflow.logger import logger
 from .workflow.progress import progress
 from .workflow.session import session_get, session_set
-from .workflow.updates import UpdateRequest, receive
+from .workflow.updates import Message, UpdateRequest, receive, wait_for_message
 from .workflow.waits import now, patched, sleep, wait_for, wait_for_any, wake_token
 
 __all__ = [
@@ -85,6 +85,7 @@ __all__ = [
     "JobWorker",
     "LeaseLostError",
     "LiveRun",
+    "Message",
     "NodeNotInHistory",
     "NonDeterminismError",
     "OutsideWorkflow",
@@ -144,6 +145,7 @@ __all__ = [
     "step",
     "wait_for",
     "wait_for_any",
+    "wait_for_message",
     "wake_token",
     "workflow",
     "write_stream",

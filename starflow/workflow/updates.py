@@ -10,25 +10,36 @@ durable wait recorded as ``receive:<name>#n``, and answers with
 :meth:`UpdateRequest.reply` or :meth:`UpdateRequest.reject`, recorded as a
 ``reply:<name>#n`` node whose output carries the ``update_id``; the caller
 reads the answer from the run's history.
+
+``receive("a", "b")`` waits for the first request of several names, and
+:func:`wait_for_message` for the first of several signals and updates: both
+are one ``wait_for_any`` node (``any:<event>|<event>…#n``) over the inbox
+events, so the oldest queued message among them wins and a replay returns
+the same one.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Generic, TypeVar, overload
+from typing import Any, Generic, Literal, TypeVar, overload
 
 from .. import serde
 from ..errors import InvalidArgument, SerializationError, StarflowError
 from ..limits import check_name
-from .context import check_event, running_engine
+from .context import RunningEngine, check_event, running_engine
+from .waits import ANY_SEPARATOR
 
 __all__ = [
     "UPDATE_MARKER_PREFIX",
     "UPDATE_PREFIX",
+    "Message",
     "UpdateRequest",
     "receive",
     "update_event",
     "update_marker",
+    "wait_for_message",
 ]
 
 T = TypeVar("T")
@@ -96,16 +107,55 @@ class UpdateRequest(Generic[T]):
         self._answered = True
 
 
+@dataclass(frozen=True, slots=True)
+class Message:
+    """What :func:`wait_for_message` returns: the signal or the update that came first.
+
+    Attributes:
+        kind: ``"signal"`` or ``"update"``.
+        name: The signal's event name, or the update's name.
+        payload: The signal's or the request's payload (converted to the
+            type ``types=`` gives for ``name``).
+        update: For an update, the request to answer with ``reply`` /
+            ``reject``; ``None`` for a signal.
+    """
+
+    kind: Literal["signal", "update"]
+    name: str
+    payload: Any
+    update: UpdateRequest[Any] | None = None
+
+
+def _check_timeout(timeout: object, what: str) -> None:
+    if timeout is not None and (not isinstance(timeout, timedelta) or timeout <= timedelta()):
+        raise InvalidArgument(f"{what} timeout must be a positive timedelta: {timeout!r}")
+
+
+def _check_names(names: Iterable[object], what: str) -> tuple[str, ...]:
+    """Message names: each a valid signal name without ``|`` (the separator of
+    the ``any:`` node id), none repeated."""
+    checked = tuple(check_event(name, what) for name in names)
+    for name in checked:
+        if ANY_SEPARATOR in name:
+            raise InvalidArgument(f"{what} names may not contain {ANY_SEPARATOR!r} when it "
+                                  f"waits for several: {name!r}")
+    if len(set(checked)) != len(checked):
+        raise InvalidArgument(f"{what} names must be distinct: {list(checked)!r}")
+    return checked
+
+
 @overload
-async def receive(name: str, *, timeout: timedelta | None = None) -> UpdateRequest[Any]: ...
+async def receive(name: str, *names: str, timeout: timedelta | None = None
+                  ) -> UpdateRequest[Any]: ...
 @overload
-async def receive(name: str, *, timeout: timedelta | None = None,
+async def receive(name: str, *names: str, timeout: timedelta | None = None,
                   type: type[T]) -> UpdateRequest[T]: ...
 
 
-async def receive(name: str, *, timeout: timedelta | None = None,
+async def receive(name: str, *names: str, timeout: timedelta | None = None,
                   type: Any = Any) -> UpdateRequest[Any]:
-    """Wait durably for the next update named ``name``; answer it with ``reply``/``reject``.
+    """Wait durably for the next update named ``name`` (or any of ``names`` too);
+    answer it with ``reply``/``reject``.
 
     ::
 
@@ -113,30 +163,116 @@ async def receive(name: str, *, timeout: timedelta | None = None,
         items.append(req.payload)
         await req.reply(len(items))
 
-    Requests are kept in the run's inbox until received, in arrival order.
+        req = await starflow.receive("add_item", "checkout")  # whichever comes first
+        if req.name == "checkout": ...
+
+    Requests are kept in the run's inbox until received, in arrival order;
+    with several names the oldest request among them wins and the others
+    stay queued.
 
     Raises:
         WaitTimeout: ``timeout`` passed before a request.
+        InvalidArgument: a bad or repeated name, a bad timeout.
         StarflowError: outside a workflow run, or inside a step.
     """
+    if names:
+        every = _check_names((name, *names), "receive")
+        _check_timeout(timeout, "receive")
+        engine = running_engine("receive")
+        message = await _first_message(engine, (), every, timeout, {n: type for n in every})
+        assert message.update is not None
+        return message.update
     check_event(name, "receive")
-    if timeout is not None and (not isinstance(timeout, timedelta) or timeout <= timedelta()):
-        raise InvalidArgument(f"receive timeout must be a positive timedelta: {timeout!r}")
+    _check_timeout(timeout, "receive")
     engine = running_engine("receive")
     while True:
         raw = await engine.wait(update_event(name), timeout, Any, kind="receive",
                                 node_name=name)
-        if not isinstance(raw, dict) or "id" not in raw:
-            raise StarflowError(f"run {engine.run_id}: the recorded update request {raw!r} has "
-                                "no id", run_id=engine.run_id)
-        try:
-            payload = serde.convert(raw.get("payload"), type,
-                                    what=f"payload of update {name!r}", run_id=engine.run_id)
-        except SerializationError as exc:
-            # The caller's mistake, not the run's: it gets UpdateRejected saying why
-            # (recorded, so a replay answers the same), and this receive waits for
-            # the next request.
-            await UpdateRequest(name, str(raw["id"]), None).reject(
-                f"its payload does not match the type receive({name!r}) declares: {exc}")
-            continue
-        return UpdateRequest(name, str(raw["id"]), payload)
+        request = await _request(engine, name, raw, type)
+        if request is not None:
+            return request
+
+
+async def wait_for_message(*, signals: Iterable[str] = (), updates: Iterable[str] = (),
+                           timeout: timedelta | None = None,
+                           types: Mapping[str, Any] | None = None) -> Message:
+    """Wait durably for the first of several signals and updates; return it as a :class:`Message`.
+
+    ::
+
+        msg = await starflow.wait_for_message(signals=["cancel"],
+                                              updates=["add_item", "checkout"])
+        if msg.update is not None:
+            await msg.update.reply("ok")
+
+    The oldest queued message among them wins (one sent before the run got
+    here counts); the others stay in the inbox for a later wait. Recorded as
+    one ``wait_for_any`` node, so a replay returns the same message. An
+    update whose payload does not fit its type is rejected (its caller gets
+    :class:`~starflow.UpdateRejected`) and the wait goes on.
+
+    Args:
+        signals: Signal names (``Starflow.signal(run_id, name, ...)``).
+        updates: Update names (``Starflow.update(run_id, name, ...)``).
+        timeout: Give up after this long: raises :class:`~starflow.WaitTimeout`.
+        types: Convert a message's payload to a type, by name.
+
+    Raises:
+        WaitTimeout: the timeout passed before any message.
+        InvalidArgument: no names, a name repeated (within or across
+            ``signals`` and ``updates``), a bad name or timeout, a ``types``
+            key that names no message.
+        StarflowError: outside a workflow run, or inside a step.
+    """
+    if isinstance(signals, str) or isinstance(updates, str):
+        raise InvalidArgument("wait_for_message signals= and updates= take lists of names, "
+                              f"not one string: signals={signals!r}, updates={updates!r}")
+    signal_names, update_names = tuple(signals), tuple(updates)
+    every = _check_names((*signal_names, *update_names), "wait_for_message")
+    if not every:
+        raise InvalidArgument("wait_for_message needs at least one signal or update name")
+    _check_timeout(timeout, "wait_for_message")
+    chosen = dict(types or {})
+    unknown = sorted(set(chosen) - set(every), key=str)
+    if unknown:
+        raise InvalidArgument(f"wait_for_message types= names messages it does not wait for: "
+                              f"{unknown!r} (names: {list(every)!r})")
+    engine = running_engine("wait_for_message")
+    return await _first_message(engine, signal_names, update_names, timeout, chosen)
+
+
+async def _first_message(engine: RunningEngine, signals: tuple[str, ...],
+                         updates: tuple[str, ...], timeout: timedelta | None,
+                         types: Mapping[str, Any]) -> Message:
+    """One ``wait_for_any`` over the signals' events and the updates' inbox events,
+    again after an update it had to reject."""
+    events = {**{s: ("signal", s) for s in signals},
+              **{update_event(u): ("update", u) for u in updates}}
+    signal_types = {s: types[s] for s in signals if s in types}
+    while True:
+        event, raw = await engine.wait_any(tuple(events), timeout, signal_types)
+        kind, name = events[event]
+        if kind == "signal":
+            return Message("signal", name, raw)
+        request = await _request(engine, name, raw, types.get(name, Any))
+        if request is not None:
+            return Message("update", name, request.payload, request)
+
+
+async def _request(engine: RunningEngine, name: str, raw: Any, type_: Any
+                   ) -> UpdateRequest[Any] | None:
+    """The request a recorded update message holds, or None once rejected for a
+    payload that does not fit ``type_`` (the caller's mistake, not the run's)."""
+    if not isinstance(raw, dict) or "id" not in raw:
+        raise StarflowError(f"run {engine.run_id}: the recorded update request {raw!r} has "
+                            "no id", run_id=engine.run_id)
+    try:
+        payload = serde.convert(raw.get("payload"), type_,
+                                what=f"payload of update {name!r}", run_id=engine.run_id)
+    except SerializationError as exc:
+        # The caller gets UpdateRejected saying why (recorded, so a replay answers
+        # the same), and the wait goes on for the next request.
+        await UpdateRequest(name, str(raw["id"]), None).reject(
+            f"its payload does not match the type receive({name!r}) declares: {exc}")
+        return None
+    return UpdateRequest(name, str(raw["id"]), payload)
