@@ -283,7 +283,11 @@ class StreamItem(msgspec.Struct, frozen=True, kw_only=True):
     """One item of a run's stream (``starflow.write_stream`` / ``close_stream``).
 
     ``seq`` numbers a key's items from 1 in write order; the closing item
-    (``closed``) carries no value and is the key's last.
+    (``closed``) carries no value and is the key's last. Items written from
+    inside a step (migration 047) take the ``seq`` of the workflow's last
+    write to the key before the step started (0 if none) and a ``sub`` from
+    1; the workflow's own writes have ``sub`` 0. Items are read in
+    ``(seq, sub)`` order.
     """
 
     run_id: str
@@ -291,9 +295,11 @@ class StreamItem(msgspec.Struct, frozen=True, kw_only=True):
     seq: int
     value: Any
     closed: bool
-    #: The history node that wrote it (``stream:<key>#n``).
+    #: The history node that wrote it (``stream:<key>#n``, or the step's node).
     node_id: str | None
     created_at: datetime
+    #: 0 for a workflow-level write; from 1, in write order, for a step's.
+    sub: int = 0
 
 
 class DefinitionRecord(msgspec.Struct, frozen=True, kw_only=True):

@@ -90,6 +90,7 @@ LAYERS: dict[str, str] = {
     # engine: one execution of one run (engine, journal, lease, child nodes)
     "starflow.engine": "engine",
     "starflow.engine.child_nodes": "engine",
+    "starflow.engine.step_data": "engine",
     "starflow.engine.engine": "engine",
     "starflow.engine.core": "engine",
     "starflow.engine.nodes": "engine",

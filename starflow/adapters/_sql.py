@@ -157,7 +157,7 @@ SIGNAL_COLUMNS = "id, run_id, event, payload_json, created_at"
 DEFINITION_COLUMNS = "id, name, version, code_hash, created_at"
 OUTBOX_COLUMNS = "id, run_id, kind, payload, created_at"
 EVENT_VALUE_COLUMNS = "run_id, key, value_json, node_id, updated_at"
-STREAM_ITEM_COLUMNS = "run_id, key, seq, value_json, closed, node_id, created_at"
+STREAM_ITEM_COLUMNS = "run_id, key, seq, value_json, closed, node_id, created_at, sub"
 
 #: Flow-control columns (#18) an ``InsertRun`` may also name.
 FLOW_RUN_COLUMNS = frozenset({"priority", "concurrency_key", "dedup_key", "debounce_key",
@@ -307,7 +307,7 @@ def stream_item(row: Any, d: Dialect) -> StreamItem:
     """A ``STREAM_ITEM_COLUMNS`` row."""
     return StreamItem(run_id=str(row[0]), key=row[1], seq=int(row[2]),
                       value=d.json_out(row[3]), closed=bool(row[4]), node_id=row[5],
-                      created_at=d.at(row[6]))
+                      created_at=d.at(row[6]), sub=int(row[7]))
 
 
 def definition_record(row: Any, d: Dialect) -> DefinitionRecord:
@@ -611,11 +611,15 @@ def _static_sql(d: Dialect, kind: type[Op]) -> str:
                 "ON CONFLICT (run_id, key) DO UPDATE SET value_json = excluded.value_json, "
                 "node_id = excluded.node_id, updated_at = excluded.updated_at")
     if kind is InsertStreamItem:
-        # A replayed write finds its item there: exactly once per (run, key, seq).
+        # A replayed write finds its item there: exactly once per (run, key, seq, sub).
+        # A step's write (sub NULL) takes the next sub of its seq: the engine writes
+        # one step item of a run at a time, under the run's lease.
         return ("INSERT INTO workflow_stream_items (run_id, workspace_id, env, key, seq, "
-                f"value_json, closed, node_id, created_at) VALUES "
-                f"({', '.join(p(i) for i in range(1, 10))}) "
-                "ON CONFLICT (run_id, key, seq) DO NOTHING")
+                f"value_json, closed, node_id, created_at, sub) VALUES "
+                f"({', '.join(p(i) for i in range(1, 10))}, COALESCE(CAST({p(10)} AS INTEGER), "
+                "(SELECT COALESCE(MAX(s.sub), 0) + 1 FROM workflow_stream_items s "
+                f"WHERE s.run_id = {p(11)} AND s.key = {p(12)} AND s.seq = {p(13)}))) "
+                "ON CONFLICT (run_id, key, seq, sub) DO NOTHING")
     if kind is UpsertSessionVar:
         return ("INSERT INTO workflow_session_vars (workspace_id, env, session_id, key, "
                 f"value_json, run_id, keep_until, updated_at) VALUES "
@@ -764,7 +768,8 @@ def op_sql(d: Dialect, op: Op, ws: str, env: str) -> tuple[str, tuple[Any, ...]]
     if isinstance(op, InsertStreamItem):
         return sql, (d.key(op.run_id, "run id"), ws, env, op.key, op.seq,
                      d.json(op.value, null=op.closed, what=f"stream {op.key!r} item"),
-                     d.flag(op.closed), op.node_id, d.ts(op.created_at))
+                     d.flag(op.closed), op.node_id, d.ts(op.created_at), op.sub,
+                     d.key(op.run_id, "run id"), op.key, op.seq)
     if isinstance(op, UpsertSessionVar):
         return sql, (ws, env, op.session_id, op.key, d.json(op.value),
                      d.key(op.run_id, "run id"), d.ts(op.keep_until), d.ts(op.updated_at))

@@ -314,12 +314,14 @@ class WorkflowStateAdapter(AdapterSeam):
                                             value=value, node_id=node_id, updated_at=now))
 
     async def append_stream(self, run_id: str, key: str, seq: int, value: Any, *,
-                            closed: bool = False, node_id: str | None, now: datetime) -> None:
-        """INSERT item ``seq`` of the run's stream ``key`` (``starflow.write_stream``,
-        or its closing item); a no-op if that item exists (a replayed write)."""
+                            closed: bool = False, node_id: str | None, now: datetime,
+                            sub: int | None = 0) -> None:
+        """INSERT item ``(seq, sub)`` of the run's stream ``key`` (``starflow.write_stream``,
+        or its closing item); a no-op if that item exists (a replayed write).
+        ``sub`` None: a write from inside a step, numbered one past ``seq``'s highest."""
         await self._submit(InsertStreamItem(method="append_stream", run_id=run_id, key=key,
                                             seq=seq, value=value, closed=closed,
-                                            node_id=node_id, created_at=now))
+                                            node_id=node_id, created_at=now, sub=sub))
 
     async def session_set(self, session_id: str, key: str, value: Any, *, now: datetime,
                           run_id: str | None = None, keep_until: datetime | None = None
@@ -452,8 +454,9 @@ class WorkflowStateAdapter(AdapterSeam):
 
     @abc.abstractmethod
     async def read_stream(self, run_id: str, key: str, *, after_seq: int = 0,
-                          limit: int = 500) -> list[StreamItem]:
-        """Items of the run's stream ``key`` after ``after_seq``, in order (at most ``limit``)."""
+                          after_sub: int = 0, limit: int = 500) -> list[StreamItem]:
+        """Items of the run's stream ``key`` after ``(after_seq, after_sub)``, in
+        ``(seq, sub)`` order (at most ``limit``)."""
 
     @abc.abstractmethod
     async def list_stream_items(self, run_id: str) -> list[StreamItem]:

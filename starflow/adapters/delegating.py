@@ -120,8 +120,9 @@ class DelegatingAdapter(WorkflowStateAdapter):
         return await self.inner.list_event_values(run_id)
 
     async def read_stream(self, run_id: str, key: str, *, after_seq: int = 0,
-                          limit: int = 500) -> list[StreamItem]:
-        return await self.inner.read_stream(run_id, key, after_seq=after_seq, limit=limit)
+                          after_sub: int = 0, limit: int = 500) -> list[StreamItem]:
+        return await self.inner.read_stream(run_id, key, after_seq=after_seq,
+                                            after_sub=after_sub, limit=limit)
 
     async def list_stream_items(self, run_id: str) -> list[StreamItem]:
         return await self.inner.list_stream_items(run_id)

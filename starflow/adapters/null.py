@@ -101,7 +101,7 @@ class NullWorkflowStateAdapter(WorkflowStateAdapter):
         return []
 
     async def read_stream(self, run_id: str, key: str, *, after_seq: int = 0,
-                          limit: int = 500) -> list[StreamItem]:
+                          after_sub: int = 0, limit: int = 500) -> list[StreamItem]:
         return []
 
     async def list_stream_items(self, run_id: str) -> list[StreamItem]:

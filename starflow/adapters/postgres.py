@@ -874,13 +874,13 @@ class PostgresWorkflowStateAdapter(BusyTracking, WorkflowStateAdapter):
         return [event_value(r, POSTGRES) for r in rows]
 
     async def read_stream(self, run_id: str, key: str, *, after_seq: int = 0,
-                          limit: int = 500) -> list[StreamItem]:
+                          after_sub: int = 0, limit: int = 500) -> list[StreamItem]:
         rid = uuid_or_none(run_id)
         if rid is None:
             return []
         async with self._connection("read_stream", run_id) as conn:
             rows = await conn.fetch(Q.read_stream, rid, self.workspace_id, self.env, key,
-                                    int(after_seq), int(limit))
+                                    int(after_seq), int(after_seq), int(after_sub), int(limit))
         return [stream_item(r, POSTGRES) for r in rows]
 
     async def list_stream_items(self, run_id: str) -> list[StreamItem]:

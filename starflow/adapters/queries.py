@@ -134,13 +134,14 @@ class Queries:
         #: (run_id, ws, env)
         self.list_event_values = (f"SELECT {EVENT_VALUE_COLUMNS} FROM workflow_event_values "
                                   f"WHERE run_id = {p(1)} AND {kt(2)} ORDER BY key")
-        #: (run_id, ws, env, key, after_seq, limit)
+        #: (run_id, ws, env, key, after_seq, after_seq, after_sub, limit)
         self.read_stream = (f"SELECT {STREAM_ITEM_COLUMNS} FROM workflow_stream_items "
                             f"WHERE run_id = {p(1)} AND {kt(2)} AND key = {p(4)} "
-                            f"AND seq > {p(5)} ORDER BY seq LIMIT {p(6)}")
+                            f"AND (seq > {p(5)} OR (seq = {p(6)} AND sub > {p(7)})) "
+                            f"ORDER BY seq, sub LIMIT {p(8)}")
         #: (run_id, ws, env)
         self.list_stream_items = (f"SELECT {STREAM_ITEM_COLUMNS} FROM workflow_stream_items "
-                                  f"WHERE run_id = {p(1)} AND {kt(2)} ORDER BY key, seq")
+                                  f"WHERE run_id = {p(1)} AND {kt(2)} ORDER BY key, seq, sub")
         #: (ws, env, session_id, key)
         self.session_get = ("SELECT value_json, keep_until FROM workflow_session_vars "
                             f"WHERE {t(1)} AND session_id = {p(3)} AND key = {p(4)}")

@@ -659,11 +659,11 @@ class LocalWorkflowStateAdapter(BusyTracking, WorkflowStateAdapter):
                 Q.list_event_values, (run_id, self.workspace_id, self.env))])
 
     async def read_stream(self, run_id: str, key: str, *, after_seq: int = 0,
-                          limit: int = 500) -> list[StreamItem]:
+                          after_sub: int = 0, limit: int = 500) -> list[StreamItem]:
         return await self._call(lambda conn: [
             stream_item(r, SQLITE) for r in conn.execute(
                 Q.read_stream, (run_id, self.workspace_id, self.env, key, int(after_seq),
-                                int(limit)))])
+                                int(after_seq), int(after_sub), int(limit)))])
 
     async def list_stream_items(self, run_id: str) -> list[StreamItem]:
         return await self._call(lambda conn: [

@@ -163,7 +163,8 @@ class UpsertEventValue(Op, frozen=True, kw_only=True):
 
 
 class InsertStreamItem(Op, frozen=True, kw_only=True):
-    """Append item ``seq`` to a run's stream ``key``; a second insert of it is a no-op."""
+    """Append item ``(seq, sub)`` to a run's stream ``key``; a second insert of it is a
+    no-op. ``sub`` None (a write from inside a step): one past the highest of ``seq``'s."""
 
     run_id: str
     key: str
@@ -172,6 +173,7 @@ class InsertStreamItem(Op, frozen=True, kw_only=True):
     closed: bool
     node_id: str | None
     created_at: datetime
+    sub: int | None = 0
 
 
 class UpsertSessionVar(Op, frozen=True, kw_only=True):

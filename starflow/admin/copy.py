@@ -103,7 +103,7 @@ TABLES: tuple[TableSpec, ...] = (
     TableSpec("workflow_event_values", key=("run_id", "key"), lookup="run_id",
               run_column="run_id", times=_T({"updated_at"}), json=_T({"value_json"}),
               uuids=_T({"run_id"})),
-    TableSpec("workflow_stream_items", key=("run_id", "key", "seq"), lookup="run_id",
+    TableSpec("workflow_stream_items", key=("run_id", "key", "seq", "sub"), lookup="run_id",
               run_column="run_id", times=_T({"created_at"}), json=_T({"value_json"}),
               uuids=_T({"run_id"}), bools=_T({"closed"})),
     TableSpec("worker_jobs", key=("id",), lookup="id", run_column="run_id",

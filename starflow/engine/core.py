@@ -47,6 +47,7 @@ from ..workflow.events import EVENT_KIND, STREAM_KIND, DataWrite
 from ..workflow.waits import wait_events
 from .execution import Abort, ContinueAsNew, PendingWait, Runtime, Suspend, lease_guard
 from .replay import Journal, NodeRecord, node_id
+from .step_data import StepWrites
 
 __all__ = ["EngineCore", "log"]
 
@@ -106,6 +107,11 @@ class EngineCore:
     _data: list[DataWrite] = field(default_factory=list)
     #: Streams this execution closed (or replayed the closing of).
     _closed_streams: set[str] = field(default_factory=set)
+    #: The publishing calls of the steps running now, by step node id.
+    _step_writes: dict[str, StepWrites] = field(default_factory=dict)
+    #: One unit of step writes at a time: a stream item's sub-number is computed
+    #: at its insert, from the items already there.
+    _step_writes_lock: anyio.Lock = field(default_factory=anyio.Lock)
     #: Asked before each new step starts: True hands the run back to the queue
     #: there (a draining worker), so the step runs once, on the next runner.
     should_yield: Callable[[], bool] | None = None
@@ -402,7 +408,13 @@ class EngineCore:
 
     def set_event(self, key: str, value: Any) -> None:
         """``starflow.set_event``: record node ``event:<key>#n`` and the run's event
-        with the next boundary (which is made durable); nothing on replay."""
+        with the next boundary (which is made durable); nothing on replay. Inside
+        a step: written at once, no node of its own (see :mod:`.step_data`)."""
+        step = current_node.get()
+        if step is not None:
+            self._writes_of(step).submit(DataWrite(node_id=step, kind=EVENT_KIND, key=key,
+                                                   value=value, in_step=True))
+            return
         self._guard_suspending()
         nid = self._next_id(EVENT_KIND, key)
         if self._recorded_or_skipped(nid, "set_event"):
@@ -414,10 +426,21 @@ class EngineCore:
     def write_stream(self, key: str, value: Any, *, closed: bool = False) -> None:
         """``starflow.write_stream`` / ``close_stream``: record node
         ``stream:<key>#n`` and item ``n`` of the stream with the next boundary;
-        nothing on replay (the item is there: exactly once per value)."""
-        self._guard_suspending()
+        nothing on replay (the item is there: exactly once per value). Inside a
+        step: written at once, in the step's slot (see :mod:`.step_data`)."""
+        step = current_node.get()
+        if step is None:
+            self._guard_suspending()
         if key in self._closed_streams:
             raise StreamClosed(key, run_id=self.run_id, closing=closed)
+        if step is not None:
+            writes = self._writes_of(step)
+            write = DataWrite(node_id=step, kind=STREAM_KIND, key=key, value=value,
+                              seq=writes.slot(key), closed=closed, in_step=True)
+            writes.submit(write)
+            if closed:
+                self._closed_streams.add(key)
+            return
         nid = self._next_id(STREAM_KIND, key)
         seq = self._counters[(STREAM_KIND, key)]
         if closed:
@@ -429,6 +452,30 @@ class EngineCore:
                                        status="complete", output=output))
         self._data.append(DataWrite(node_id=nid, kind=STREAM_KIND, key=key, value=value,
                                     seq=seq, closed=closed))
+
+    def _writes_of(self, step: str) -> StepWrites:
+        writes = self._step_writes.get(step)
+        if writes is None:  # pragma: no cover - current_node is set only while it runs
+            raise StarflowError(f"run {self.run_id}: step {step} is not running",
+                                run_id=self.run_id, node_id=step)
+        return writes
+
+    def _stream_slots(self) -> dict[str, int]:
+        """Per stream key, the last ``seq`` the workflow wrote: a starting step's slots."""
+        return {name: n for (kind, name), n in self._counters.items()
+                if kind == STREAM_KIND and name is not None}
+
+    async def _commit_step_writes(self, batch: list[DataWrite]) -> None:
+        """Write a step's queued calls in one unit under the lease (see :mod:`.step_data`),
+        then wake this process's readers."""
+        async def build(ts: datetime) -> None:
+            for write in batch:
+                await write.submit(self.adapter, self.run_id, ts)
+
+        async with self._step_writes_lock:
+            await self._commit(build)
+        if self.runtime.notify is not None:
+            self.runtime.notify()
 
     def continue_as_new(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> NoReturn:
         """``starflow.continue_as_new``: check and encode the new run's arguments

@@ -28,6 +28,7 @@ from ..workflow.waits import ANY_KIND, ANY_SEPARATOR, first_signal
 from . import child_nodes
 from .core import EngineCore
 from .execution import Abort, timed_attempt
+from .step_data import StepWrites, with_step_writes
 from .replay import (
     DIVERGENCE_FIX,
     NodeRecord,
@@ -123,14 +124,23 @@ class EngineNodes(EngineCore):
         await self._commit(start, durable=False)
         self.node_status[nid] = "running"
         self._steps_in_flight += 1
+
+        async def body(writes: StepWrites) -> Any:
+            self._step_writes[nid] = writes
+            try:
+                return await self._step_body(sdef, fn, args, kwargs, nid, h, writes)
+            finally:
+                self._step_writes.pop(nid, None)
+
         try:
-            return await self._step_body(sdef, fn, args, kwargs, nid, h)
+            return await with_step_writes(body, nid, self._stream_slots(),
+                                          self._commit_step_writes)
         finally:
             self._steps_in_flight -= 1
 
     async def _step_body(self, sdef: StepDefinition, fn: Callable[..., Awaitable[Any]],
                          args: tuple[Any, ...], kwargs: dict[str, Any], nid: str,
-                         h: str) -> Any:
+                         h: str, writes: StepWrites) -> Any:
         variables_before = variables_snapshot(self.ctx.variables, RESERVED_PREFIX)
         policy = sdef.retry
         attempt = 0
@@ -147,11 +157,14 @@ class EngineNodes(EngineCore):
                         with observability.current().step_attempt(self.run_id, nid, sdef.name,
                                                                   attempt):
                             result = await self._attempt(sdef, nid, fn, args, kwargs)
+                            # What it published is durable before its outcome is.
+                            await writes.drain()
                     finally:
                         self._step_scopes.discard(step_scope)
                 if step_scope.cancelled_caught:
                     await self._deliver_cancel(nid, "step", sdef.name)
             except Exception as exc:
+                await self._settle_writes(writes, nid)
                 if isinstance(exc, RunCancelled) and self._cancelled:
                     raise
                 if (attempt < policy.max_attempts and policy.retryable(exc)
@@ -202,6 +215,16 @@ class EngineNodes(EngineCore):
                                        status="complete", output=output, recorded_at=ts))
         return serde.convert(output, sdef.return_type, what=f"output of {nid}",
                              run_id=self.run_id, node_id=nid)
+
+    async def _settle_writes(self, writes: StepWrites, nid: str) -> None:
+        """A failed attempt's publishing calls are durable before its failure or
+        retry is recorded; a failure to write them is logged (the attempt failed
+        anyway, and the next one publishes again)."""
+        try:
+            await writes.drain()
+        except Exception as exc:
+            self._log.warning("could not write what a failed step attempt published",
+                              node_id=nid, error=str(exc))
 
     async def _attempt(self, sdef: StepDefinition, nid: str, fn: Callable[..., Awaitable[Any]],
                        args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:

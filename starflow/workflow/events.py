@@ -9,7 +9,9 @@ Each call is recorded as a node of the run's history (``event:<key>#n``,
 ``stream:<key>#n``) and written, together with its row in
 ``workflow_event_values`` / ``workflow_stream_items`` (migration 034), in the
 unit of the run's next boundary (its next step, wait or end), which it makes
-durable. A replay finds the node recorded and writes nothing; a stream item is
+durable. Called inside a step, they are written at once instead, with no node
+of their own (:mod:`starflow.engine.step_data`: a stream item is numbered in
+the step's slot with a sub-number, migration 047). A replay finds the node recorded and writes nothing; a stream item is
 keyed by ``(run, key, seq)`` with ``seq`` the node's occurrence, so a value is
 appended exactly once however often the run replays. Like ``set_attributes``,
 these nodes never count as divergence.
@@ -71,14 +73,15 @@ def set_event(key: str, value: Any) -> None:
 
     ``Starflow.get_event(run_id, key)`` returns it as soon as it is durable:
     it is written with the run's next boundary (its next step, wait or end).
-    Recorded, so a replay writes nothing.
+    Recorded, so a replay writes nothing. Inside a step it is written at once,
+    before the step ends (again if the step runs again).
 
     Raises:
-        OutsideWorkflow: called outside a workflow function (or inside a step).
+        OutsideWorkflow: called outside a workflow run.
         InvalidArgument: a key that is empty, has ``#`` or is too long.
         SerializationError: ``value`` cannot be stored as JSON.
     """
-    engine = running_engine("set_event", in_step=False)
+    engine = running_engine("set_event")
     check_key(key, "set_event", run_id=engine.run_id)
     stored = serde.to_builtins(value, what=f"event {key!r}", run_id=engine.run_id)
     engine.set_event(key, stored)
@@ -89,15 +92,18 @@ def write_stream(key: str, value: Any) -> None:
 
     ``async for v in Starflow.read_stream(run_id, key)`` yields every value in
     write order, from the first. Written with the run's next boundary;
-    recorded, so a replay appends nothing (exactly once per value).
+    recorded, so a replay appends nothing (exactly once per value). Inside a
+    step it is written at once, so readers see it while the step runs; a step
+    that runs again (a retry, a crash) appends its values again, after the
+    ones it wrote before (at least once, in order).
 
     Raises:
-        OutsideWorkflow: called outside a workflow function (or inside a step).
+        OutsideWorkflow: called outside a workflow run.
         StreamClosed: the run closed this stream already.
         InvalidArgument: a bad key.
         SerializationError: ``value`` cannot be stored as JSON.
     """
-    engine = running_engine("write_stream", in_step=False)
+    engine = running_engine("write_stream")
     check_key(key, "write_stream", run_id=engine.run_id)
     stored = serde.to_builtins(value, what=f"stream {key!r} value", run_id=engine.run_id)
     engine.write_stream(key, stored)
@@ -109,11 +115,11 @@ def close_stream(key: str) -> None:
     Readers also stop when the run ends, closed or not.
 
     Raises:
-        OutsideWorkflow: called outside a workflow function (or inside a step).
+        OutsideWorkflow: called outside a workflow run.
         StreamClosed: the stream is closed already.
         InvalidArgument: a bad key.
     """
-    engine = running_engine("close_stream", in_step=False)
+    engine = running_engine("close_stream")
     check_key(key, "close_stream", run_id=engine.run_id)
     engine.write_stream(key, None, closed=True)
 
@@ -128,21 +134,27 @@ class DataWrite:
     value: Any
     seq: int = 0
     closed: bool = False
+    #: Written from inside a step (``node_id`` is the step's): no history node of
+    #: its own, and a stream item takes the next sub-number of its ``seq``.
+    in_step: bool = False
 
     async def submit(self, adapter: WorkflowStateAdapter, run_id: str, now: Any) -> None:
-        """Add the history node and the row to the unit being built."""
+        """Add the history node (a workflow-level call's) and the row to the unit being built."""
         if self.kind == EVENT_KIND:
-            await adapter.on_node_complete(
-                run_id, self.node_id, {"output": self.value, "kind": EVENT_KIND,
-                                       "name": self.key}, now=now)
+            if not self.in_step:
+                await adapter.on_node_complete(
+                    run_id, self.node_id, {"output": self.value, "kind": EVENT_KIND,
+                                           "name": self.key}, now=now)
             await adapter.set_event(run_id, self.key, self.value, node_id=self.node_id,
                                     now=now)
             return
-        await adapter.on_node_complete(
-            run_id, self.node_id, {"output": {"seq": self.seq, "closed": self.closed},
-                                   "kind": STREAM_KIND, "name": self.key}, now=now)
+        if not self.in_step:
+            await adapter.on_node_complete(
+                run_id, self.node_id, {"output": {"seq": self.seq, "closed": self.closed},
+                                       "kind": STREAM_KIND, "name": self.key}, now=now)
         await adapter.append_stream(run_id, self.key, self.seq, self.value, closed=self.closed,
-                                    node_id=self.node_id, now=now)
+                                    node_id=self.node_id, now=now,
+                                    sub=None if self.in_step else 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,17 +222,18 @@ class DataReader:
         """
         check_key(key, "read_stream", run_id=run_id)
         adapter, clock = self.adapter, self.clock
-        after = 0
+        after = (0, 0)  # (seq, sub) of the last item yielded
         async with WatchWhenWaiting(adapter, run_id) as watch:
             ended = False
             while True:
                 settled = self.settled()
                 changed = watch.arm()
-                items = await adapter.read_stream(run_id, key, after_seq=after)
+                items = await adapter.read_stream(run_id, key, after_seq=after[0],
+                                                  after_sub=after[1])
                 for item in items:
                     if item.closed:
                         return
-                    after = item.seq
+                    after = (item.seq, item.sub)
                     yield item.value
                 if items:
                     continue

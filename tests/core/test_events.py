@@ -208,24 +208,6 @@ class TestBadInput:
                 call()
             assert info.value.run_id is None
 
-    async def test_inside_a_step(self, sf: Starflow) -> None:
-        @step(name=unique("bad-step"))
-        async def publish() -> str:
-            try:
-                starflow.set_event("k", 1)
-            except OutsideWorkflow as exc:
-                return f"{exc.node_id}|{exc}"
-            return "accepted"
-
-        @workflow(name=unique("bad-in-step"))
-        async def wf() -> str:
-            return await publish()
-
-        handle = await sf.run(wf)
-        node, _, message = str(handle.result).partition("|")
-        assert node.startswith("step:") and "inside step" in message
-        assert await sf.adapter.list_event_values(handle.run_id) == []
-
     async def test_unstorable_values_bad_keys_and_closed_streams(self, sf: Starflow) -> None:
         @workflow(name=unique("bad-values"))
         async def wf(kind: int) -> str:
