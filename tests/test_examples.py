@@ -141,6 +141,22 @@ class TestEventsAndStreams:
         assert "status event: 'done'" in out and "result: 3" in out
 
 
+class TestLlmTokenStream:
+    """examples/llm_token_stream.py: tokens written from a step are read while it runs."""
+
+    def test_tokens_live_retry_appended_replay_writes_nothing(self, tmp_path: Path) -> None:
+        out = run_example("llm_token_stream.py", tmp_path)
+        lines = out.splitlines()
+        # Read while the first attempt ran (before the retry began), then the retry's.
+        assert lines[:4] == ["token: '[attempt 1]' (attempts so far: 1)",
+                             "token: 'Durable' (attempts so far: 1)",
+                             "token: ' ' (attempts so far: 1)",
+                             "token: '[attempt 2]' (attempts so far: 2)"]
+        assert "stream closed" in lines
+        assert "result: 'Durable streams work.'" in out
+        assert "attempts: 2; tokens read: 10; items stored: 11" in out
+
+
 class TestForkAndContinue:
     """examples/fork_and_continue.py: a fork and a retry re-run only the failed step; a
     chain stays short."""
@@ -200,7 +216,7 @@ class TestSyncSteps:
 CHECKED = {"saga.py", "fan_out.py", "long_sleep.py", "quickstart.py", "failure_data.py",
            "pydantic_orders.py", "typed_signal.py", "schedules_and_queues.py",
            "events_and_streams.py", "fork_and_continue.py", "delayed_start.py",
-           "sync_steps.py"}
+           "sync_steps.py", "llm_token_stream.py"}
 
 
 @pytest.mark.parametrize(
@@ -280,6 +296,14 @@ class TestMessaging:
         assert "rejected: book is already in the cart" in out
         assert "items after adding a pen: 2" in out
         assert "result: ['book', 'pen']" in out
+
+    def test_message_passing(self, tmp_path: Path) -> None:
+        """Updates and a signal handled by one wait, across a restart."""
+        out = run_example("message_passing.py", tmp_path)
+        assert out.splitlines() == [
+            "run is paused", "language: en", "previous language: en",
+            "rejected: no greeting in 'tlh'", "language after a restart: fr",
+            "run is success: 'Bonjour, monde'", "messages handled: 5"]
 
     def test_replay_quiet_logger(self, tmp_path: Path) -> None:
         """print repeats on each replay; starflow.logger lines appear once each."""

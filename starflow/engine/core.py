@@ -455,9 +455,9 @@ class EngineCore:
 
     def _writes_of(self, step: str) -> StepWrites:
         writes = self._step_writes.get(step)
-        if writes is None:  # pragma: no cover - current_node is set only while it runs
-            raise StarflowError(f"run {self.run_id}: step {step} is not running",
-                                run_id=self.run_id, node_id=step)
+        if writes is None:  # a task the step left running, after the step ended
+            raise StarflowError(f"run {self.run_id}: step {step} has ended: publish from "
+                                "a step before it returns", run_id=self.run_id, node_id=step)
         return writes
 
     def _stream_slots(self) -> dict[str, int]:

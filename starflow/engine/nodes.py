@@ -28,7 +28,6 @@ from ..workflow.waits import ANY_KIND, ANY_SEPARATOR, first_signal
 from . import child_nodes
 from .core import EngineCore
 from .execution import Abort, timed_attempt
-from .step_data import StepWrites, with_step_writes
 from .replay import (
     DIVERGENCE_FIX,
     NodeRecord,
@@ -37,6 +36,7 @@ from .replay import (
     variables_diff,
     variables_snapshot,
 )
+from .step_data import StepWrites, with_step_writes
 
 __all__ = ["EngineNodes"]
 

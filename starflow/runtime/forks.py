@@ -90,6 +90,12 @@ async def fork_run(runner: Runner, run_id: str, from_node: str) -> RunHandle[Any
         if (e.event_type == "node_complete" and payload.get("kind") == EVENT_KIND
                 and e.node_id is not None):
             values[str(payload.get("name"))] = (e.node_id, payload.get("output"))
+    # A kept step's own writes (set_event in a step): its row names it, and the step
+    # will not run again in the fork.
+    steps = {n for n in nodes if n is not None and n.startswith("step:")}
+    for ev in await adapter.list_event_values(run_id):
+        if ev.node_id in steps:
+            values[ev.key] = (ev.node_id, ev.value)
     items = [i for i in await adapter.list_stream_items(run_id) if i.node_id in nodes]
     new_id = str(uuid.uuid4())
     now = runner.clock.now()
@@ -118,7 +124,7 @@ async def fork_run(runner: Runner, run_id: str, from_node: str) -> RunHandle[Any
         for item in items:
             await adapter.append_stream(new_id, item.key, item.seq, item.value,
                                         closed=item.closed, node_id=item.node_id,
-                                        now=item.created_at)
+                                        now=item.created_at, sub=item.sub)
     if not unit.held:  # the source changed under us (it cannot become active again)
         raise RunNotFound(run_id)
     if not inline:

@@ -9,11 +9,12 @@ Each call is recorded as a node of the run's history (``event:<key>#n``,
 ``stream:<key>#n``) and written, together with its row in
 ``workflow_event_values`` / ``workflow_stream_items`` (migration 034), in the
 unit of the run's next boundary (its next step, wait or end), which it makes
-durable. Called inside a step, they are written at once instead, with no node
-of their own (:mod:`starflow.engine.step_data`: a stream item is numbered in
-the step's slot with a sub-number, migration 047). A replay finds the node recorded and writes nothing; a stream item is
-keyed by ``(run, key, seq)`` with ``seq`` the node's occurrence, so a value is
-appended exactly once however often the run replays. Like ``set_attributes``,
+durable. A replay finds the node recorded and writes nothing; a stream item
+is keyed by ``(run, key, seq)`` with ``seq`` the node's occurrence, so a value
+is appended exactly once however often the run replays. Called inside a step,
+they are written at once instead, with no node of their own
+(:mod:`starflow.engine.step_data`: a stream item is numbered in the step's
+slot with a sub-number, migration 047). Like ``set_attributes``,
 these nodes never count as divergence.
 
 Readers wake when a unit carrying such a write commits: in this process

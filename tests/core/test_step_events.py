@@ -184,10 +184,8 @@ class TestAgain:
         async def closer() -> None:
             starflow.write_stream("s", "last")
             starflow.close_stream("s")
-            try:
+            with pytest.raises(StreamClosed):
                 starflow.write_stream("s", "too late")
-            except StreamClosed:
-                pass
 
         @workflow(name=unique("closed"))
         async def wf() -> str:
@@ -253,9 +251,10 @@ class TestAgain:
             with anyio.fail_after(10):
                 await entered.wait()
             app = env.app
+            stream = app.read_stream(handle.run_id, "s")
             with anyio.fail_after(10):  # the first token is durable while the step waits
-                while not items_of(await app.adapter.list_stream_items(handle.run_id))[1:]:
-                    await anyio.sleep(0.01)
+                assert [await anext(stream), await anext(stream)] == ["start", "t1"]
+            await stream.aclose()  # type: ignore[attr-defined]
             release["now"] = True
             with contextlib.suppress(RunnerKilled):
                 await env.kill_runner(handle.run_id)
@@ -266,3 +265,43 @@ class TestAgain:
             assert items_of(await app.adapter.list_stream_items(handle.run_id)) == [
                 (1, 0, "start", False), (1, 1, "t1", False), (1, 2, "t1", False),
                 (1, 3, "t2", False), (2, 0, None, True)]
+
+
+async def test_a_fork_keeps_what_its_kept_steps_published(sf: Starflow) -> None:
+    """Forked from the failed step: the step before it is kept with its stream items
+    and event value; it does not run again."""
+    calls: list[str] = []
+    broken = {"now": True}
+
+    @step(name=unique("speak"))
+    async def speak() -> None:
+        calls.append("speak")
+        starflow.write_stream("s", "a")
+        starflow.write_stream("s", "b")
+        starflow.set_event("e", "from a step")
+
+    @step(name=unique("fragile"))
+    async def fragile() -> str:
+        calls.append("fragile")
+        if broken["now"]:
+            raise RuntimeError("broken")
+        return "fixed"
+
+    @workflow(name=unique("forked"))
+    async def wf() -> str:
+        await speak()
+        out = await fragile()
+        starflow.write_stream("s", out)
+        return out
+
+    handle = await sf.run(wf)
+    assert handle.status == "error"
+    failed = next(str(e.node_id) for e in await sf.events(handle.run_id)
+                  if e.event_type == "node_error")
+    broken["now"] = False
+    forked = await sf.fork(handle.run_id, from_node=failed)
+    assert (forked.status, forked.result) == ("success", "fixed")
+    assert calls == ["speak", "fragile", "fragile"]
+    assert items_of(await sf.adapter.list_stream_items(forked.run_id)) == [
+        (0, 1, "a", False), (0, 2, "b", False), (1, 0, "fixed", False)]
+    assert await sf.get_event(forked.run_id, "e") == "from a step"
