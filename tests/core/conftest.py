@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from datetime import timedelta
 
 import pytest
 
-from starflow import Starflow
+from starflow import Starflow, StarflowConfig
 from starflow.adapters import adapter_from_url
 from starflow.adapters.base import WorkflowStateAdapter
 from starflow.adapters.delegating import DelegatingAdapter
@@ -40,4 +41,13 @@ async def spy(db_url: str, workspace_id: str) -> AsyncIterator[SpyAdapter]:
 async def sf(spy: SpyAdapter) -> AsyncIterator[Starflow]:
     """An open app over a spying adapter; maintenance off so only the test writes."""
     async with Starflow(spy, maintenance=False) as app:
+        yield app
+
+
+@pytest.fixture
+async def slow_poll(spy: SpyAdapter) -> AsyncIterator[Starflow]:
+    """An app whose readers would poll only once a minute: a reader that returns
+    within seconds was woken by a commit, not by a poll."""
+    config = StarflowConfig(poll_interval=timedelta(seconds=60))
+    async with Starflow(spy, config=config, maintenance=False) as app:
         yield app

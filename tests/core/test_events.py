@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import uuid
-from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
 
@@ -21,7 +20,6 @@ from starflow import (
     RunNotFound,
     SerializationError,
     Starflow,
-    StarflowConfig,
     StreamClosed,
     step,
     wait_for,
@@ -32,15 +30,6 @@ from tests.core.conftest import SpyAdapter
 
 def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:10]}"
-
-
-@pytest.fixture
-async def slow_poll(spy: SpyAdapter) -> AsyncIterator[Starflow]:
-    """An app whose readers would poll only once a minute: a reader that returns
-    within seconds was woken by the commit, not by a poll."""
-    config = StarflowConfig(poll_interval=timedelta(seconds=60))
-    async with Starflow(spy, config=config, maintenance=False) as app:
-        yield app
 
 
 def data_nodes(events: list[Any]) -> list[str]:

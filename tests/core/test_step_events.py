@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import uuid
-from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
 
@@ -17,26 +16,15 @@ import starflow
 from starflow import (
     RetryPolicy,
     Starflow,
-    StarflowConfig,
     StreamClosed,
     step,
     wait_for,
     workflow,
 )
-from tests.core.conftest import SpyAdapter
 
 
 def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:10]}"
-
-
-@pytest.fixture
-async def slow_poll(spy: SpyAdapter) -> AsyncIterator[Starflow]:
-    """Readers would poll once a minute: one that returns within seconds was woken by
-    the commit of the step's write."""
-    config = StarflowConfig(poll_interval=timedelta(seconds=60))
-    async with Starflow(spy, config=config, maintenance=False) as app:
-        yield app
 
 
 def items_of(items: list[Any], key: str = "s") -> list[tuple[int, int, Any, bool]]:
