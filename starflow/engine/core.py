@@ -16,9 +16,10 @@ import math
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
 import anyio
+from anyio.abc import TaskGroup
 
 from .. import serde
 from ..adapters.base import WorkflowStateAdapter
@@ -47,11 +48,13 @@ from ..workflow.events import EVENT_KIND, STREAM_KIND, DataWrite
 from ..workflow.waits import wait_events
 from .execution import Abort, ContinueAsNew, PendingWait, Runtime, Suspend, lease_guard
 from .replay import Journal, NodeRecord, node_id
-from .step_data import StepWrites
+from .step_data import StepWrites, hosting_writers
 
 __all__ = ["EngineCore", "log"]
 
 log = get_logger("starflow.engine")
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -105,10 +108,16 @@ class EngineCore:
     #: ``set_event`` / ``write_stream`` / ``close_stream`` calls not yet written
     #: (with the next unit, which they make durable).
     _data: list[DataWrite] = field(default_factory=list)
+    #: Per stream key, the last ``seq`` the workflow wrote (or replayed): a starting
+    #: step's slots. Replaced, never changed in place, so a step keeps the one it
+    #: started with at no cost.
+    _stream_slots: dict[str, int] = field(default_factory=dict)
     #: Streams this execution closed (or replayed the closing of).
     _closed_streams: set[str] = field(default_factory=set)
     #: The publishing calls of the steps running now, by step node id.
     _step_writes: dict[str, StepWrites] = field(default_factory=dict)
+    #: The task group their writer tasks run in (:meth:`_hosting_step_writes`).
+    _writer_group: TaskGroup | None = None
     #: One unit of step writes at a time: a stream item's sub-number is computed
     #: at its insert, from the items already there.
     _step_writes_lock: anyio.Lock = field(default_factory=anyio.Lock)
@@ -443,6 +452,7 @@ class EngineCore:
             return
         nid = self._next_id(STREAM_KIND, key)
         seq = self._counters[(STREAM_KIND, key)]
+        self._stream_slots = {**self._stream_slots, key: seq}
         if closed:
             self._closed_streams.add(key)
         if self._recorded_or_skipped(nid, "write_stream"):
@@ -460,10 +470,17 @@ class EngineCore:
                                 "a step before it returns", run_id=self.run_id, node_id=step)
         return writes
 
-    def _stream_slots(self) -> dict[str, int]:
-        """Per stream key, the last ``seq`` the workflow wrote: a starting step's slots."""
-        return {name: n for (kind, name), n in self._counters.items()
-                if kind == STREAM_KIND and name is not None}
+
+    async def _hosting_step_writes(self, body: Callable[[], Awaitable[T]]) -> T:
+        """Run the workflow body with the task group of its steps' writers."""
+        async def hosted(group: TaskGroup) -> T:
+            self._writer_group = group
+            try:
+                return await body()
+            finally:
+                self._writer_group = None
+
+        return await hosting_writers(hosted)
 
     async def _commit_step_writes(self, batch: list[DataWrite]) -> None:
         """Write a step's queued calls in one unit under the lease (see :mod:`.step_data`),

@@ -168,7 +168,7 @@ class Engine(EngineNodes):
         return Outcome("error", error=f"{type(exc).__name__}: {exc}", exception=exc)
 
     async def _body(self) -> Outcome:
-        outcome = await self._run_body()
+        outcome = await self._hosting_step_writes(self._run_body)
         if outcome.status == "paused":
             await self._settle_waits()
         return outcome

@@ -36,7 +36,7 @@ from .replay import (
     variables_diff,
     variables_snapshot,
 )
-from .step_data import StepWrites, with_step_writes
+from .step_data import StepWrites
 
 __all__ = ["EngineNodes"]
 
@@ -124,18 +124,14 @@ class EngineNodes(EngineCore):
         await self._commit(start, durable=False)
         self.node_status[nid] = "running"
         self._steps_in_flight += 1
-
-        async def body(writes: StepWrites) -> Any:
-            self._step_writes[nid] = writes
-            try:
-                return await self._step_body(sdef, fn, args, kwargs, nid, h, writes)
-            finally:
-                self._step_writes.pop(nid, None)
-
+        writes = self._step_writes[nid] = StepWrites(nid, self._stream_slots,
+                                                     self._commit_step_writes,
+                                                     self._writer_group)
         try:
-            return await with_step_writes(body, nid, self._stream_slots(),
-                                          self._commit_step_writes)
+            return await self._step_body(sdef, fn, args, kwargs, nid, h, writes)
         finally:
+            writes.close()
+            del self._step_writes[nid]
             self._steps_in_flight -= 1
 
     async def _step_body(self, sdef: StepDefinition, fn: Callable[..., Awaitable[Any]],

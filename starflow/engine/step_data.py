@@ -4,8 +4,9 @@
 A workflow-level call is a node of the run's history, written with the run's
 next boundary. A step's call is not: the step is the node, and its writes
 must reach readers while it runs. So each call is queued here and written by
-a writer task that the step's execution owns, in order, in units guarded by
-the run's lease (a batch per unit when calls come faster than commits). The
+a writer task in a task group the execution owns (:func:`hosting_writers`),
+in order, in units guarded by the run's lease (a batch per unit when calls
+come faster than commits). The
 step's outcome (its ``node_complete``, ``node_error`` or ``node_retry``) is
 written only once every call before it is durable (:meth:`StepWrites.drain`).
 
@@ -34,7 +35,7 @@ from ..errors import StarflowError
 from ..workflow.events import DataWrite
 from .execution import Abort
 
-__all__ = ["StepWrites", "with_step_writes"]
+__all__ = ["StepWrites", "hosting_writers"]
 
 T = TypeVar("T")
 
@@ -44,15 +45,16 @@ class StepWrites:
 
     def __init__(self, node_id: str, slots: dict[str, int],
                  commit: Callable[[list[DataWrite]], Awaitable[None]],
-                 group: TaskGroup) -> None:
+                 group: TaskGroup | None) -> None:
         self.node_id = node_id
         #: Per stream key: the workflow's last ``seq`` when the step started.
         self.slots = slots
         self._commit = commit
         self._group = group
         self._queue: list[DataWrite] = []
-        self._wake = anyio.Event()
-        self._progress = anyio.Event()
+        # Made on the first call: most steps publish nothing.
+        self._wake: anyio.Event | None = None
+        self._progress: anyio.Event | None = None
         self._submitted = 0
         self._written = 0
         self._running = False
@@ -79,16 +81,25 @@ class StepWrites:
                 node_id=self.node_id)
         if self._error is not None and isinstance(self._error, Exception):
             raise self._error
+        if not self._running:
+            if self._group is None:  # an engine driven without its body's task group
+                raise StarflowError(f"{write.kind} {write.key!r} cannot be published from "
+                                    f"step {self.node_id} here: no writer runs for it",
+                                    node_id=self.node_id)
+            self._wake, self._progress = anyio.Event(), anyio.Event()
+            self._group.start_soon(self._run)
+            self._running = True
         self._queue.append(write)
         self._submitted += 1
-        if not self._running:
-            self._running = True
-            self._group.start_soon(self._run)
+        assert self._wake is not None
         self._wake.set()
 
     async def _run(self) -> None:
+        assert self._wake is not None and self._progress is not None
         while True:
             if not self._queue:
+                if self._closed:  # the step ended (it drained first): nothing more comes
+                    return
                 await self._wake.wait()
                 self._wake = anyio.Event()
                 continue
@@ -108,35 +119,38 @@ class StepWrites:
         """Return once every call so far is durable; raise the writer's failure
         (a storage error, or the lease lost) if it failed."""
         while self._written < self._submitted and self._error is None:
+            assert self._progress is not None
             await self._progress.wait()
         error, self._error = self._error, None
         if error is not None:
             raise error
 
     def close(self) -> None:
+        """The step ended: its writer task ends once its queue is empty."""
         self._closed = True
+        if self._wake is not None:
+            self._wake.set()
 
 
-async def with_step_writes(body: Callable[[StepWrites], Awaitable[T]], node_id: str,
-                           slots: dict[str, int],
-                           commit: Callable[[list[DataWrite]], Awaitable[None]]) -> T:
-    """Run a step's ``body`` with its :class:`StepWrites`, whose writer task it owns.
+async def hosting_writers(body: Callable[[TaskGroup], Awaitable[T]]) -> T:
+    """Run an execution's ``body`` with the task group its steps' writer tasks run in.
 
-    What the body raises (an error, or the engine's ``Abort``) is raised as is,
-    outside the task group (never as an exception group); a cancellation goes
-    through the group as usual. The body drains the writes before it records
-    the step's outcome, so the writer has nothing left when it is stopped here.
+    One group per execution (not per step: most steps publish nothing, and a
+    group costs microseconds). What the body raises is raised as is, outside
+    the group (never as an exception group); a cancellation goes through the
+    group as usual. Each step drains its writes before it records its outcome
+    and its writer ends with the step, so the group has nothing left to wait
+    for here (if the body failed, what is left is cancelled).
     """
-    failure: Exception | Abort | None = None
+    failure: BaseException | None = None
     result: Any = None
     async with anyio.create_task_group() as group:
-        writes = StepWrites(node_id, slots, commit, group)
         try:
-            result = await body(writes)
-        except (Exception, Abort) as exc:  # re-raised below, outside the task group
+            result = await body(group)
+        except anyio.get_cancelled_exc_class():
+            raise
+        except BaseException as exc:  # re-raised below, outside the task group
             failure = exc
-        finally:
-            writes.close()
             group.cancel_scope.cancel()
     if failure is not None:
         raise failure
