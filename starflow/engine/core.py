@@ -470,7 +470,6 @@ class EngineCore:
                                 "a step before it returns", run_id=self.run_id, node_id=step)
         return writes
 
-
     async def _hosting_step_writes(self, body: Callable[[], Awaitable[T]]) -> T:
         """Run the workflow body with the task group of its steps' writers."""
         async def hosted(group: TaskGroup) -> T:

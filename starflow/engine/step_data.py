@@ -6,9 +6,9 @@ next boundary. A step's call is not: the step is the node, and its writes
 must reach readers while it runs. So each call is queued here and written by
 a writer task in a task group the execution owns (:func:`hosting_writers`),
 in order, in units guarded by the run's lease (a batch per unit when calls
-come faster than commits). The
-step's outcome (its ``node_complete``, ``node_error`` or ``node_retry``) is
-written only once every call before it is durable (:meth:`StepWrites.drain`).
+come faster than commits). The step's outcome (its ``node_complete``,
+``node_error`` or ``node_retry``) is written only once every call before it
+is durable (:meth:`StepWrites.drain`).
 
 Numbering: a stream item written from a step takes the ``seq`` of the
 workflow's last write to that key before the step started (its *slot*, 0 if
