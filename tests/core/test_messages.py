@@ -154,7 +154,7 @@ class TestWaitForMessage:
         """The run pauses in wait_for_message; the app closes; a new app wakes it once
         with an update and once with a signal, replaying the recorded messages."""
         if adapter_kind == "memory":
-            pytest.skip("a memory database ends with its app (the sf fixture tests covers it)")
+            pytest.skip("a memory database ends with its app (the sf fixture tests cover it)")
         effects: list[str] = []
         wf = shop(effects)
         async with Starflow.open(db_url, workspace_id=workspace_id) as first:
