@@ -385,6 +385,37 @@ class _LimitedRead:
     ids: list[str]
 
 
+async def _connect_to_the_end(*args: Any, **kwargs: Any) -> asyncpg.Connection:
+    """The pool's connect hook: ``asyncpg.connect`` that a cancelled caller cannot
+    cut half-way.
+
+    A pool opens connections lazily, inside whichever call acquires one. asyncpg
+    cancelled in the middle of its TLS negotiation leaves a future failed with
+    ``ConnectionError('unexpected connection_lost() call')`` that nothing
+    retrieves (the event loop reports it; anyio's test runner raises it). Here
+    the connect runs in a task of its own: the caller's cancellation returns at
+    once, and the connection, once made, is closed.
+    """
+    import asyncio
+
+    import asyncpg
+
+    connecting = asyncio.ensure_future(asyncpg.connect(*args, **kwargs))
+    try:
+        return await asyncio.shield(connecting)
+    except asyncio.CancelledError:
+        connecting.add_done_callback(_drop_orphan_connection)
+        raise
+
+
+def _drop_orphan_connection(connecting: Any) -> None:
+    """Close a connection whose caller was cancelled while it was being made."""
+    if connecting.cancelled():
+        return
+    if connecting.exception() is None:  # (retrieved, so never reported as lost)
+        connecting.result().terminate()
+
+
 async def _no_reset(conn: asyncpg.Connection) -> None:
     """Pool release hook: the adapter leaves no session state behind.
 
@@ -517,6 +548,7 @@ class PostgresWorkflowStateAdapter(BusyTracking, WorkflowStateAdapter):
                 max_size=self.max_size,
                 init=self._init_connection,
                 reset=_no_reset,
+                connect=_connect_to_the_end,
                 server_settings=self._server_settings,
                 # A transaction pooler hands each transaction any server
                 # connection: named prepared statements would not be there.
