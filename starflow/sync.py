@@ -294,11 +294,15 @@ class Starflow:
 
     def set_pool_limits(self, pool: str, *, concurrency: int | None = None,
                         rate_limit: tuple[int, timedelta] | None = None,
-                        key_concurrency: int | None = None) -> PoolLimits | None:
+                        key_concurrency: int | None = None,
+                        key_rate_limit: tuple[int, timedelta] | None = None,
+                        fair: bool = False, key_weights: Mapping[str, int] | None = None,
+                        keep_slot: bool = False) -> PoolLimits | None:
         """:meth:`starflow.Starflow.set_pool_limits`."""
         return self._call(lambda: self._app.set_pool_limits(
             pool, concurrency=concurrency, rate_limit=rate_limit,
-            key_concurrency=key_concurrency))
+            key_concurrency=key_concurrency, key_rate_limit=key_rate_limit, fair=fair,
+            key_weights=key_weights, keep_slot=keep_slot))
 
     def pools(self) -> list[PoolUsage]:
         """:meth:`starflow.Starflow.pools`."""

@@ -123,6 +123,7 @@ LAYERS: dict[str, str] = {
     "starflow.adapters._sql": "adapters",
     "starflow.adapters.dialect": "adapters",
     "starflow.adapters._flow": "adapters",
+    "starflow.adapters.pool_sql": "adapters",
     "starflow.adapters.copying": "adapters",
     "starflow.adapters.base": "adapters",
     "starflow.adapters.delegating": "adapters",

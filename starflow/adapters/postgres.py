@@ -1350,9 +1350,12 @@ class PostgresWorkflowStateAdapter(BusyTracking, WorkflowStateAdapter):
                 if lim is not None and lim.rate_period is not None:
                     window = int(await conn.fetchval(Q.pool_window, ws, env, pool,
                                                      now - lim.rate_period))
+                kept = 0
+                if lim is not None and lim.keep_slot:
+                    kept = int(await conn.fetchval(PC.pool_kept, ws, env, pool))
                 queued, active = counts.get(pool, (0, 0))
                 out.append(PoolUsage(pool=pool, limits=lim, queued=queued, active=active,
-                                     claimed_in_window=window))
+                                     claimed_in_window=window, kept=kept))
         return out
 
     async def queue_stats(self, now: datetime) -> list[QueueStats]:

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 import anyio.lowlevel
+import msgspec
 
 from ..clock import format_ts, parse_ts
 from ..errors import ConfigError, StorageError
@@ -52,7 +53,20 @@ from ..records import (
     WaitRecord,
 )
 from ..urls import normalize_scheme
-from ._flow import Candidate, full_keys, pick_claims, room_left, scan_size
+from ._flow import (
+    NO_KEY,
+    Candidate,
+    KeyHead,
+    Queued,
+    fair_keys,
+    fair_pick,
+    full_keys,
+    key_blocked,
+    merge_claims,
+    pick_claims,
+    room_left,
+    scan_size,
+)
 from ._sql import (
     CLAIM_ORDER,
     RUN_COLUMNS,
@@ -72,10 +86,10 @@ from ._sql import (
     guarded_event,
     held_sql,
     job_record,
+    limit_args,
     merge_run_writes,
     op_sql,
     outbox_row,
-    period_ms,
     pool_limits,
     prune_delete_sql,
     prune_select_args,
@@ -96,6 +110,7 @@ from ._sql import (
 )
 from .base import WorkflowStateAdapter
 from .pages import RunPage, RunPageQuery, make_page, page_sql
+from .pool_sql import PoolSql, pool_counts, pool_sql, scope_args
 from .queries import SCHEDULED, queue_stats_of
 from .queries import SQLITE_QUERIES as Q
 from .seam import BusyTracking
@@ -128,6 +143,8 @@ if TYPE_CHECKING:
     import aiosqlite
 
 __all__ = ["LocalWorkflowStateAdapter"]
+
+PC = pool_counts(SQLITE)
 
 T = TypeVar("T")
 #: ``_last_run`` after a run let go of its lease with nobody else writing.
@@ -774,25 +791,97 @@ class LocalWorkflowStateAdapter(BusyTracking, WorkflowStateAdapter):
         key_active: dict[str, int] = {}
         if limits.key_concurrency is not None:
             key_active = {r[0]: int(r[1]) for r in conn.execute(Q.key_active, scope)}
+        if limits.keep_slot:  # paused runs that keep their slot count as active
+            active += int(conn.execute(PC.pool_kept, scope).fetchone()[0])
+            if limits.key_concurrency is not None:
+                for key, count in conn.execute(PC.key_kept, scope):
+                    key_active[key] = key_active.get(key, 0) + int(count)
+        key_recent: dict[str, int] = {}
+        if limits.key_rate_limit is not None and limits.key_rate_period is not None:
+            key_recent = {r[0]: int(r[1]) for r in conn.execute(
+                PC.key_window, (*scope, format_ts(c.now - limits.key_rate_period)))}
+        sql = pool_sql(SQLITE, len(c.workflows or ()), limits.keep_slot)
+        args = scope_args(SQLITE, *scope, c.now, c.workflows)
         room = room_left(limits, active, recent)
-        full = full_keys(limits, key_active)
-        at_limit = room is not None and room <= 0
-        mine = "runner_pool IS NULL" if at_limit else "(runner_pool IS NULL OR runner_pool = ?)"
-        skip = (f" AND (concurrency_key IS NULL OR concurrency_key NOT IN "
-                f"({', '.join('?' for _ in full)}))") if full else ""
-        cands = [Candidate(r[0], r[1], r[2]) for r in conn.execute(
-            "SELECT id, runner_pool, concurrency_key FROM workflow_runs "
-            "WHERE claim_state = 'queued' AND +workspace_id = ? AND +env = ? "
-            f"AND {mine}{only}{skip} AND {claimable(SQLITE, 1)} "
-            f"ORDER BY {CLAIM_ORDER} LIMIT ?",
-            (self.workspace_id, self.env, *(() if at_limit else (c.pool,)),
-             *(c.workflows or ()), *full, ts, scan_size(c.limit, limits)))]
-        ids = pick_claims(cands, limits, limit=c.limit, active=active, claimed_in_window=recent,
-                          key_active=key_active)
+        holders: list[Queued] = []
+        if limits.keep_slot and not limits.paused:
+            # A run that kept its slot needs no room of the concurrency limits
+            # (it is counted there); the rate limits still apply.
+            rate_room = room_left(msgspec.structs.replace(limits, concurrency=None), 0, recent)
+            rows = conn.execute(sql.holders, (*args, c.limit)).fetchall()
+            for r in rows:
+                if rate_room is not None and rate_room <= 0:
+                    break
+                if r[3] is not None and key_blocked(r[3], msgspec.structs.replace(
+                        limits, key_concurrency=None), {}, key_recent):
+                    continue
+                holders.append(Queued(r[0], r[1], r[2]))
+                if r[3] is not None:
+                    key_recent[r[3]] = key_recent.get(r[3], 0) + 1
+                recent += 1
+                if rate_room is not None:
+                    rate_room -= 1
+            room = room_left(limits, active, recent)
+        limit = c.limit - len(holders)
+        if limits.fair:
+            ids = self._fair_pick(conn, limits, c, sql, args, room=room, limit=limit,
+                                  key_active=key_active, key_recent=key_recent)
+        else:
+            full = full_keys(limits, key_active, key_recent)
+            at_limit = room is not None and room <= 0
+            mine = ("runner_pool IS NULL" if at_limit
+                    else "(runner_pool IS NULL OR runner_pool = ?)")
+            skip = (f" AND (concurrency_key IS NULL OR concurrency_key NOT IN "
+                    f"({', '.join('?' for _ in full)}))") if full else ""
+            kept = " AND (runner_pool IS NULL OR claimed_at IS NULL)" if limits.keep_slot else ""
+            cands = [Candidate(r[0], r[1], r[2]) for r in conn.execute(
+                "SELECT id, runner_pool, concurrency_key FROM workflow_runs "
+                "WHERE claim_state = 'queued' AND +workspace_id = ? AND +env = ? "
+                f"AND {mine}{only}{skip}{kept} AND {claimable(SQLITE, 1)} "
+                f"ORDER BY {CLAIM_ORDER} LIMIT ?",
+                (self.workspace_id, self.env, *(() if at_limit else (c.pool,)),
+                 *(c.workflows or ()), *full, ts, scan_size(limit, limits)))]
+            ids = pick_claims(cands, limits, limit=limit, active=active,
+                              claimed_in_window=recent, key_active=key_active,
+                              key_recent=key_recent)
+        ids = [h.id for h in holders] + ids
         if not ids:
             return []
         return conn.execute(claim_ids_sql(SQLITE, len(ids)), (
             c.runner_id, format_ts(c.lease_until), ts, ts, *SQLITE.many(ids))).fetchall()
+
+    def _fair_pick(self, conn: sqlite3.Connection, limits: PoolLimits, c: ClaimRuns,
+                   sql: PoolSql, args: tuple[Any, ...], *, room: int | None, limit: int,
+                   key_active: dict[str, int], key_recent: dict[str, int]) -> list[str]:
+        """The ids a fair claim takes (:func:`~starflow.adapters._flow.fair_pick`),
+        its passes and virtual time written in the same transaction."""
+        assert c.pool is not None
+        scope = (self.workspace_id, self.env, c.pool)
+        others = [Queued(r[0], r[1], r[2])
+                  for r in conn.execute(sql.any_pool, (*args, limit)).fetchall()]
+        fair: list[Queued] = []
+        if limit > 0 and (room is None or room > 0):
+            state = conn.execute(PC.fair_state, scope).fetchall()
+            vtime = float(state[0][0]) if state else 0.0
+            passes = {r[1]: float(r[2]) for r in state if r[1] is not None}
+            heads = [KeyHead(NO_KEY if r[0] is None else r[0], r[1], r[2])
+                     for r in conn.execute(sql.heads, args)]
+            keys = fair_keys(heads, limits, vtime=vtime, passes=passes, key_active=key_active,
+                             key_recent=key_recent, limit=limit)
+            queued: dict[str, list[Queued]] = {}
+            for key in keys:
+                rows = (conn.execute(sql.null_runs, (*args, limit)) if key == NO_KEY
+                        else conn.execute(sql.key_runs, (*args, key, limit)))
+                queued[key] = [Queued(r[0], r[1], r[2]) for r in rows]
+            pick = fair_pick(queued, keys, limits, vtime=vtime, passes=passes,
+                             key_active=key_active, key_recent=key_recent, budget=room,
+                             limit=limit)
+            fair = pick.runs
+            if fair:
+                conn.executemany(PC.set_pass, [(*scope, k, p) for k, p in pick.passes.items()])
+                conn.execute(PC.set_vtime, (*scope, pick.vtime))
+                conn.execute(PC.trim, (*scope, pick.vtime))
+        return merge_claims(fair, others, limit)
 
     async def _expire_old_leases(self, c: SweepLeases) -> list[SweepResult]:
         ts, reason, after = format_ts(c.now), c.reason, c.after
@@ -1036,10 +1125,11 @@ class LocalWorkflowStateAdapter(BusyTracking, WorkflowStateAdapter):
         def store(conn: sqlite3.Connection) -> None:
             # The upsert leaves ``paused`` as it is; a row left with neither a
             # limit nor a pause is dropped.
-            conn.execute(Q.set_pool_limits, (*scope, lim.concurrency, lim.rate_limit,
-                                             period_ms(lim), lim.key_concurrency,
+            conn.execute(Q.set_pool_limits, (*scope, *limit_args(lim, SQLITE),
                                              format_ts(c.now)))
             conn.execute(Q.delete_pool_limits, scope)
+            if not lim.fair:  # a fair pool starts its round robin afresh
+                conn.execute(PC.clear, scope)
 
         await self._write(store)
 
@@ -1072,9 +1162,12 @@ class LocalWorkflowStateAdapter(BusyTracking, WorkflowStateAdapter):
                 if lim is not None and lim.rate_period is not None:
                     window = int(conn.execute(Q.pool_window, (
                         ws, env, pool, format_ts(now - lim.rate_period))).fetchone()[0])
+                kept = 0
+                if lim is not None and lim.keep_slot:
+                    kept = int(conn.execute(PC.pool_kept, (ws, env, pool)).fetchone()[0])
                 queued, active = counts.get(pool, (0, 0))
                 out.append(PoolUsage(pool=pool, limits=lim, queued=queued, active=active,
-                                     claimed_in_window=window))
+                                     claimed_in_window=window, kept=kept))
             return out
 
         return await self._call(usage)
