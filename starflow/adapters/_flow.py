@@ -41,6 +41,7 @@ __all__ = [
     "pick_claims",
     "room_left",
     "scan_size",
+    "take_holders",
 ]
 
 #: The fair claim's name for the runs without a concurrency key (one share
@@ -243,3 +244,29 @@ def scan_size(limit: int, limits: PoolLimits) -> int:
     if limits.key_concurrency is None and limits.key_rate_limit is None:
         return limit
     return max(limit * 4, 32)
+
+
+def take_holders(rows: Sequence[tuple[Queued, str | None]], limits: PoolLimits, *,
+                 recent: int, key_recent: dict[str, int]) -> tuple[list[Queued], int]:
+    """The runs queued again that kept their slot (``keep_slot``) a claim takes.
+
+    They need no room of the concurrency limits (they are counted there
+    already), but the rate limits hold: taken in claim order while the pool's
+    and their key's rate leave room. ``key_recent`` is updated in place.
+
+    Returns:
+        The runs taken, and the pool's claims in the rate window with them.
+    """
+    taken: list[Queued] = []
+    if limits.paused:
+        return taken, recent
+    for run, key in rows:
+        if limits.rate_limit is not None and recent >= limits.rate_limit:
+            break
+        if key is not None and limits.key_rate_limit is not None:
+            if key_recent.get(key, 0) >= limits.key_rate_limit:
+                continue
+            key_recent[key] = key_recent.get(key, 0) + 1
+        taken.append(run)
+        recent += 1
+    return taken, recent

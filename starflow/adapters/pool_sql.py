@@ -83,9 +83,11 @@ class PoolSql:
             f"FROM unnest({n(nxt)}::text[], {n(nxt + 1)}::int[]) AS p(k, m) "
             "CROSS JOIN LATERAL (SELECT id, priority, started_at FROM workflow_runs "
             f"WHERE {walk} AND concurrency_key = p.k {order} LIMIT p.m) r") if pg else ""
-        #: (+ limit): runs queued for any pool, in claim order.
+        #: (+ limit): runs queued for any pool, in claim order. (The pool argument
+        #: is unused here; PostgreSQL must still be told its type.)
         self.any_pool = (f"SELECT id, priority, started_at FROM workflow_runs WHERE {queued} "
-                         f"AND runner_pool IS NULL {order} LIMIT {n(nxt)}")
+                         f"AND runner_pool IS NULL AND CAST({n(3)} AS text) IS NOT NULL "
+                         f"{order} LIMIT {n(nxt)}")
         #: (+ limit): runs of the pool queued again that keep their slot.
         self.holders = (f"SELECT id, priority, started_at, concurrency_key FROM workflow_runs "
                         f"WHERE {own} AND {SLOT_KEPT} {order} LIMIT {n(nxt)}")

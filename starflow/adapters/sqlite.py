@@ -26,7 +26,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 import anyio.lowlevel
-import msgspec
 
 from ..clock import format_ts, parse_ts
 from ..errors import ConfigError, StorageError
@@ -61,11 +60,11 @@ from ._flow import (
     fair_keys,
     fair_pick,
     full_keys,
-    key_blocked,
     merge_claims,
     pick_claims,
     room_left,
     scan_size,
+    take_holders,
 )
 from ._sql import (
     CLAIM_ORDER,
@@ -804,23 +803,10 @@ class LocalWorkflowStateAdapter(BusyTracking, WorkflowStateAdapter):
         args = scope_args(SQLITE, *scope, c.now, c.workflows)
         room = room_left(limits, active, recent)
         holders: list[Queued] = []
-        if limits.keep_slot and not limits.paused:
-            # A run that kept its slot needs no room of the concurrency limits
-            # (it is counted there); the rate limits still apply.
-            rate_room = room_left(msgspec.structs.replace(limits, concurrency=None), 0, recent)
+        if limits.keep_slot:
             rows = conn.execute(sql.holders, (*args, c.limit)).fetchall()
-            for r in rows:
-                if rate_room is not None and rate_room <= 0:
-                    break
-                if r[3] is not None and key_blocked(r[3], msgspec.structs.replace(
-                        limits, key_concurrency=None), {}, key_recent):
-                    continue
-                holders.append(Queued(r[0], r[1], r[2]))
-                if r[3] is not None:
-                    key_recent[r[3]] = key_recent.get(r[3], 0) + 1
-                recent += 1
-                if rate_room is not None:
-                    rate_room -= 1
+            holders, recent = take_holders([(Queued(r[0], r[1], r[2]), r[3]) for r in rows],
+                                           limits, recent=recent, key_recent=key_recent)
             room = room_left(limits, active, recent)
         limit = c.limit - len(holders)
         if limits.fair:

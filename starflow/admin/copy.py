@@ -77,7 +77,8 @@ TABLES: tuple[TableSpec, ...] = (
               json=_T({"input_json"}), uuids=_T({"definition_id", "last_run_id"}),
               bools=_T({"paused"})),
     TableSpec("starflow_pool_limits", key=("workspace_id", "env", "pool"), lookup="pool",
-              times=_T({"updated_at"}), bools=_T({"paused"})),
+              times=_T({"updated_at"}), json=_T({"key_weights"}),
+              bools=_T({"paused", "fair", "keep_slot"})),
     TableSpec("workflow_runs", key=("id",), lookup="id", run_column="id",
               times=_T({"started_at", "completed_at", "lease_until", "last_heartbeat",
                         "not_before", "claimed_at", "deadline_at"}),
@@ -120,6 +121,8 @@ NOT_COPIED: dict[str, str] = {
     "sqlite_sequence": "SQLite's id counters (they follow the copied ids)",
     "mirror_outbox": "the warm tier's delivery queue: the target's drift sweep rebuilds "
                      "the warm tier from the copied runs",
+    "starflow_pool_keys": "a fair pool's round-robin bookkeeping (recent service per key): "
+                          "the target's fair pools start their round robin afresh",
     "starflow_role_workspaces": "PostgreSQL role pins name roles of the source database "
                                 "(pin the target's roles with starflow_pin_role)",
 }
