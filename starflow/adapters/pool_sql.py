@@ -54,6 +54,9 @@ class PoolSql:
         # A kept slot's run is claimed apart (holders), never by the fair walk.
         walk = own + (" AND claimed_at IS NULL" if keep_slot else "")
         order = "ORDER BY priority DESC, started_at"
+        # One key's runs: led by the (constant) key so that the planner walks
+        # idx_workflow_runs_queued_key, not the pool-wide claim index.
+        key_order = "ORDER BY concurrency_key, priority DESC, started_at"
         null = "CAST(NULL AS text)" if pg else "NULL"
         #: Every key with a claimable run of the pool and its first run's place
         #: (key NULL: the runs without a key): a walk of idx_workflow_runs_queued_key
@@ -66,23 +69,23 @@ class PoolSql:
             "AND concurrency_key > k.key) FROM k WHERE k.key IS NOT NULL"
             "), h(key, id) AS ("
             f"SELECT key, (SELECT id FROM workflow_runs WHERE {walk} "
-            f"AND concurrency_key = k.key {order} LIMIT 1) FROM k WHERE key IS NOT NULL "
+            f"AND concurrency_key = k.key {key_order} LIMIT 1) FROM k WHERE key IS NOT NULL "
             "UNION ALL "
             f"SELECT {null}, (SELECT id FROM workflow_runs WHERE {walk} "
-            f"AND concurrency_key IS NULL {order} LIMIT 1)"
+            f"AND concurrency_key IS NULL {key_order} LIMIT 1)"
             ") SELECT h.key, r.priority, r.started_at FROM h JOIN workflow_runs r ON r.id = h.id")
         #: (+ key, limit): a key's first claimable runs.
         self.key_runs = (f"SELECT id, priority, started_at FROM workflow_runs WHERE {walk} "
-                         f"AND concurrency_key = {n(nxt)} {order} LIMIT {n(nxt + 1)}")
+                         f"AND concurrency_key = {n(nxt)} {key_order} LIMIT {n(nxt + 1)}")
         #: (+ limit): the first claimable runs without a key.
         self.null_runs = (f"SELECT id, priority, started_at FROM workflow_runs WHERE {walk} "
-                          f"AND concurrency_key IS NULL {order} LIMIT {n(nxt)}")
+                          f"AND concurrency_key IS NULL {key_order} LIMIT {n(nxt)}")
         #: (+ keys[], limits[]) PostgreSQL: several keys' first runs at once.
         self.keys_runs = (
             "SELECT p.k, r.id, r.priority, r.started_at "
             f"FROM unnest({n(nxt)}::text[], {n(nxt + 1)}::int[]) AS p(k, m) "
             "CROSS JOIN LATERAL (SELECT id, priority, started_at FROM workflow_runs "
-            f"WHERE {walk} AND concurrency_key = p.k {order} LIMIT p.m) r") if pg else ""
+            f"WHERE {walk} AND concurrency_key = p.k {key_order} LIMIT p.m) r") if pg else ""
         #: (+ limit): runs queued for any pool, in claim order. (The pool argument
         #: is unused here; PostgreSQL must still be told its type.)
         self.any_pool = (f"SELECT id, priority, started_at FROM workflow_runs WHERE {queued} "
