@@ -646,12 +646,13 @@ class TestOpsPoolsAndSchedules:
             worker.stop(0)
         # concurrency 1 holds the second run back: 1 queued, 1 executing, limit reached
         assert cells(html, 'data-pool="pay"') == ["pay", "1", "1", "1 / 1", "1 / 5 per 1m",
-                                                  "1 per key", "Pause…"]
+                                                  "1 per key", "oldest first", "Pause…"]
         pay = html.split('data-pool="pay"')[1].split("</tr>")[0]
         assert '<td class="limit full">1 / 1</td>' in pay
         assert '<td class="limit">1 / 5 per 1m</td>' in pay  # not reached
         assert cells(html, 'data-pool="idle"') == ["idle", "0", "0", "none",
-                                                   "0 / 100 per 1h", "none", "Pause…"]
+                                                   "0 / 100 per 1h", "none", "oldest first",
+                                                   "Pause…"]
         assert "data-pool-any" not in html  # nothing queued or running for any pool
         await sf.start(quick, 3)  # for any pool, with no worker left to claim it
         async with client_for(create_app(sf)) as client:
@@ -660,7 +661,19 @@ class TestOpsPoolsAndSchedules:
                                                     "none"]
         assert "Pause" not in html.split("data-pool-any")[1].split("</tr>")[0]
 
+    async def test_fair_pool_limits(self, sf: Starflow) -> None:
+        """A fair pool (#30): key rate limit, weights and kept slots are shown."""
+        await sf.set_pool_limits("tenants", key_concurrency=2,
+                                 key_rate_limit=(10, timedelta(minutes=1)), fair=True,
+                                 key_weights={"acme": 3, "beta": 2}, keep_slot=True)
+        async with client_for(create_app(sf)) as client:
+            html = (await client.get("/ops")).text
+        assert cells(html, 'data-pool="tenants"') == [
+            "tenants", "0", "0", "none", "none", "2 per key 10 per 1m per key",
+            "fair (acme ×3, beta ×2) keeps slots", "Pause…"]
+
     async def test_schedules(self, tmp_path: Any) -> None:
+
         """Each schedule with its cron, state (active, paused, late), next tick, last run
         and counters; arguments are folded and scrubbed like a run's input."""
         from starflow.runtime.schedules import ScheduleLoop
