@@ -670,7 +670,7 @@ class TestOpsPoolsAndSchedules:
             html = (await client.get("/ops")).text
         assert cells(html, 'data-pool="tenants"') == [
             "tenants", "0", "0", "none", "none", "2 per key 10 per 1m per key",
-            "fair (acme ×3, beta ×2) keeps slots", "Pause…"]
+            "fair (acme=3, beta=2) keeps slots", "Pause…"]
 
     async def test_schedules(self, tmp_path: Any) -> None:
 
