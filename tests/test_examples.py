@@ -92,6 +92,18 @@ class TestSchedulesAndQueues:
         assert "charges run: 5," in out and 1 <= most <= 2
 
 
+class TestFairTenants:
+    """examples/fair_tenants.py: a fair pool serves a small tenant despite a backlog (#30)."""
+
+    def test_output(self, tmp_path: Path) -> None:
+        out = run_example("fair_tenants.py", tmp_path)
+        assert "plain pool: small-co's last run was claim 105 of 105" in out
+        assert "fair pool: small-co's last run was claim 10 of 105" in out
+        assert "first ten claims: " + " ".join(["big-co small-co"] * 5) in out
+        assert "weighted pool, first 20 claims: premium 15, basic 5" in out
+        assert "stored: True {'premium': 3}" in out
+
+
 class TestQuickstart:
     """examples/quickstart.py: pause, signal, durable sleep, result."""
 
