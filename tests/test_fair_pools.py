@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
+import sqlite3
 from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import anyio
 import pytest
@@ -15,6 +18,7 @@ from starflow import ConfigError, Starflow
 from starflow.adapters.base import WorkflowStateAdapter
 from starflow.runtime.maintenance import Maintenance
 from starflow_testing import FakeClock
+from tests.conftest import require_postgres
 
 START = datetime(2030, 1, 1, tzinfo=UTC)
 
@@ -138,6 +142,20 @@ class TestFairness:
             assert len(served) == 5
             assert max(Counter(served).values()) == 2
             assert await claim_keys(sf, "p", 20) == []
+
+    async def test_turning_fair_on_takes_effect_at_the_next_claim(
+            self, db_url: str, workspace_id: str) -> None:
+        """Even after claims of the pool as a plain limited one (PostgreSQL caches a
+        pool's limits between claims): the next claim is fair."""
+        clock = FakeClock(START)
+        async with app_on(db_url, workspace_id, clock) as sf:
+            await sf.set_pool_limits("p", concurrency=100)
+            await queue(sf, clock, "p", "hot", 20)
+            await queue(sf, clock, "p", "small", 2)
+            assert await claim_keys(sf, "p", 1) == ["hot"]
+            await sf.set_pool_limits("p", concurrency=100, fair=True)
+            served = [k for _ in range(4) for k in await claim_keys(sf, "p", 1)]
+            assert served.count("small") == 2, served
 
     async def test_runs_of_any_pool_keep_their_turn(self, db_url: str, workspace_id: str) -> None:
         clock = FakeClock(START)
@@ -278,3 +296,57 @@ class TestLimitsAreStored:
             assert "key_rate_limit" in str(info.value)
             assert "key_weights['a']" in str(info.value)
             assert await sf.pools() == []
+
+
+class TestPlans:
+    """A fair claim walks its keys through idx_workflow_runs_queued_key (048): one
+    probe per key, never a scan of the pool's backlog."""
+
+    async def test_postgres(self) -> None:
+        require_postgres()
+        from adapters.test_postgres import _index_names, scratch_database
+
+        from starflow.adapters.dialect import POSTGRES
+        from starflow.adapters.pool_sql import pool_sql, scope_args
+
+        async with scratch_database("starflow_fair") as (_, conn):
+            await conn.execute("""
+                INSERT INTO workflow_runs (id, workspace_id, env, status, started_at,
+                                           claim_state, runner_pool, concurrency_key)
+                SELECT gen_random_uuid(), 'ws0', 'prod',
+                    CASE WHEN g % 4 = 0 THEN 'queued' ELSE 'success' END,
+                    now() - g * interval '1 second',
+                    CASE WHEN g % 4 = 0 THEN 'queued' ELSE 'complete' END,
+                    CASE WHEN g % 2 = 0 THEN 'p' END,
+                    CASE WHEN g % 10 = 0 THEN NULL ELSE 'k' || (g % 1000) END
+                FROM generate_series(1, 80000) g""")
+            await conn.execute("ANALYZE workflow_runs")
+            sql = pool_sql(POSTGRES, None, False)
+            args = scope_args(POSTGRES, "ws0", "prod", "p", START, None)
+            raw = await conn.fetchval(f"EXPLAIN (FORMAT JSON) {sql.heads}", *args)
+            assert _index_names(json.loads(raw)) <= {"idx_workflow_runs_queued_key",
+                                                     "workflow_runs_pkey"}, raw
+            assert "Seq Scan" not in raw, raw
+            raw = await conn.fetchval(f"EXPLAIN (FORMAT JSON) {sql.null_runs}", *args, 16)
+            assert _index_names(json.loads(raw)) == {"idx_workflow_runs_queued_key"}, raw
+
+    async def test_sqlite(self, tmp_path: Path) -> None:
+        from starflow.adapters.dialect import SQLITE
+        from starflow.adapters.pool_sql import pool_sql, scope_args
+        from starflow.adapters.sqlite import LocalWorkflowStateAdapter
+
+        adapter = LocalWorkflowStateAdapter(str(tmp_path / "p.db"), workspace_id="plans")
+        async with adapter:
+            sql = pool_sql(SQLITE, 0, False)
+            args = scope_args(SQLITE, "plans", "prod", "p", START, None)
+
+            def explain(conn: sqlite3.Connection) -> list[str]:
+                return [" ".join(str(r[3]) for r in conn.execute(
+                    "EXPLAIN QUERY PLAN " + q, a).fetchall()) for q, a in (
+                    (sql.heads, args), (sql.key_runs, (*args, "k", 16)),
+                    (sql.null_runs, (*args, 16)))]
+
+            plans = await adapter._call(explain)
+        for plan in plans:
+            assert "idx_workflow_runs_queued_key" in plan, plan
+            assert "SCAN workflow_runs" not in plan and "TEMP B-TREE" not in plan, plan

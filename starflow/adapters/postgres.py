@@ -1070,6 +1070,9 @@ class PostgresWorkflowStateAdapter(BusyTracking, WorkflowStateAdapter):
                     return None
                 if not isinstance(got, _Stale):
                     return claimed_runs(got, POSTGRES)
+                changed = self._limited_pools[pool]
+                if changed.fair or changed.keep_slot:  # made fair meanwhile: locked claim
+                    break
         async with conn.transaction():
             row = await conn.fetchrow(_LOCK_POOL_LIMITS, *scope)
             if row is None:
