@@ -22,6 +22,10 @@ All of them derive from :class:`StarflowError`, carry the ``run_id`` and
     ├── RunFinished               a signal / resume / cancel for an ended run
     ├── RunIdConflict             a start whose run id names a run of another workflow
     ├── DuplicateRun              a start whose dedup key names an active run of the pool
+    ├── CallerTransactionError    a start in the caller's transaction was refused
+    │   ├── NotInTransaction      … the caller's connection has no open transaction
+    │   ├── ForeignConnection     … another driver's connection, or another database
+    │   └── TransactionalStartUnsupported  … with sf.run, debounce, the warm tier…
     ├── ScheduleNotFound          no schedule with that id in this workspace
     ├── InvalidWakeToken          a forged, expired or used wake token
     ├── UpdateRejected            the workflow rejected a ``Starflow.update``
@@ -43,15 +47,18 @@ from __future__ import annotations
 from .driver_errors import is_transient
 
 __all__ = [
+    "CallerTransactionError",
     "ConcurrentWaits",
     "ConfigError",
     "CopyRefused",
     "DuplicateRun",
+    "ForeignConnection",
     "InvalidArgument",
     "InvalidWakeToken",
     "LeaseLostError",
     "NodeNotInHistory",
     "NonDeterminismError",
+    "NotInTransaction",
     "OutsideWorkflow",
     "ReservedKeyError",
     "ResultTimeout",
@@ -69,6 +76,7 @@ __all__ = [
     "StorageError",
     "StreamClosed",
     "TooManyRuns",
+    "TransactionalStartUnsupported",
     "UnexpectedSignal",
     "UpdateRejected",
     "WaitTimeout",
@@ -342,6 +350,30 @@ class DuplicateRun(StarflowError):
         )
         self.dedup_key = dedup_key
         self.pool = pool
+
+
+class CallerTransactionError(StarflowError):
+    """A start in the caller's own database transaction
+    (``sf.start(wf, …, connection=conn)``) was refused before anything was
+    written; the caller's transaction is as it was. The subclasses say why."""
+
+
+class NotInTransaction(CallerTransactionError):
+    """The connection passed as ``connection=`` has no open transaction: the run
+    would be committed on its own, not with the caller's rows."""
+
+
+class ForeignConnection(CallerTransactionError):
+    """The connection passed as ``connection=`` is not one this app can write
+    through: another driver's (PostgreSQL takes an asyncpg connection, SQLite an
+    aiosqlite one), or connected to another database than the app's."""
+
+
+class TransactionalStartUnsupported(CallerTransactionError):
+    """``connection=`` was combined with what cannot join a caller's transaction:
+    ``sf.run`` (it waits for a result the uncommitted run cannot have),
+    ``debounce``, the warm tier, a memory or null adapter, or the blocking
+    facade."""
 
 
 class ScheduleNotFound(StarflowError):

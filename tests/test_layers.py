@@ -125,6 +125,7 @@ LAYERS: dict[str, str] = {
     "starflow.adapters._flow": "adapters",
     "starflow.adapters.copying": "adapters",
     "starflow.adapters.base": "adapters",
+    "starflow.adapters.caller": "adapters",
     "starflow.adapters.delegating": "adapters",
     "starflow.adapters.pruning": "adapters",
     "starflow.adapters.queries": "adapters",

@@ -661,7 +661,7 @@ def _static_sql(d: Dialect, kind: type[Op]) -> str:
 
 @functools.lru_cache(maxsize=512)
 def _update_run_sql(d: Dialect, columns: tuple[str, ...]) -> str:
-    sets = ", ".join(f"{c} = {d.p(i)}" for i, c in enumerate(columns, start=1))
+    sets = ", ".join(f"{c} = {d.run_p(i, c)}" for i, c in enumerate(columns, start=1))
     n = len(columns) + 1
     return f"UPDATE workflow_runs SET {sets} WHERE id = {d.p(n)} AND {d.key_tenant(n + 1)}"
 
@@ -669,7 +669,8 @@ def _update_run_sql(d: Dialect, columns: tuple[str, ...]) -> str:
 @functools.lru_cache(maxsize=512)
 def _insert_run_sql(d: Dialect, columns: tuple[str, ...]) -> str:
     names = ", ".join(("id", "workspace_id", "env", *columns))
-    params = ", ".join(d.p(i) for i in range(1, len(columns) + 4))
+    params = ", ".join((d.p(1), d.p(2), d.p(3), *(d.run_p(i, c) for i, c in
+                                                    enumerate(columns, start=4))))
     return f"INSERT INTO workflow_runs ({names}) VALUES ({params})"
 
 

@@ -58,7 +58,14 @@ import anyio
 
 from .. import serde
 from ..clock import Clock
-from ..errors import ConfigError, SerializationError, StarflowError, StorageError
+from ..errors import (
+    ConfigError,
+    ForeignConnection,
+    NotInTransaction,
+    SerializationError,
+    StarflowError,
+    StorageError,
+)
 from ..logs import get_logger
 from ..migrations import (
     SEED_INDEXES,
@@ -137,6 +144,8 @@ from ._sql import (
     wait_record,
 )
 from .base import RunWatch, WorkflowStateAdapter
+from .caller import CallerConnection, CallerTransaction
+from .dialect import POSTGRES_CALLER
 from .pages import RunPage, RunPageQuery, make_page, page_sql
 from .queries import POSTGRES_QUERIES as Q
 from .queries import queue_stats_of
@@ -512,6 +521,8 @@ class PostgresWorkflowStateAdapter(BusyTracking, WorkflowStateAdapter):
         # Transaction pooler: the set_config() query each call's transaction
         # starts with ("" when nothing needs setting); decided in open().
         self._tx_settings = ""
+        #: (current_database(), pg_postmaster_start_time()) of the pool's server, once read.
+        self._identity: tuple[Any, ...] | None = None
 
     # -- connection ----------------------------------------------------------
 
@@ -683,6 +694,49 @@ class PostgresWorkflowStateAdapter(BusyTracking, WorkflowStateAdapter):
                         await pool.release(conn)
         finally:
             self._busy_exit()
+
+    # -- the caller's transaction (#30) ----------------------------------------
+
+    async def caller_transaction(self, connection: object) -> CallerTransaction:
+        import asyncpg
+        from asyncpg.pool import PoolConnectionProxy
+
+        where = _redact(self.url)
+        if not isinstance(connection, asyncpg.Connection | PoolConnectionProxy):
+            raise ForeignConnection(
+                f"connection= must be an asyncpg connection (or a pool's) for this "
+                f"PostgreSQL app ({where}): got {type(connection).__name__}. Nothing was "
+                "written")
+        if connection.is_closed():
+            raise ForeignConnection(f"connection= is closed: pass an open asyncpg "
+                                    f"connection to {where}. Nothing was written")
+        if not connection.is_in_transaction():
+            raise NotInTransaction(
+                "connection= has no open transaction, so the run would not commit with "
+                "your rows: start it inside `async with conn.transaction():`. Nothing was "
+                "written")
+        caller = _CallerConnection(self, connection)
+        # The tenant settings Row Level Security reads (021), for the rest of the
+        # caller's transaction (set_config(..., true)); and which server and database
+        # the connection reaches, in the same round trip.
+        row = await caller.fetchrow(
+            "SELECT current_database(), pg_postmaster_start_time(), "
+            "set_config('starflow.workspace_id', $1, true), set_config('starflow.env', $2, "
+            "true)", (self.workspace_id, self.env))
+        assert row is not None
+        theirs = (row[0], row[1])
+        if theirs != self._identity:
+            async with self._connection("caller_transaction") as conn:
+                ours = await conn.fetchrow(
+                    "SELECT current_database(), pg_postmaster_start_time()")
+            self._identity = (ours[0], ours[1])
+            if theirs != self._identity:
+                raise ForeignConnection(
+                    f"connection= reaches database {theirs[0]!r} of a server started at "
+                    f"{theirs[1]}, but this app's is {ours[0]!r} of a server started at "
+                    f"{ours[1]} ({where}): pass a connection to the app's database. "
+                    "Nothing was written")
+        return CallerTransaction(caller, workspace_id=self.workspace_id, env=self.env)
 
     # -- migrations ----------------------------------------------------------
 
@@ -1504,6 +1558,30 @@ class PostgresWorkflowStateAdapter(BusyTracking, WorkflowStateAdapter):
 # ---------------------------------------------------------------------------
 # Module helpers
 # ---------------------------------------------------------------------------
+
+
+class _CallerConnection(CallerConnection):
+    """The caller's asyncpg connection (with its own codecs: see ``POSTGRES_CALLER``)."""
+
+    def __init__(self, adapter: PostgresWorkflowStateAdapter, conn: Any) -> None:
+        super().__init__(POSTGRES_CALLER)
+        self._adapter = adapter
+        self._conn = conn
+
+    async def execute(self, sql: str, args: Sequence[Any] = ()) -> None:
+        with self._adapter._translate("start in the caller's transaction"):
+            await self._conn.execute(sql, *args)
+
+    async def fetchrow(self, sql: str, args: Sequence[Any] = ()) -> Sequence[Any] | None:
+        with self._adapter._translate("start in the caller's transaction"):
+            row: Sequence[Any] | None = await self._conn.fetchrow(sql, *args)
+            return row
+
+    def announcing(self, op: Op, sql: str, args: tuple[Any, ...]) -> tuple[str, tuple[Any, ...]]:
+        # NOTIFY is transactional: the workers hear of the run at the caller's commit.
+        if announces_work(op):
+            return _notifying(sql, args, [(self._adapter.channel, "")])
+        return sql, args
 
 
 def _notifying(sql: str, args: tuple[Any, ...], announce: Sequence[tuple[str, str]]
