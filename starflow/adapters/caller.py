@@ -32,7 +32,7 @@ from .dialect import Dialect
 from .queries import Queries
 from .units import Op, Unit
 
-__all__ = ["CallerConnection", "CallerTransaction"]
+__all__ = ["SAVEPOINT", "CallerConnection", "CallerTransaction"]
 
 #: The savepoint the start's writes are made under.
 SAVEPOINT = "starflow_start"
@@ -57,6 +57,27 @@ class CallerConnection(abc.ABC):
         """``op``'s statement with what the database announces of it at commit
         (PostgreSQL: work for the workers' ``LISTEN``); unchanged by default."""
         return sql, args
+
+    def savepoint(self) -> str:
+        """The statement (or statements, without arguments) that opens the savepoint."""
+        return f"SAVEPOINT {SAVEPOINT}"
+
+    async def write(self, statements: Sequence[tuple[str, tuple[Any, ...]]]) -> None:
+        """Run ``statements`` under a savepoint: all of them, or (raising) none.
+
+        One call per statement here; a driver may send them at once.
+        """
+        await self.execute(self.savepoint())
+        try:
+            for sql, args in statements:
+                await self.execute(sql, args)
+        except Exception:
+            # Cancellation is not caught: the caller's transaction is being torn down.
+            with anyio.CancelScope(shield=True):
+                await self.execute(f"ROLLBACK TO SAVEPOINT {SAVEPOINT}")
+                await self.execute(f"RELEASE SAVEPOINT {SAVEPOINT}")
+            raise
+        await self.execute(f"RELEASE SAVEPOINT {SAVEPOINT}")
 
 
 class CallerTransaction:
@@ -123,14 +144,4 @@ class CallerTransaction:
             statement = op_sql(d, op, ws, env)
             assert statement is not None  # Mark ops are merged away
             statements.append(self.conn.announcing(op, *statement))
-        await self.conn.execute(f"SAVEPOINT {SAVEPOINT}")
-        try:
-            for sql, args in statements:
-                await self.conn.execute(sql, args)
-        except Exception:
-            # Cancellation is not caught: the caller's transaction is being torn down.
-            with anyio.CancelScope(shield=True):
-                await self.conn.execute(f"ROLLBACK TO SAVEPOINT {SAVEPOINT}; "
-                                        f"RELEASE SAVEPOINT {SAVEPOINT}")
-            raise
-        await self.conn.execute(f"RELEASE SAVEPOINT {SAVEPOINT}")
+        await self.conn.write(statements)

@@ -47,6 +47,7 @@ import hashlib
 import re
 import secrets
 import uuid
+import weakref
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
@@ -523,6 +524,9 @@ class PostgresWorkflowStateAdapter(BusyTracking, WorkflowStateAdapter):
         self._tx_settings = ""
         #: (current_database(), pg_postmaster_start_time()) of the pool's server, once read.
         self._identity: tuple[Any, ...] | None = None
+        #: Callers' connections found to reach this database (``caller_transaction``).
+        self._callers_checked: weakref.WeakKeyDictionary[Any, bool] = \
+            weakref.WeakKeyDictionary()
 
     # -- connection ----------------------------------------------------------
 
@@ -716,27 +720,30 @@ class PostgresWorkflowStateAdapter(BusyTracking, WorkflowStateAdapter):
                 "your rows: start it inside `async with conn.transaction():`. Nothing was "
                 "written")
         caller = _CallerConnection(self, connection)
-        # The tenant settings Row Level Security reads (021), for the rest of the
-        # caller's transaction (set_config(..., true)); and which server and database
-        # the connection reaches, in the same round trip.
-        row = await caller.fetchrow(
-            "SELECT current_database(), pg_postmaster_start_time(), "
-            "set_config('starflow.workspace_id', $1, true), set_config('starflow.env', $2, "
-            "true)", (self.workspace_id, self.env))
+        # A pool's proxy is made anew by each acquire: what is checked is its connection.
+        raw = getattr(connection, "_con", None) or connection
+        if raw not in self._callers_checked:
+            await self._check_caller(caller)
+            self._callers_checked[raw] = True
+        return CallerTransaction(caller, workspace_id=self.workspace_id, env=self.env)
+
+    async def _check_caller(self, caller: _CallerConnection) -> None:
+        """Refuse a connection to another database (or another server's of that name)."""
+        identity = "SELECT current_database(), pg_postmaster_start_time()"
+        row = await caller.fetchrow(identity)
         assert row is not None
         theirs = (row[0], row[1])
+        if theirs == self._identity:
+            return
+        async with self._connection("caller_transaction") as conn:
+            ours = await conn.fetchrow(identity)
+        self._identity = (ours[0], ours[1])
         if theirs != self._identity:
-            async with self._connection("caller_transaction") as conn:
-                ours = await conn.fetchrow(
-                    "SELECT current_database(), pg_postmaster_start_time()")
-            self._identity = (ours[0], ours[1])
-            if theirs != self._identity:
-                raise ForeignConnection(
-                    f"connection= reaches database {theirs[0]!r} of a server started at "
-                    f"{theirs[1]}, but this app's is {ours[0]!r} of a server started at "
-                    f"{ours[1]} ({where}): pass a connection to the app's database. "
-                    "Nothing was written")
-        return CallerTransaction(caller, workspace_id=self.workspace_id, env=self.env)
+            raise ForeignConnection(
+                f"connection= reaches database {theirs[0]!r} of a server started at "
+                f"{theirs[1]}, but this app's is {ours[0]!r} of a server started at "
+                f"{ours[1]} ({_redact(self.url)}): pass a connection to the app's "
+                "database. Nothing was written")
 
     # -- migrations ----------------------------------------------------------
 
@@ -1561,18 +1568,35 @@ class PostgresWorkflowStateAdapter(BusyTracking, WorkflowStateAdapter):
 
 
 class _CallerConnection(CallerConnection):
-    """The caller's asyncpg connection (with its own codecs: see ``POSTGRES_CALLER``)."""
+    """The caller's asyncpg connection (with its own codecs: see ``POSTGRES_CALLER``).
+
+    The tenant settings Row Level Security reads (021) are set on it, for the
+    rest of the caller's transaction (``set_config(..., true)``), before its
+    first statement (in the same round trip when that takes no arguments: the
+    savepoint of the writes).
+    """
 
     def __init__(self, adapter: PostgresWorkflowStateAdapter, conn: Any) -> None:
         super().__init__(POSTGRES_CALLER)
         self._adapter = adapter
         self._conn = conn
+        self._settings = (f"SELECT set_config('starflow.workspace_id', "
+                          f"{_literal(adapter.workspace_id)}, true), "
+                          f"set_config('starflow.env', {_literal(adapter.env)}, true)")
+        self._settled = False
 
     async def execute(self, sql: str, args: Sequence[Any] = ()) -> None:
+        if not self._settled and not args:
+            sql = f"{self._settings}; {sql}"  # simple protocol: several statements
+        elif not self._settled:
+            await self.execute(self._settings)
         with self._adapter._translate("start in the caller's transaction"):
             await self._conn.execute(sql, *args)
+        self._settled = True
 
     async def fetchrow(self, sql: str, args: Sequence[Any] = ()) -> Sequence[Any] | None:
+        if not self._settled:
+            await self.execute(self._settings)
         with self._adapter._translate("start in the caller's transaction"):
             row: Sequence[Any] | None = await self._conn.fetchrow(sql, *args)
             return row
@@ -1582,6 +1606,7 @@ class _CallerConnection(CallerConnection):
         if announces_work(op):
             return _notifying(sql, args, [(self._adapter.channel, "")])
         return sql, args
+
 
 
 def _notifying(sql: str, args: tuple[Any, ...], announce: Sequence[tuple[str, str]]

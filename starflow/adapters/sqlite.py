@@ -20,6 +20,7 @@ import functools
 import sqlite3
 import threading
 import uuid
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -101,7 +102,7 @@ from ._sql import (
     wait_record,
 )
 from .base import WorkflowStateAdapter
-from .caller import CallerConnection, CallerTransaction
+from .caller import SAVEPOINT, CallerConnection, CallerTransaction
 from .pages import RunPage, RunPageQuery, make_page, page_sql
 from .queries import SCHEDULED, queue_stats_of
 from .queries import SQLITE_QUERIES as Q
@@ -200,6 +201,9 @@ class LocalWorkflowStateAdapter(BusyTracking, WorkflowStateAdapter):
         self._lock = threading.Lock()
         #: The database file as SQLite names it (``PRAGMA database_list``), once open.
         self._file = ""
+        #: Callers' connections found open on that file (``caller_transaction``).
+        self._callers_checked: weakref.WeakKeyDictionary[Any, bool] = \
+            weakref.WeakKeyDictionary()
 
     @property
     def shared(self) -> bool:
@@ -324,13 +328,15 @@ class LocalWorkflowStateAdapter(BusyTracking, WorkflowStateAdapter):
                 "connection= has no open transaction, so the run would not commit with "
                 "your rows: `await conn.execute('BEGIN')` (or write your rows) first, "
                 "and commit after the start. Nothing was written")
-        theirs = _main_file(await caller.fetchall("PRAGMA database_list"))
-        if theirs != self._file and not await anyio.to_thread.run_sync(
-                _same_file, theirs, self._file):
-            raise ForeignConnection(
-                f"connection= is open on {theirs or 'a private database'!r}, but this app's "
-                f"database is {self._file!r}: pass a connection to the app's file. "
-                "Nothing was written")
+        if connection not in self._callers_checked:
+            theirs = _main_file(await caller.fetchall("PRAGMA database_list"))
+            if theirs != self._file and not await anyio.to_thread.run_sync(
+                    _same_file, theirs, self._file):
+                raise ForeignConnection(
+                    f"connection= is open on {theirs or 'a private database'!r}, but this "
+                    f"app's database is {self._file!r}: pass a connection to the app's "
+                    "file. Nothing was written")
+            self._callers_checked[connection] = True
         return CallerTransaction(caller, workspace_id=self.workspace_id, env=self.env)
 
     async def migration_plan(self) -> MigrationPlan:
@@ -1199,6 +1205,27 @@ class _CallerConnection(CallerConnection):
             async with self._conn.execute(sql, tuple(args)) as cursor:
                 row: Sequence[Any] | None = await cursor.fetchone()
                 return row
+        except sqlite3.Error as exc:
+            raise _storage_error(exc, None) from exc
+
+    async def write(self, statements: Sequence[tuple[str, tuple[Any, ...]]]) -> None:
+        # One hop to aiosqlite's thread for the whole savepoint, not one per statement.
+        savepoint = self.savepoint()
+
+        def write(raw: sqlite3.Connection) -> None:
+            raw.execute(savepoint)
+            try:
+                for sql, args in statements:
+                    raw.execute(sql, args)
+            except sqlite3.Error:
+                raw.execute(f"ROLLBACK TO SAVEPOINT {SAVEPOINT}")
+                raw.execute(f"RELEASE SAVEPOINT {SAVEPOINT}")
+                raise
+            raw.execute(f"RELEASE SAVEPOINT {SAVEPOINT}")
+
+        try:
+            await self._conn._execute(  # type: ignore[no-untyped-call]
+                lambda: write(self._conn._conn))
         except sqlite3.Error as exc:
             raise _storage_error(exc, None) from exc
 

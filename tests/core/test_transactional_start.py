@@ -38,7 +38,14 @@ from starflow import (
 )
 from starflow_testing import FakeClock
 from starflow_testing._quiesce import quiesce
-from tests.conftest import PGBOUNCER_URL, POSTGRES_URL, adapter_url
+from tests.conftest import (
+    PGBOUNCER_URL,
+    POOLER_RLS_ROLE,
+    POSTGRES_URL,
+    adapter_url,
+    ensure_pooler_rls_role,
+    require_postgres,
+)
 
 START = datetime(2030, 1, 1, tzinfo=UTC)
 #: Workers poll once an hour: one that runs a committed start within seconds was
@@ -63,7 +70,7 @@ def _reset() -> None:
     EXECUTED.clear()
 
 
-@pytest.fixture(params=["sqlite", "postgres", "pgbouncer"])
+@pytest.fixture(params=["sqlite", "postgres", "pgbouncer", "pgbouncer-rls"])
 def kind(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
@@ -124,12 +131,18 @@ async def connect(kind: str, tmp_path: Path, table: str) -> Any:
         return conn
     import asyncpg
 
+    owner = await asyncpg.connect(POSTGRES_URL)
+    try:
+        await owner.execute(f"CREATE TABLE {table} (id text PRIMARY KEY)")
+        await owner.execute(f'GRANT ALL ON {table} TO "{POOLER_RLS_ROLE}"')
+    finally:
+        await owner.close()
     if kind == "pgbouncer":
-        conn = await asyncpg.connect(PGBOUNCER_URL, statement_cache_size=0)
-    else:
-        conn = await asyncpg.connect(POSTGRES_URL)
-    await conn.execute(f"CREATE TABLE {table} (id text PRIMARY KEY)")
-    return conn
+        return await asyncpg.connect(PGBOUNCER_URL, statement_cache_size=0)
+    if kind == "pgbouncer-rls":  # a role Row Level Security applies to
+        return await asyncpg.connect(PGBOUNCER_URL, statement_cache_size=0,
+                                     user=POOLER_RLS_ROLE)
+    return await asyncpg.connect(POSTGRES_URL)
 
 
 @asynccontextmanager
@@ -147,6 +160,9 @@ async def app(kind: str, tmp_path: Path, workspace_id: str,
 
     clock = FakeClock(START, settle=settle)
     url = adapter_url(kind, tmp_path)
+    if kind != "sqlite":
+        require_postgres()
+        ensure_pooler_rls_role()
     async with Starflow.open(url, workspace_id=workspace_id, clock=clock, config=config,
                              maintenance=False) as sf:
         apps.append(sf)
@@ -155,9 +171,13 @@ async def app(kind: str, tmp_path: Path, workspace_id: str,
         try:
             yield sf, clock, Caller(kind, conn, table)
         finally:
-            if kind != "sqlite":
-                await conn.execute(f"DROP TABLE IF EXISTS {table}")
             await conn.close()
+            if kind != "sqlite":
+                import asyncpg
+
+                owner = await asyncpg.connect(POSTGRES_URL)
+                await owner.execute(f"DROP TABLE IF EXISTS {table}")
+                await owner.close()
 
 
 async def claim(sf: Starflow) -> int:
