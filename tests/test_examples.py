@@ -407,3 +407,24 @@ class TestPauseAndResume:
             "run_resumed_by_operator") < events.index("run_resumed")
         assert "pool gpu paused: True ; its run is queued" in out
         assert "pool gpu resumed (no limits left): True" in out
+
+
+class TestTransactionalStart:
+    """examples/transactional_start.py: the order and its run commit, or roll back, together."""
+
+    @pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+    def test_commit_and_rollback(self, kind: str, tmp_path: Path) -> None:
+        url = None
+        if kind == "postgres":
+            from tests.conftest import POSTGRES_URL, require_postgres
+
+            require_postgres()
+            url = POSTGRES_URL
+        out = run_example("transactional_start.py", tmp_path, url)
+        assert out.splitlines() == [
+            "o-1 placed; its run is queued",
+            "o-2 declined: 250000 cents is over the card's limit",
+            "o-2 has a run: False",
+            "orders in the table: ['o-1']",
+            "o-1 fulfilled: parcel for o-1",
+        ]
