@@ -62,11 +62,24 @@ class CallerConnection(abc.ABC):
         """The statement (or statements, without arguments) that opens the savepoint."""
         return f"SAVEPOINT {SAVEPOINT}"
 
-    async def write(self, statements: Sequence[tuple[str, tuple[Any, ...]]]) -> None:
-        """Run ``statements`` under a savepoint: all of them, or (raising) none.
+    def needs_savepoint(self, refusable: bool) -> bool:
+        """Whether a unit needs its savepoint: always, unless the database aborts the
+        whole transaction on a failed statement and the unit is not ``refusable``
+        (a refusal the caller's transaction must survive: an existing run id, a
+        dedup key)."""
+        return True
+
+    async def write(self, statements: Sequence[tuple[str, tuple[Any, ...]]], *,
+                    savepoint: bool = True) -> None:
+        """Run ``statements``: all of them, or (raising) none, under a savepoint
+        unless ``savepoint`` is False.
 
         One call per statement here; a driver may send them at once.
         """
+        if not savepoint:
+            for sql, args in statements:
+                await self.execute(sql, args)
+            return
         await self.execute(self.savepoint())
         try:
             for sql, args in statements:
@@ -129,13 +142,18 @@ class CallerTransaction:
                                        (self.workspace_id, self.env, pool or "", dedup_key))
         return None if row is None else str(row[0])
 
-    async def write(self, unit: Unit) -> None:
+    async def write(self, unit: Unit, *, refusable: bool = True) -> None:
         """Write ``unit``'s ops in the caller's transaction, under a savepoint.
+
+        ``refusable``: the database may refuse the unit in a way the caller acts
+        on (a run id or dedup key taken); the caller's transaction must go on
+        then. Otherwise a driver whose database aborts the transaction on any
+        failed statement writes it without the savepoint.
 
         Raises:
             StorageError: the database refused a write; the savepoint is rolled
                 back, so the caller's transaction holds none of the unit's rows
-                and goes on.
+                and goes on (without a savepoint, PostgreSQL has aborted it).
         """
         assert unit.guard is None  # a start: nothing to check but the insert itself
         d, ws, env = self._d, self.workspace_id, self.env
@@ -144,4 +162,5 @@ class CallerTransaction:
             statement = op_sql(d, op, ws, env)
             assert statement is not None  # Mark ops are merged away
             statements.append(self.conn.announcing(op, *statement))
-        await self.conn.write(statements)
+        await self.conn.write(statements,
+                              savepoint=self.conn.needs_savepoint(refusable))

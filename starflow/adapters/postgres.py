@@ -524,7 +524,8 @@ class PostgresWorkflowStateAdapter(BusyTracking, WorkflowStateAdapter):
         self._tx_settings = ""
         #: (current_database(), pg_postmaster_start_time()) of the pool's server, once read.
         self._identity: tuple[Any, ...] | None = None
-        #: Callers' connections found to reach this database (``caller_transaction``).
+        #: Callers' connections found to reach this database (``caller_transaction``),
+        #: each with whether Row Level Security applies to its role.
         self._callers_checked: weakref.WeakKeyDictionary[Any, bool] = \
             weakref.WeakKeyDictionary()
 
@@ -719,22 +720,25 @@ class PostgresWorkflowStateAdapter(BusyTracking, WorkflowStateAdapter):
                 "connection= has no open transaction, so the run would not commit with "
                 "your rows: start it inside `async with conn.transaction():`. Nothing was "
                 "written")
-        caller = _CallerConnection(self, connection)
         # A pool's proxy is made anew by each acquire: what is checked is its connection.
         raw = getattr(connection, "_con", None) or connection
-        if raw not in self._callers_checked:
-            await self._check_caller(caller)
-            self._callers_checked[raw] = True
+        rls = self._callers_checked.get(raw)
+        if rls is None:
+            rls = self._callers_checked[raw] = await self._check_caller(connection)
+        caller = _CallerConnection(self, connection, tenant_settings=rls)
         return CallerTransaction(caller, workspace_id=self.workspace_id, env=self.env)
 
-    async def _check_caller(self, caller: _CallerConnection) -> None:
-        """Refuse a connection to another database (or another server's of that name)."""
+    async def _check_caller(self, connection: Any) -> bool:
+        """Refuse a connection to another database (or another server's of that name);
+        whether Row Level Security applies to the connection's role."""
         identity = "SELECT current_database(), pg_postmaster_start_time()"
-        row = await caller.fetchrow(identity)
-        assert row is not None
+        with self._translate("caller_transaction"):
+            row = await connection.fetchrow(
+                f"{identity}, "
+                "COALESCE(row_security_active(to_regclass('workflow_runs')), false)")
         theirs = (row[0], row[1])
         if theirs == self._identity:
-            return
+            return bool(row[2])
         async with self._connection("caller_transaction") as conn:
             ours = await conn.fetchrow(identity)
         self._identity = (ours[0], ours[1])
@@ -744,6 +748,7 @@ class PostgresWorkflowStateAdapter(BusyTracking, WorkflowStateAdapter):
                 f"{theirs[1]}, but this app's is {ours[0]!r} of a server started at "
                 f"{ours[1]} ({_redact(self.url)}): pass a connection to the app's "
                 "database. Nothing was written")
+        return bool(row[2])
 
     # -- migrations ----------------------------------------------------------
 
@@ -1576,14 +1581,22 @@ class _CallerConnection(CallerConnection):
     savepoint of the writes).
     """
 
-    def __init__(self, adapter: PostgresWorkflowStateAdapter, conn: Any) -> None:
+    def __init__(self, adapter: PostgresWorkflowStateAdapter, conn: Any, *,
+                 tenant_settings: bool) -> None:
         super().__init__(POSTGRES_CALLER)
         self._adapter = adapter
         self._conn = conn
         self._settings = (f"SELECT set_config('starflow.workspace_id', "
                           f"{_literal(adapter.workspace_id)}, true), "
                           f"set_config('starflow.env', {_literal(adapter.env)}, true)")
-        self._settled = False
+        #: Nothing to set where Row Level Security does not apply to the role.
+        self._settled = not tenant_settings
+
+    def needs_savepoint(self, refusable: bool) -> bool:
+        # A failed statement aborts a PostgreSQL transaction: a start the database
+        # cannot refuse in a way the caller acts on (no run id, no dedup key) needs
+        # no savepoint to stay all-or-nothing. Two round trips fewer.
+        return refusable
 
     async def execute(self, sql: str, args: Sequence[Any] = ()) -> None:
         if not self._settled and not args:

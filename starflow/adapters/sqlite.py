@@ -1208,12 +1208,14 @@ class _CallerConnection(CallerConnection):
         except sqlite3.Error as exc:
             raise _storage_error(exc, None) from exc
 
-    async def write(self, statements: Sequence[tuple[str, tuple[Any, ...]]]) -> None:
+    async def write(self, statements: Sequence[tuple[str, tuple[Any, ...]]], *,
+                    savepoint: bool = True) -> None:
         # One hop to aiosqlite's thread for the whole savepoint, not one per statement.
-        savepoint = self.savepoint()
+        # (Always a savepoint: a failed statement does not abort a SQLite transaction.)
+        opening = self.savepoint()
 
         def write(raw: sqlite3.Connection) -> None:
-            raw.execute(savepoint)
+            raw.execute(opening)
             try:
                 for sql, args in statements:
                     raw.execute(sql, args)

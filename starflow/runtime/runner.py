@@ -143,7 +143,8 @@ class Runner(Waker):
                 if attributes:
                     await self.adapter.set_attributes(rid, attributes, now=now)
             try:
-                await caller.write(unit)
+                await caller.write(unit, refusable=run_id is not None
+                                   or options.dedup_key is not None)
             except StorageError as exc:
                 return await self._start_refused(exc, rid, run_id, options, definition,
                                                  encoded, caller)
