@@ -9,7 +9,8 @@ from tests.conftest import require_pgbouncer, run_bench
 #: Bench smoke test: the bench script runs for real.
 pytestmark = pytest.mark.slow
 
-MODES = ("plain", "in caller txn", "row + start, one txn", "row, then start")
+MODES = ("plain", "in caller txn", "in txn, run_id", "row + start, one txn",
+         "row, then start")
 
 
 @pytest.mark.parametrize("kind", ["sqlite", "postgres", "pgbouncer"])
