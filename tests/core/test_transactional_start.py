@@ -251,6 +251,34 @@ class TestCommit:
                 tg.cancel_scope.cancel()
 
 
+class TestCallerCodecs:
+    """The caller's own codecs on its connection change nothing starflow stores or reads."""
+
+    @pytest.mark.parametrize("kind", ["postgres"])
+    async def test_a_json_codec_of_the_callers(self, kind: str, tmp_path: Path,
+                                              workspace_id: str) -> None:
+        import json
+
+        async with app(kind, tmp_path, workspace_id) as (sf, _, caller):
+            # A common setup: jsonb as Python objects through the json module, uuids
+            # as text. starflow's JSON must not be encoded twice through it.
+            await caller.conn.set_type_codec("jsonb", encoder=json.dumps, decoder=json.loads,
+                                             schema="pg_catalog")
+            await caller.conn.set_type_codec("uuid", encoder=str, decoder=str,
+                                             schema="pg_catalog", format="text")
+            run_id = str(uuid.uuid4())
+            plain = await sf.start(fulfil, "o-7")
+            await caller.begin()
+            first = await sf.options(run_id=run_id, connection=caller.conn).start(fulfil, "o-7")
+            again = await sf.options(run_id=run_id, connection=caller.conn).start(fulfil, "o-7")
+            await caller.commit()
+            assert first.run_id == again.run_id == run_id
+            stored = await sf.get_run(run_id)
+            assert stored.input_json == (await sf.get_run(plain.run_id)).input_json
+            assert await claim(sf) == 2
+            assert await sf.result(run_id) == "shipped o-7"
+
+
 class TestRollback:
     """Rolled back with the caller's rows: no run, no attribute, no definition left."""
 
