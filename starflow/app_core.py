@@ -179,6 +179,15 @@ class StarflowCore:
     def runner_id(self) -> str:
         return self.runner.runner_id
 
+    def _run_id(self, run_id: Any) -> str:
+        """The run id (canonical UUID text) ``run_id`` names: a UUID or a run key
+        (read in this app's workspace/env by :func:`starflow.limits.run_ref`).
+
+        Raises:
+            InvalidArgument: neither a UUID nor a valid run key (nothing written).
+        """
+        return self.adapter.normalize_run_id(run_id)
+
     # -- starting runs -------------------------------------------------------------
 
     @overload
@@ -302,6 +311,8 @@ class StarflowCore:
                 (nothing written).
             ConfigError: another option is invalid (named with its value).
         """
+        if run_id is not None:
+            self._run_id(run_id)  # a UUID or a valid run key, else InvalidArgument now
         for name, key in (("concurrency_key", concurrency_key), ("dedup_key", dedup_key),
                           ("debounce_key", debounce_key)):
             check_name(name, key, optional=True)

@@ -27,7 +27,6 @@ from ..errors import (
     TooManyRuns,
     WorkflowDefinitionError,
 )
-from ..limits import normalize_run_id
 from ..records import BulkResult, RunFilter, RunInfo
 from ..serde import check_json_depth
 from ..tokens import redact_wake_tokens
@@ -452,6 +451,6 @@ async def _runs_pause(ns: argparse.Namespace) -> int:
          args=[app_args, db_args], configure=run_args)
 async def _runs_resume(ns: argparse.Namespace) -> int:
     async with open_app(ns, must_exist=True) as sf, _missing_code_explained(sf):
-        handle = await sf.resume(normalize_run_id(ns.run_id))
+        handle = await sf.resume(sf.adapter.normalize_run_id(ns.run_id))
         await _operator_report(sf, handle, "resumed", ns.json)
     return EXIT_OK

@@ -16,7 +16,6 @@ import anyio
 import msgspec
 
 from ..clock import parse_when
-from ..limits import normalize_run_id
 from ..records import RunEvent, RunInfo
 from ..tokens import redact_wake_tokens
 from ..workflow.context import checkpoint_wait
@@ -220,7 +219,7 @@ async def _runs_list(ns: argparse.Namespace) -> int:
                     if (ns.template is None or r.template_id == ns.template)
                     and (since is None or (r.started_at is not None and r.started_at >= since))
                     and (ns.parent is None
-                         or r.parent_run_id == normalize_run_id(ns.parent))
+                         or r.parent_run_id == sf.adapter.normalize_run_id(ns.parent))
                     ][:ns.limit]
         else:
             runs = await sf.list_runs(status=ns.status, template_id=ns.template,
