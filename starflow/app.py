@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from datetime import datetime, timedelta
-from typing import Any, TypeVar, overload
+from typing import Any, TypeVar, cast, overload
 
 import msgspec
 
@@ -58,6 +59,30 @@ _log = get_logger("starflow.bulk")
 DEFAULT_BULK_LIMIT = 1000
 #: Runs read per page by a bulk action (its memory bound).
 BULK_PAGE = MAX_PAGE
+_Call = TypeVar("_Call", bound=Callable[..., Awaitable[Any]])
+
+
+def _names_run_key(method: _Call) -> _Call:
+    """A ``RunNotFound`` from ``method(self, run_id, ...)`` given a run key names
+    the key, not only the id it derives (``run order-123 not found…``)."""
+
+    @functools.wraps(method)
+    async def call(self: StarflowOps, run_id: Any, /, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await method(self, run_id, *args, **kwargs)
+        except RunNotFound as exc:
+            if exc.run_key is not None or not isinstance(run_id, str):
+                raise
+            try:
+                ref = self.adapter.run_ref(run_id)
+            except InvalidArgument:
+                raise exc from None
+            if ref.key is None or ref.id != exc.run_id:
+                raise
+            raise RunNotFound(ref.id, run_key=ref.key).with_traceback(
+                exc.__traceback__) from None
+
+    return cast(_Call, call)
 
 
 class Starflow(StarflowOps):
@@ -71,6 +96,7 @@ class Starflow(StarflowOps):
 
     # -- waking runs ---------------------------------------------------------------
 
+    @_names_run_key
     async def signal(self, run_id: str, event: str, payload: Any = None) -> RunHandle[Any]:
         """Deliver a signal. A run paused on ``event`` wakes: inline runs are driven
         here until they pause again or end, worker runs go back to the queue. A
@@ -97,6 +123,7 @@ class Starflow(StarflowOps):
                      timeout: timedelta | float | None = None,
                      update_id: str | None = None) -> Any: ...
 
+    @_names_run_key
     async def update(self, run_id: str, name: str, payload: Any = None, *,
                      timeout: timedelta | float | None = None,
                      update_id: str | None = None, type: Any = Any) -> Any:
@@ -245,6 +272,7 @@ class Starflow(StarflowOps):
                 f"nor the key of a run in workspace {self.workspace_id}/{self.env}")
         return ref.id
 
+    @_names_run_key
     async def pause(self, run_id: str) -> RunHandle[Any]:
         """Pause a run: it stops at its next boundary and keeps its state until
         :meth:`resume` (``sf.resume(run_id)``).
@@ -268,6 +296,7 @@ class Starflow(StarflowOps):
         """
         return await self.runner.pause(self._run_id(run_id))
 
+    @_names_run_key
     async def cancel(self, run_id: str, *, force: bool = False) -> RunHandle[Any]:
         """Cancel a run, letting its code clean up.
 
@@ -295,6 +324,7 @@ class Starflow(StarflowOps):
         """
         return self._track(await self.runner.cancel(self._run_id(run_id), force=force))
 
+    @_names_run_key
     async def retry(self, run_id: str) -> RunHandle[Any]:
         """Run a run that ended in ``error`` again from its recorded history.
 
@@ -316,6 +346,7 @@ class Starflow(StarflowOps):
         return self._track(await self.runner.retry(self._run_id(run_id)))
     # -- queries -------------------------------------------------------------------
 
+    @_names_run_key
     async def get_run(self, run_id: str) -> RunInfo:
         """The ``workflow_runs`` row (read cold)."""
         run_id = self._run_id(run_id)
@@ -373,6 +404,7 @@ class Starflow(StarflowOps):
                                             parent_run_id=parent_run_id,
                                             since=since, limit=limit, attributes=encoded)
 
+    @_names_run_key
     async def get_attributes(self, run_id: str) -> dict[str, str | int | bool]:
         """The searchable attributes of one run, key -> value (empty: none set).
 
@@ -389,6 +421,7 @@ class Starflow(StarflowOps):
         stored = await self.adapter.get_run_attributes(run_id)
         return {key: serde.decode(text.encode()) for key, text in stored.items()}
 
+    @_names_run_key
     async def events(self, run_id: str, *, after_id: int = 0) -> list[RunEvent]:
         """The run's ``workflow_run_events`` rows in order.
 
@@ -408,6 +441,7 @@ class Starflow(StarflowOps):
             raise RunNotFound(run_id)
         return events
 
+    @_names_run_key
     async def waits(self, run_id: str) -> list[WaitRecord]:
         """What the run is registered to wake on: one :class:`~starflow.records.WaitRecord`
         per open wait (the node, its event, its timer's deadline); empty
@@ -460,6 +494,7 @@ class Starflow(StarflowOps):
         queued = await self.adapter.due_run_deadlines(before, limit=limit)
         return min(len(waits) + len(queued), limit)
 
+    @_names_run_key
     async def export_run(self, run_id: str) -> dict[str, Any]:
         """The run's history as JSON-ready builtins, wake tokens redacted: one
         object of the file ``starflow runs export`` writes and ``starflow replay``
@@ -487,6 +522,7 @@ class Starflow(StarflowOps):
     @overload
     async def result(self, run_id: str, timeout: timedelta | float | None = None) -> Any: ...
 
+    @_names_run_key
     async def result(self, run_id: RunHandle[Any] | str,
                      timeout: timedelta | float | None = None) -> Any:
         """Wait until the run ends and return its value, decoded to the annotated type.
@@ -561,6 +597,7 @@ class Starflow(StarflowOps):
     async def get_event(self, run_id: str, key: str, *,
                         timeout: timedelta | float | None = None) -> Any: ...
 
+    @_names_run_key
     async def get_event(self, run_id: str, key: str, *,
                         timeout: timedelta | float | None = None, type: Any = Any) -> Any:
         """The value the run published under ``key`` (``starflow.set_event``), as
@@ -617,6 +654,7 @@ class Starflow(StarflowOps):
             yield serde.convert(value, type_, what=f"stream {key!r} value of run {run_id}",
                                 run_id=run_id)
 
+    @_names_run_key
     async def fork(self, run_id: str, *, from_node: str) -> RunHandle[Any]:
         """A new run of an ended run's workflow, version and arguments whose history
         is the source's without ``from_node`` and what followed it; it runs from there.

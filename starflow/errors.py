@@ -270,14 +270,23 @@ class RunnerKilled(StarflowError):
 
 
 class RunNotFound(StarflowError):
-    """No run with this id exists in the adapter's workspace and environment."""
+    """No run with this id exists in the adapter's workspace and environment.
 
-    def __init__(self, run_id: str) -> None:
+    Attributes:
+        run_key: The run key the caller named the run by (``"order-123"``),
+            whose derived id is ``run_id``; ``None`` when given the id itself.
+    """
+
+    def __init__(self, run_id: str, *, run_key: str | None = None) -> None:
+        named = (f"run {run_key} not found in this workspace/env (a run key; the run it "
+                 f"names here would have id {run_id}): check the key"
+                 if run_key is not None else
+                 f"run {run_id} not found in this workspace/env: check the id")
         super().__init__(
-            f"run {run_id} not found in this workspace/env: check the id, the database URL "
-            "and the workspace_id/env the app was opened with",
+            f"{named}, the database URL and the workspace_id/env the app was opened with",
             run_id=run_id,
         )
+        self.run_key = run_key
 
 
 class RunFinished(StarflowError):

@@ -84,6 +84,7 @@ def run_summary(run: RunInfo) -> dict[str, Any]:
     """The row's key fields, JSON-ready (``runs list --json``)."""
     return {
         "id": run.id,
+        "run_key": run.run_key,  # the key it was started with (#30), else null
         "workflow": run.template_id,
         "version": run.workflow_version,
         "status": run.status,
@@ -234,9 +235,12 @@ async def _runs_list(ns: argparse.Namespace) -> int:
                          f"{sf.env!r} (another scope: --workspace/--env, or "
                          "$STARFLOW_WORKSPACE/$STARFLOW_ENV)\n")
         return EXIT_OK
+    keyed = any(r.run_key is not None for r in runs)  # a key column only if one has a key
     write(render_table(
-        ["id", "workflow", "status", "started", "duration", "error"],
-        [(r.id, f"{r.template_id}" + (f" v{r.workflow_version}" if r.workflow_version else ""),
+        ["id", *(["key"] if keyed else []), "workflow", "status", "started", "duration",
+         "error"],
+        [(r.id, *([r.run_key] if keyed else []),
+          f"{r.template_id}" + (f" v{r.workflow_version}" if r.workflow_version else ""),
           r.status + (f" (starts at {iso(r.starts_at)})" if r.starts_at else ""),
           iso(r.started_at),
           _ms(float(r.duration_ms)) if r.duration_ms is not None else None, r.error)
@@ -269,6 +273,7 @@ async def _runs_show(ns: argparse.Namespace) -> int:
     waiting = detail["waiting"]
     fields: list[tuple[str, Any]] = [
         ("run", run.id),
+        ("key", run.run_key),  # the run key it was started with (#30)
         ("workflow", f"{run.template_id} v{run.workflow_version}"
                      if run.workflow_version else run.template_id),
         ("status", run.status),
