@@ -148,7 +148,8 @@ async def start_child_node(engine: EngineCore, definition: WorkflowDefinition,
     child_id = ref.id if ref is not None else child_id_for(engine.run_id, nid)
     existing = await engine.adapter.get_run(child_id)
     if existing is not None and existing.template_id not in (None, definition.name):
-        raise RunIdConflict(child_id, existing.template_id, definition.name, existing.status)
+        raise RunIdConflict(child_id, existing.template_id, definition.name, existing.status,
+                            run_key=existing.run_key)
     runtime = engine.runtime
     timeout = timeout if timeout is not None else definition.timeout
     def_id = (await runtime.definition_id(definition) if runtime.definition_id is not None

@@ -279,7 +279,7 @@ class Runner(Waker):
             record = await self.adapter.get_definition(run.definition_id)
             name = record.name if record is not None else None
         if name is not None and name != definition.name:
-            raise RunIdConflict(run.id, name, definition.name, run.status)
+            raise RunIdConflict(run.id, name, definition.name, run.status, run_key=run.run_key)
         recorded = run.input_json
         if isinstance(recorded, dict):  # the arguments, without the stored trace context
             recorded = {k: v for k, v in recorded.items() if k != "trace"}
