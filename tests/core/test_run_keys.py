@@ -106,7 +106,7 @@ class TestStart:
         assert (info.id, info.run_key) == (handle.run_id, "order-123")
         assert [r.run_key for r in await sf.list_runs()] == ["order-123"]
         assert run_ref("order-123", workspace_id=sf.workspace_id, env="prod").id == info.id
-        assert RUN_KEY_NAMESPACE == uuid.UUID("8ac84a28-62af-461f-870a-8b21cfee64e1")
+        assert uuid.UUID("8ac84a28-62af-461f-870a-8b21cfee64e1") == RUN_KEY_NAMESPACE
 
     async def test_starting_twice_returns_the_same_run(self, sf: Starflow) -> None:
         """run then start (or again) with one key: one run, its first arguments."""
