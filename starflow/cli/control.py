@@ -126,8 +126,9 @@ def _start_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--args", type=_payload, default=None, metavar="JSON",
                         help="the workflow's arguments: a JSON array (positional), or an "
                              "object (keyword arguments)")
-    parser.add_argument("--run-id", default=None, metavar="UUID",
-                        help="an idempotent start: a second start with this id returns the run")
+    parser.add_argument("--run-id", default=None, metavar="ID_OR_KEY",
+                        help="an idempotent start: a second start with this id (a UUID) or "
+                             "run key (any other text, e.g. order-123) returns the run")
     parser.add_argument("--pool", default=None, help="only workers of this pool claim it")
     parser.add_argument("--inline", action="store_true",
                         help="drive the run here until it ends or pauses, instead of queueing "
