@@ -16,7 +16,7 @@ from starflow.admin.copy import CopyOptions, copy_database
 from starflow.errors import ConfigError
 
 from . import cli_app
-from .support import Cli
+from .support import APP, Cli
 
 
 def _start(url: str, key: str, workspace_id: str = "celestial") -> str:
@@ -58,6 +58,19 @@ class TestRunKeysInTheCli:
         line = cli.fails("signal", "order-2", "approval", "--db", url)
         assert "run order-2 not found" in line
         assert "it is in another scope: pass --workspace acme --env prod" in line
+
+    def test_start_by_key_twice(self, cli: Cli, tmp_path: Path) -> None:
+        """starflow start --run-id KEY: one run however often it is called."""
+        url = f"sqlite:///{tmp_path / 'keys.db'}"
+        _start(url, "order-0")  # creates the database
+        runs = [json.loads(cli("start", "cli_quick", "--app", APP, "--db", url, "--args",
+                               f"[{n}]", "--run-id", "order-5", "--json").out)["run_id"]
+                for n in (1, 2)]
+        assert runs[0] == runs[1]
+        row = json.loads(cli("runs", "show", "order-5", "--db", url, "--json").out)["run"]
+        assert (row["id"], row["run_key"], row["input"]["args"]) == (runs[0], "order-5", [1])
+        line = cli.fails("start", "cli_quick", "--app", APP, "--db", url, "--run-id", " x")
+        assert "not a UUID nor a valid run key" in line
 
     def test_bad_key_is_one_line(self, cli: Cli, tmp_path: Path) -> None:
         url = f"sqlite:///{tmp_path / 'keys.db'}"
