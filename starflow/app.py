@@ -92,6 +92,12 @@ class Starflow(StarflowOps):
     fires the durable timers of the inline runs it paused and drains its own
     warm-tier outbox; with ``maintenance=True`` it also runs the lease sweep,
     every run's timers and session-var GC (see :meth:`open`).
+
+    Every method that takes a ``run_id`` takes the run's *run key* too (the
+    string it was started with, ``sf.options(run_id="order-123")``): any
+    string that is not a UUID is read as a key (see
+    :func:`starflow.limits.run_ref`), and an invalid one raises
+    :class:`~starflow.InvalidArgument` before anything is written.
     """
 
     # -- waking runs ---------------------------------------------------------------
