@@ -358,9 +358,8 @@ async def _run_not_found(sf: Any, exc: RunNotFound, ns: argparse.Namespace) -> s
     if found:
         where = "; ".join(f"--workspace {ws} --env {e}" for ws, e in found)
         return f"{message}; it is in another scope: pass {where}"
-    return (f"{message}: check the id{' (here a run key)' if key is not None else ''} and "
-            "the database, "
-            "or look in another scope with "
+    what = "the id (here a run key)" if key is not None else "the id"
+    return (f"{message}: check {what} and the database, or look in another scope with "
             "--workspace W --env E (or $STARFLOW_WORKSPACE/$STARFLOW_ENV)")
 
 

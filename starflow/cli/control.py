@@ -23,6 +23,7 @@ from ..errors import (
     ConfigError,
     InvalidArgument,
     InvalidWakeToken,
+    RunNotFound,
     SerializationError,
     TooManyRuns,
     WorkflowDefinitionError,
@@ -452,6 +453,12 @@ async def _runs_pause(ns: argparse.Namespace) -> int:
          args=[app_args, db_args], configure=run_args)
 async def _runs_resume(ns: argparse.Namespace) -> int:
     async with open_app(ns, must_exist=True) as sf, _missing_code_explained(sf):
-        handle = await sf.resume(sf.adapter.normalize_run_id(ns.run_id))
+        ref = sf.adapter.run_ref(ns.run_id)  # a run id or key, never read as a token
+        try:
+            handle = await sf.resume(ref.id)
+        except RunNotFound as exc:
+            if ref.key is None:
+                raise
+            raise RunNotFound(ref.id, run_key=ref.key) from exc
         await _operator_report(sf, handle, "resumed", ns.json)
     return EXIT_OK

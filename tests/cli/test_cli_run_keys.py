@@ -72,6 +72,19 @@ class TestRunKeysInTheCli:
         line = cli.fails("start", "cli_quick", "--app", APP, "--db", url, "--run-id", " x")
         assert "not a UUID nor a valid run key" in line
 
+    def test_pause_and_resume_by_key(self, cli: Cli, tmp_path: Path) -> None:
+        """runs pause/resume KEY: a key is a run there, never a wake token."""
+        url = f"sqlite:///{tmp_path / 'keys.db'}"
+        run_id = _start(url, "order-4")
+        assert cli("runs", "pause", "order-4", "--db", url).code == 0
+        assert json.loads(cli("runs", "show", "order-4", "--db", url, "--json").out
+                          )["run"]["claim_state"] == "held"
+        assert cli("runs", "resume", "order-4", "--db", url).code == 0
+        row = json.loads(cli("runs", "show", run_id, "--db", url, "--json").out)["run"]
+        assert row["claim_state"] == "queued"
+        line = cli.fails("runs", "resume", "order-404", "--db", url)
+        assert "RunNotFound: run order-404 not found" in line
+
     def test_bad_key_is_one_line(self, cli: Cli, tmp_path: Path) -> None:
         url = f"sqlite:///{tmp_path / 'keys.db'}"
         _start(url, "order-3")
