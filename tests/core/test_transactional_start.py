@@ -334,6 +334,20 @@ class TestIdempotence:
             assert len(await sf.list_runs()) == 1
             assert await caller.orders() == ["after-conflict"]
 
+    async def test_a_run_key(self, kind: str, tmp_path: Path, workspace_id: str) -> None:
+        # A caller-chosen key (#30 item 6) names the run as an id does: the order's key.
+        async with app(kind, tmp_path, workspace_id) as (sf, _, caller):
+            await caller.begin()
+            await caller.insert("order-42")
+            first = await sf.options(run_id="order-42", connection=caller.conn).start(
+                fulfil, "order-42")
+            again = await sf.options(run_id="order-42", connection=caller.conn).start(
+                fulfil, "order-42")
+            await caller.commit()
+            assert first.run_id == again.run_id
+            run = await sf.get_run("order-42")
+            assert (run.id, run.run_key) == (first.run_id, "order-42")
+
     async def test_a_refused_insert_keeps_the_transaction(
             self, kind: str, tmp_path: Path, workspace_id: str) -> None:
         # The dedup index refuses the second start's insert: under its savepoint, so
