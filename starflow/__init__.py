@@ -12,8 +12,10 @@ from .adapters.base import WorkflowStateAdapter
 from .admin.retention import PruneReport
 from .app import Starflow
 from .clock import Clock, SystemClock
+from .codec import AesGcmCodec, CodecChain, PayloadCodec, ZlibCodec
 from .config import StarflowConfig
 from .errors import (
+    CodecError,
     ConcurrentWaits,
     ConfigError,
     CopyRefused,
@@ -73,9 +75,12 @@ from .workflow.updates import Message, UpdateRequest, receive, wait_for_message
 from .workflow.waits import now, patched, sleep, wait_for, wait_for_any, wake_token
 
 __all__ = [
+    "AesGcmCodec",
     "BulkResult",
     "ChildHandle",
     "Clock",
+    "CodecChain",
+    "CodecError",
     "ConcurrentWaits",
     "ConfigError",
     "CopyRefused",
@@ -89,6 +94,7 @@ __all__ = [
     "NodeNotInHistory",
     "NonDeterminismError",
     "OutsideWorkflow",
+    "PayloadCodec",
     "PoolLimits",
     "PoolUsage",
     "PruneReport",
@@ -127,6 +133,7 @@ __all__ = [
     "WorkflowFailed",
     "WorkflowStateAdapter",
     "WorkflowTimeout",
+    "ZlibCodec",
     "__version__",
     "close_stream",
     "context",

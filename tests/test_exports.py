@@ -66,7 +66,8 @@ def test_error_classes_are_pinned_and_drawn() -> None:
                     if isinstance(getattr(starflow, name), type)
                     and issubclass(getattr(starflow, name), BaseException))
     assert errors == [
-        "ConcurrentWaits", "ConfigError", "CopyRefused", "DuplicateRun", "InvalidArgument",
+        "CodecError", "ConcurrentWaits", "ConfigError", "CopyRefused", "DuplicateRun",
+        "InvalidArgument",
         "InvalidWakeToken",
         "LeaseLostError", "NodeNotInHistory",
         "NonDeterminismError", "OutsideWorkflow", "ReservedKeyError", "ResultTimeout",
