@@ -38,7 +38,7 @@ __all__ = ["ENVELOPE_KEY", "AesGcmCodec", "CodecChain", "PayloadCodec", "Payload
            "ZlibCodec", "describe", "is_encoded", "show_encoded"]
 
 #: The key that marks a stored JSON object as an encoded payload.
-ENVELOPE_KEY = "$starflow.codec"
+ENVELOPE_KEY = serde.ENVELOPE_KEY
 
 
 @runtime_checkable
