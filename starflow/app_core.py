@@ -66,6 +66,8 @@ class StarflowCore:
         self._runner: Runner | None = None
         self._tg: anyio.abc.TaskGroup | None = None
         self._maintenance: Maintenance | None = None
+        #: The codec given to :meth:`open` (None: values are stored as plain JSON).
+        self.codec: PayloadCodec | None = None
 
     @classmethod
     def open(
@@ -139,7 +141,9 @@ class StarflowCore:
         if payloads is not None:
             # Above the mirror: the outbox and the warm tier get envelopes too.
             adapter = CodecAdapter(adapter, payloads)
-        return cls(adapter, config=config, clock=clock, maintenance=maintenance)
+        app = cls(adapter, config=config, clock=clock, maintenance=maintenance)
+        app.codec = codec
+        return app
 
     # -- lifecycle -----------------------------------------------------------------
 

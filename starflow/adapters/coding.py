@@ -78,7 +78,7 @@ from .units import (
     UpsertSessionVar,
 )
 
-__all__ = ["EVENT_FIELDS", "RUN_COLUMNS", "CodecAdapter"]
+__all__ = ["EVENT_FIELDS", "RUN_COLUMNS", "CodecAdapter", "open_event", "open_run"]
 
 #: The columns of ``workflow_runs`` that hold user values.
 RUN_COLUMNS = ("input_json", "result_json")
@@ -183,26 +183,13 @@ class CodecAdapter(DelegatingAdapter):
     # -- opening ---------------------------------------------------------------
 
     def _open_run(self, run: RunInfo | None) -> RunInfo | None:
-        if run is None or (run.input_json is None and run.result_json is None):
-            return run
-        return msgspec.structs.replace(
-            run,
-            input_json=self.payloads.open(run.input_json, what="the run's arguments",
-                                          run_id=run.id),
-            result_json=self.payloads.open(run.result_json, what="the run's result",
-                                           run_id=run.id))
+        return None if run is None else open_run(self.payloads, run)
 
     def _runs(self, runs: list[RunInfo]) -> list[RunInfo]:
-        return [cast(RunInfo, self._open_run(r)) for r in runs]
+        return [open_run(self.payloads, r) for r in runs]
 
     def _open_event(self, event: RunEvent) -> RunEvent:
-        key = EVENT_FIELDS.get(event.event_type)
-        payload = event.payload_json
-        if key is None or not isinstance(payload, dict) or payload.get(key) is None:
-            return event
-        value = self.payloads.open(payload[key], what=_WHAT[key], run_id=event.run_id,
-                                   node_id=event.node_id)
-        return msgspec.structs.replace(event, payload_json={**payload, key: value})
+        return open_event(self.payloads, event)
 
     def _open_job(self, job: JobRecord | None) -> JobRecord | None:
         if job is None:
@@ -296,6 +283,27 @@ class CodecAdapter(DelegatingAdapter):
     async def due_schedules(self, now: datetime, *, limit: int = 100) -> list[ScheduleRecord]:
         return [cast(ScheduleRecord, self._open_schedule(s))
                 for s in await self.inner.due_schedules(now, limit=limit)]
+
+
+def open_run(payloads: Payloads, run: RunInfo) -> RunInfo:
+    """``run`` with its arguments and result opened (see :meth:`Payloads.open`)."""
+    if run.input_json is None and run.result_json is None:
+        return run
+    return msgspec.structs.replace(
+        run,
+        input_json=payloads.open(run.input_json, what="the run's arguments", run_id=run.id),
+        result_json=payloads.open(run.result_json, what="the run's result", run_id=run.id))
+
+
+def open_event(payloads: Payloads, event: RunEvent) -> RunEvent:
+    """``event`` with the user value of its payload opened (see :data:`EVENT_FIELDS`)."""
+    key = EVENT_FIELDS.get(event.event_type)
+    payload = event.payload_json
+    if key is None or not isinstance(payload, dict) or payload.get(key) is None:
+        return event
+    value = payloads.open(payload[key], what=_WHAT[key], run_id=event.run_id,
+                          node_id=event.node_id)
+    return msgspec.structs.replace(event, payload_json={**payload, key: value})
 
 
 def _replace_dc(command: Any, **changes: Any) -> Any:
