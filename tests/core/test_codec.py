@@ -7,8 +7,8 @@ run and node; the replayer and ``starflow copy`` work with it."""
 from __future__ import annotations
 
 import uuid
-from datetime import timedelta
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
