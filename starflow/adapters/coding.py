@@ -291,8 +291,8 @@ def open_run(payloads: Payloads, run: RunInfo) -> RunInfo:
         return run
     return msgspec.structs.replace(
         run,
-        input_json=payloads.open(run.input_json, what="the run's arguments", run_id=run.id),
-        result_json=payloads.open(run.result_json, what="the run's result", run_id=run.id))
+        input_json=payloads.open(run.input_json, what="arguments", run_id=run.id),
+        result_json=payloads.open(run.result_json, what="result", run_id=run.id))
 
 
 def open_event(payloads: Payloads, event: RunEvent) -> RunEvent:
