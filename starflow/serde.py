@@ -329,16 +329,18 @@ ENVELOPE_KEY = "$starflow.codec"
 def refuse_envelope(value: Any, what: str, run_id: str | None = None,
                     node_id: str | None = None) -> None:
     """Raise :class:`CodecError` if ``value`` is a codec envelope: the process
-    that read it has no codec (a codec opens envelopes before values get here)."""
+    that read it has no codec, or one that could not open it (a codec opens
+    envelopes before values get here)."""
     if isinstance(value, dict) and isinstance(value.get(ENVELOPE_KEY), str):
         key = value.get("key")
         how = f"{value[ENVELOPE_KEY]}, key {key}" if isinstance(key, str) \
             else value[ENVELOPE_KEY]
         where = f" (node {node_id})" if node_id else ""
         raise CodecError(
-            f"{what}{where} is encoded ({how}) and this process has no codec to decode it: "
-            "open Starflow with the codec that wrote it (Starflow.open(..., codec=...); "
-            "STARFLOW_CODEC=module:attr for the CLI)", run_id=run_id, node_id=node_id)
+            f"{what}{where} is encoded ({how}) and this process cannot decode it (no codec, "
+            "or one without that key): open Starflow with the codec that wrote it "
+            "(Starflow.open(..., codec=...); STARFLOW_CODEC=module:attr for the CLI)",
+            run_id=run_id, node_id=node_id)
 
 
 def convert(value: Any, type_: Any, *, what: str = "stored value",

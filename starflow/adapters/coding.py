@@ -44,6 +44,8 @@ from typing import Any, cast
 import msgspec
 
 from ..codec import Payloads
+from ..errors import CodecError
+from ..logs import get_logger
 from ..records import (
     EventValue,
     JobRecord,
@@ -79,6 +81,8 @@ from .units import (
 )
 
 __all__ = ["EVENT_FIELDS", "RUN_COLUMNS", "CodecAdapter", "open_event", "open_run"]
+
+log = get_logger("starflow.codec")
 
 #: The columns of ``workflow_runs`` that hold user values.
 RUN_COLUMNS = ("input_json", "result_json")
@@ -160,8 +164,7 @@ class CodecAdapter(DelegatingAdapter):
     async def perform(self, command: Command[R]) -> R:
         replace = msgspec.structs.replace
         if isinstance(command, ClaimRuns):
-            runs = await self.inner.perform(command)
-            return cast(R, [self._open_run(r) for r in runs])
+            return cast(R, [self._open_claimed(r) for r in await self.inner.perform(command)])
         if isinstance(command, ClaimJobs):
             jobs = await self.inner.perform(command)
             return cast(R, [self._open_job(j) for j in jobs])
@@ -184,6 +187,18 @@ class CodecAdapter(DelegatingAdapter):
 
     def _open_run(self, run: RunInfo | None) -> RunInfo | None:
         return None if run is None else open_run(self.payloads, run)
+
+    def _open_claimed(self, run: RunInfo) -> RunInfo:
+        """A run just claimed, opened; one this codec cannot open (a key it lacks) is
+        returned as stored, and the error logged: the runner then finds its input
+        encoded and hands the run back for a worker that has the key, instead of
+        failing the claim of every run claimed with it."""
+        try:
+            return open_run(self.payloads, run)
+        except CodecError as exc:
+            log.error("claimed a run this codec cannot decode", run_id=run.id,
+                      error=exc.message)
+            return run
 
     def _runs(self, runs: list[RunInfo]) -> list[RunInfo]:
         return [open_run(self.payloads, r) for r in runs]

@@ -116,7 +116,7 @@ class TestReplayAndExport:
         ok = cli("replay", str(target), "--app", MODULE, "--codec", f"{MODULE}:codec")
         assert ok.code == 0, ok.out + ok.err
         bad = cli("replay", str(target), "--app", MODULE)
-        assert bad.code == 1 and "no codec to decode it" in bad.out + bad.err
+        assert bad.code == 1 and "this process cannot decode it" in bad.out + bad.err
 
 
 def teardown_module() -> None:

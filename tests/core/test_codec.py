@@ -38,7 +38,7 @@ from starflow.admin.copy import CopyOptions, copy_database
 from starflow.admin.history import export_run
 from starflow.admin.replayer import Replayer
 from starflow.codec import ENVELOPE_KEY, Payloads, describe, is_encoded
-from starflow_testing import WorkflowEnvironment
+from starflow_testing import WorkflowEnvironment, capture_logs
 from tests.conftest import POSTGRES_URL
 
 K1 = bytes(range(32))
@@ -382,6 +382,34 @@ class TestKeys:
                 await sf.signal(handle.run_id, "go", 1)
             assert info.value.run_id == handle.run_id
 
+    async def test_worker_without_the_key_hands_the_run_back(
+            self, database: WorkflowStateAdapter) -> None:
+        """A worker whose codec lacks the run's key claims it, logs why and releases it
+        (not failed, not stranded until the sweep); a worker with the key runs it."""
+        wf = _signal_workflow()
+        async with app(database, aes("k1", k1=K1)) as sf:
+            handle = await sf.start(wf, "queued")
+        async with app(database, aes("k2", k2=K2)) as sf:
+            worker = sf.worker()
+            with capture_logs() as logs:
+                async with anyio.create_task_group() as tg:
+                    assert await worker.claim_once(tg) == 1
+            run = await base_adapter(sf.adapter).get_run(handle.run_id)
+            assert run is not None
+            assert (run.status, run.claim_state, run.leased_by, run.error) == (
+                "queued", "queued", None, None)
+            assert worker.released == 1
+            assert any(e["event"] == "claimed a run this codec cannot decode"
+                       and "key 'k1'" in e["error"] for e in logs)
+            assert any(e["event"].startswith("claimed a run this process cannot execute")
+                       and e["run_id"] == handle.run_id for e in logs)
+        async with app(database, aes("k2", k2=K2, k1=K1)) as sf:
+            async with anyio.create_task_group() as tg:
+                assert await sf.worker().claim_once(tg) == 1
+            run = await sf.get_run(handle.run_id)
+            assert run.status == "paused" and run.input_json == {"args": ["queued"],
+                                                                 "kwargs": {}}
+
     async def test_no_codec_sees_envelopes_and_refuses_to_use_them(
             self, database: WorkflowStateAdapter) -> None:
         """Without a codec the rows read as envelopes (shown as 'encrypted'), and using one
@@ -394,7 +422,7 @@ class TestKeys:
             run = await sf.get_run(handle.run_id)
             assert run.status == "success" and describe(run.result_json) \
                 == "encrypted (aesgcm, key k1)"
-            with pytest.raises(CodecError, match="no codec to decode it") as info:
+            with pytest.raises(CodecError, match="this process cannot decode it") as info:
                 await sf.result(handle.run_id)
             assert info.value.run_id == handle.run_id
 
