@@ -198,6 +198,15 @@ class StarflowCore:
     def runner_id(self) -> str:
         return self.runner.runner_id
 
+    def _run_id(self, run_id: Any) -> str:
+        """The run id (canonical UUID text) ``run_id`` names: a UUID or a run key
+        (read in this app's workspace/env by :func:`starflow.limits.run_ref`).
+
+        Raises:
+            InvalidArgument: neither a UUID nor a valid run key (nothing written).
+        """
+        return self.adapter.normalize_run_id(run_id)
+
     # -- starting runs -------------------------------------------------------------
 
     @overload
@@ -216,16 +225,20 @@ class StarflowCore:
         or a workflow name, which takes the newest version registered in this
         process.
 
-        ``sf.options(run_id=i).run(wf, ...)`` (``i`` a UUID string) makes the
-        start idempotent: a second call with the same id and workflow returns
-        the existing run (its new arguments are ignored, with a warning if they
-        differ). ``sf.run(wf, x, run_id=i)`` works too, untyped.
+        ``sf.options(run_id=i).run(wf, ...)`` makes the start idempotent: a
+        second call with the same id and workflow returns the existing run (its
+        new arguments are ignored, with a warning if they differ). ``i`` is a
+        UUID, or a run key of your own (``"order-123"``: the run's id is derived
+        from it, ``RunInfo.run_key`` keeps it, and every call that takes a run
+        id takes the key). ``sf.run(wf, x, run_id=i)`` works too, untyped.
 
         A start for later (``start_at=`` / ``start_after=``) is refused here:
         a worker claims such a run when its time comes, so use :meth:`start`.
 
         Raises:
             RunIdConflict: ``run_id`` names a run of another workflow (nothing written).
+            InvalidArgument: ``run_id`` is neither a UUID nor a valid run key
+                (nothing written).
             WorkflowDefinitionError: the arguments do not bind to the signature.
             SerializationError: an argument cannot be stored (nothing written).
             ConfigError: ``start_at`` / ``start_after`` given (nothing written).
@@ -291,6 +304,10 @@ class StarflowCore:
         queues guide):
 
         Args:
+            run_id: The run's id (a UUID) or run key (any other string, such as
+                ``"order-123"``: 1-200 printable characters, no leading or
+                trailing whitespace, not starting with ``sfw1.``): an
+                idempotent start (``.run()`` and ``.start()``).
             priority: Claimed before runs of lower priority (FIFO within one).
             concurrency_key: Counted against the pool's ``key_concurrency``.
             dedup_key: Refuse the start while a run with this key is active in
@@ -321,6 +338,8 @@ class StarflowCore:
                 (nothing written).
             ConfigError: another option is invalid (named with its value).
         """
+        if run_id is not None:
+            self._run_id(run_id)  # a UUID or a valid run key, else InvalidArgument now
         for name, key in (("concurrency_key", concurrency_key), ("dedup_key", dedup_key),
                           ("debounce_key", debounce_key)):
             check_name(name, key, optional=True)

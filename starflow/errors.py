@@ -278,14 +278,23 @@ class RunnerKilled(StarflowError):
 
 
 class RunNotFound(StarflowError):
-    """No run with this id exists in the adapter's workspace and environment."""
+    """No run with this id exists in the adapter's workspace and environment.
 
-    def __init__(self, run_id: str) -> None:
+    Attributes:
+        run_key: The run key the caller named the run by (``"order-123"``),
+            whose derived id is ``run_id``; ``None`` when given the id itself.
+    """
+
+    def __init__(self, run_id: str, *, run_key: str | None = None) -> None:
+        named = (f"run {run_key} not found in this workspace/env (a run key; the run it "
+                 f"names here would have id {run_id}): check the key"
+                 if run_key is not None else
+                 f"run {run_id} not found in this workspace/env: check the id")
         super().__init__(
-            f"run {run_id} not found in this workspace/env: check the id, the database URL "
-            "and the workspace_id/env the app was opened with",
+            f"{named}, the database URL and the workspace_id/env the app was opened with",
             run_id=run_id,
         )
+        self.run_key = run_key
 
 
 class RunFinished(StarflowError):
@@ -311,21 +320,25 @@ class RunIdConflict(StarflowError):
     (name); nothing was written.
 
     Attributes:
+        run_key: The run key the start named the run by, else ``None``.
         existing_workflow: The workflow of the run that has this id.
         requested_workflow: The workflow the start asked for.
         status: The existing run's status.
     """
 
     def __init__(self, run_id: str, existing_workflow: str, requested_workflow: str,
-                 status: str) -> None:
+                 status: str, *, run_key: str | None = None) -> None:
+        named = (f"run key {run_key!r} (run {run_id})" if run_key is not None
+                 else f"run_id {run_id}")
         super().__init__(
-            f"run_id {run_id} already names a run of workflow {existing_workflow!r} "
+            f"{named} already names a run of workflow {existing_workflow!r} "
             f"(status {status!r}), so it cannot start workflow {requested_workflow!r}: "
             "passing the same run_id again returns the existing run only for the same "
-            "workflow. Nothing was started; use another run_id for this workflow (derive "
-            "one per workflow, e.g. uuid.uuid5(namespace, f'{workflow}:{key}'))",
+            "workflow. Nothing was started; use another run_id for this workflow (one "
+            "per workflow, e.g. the run key f'{workflow}:{key}')",
             run_id=run_id,
         )
+        self.run_key = run_key
         self.existing_workflow = existing_workflow
         self.requested_workflow = requested_workflow
         self.status = status

@@ -487,7 +487,7 @@ class WorkflowEnvironment:
         """
         if isinstance(run_id, RunHandle):
             run_id = run_id.run_id
-        rid = run_id
+        rid = self.adapter.normalize_run_id(run_id)  # a run id or a run key
 
         async def stuck() -> None:
             run = await self.adapter.get_run(rid)
@@ -544,6 +544,7 @@ class WorkflowEnvironment:
         Raises:
             StarflowError: no engine of this environment is executing the run.
         """
+        run_id = self.adapter.normalize_run_id(run_id)  # a run id or a run key
         if not self.runner.stop(run_id, RunnerKilled(run_id)):
             raise StarflowError(
                 f"run {run_id} is not executing in this environment, so there is no runner "

@@ -186,6 +186,19 @@ class TestDelayedStart:
         assert "emails sent: ['ada@example.com: your trial ends tomorrow']" in out
 
 
+class TestRunKeys:
+    """examples/run_keys.py: an idempotent start by business key, reached by that key."""
+
+    def test_redelivery_starts_nothing(self, tmp_path: Path) -> None:
+        out = run_example("run_keys.py", tmp_path)
+        assert "same run: True; payment captured 1 time(s)" in out
+        assert "key 'order-A-1001' names run " in out and "(paused)" in out
+        assert "result: {'receipt': 'rcpt-A-1001-1999', 'tracking': 'TRK-77'}" in out
+        assert "refused: the key names a 'fulfil-order' run, not 'refund-order'" in out
+        assert "refund: refunded A-1001" in out
+        assert "bad key: a run key must not start or end with whitespace" in out
+
+
 class TestPydanticOrders:
     """examples/pydantic_orders.py: Pydantic models as values, typed on replay."""
 
@@ -228,7 +241,7 @@ class TestSyncSteps:
 CHECKED = {"saga.py", "fan_out.py", "long_sleep.py", "quickstart.py", "failure_data.py",
            "pydantic_orders.py", "typed_signal.py", "schedules_and_queues.py",
            "events_and_streams.py", "fork_and_continue.py", "delayed_start.py",
-           "sync_steps.py", "llm_token_stream.py", "encrypted_payloads.py"}
+           "sync_steps.py", "llm_token_stream.py", "run_keys.py", "encrypted_payloads.py"}
 
 
 @pytest.mark.parametrize(

@@ -144,7 +144,7 @@ RUN_COLUMNS = (
     "checkpoint_json, error, claim_state, runner_pool, leased_by, lease_until, last_heartbeat, "
     "claim_attempts, definition_id, input_json, result_json, start_mode, max_claim_attempts, "
     "workflow_version, failure_json, parent_run_id, detached, deadline_at, continued_as, "
-    "phase, not_before"
+    "phase, not_before, run_key"
 )
 JOB_COLUMNS = (
     "id, run_id, node_id, pool, step_name, idempotency_key, input_json, status, attempts, "
@@ -165,7 +165,7 @@ FLOW_RUN_COLUMNS = frozenset({"priority", "concurrency_key", "dedup_key", "debou
 #: Columns an ``InsertRun`` may name (besides id/workspace_id/env).
 INSERTABLE_RUN_COLUMNS = UPDATABLE_RUN_COLUMNS | FLOW_RUN_COLUMNS | {
     "template_id", "started_at", "input_json", "start_mode", "max_claim_attempts",
-    "workflow_version", "parent_run_id", "detached", "deadline_at",
+    "workflow_version", "parent_run_id", "detached", "deadline_at", "run_key",
 }
 #: Columns of ``starflow_schedules`` in the order they are selected.
 SCHEDULE_COLUMNS = (
@@ -241,6 +241,7 @@ def run_info(row: Any, d: Dialect) -> RunInfo:
         continued_as=None if row[26] is None else str(row[26]),
         phase=js(row[27]),
         not_before=ts(row[28]),
+        run_key=row[29],
     )
 
 

@@ -693,7 +693,7 @@ def _flow_values(opts: StartOptions) -> dict[str, Any]:
     if opts.detached:
         values["detached"] = True
     for column in ("concurrency_key", "dedup_key", "debounce_key", "not_before",
-                   "parent_run_id", "deadline_at"):
+                   "parent_run_id", "deadline_at", "run_key"):
         if getattr(opts, column) is not None:
             values[column] = getattr(opts, column)
     return values

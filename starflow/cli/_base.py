@@ -371,11 +371,13 @@ async def open_app(ns: argparse.Namespace, *, maintenance: bool = False,
         except RunNotFound as exc:
             if os.environ.get("STARFLOW_TRACEBACK"):
                 raise
-            raise CommandError(await _run_not_found(sf, exc.run_id or "?", ns)) from exc
+            raise CommandError(await _run_not_found(sf, exc, ns)) from exc
 
 
-async def _scopes_of_run(url: str, run_id: str) -> list[tuple[str, str]]:
-    """The (workspace, env) of every run ``run_id`` in the database (empty if none or unknown)."""
+async def _scopes_of_run(url: str, run_id: str, run_key: str | None = None
+                         ) -> list[tuple[str, str]]:
+    """The (workspace, env) of every run ``run_id`` (or, given a run key, every run
+    with that key) in the database (empty if none or unknown)."""
     from ..adapters.copying import endpoint_for
 
     try:
@@ -384,8 +386,10 @@ async def _scopes_of_run(url: str, run_id: str) -> list[tuple[str, str]]:
     except Exception:  # a URL the lookup cannot read (memory://…): no hint, the error stands
         return []
     try:
-        rows = await end.fetch("SELECT workspace_id, env FROM workflow_runs WHERE id = "
-                               f"{end.dialect.p(1, 'uuid')}", [run_id])
+        rows = await (end.fetch("SELECT workspace_id, env FROM workflow_runs WHERE id = "
+                                f"{end.dialect.p(1, 'uuid')}", [run_id]) if run_key is None
+                      else end.fetch("SELECT workspace_id, env FROM workflow_runs WHERE "
+                                     f"run_key = {end.dialect.p(1)}", [run_key]))
     except Exception:  # not a UUID, a role that cannot see other tenants: no hint
         return []
     finally:
@@ -393,16 +397,19 @@ async def _scopes_of_run(url: str, run_id: str) -> list[tuple[str, str]]:
     return sorted((str(ws), str(env)) for ws, env in rows)
 
 
-async def _run_not_found(sf: Any, run_id: str, ns: argparse.Namespace) -> str:
+async def _run_not_found(sf: Any, exc: RunNotFound, ns: argparse.Namespace) -> str:
     """A RunNotFound that names the scope searched, and where the run is if elsewhere."""
     workspace, env = sf.workspace_id, sf.env
-    message = f"RunNotFound: run {run_id} not found in workspace {workspace!r}, env {env!r}"
+    run_id, key = exc.run_id or "?", exc.run_key
+    message = (f"RunNotFound: run {key if key is not None else run_id} not found in "
+               f"workspace {workspace!r}, env {env!r}")
     url = getattr(ns, "db", None) or database_url_from_env()
-    found = await _scopes_of_run(url, run_id) if url else []
+    found = await _scopes_of_run(url, run_id, key) if url else []
     if found:
         where = "; ".join(f"--workspace {ws} --env {e}" for ws, e in found)
         return f"{message}; it is in another scope: pass {where}"
-    return (f"{message}: check the id and the database, or look in another scope with "
+    what = "the id (here a run key)" if key is not None else "the id"
+    return (f"{message}: check {what} and the database, or look in another scope with "
             "--workspace W --env E (or $STARFLOW_WORKSPACE/$STARFLOW_ENV)")
 
 

@@ -16,8 +16,11 @@ import anyio
 import msgspec
 
 from ..clock import parse_when
+<<<<<<< HEAD
 from ..codec import show_encoded
 from ..limits import normalize_run_id
+=======
+>>>>>>> main
 from ..records import RunEvent, RunInfo
 from ..tokens import redact_wake_tokens
 from ..workflow.context import checkpoint_wait
@@ -86,6 +89,7 @@ def run_summary(run: RunInfo) -> dict[str, Any]:
     """The row's key fields, JSON-ready (``runs list --json``)."""
     return {
         "id": run.id,
+        "run_key": run.run_key,  # the key it was started with (#30), else null
         "workflow": run.template_id,
         "version": run.workflow_version,
         "status": run.status,
@@ -221,7 +225,7 @@ async def _runs_list(ns: argparse.Namespace) -> int:
                     if (ns.template is None or r.template_id == ns.template)
                     and (since is None or (r.started_at is not None and r.started_at >= since))
                     and (ns.parent is None
-                         or r.parent_run_id == normalize_run_id(ns.parent))
+                         or r.parent_run_id == sf.adapter.normalize_run_id(ns.parent))
                     ][:ns.limit]
         else:
             runs = await sf.list_runs(status=ns.status, template_id=ns.template,
@@ -236,9 +240,12 @@ async def _runs_list(ns: argparse.Namespace) -> int:
                          f"{sf.env!r} (another scope: --workspace/--env, or "
                          "$STARFLOW_WORKSPACE/$STARFLOW_ENV)\n")
         return EXIT_OK
+    keyed = any(r.run_key is not None for r in runs)  # a key column only if one has a key
     write(render_table(
-        ["id", "workflow", "status", "started", "duration", "error"],
-        [(r.id, f"{r.template_id}" + (f" v{r.workflow_version}" if r.workflow_version else ""),
+        ["id", *(["key"] if keyed else []), "workflow", "status", "started", "duration",
+         "error"],
+        [(r.id, *([r.run_key] if keyed else []),
+          f"{r.template_id}" + (f" v{r.workflow_version}" if r.workflow_version else ""),
           r.status + (f" (starts at {iso(r.starts_at)})" if r.starts_at else ""),
           iso(r.started_at),
           _ms(float(r.duration_ms)) if r.duration_ms is not None else None, r.error)
@@ -271,6 +278,7 @@ async def _runs_show(ns: argparse.Namespace) -> int:
     waiting = detail["waiting"]
     fields: list[tuple[str, Any]] = [
         ("run", run.id),
+        ("key", run.run_key),  # the run key it was started with (#30)
         ("workflow", f"{run.template_id} v{run.workflow_version}"
                      if run.workflow_version else run.template_id),
         ("status", run.status),

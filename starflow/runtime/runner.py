@@ -47,19 +47,6 @@ from .waking import Waker
 __all__ = ["RunHandle", "Runner", "new_runner_id"]
 
 
-def _validate_run_id(run_id: str | None) -> str:
-    if run_id is None:
-        return str(uuid.uuid4())
-    try:
-        return str(uuid.UUID(str(run_id)))
-    except ValueError:
-        raise StarflowError(
-            f"run_id must be a UUID (it is workflow_runs.id): {run_id!r}; omit it to get one, "
-            "or derive one with uuid.uuid5(namespace, your_key)",
-            run_id=str(run_id),
-        ) from None
-
-
 class Runner(Waker):
     """Starts, wakes and drives runs for one adapter in this process."""
 
@@ -93,7 +80,9 @@ class Runner(Waker):
         now, or ``start_at`` (a queued run no worker claims before then, #30;
         claim_state ``scheduled`` while that is ahead).
         """
-        rid = _validate_run_id(run_id)
+        # A run key ("order-123") names the run whose id it derives (limits.run_ref).
+        ref = self.adapter.run_ref(run_id) if run_id is not None else None
+        rid = ref.id if ref is not None else str(uuid.uuid4())
         encoded = self.encode_input(definition, args, kwargs)
         # The caller's trace (OpenTelemetry), stored with the input so that every
         # execution and wake of the run, in any process, continues it.
@@ -124,6 +113,7 @@ class Runner(Waker):
             start_mode="inline" if inline else "queued",
             max_claim_attempts=definition.max_claim_attempts or self.config.max_claim_attempts,
             deadline_at=deadline,
+            run_key=ref.key if ref is not None else None,
             **(flow or {}),  # #18: priority, concurrency/dedup/debounce keys, not_before
         )
         # Fused (an inline run): the start is written with the run's first boundary
@@ -289,7 +279,7 @@ class Runner(Waker):
             record = await self.adapter.get_definition(run.definition_id)
             name = record.name if record is not None else None
         if name is not None and name != definition.name:
-            raise RunIdConflict(run.id, name, definition.name, run.status)
+            raise RunIdConflict(run.id, name, definition.name, run.status, run_key=run.run_key)
         recorded = run.input_json
         if isinstance(recorded, dict):  # the arguments, without the stored trace context
             recorded = {k: v for k, v in recorded.items() if k != "trace"}

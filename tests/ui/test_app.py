@@ -1007,3 +1007,27 @@ async def test_on_postgres() -> None:
                 "pg-nightly", "ui_quick v1 pool pg-pool", "0 3 * * * UTC overlap skip",
                 "active"]
         assert (await sf.get_run(run_id)).status == "success"
+
+
+class TestRunKeys:
+    """A run started by key (#30): its page by key, the key shown, the id filter."""
+
+    async def test_page_by_key_shows_it_and_acts_on_it(self, sf: Starflow) -> None:
+        run_id = (await sf.options(run_id="order-41").run(approval, "lamp")).run_id
+        other = (await sf.run(quick, 2)).run_id
+        async with client_for(create_app(sf)) as client:
+            html = (await client.get("/runs/order-41")).text
+            assert f'<dd class="mono">{run_id}</dd>' in html
+            assert '<dd class="mono" data-run-key>order-41</dd>' in html
+            assert "<title>Run order-41" in html
+            table = (await client.get("/runs")).text
+            assert '<span class="mono run-key" data-run-key>order-41</span>' in table
+            by_key = (await client.get("/runs", params={"id": "order-41"})).text
+            assert run_id[:8] in by_key and other[:8] not in by_key
+            assert "no runs match" in (await client.get("/runs", params={"id": "order-4"})).text
+            assert (await client.get("/runs/order-404")).status_code == 404
+            sent = await client.post("/runs/order-41/signal", data={
+                "csrf": csrf_of(html), "event": "approve", "payload": '{"ok": true}',
+                "confirmed": "yes"})
+            assert sent.status_code == 303
+        assert (await sf.get_run("order-41")).status == "success"
