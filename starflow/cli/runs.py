@@ -16,11 +16,7 @@ import anyio
 import msgspec
 
 from ..clock import parse_when
-<<<<<<< HEAD
 from ..codec import show_encoded
-from ..limits import normalize_run_id
-=======
->>>>>>> main
 from ..records import RunEvent, RunInfo
 from ..tokens import redact_wake_tokens
 from ..workflow.context import checkpoint_wait
