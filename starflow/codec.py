@@ -104,7 +104,7 @@ class AesGcmCodec:
     Each payload is encrypted with the ``active`` key and a random 96-bit
     nonce; the key's id is stored with it (and authenticated), so payloads
     encrypted with an older key still decrypt as long as that key is in
-    ``keys``. Needs the ``cryptography`` package: ``pip install 'starflow[crypto]'``.
+    ``keys``. Needs the ``cryptography`` package: ``pip install 'starflow-durable[crypto]'``.
 
     Args:
         keys: Key id -> key (16, 24 or 32 bytes: AES-128, -192, -256). Keep
@@ -123,7 +123,7 @@ class AesGcmCodec:
             from cryptography.hazmat.primitives.ciphers.aead import AESGCM
         except ImportError as exc:  # pragma: no cover - the extra is installed in tests
             raise ConfigError("AesGcmCodec needs the cryptography package: install it "
-                              "with: pip install 'starflow[crypto]'") from exc
+                              "with: pip install 'starflow-durable[crypto]'") from exc
         if not isinstance(keys, Mapping) or not keys:
             raise ConfigError("AesGcmCodec keys must be a non-empty mapping of key id -> key")
         problems = []
