@@ -61,8 +61,8 @@ class PayloadCodec(Protocol):
         ...
 
     def decode(self, data: bytes) -> bytes:
-        """Undo :meth:`encode`; raise :class:`~starflow.CodecError` (or any
-        exception) for data it cannot decode."""
+        """Undo :meth:`encode`; raise :class:`~starflow.CodecError` for data it
+        cannot decode (a ``ValueError`` or ``TypeError`` is wrapped in one too)."""
         ...
 
 

@@ -6,6 +6,7 @@ run and node; the replayer and ``starflow copy`` work with it."""
 
 from __future__ import annotations
 
+import base64
 import uuid
 from collections.abc import AsyncIterator
 from datetime import timedelta
@@ -155,6 +156,24 @@ class TestCodecs:
             Payloads(NoName())
         with pytest.raises(ConfigError, match="encode"):
             Starflow.open("memory://", codec=object())  # type: ignore[arg-type]
+
+    def test_altered_or_foreign_data_is_refused(self) -> None:
+        """A flipped ciphertext byte, bad base64, data zlib cannot read: CodecError
+        naming the run and node, never a wrong value."""
+        payloads = Payloads(CodecChain(ZlibCodec(), aes()))
+        sealed = payloads.seal("value")
+        raw = bytearray(base64.b64decode(sealed["data"]))
+        raw[-1] ^= 1
+        altered = {**sealed, "data": base64.b64encode(bytes(raw)).decode()}
+        with pytest.raises(CodecError, match="the data was altered") as info:
+            payloads.open(altered, what="recorded output", run_id="r-1", node_id="step:a#1")
+        assert (info.value.run_id, info.value.node_id) == ("r-1", "step:a#1")
+        assert "recorded output of run r-1 (node step:a#1)" in str(info.value)
+        with pytest.raises(CodecError, match="cannot be decoded"):
+            payloads.open({**sealed, "data": "not base64!"})
+        zipped = Payloads(ZlibCodec())
+        with pytest.raises(CodecError, match="zlib cannot decompress"):
+            zipped.open({ENVELOPE_KEY: "zlib", "data": base64.b64encode(b"plain").decode()})
 
     def test_keys_never_show_in_repr(self) -> None:
         assert repr(aes()) == "AesGcmCodec(keys=['k1'], active='k1')"
