@@ -313,11 +313,12 @@ async def resolve_app(ns: argparse.Namespace, *, maintenance: bool = False,
     workspace = getattr(ns, "workspace", None)
     env = getattr(ns, "env", None)
     warm = getattr(ns, "warm", None)  # `starflow server --warm URL`
-    codec = load_codec(ns)
-    if codec is not None and obj is not None and obj.codec is not None:
-        raise CommandError("--codec (or $STARFLOW_CODEC) and an --app opened with a codec: "
-                           "give one of them", EXIT_USAGE)
-    codec = codec if codec is not None else obj.codec if obj is not None else None
+    app_codec = obj.codec if obj is not None else None
+    if app_codec is not None and getattr(ns, "codec", None):
+        raise CommandError("--codec and an --app opened with a codec: give one of them",
+                           EXIT_USAGE)
+    # The app's codec, else --codec / $STARFLOW_CODEC.
+    codec = app_codec if app_codec is not None else load_codec(ns)
     if obj is not None and db is None and workspace is None and env is None:
         if warm is not None:
             raise CommandError("--warm goes with --db (an app configures its warm tier "

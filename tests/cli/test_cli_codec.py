@@ -20,9 +20,15 @@ from .support import Cli
 
 MODULE = "starflow_cli_codec_app"
 SOURCE = textwrap.dedent('''
-    from starflow import AesGcmCodec, step, wait_for, workflow
+    import os
+
+    from starflow import AesGcmCodec, Starflow, step, wait_for, workflow
 
     codec = AesGcmCodec(keys={"k1": bytes(range(32))}, active="k1")
+
+
+    def app():
+        return Starflow.open(os.environ["CLI_CODEC_DB"], codec=codec)
 
 
     def make():
@@ -87,6 +93,20 @@ class TestShowsEncrypted:
         events = json.loads(cli("runs", "events", run_id, "--db", url, "--json").out)
         outputs = [e["payload"]["output"] for e in events if e["event_type"] == "node_complete"]
         assert outputs == ["paid-CARD-4111"]
+
+    def test_an_apps_codec_is_used(self, cli: Cli, encrypted: tuple[str, str],
+                                   monkeypatch: pytest.MonkeyPatch) -> None:
+        """``--app`` naming a Starflow opened with a codec decodes (a $STARFLOW_CODEC set
+        for other commands defers to it); ``--codec`` as well is refused."""
+        url, run_id = encrypted
+        monkeypatch.setenv("CLI_CODEC_DB", url)
+        monkeypatch.setenv("STARFLOW_CODEC", f"{MODULE}:not_a_codec")
+        shown = cli("runs", "show", run_id, "--app", f"{MODULE}:app")
+        assert shown.code == 0, shown.err
+        assert "CARD-4111" in shown.out
+        assert "give one of them" in cli.fails("runs", "show", run_id, "--app",
+                                               f"{MODULE}:app", "--codec", f"{MODULE}:codec",
+                                               code=2)
 
     def test_bad_codec_specs_are_usage_errors(self, cli: Cli,
                                               encrypted: tuple[str, str]) -> None:
