@@ -12,9 +12,11 @@ from .adapters.base import WorkflowStateAdapter
 from .admin.retention import PruneReport
 from .app import Starflow
 from .clock import Clock, SystemClock
+from .codec import AesGcmCodec, CodecChain, PayloadCodec, ZlibCodec
 from .config import StarflowConfig
 from .errors import (
     CallerTransactionError,
+    CodecError,
     ConcurrentWaits,
     ConfigError,
     CopyRefused,
@@ -77,10 +79,13 @@ from .workflow.updates import Message, UpdateRequest, receive, wait_for_message
 from .workflow.waits import now, patched, sleep, wait_for, wait_for_any, wake_token
 
 __all__ = [
+    "AesGcmCodec",
     "BulkResult",
     "CallerTransactionError",
     "ChildHandle",
     "Clock",
+    "CodecChain",
+    "CodecError",
     "ConcurrentWaits",
     "ConfigError",
     "CopyRefused",
@@ -96,6 +101,7 @@ __all__ = [
     "NonDeterminismError",
     "NotInTransaction",
     "OutsideWorkflow",
+    "PayloadCodec",
     "PoolLimits",
     "PoolUsage",
     "PruneReport",
@@ -135,6 +141,7 @@ __all__ = [
     "WorkflowFailed",
     "WorkflowStateAdapter",
     "WorkflowTimeout",
+    "ZlibCodec",
     "__version__",
     "close_stream",
     "context",

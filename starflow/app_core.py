@@ -19,7 +19,9 @@ import anyio.lowlevel
 
 from .adapters import adapter_from_url
 from .adapters.base import WorkflowStateAdapter
+from .adapters.coding import CodecAdapter
 from .clock import Clock, SystemClock
+from .codec import PayloadCodec, Payloads
 from .config import StarflowConfig, database_url_from_env, int_problem
 from .errors import (
     ConfigError,
@@ -65,6 +67,8 @@ class StarflowCore:
         self._runner: Runner | None = None
         self._tg: anyio.abc.TaskGroup | None = None
         self._maintenance: Maintenance | None = None
+        #: The codec given to :meth:`open` (None: values are stored as plain JSON).
+        self.codec: PayloadCodec | None = None
 
     @classmethod
     def open(
@@ -78,6 +82,7 @@ class StarflowCore:
         warm: str | None = None,
         maintenance: bool | None = None,
         adapter: WorkflowStateAdapter | None = None,
+        codec: PayloadCodec | None = None,
     ) -> Self:
         """Describe an application; use the result as an async context manager.
 
@@ -103,10 +108,19 @@ class StarflowCore:
                 ``starflow worker --maintenance`` and ``sf.worker(maintenance=True)``
                 run the full set.
             adapter: A ready state adapter instead of ``url``.
+            codec: A :class:`~starflow.PayloadCodec` (``ZlibCodec``,
+                ``AesGcmCodec``, a ``CodecChain`` of both) applied to every
+                stored user value: arguments, results, signal and update
+                payloads, events, streams, session values (see the codecs guide).
+                Every process that runs or reads these runs needs the same codec.
+
+        Raises:
+            ConfigError: ``config`` or ``codec`` is not valid (nothing opened).
         """
         config = config or StarflowConfig()
         if not isinstance(config, StarflowConfig):
             raise ConfigError(f"config must be a StarflowConfig, got {type(config).__name__}")
+        payloads = Payloads(codec) if codec is not None else None
         workspace_id = workspace_id or os.environ.get("STARFLOW_WORKSPACE") or DEFAULT_WORKSPACE
         env = env or os.environ.get("STARFLOW_ENV") or DEFAULT_ENV
         if adapter is None:
@@ -125,7 +139,12 @@ class StarflowCore:
 
             adapter = mirror(adapter, warm, clock=clock,
                              finished_ttl=config.warm_finished_ttl)
-        return cls(adapter, config=config, clock=clock, maintenance=maintenance)
+        if payloads is not None:
+            # Above the mirror: the outbox and the warm tier get envelopes too.
+            adapter = CodecAdapter(adapter, payloads)
+        app = cls(adapter, config=config, clock=clock, maintenance=maintenance)
+        app.codec = codec
+        return app
 
     # -- lifecycle -----------------------------------------------------------------
 

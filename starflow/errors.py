@@ -8,6 +8,7 @@ All of them derive from :class:`StarflowError`, carry the ``run_id`` and
     ├── InvalidArgument           a bad argument to a public call (a name too long…)
     ├── WorkflowDefinitionError   a function that is not a valid workflow / step
     ├── SerializationError        a value that cannot be stored as JSON
+    │   └── CodecError            a stored payload the codec cannot decode (missing key…)
     ├── ReservedKeyError          a write to a ``__celestial…`` context key
     ├── NonDeterminismError       replayed code diverged from the recorded history
     ├── WaitTimeout               a ``wait_for`` deadline passed before its signal
@@ -48,6 +49,7 @@ from .driver_errors import is_transient
 
 __all__ = [
     "CallerTransactionError",
+    "CodecError",
     "ConcurrentWaits",
     "ConfigError",
     "CopyRefused",
@@ -130,6 +132,12 @@ class WorkflowDefinitionError(StarflowError):
 
 class SerializationError(StarflowError):
     """A value cannot be encoded to, or decoded from, the JSON stored in the database."""
+
+
+class CodecError(SerializationError):
+    """A stored payload cannot be decoded by the codec given to ``Starflow.open``
+    (a key or codec it lacks, a wrong key, altered data), or a process without
+    a codec met an encoded payload. ``run_id`` / ``node_id`` name where it is."""
 
 
 class ReservedKeyError(StarflowError):

@@ -58,6 +58,7 @@ from .app import DEFAULT_BULK_LIMIT
 from .app import RunOptions as AsyncRunOptions
 from .app import Starflow as AsyncStarflow
 from .clock import Clock
+from .codec import PayloadCodec
 from .config import StarflowConfig
 from .errors import ConfigError, StarflowError, TransactionalStartUnsupported
 from .records import (
@@ -112,6 +113,7 @@ class Starflow:
         warm: str | None = None,
         maintenance: bool | None = None,
         adapter: WorkflowStateAdapter | None = None,
+        codec: PayloadCodec | None = None,
     ) -> Starflow:
         """Describe an application; use the result as a context manager.
 
@@ -120,7 +122,7 @@ class Starflow:
         """
         return cls(AsyncStarflow.open(url, workspace_id=workspace_id, env=env, config=config,
                                       clock=clock, warm=warm, maintenance=maintenance,
-                                      adapter=adapter))
+                                      adapter=adapter, codec=codec))
 
     # -- lifecycle -----------------------------------------------------------------
 

@@ -214,6 +214,18 @@ class TestPydanticOrders:
         assert "price ran 1 time(s)" in out
 
 
+class TestEncryptedPayloads:
+    """examples/encrypted_payloads.py: ciphertext at rest, a key rotation, envelopes shown."""
+
+    def test_no_plaintext_rotation_and_envelopes(self, tmp_path: Path) -> None:
+        out = run_example("encrypted_payloads.py", tmp_path)
+        assert "run is paused; event: {'card': '4111-1111-1111-1234'" in out
+        assert "card number in the database file: False" in out
+        assert "after rotation: success, {'approved_by': 'ada'" in out
+        assert ("without the codec: input encrypted (zlib, aesgcm, key k1), "
+                "result encrypted (zlib, aesgcm, key k2)") in out
+
+
 class TestSyncSteps:
     """examples/sync_steps.py: plain def steps run in worker threads."""
 
@@ -229,7 +241,7 @@ class TestSyncSteps:
 CHECKED = {"saga.py", "fan_out.py", "long_sleep.py", "quickstart.py", "failure_data.py",
            "pydantic_orders.py", "typed_signal.py", "schedules_and_queues.py",
            "events_and_streams.py", "fork_and_continue.py", "delayed_start.py",
-           "sync_steps.py", "llm_token_stream.py", "run_keys.py"}
+           "sync_steps.py", "llm_token_stream.py", "run_keys.py", "encrypted_payloads.py"}
 
 
 @pytest.mark.parametrize(

@@ -66,8 +66,9 @@ def test_error_classes_are_pinned_and_drawn() -> None:
                     if isinstance(getattr(starflow, name), type)
                     and issubclass(getattr(starflow, name), BaseException))
     assert errors == [
-        "CallerTransactionError", "ConcurrentWaits", "ConfigError", "CopyRefused",
-        "DuplicateRun", "ForeignConnection", "InvalidArgument", "InvalidWakeToken",
+        "CallerTransactionError", "CodecError", "ConcurrentWaits", "ConfigError",
+        "CopyRefused", "DuplicateRun", "ForeignConnection", "InvalidArgument",
+        "InvalidWakeToken",
         "LeaseLostError", "NodeNotInHistory",
         "NonDeterminismError", "NotInTransaction", "OutsideWorkflow", "ReservedKeyError",
         "ResultTimeout",

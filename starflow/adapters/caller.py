@@ -20,7 +20,7 @@ so that they see the caller's uncommitted rows too.
 from __future__ import annotations
 
 import abc
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -100,14 +100,22 @@ class CallerTransaction:
         conn: The caller's connection.
         workspace_id: The adapter's tenant scope.
         env: The adapter's environment scope.
+        seal: What a wrapper above the SQL adapter does to each op on its way to
+            the database (the payload codec seals user values), identity by
+            default; see :meth:`through`.
+        open_run: What it does to a run read back (the codec opens them).
     """
 
     _queries: dict[Dialect, Queries] = {}
 
-    def __init__(self, conn: CallerConnection, *, workspace_id: str, env: str) -> None:
+    def __init__(self, conn: CallerConnection, *, workspace_id: str, env: str,
+                 seal: Callable[[Op], Op] | None = None,
+                 open_run: Callable[[RunInfo], RunInfo] | None = None) -> None:
         self.conn = conn
         self.workspace_id = workspace_id
         self.env = env
+        self._seal = seal
+        self._open_run = open_run
         d = conn.dialect
         self._d = d
         q = self._queries.get(d)
@@ -118,10 +126,24 @@ class CallerTransaction:
         self._get_run = (f"SELECT {columns} FROM workflow_runs WHERE id = {d.p(1)} "
                          f"AND {d.key_tenant(2)}")
 
+    def through(self, *, seal: Callable[[Op], Op],
+                open_run: Callable[[RunInfo], RunInfo]) -> CallerTransaction:
+        """This start as seen through a wrapper adapter: its ops pass ``seal``
+        before this one's own sealing (the wrapper is above), the runs it reads
+        pass ``open_run`` after this one's own opening."""
+        inner_seal, inner_open = self._seal, self._open_run
+        return CallerTransaction(
+            self.conn, workspace_id=self.workspace_id, env=self.env,
+            seal=seal if inner_seal is None else lambda op: inner_seal(seal(op)),
+            open_run=open_run if inner_open is None else lambda r: open_run(inner_open(r)))
+
     async def get_run(self, run_id: str) -> RunInfo | None:
         """The run with this id, committed or written earlier in this transaction."""
         row = await self.conn.fetchrow(self._get_run, (run_id, self.workspace_id, self.env))
-        return None if row is None else run_info(row, self._d)
+        if row is None:
+            return None
+        run = run_info(row, self._d)
+        return run if self._open_run is None else self._open_run(run)
 
     async def definition_id(self, name: str, version: int, code_hash: str, *, now: datetime,
                             new_id: str) -> str:
@@ -157,8 +179,9 @@ class CallerTransaction:
         """
         assert unit.guard is None  # a start: nothing to check but the insert itself
         d, ws, env = self._d, self.workspace_id, self.env
+        ops = unit.ops if self._seal is None else [self._seal(op) for op in unit.ops]
         statements = []
-        for op in merge_run_writes(unit.ops):  # built first: a bad value writes nothing
+        for op in merge_run_writes(ops):  # built first: a bad value writes nothing
             statement = op_sql(d, op, ws, env)
             assert statement is not None  # Mark ops are merged away
             statements.append(self.conn.announcing(op, *statement))

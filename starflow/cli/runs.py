@@ -16,6 +16,7 @@ import anyio
 import msgspec
 
 from ..clock import parse_when
+from ..codec import show_encoded
 from ..records import RunEvent, RunInfo
 from ..tokens import redact_wake_tokens
 from ..workflow.context import checkpoint_wait
@@ -113,8 +114,8 @@ def run_detail(run: RunInfo) -> dict[str, Any]:
         "definition_id": run.definition_id,
         "failure": run.failure_json,
         "waiting": _waiting(run),
-        "input": redact_wake_tokens(run.input_json),
-        "result": redact_wake_tokens(run.result_json),
+        "input": redact_wake_tokens(show_encoded(run.input_json)),
+        "result": redact_wake_tokens(show_encoded(run.result_json)),
         "continued_as": run.continued_as,
         "phase": redact_wake_tokens(run.phase),
     }
@@ -124,7 +125,7 @@ def event_json(ev: RunEvent) -> dict[str, Any]:
     """One event, JSON-ready, wake tokens redacted."""
     return {"id": ev.id, "run_id": ev.run_id, "event_type": ev.event_type,
             "node_id": ev.node_id, "created_at": iso(ev.created_at),
-            "payload": redact_wake_tokens(ev.payload_json)}
+            "payload": redact_wake_tokens(show_encoded(ev.payload_json))}
 
 
 def timeline(run: RunInfo, events: Sequence[RunEvent]) -> list[dict[str, Any]]:

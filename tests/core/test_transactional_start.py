@@ -36,6 +36,8 @@ from starflow import (
     StarflowConfig,
     TransactionalStartUnsupported,
 )
+from starflow.adapters.delegating import DelegatingAdapter
+from starflow.codec import ZlibCodec, is_encoded
 from starflow_testing import FakeClock
 from starflow_testing._quiesce import quiesce
 from tests.conftest import (
@@ -277,6 +279,34 @@ class TestCallerCodecs:
             assert stored.input_json == (await sf.get_run(plain.run_id)).input_json
             assert await claim(sf) == 2
             assert await sf.result(run_id) == "shipped o-7"
+
+
+class TestPayloadCodec:
+    """With ``Starflow.open(codec=)`` the arguments are sealed as a plain start seals them."""
+
+    async def test_arguments_stored_sealed_and_read_open(
+            self, kind: str, tmp_path: Path, workspace_id: str) -> None:
+        async with app(kind, tmp_path, workspace_id) as (_, _, caller):
+            url = adapter_url(kind, tmp_path)
+            async with Starflow.open(url, workspace_id=workspace_id, codec=ZlibCodec(),
+                                     maintenance=False) as sf:
+                run_id = str(uuid.uuid4())
+                await caller.begin()
+                await sf.options(run_id=run_id, connection=caller.conn).start(fulfil, "o-8")
+                # Read back through the caller's transaction (the idempotent start): opened.
+                again = await sf.options(run_id=run_id, connection=caller.conn).start(
+                    fulfil, "o-8")
+                await caller.commit()
+                assert again.run_id == run_id
+                assert (await sf.get_run(run_id)).input_json == {"args": ["o-8"],
+                                                                 "kwargs": {}}
+                raw = sf.adapter
+                while isinstance(raw, DelegatingAdapter):
+                    raw = raw.inner
+                stored = await raw.get_run(run_id)
+                assert stored is not None and is_encoded(stored.input_json)
+                assert await claim(sf) == 1
+                assert await sf.result(run_id) == "shipped o-8"
 
 
 class TestRollback:

@@ -5,16 +5,17 @@ from __future__ import annotations
 import re
 from contextlib import closing
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
 
-from starflow import Starflow, StarflowError, step, workflow
+from starflow import AesGcmCodec, Starflow, StarflowError, step, workflow
 from starflow.ui import create_app
 from starflow.ui.app import UI
 
-from .conftest import FIXABLE, approval, client_for, fixable, quick, with_token
+from .conftest import FAST, FIXABLE, approval, client_for, fixable, quick, with_token
 
 TOKEN = "a-test-token-of-some-length"
 #: Released by a test: the step of ``gated`` waits for it, so its run stays executing.
@@ -126,6 +127,23 @@ class TestRunPage:
         assert "cart-1" in html and "&#34;lamp&#34;" in html  # the session var's value
         assert 'data-run-status="paused"' in html
         assert 'data-when="queued running paused"' in html  # signal and cancel offered
+
+    async def test_encrypted_values_show_as_encrypted(self, tmp_path: Path) -> None:
+        """A page opened without the runs' codec shows 'encrypted (aesgcm, key k1)'
+        where the arguments, step outputs and session value are; with it, the values."""
+        url = f"sqlite:///{tmp_path / 'enc.db'}"
+        codec = AesGcmCodec(keys={"k1": bytes(range(32))}, active="k1")
+        async with Starflow.open(url, codec=codec, config=FAST, maintenance=False) as enc:
+            handle = await enc.run(approval, "lamp-S3CRET")
+        async with Starflow.open(url, config=FAST, maintenance=False) as plain, \
+                client_for(create_app(plain)) as client:
+            html = (await client.get(f"/runs/{handle.run_id}")).text
+        assert "S3CRET" not in html and "AQJrM" not in html  # no value, no ciphertext
+        assert html.count("encrypted (aesgcm, key k1)") >= 3  # input, step io, session var
+        async with Starflow.open(url, codec=codec, config=FAST, maintenance=False) as keyed, \
+                client_for(create_app(keyed)) as client:
+            html = (await client.get(f"/runs/{handle.run_id}")).text
+        assert "lamp-S3CRET" in html and "encrypted (" not in html
 
     async def test_children_and_parent_are_linked(self, sf: Starflow) -> None:
         """A parent's page lists its child runs; a child's page links its parent."""
