@@ -253,6 +253,33 @@ class TestCommit:
                 tg.cancel_scope.cancel()
 
 
+class TestPoolConnections:
+    """A connection acquired from the caller's own asyncpg pool (a proxy) works the same."""
+
+    @pytest.mark.parametrize("kind", ["postgres", "pgbouncer"])
+    async def test_pool_acquired_connections(self, kind: str, tmp_path: Path,
+                                             workspace_id: str) -> None:
+        import asyncpg
+
+        async with app(kind, tmp_path, workspace_id) as (sf, _, caller):
+            url, options = (PGBOUNCER_URL, {"statement_cache_size": 0}) \
+                if kind == "pgbouncer" else (POSTGRES_URL, {})
+            async with asyncpg.create_pool(url, min_size=1, max_size=1, **options) as pool:
+                handles = []
+                for order in ("p-1", "p-2"):  # the same connection, through two proxies
+                    async with pool.acquire() as conn, conn.transaction():
+                        await conn.execute(f"INSERT INTO {caller.table} (id) VALUES ($1)",
+                                           order)
+                        handles.append(await sf.start(fulfil, order, connection=conn))
+                async with pool.acquire() as conn:
+                    with pytest.raises(NotInTransaction):
+                        await sf.start(fulfil, "p-3", connection=conn)
+            assert sorted(r.id for r in await sf.list_runs()) == sorted(
+                h.run_id for h in handles)
+            assert await claim(sf) == 2
+            assert await caller.orders() == ["p-1", "p-2"]
+
+
 class TestCallerCodecs:
     """The caller's own codecs on its connection change nothing starflow stores or reads."""
 
