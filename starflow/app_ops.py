@@ -20,7 +20,7 @@ from .errors import (
     ScheduleNotFound,
     StarflowError,
 )
-from .limits import check_name, duration_problem, name_problem, normalize_run_id
+from .limits import check_name, duration_problem, name_problem
 from .records import PoolLimits, PoolUsage, RunInfo, ScheduleRecord
 from .runtime.jobs import JobWorker
 from .runtime.maintenance import Maintenance
@@ -343,7 +343,7 @@ class StarflowOps(StarflowCore):
             WarmTierError: the warm tier failed while watching.
         """
         warm = self._require_warm("watch()")
-        async for state in warm.subscribe(normalize_run_id(run_id)):
+        async for state in warm.subscribe(self._run_id(run_id)):
             live = live_run(state)
             if live is None:
                 continue  # a damaged projection: the drift sweep will repair it

@@ -179,6 +179,10 @@ class RunInfo(msgspec.Struct, frozen=True, kw_only=True):
     #: Until then its ``status`` is ``queued`` and its ``claim_state``
     #: ``scheduled`` (a debounced run's stays ``queued``): no worker claims it.
     not_before: datetime | None = None
+    #: The run key the run was started with (``sf.options(run_id="order-123")``,
+    #: migration 048): its id is derived from it. ``None`` for a run started
+    #: without one or with a UUID.
+    run_key: str | None = None
 
     def _shown(self) -> list[tuple[str, Any]]:
         """The fields as a repr shows them: a paused run's checkpoint carries its
@@ -460,6 +464,8 @@ class StartOptions(msgspec.Struct, frozen=True, kw_only=True):
     parent_run_id: str | None = None
     detached: bool = False
     deadline_at: datetime | None = None
+    # The caller's run key (sf.options(run_id="order-123"), migration 048).
+    run_key: str | None = None
 
 
 class ScheduleRecord(msgspec.Struct, frozen=True, kw_only=True):

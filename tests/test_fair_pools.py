@@ -299,7 +299,7 @@ class TestLimitsAreStored:
 
 
 class TestPlans:
-    """A fair claim walks its keys through idx_workflow_runs_queued_key (048): one
+    """A fair claim walks its keys through idx_workflow_runs_queued_key (049): one
     probe per key, never a scan of the pool's backlog."""
 
     async def test_postgres(self) -> None:

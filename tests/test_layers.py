@@ -126,6 +126,8 @@ LAYERS: dict[str, str] = {
     "starflow.adapters.pool_sql": "adapters",
     "starflow.adapters.copying": "adapters",
     "starflow.adapters.base": "adapters",
+    "starflow.adapters.caller": "adapters",
+    "starflow.adapters.coding": "adapters",
     "starflow.adapters.delegating": "adapters",
     "starflow.adapters.pruning": "adapters",
     "starflow.adapters.queries": "adapters",
@@ -140,6 +142,7 @@ LAYERS: dict[str, str] = {
     # base: no starflow dependency above base
     "starflow._version": "base",
     "starflow.clock": "base",
+    "starflow.codec": "base",
     "starflow.config": "base",
     "starflow.driver_errors": "base",
     "starflow.errors": "base",

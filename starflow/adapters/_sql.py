@@ -146,7 +146,7 @@ RUN_COLUMNS = (
     "checkpoint_json, error, claim_state, runner_pool, leased_by, lease_until, last_heartbeat, "
     "claim_attempts, definition_id, input_json, result_json, start_mode, max_claim_attempts, "
     "workflow_version, failure_json, parent_run_id, detached, deadline_at, continued_as, "
-    "phase, not_before"
+    "phase, not_before, run_key"
 )
 JOB_COLUMNS = (
     "id, run_id, node_id, pool, step_name, idempotency_key, input_json, status, attempts, "
@@ -167,7 +167,7 @@ FLOW_RUN_COLUMNS = frozenset({"priority", "concurrency_key", "dedup_key", "debou
 #: Columns an ``InsertRun`` may name (besides id/workspace_id/env).
 INSERTABLE_RUN_COLUMNS = UPDATABLE_RUN_COLUMNS | FLOW_RUN_COLUMNS | {
     "template_id", "started_at", "input_json", "start_mode", "max_claim_attempts",
-    "workflow_version", "parent_run_id", "detached", "deadline_at",
+    "workflow_version", "parent_run_id", "detached", "deadline_at", "run_key",
 }
 #: Columns of ``starflow_schedules`` in the order they are selected.
 SCHEDULE_COLUMNS = (
@@ -245,6 +245,7 @@ def run_info(row: Any, d: Dialect) -> RunInfo:
         continued_as=None if row[26] is None else str(row[26]),
         phase=js(row[27]),
         not_before=ts(row[28]),
+        run_key=row[29],
     )
 
 
@@ -678,7 +679,7 @@ def _static_sql(d: Dialect, kind: type[Op]) -> str:
 
 @functools.lru_cache(maxsize=512)
 def _update_run_sql(d: Dialect, columns: tuple[str, ...]) -> str:
-    sets = ", ".join(f"{c} = {d.p(i)}" for i, c in enumerate(columns, start=1))
+    sets = ", ".join(f"{c} = {d.run_p(i, c)}" for i, c in enumerate(columns, start=1))
     n = len(columns) + 1
     return f"UPDATE workflow_runs SET {sets} WHERE id = {d.p(n)} AND {d.key_tenant(n + 1)}"
 
@@ -686,7 +687,8 @@ def _update_run_sql(d: Dialect, columns: tuple[str, ...]) -> str:
 @functools.lru_cache(maxsize=512)
 def _insert_run_sql(d: Dialect, columns: tuple[str, ...]) -> str:
     names = ", ".join(("id", "workspace_id", "env", *columns))
-    params = ", ".join(d.p(i) for i in range(1, len(columns) + 4))
+    params = ", ".join((d.p(1), d.p(2), d.p(3), *(d.run_p(i, c) for i, c in
+                                                    enumerate(columns, start=4))))
     return f"INSERT INTO workflow_runs ({names}) VALUES ({params})"
 
 

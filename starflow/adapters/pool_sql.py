@@ -18,7 +18,7 @@ from .dialect import Dialect
 __all__ = ["SLOT_KEPT", "PoolCounts", "PoolSql", "pool_counts", "pool_sql", "scope_args"]
 
 #: A run that keeps its pool slot while not executing (``keep_slot``): claimed
-#: once, paused now or queued again (``idx_workflow_runs_slot_kept``, 048).
+#: once, paused now or queued again (``idx_workflow_runs_slot_kept``, 049).
 SLOT_KEPT = "claimed_at IS NOT NULL AND status IN ('paused', 'queued')"
 
 
@@ -60,7 +60,7 @@ class PoolSql:
         null = "CAST(NULL AS text)" if pg else "NULL"
         #: Every key with a claimable run of the pool and its first run's place
         #: (key NULL: the runs without a key): a walk of idx_workflow_runs_queued_key
-        #: (048) that probes each key once, however many runs it has queued.
+        #: (049) that probes each key once, however many runs it has queued.
         self.heads = (
             "WITH RECURSIVE k(key) AS ("
             f"SELECT (SELECT min(concurrency_key) FROM workflow_runs WHERE {walk}) "

@@ -47,6 +47,7 @@ import hashlib
 import re
 import secrets
 import uuid
+import weakref
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
@@ -58,7 +59,14 @@ import anyio
 
 from .. import serde
 from ..clock import Clock
-from ..errors import ConfigError, SerializationError, StarflowError, StorageError
+from ..errors import (
+    ConfigError,
+    ForeignConnection,
+    NotInTransaction,
+    SerializationError,
+    StarflowError,
+    StorageError,
+)
 from ..logs import get_logger
 from ..migrations import (
     SEED_INDEXES,
@@ -150,6 +158,8 @@ from ._sql import (
     wait_record,
 )
 from .base import RunWatch, WorkflowStateAdapter
+from .caller import CallerConnection, CallerTransaction
+from .dialect import POSTGRES_CALLER
 from .pages import RunPage, RunPageQuery, make_page, page_sql
 from .pool_sql import SLOT_KEPT, pool_counts, pool_sql, scope_args
 from .queries import POSTGRES_QUERIES as Q
@@ -532,6 +542,12 @@ class PostgresWorkflowStateAdapter(BusyTracking, WorkflowStateAdapter):
         # Transaction pooler: the set_config() query each call's transaction
         # starts with ("" when nothing needs setting); decided in open().
         self._tx_settings = ""
+        #: (current_database(), pg_postmaster_start_time()) of the pool's server, once read.
+        self._identity: tuple[Any, ...] | None = None
+        #: Callers' connections found to reach this database (``caller_transaction``),
+        #: each with whether Row Level Security applies to its role.
+        self._callers_checked: weakref.WeakKeyDictionary[Any, bool] = \
+            weakref.WeakKeyDictionary()
 
     # -- connection ----------------------------------------------------------
 
@@ -703,6 +719,56 @@ class PostgresWorkflowStateAdapter(BusyTracking, WorkflowStateAdapter):
                         await pool.release(conn)
         finally:
             self._busy_exit()
+
+    # -- the caller's transaction (#30) ----------------------------------------
+
+    async def caller_transaction(self, connection: object) -> CallerTransaction:
+        import asyncpg
+        from asyncpg.pool import PoolConnectionProxy
+
+        where = _redact(self.url)
+        if not isinstance(connection, asyncpg.Connection | PoolConnectionProxy):
+            raise ForeignConnection(
+                f"connection= must be an asyncpg connection (or a pool's) for this "
+                f"PostgreSQL app ({where}): got {type(connection).__name__}. Nothing was "
+                "written")
+        if connection.is_closed():
+            raise ForeignConnection(f"connection= is closed: pass an open asyncpg "
+                                    f"connection to {where}. Nothing was written")
+        if not connection.is_in_transaction():
+            raise NotInTransaction(
+                "connection= has no open transaction, so the run would not commit with "
+                "your rows: start it inside `async with conn.transaction():`. Nothing was "
+                "written")
+        # A pool's proxy is made anew by each acquire: what is checked is its connection.
+        raw = getattr(connection, "_con", None) or connection
+        rls = self._callers_checked.get(raw)
+        if rls is None:
+            rls = self._callers_checked[raw] = await self._check_caller(connection)
+        caller = _CallerConnection(self, connection, tenant_settings=rls)
+        return CallerTransaction(caller, workspace_id=self.workspace_id, env=self.env)
+
+    async def _check_caller(self, connection: Any) -> bool:
+        """Refuse a connection to another database (or another server's of that name);
+        whether Row Level Security applies to the connection's role."""
+        identity = "SELECT current_database(), pg_postmaster_start_time()"
+        with self._translate("caller_transaction"):
+            row = await connection.fetchrow(
+                f"{identity}, "
+                "COALESCE(row_security_active(to_regclass('workflow_runs')), false)")
+        theirs = (row[0], row[1])
+        if theirs == self._identity:
+            return bool(row[2])
+        async with self._connection("caller_transaction") as conn:
+            ours = await conn.fetchrow(identity)
+        self._identity = (ours[0], ours[1])
+        if theirs != self._identity:
+            raise ForeignConnection(
+                f"connection= reaches database {theirs[0]!r} of a server started at "
+                f"{theirs[1]}, but this app's is {ours[0]!r} of a server started at "
+                f"{ours[1]} ({_redact(self.url)}): pass a connection to the app's "
+                "database. Nothing was written")
+        return bool(row[2])
 
     # -- migrations ----------------------------------------------------------
 
@@ -1603,6 +1669,56 @@ class PostgresWorkflowStateAdapter(BusyTracking, WorkflowStateAdapter):
 # ---------------------------------------------------------------------------
 # Module helpers
 # ---------------------------------------------------------------------------
+
+
+class _CallerConnection(CallerConnection):
+    """The caller's asyncpg connection (with its own codecs: see ``POSTGRES_CALLER``).
+
+    The tenant settings Row Level Security reads (021) are set on it, for the
+    rest of the caller's transaction (``set_config(..., true)``), before its
+    first statement (in the same round trip when that takes no arguments: the
+    savepoint of the writes).
+    """
+
+    def __init__(self, adapter: PostgresWorkflowStateAdapter, conn: Any, *,
+                 tenant_settings: bool) -> None:
+        super().__init__(POSTGRES_CALLER)
+        self._adapter = adapter
+        self._conn = conn
+        self._settings = (f"SELECT set_config('starflow.workspace_id', "
+                          f"{_literal(adapter.workspace_id)}, true), "
+                          f"set_config('starflow.env', {_literal(adapter.env)}, true)")
+        #: Nothing to set where Row Level Security does not apply to the role.
+        self._settled = not tenant_settings
+
+    def needs_savepoint(self, refusable: bool) -> bool:
+        # A failed statement aborts a PostgreSQL transaction: a start the database
+        # cannot refuse in a way the caller acts on (no run id, no dedup key) needs
+        # no savepoint to stay all-or-nothing. Two round trips fewer.
+        return refusable
+
+    async def execute(self, sql: str, args: Sequence[Any] = ()) -> None:
+        if not self._settled and not args:
+            sql = f"{self._settings}; {sql}"  # simple protocol: several statements
+        elif not self._settled:
+            await self.execute(self._settings)
+        with self._adapter._translate("start in the caller's transaction"):
+            await self._conn.execute(sql, *args)
+        self._settled = True
+
+    async def fetchrow(self, sql: str, args: Sequence[Any] = ()) -> Sequence[Any] | None:
+        if not self._settled:
+            await self.execute(self._settings)
+        with self._adapter._translate("start in the caller's transaction"):
+            row: Sequence[Any] | None = await self._conn.fetchrow(sql, *args)
+            return row
+
+    def announcing(self, op: Op, sql: str, args: tuple[Any, ...]) -> tuple[str, tuple[Any, ...]]:
+        # NOTIFY is transactional: the workers hear of the run at the caller's commit.
+        if announces_work(op):
+            return _notifying(sql, args, [(self._adapter.channel, "")])
+        return sql, args
+
 
 
 def _notifying(sql: str, args: tuple[Any, ...], announce: Sequence[tuple[str, str]]

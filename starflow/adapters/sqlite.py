@@ -20,6 +20,7 @@ import functools
 import sqlite3
 import threading
 import uuid
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -28,7 +29,13 @@ import anyio
 import anyio.lowlevel
 
 from ..clock import format_ts, parse_ts
-from ..errors import ConfigError, StorageError
+from ..errors import (
+    ConfigError,
+    ForeignConnection,
+    NotInTransaction,
+    StorageError,
+    TransactionalStartUnsupported,
+)
 from ..migrations import MigrationPlan, load_migrations
 from ..records import (
     ChildWait,
@@ -108,6 +115,7 @@ from ._sql import (
     wait_record,
 )
 from .base import WorkflowStateAdapter
+from .caller import SAVEPOINT, CallerConnection, CallerTransaction
 from .pages import RunPage, RunPageQuery, make_page, page_sql
 from .pool_sql import PoolSql, pool_counts, pool_sql, scope_args
 from .queries import SCHEDULED, queue_stats_of
@@ -207,6 +215,11 @@ class LocalWorkflowStateAdapter(BusyTracking, WorkflowStateAdapter):
         # Held by whoever uses the connection: the database thread for a call,
         # the event loop's thread for an inline write or read (see _on_loop).
         self._lock = threading.Lock()
+        #: The database file as SQLite names it (``PRAGMA database_list``), once open.
+        self._file = ""
+        #: Callers' connections found open on that file (``caller_transaction``).
+        self._callers_checked: weakref.WeakKeyDictionary[Any, bool] = \
+            weakref.WeakKeyDictionary()
 
     @property
     def shared(self) -> bool:
@@ -286,6 +299,7 @@ class LocalWorkflowStateAdapter(BusyTracking, WorkflowStateAdapter):
             conn.execute(f"PRAGMA synchronous = {self.synchronous}")
             conn.execute("PRAGMA foreign_keys = ON")
             self.applied_migrations = tuple(self._migrate(conn))
+            self._file = _main_file(conn.execute("PRAGMA database_list").fetchall())
 
         self._sync_mode = self.synchronous
         try:
@@ -304,6 +318,42 @@ class LocalWorkflowStateAdapter(BusyTracking, WorkflowStateAdapter):
     async def migrate(self) -> list[int]:
         """Apply pending migrations; return the versions applied."""
         return await self._call(self._migrate)
+
+    # -- the caller's transaction (#30) ----------------------------------------
+
+    async def caller_transaction(self, connection: object) -> CallerTransaction:
+        import aiosqlite
+
+        if self.path == ":memory:":
+            raise TransactionalStartUnsupported(
+                "a memory:// app's database is private to it: no other connection can "
+                "share its transaction (connection=). Open the app on sqlite:///path.db. "
+                "Nothing was written")
+        if not isinstance(connection, aiosqlite.Connection):
+            raise ForeignConnection(
+                f"connection= must be an aiosqlite connection for this SQLite app "
+                f"({self.path!r}): got {type(connection).__name__}. Nothing was written")
+        caller = _CallerConnection(connection)
+        try:
+            in_transaction = connection.in_transaction
+        except ValueError as exc:  # aiosqlite: no active connection (closed)
+            raise ForeignConnection(f"connection= is closed: {exc}. Nothing was "
+                                    "written") from exc
+        if not in_transaction:
+            raise NotInTransaction(
+                "connection= has no open transaction, so the run would not commit with "
+                "your rows: `await conn.execute('BEGIN')` (or write your rows) first, "
+                "and commit after the start. Nothing was written")
+        if connection not in self._callers_checked:
+            theirs = _main_file(await caller.fetchall("PRAGMA database_list"))
+            if theirs != self._file and not await anyio.to_thread.run_sync(
+                    _same_file, theirs, self._file):
+                raise ForeignConnection(
+                    f"connection= is open on {theirs or 'a private database'!r}, but this "
+                    f"app's database is {self._file!r}: pass a connection to the app's "
+                    "file. Nothing was written")
+            self._callers_checked[connection] = True
+        return CallerTransaction(caller, workspace_id=self.workspace_id, env=self.env)
 
     async def migration_plan(self) -> MigrationPlan:
         """What :meth:`migrate` would do, changing nothing (``starflow migrate
@@ -1214,6 +1264,68 @@ def _pruned(rows: Sequence[Any], counts: dict[str, int]) -> PrunedBatch:
     return PrunedBatch(run_ids=[r[0] for r in rows],
                        cursor=(parse_ts(rows[-1][1]), rows[-1][0]) if rows else None,
                        rows=counts)
+
+
+class _CallerConnection(CallerConnection):
+    """The caller's aiosqlite connection."""
+
+    def __init__(self, conn: aiosqlite.Connection) -> None:
+        super().__init__(SQLITE)
+        self._conn = conn
+
+    async def execute(self, sql: str, args: Sequence[Any] = ()) -> None:
+        try:
+            await self._conn.execute(sql, tuple(args))
+        except sqlite3.Error as exc:
+            raise _storage_error(exc, None) from exc
+
+    async def fetchrow(self, sql: str, args: Sequence[Any] = ()) -> Sequence[Any] | None:
+        try:
+            async with self._conn.execute(sql, tuple(args)) as cursor:
+                row: Sequence[Any] | None = await cursor.fetchone()
+                return row
+        except sqlite3.Error as exc:
+            raise _storage_error(exc, None) from exc
+
+    async def write(self, statements: Sequence[tuple[str, tuple[Any, ...]]], *,
+                    savepoint: bool = True) -> None:
+        # One hop to aiosqlite's thread for the whole savepoint, not one per statement.
+        # (Always a savepoint: a failed statement does not abort a SQLite transaction.)
+        opening = self.savepoint()
+
+        def write(raw: sqlite3.Connection) -> None:
+            raw.execute(opening)
+            try:
+                for sql, args in statements:
+                    raw.execute(sql, args)
+            except sqlite3.Error:
+                raw.execute(f"ROLLBACK TO SAVEPOINT {SAVEPOINT}")
+                raw.execute(f"RELEASE SAVEPOINT {SAVEPOINT}")
+                raise
+            raw.execute(f"RELEASE SAVEPOINT {SAVEPOINT}")
+
+        try:
+            await self._conn._execute(  # type: ignore[no-untyped-call]
+                lambda: write(self._conn._conn))
+        except sqlite3.Error as exc:
+            raise _storage_error(exc, None) from exc
+
+    async def fetchall(self, sql: str) -> list[Any]:
+        try:
+            return list(await self._conn.execute_fetchall(sql))
+        except sqlite3.Error as exc:
+            raise _storage_error(exc, None) from exc
+
+
+def _main_file(rows: Sequence[Any]) -> str:
+    """The main database's file in ``PRAGMA database_list`` rows ("" if private)."""
+    return next((str(r[2] or "") for r in rows if r[1] == "main"), "")
+
+
+def _same_file(a: str, b: str) -> bool:
+    import os
+
+    return bool(a and b) and os.path.realpath(a) == os.path.realpath(b)
 
 
 def _storage_error(exc: sqlite3.Error, run_id: str | None) -> StorageError:

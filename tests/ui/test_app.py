@@ -5,16 +5,17 @@ from __future__ import annotations
 import re
 from contextlib import closing
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
 
-from starflow import Starflow, StarflowError, step, workflow
+from starflow import AesGcmCodec, Starflow, StarflowError, step, workflow
 from starflow.ui import create_app
 from starflow.ui.app import UI
 
-from .conftest import FIXABLE, approval, client_for, fixable, quick, with_token
+from .conftest import FAST, FIXABLE, approval, client_for, fixable, quick, with_token
 
 TOKEN = "a-test-token-of-some-length"
 #: Released by a test: the step of ``gated`` waits for it, so its run stays executing.
@@ -126,6 +127,23 @@ class TestRunPage:
         assert "cart-1" in html and "&#34;lamp&#34;" in html  # the session var's value
         assert 'data-run-status="paused"' in html
         assert 'data-when="queued running paused"' in html  # signal and cancel offered
+
+    async def test_encrypted_values_show_as_encrypted(self, tmp_path: Path) -> None:
+        """A page opened without the runs' codec shows 'encrypted (aesgcm, key k1)'
+        where the arguments, step outputs and session value are; with it, the values."""
+        url = f"sqlite:///{tmp_path / 'enc.db'}"
+        codec = AesGcmCodec(keys={"k1": bytes(range(32))}, active="k1")
+        async with Starflow.open(url, codec=codec, config=FAST, maintenance=False) as enc:
+            handle = await enc.run(approval, "lamp-S3CRET")
+        async with Starflow.open(url, config=FAST, maintenance=False) as plain, \
+                client_for(create_app(plain)) as client:
+            html = (await client.get(f"/runs/{handle.run_id}")).text
+        assert "S3CRET" not in html and "AQJrM" not in html  # no value, no ciphertext
+        assert html.count("encrypted (aesgcm, key k1)") >= 3  # input, step io, session var
+        async with Starflow.open(url, codec=codec, config=FAST, maintenance=False) as keyed, \
+                client_for(create_app(keyed)) as client:
+            html = (await client.get(f"/runs/{handle.run_id}")).text
+        assert "lamp-S3CRET" in html and "encrypted (" not in html
 
     async def test_children_and_parent_are_linked(self, sf: Starflow) -> None:
         """A parent's page lists its child runs; a child's page links its parent."""
@@ -1002,3 +1020,27 @@ async def test_on_postgres() -> None:
                 "pg-nightly", "ui_quick v1 pool pg-pool", "0 3 * * * UTC overlap skip",
                 "active"]
         assert (await sf.get_run(run_id)).status == "success"
+
+
+class TestRunKeys:
+    """A run started by key (#30): its page by key, the key shown, the id filter."""
+
+    async def test_page_by_key_shows_it_and_acts_on_it(self, sf: Starflow) -> None:
+        run_id = (await sf.options(run_id="order-41").run(approval, "lamp")).run_id
+        other = (await sf.run(quick, 2)).run_id
+        async with client_for(create_app(sf)) as client:
+            html = (await client.get("/runs/order-41")).text
+            assert f'<dd class="mono">{run_id}</dd>' in html
+            assert '<dd class="mono" data-run-key>order-41</dd>' in html
+            assert "<title>Run order-41" in html
+            table = (await client.get("/runs")).text
+            assert '<span class="mono run-key" data-run-key>order-41</span>' in table
+            by_key = (await client.get("/runs", params={"id": "order-41"})).text
+            assert run_id[:8] in by_key and other[:8] not in by_key
+            assert "no runs match" in (await client.get("/runs", params={"id": "order-4"})).text
+            assert (await client.get("/runs/order-404")).status_code == 404
+            sent = await client.post("/runs/order-41/signal", data={
+                "csrf": csrf_of(html), "event": "approve", "payload": '{"ok": true}',
+                "confirmed": "yes"})
+            assert sent.status_code == 303
+        assert (await sf.get_run("order-41")).status == "success"
