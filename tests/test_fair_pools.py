@@ -34,6 +34,21 @@ async def napper(n: int) -> int:
     return n
 
 
+FLAKY = {"fail": True}
+
+
+@starflow.step
+async def maybe_fail(n: int) -> int:
+    if FLAKY["fail"]:
+        raise RuntimeError("flaky")
+    return n
+
+
+@starflow.workflow(name="fair-flaky")
+async def flaky(n: int) -> int:
+    return await maybe_fail(n)
+
+
 @asynccontextmanager
 async def app_on(db_url: str, workspace_id: str, clock: FakeClock
                  ) -> AsyncIterator[Starflow]:
@@ -232,6 +247,25 @@ class TestKeepSlot:
                 async with anyio.create_task_group() as tg:
                     assert await sf.worker(pool="p").claim_once(tg) == 1
             assert await sf.result(other) == 2
+
+    async def test_a_retried_run_waits_for_a_slot(self, db_url: str, workspace_id: str) -> None:
+        """A run that ended gave its slot up: retried, it queues for a new one."""
+        clock = FakeClock(START)
+        FLAKY["fail"] = True
+        async with app_on(db_url, workspace_id, clock) as sf:
+            await sf.set_pool_limits("p", concurrency=1, keep_slot=True)
+            failed = (await sf.options(pool="p").start(flaky, 1)).run_id
+            async with anyio.create_task_group() as tg:
+                assert await sf.worker(pool="p").claim_once(tg) == 1
+            assert (await sf.get_run(failed)).status == "error"
+            await sf.options(pool="p").start(napper, 2)
+            async with anyio.create_task_group() as tg:
+                assert await sf.worker(pool="p").claim_once(tg) == 1  # sleeps, keeps it
+            FLAKY["fail"] = False
+            await sf.retry(failed)
+            async with anyio.create_task_group() as tg:
+                assert await sf.worker(pool="p").claim_once(tg) == 0
+            assert (await sf.get_run(failed)).status == "queued"
 
     async def test_key_concurrency_too(self, db_url: str, workspace_id: str) -> None:
         clock = FakeClock(START)

@@ -394,10 +394,12 @@ class Runner(Waker):
                 await self.adapter.write_lease(run_id, self.runner_id,
                                                now + self.config.lease_ttl, now=now)
             else:
+                # claimed_at cleared: a run ended gave up its pool slot, and a
+                # retried one queues for a new one (keep_slot pools, #30).
                 await self.adapter.update_run(run_id, "retry", status="queued",
                                               claim_state="queued", error=None, failure_json=None,
                                               completed_at=None, duration_ms=None,
-                                              claim_attempts=0, **extra)
+                                              claim_attempts=0, claimed_at=None, **extra)
         if not unit.held:  # another retry won, or the row changed under us
             return await self.handle(run_id)
         self._log.info("run retried", run_id=run_id, previous_error=run.error,
