@@ -172,6 +172,34 @@ class TestFairness:
             served = [k for _ in range(4) for k in await claim_keys(sf, "p", 1)]
             assert served.count("small") == 2, served
 
+    async def test_racing_claimers_keep_every_limit(self, db_url: str,
+                                                    workspace_id: str) -> None:
+        """Two adapters, four claimers at once on one fair pool: no run claimed twice,
+        the pool's concurrency, each key's concurrency and rate all hold."""
+        if db_url == "memory://":
+            pytest.skip("a private in-memory database cannot be shared by two adapters")
+        clock = FakeClock(START)
+        async with app_on(db_url, workspace_id, clock) as a, \
+                app_on(db_url, workspace_id, clock) as b:
+            await a.set_pool_limits("p", concurrency=7, key_concurrency=3,
+                                    key_rate_limit=(2, timedelta(minutes=1)), fair=True)
+            for key in ("x", "y", "z", "w"):
+                await queue(a, clock, "p", key, 10)
+            claimed: list[str | None] = []
+
+            async def claimer(sf: Starflow) -> None:
+                for _ in range(5):
+                    claimed.extend(await claim_keys(sf, "p", 3))
+
+            async with anyio.create_task_group() as tg:
+                for sf in (a, b, a, b):
+                    tg.start_soon(claimer, sf)
+            assert len(claimed) == 7
+            assert max(Counter(claimed).values()) == 2  # the key rate binds first
+            running = [r for r in await a.list_runs(status="running", limit=100)
+                       if r.runner_pool == "p"]
+            assert len(running) == 7
+
     async def test_runs_of_any_pool_keep_their_turn(self, db_url: str, workspace_id: str) -> None:
         clock = FakeClock(START)
         async with app_on(db_url, workspace_id, clock) as sf:
