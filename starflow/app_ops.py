@@ -229,9 +229,9 @@ class StarflowOps(StarflowCore):
                 one ``concurrency_key`` within any ``period`` (runs without a
                 key are not limited by it).
             fair: Claim round robin across concurrency keys instead of oldest
-                first: the claim takes from the key served least recently
-                (weighted), so a key with a large backlog cannot starve the
-                others. Runs without a key share one turn.
+                first: within a priority level, the claim takes from the key
+                served least (weighted), so a key with a large backlog cannot
+                starve the others. Runs without a key share one turn.
             key_weights: With ``fair``: a key's share relative to the others
                 (default 1): ``{"tenant-a": 3}`` serves ``tenant-a`` three
                 times as often as a key of weight 1 while both have runs queued.

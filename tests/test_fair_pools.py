@@ -133,6 +133,26 @@ class TestFairness:
             for _ in range(10):
                 assert Counter(await claim_keys(sf, "p", 4)) == {"a": 3, "b": 1}
 
+    async def test_priority_first_then_fairness(self, db_url: str, workspace_id: str) -> None:
+        """Fairness works within a priority level: higher-priority runs go first
+        (round robin among their keys), as in a plain pool."""
+        clock = FakeClock(START)
+        async with app_on(db_url, workspace_id, clock) as sf:
+            await sf.set_pool_limits("p", fair=True)
+            await queue(sf, clock, "p", "a", 5)
+            for key, count in (("b", 3), ("c", 1)):
+                opts = sf.options(pool="p", concurrency_key=key, priority=10)
+                for n in range(count):
+                    KEYS[(await opts.start(job, n)).run_id] = key
+                    await clock.advance(timedelta(milliseconds=1))
+            served = [k for _ in range(6) for k in await claim_keys(sf, "p", 1)]
+            assert served == ["b", "c", "b", "b", "a", "a"]
+            # In one claim too: the four urgent runs, then a's.
+            await queue(sf, clock, "p", "d", 2)
+            opts = sf.options(pool="p", concurrency_key="e", priority=5)
+            KEYS[(await opts.start(job, 0)).run_id] = "e"
+            assert Counter(await claim_keys(sf, "p", 3)) == {"e": 1, "a": 1, "d": 1}
+
     async def test_an_idle_key_gathers_no_credit(self, db_url: str, workspace_id: str) -> None:
         """A key that had nothing queued while others were served does not get a
         burst of turns when it comes back: it rejoins at the pool's virtual time."""

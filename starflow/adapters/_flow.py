@@ -102,13 +102,14 @@ def fair_keys(heads: Sequence[KeyHead], limits: PoolLimits, *, vtime: float,
               key_recent: Mapping[str, int], limit: int) -> list[str]:
     """The at most ``limit`` keys a fair claim of ``limit`` runs can take from.
 
-    The least served (pass, then the key's first run in claim order); no key
-    past these can be reached: before a pick reaches a key of a higher pass,
-    each of these was picked at least once. Returned in the claim order of
-    their first runs, which breaks ties of pass in :func:`fair_pick`.
+    Priority first, then the least served (pass), then the key's first run in
+    claim order; no key past these can be reached: before a pick reaches a key
+    after them in that order, each of these was picked at least once. Returned
+    in the claim order of their first runs, which breaks ties in :func:`fair_pick`.
     """
     open_ = [h for h in heads if not key_blocked(h.key, limits, key_active, key_recent)]
-    open_.sort(key=lambda h: (max(passes.get(h.key, vtime), vtime), -h.priority, h.started_at))
+    open_.sort(key=lambda h: (-h.priority, max(passes.get(h.key, vtime), vtime),
+                              h.started_at))
     chosen = open_[:limit]
     chosen.sort(key=lambda h: (-h.priority, h.started_at))
     return [h.key for h in chosen]
@@ -117,13 +118,14 @@ def fair_keys(heads: Sequence[KeyHead], limits: PoolLimits, *, vtime: float,
 def fair_pick(queued: Mapping[str, Sequence[Queued]], keys: Sequence[str], limits: PoolLimits,
               *, vtime: float, passes: Mapping[str, float], key_active: Mapping[str, int],
               key_recent: Mapping[str, int], budget: int | None, limit: int) -> FairPick:
-    """Weighted round robin over ``keys`` (in :func:`fair_keys` order): each pick
-    takes the next run of the key with the lowest pass and adds ``1 / weight``.
+    """Weighted round robin over ``keys`` within a priority level: each pick takes
+    the next run of highest priority and, among the keys whose next run has that
+    priority, of the key with the lowest pass, and adds ``1 / weight`` to it.
 
     Args:
         queued: Per key, its claimable runs in claim order (at most ``limit``).
-        keys: The keys to take from (:func:`fair_keys`): of equal passes, the
-            first in this order goes first.
+        keys: The keys to take from (:func:`fair_keys`): of equal priority and
+            pass, the first in this order goes first.
         limits: The pool's limits (weights, per-key concurrency and rate).
         vtime: The pool's virtual time.
         passes: Stored passes (a key without one stands at ``vtime``).
@@ -136,21 +138,23 @@ def fair_pick(queued: Mapping[str, Sequence[Queued]], keys: Sequence[str], limit
     recent = dict(key_recent)
     taken: list[Queued] = []
     served: dict[str, float] = {}
-    heap = [(max(passes.get(k, vtime), vtime), i, k) for i, k in enumerate(keys)]
+    heap = [(-runs[0].priority, max(passes.get(k, vtime), vtime), i, k)
+            for i, k in enumerate(keys) if (runs := queued.get(k))]
     heapq.heapify(heap)
     nxt = dict.fromkeys(keys, 0)
     while heap and len(taken) < limit and (budget is None or budget > 0):
-        start, i, key = heapq.heappop(heap)
-        runs = queued.get(key, ())
-        if nxt[key] >= len(runs) or key_blocked(key, limits, active, recent):
-            continue  # out of runs or of room: the key drops out of this claim
+        _, start, i, key = heapq.heappop(heap)
+        if key_blocked(key, limits, active, recent):
+            continue  # out of room: the key drops out of this claim
+        runs = queued[key]
         taken.append(runs[nxt[key]])
         nxt[key] += 1
         active[key] = active.get(key, 0) + 1
         recent[key] = recent.get(key, 0) + 1
         vtime = max(vtime, start)
         served[key] = start + 1.0 / limits.weight(key)
-        heapq.heappush(heap, (served[key], i, key))
+        if nxt[key] < len(runs):
+            heapq.heappush(heap, (-runs[nxt[key]].priority, served[key], i, key))
         if budget is not None:
             budget -= 1
     return FairPick(runs=taken, passes=served, vtime=vtime)
