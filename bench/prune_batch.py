@@ -7,7 +7,7 @@
 Seeds ``PATH`` with ``bench/scale.py``'s seeding (``--runs`` ended runs of 8
 events, the active ones; unless the file exists), then runs ``--batches``
 prune batches of ``--batch`` runs on a copy of it, with the adapter's own
-statements (``starflow.adapters.pruning``) in one ``BEGIN IMMEDIATE`` each,
+statements (``starflow.adapters.sql.pruning``) in one ``BEGIN IMMEDIATE`` each,
 ``foreign_keys = ON`` as the adapter opens it, and prints the milliseconds per
 batch of each statement and of the ``COMMIT`` (which runs the WAL's automatic
 checkpoint when the WAL passes 1,000 pages). ``--no-checkpoint`` turns that
@@ -35,8 +35,8 @@ if __package__ in (None, ""):  # run as a script: make `starflow` importable fro
 import scale  # bench/ is the script's directory
 
 from starflow.adapters import adapter_from_url
-from starflow.adapters.dialect import SQLITE
-from starflow.adapters.pruning import ENDED_STATUSES, prune_delete_sql, prune_select_sql
+from starflow.adapters.sql.dialect import SQLITE
+from starflow.adapters.sql.pruning import ENDED_STATUSES, prune_delete_sql, prune_select_sql
 from starflow.clock import format_ts
 
 #: One WAL frame: a page and its 24-byte header (4,096-byte pages).

@@ -388,8 +388,8 @@ class TestPlans:
         require_postgres()
         from adapters.test_postgres import _index_names, scratch_database
 
-        from starflow.adapters.dialect import POSTGRES
-        from starflow.adapters.pool_sql import pool_sql, scope_args
+        from starflow.adapters.sql.dialect import POSTGRES
+        from starflow.adapters.sql.pools import pool_sql, scope_args
 
         async with scratch_database("starflow_fair") as (_, conn):
             await conn.execute("""
@@ -413,8 +413,8 @@ class TestPlans:
             assert _index_names(json.loads(raw)) == {"idx_workflow_runs_queued_key"}, raw
 
     async def test_sqlite(self, tmp_path: Path) -> None:
-        from starflow.adapters.dialect import SQLITE
-        from starflow.adapters.pool_sql import pool_sql, scope_args
+        from starflow.adapters.sql.dialect import SQLITE
+        from starflow.adapters.sql.pools import pool_sql, scope_args
         from starflow.adapters.sqlite import LocalWorkflowStateAdapter
 
         adapter = LocalWorkflowStateAdapter(str(tmp_path / "p.db"), workspace_id="plans")

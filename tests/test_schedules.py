@@ -430,7 +430,7 @@ async def test_sqlite_due_queries_search_the_partial_index(tmp_path: Path) -> No
     """The loop's two reads repeat the partial index's WHERE term, so SQLite uses it."""
     import sqlite3
 
-    from starflow.adapters.queries import SQLITE_QUERIES as Q
+    from starflow.adapters.sql.queries import SQLITE_QUERIES as Q
     from starflow.adapters.sqlite import LocalWorkflowStateAdapter
 
     adapter = LocalWorkflowStateAdapter(str(tmp_path / "due.db"), workspace_id="plans")

@@ -6,7 +6,7 @@ What a claim of a limited pool may take is decided by :func:`pick_claims`
 the pool's limits row locked ``FOR UPDATE``; SQLite: inside the writer's
 ``BEGIN IMMEDIATE``), so a limit is never checked in one transaction and spent
 in another. The SQL of the counts and candidates is in
-:mod:`starflow.adapters._sql` and :mod:`starflow.adapters.queries`.
+:mod:`starflow.adapters.sql.shared` and :mod:`starflow.adapters.sql.queries`.
 
 The fair claim is weighted round robin by virtual time (stride scheduling):
 each key has a *pass*, its weighted service so far; a claim takes from the

@@ -9,8 +9,8 @@ A :class:`CallerConnection` is one driver's side: run a statement, read a row,
 turn its errors into :class:`~starflow.errors.StorageError`, and add what the
 database sends with a write (PostgreSQL's ``NOTIFY``, delivered at the caller's
 commit). :class:`CallerTransaction` is what both SQL adapters mean by the
-start, against the shared SQL of :mod:`starflow.adapters._sql` and
-:mod:`starflow.adapters.queries`: the unit's ops in a savepoint (a refused
+start, against the shared SQL of :mod:`starflow.adapters.sql.shared` and
+:mod:`starflow.adapters.sql.queries`: the unit's ops in a savepoint (a refused
 write, a duplicate run id or dedup key, leaves the caller's transaction as it
 was and usable), and the reads a start makes (an idempotent run id, the
 definition id, the active run holding a dedup key) on the caller's connection,
@@ -27,9 +27,9 @@ from typing import Any
 import anyio
 
 from ..records import RunInfo
-from ._sql import RUN_COLUMNS, merge_run_writes, op_sql, run_info
-from .dialect import Dialect
-from .queries import Queries
+from .sql.dialect import Dialect
+from .sql.queries import Queries
+from .sql.shared import RUN_COLUMNS, merge_run_writes, op_sql, run_info
 from .units import Op, Unit
 
 __all__ = ["SAVEPOINT", "CallerConnection", "CallerTransaction"]

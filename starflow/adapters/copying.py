@@ -6,7 +6,7 @@ the schema defines, reads rows inside one snapshot (a read transaction held
 for the whole copy) and writes rows in one transaction per batch. Rows cross
 in a neutral form, so the dialects meet only here: timestamps are aware UTC
 ``datetime``, JSON columns are :class:`Json` (SQL NULL stays ``None``), ids are
-strings. The codecs are :mod:`starflow.adapters._sql`'s dialects.
+strings. The codecs are :mod:`starflow.adapters.sql.shared`'s dialects.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from .. import serde
 from ..clock import format_ts, parse_ts
 from ..errors import ConfigError, StorageError
 from ..urls import normalize_scheme
-from ._sql import POSTGRES, SQLITE, Dialect, uuid_or_none
+from .sql.shared import POSTGRES, SQLITE, Dialect, uuid_or_none
 
 __all__ = [
     "CHUNK",

@@ -3,7 +3,7 @@
 What both SQL dialects mean the same way is written here once: the query
 record, its validation, the cursor, and the statements; what differs (the
 placeholders, how a timestamp is stored, whether ids are uuids) is the
-adapter's :class:`~starflow.adapters._sql.Dialect`. Each adapter only runs
+adapter's :class:`~starflow.adapters.sql.shared.Dialect`. Each adapter only runs
 the statements.
 
 Keyset, not ``OFFSET``: a page after the first continues strictly below the
@@ -25,7 +25,7 @@ import msgspec
 
 from ..errors import InvalidArgument
 from ..records import RUN_STATUSES, RunInfo
-from ._sql import RUN_COLUMNS, Dialect, uuid_or_none
+from .sql.shared import RUN_COLUMNS, Dialect, uuid_or_none
 
 __all__ = [
     "COUNT_CAP",

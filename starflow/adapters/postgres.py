@@ -111,7 +111,15 @@ from ._flow import (
     scan_size,
     take_holders,
 )
-from ._sql import (
+from .base import RunWatch, WorkflowStateAdapter
+from .caller import CallerConnection, CallerTransaction
+from .pages import RunPage, RunPageQuery, make_page, page_sql
+from .seam import BusyTracking
+from .sql.dialect import POSTGRES_CALLER
+from .sql.pools import SLOT_KEPT, pool_counts, pool_sql, scope_args
+from .sql.queries import POSTGRES_QUERIES as Q
+from .sql.queries import queue_stats_of
+from .sql.shared import (
     ACTIVE_RUN,
     CLAIM_ORDER,
     LIMIT_COLUMNS,
@@ -157,14 +165,6 @@ from ._sql import (
     wait_exists_sql,
     wait_record,
 )
-from .base import RunWatch, WorkflowStateAdapter
-from .caller import CallerConnection, CallerTransaction
-from .dialect import POSTGRES_CALLER
-from .pages import RunPage, RunPageQuery, make_page, page_sql
-from .pool_sql import SLOT_KEPT, pool_counts, pool_sql, scope_args
-from .queries import POSTGRES_QUERIES as Q
-from .queries import queue_stats_of
-from .seam import BusyTracking
 from .sweep import ABANDONED, REQUEUED
 from .units import (
     ClaimJobs,

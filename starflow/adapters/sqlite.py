@@ -73,7 +73,14 @@ from ._flow import (
     scan_size,
     take_holders,
 )
-from ._sql import (
+from .base import WorkflowStateAdapter
+from .caller import SAVEPOINT, CallerConnection, CallerTransaction
+from .pages import RunPage, RunPageQuery, make_page, page_sql
+from .seam import BusyTracking
+from .sql.pools import PoolSql, pool_counts, pool_sql, scope_args
+from .sql.queries import SCHEDULED, queue_stats_of
+from .sql.queries import SQLITE_QUERIES as Q
+from .sql.shared import (
     CLAIM_ORDER,
     RUN_COLUMNS,
     SQLITE,
@@ -114,13 +121,6 @@ from ._sql import (
     wait_exists_sql,
     wait_record,
 )
-from .base import WorkflowStateAdapter
-from .caller import SAVEPOINT, CallerConnection, CallerTransaction
-from .pages import RunPage, RunPageQuery, make_page, page_sql
-from .pool_sql import PoolSql, pool_counts, pool_sql, scope_args
-from .queries import SCHEDULED, queue_stats_of
-from .queries import SQLITE_QUERIES as Q
-from .seam import BusyTracking
 from .sweep import lost_payload
 from .units import (
     ClaimJobs,

@@ -6,7 +6,7 @@ claims it); at its limit it is **abandoned** (status ``error``, the sweep's
 reason as its error). Either way a ``runner_lost`` event records it.
 
 Both SQL adapters generate their ``UPDATE … SET col = CASE …`` from
-:data:`OUTCOME` (see :func:`starflow.adapters._sql.sweep_set`), and the mirror
+:data:`OUTCOME` (see :func:`starflow.adapters.sql.shared.sweep_set`), and the mirror
 projects a swept run with :func:`swept_columns`: one table, three readers.
 """
 

@@ -12,7 +12,7 @@ import json
 import pytest
 
 from starflow.adapters.postgres import PostgresWorkflowStateAdapter
-from starflow.adapters.queries import POSTGRES_QUERIES
+from starflow.adapters.sql.queries import POSTGRES_QUERIES
 
 from .test_postgres import _plan_nodes, scratch_database
 

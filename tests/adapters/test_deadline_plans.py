@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from starflow.adapters.dialect import POSTGRES, SQLITE
-from starflow.adapters.queries import Queries
+from starflow.adapters.sql.dialect import POSTGRES, SQLITE
+from starflow.adapters.sql.queries import Queries
 from starflow.adapters.sqlite import LocalWorkflowStateAdapter
 from starflow.clock import format_ts
 from tests.adapters.test_postgres import explain_nodes, scratch_database, seq_scanned

@@ -23,7 +23,6 @@ import pytest
 
 import starflow
 from starflow import Starflow, step, workflow
-from starflow.adapters.dialect import POSTGRES
 from starflow.adapters.postgres import (
     CLAIM_SQL,
     MIGRATION_LOCK_KEY,
@@ -32,7 +31,8 @@ from starflow.adapters.postgres import (
     PostgresWorkflowStateAdapter,
     channel_name,
 )
-from starflow.adapters.queries import POSTGRES_QUERIES, queue_stats_of
+from starflow.adapters.sql.dialect import POSTGRES
+from starflow.adapters.sql.queries import POSTGRES_QUERIES, queue_stats_of
 from starflow.adapters.units import Guard, InsertEvent, Unit
 from starflow.errors import ConfigError, StorageError
 from starflow.migrations import load_migrations

@@ -17,7 +17,6 @@ from typing import Any
 
 import pytest
 
-from starflow.adapters._sql import POSTGRES, SQLITE
 from starflow.adapters.base import WorkflowStateAdapter
 from starflow.adapters.pages import (
     MAX_PAGE,
@@ -26,7 +25,8 @@ from starflow.adapters.pages import (
     page_sql,
     uuid_bounds,
 )
-from starflow.adapters.queries import POSTGRES_QUERIES, SQLITE_QUERIES
+from starflow.adapters.sql.queries import POSTGRES_QUERIES, SQLITE_QUERIES
+from starflow.adapters.sql.shared import POSTGRES, SQLITE
 from starflow.adapters.sqlite import LocalWorkflowStateAdapter
 from starflow.clock import format_ts
 from starflow.errors import StarflowError

@@ -30,9 +30,9 @@ from starflow import (
     workflow,
 )
 from starflow.adapters import adapter_from_url
-from starflow.adapters._sql import PRUNED_TABLES
 from starflow.adapters.base import WorkflowStateAdapter
 from starflow.adapters.postgres import PostgresWorkflowStateAdapter
+from starflow.adapters.sql.shared import PRUNED_TABLES
 from starflow.adapters.sqlite import LocalWorkflowStateAdapter
 from starflow.adapters.units import (
     InsertEvent,
@@ -462,7 +462,7 @@ PLAN_RUNS_PG = 200_000
 
 def _prune_statements(d: Any, ids: list[str]) -> list[tuple[str, str, tuple[Any, ...]]]:
     """Every statement of a prune batch as (what, SQL, arguments), in dialect ``d``."""
-    from starflow.adapters._sql import prune_delete_sql, prune_select_args, prune_select_sql
+    from starflow.adapters.sql.shared import prune_delete_sql, prune_select_args, prune_select_sql
     from starflow.adapters.units import PruneRuns
 
     out: list[tuple[str, str, tuple[Any, ...]]] = []
@@ -494,7 +494,7 @@ class TestPlans:
     async def test_postgres(self) -> None:
         import json
 
-        from starflow.adapters.dialect import POSTGRES
+        from starflow.adapters.sql.dialect import POSTGRES
         from tests.adapters.test_postgres import explain_nodes, scratch_database, seq_scanned
 
         async with scratch_database("starflow_prune_plan") as (_, conn):
@@ -527,7 +527,7 @@ class TestPlans:
         import sqlite3
         from contextlib import closing
 
-        from starflow.adapters.dialect import SQLITE
+        from starflow.adapters.sql.dialect import SQLITE
         from starflow.clock import format_ts
 
         path = tmp_path / "prune-plan.db"

@@ -5,7 +5,7 @@ PostgreSQL: placeholders (``?`` in occurrence order, or ``$n`` with a type
 cast where PostgreSQL cannot infer one), the tenant check of a lookup by key,
 "one of these values", and the codecs (SQLite stores timestamps and JSON as
 text and takes any id; asyncpg encodes natively and ids must be UUIDs).
-:mod:`starflow.adapters._sql` writes each statement once against it.
+:mod:`starflow.adapters.sql.shared` writes each statement once against it.
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from .. import serde
-from ..clock import format_ts, parse_ts
-from ..errors import ConfigError
-from .units import JSON_RUN_COLUMNS
+from ... import serde
+from ...clock import format_ts, parse_ts
+from ...errors import ConfigError
+from ..units import JSON_RUN_COLUMNS
 
 __all__ = ["POSTGRES", "POSTGRES_CALLER", "SQLITE", "Dialect", "require_uuid", "uuid_or_none"]
 

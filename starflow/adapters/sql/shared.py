@@ -7,7 +7,7 @@ here: the column lists, the row mappers (row → :class:`RunInfo` …), the
 lease/status guard, the claim and sweep assignments, the op-to-SQL mapping of
 :class:`Unit` ops, and the data-access statements.
 
-A :class:`~starflow.adapters.dialect.Dialect` says how to write what differs
+A :class:`~starflow.adapters.sql.dialect.Dialect` says how to write what differs
 (placeholders, tenant checks, "one of these values", codecs). Placeholders
 are numbered in the order they occur in the text, so one argument tuple fits
 both dialects.
@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from ..records import (
+from ...records import (
     HELD,
     DefinitionRecord,
     EventValue,
@@ -37,16 +37,8 @@ from ..records import (
     SweepResult,
     WaitRecord,
 )
-from .dialect import POSTGRES, SQLITE, Dialect, require_uuid, uuid_or_none
-from .pruning import (
-    ENDED_STATUSES,
-    PRUNED_TABLES,
-    prune_delete_sql,
-    prune_select_args,
-    prune_select_sql,
-)
-from .sweep import ABANDONED, NOW, OUTCOME, REASON, REQUEUED
-from .units import (
+from ..sweep import ABANDONED, NOW, OUTCOME, REASON, REQUEUED
+from ..units import (
     UPDATABLE_RUN_COLUMNS,
     DeleteSessionVars,
     DeleteSignal,
@@ -67,6 +59,14 @@ from .units import (
     UpsertAttribute,
     UpsertEventValue,
     UpsertSessionVar,
+)
+from .dialect import POSTGRES, SQLITE, Dialect, require_uuid, uuid_or_none
+from .pruning import (
+    ENDED_STATUSES,
+    PRUNED_TABLES,
+    prune_delete_sql,
+    prune_select_args,
+    prune_select_sql,
 )
 
 __all__ = [

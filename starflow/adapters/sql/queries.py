@@ -13,8 +13,9 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
-from ..records import QueueStats
-from ._sql import (
+from ...records import QueueStats
+from .dialect import POSTGRES, SQLITE, Dialect
+from .shared import (
     ACTIVE_RUN,
     DEFINITION_COLUMNS,
     EVENT_COLUMNS,
@@ -31,7 +32,6 @@ from ._sql import (
     WAIT_COLUMNS,
     claimable,
 )
-from .dialect import POSTGRES, SQLITE, Dialect
 
 __all__ = ["CHILD_WAIT", "POSTGRES_QUERIES", "QUEUED_DEADLINE", "SCHEDULED", "SQLITE_QUERIES",
            "Queries", "queue_stats_of"]
