@@ -121,6 +121,7 @@ LAYERS: dict[str, str] = {
     # adapters: the cold tier (the state model's port and its implementations)
     "starflow.adapters": "adapters",
     "starflow.adapters.sql": "adapters",
+    "starflow.adapters.sql.adapter": "adapters",
     "starflow.adapters.sql.shared": "adapters",
     "starflow.adapters.sql.dialect": "adapters",
     "starflow.adapters._flow": "adapters",

@@ -51,8 +51,7 @@ import weakref
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit
 
 import anyio
@@ -76,27 +75,7 @@ from ..migrations import (
     load_migrations,
     seed_versions,
 )
-from ..records import (
-    ChildWait,
-    DefinitionRecord,
-    DueStarts,
-    EventValue,
-    JobRecord,
-    OutboxLag,
-    OutboxRow,
-    PoolLimits,
-    PoolUsage,
-    PrunedBatch,
-    QueuedRun,
-    QueueStats,
-    RunEvent,
-    RunInfo,
-    ScheduleRecord,
-    SignalRecord,
-    StreamItem,
-    SweepResult,
-    WaitRecord,
-)
+from ..records import DueStarts, PoolLimits, RunInfo, SweepResult
 from ..urls import normalize_scheme
 from ._flow import (
     NO_KEY,
@@ -111,14 +90,12 @@ from ._flow import (
     scan_size,
     take_holders,
 )
-from .base import RunWatch, WorkflowStateAdapter
+from .base import RunWatch
 from .caller import CallerConnection, CallerTransaction
-from .pages import RunPage, RunPageQuery, make_page, page_sql
-from .seam import BusyTracking
+from .sql.adapter import After, Count, MakeScript, One, Rows, Script, SqlAdapter, Walk
 from .sql.dialect import POSTGRES_CALLER
 from .sql.pools import SLOT_KEPT, pool_counts, pool_sql, scope_args
 from .sql.queries import POSTGRES_QUERIES as Q
-from .sql.queries import queue_stats_of
 from .sql.shared import (
     ACTIVE_RUN,
     CLAIM_ORDER,
@@ -131,62 +108,32 @@ from .sql.shared import (
     claim_ids_sql,
     claim_set,
     claimable,
-    claimed_jobs,
     claimed_runs,
-    definition_record,
     event_sql,
-    event_value,
     guard_args,
     guard_shape,
     guard_sql,
     held_sql,
-    job_record,
-    limit_args,
     merge_run_writes,
     op_sql,
-    outbox_row,
     pool_limits,
-    prune_delete_sql,
-    prune_select_args,
-    prune_select_sql,
-    queued_run,
     run_conditions,
-    run_event,
-    run_info,
-    schedule_insert_args,
-    schedule_record,
-    schedule_value,
     signal_queued_sql,
-    signal_record,
-    stream_item,
     sweep_set,
     swept,
     uuid_or_none,
     wait_exists_sql,
-    wait_record,
 )
 from .sweep import ABANDONED, REQUEUED
 from .units import (
-    ClaimJobs,
     ClaimRuns,
-    DeleteSchedule,
     EnsureDefinition,
-    ExpireSessionVars,
     GetSecret,
     Guard,
-    HeartbeatJob,
-    MarkOutboxApplied,
     Op,
-    PruneOutbox,
-    PruneRuns,
     QueueDueStarts,
-    RearmDebounced,
-    SetPoolLimits,
-    SetPoolPaused,
     SweepLeases,
     Unit,
-    UpdateSchedule,
-    UpsertSchedule,
 )
 
 if TYPE_CHECKING:
@@ -194,13 +141,11 @@ if TYPE_CHECKING:
 
 __all__ = ["PostgresWorkflowStateAdapter"]
 
+T = TypeVar("T")
+
 PC = pool_counts(POSTGRES)
 
 
-def _pruned(rows: Sequence[Any], counts: dict[str, int]) -> PrunedBatch:
-    """A prune batch's outcome from its selected ``(id, completed_at)`` rows."""
-    return PrunedBatch(run_ids=[str(r[0]) for r in rows],
-                       cursor=(rows[-1][1], str(rows[-1][0])) if rows else None, rows=counts)
 
 #: Seconds a worker's LISTEN connection may take to open (shielded from cancellation).
 LISTEN_CONNECT_TIMEOUT = 10.0
@@ -460,7 +405,7 @@ async def _no_reset(conn: asyncpg.Connection) -> None:
 # ---------------------------------------------------------------------------
 
 
-class PostgresWorkflowStateAdapter(BusyTracking, WorkflowStateAdapter):
+class PostgresWorkflowStateAdapter(SqlAdapter):
     """PostgreSQL state adapter (self-hosted or Supabase; many workers, many nodes).
 
     Args:
@@ -483,6 +428,10 @@ class PostgresWorkflowStateAdapter(BusyTracking, WorkflowStateAdapter):
             URL's ``?listen_url=`` parameter (percent-encoded). Without one,
             workers poll every ``StarflowConfig.poll_interval``.
     """
+
+    d = POSTGRES
+    Q = Q
+    PC = PC
 
     #: The start and an event in one statement would not see each other's rows
     #: (one snapshot), and unfused they cost a transaction of several round trips:
@@ -915,160 +864,34 @@ class PostgresWorkflowStateAdapter(BusyTracking, WorkflowStateAdapter):
             signal_queued_sql(POSTGRES), guard.run_id, guard.no_signal, self.workspace_id,
             self.env)
 
-    # -- reads -----------------------------------------------------------------
+    # -- running scripts (the shared reads and commands of SqlAdapter) ----------
 
-    async def get_run(self, run_id: str) -> RunInfo | None:
-        rid = uuid_or_none(run_id)
-        if rid is None:
-            return None
-        async with self._connection("get_run", run_id) as conn:
-            row = await conn.fetchrow(Q.get_run, rid, self.workspace_id, self.env)
-        return run_info(row, POSTGRES) if row is not None else None
+    async def _run_read(self, action: str, make: MakeScript[T], *, run_id: str | None = None,
+                        point: bool = False) -> T:
+        async with self._connection(action, run_id) as conn:
+            return await self._drive(conn, make())
 
-    async def list_runs(self, *, status: str | None = None, template_id: str | None = None,
-                        since: datetime | None = None, limit: int = 50,
-                        attributes: Mapping[str, str] | None = None,
-                        parent_run_id: str | None = None) -> list[RunInfo]:
-        pairs = list((attributes or {}).items())
-        if parent_run_id is not None and uuid_or_none(parent_run_id) is None:
-            return []  # not a run id: no run has it as its parent
-        sql = Q.list_runs(status is not None, template_id is not None, since is not None,
-                          len(pairs), parent_run_id is not None)
-        async with self._connection("list_runs") as conn:
-            rows = await conn.fetch(sql, self.workspace_id, self.env,
-                                    *(v for v in (status, template_id, since, parent_run_id)
-                                      if v is not None),
-                                    *(v for k, val in pairs
-                                      for v in (self.workspace_id, self.env, k, val)),
-                                    int(limit))
-        return [run_info(r, POSTGRES) for r in rows]
+    async def _run_write(self, action: str, make: MakeScript[T], *, atomic: bool = True) -> T:
+        async with self._connection(action) as conn:
+            if not atomic:  # one statement: atomic as it is, and one round trip
+                return await self._drive(conn, make())
+            async with conn.transaction():
+                return await self._drive(conn, make())
 
-    async def list_queued_runs(self, limit: int) -> list[QueuedRun]:
-        async with self._connection("list_queued_runs") as conn:
-            rows = await conn.fetch(Q.queued_runs, self.workspace_id, self.env, int(limit))
-        return [queued_run(r, POSTGRES) for r in rows]
-
-    async def list_runs_page(self, query: RunPageQuery) -> RunPage:
-        query.check()
-        sql = page_sql(POSTGRES, query, workspace_id=self.workspace_id, env=self.env)
-        if sql is None:
-            return make_page([], query, {} if query.counts else None)
-        async with self._connection("list_runs_page") as conn:
-            rows = await conn.fetch(sql.select, *sql.select_args)
-            counts = (None if sql.count is None else
-                      {r[0]: r[1] for r in await conn.fetch(sql.count, *sql.count_args)})
-        return make_page([run_info(r, POSTGRES) for r in rows], query, counts)
-
-    async def list_events(self, run_id: str, *, after_id: int = 0) -> list[RunEvent]:
-        rid = uuid_or_none(run_id)
-        if rid is None:
-            return []
-        async with self._connection("list_events", run_id) as conn:
-            rows = await conn.fetch(Q.list_events, rid, self.workspace_id, self.env, after_id)
-        return [run_event(r, POSTGRES) for r in rows]
-
-    async def get_run_attributes(self, run_id: str) -> dict[str, str]:
-        rid = uuid_or_none(run_id)
-        if rid is None:
-            return {}
-        async with self._connection("get_run_attributes", run_id) as conn:
-            rows = await conn.fetch(Q.get_run_attributes, rid, self.workspace_id, self.env)
-        return {r["key"]: r["value"] for r in rows}
-
-    async def get_event_value(self, run_id: str, key: str) -> EventValue | None:
-        rid = uuid_or_none(run_id)
-        if rid is None:
-            return None
-        async with self._connection("get_event_value", run_id) as conn:
-            row = await conn.fetchrow(Q.get_event_value, rid, self.workspace_id, self.env, key)
-        return event_value(row, POSTGRES) if row is not None else None
-
-    async def list_event_values(self, run_id: str) -> list[EventValue]:
-        rid = uuid_or_none(run_id)
-        if rid is None:
-            return []
-        async with self._connection("list_event_values", run_id) as conn:
-            rows = await conn.fetch(Q.list_event_values, rid, self.workspace_id, self.env)
-        return [event_value(r, POSTGRES) for r in rows]
-
-    async def read_stream(self, run_id: str, key: str, *, after_seq: int = 0,
-                          after_sub: int = 0, limit: int = 500) -> list[StreamItem]:
-        rid = uuid_or_none(run_id)
-        if rid is None:
-            return []
-        async with self._connection("read_stream", run_id) as conn:
-            rows = await conn.fetch(Q.read_stream, rid, self.workspace_id, self.env, key,
-                                    int(after_seq), int(after_seq), int(after_sub), int(limit))
-        return [stream_item(r, POSTGRES) for r in rows]
-
-    async def list_stream_items(self, run_id: str) -> list[StreamItem]:
-        rid = uuid_or_none(run_id)
-        if rid is None:
-            return []
-        async with self._connection("list_stream_items", run_id) as conn:
-            rows = await conn.fetch(Q.list_stream_items, rid, self.workspace_id, self.env)
-        return [stream_item(r, POSTGRES) for r in rows]
-
-    async def list_waits(self, run_id: str) -> list[WaitRecord]:
-        rid = uuid_or_none(run_id)
-        if rid is None:
-            return []
-        async with self._connection("list_waits", run_id) as conn:
-            rows = await conn.fetch(Q.list_waits, rid, self.workspace_id, self.env)
-        return [wait_record(r, POSTGRES) for r in rows]
-
-    async def due_waits(self, now: datetime, *, limit: int = 100) -> list[WaitRecord]:
-        async with self._connection("due_waits") as conn:
-            rows = await conn.fetch(Q.due_waits, self.workspace_id, self.env, now, int(limit))
-        return [wait_record(r, POSTGRES) for r in rows]
-
-    async def next_deadline(self) -> datetime | None:
-        async with self._connection("next_deadline") as conn:
-            value: datetime | None = await conn.fetchval(Q.next_deadline, self.workspace_id,
-                                                         self.env, self.workspace_id, self.env)
-        return value
-
-    async def due_run_deadlines(self, now: datetime, *, limit: int = 100) -> list[RunInfo]:
-        async with self._connection("due_run_deadlines") as conn:
-            rows = await conn.fetch(Q.due_run_deadlines, self.workspace_id, self.env, now,
-                                    int(limit))
-        return [run_info(r, POSTGRES) for r in rows]
-
-    async def child_waits(self, *, after: str | None, limit: int = 1000) -> list[ChildWait]:
-        start = uuid_or_none(after) if after is not None else None
-        async with self._connection("child_waits") as conn:
-            rows = await conn.fetch(Q.child_waits, self.workspace_id, self.env,
-                                    start or "00000000-0000-0000-0000-000000000000",
-                                    int(limit), *(self.workspace_id, self.env) * 3)
-        return [ChildWait(run_id=str(r[0]), child_run_id=str(r[1]),
-                          ended_run_id=None if r[2] is None else str(r[2])) for r in rows]
-
-    async def find_signal(self, run_id: str, event: str) -> SignalRecord | None:
-        rid = uuid_or_none(run_id)
-        if rid is None:
-            return None
-        async with self._connection("find_signal", run_id) as conn:
-            row = await conn.fetchrow(Q.find_signal, rid, event, self.workspace_id, self.env)
-        return signal_record(row, POSTGRES) if row is not None else None
-
-    async def session_get(self, session_id: str, key: str, *, now: datetime | None = None
-                          ) -> Any:
-        async with self._connection("session_get") as conn:
-            row = await conn.fetchrow(Q.session_get, self.workspace_id, self.env, session_id,
-                                      key)
-        if row is None:
-            return None
-        if now is not None and row[1] is not None and row[1] <= now:
-            return None
-        return row[0]
-
-    async def get_definition(self, definition_id: str) -> DefinitionRecord | None:
-        did = uuid_or_none(definition_id)
-        if did is None:
-            return None
-        async with self._connection("get_definition") as conn:
-            row = await conn.fetchrow(Q.get_definition, did, self.workspace_id, self.env)
-        return definition_record(row, POSTGRES) if row is not None else None
+    async def _drive(self, conn: asyncpg.Connection, script: Script[T]) -> T:
+        walk = Walk(script)
+        for statement in walk:
+            match statement:
+                case Rows(sql, args):
+                    walk.sent = await conn.fetch(sql, *args)
+                case One(sql, args):
+                    walk.sent = await conn.fetchrow(sql, *args)
+                case Count(sql, args):
+                    status: str = await conn.execute(sql, *args)
+                    walk.sent = int(status.rsplit(" ", 1)[-1])
+                case After(ops):
+                    await self._apply_after(conn, ops)
+        return walk.value
 
     # -- read-modify-writes ----------------------------------------------------
 
@@ -1308,12 +1131,6 @@ class PostgresWorkflowStateAdapter(BusyTracking, WorkflowStateAdapter):
                     return existing
         raise StorageError(f"could not record workflow definition {c.name!r} v{c.version}")
 
-    async def _expire_session_vars(self, c: ExpireSessionVars) -> int:
-        async with self._connection("expire_session_vars") as conn:
-            status: str = await conn.execute(Q.expire_session_vars, self.workspace_id,
-                                             self.env, c.now)
-        return int(status.rsplit(" ", 1)[-1])
-
     async def _get_secret(self, c: GetSecret) -> str | None:
         key = (self.workspace_id, self.env, c.key_id)
         async with self._connection("get_secret") as conn:
@@ -1326,226 +1143,7 @@ class PostgresWorkflowStateAdapter(BusyTracking, WorkflowStateAdapter):
                 secret = await conn.fetchval(Q.secret, *key)
         return secret
 
-    # -- worker jobs -------------------------------------------------------------
-
-    async def _claim_jobs(self, c: ClaimJobs) -> list[JobRecord]:
-        async with self._connection("claim_jobs") as conn:
-            rows = await conn.fetch(Q.claim_jobs, c.worker_id, c.lease_until, c.now,
-                                    self.workspace_id, self.env, c.pool, c.now, c.limit)
-        return claimed_jobs(rows, POSTGRES)
-
-    async def _heartbeat_job(self, c: HeartbeatJob) -> bool:
-        jid = uuid_or_none(c.job_id)
-        if jid is None:
-            return False
-        async with self._connection("heartbeat_job") as conn:
-            status: str = await conn.execute(Q.heartbeat_job, c.lease_until, c.now, jid,
-                                             self.workspace_id, self.env, c.worker_id)
-        return status.rsplit(" ", 1)[-1] == "1"
-
-    async def get_job(self, job_id: str) -> JobRecord | None:
-        jid = uuid_or_none(job_id)
-        if jid is None:
-            return None
-        async with self._connection("get_job") as conn:
-            row = await conn.fetchrow(Q.get_job, jid, self.workspace_id, self.env)
-        return job_record(row, POSTGRES) if row is not None else None
-
-    async def list_jobs(self, *, run_id: str | None = None, status: str | None = None,
-                        limit: int = 100) -> list[JobRecord]:
-        rid = None
-        if run_id is not None:
-            rid = uuid_or_none(run_id)
-            if rid is None:
-                return []
-        sql = Q.list_jobs(rid is not None, status is not None)
-        async with self._connection("list_jobs") as conn:
-            rows = await conn.fetch(sql, self.workspace_id, self.env,
-                                    *(v for v in (rid, status) if v is not None), int(limit))
-        return [job_record(r, POSTGRES) for r in rows]
-
-    # -- the mirror outbox -------------------------------------------------------
-
-    async def pending_outbox(self, *, limit: int = 500) -> list[OutboxRow]:
-        async with self._connection("pending_outbox") as conn:
-            rows = await conn.fetch(Q.pending_outbox, self.workspace_id, self.env, int(limit))
-        return [outbox_row(r, POSTGRES) for r in rows]
-
-    async def _mark_outbox_applied(self, c: MarkOutboxApplied) -> int:
-        if not c.ids:
-            return 0
-        async with self._connection("mark_outbox_applied") as conn:
-            status: str = await conn.execute(Q.mark_outbox_applied(len(c.ids)), c.now,
-                                             *POSTGRES.many(c.ids), self.workspace_id, self.env)
-        return int(status.rsplit(" ", 1)[-1])
-
-    async def _prune_outbox(self, c: PruneOutbox) -> int:
-        async with self._connection("prune_outbox") as conn:
-            status: str = await conn.execute(Q.prune_outbox, self.workspace_id, self.env,
-                                             c.applied_before)
-        return int(status.rsplit(" ", 1)[-1])
-
-    # -- retention -----------------------------------------------------------------
-
-    async def _prune_runs(self, c: PruneRuns) -> PrunedBatch:
-        async with self._connection("prune_runs") as conn:
-            select = prune_select_sql(POSTGRES, len(c.statuses), c.workflow is not None,
-                                      None if c.run_ids is None else len(c.run_ids),
-                                      c.cursor is not None, not c.dry_run)
-            args = prune_select_args(POSTGRES, c, self.workspace_id, self.env)
-            if c.dry_run:
-                rows = await conn.fetch(select, *args)
-                return _pruned(rows, {})
-            # One short transaction per batch: the selected run rows stay locked
-            # (FOR UPDATE, re-checked against concurrent updates) until commit.
-            async with conn.transaction():
-                rows = await conn.fetch(select, *args)
-                counts: dict[str, int] = {}
-                if rows:
-                    ids = [r[0] for r in rows]
-                    for table, sql in prune_delete_sql(POSTGRES, len(ids)):
-                        extra: tuple[Any, ...] = ()
-                        if table == "workflow_session_vars":
-                            extra = (c.now,)
-                        elif table == "workflow_runs":
-                            extra = (self.workspace_id, self.env)
-                        status: str = await conn.execute(sql, ids, *extra)
-                        counts[table] = int(status.rsplit(" ", 1)[-1])
-                    if c.after is not None:
-                        await self._apply_after(conn, c.after([str(i) for i in ids]))
-        return _pruned(rows, counts)
-
-    async def outbox_lag(self, now: datetime, edges: Sequence[float] = ()) -> OutboxLag:
-        buckets = "".join(
-            f", count(*) FILTER (WHERE created_at <= $3::timestamptz "
-            f"- make_interval(secs => ${i + 4}::float8))"
-            for i in range(len(edges)))
-        async with self._connection("outbox_lag") as conn:
-            row = await conn.fetchrow(
-                f"SELECT count(*), min(created_at){buckets} FROM mirror_outbox "
-                "WHERE workspace_id = $1 AND env = $2 AND applied_at IS NULL",
-                self.workspace_id, self.env, *((now, *map(float, edges)) if edges else ()),
-            )
-        assert row is not None
-        return OutboxLag(pending=int(row[0]), oldest_created_at=row[1],
-                         older_than=tuple(int(c) for c in row[2:]))
-
     # -- schedules and flow control (#18) ----------------------------------------
-
-    async def _upsert_schedule(self, c: UpsertSchedule) -> ScheduleRecord:
-        args = schedule_insert_args(POSTGRES, c.schedule)
-        async with self._connection("upsert_schedule") as conn:
-            row = await conn.fetchrow(Q.upsert_schedule, self.workspace_id, self.env, *args,
-                                      c.now, c.now)
-        return schedule_record(row, POSTGRES)
-
-    async def get_schedule(self, schedule_id: str) -> ScheduleRecord | None:
-        async with self._connection("get_schedule") as conn:
-            row = await conn.fetchrow(Q.get_schedule, self.workspace_id, self.env, schedule_id)
-        return None if row is None else schedule_record(row, POSTGRES)
-
-    async def list_schedules(self) -> list[ScheduleRecord]:
-        async with self._connection("list_schedules") as conn:
-            rows = await conn.fetch(Q.list_schedules, self.workspace_id, self.env)
-        return [schedule_record(r, POSTGRES) for r in rows]
-
-    async def _delete_schedule(self, c: DeleteSchedule) -> bool:
-        async with self._connection("delete_schedule") as conn:
-            status: str = await conn.execute(Q.delete_schedule, self.workspace_id, self.env,
-                                             c.schedule_id)
-        return status.rsplit(" ", 1)[-1] != "0"
-
-    async def _update_schedule(self, c: UpdateSchedule) -> bool:
-        cols = tuple(sorted(c.values))
-        sql = Q.update_schedule(cols)
-        values = [schedule_value(POSTGRES, col, c.values[col]) for col in cols]
-        async with self._connection("update_schedule") as conn:
-            status: str = await conn.execute(sql, *values, c.now, self.workspace_id, self.env,
-                                             c.schedule_id, c.revision)
-        return status.rsplit(" ", 1)[-1] != "0"
-
-    async def due_schedules(self, now: datetime, *, limit: int = 100) -> list[ScheduleRecord]:
-        async with self._connection("due_schedules") as conn:
-            rows = await conn.fetch(Q.due_schedules, self.workspace_id, self.env, now,
-                                    int(limit))
-        return [schedule_record(r, POSTGRES) for r in rows]
-
-    async def next_schedule_due(self) -> datetime | None:
-        async with self._connection("next_schedule_due") as conn:
-            value: datetime | None = await conn.fetchval(Q.next_schedule_due,
-                                                         self.workspace_id, self.env)
-        return value
-
-    async def _set_pool_limits(self, c: SetPoolLimits) -> None:
-        lim = c.limits
-        scope = (self.workspace_id, self.env, lim.pool)
-        async with self._connection("set_pool_limits") as conn, conn.transaction():
-            # The upsert leaves ``paused`` as it is; a row left with neither a
-            # limit nor a pause is dropped.
-            await conn.execute(Q.set_pool_limits, *scope, *limit_args(lim, POSTGRES), c.now)
-            await conn.execute(Q.delete_pool_limits, *scope)
-            if not lim.fair:  # a fair pool starts its round robin afresh
-                await conn.execute(PC.clear, *scope)
-
-    async def _set_pool_paused(self, c: SetPoolPaused) -> None:
-        scope = (self.workspace_id, self.env, c.pool)
-        async with self._connection("set_pool_paused") as conn, conn.transaction():
-            await conn.execute(Q.set_pool_paused, *scope, c.paused, c.now)
-            await conn.execute(Q.delete_pool_limits, *scope)
-
-    async def get_pool_limits(self, pool: str) -> PoolLimits | None:
-        async with self._connection("get_pool_limits") as conn:
-            row = await conn.fetchrow(Q.get_pool_limits, self.workspace_id, self.env, pool)
-        return None if row is None else pool_limits(row, POSTGRES)
-
-    async def pool_usage(self, now: datetime) -> list[PoolUsage]:
-        ws, env = self.workspace_id, self.env
-        async with self._connection("pool_usage") as conn:
-            limits = {r[0]: pool_limits(r, POSTGRES)
-                      for r in await conn.fetch(Q.list_pool_limits, ws, env)}
-            counts = {r[0]: (int(r[1] or 0), int(r[2] or 0))
-                      for r in await conn.fetch(Q.pool_counts, ws, env)}
-            out = []
-            for pool in sorted(set(limits) | set(counts)):
-                lim = limits.get(pool)
-                window = 0
-                if lim is not None and lim.rate_period is not None:
-                    window = int(await conn.fetchval(Q.pool_window, ws, env, pool,
-                                                     now - lim.rate_period))
-                kept = 0
-                if lim is not None and lim.keep_slot:
-                    kept = int(await conn.fetchval(PC.pool_kept, ws, env, pool))
-                queued, active = counts.get(pool, (0, 0))
-                out.append(PoolUsage(pool=pool, limits=lim, queued=queued, active=active,
-                                     claimed_in_window=window, kept=kept))
-        return out
-
-    async def queue_stats(self, now: datetime) -> list[QueueStats]:
-        ws, env = self.workspace_id, self.env
-        async with self._connection("queue_stats") as conn:
-            rows = await conn.fetch(Q.queue_stats, ws, env, now, ws, env)
-        return queue_stats_of(rows, POSTGRES)
-
-    async def find_active_dedup(self, pool: str | None, dedup_key: str) -> str | None:
-        async with self._connection("find_active_dedup") as conn:
-            value = await conn.fetchval(Q.find_active_dedup, self.workspace_id, self.env,
-                                        pool or "", dedup_key)
-        return None if value is None else str(value)
-
-    async def _rearm_debounced(self, c: RearmDebounced) -> str | None:
-        serde.encode(c.input, what="input_json")  # SerializationError before any write
-        args = (c.input, c.not_before, self.workspace_id, self.env, c.pool or "",
-                c.template_id, c.debounce_key)
-        async with self._connection("rearm_debounced") as conn:
-            if c.after is None:
-                value = await conn.fetchval(Q.rearm_debounced, *args)
-                return None if value is None else str(value)
-            async with conn.transaction():
-                value = await conn.fetchval(Q.rearm_debounced, *args)
-                if value is None:
-                    return None
-                await self._apply_after(conn, c.after(str(value)))
-        return str(value)
 
     async def _queue_due_starts(self, c: QueueDueStarts) -> DueStarts:
         args = (self.workspace_id, self.env, c.now, self.channel)

@@ -21,14 +21,14 @@ import sqlite3
 import threading
 import uuid
 import weakref
-from collections.abc import Callable, Mapping, Sequence
-from datetime import datetime, timedelta
+from collections.abc import Callable, Sequence
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 import anyio.lowlevel
 
-from ..clock import format_ts, parse_ts
+from ..clock import format_ts
 from ..errors import (
     ConfigError,
     ForeignConnection,
@@ -37,27 +37,7 @@ from ..errors import (
     TransactionalStartUnsupported,
 )
 from ..migrations import MigrationPlan, load_migrations
-from ..records import (
-    ChildWait,
-    DefinitionRecord,
-    DueStarts,
-    EventValue,
-    JobRecord,
-    OutboxLag,
-    OutboxRow,
-    PoolLimits,
-    PoolUsage,
-    PrunedBatch,
-    QueuedRun,
-    QueueStats,
-    RunEvent,
-    RunInfo,
-    ScheduleRecord,
-    SignalRecord,
-    StreamItem,
-    SweepResult,
-    WaitRecord,
-)
+from ..records import DueStarts, PoolLimits, RunInfo, SweepResult
 from ..urls import normalize_scheme
 from ._flow import (
     NO_KEY,
@@ -73,12 +53,10 @@ from ._flow import (
     scan_size,
     take_holders,
 )
-from .base import WorkflowStateAdapter
 from .caller import SAVEPOINT, CallerConnection, CallerTransaction
-from .pages import RunPage, RunPageQuery, make_page, page_sql
-from .seam import BusyTracking
+from .sql.adapter import After, Count, MakeScript, One, Rows, SqlAdapter, Walk
 from .sql.pools import PoolSql, pool_counts, pool_sql, scope_args
-from .sql.queries import SCHEDULED, queue_stats_of
+from .sql.queries import SCHEDULED
 from .sql.queries import SQLITE_QUERIES as Q
 from .sql.shared import (
     CLAIM_ORDER,
@@ -87,63 +65,33 @@ from .sql.shared import (
     claim_ids_sql,
     claim_set,
     claimable,
-    claimed_jobs,
     claimed_runs,
-    definition_record,
     event_args,
     event_sql,
-    event_value,
     guard_args,
     guard_shape,
     guard_sql,
     guarded_event,
     held_sql,
-    job_record,
-    limit_args,
     merge_run_writes,
     op_sql,
-    outbox_row,
     pool_limits,
-    prune_delete_sql,
-    prune_select_args,
-    prune_select_sql,
-    queued_run,
-    run_event,
-    run_info,
-    schedule_insert_args,
-    schedule_record,
-    schedule_value,
     signal_queued_sql,
-    signal_record,
-    stream_item,
     sweep_set,
     swept,
     wait_exists_sql,
-    wait_record,
 )
 from .sweep import lost_payload
 from .units import (
-    ClaimJobs,
     ClaimRuns,
-    DeleteSchedule,
     EnsureDefinition,
-    ExpireSessionVars,
     GetSecret,
     Guard,
-    HeartbeatJob,
     InsertEvent,
-    MarkOutboxApplied,
     Op,
-    PruneOutbox,
-    PruneRuns,
     QueueDueStarts,
-    RearmDebounced,
-    SetPoolLimits,
-    SetPoolPaused,
     SweepLeases,
     Unit,
-    UpdateSchedule,
-    UpsertSchedule,
 )
 
 if TYPE_CHECKING:
@@ -173,7 +121,7 @@ class _Write:
         self.error: BaseException | None = None
 
 
-class LocalWorkflowStateAdapter(BusyTracking, WorkflowStateAdapter):
+class LocalWorkflowStateAdapter(SqlAdapter):
     """SQLite state adapter (self-hosted, single node, dev, tests).
 
     Args:
@@ -186,6 +134,10 @@ class LocalWorkflowStateAdapter(BusyTracking, WorkflowStateAdapter):
             thread (see :meth:`_may_inline`); False sends every durable commit
             through the database thread, so the loop never waits for a flush.
     """
+
+    d = SQLITE
+    Q = Q
+    PC = PC
 
     def __init__(
         self,
@@ -658,125 +610,34 @@ class LocalWorkflowStateAdapter(BusyTracking, WorkflowStateAdapter):
         if statement is not None:
             conn.execute(*statement)
 
-    # -- reads -----------------------------------------------------------------
+    # -- running scripts (the shared reads and commands of SqlAdapter) ----------
 
-    async def get_run(self, run_id: str) -> RunInfo | None:
-        def q(conn: sqlite3.Connection) -> RunInfo | None:
-            row = conn.execute(Q.get_run, (run_id, self.workspace_id, self.env)).fetchone()
-            return run_info(row, SQLITE) if row else None
+    async def _run_read(self, action: str, make: MakeScript[T], *, run_id: str | None = None,
+                        point: bool = False) -> T:
+        fn = functools.partial(self._drive, make=make)
+        return await (self._lookup(fn) if point else self._call(fn))
 
-        return await self._lookup(q)
+    async def _run_write(self, action: str, make: MakeScript[T], *, atomic: bool = True) -> T:
+        # Every write goes through the one writer, so ``atomic`` changes nothing here.
+        result: T = await self._write(functools.partial(self._drive, make=make))
+        return result
 
-    async def list_runs(self, *, status: str | None = None, template_id: str | None = None,
-                        since: datetime | None = None, limit: int = 50,
-                        attributes: Mapping[str, str] | None = None,
-                        parent_run_id: str | None = None) -> list[RunInfo]:
-        pairs = list((attributes or {}).items())
-        args = [self.workspace_id, self.env,
-                *(v for v in (status, template_id, SQLITE.ts(since), parent_run_id)
-                  if v is not None),
-                *(v for k, val in pairs for v in (self.workspace_id, self.env, k, val)),
-                int(limit)]
-        sql = Q.list_runs(status is not None, template_id is not None, since is not None,
-                          len(pairs), parent_run_id is not None)
-        return await self._call(lambda conn: [run_info(r, SQLITE)
-                                              for r in conn.execute(sql, args)])
-
-    async def list_queued_runs(self, limit: int) -> list[QueuedRun]:
-        return await self._call(lambda conn: [
-            queued_run(r, SQLITE)
-            for r in conn.execute(Q.queued_runs, (self.workspace_id, self.env, int(limit)))])
-
-    async def list_runs_page(self, query: RunPageQuery) -> RunPage:
-        query.check()
-        sql = page_sql(SQLITE, query, workspace_id=self.workspace_id, env=self.env)
-        if sql is None:
-            return make_page([], query, {} if query.counts else None)
-
-        def q(conn: sqlite3.Connection) -> tuple[list[RunInfo], dict[str, int] | None]:
-            runs = [run_info(r, SQLITE) for r in conn.execute(sql.select, sql.select_args)]
-            counts = (None if sql.count is None else
-                      {r[0]: r[1] for r in conn.execute(sql.count, sql.count_args)})
-            return runs, counts
-
-        runs, counts = await self._call(q)
-        return make_page(runs, query, counts)
-
-    async def list_events(self, run_id: str, *, after_id: int = 0) -> list[RunEvent]:
-        return await self._call(lambda conn: [
-            run_event(r, SQLITE) for r in conn.execute(
-                Q.list_events, (run_id, self.workspace_id, self.env, after_id))])
-
-    async def get_run_attributes(self, run_id: str) -> dict[str, str]:
-        return await self._call(lambda conn: {
-            r[0]: r[1] for r in conn.execute(
-                Q.get_run_attributes, (run_id, self.workspace_id, self.env))})
-
-    async def get_event_value(self, run_id: str, key: str) -> EventValue | None:
-        def read(conn: Any) -> EventValue | None:
-            row = conn.execute(Q.get_event_value,
-                               (run_id, self.workspace_id, self.env, key)).fetchone()
-            return event_value(row, SQLITE) if row is not None else None
-        return await self._lookup(read)
-
-    async def list_event_values(self, run_id: str) -> list[EventValue]:
-        return await self._call(lambda conn: [
-            event_value(r, SQLITE) for r in conn.execute(
-                Q.list_event_values, (run_id, self.workspace_id, self.env))])
-
-    async def read_stream(self, run_id: str, key: str, *, after_seq: int = 0,
-                          after_sub: int = 0, limit: int = 500) -> list[StreamItem]:
-        return await self._call(lambda conn: [
-            stream_item(r, SQLITE) for r in conn.execute(
-                Q.read_stream, (run_id, self.workspace_id, self.env, key, int(after_seq),
-                                int(after_seq), int(after_sub), int(limit)))])
-
-    async def list_stream_items(self, run_id: str) -> list[StreamItem]:
-        return await self._call(lambda conn: [
-            stream_item(r, SQLITE) for r in conn.execute(
-                Q.list_stream_items, (run_id, self.workspace_id, self.env))])
-
-    async def list_waits(self, run_id: str) -> list[WaitRecord]:
-        return await self._lookup(lambda conn: [
-            wait_record(r, SQLITE) for r in conn.execute(
-                Q.list_waits, (run_id, self.workspace_id, self.env))])
-
-    async def due_waits(self, now: datetime, *, limit: int = 100) -> list[WaitRecord]:
-        return await self._call(lambda conn: [
-            wait_record(r, SQLITE) for r in conn.execute(
-                Q.due_waits, (self.workspace_id, self.env, format_ts(now), int(limit)))])
-
-    async def next_deadline(self) -> datetime | None:
-        row = await self._call(lambda conn: conn.execute(
-            Q.next_deadline, (self.workspace_id, self.env) * 2).fetchone())
-        return SQLITE.ts_out(row[0]) if row else None
-
-    async def due_run_deadlines(self, now: datetime, *, limit: int = 100) -> list[RunInfo]:
-        return await self._call(lambda conn: [
-            run_info(r, SQLITE) for r in conn.execute(
-                Q.due_run_deadlines, (self.workspace_id, self.env, format_ts(now), int(limit)))])
-
-    async def child_waits(self, *, after: str | None, limit: int = 1000) -> list[ChildWait]:
-        return await self._call(lambda conn: [
-            ChildWait(run_id=str(r[0]), child_run_id=str(r[1]),
-                      ended_run_id=None if r[2] is None else str(r[2]))
-            for r in conn.execute(Q.child_waits, (self.workspace_id, self.env, after or "",
-                                                  int(limit)) + (self.workspace_id, self.env) * 3)])
-
-    async def find_signal(self, run_id: str, event: str) -> SignalRecord | None:
-        row = await self._lookup(lambda conn: conn.execute(
-            Q.find_signal, (run_id, event, self.workspace_id, self.env)).fetchone())
-        return signal_record(row, SQLITE) if row is not None else None
-
-    async def session_get(self, session_id: str, key: str, *, now: datetime | None = None
-                          ) -> Any:
-        row = await self._lookup(lambda conn: conn.execute(
-            Q.session_get, (self.workspace_id, self.env, session_id, key)).fetchone())
-        if row is None:
-            return None
-        if now is not None and row[1] is not None and parse_ts(row[1]) <= now:
-            return None
-        return SQLITE.json_out(row[0])
+    def _drive(self, conn: sqlite3.Connection, make: MakeScript[T]) -> T:
+        # A fresh script each time: _lookup may run it again on the database
+        # thread, and a group-commit batch is re-applied unit by unit.
+        walk = Walk(make())
+        for statement in walk:
+            match statement:
+                case Rows(sql, args):
+                    walk.sent = conn.execute(sql, args).fetchall()
+                case One(sql, args):
+                    walk.sent = conn.execute(sql, args).fetchone()
+                case Count(sql, args):
+                    walk.sent = conn.execute(sql, args).rowcount
+                case After(ops):
+                    for op in ops:
+                        self._apply_op(conn, op)
+        return walk.value
 
     # -- read-modify-writes ----------------------------------------------------
 
@@ -959,19 +820,6 @@ class LocalWorkflowStateAdapter(BusyTracking, WorkflowStateAdapter):
         result: str = await self._write(ensure)
         return result
 
-    async def get_definition(self, definition_id: str) -> DefinitionRecord | None:
-        row = await self._lookup(lambda conn: conn.execute(
-            Q.get_definition, (definition_id, self.workspace_id, self.env)).fetchone())
-        return definition_record(row, SQLITE) if row is not None else None
-
-    async def _expire_session_vars(self, c: ExpireSessionVars) -> int:
-        def gc(conn: sqlite3.Connection) -> int:
-            return int(conn.execute(Q.expire_session_vars,
-                                    (self.workspace_id, self.env, format_ts(c.now))).rowcount)
-
-        result: int = await self._write(gc)
-        return result
-
     async def _get_secret(self, c: GetSecret) -> str | None:
         key = (self.workspace_id, self.env, c.key_id)
 
@@ -988,237 +836,7 @@ class LocalWorkflowStateAdapter(BusyTracking, WorkflowStateAdapter):
         result: str | None = await self._write(get)
         return result
 
-    # -- worker jobs -------------------------------------------------------------
-
-    async def _claim_jobs(self, c: ClaimJobs) -> list[JobRecord]:
-        ts = format_ts(c.now)
-
-        def claim(conn: sqlite3.Connection) -> list[JobRecord]:
-            rows = conn.execute(Q.claim_jobs, (
-                c.worker_id, format_ts(c.lease_until), ts, self.workspace_id, self.env, c.pool,
-                ts, c.limit)).fetchall()
-            return claimed_jobs(rows, SQLITE)
-
-        result: list[JobRecord] = await self._write(claim)
-        return result
-
-    async def _heartbeat_job(self, c: HeartbeatJob) -> bool:
-        def beat(conn: sqlite3.Connection) -> bool:
-            return bool(conn.execute(Q.heartbeat_job, (
-                format_ts(c.lease_until), format_ts(c.now), c.job_id, self.workspace_id,
-                self.env, c.worker_id)).rowcount == 1)
-
-        result: bool = await self._write(beat)
-        return result
-
-    async def get_job(self, job_id: str) -> JobRecord | None:
-        row = await self._lookup(lambda conn: conn.execute(
-            Q.get_job, (job_id, self.workspace_id, self.env)).fetchone())
-        return job_record(row, SQLITE) if row else None
-
-    async def list_jobs(self, *, run_id: str | None = None, status: str | None = None,
-                        limit: int = 100) -> list[JobRecord]:
-        args = [self.workspace_id, self.env,
-                *(v for v in (run_id, status) if v is not None), int(limit)]
-        sql = Q.list_jobs(run_id is not None, status is not None)
-        return await self._call(lambda conn: [job_record(r, SQLITE)
-                                              for r in conn.execute(sql, args)])
-
-    # -- the mirror outbox -------------------------------------------------------
-
-    async def pending_outbox(self, *, limit: int = 500) -> list[OutboxRow]:
-        return await self._call(lambda conn: [
-            outbox_row(r, SQLITE) for r in conn.execute(
-                Q.pending_outbox, (self.workspace_id, self.env, int(limit)))])
-
-    async def _mark_outbox_applied(self, c: MarkOutboxApplied) -> int:
-        if not c.ids:
-            return 0
-        sql = Q.mark_outbox_applied(len(c.ids))
-
-        def mark(conn: sqlite3.Connection) -> int:
-            return int(conn.execute(sql, (format_ts(c.now), *SQLITE.many(c.ids),
-                                          self.workspace_id, self.env)).rowcount)
-
-        result: int = await self._write(mark)
-        return result
-
-    async def _prune_outbox(self, c: PruneOutbox) -> int:
-        def prune(conn: sqlite3.Connection) -> int:
-            return int(conn.execute(Q.prune_outbox, (
-                self.workspace_id, self.env, format_ts(c.applied_before))).rowcount)
-
-        result: int = await self._write(prune)
-        return result
-
-    # -- retention -----------------------------------------------------------------
-
-    async def _prune_runs(self, c: PruneRuns) -> PrunedBatch:
-        ws, env = self.workspace_id, self.env
-        args = prune_select_args(SQLITE, c, ws, env)
-        n_ids = None if c.run_ids is None else len(c.run_ids)
-
-        def select_sql(conn: sqlite3.Connection) -> str:
-            return prune_select_sql(SQLITE, len(c.statuses), c.workflow is not None, n_ids,
-                                    c.cursor is not None, False)
-
-        def select(conn: sqlite3.Connection) -> list[Any]:
-            return conn.execute(select_sql(conn), args).fetchall()
-
-        if c.dry_run:
-            return _pruned(await self._call(select), {})
-
-        def prune(conn: sqlite3.Connection) -> tuple[list[Any], dict[str, int]]:
-            # Inside the write transaction: SQLite's one writer makes the
-            # select and the deletes one atomic step against every other writer.
-            rows = select(conn)
-            counts: dict[str, int] = {}
-            if rows:
-                ids = [r[0] for r in rows]
-                for table, sql in prune_delete_sql(SQLITE, len(ids)):
-                    extra: tuple[Any, ...] = ()
-                    if table == "workflow_session_vars":
-                        extra = (format_ts(c.now),)
-                    elif table == "workflow_runs":
-                        extra = (ws, env)
-                    counts[table] = int(conn.execute(sql, (*ids, *extra)).rowcount)
-                if c.after is not None:
-                    for op in c.after([str(i) for i in ids]):
-                        self._apply_op(conn, op)
-            return rows, counts
-
-        rows, counts = await self._write(prune)
-        return _pruned(rows, counts)
-
-    async def outbox_lag(self, now: datetime, edges: Sequence[float] = ()) -> OutboxLag:
-        cutoffs = [format_ts(now - timedelta(seconds=e)) for e in edges]
-        buckets = "".join(", sum(CASE WHEN created_at <= ? THEN 1 ELSE 0 END)" for _ in cutoffs)
-        row = await self._call(lambda conn: conn.execute(
-            f"SELECT count(*), min(created_at){buckets} FROM mirror_outbox "
-            "WHERE workspace_id = ? AND env = ? AND applied_at IS NULL",
-            (*cutoffs, self.workspace_id, self.env)).fetchone())
-        return OutboxLag(pending=int(row[0]), oldest_created_at=SQLITE.ts_out(row[1]),
-                         older_than=tuple(int(c or 0) for c in row[2:]))
-
-
     # -- schedules and flow control (#18) ----------------------------------------
-
-    async def _upsert_schedule(self, c: UpsertSchedule) -> ScheduleRecord:
-        ts = format_ts(c.now)
-        args = (self.workspace_id, self.env, *schedule_insert_args(SQLITE, c.schedule), ts, ts)
-
-        def upsert(conn: sqlite3.Connection) -> ScheduleRecord:
-            return schedule_record(conn.execute(Q.upsert_schedule, args).fetchone(), SQLITE)
-
-        result: ScheduleRecord = await self._write(upsert)
-        return result
-
-    async def get_schedule(self, schedule_id: str) -> ScheduleRecord | None:
-        row = await self._lookup(lambda conn: conn.execute(
-            Q.get_schedule, (self.workspace_id, self.env, schedule_id)).fetchone())
-        return None if row is None else schedule_record(row, SQLITE)
-
-    async def list_schedules(self) -> list[ScheduleRecord]:
-        return await self._call(lambda conn: [
-            schedule_record(r, SQLITE)
-            for r in conn.execute(Q.list_schedules, (self.workspace_id, self.env))])
-
-    async def _delete_schedule(self, c: DeleteSchedule) -> bool:
-        def delete(conn: sqlite3.Connection) -> bool:
-            return bool(conn.execute(Q.delete_schedule, (
-                self.workspace_id, self.env, c.schedule_id)).rowcount > 0)
-
-        result: bool = await self._write(delete)
-        return result
-
-    async def _update_schedule(self, c: UpdateSchedule) -> bool:
-        cols = tuple(sorted(c.values))
-        sql = Q.update_schedule(cols)
-        args = (*(schedule_value(SQLITE, col, c.values[col]) for col in cols),
-                format_ts(c.now), self.workspace_id, self.env, c.schedule_id, c.revision)
-
-        def update(conn: sqlite3.Connection) -> bool:
-            return bool(conn.execute(sql, args).rowcount > 0)
-
-        result: bool = await self._write(update)
-        return result
-
-    async def due_schedules(self, now: datetime, *, limit: int = 100) -> list[ScheduleRecord]:
-        # On the loop when the connection is free: usually none or a few rows, by index.
-        return await self._lookup(lambda conn: [
-            schedule_record(r, SQLITE) for r in conn.execute(
-                Q.due_schedules, (self.workspace_id, self.env, format_ts(now), int(limit)))])
-
-    async def next_schedule_due(self) -> datetime | None:
-        row = await self._lookup(lambda conn: conn.execute(
-            Q.next_schedule_due, (self.workspace_id, self.env)).fetchone())
-        return None if row is None else SQLITE.ts_out(row[0])
-
-    async def _set_pool_limits(self, c: SetPoolLimits) -> None:
-        lim = c.limits
-        scope = (self.workspace_id, self.env, lim.pool)
-
-        def store(conn: sqlite3.Connection) -> None:
-            # The upsert leaves ``paused`` as it is; a row left with neither a
-            # limit nor a pause is dropped.
-            conn.execute(Q.set_pool_limits, (*scope, *limit_args(lim, SQLITE),
-                                             format_ts(c.now)))
-            conn.execute(Q.delete_pool_limits, scope)
-            if not lim.fair:  # a fair pool starts its round robin afresh
-                conn.execute(PC.clear, scope)
-
-        await self._write(store)
-
-    async def _set_pool_paused(self, c: SetPoolPaused) -> None:
-        scope = (self.workspace_id, self.env, c.pool)
-
-        def store(conn: sqlite3.Connection) -> None:
-            conn.execute(Q.set_pool_paused, (*scope, int(c.paused), format_ts(c.now)))
-            conn.execute(Q.delete_pool_limits, scope)
-
-        await self._write(store)
-
-    async def get_pool_limits(self, pool: str) -> PoolLimits | None:
-        row = await self._lookup(lambda conn: conn.execute(
-            Q.get_pool_limits, (self.workspace_id, self.env, pool)).fetchone())
-        return None if row is None else pool_limits(row, SQLITE)
-
-    async def pool_usage(self, now: datetime) -> list[PoolUsage]:
-        ws, env = self.workspace_id, self.env
-
-        def usage(conn: sqlite3.Connection) -> list[PoolUsage]:
-            limits = {r[0]: pool_limits(r, SQLITE)
-                      for r in conn.execute(Q.list_pool_limits, (ws, env))}
-            counts = {r[0]: (int(r[1] or 0), int(r[2] or 0))
-                      for r in conn.execute(Q.pool_counts, (ws, env))}
-            out = []
-            for pool in sorted(set(limits) | set(counts)):
-                lim = limits.get(pool)
-                window = 0
-                if lim is not None and lim.rate_period is not None:
-                    window = int(conn.execute(Q.pool_window, (
-                        ws, env, pool, format_ts(now - lim.rate_period))).fetchone()[0])
-                kept = 0
-                if lim is not None and lim.keep_slot:
-                    kept = int(conn.execute(PC.pool_kept, (ws, env, pool)).fetchone()[0])
-                queued, active = counts.get(pool, (0, 0))
-                out.append(PoolUsage(pool=pool, limits=lim, queued=queued, active=active,
-                                     claimed_in_window=window, kept=kept))
-            return out
-
-        return await self._call(usage)
-
-    async def queue_stats(self, now: datetime) -> list[QueueStats]:
-        ws, env = self.workspace_id, self.env
-        rows = await self._lookup(lambda conn: conn.execute(
-            Q.queue_stats, (ws, env, format_ts(now), ws, env)).fetchall())
-        return queue_stats_of(rows, SQLITE)
-
-    async def find_active_dedup(self, pool: str | None, dedup_key: str) -> str | None:
-        row = await self._lookup(lambda conn: conn.execute(
-            Q.find_active_dedup, (self.workspace_id, self.env, pool or "", dedup_key)
-        ).fetchone())
-        return None if row is None else str(row[0])
 
     async def _queue_due_starts(self, c: QueueDueStarts) -> DueStarts:
         ts, scope = format_ts(c.now), (self.workspace_id, self.env)
@@ -1243,27 +861,6 @@ class LocalWorkflowStateAdapter(BusyTracking, WorkflowStateAdapter):
         result: DueStarts = await self._write(queue)
         return result
 
-    async def _rearm_debounced(self, c: RearmDebounced) -> str | None:
-        args = (SQLITE.json(c.input, what="input_json"), format_ts(c.not_before),
-                self.workspace_id, self.env, c.pool or "", c.template_id, c.debounce_key)
-
-        def rearm(conn: sqlite3.Connection) -> str | None:
-            row = conn.execute(Q.rearm_debounced, args).fetchone()
-            if row is None:
-                return None
-            run_id = str(row[0])
-            if c.after is not None:
-                for op in c.after(run_id):
-                    self._apply_op(conn, op)
-            return run_id
-
-        result: str | None = await self._write(rearm)
-        return result
-def _pruned(rows: Sequence[Any], counts: dict[str, int]) -> PrunedBatch:
-    """A prune batch's outcome from its selected ``(id, completed_at)`` rows."""
-    return PrunedBatch(run_ids=[r[0] for r in rows],
-                       cursor=(parse_ts(rows[-1][1]), rows[-1][0]) if rows else None,
-                       rows=counts)
 
 
 class _CallerConnection(CallerConnection):

@@ -34,6 +34,12 @@ class Dialect:
     skip_locked = ""
     #: Run ids are a ``uuid`` column (only uuid text can name a run), not any text.
     uuid_ids = False
+    #: Lower than every run id (where a walk over run ids starts).
+    lowest_id = ""
+
+    def id_or_none(self, value: str) -> str | None:
+        """An id as the id column stores it, or None if no row can have it."""
+        return value
 
     def p(self, n: int, cast: str = "") -> str:
         """The ``n``-th placeholder (1-based, in occurrence order)."""
@@ -157,6 +163,10 @@ class _Postgres(Dialect):
     name = "postgres"
     skip_locked = " FOR UPDATE SKIP LOCKED"
     uuid_ids = True
+    lowest_id = "00000000-0000-0000-0000-000000000000"
+
+    def id_or_none(self, value: str) -> str | None:
+        return uuid_or_none(value)
 
     def p(self, n: int, cast: str = "") -> str:
         return f"${n}::{cast}" if cast else f"${n}"

@@ -310,6 +310,17 @@ class Queries:
         """Arguments: (now, *d.many(ids), ws, env)."""
         return _mark_outbox_sql(self.d, count)
 
+    def outbox_lag(self, edges: int) -> str:
+        """The pending outbox rows, the oldest one's time, and how many are older
+        than each of ``edges`` cutoffs. Arguments: (*cutoffs, ws, env)."""
+        p = self.d.p
+        buckets = "".join(
+            f", sum(CASE WHEN created_at <= {p(i + 1, 'timestamptz')} THEN 1 ELSE 0 END)"
+            for i in range(edges))
+        return (f"SELECT count(*), min(created_at){buckets} FROM mirror_outbox "
+                f"WHERE workspace_id = {p(edges + 1)} AND env = {p(edges + 2)} "
+                "AND applied_at IS NULL")
+
     def update_schedule(self, columns: tuple[str, ...]) -> str:
         """Compare-and-set ``columns`` (of :data:`SCHEDULE_UPDATABLE`).
 
