@@ -22,6 +22,7 @@ from ..records import (
     OutboxRow,
     PoolLimits,
     PoolUsage,
+    PrunedBatch,
     QueuedRun,
     QueueStats,
     RunEvent,
@@ -37,6 +38,7 @@ from .pages import RunPage, RunPageQuery
 from .units import (
     ClaimJobs,
     ClaimRuns,
+    CommandHandler,
     DeleteSchedule,
     EnsureDefinition,
     ExpireSessionVars,
@@ -44,6 +46,7 @@ from .units import (
     HeartbeatJob,
     MarkOutboxApplied,
     PruneOutbox,
+    PruneRuns,
     QueueDueStarts,
     RearmDebounced,
     SetPoolLimits,
@@ -57,7 +60,7 @@ from .units import (
 __all__ = ["NullWorkflowStateAdapter"]
 
 
-class NullWorkflowStateAdapter(WorkflowStateAdapter):
+class NullWorkflowStateAdapter(WorkflowStateAdapter, CommandHandler):
     """Accepts every write, stores nothing."""
 
     durable = False
@@ -215,3 +218,8 @@ class NullWorkflowStateAdapter(WorkflowStateAdapter):
 
     async def _queue_due_starts(self, command: QueueDueStarts) -> DueStarts:
         return DueStarts()
+
+    async def _prune_runs(self, command: PruneRuns) -> PrunedBatch:
+        raise NotImplementedError(
+            f"{type(self).__name__} cannot perform {type(command).__name__}: "
+            "it stores no runs to prune")

@@ -16,7 +16,7 @@ import contextlib
 from collections.abc import AsyncIterator
 from contextvars import ContextVar, Token
 from types import TracebackType
-from typing import Any, Protocol, Self, cast
+from typing import Any, Protocol, Self
 
 import anyio
 
@@ -24,6 +24,7 @@ from ..clock import Clock
 from ..limits import RunRef, check_tenant, run_ref
 from .units import (
     Command,
+    CommandHandler,
     Guard,
     Op,
     R,
@@ -305,19 +306,19 @@ class AdapterSeam(abc.ABC):
         The sibling of :meth:`execute`: claims, sweeps, job claims and
         heartbeats, outbox drains, definitions, secrets and session GC all
         arrive here, whichever public method built them. A concrete adapter
-        handles command ``C`` in a method named after ``C.method`` with a
-        leading underscore (``_claim_runs(command)``); wrappers override this
-        method to see every command.
+        is a :class:`~starflow.adapters.units.CommandHandler`: it handles
+        command ``C`` in the method ``C.send_to`` names (``_claim_runs(command)``
+        for :class:`~starflow.adapters.units.ClaimRuns`); wrappers override
+        this method to see every command.
 
         Raises:
             StorageError: the database failed; nothing was written.
         """
-        handler = getattr(self, "_" + command.method, None)
-        if handler is None:
+        if not isinstance(self, CommandHandler):
             raise NotImplementedError(
                 f"{type(self).__name__} cannot perform {type(command).__name__}: "
-                f"it has no _{command.method} method")
-        return cast(R, await handler(command))
+                "it is no CommandHandler")
+        return await command.send_to(self)
 
     async def _submit(self, op: Op) -> None:
         if not self._collected(op):

@@ -9,7 +9,8 @@ injector) inspect them.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import abc
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, ClassVar, Generic, TypeVar
@@ -38,6 +39,7 @@ __all__ = [
     "ClaimJobs",
     "ClaimRuns",
     "Command",
+    "CommandHandler",
     "DeleteSchedule",
     "DeleteSessionVars",
     "DeleteSignal",
@@ -354,6 +356,11 @@ class Command(Generic[R]):
     __slots__ = ()
     method: ClassVar[str]
 
+    def send_to(self, handler: CommandHandler) -> Awaitable[R]:
+        """The awaitable of ``handler``'s method for this command (typed dispatch:
+        each command names its own handler, so mypy checks the pair and ``R``)."""
+        raise NotImplementedError(f"{type(self).__name__} names no handler")
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ClaimRuns(Command[list[RunInfo]]):
@@ -369,6 +376,9 @@ class ClaimRuns(Command[list[RunInfo]]):
     workflows: tuple[str, ...] | None = None
     after: AfterClaim | None = None
 
+    def send_to(self, handler: CommandHandler) -> Awaitable[list[RunInfo]]:
+        return handler._claim_runs(self)
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SweepLeases(Command[list[SweepResult]]):
@@ -381,6 +391,9 @@ class SweepLeases(Command[list[SweepResult]]):
     #: False (``StarflowConfig.lost_runs="fail"``): abandon every lost run.
     requeue: bool = True
 
+    def send_to(self, handler: CommandHandler) -> Awaitable[list[SweepResult]]:
+        return handler._expire_old_leases(self)
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EnsureDefinition(Command[str]):
@@ -392,6 +405,9 @@ class EnsureDefinition(Command[str]):
     code_hash: str
     now: datetime
 
+    def send_to(self, handler: CommandHandler) -> Awaitable[str]:
+        return handler._ensure_definition(self)
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ExpireSessionVars(Command[int]):
@@ -399,6 +415,9 @@ class ExpireSessionVars(Command[int]):
 
     method: ClassVar[str] = "expire_session_vars"
     now: datetime
+
+    def send_to(self, handler: CommandHandler) -> Awaitable[int]:
+        return handler._expire_session_vars(self)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -409,6 +428,9 @@ class GetSecret(Command["str | None"]):
     key_id: str
     now: datetime
     create: bool = True
+
+    def send_to(self, handler: CommandHandler) -> Awaitable[str | None]:
+        return handler._get_secret(self)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -422,6 +444,9 @@ class ClaimJobs(Command[list[JobRecord]]):
     lease_until: datetime
     limit: int = 1
 
+    def send_to(self, handler: CommandHandler) -> Awaitable[list[JobRecord]]:
+        return handler._claim_jobs(self)
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class HeartbeatJob(Command[bool]):
@@ -433,6 +458,9 @@ class HeartbeatJob(Command[bool]):
     now: datetime
     lease_until: datetime
 
+    def send_to(self, handler: CommandHandler) -> Awaitable[bool]:
+        return handler._heartbeat_job(self)
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class MarkOutboxApplied(Command[int]):
@@ -442,6 +470,9 @@ class MarkOutboxApplied(Command[int]):
     ids: tuple[int, ...]
     now: datetime
 
+    def send_to(self, handler: CommandHandler) -> Awaitable[int]:
+        return handler._mark_outbox_applied(self)
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PruneOutbox(Command[int]):
@@ -449,6 +480,9 @@ class PruneOutbox(Command[int]):
 
     method: ClassVar[str] = "prune_outbox"
     applied_before: datetime
+
+    def send_to(self, handler: CommandHandler) -> Awaitable[int]:
+        return handler._prune_outbox(self)
 
 
 # -- schedules and flow control (#18) -------------------------------------------
@@ -462,6 +496,9 @@ class UpsertSchedule(Command[ScheduleRecord]):
     schedule: ScheduleRecord
     now: datetime
 
+    def send_to(self, handler: CommandHandler) -> Awaitable[ScheduleRecord]:
+        return handler._upsert_schedule(self)
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class UpdateSchedule(Command[bool]):
@@ -473,6 +510,9 @@ class UpdateSchedule(Command[bool]):
     values: Mapping[str, Any]
     now: datetime
 
+    def send_to(self, handler: CommandHandler) -> Awaitable[bool]:
+        return handler._update_schedule(self)
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DeleteSchedule(Command[bool]):
@@ -480,6 +520,9 @@ class DeleteSchedule(Command[bool]):
 
     method: ClassVar[str] = "delete_schedule"
     schedule_id: str
+
+    def send_to(self, handler: CommandHandler) -> Awaitable[bool]:
+        return handler._delete_schedule(self)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -490,6 +533,9 @@ class SetPoolLimits(Command[None]):
     limits: PoolLimits
     now: datetime
 
+    def send_to(self, handler: CommandHandler) -> Awaitable[None]:
+        return handler._set_pool_limits(self)
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SetPoolPaused(Command[None]):
@@ -499,6 +545,9 @@ class SetPoolPaused(Command[None]):
     pool: str
     paused: bool
     now: datetime
+
+    def send_to(self, handler: CommandHandler) -> Awaitable[None]:
+        return handler._set_pool_paused(self)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -517,6 +566,9 @@ class RearmDebounced(Command["str | None"]):
     not_before: datetime
     after: AfterRearm | None = None
 
+    def send_to(self, handler: CommandHandler) -> Awaitable[str | None]:
+        return handler._rearm_debounced(self)
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class QueueDueStarts(Command[DueStarts]):
@@ -532,6 +584,11 @@ class QueueDueStarts(Command[DueStarts]):
     method: ClassVar[str] = "queue_due_starts"
     now: datetime
     after: AfterQueueDue | None = None
+
+    def send_to(self, handler: CommandHandler) -> Awaitable[DueStarts]:
+        return handler._queue_due_starts(self)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PruneRuns(Command[PrunedBatch]):
     """Delete one batch of ended runs with every row that belongs to them.
@@ -559,3 +616,64 @@ class PruneRuns(Command[PrunedBatch]):
     limit: int = 500
     dry_run: bool = False
     after: AfterPrune | None = None
+
+    def send_to(self, handler: CommandHandler) -> Awaitable[PrunedBatch]:
+        return handler._prune_runs(self)
+
+
+class CommandHandler(abc.ABC):
+    """An adapter that performs commands: one method per :class:`Command`, named
+    after its ``method`` with a leading underscore. :meth:`Command.send_to` picks
+    the method by the command's type (no lookup by name), and a subclass missing
+    one fails at construction."""
+
+    @abc.abstractmethod
+    async def _claim_runs(self, command: ClaimRuns) -> list[RunInfo]: ...
+
+    @abc.abstractmethod
+    async def _expire_old_leases(self, command: SweepLeases) -> list[SweepResult]: ...
+
+    @abc.abstractmethod
+    async def _ensure_definition(self, command: EnsureDefinition) -> str: ...
+
+    @abc.abstractmethod
+    async def _expire_session_vars(self, command: ExpireSessionVars) -> int: ...
+
+    @abc.abstractmethod
+    async def _get_secret(self, command: GetSecret) -> str | None: ...
+
+    @abc.abstractmethod
+    async def _claim_jobs(self, command: ClaimJobs) -> list[JobRecord]: ...
+
+    @abc.abstractmethod
+    async def _heartbeat_job(self, command: HeartbeatJob) -> bool: ...
+
+    @abc.abstractmethod
+    async def _mark_outbox_applied(self, command: MarkOutboxApplied) -> int: ...
+
+    @abc.abstractmethod
+    async def _prune_outbox(self, command: PruneOutbox) -> int: ...
+
+    @abc.abstractmethod
+    async def _upsert_schedule(self, command: UpsertSchedule) -> ScheduleRecord: ...
+
+    @abc.abstractmethod
+    async def _update_schedule(self, command: UpdateSchedule) -> bool: ...
+
+    @abc.abstractmethod
+    async def _delete_schedule(self, command: DeleteSchedule) -> bool: ...
+
+    @abc.abstractmethod
+    async def _set_pool_limits(self, command: SetPoolLimits) -> None: ...
+
+    @abc.abstractmethod
+    async def _set_pool_paused(self, command: SetPoolPaused) -> None: ...
+
+    @abc.abstractmethod
+    async def _rearm_debounced(self, command: RearmDebounced) -> str | None: ...
+
+    @abc.abstractmethod
+    async def _queue_due_starts(self, command: QueueDueStarts) -> DueStarts: ...
+
+    @abc.abstractmethod
+    async def _prune_runs(self, command: PruneRuns) -> PrunedBatch: ...

@@ -49,6 +49,7 @@ from ..pages import RunPage, RunPageQuery, make_page, page_sql
 from ..seam import BusyTracking
 from ..units import (
     ClaimJobs,
+    CommandHandler,
     DeleteSchedule,
     ExpireSessionVars,
     HeartbeatJob,
@@ -173,7 +174,7 @@ def _pruned(d: Dialect, rows: Sequence[Any], counts: dict[str, int]) -> PrunedBa
                        rows=counts)
 
 
-class SqlAdapter(BusyTracking, WorkflowStateAdapter):
+class SqlAdapter(BusyTracking, WorkflowStateAdapter, CommandHandler):
     """The state model on a SQL database: every read and the common commands,
     once; a dialect subclass supplies the driver (see the module docstring)."""
 
