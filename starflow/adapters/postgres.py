@@ -45,8 +45,6 @@ from __future__ import annotations
 
 import hashlib
 import re
-import secrets
-import uuid
 import weakref
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
@@ -127,8 +125,6 @@ from .sql.shared import (
 from .sweep import ABANDONED, REQUEUED
 from .units import (
     ClaimRuns,
-    EnsureDefinition,
-    GetSecret,
     Guard,
     Op,
     QueueDueStarts,
@@ -1113,35 +1109,6 @@ class PostgresWorkflowStateAdapter(SqlAdapter):
                 results = swept(await conn.fetch(SWEEP_SQL[c.requeue], *args))
                 await self._apply_after(conn, after(results) if results else [])
         return results
-
-    async def _ensure_definition(self, c: EnsureDefinition) -> str:
-        ws, env = self.workspace_id, self.env
-        async with self._connection("ensure_definition") as conn:
-            for _ in range(3):
-                inserted: str | None = await conn.fetchval(
-                    Q.insert_definition + " RETURNING id", str(uuid.uuid4()), ws, env, c.name,
-                    c.version, c.code_hash, c.now)
-                if inserted is not None:
-                    return inserted
-                # A separate statement: its snapshot sees a row that a concurrent
-                # ensure_definition committed while our insert waited on it.
-                existing: str | None = await conn.fetchval(Q.definition_id, ws, env, c.name,
-                                                           c.version)
-                if existing is not None:
-                    return existing
-        raise StorageError(f"could not record workflow definition {c.name!r} v{c.version}")
-
-    async def _get_secret(self, c: GetSecret) -> str | None:
-        key = (self.workspace_id, self.env, c.key_id)
-        async with self._connection("get_secret") as conn:
-            secret: str | None = await conn.fetchval(Q.secret, *key)
-            if secret is not None or not c.create:
-                return secret
-            secret = await conn.fetchval(Q.insert_secret + " RETURNING secret", *key,
-                                         secrets.token_hex(32), c.now)
-            if secret is None:  # another process created it first: theirs wins
-                secret = await conn.fetchval(Q.secret, *key)
-        return secret
 
     # -- schedules and flow control (#18) ----------------------------------------
 

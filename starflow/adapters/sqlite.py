@@ -19,7 +19,6 @@ from __future__ import annotations
 import functools
 import sqlite3
 import threading
-import uuid
 import weakref
 from collections.abc import Callable, Sequence
 from datetime import datetime
@@ -84,8 +83,6 @@ from .sql.shared import (
 from .sweep import lost_payload
 from .units import (
     ClaimRuns,
-    EnsureDefinition,
-    GetSecret,
     Guard,
     InsertEvent,
     Op,
@@ -806,34 +803,6 @@ class LocalWorkflowStateAdapter(SqlAdapter):
             return results
 
         result: list[SweepResult] = await self._write(sweep)
-        return result
-
-    async def _ensure_definition(self, c: EnsureDefinition) -> str:
-        ws, env = self.workspace_id, self.env
-
-        def ensure(conn: sqlite3.Connection) -> str:
-            conn.execute(Q.insert_definition, (str(uuid.uuid4()), ws, env, c.name, c.version,
-                                               c.code_hash, format_ts(c.now)))
-            row = conn.execute(Q.definition_id, (ws, env, c.name, c.version)).fetchone()
-            return str(row[0])
-
-        result: str = await self._write(ensure)
-        return result
-
-    async def _get_secret(self, c: GetSecret) -> str | None:
-        key = (self.workspace_id, self.env, c.key_id)
-
-        def get(conn: sqlite3.Connection) -> str | None:
-            row = conn.execute(Q.secret, key).fetchone()
-            if row is not None or not c.create:
-                return row[0] if row else None
-            import secrets
-
-            conn.execute(Q.insert_secret, (*key, secrets.token_hex(32), format_ts(c.now)))
-            row = conn.execute(Q.secret, key).fetchone()
-            return str(row[0])
-
-        result: str | None = await self._write(get)
         return result
 
     # -- schedules and flow control (#18) ----------------------------------------

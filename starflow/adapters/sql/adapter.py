@@ -19,12 +19,15 @@ Adding a read touches at most three files: its statement in
 from __future__ import annotations
 
 import abc
+import secrets
+import uuid
 from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, ClassVar, Generic, TypeAlias, TypeVar
 
 from ... import serde
+from ...errors import StorageError
 from ...records import (
     ChildWait,
     DefinitionRecord,
@@ -51,7 +54,9 @@ from ..units import (
     ClaimJobs,
     CommandHandler,
     DeleteSchedule,
+    EnsureDefinition,
     ExpireSessionVars,
+    GetSecret,
     HeartbeatJob,
     MarkOutboxApplied,
     Op,
@@ -95,27 +100,29 @@ T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
-class Rows:
+class _Sql:
+    """A statement and its arguments."""
+
+    sql: str
+    args: tuple[Any, ...]
+
+
+class Rows(_Sql):
     """Every row ``sql`` returns (a list)."""
 
-    sql: str
-    args: tuple[Any, ...]
+    __slots__ = ()
 
 
-@dataclass(frozen=True, slots=True)
-class One:
+class One(_Sql):
     """The first row ``sql`` returns, or None."""
 
-    sql: str
-    args: tuple[Any, ...]
+    __slots__ = ()
 
 
-@dataclass(frozen=True, slots=True)
-class Count:
+class Count(_Sql):
     """The number of rows ``sql`` changed."""
 
-    sql: str
-    args: tuple[Any, ...]
+    __slots__ = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,9 +203,10 @@ class SqlAdapter(BusyTracking, WorkflowStateAdapter, CommandHandler):
 
     @abc.abstractmethod
     async def _run_write(self, action: str, make: MakeScript[T], *, atomic: bool = True) -> T:
-        """Run a script that writes, in one transaction. ``atomic=False``: it is
-        one statement, which the database applies atomically on its own (no
-        explicit transaction is needed where the driver would add round trips)."""
+        """Run a script that writes, in one transaction. ``atomic=False``: each
+        of its statements stands alone (one statement, or statements that are
+        each right on their own), so a driver whose transactions cost round
+        trips may run them without one."""
 
     # -- helpers -------------------------------------------------------------------
 
@@ -356,6 +364,44 @@ class SqlAdapter(BusyTracking, WorkflowStateAdapter, CommandHandler):
         row = await self._one("get_definition", self.Q.get_definition, (did, *self._scope),
                               point=True)
         return definition_record(row, self.d) if row is not None else None
+
+    # -- read-modify-writes ------------------------------------------------------
+
+    async def _ensure_definition(self, c: EnsureDefinition) -> str:
+        scope = (*self._scope, c.name, c.version)
+
+        def ensure() -> Script[str | None]:
+            for _ in range(3):
+                row = yield One(self.Q.insert_definition + " RETURNING id", (
+                    str(uuid.uuid4()), *scope, c.code_hash, self.d.ts(c.now)))
+                if row is not None:
+                    return str(row[0])
+                # A separate statement: its snapshot sees a row that a concurrent
+                # ensure_definition committed while our insert waited on it.
+                row = yield One(self.Q.definition_id, scope)
+                if row is not None:
+                    return str(row[0])
+            return None
+
+        found: str | None = await self._run_write(c.method, ensure, atomic=False)
+        if found is None:
+            raise StorageError(f"could not record workflow definition {c.name!r} v{c.version}")
+        return found
+
+    async def _get_secret(self, c: GetSecret) -> str | None:
+        key = (*self._scope, c.key_id)
+
+        def get() -> Script[str | None]:
+            row = yield One(self.Q.secret, key)
+            if row is None and c.create:
+                row = yield One(self.Q.insert_secret + " RETURNING secret",
+                                (*key, secrets.token_hex(32), self.d.ts(c.now)))
+                if row is None:  # another process created it first: theirs wins
+                    row = yield One(self.Q.secret, key)
+            return None if row is None else str(row[0])
+
+        secret: str | None = await self._run_write(c.method, get, atomic=False)
+        return secret
 
     # -- worker jobs -------------------------------------------------------------
 
