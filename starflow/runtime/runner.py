@@ -264,8 +264,7 @@ class Runner:
                         args=run_args, kwargs=run_kwargs, started_at=now,
                         traceparent=traceparent, deadline=deadline)
         if fused:
-            engine.unstarted = True
-            engine.defer(unit.ops)
+            engine.writes.defer_start(unit.ops)
         outcome = await self.driver.execute(engine)
         if outcome.status == "start_failed":
             assert isinstance(outcome.exception, StorageError)
