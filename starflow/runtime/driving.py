@@ -169,7 +169,9 @@ class Driver:
         self.timers_changed = anyio.Event()
         self._definition_ids: dict[tuple[str, int], str] = {}
         self._definition_rows: dict[str, DefinitionRecord] = {}
-        self._log = log.bind(runner_id=self.runner_id, workspace=adapter.workspace_id)
+        #: This runner's logger (runner id and workspace bound), shared by its parts.
+        self.log = self._log = log.bind(runner_id=self.runner_id,
+                                        workspace=adapter.workspace_id)
         #: The errors raised for executions stopped with :meth:`stop`.
         self._stop_errors: weakref.WeakSet[BaseException] = weakref.WeakSet()
 

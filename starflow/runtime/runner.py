@@ -49,7 +49,7 @@ from ..errors import (
 )
 from ..failure import CANCELLED_TYPE, RunFailure, run_failure
 from ..limits import storable_text
-from ..records import HELD, RunInfo, StartOptions, WaitRecord
+from ..records import HELD, TERMINAL_STATUSES, RunInfo, StartOptions, WaitRecord
 from ..tokens import Keyring
 from ..workflow.context import CANCEL_EVENT, PAUSE_EVENT, WorkflowContext, checkpoint_wait
 from ..workflow.decorators import WorkflowDefinition
@@ -72,10 +72,6 @@ def _validate_run_id(run_id: str | None) -> str:
         ) from None
 
 
-#: The statuses of a run that has ended.
-ENDED = ("success", "error", "cancelled")
-
-
 class Runner:
     """Starts, wakes and drives runs for one adapter in this process.
 
@@ -95,7 +91,7 @@ class Runner:
         self.adapter, self.clock, self.config, self.keyring = adapter, clock, config, keyring
         self.runner_id, self.runtime = driver.runner_id, driver.runtime
         self.heartbeats, self.engines = driver.heartbeats, driver.engines
-        self._log = driver._log
+        self._log = driver.log
         # The driver's operations.
         self.busy_scope, self.notify_settled = driver.busy_scope, driver.notify_settled
         self.notify_timers, self.wait_settled = driver.notify_timers, driver.wait_settled
@@ -171,7 +167,7 @@ class Runner:
             return handle
         if handle.status == "paused":
             return await self.waker.after_pause(handle)
-        if handle.status in ENDED:
+        if handle.status in TERMINAL_STATUSES:
             await self.after_end(run_id, outcome.parent_run_id, outcome.has_children,
                                  chained=outcome.continuation)
         return handle

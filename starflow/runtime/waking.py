@@ -93,7 +93,7 @@ class Waker:
         self.config = driver.config
         self.keyring = driver.keyring
         self.runner_id = driver.runner_id
-        self._log = driver._log
+        self._log = driver.log
         self._drive = drive
 
     async def drives_here(self, run: RunInfo) -> bool:
