@@ -107,7 +107,8 @@ class _ReadOnlyAdapter(NullWorkflowStateAdapter):
         raise StorageError("the replayer is read-only: nothing is written during a replay")
 
 
-def _contains(exc: BaseException, kind: type[BaseException]) -> bool:
+def _contains(exc: BaseException,
+              kind: type[BaseException] | tuple[type[BaseException], ...]) -> bool:
     if isinstance(exc, kind):
         return True
     if isinstance(exc, BaseExceptionGroup):
@@ -217,7 +218,7 @@ class Replayer:
         try:
             outcome: Outcome = await engine._body()
         except BaseException as exc:
-            if not (_contains(exc, _Frontier) or _contains(exc, ReadOnlyWrite)):
+            if not _contains(exc, (_Frontier, ReadOnlyWrite)):
                 raise
             outcome = Outcome("paused")
             stopped: ReplayOutcome = "frontier"

@@ -160,68 +160,89 @@ class WritePath:
         """
         if self.read_only:
             raise ReadOnlyWrite(self.run_id)
-        clock = self.runtime.clock
-        retries = self.runtime.config.storage_retries
         writes = self._take()
         # A finished step's deferred writes make the unit durable: its outcome is
         # acknowledged by this unit's flush. A reader waits for data writes: commit
         # them now, not at the next flush.
-        data = any(isinstance(w, DataWrite) for w in writes)
-        durable = durable or data or any(isinstance(w, DeferredOps) for w in writes)
+        durable = durable or any(isinstance(w, DeferredOps | DataWrite) for w in writes)
         starting = self.unstarted
+        retries = self.runtime.config.storage_retries
         for attempt in range(retries + 1):
             if self.lease_lost:
                 raise Abort("lease_lost")
-            ts = clock.now()
+            ts = self.runtime.clock.now()
             try:
-                async with self.adapter.unit(guard=None if starting else self.guard,
-                                             durable=durable) as unit:
-                    if self.claimed:
-                        await self.adapter.write_lease(
-                            self.run_id, self.runtime.runner_id,
-                            ts + self.runtime.config.lease_ttl, now=ts)
-                    for write in writes:
-                        if isinstance(write, DeferredOps):
-                            unit.ops.extend(write.ops)
-                        else:
-                            await write.submit(self.adapter, self.run_id, ts)
-                    await build(ts)
+                held = await self._unit(writes, build, ts, durable=durable,
+                                        guarded=not starting)
             except StorageError as exc:
-                if starting and (not exc.transient or attempt == retries):
-                    # The run row was not written: its start failed, and the caller
-                    # decides (a run id or dedup key taken meanwhile is that run).
-                    raise Abort("start_failed", exc) from exc
-                if not exc.transient:
-                    # Refused for what it is: it would be refused again, here or by the
-                    # runner the sweep hands the run to. Raised into the workflow body,
-                    # which ends the run with this error (once).
-                    self.log.error("boundary write refused by the database; failing the "
-                                   "run", error=str(exc))
-                    raise
-                if attempt == retries:
-                    self.log.error("boundary write failed; giving the run up to the sweep",
-                                   error=str(exc), attempts=attempt + 1)
-                    raise Abort("storage", exc) from exc
-                self.log.warning("boundary write failed; retrying", error=str(exc),
-                                 attempt=attempt + 1)
-                await clock.sleep(min(0.05 * 2**attempt, 2.0))
+                await self._storage_failed(exc, attempt, retries, starting=starting)
                 continue
             except Exception:
                 # Refused before anything was written (an unstorable phase, a bad
                 # argument): the deferred ops go with whatever the run writes next,
                 # which records the failure (a run not started yet is started by it).
-                self.pending[:0] = [w for w in writes if isinstance(w, DeferredOps)]
+                self._put_back(writes)
                 raise
-            if not unit.held:
+            if not held:
                 self.lease_lost = True
                 raise Abort("lease_lost")
-            self.on_written()
-            self.claimed = False
-            self.unstarted = False
-            if data and self.runtime.notify is not None:
-                self.runtime.notify()  # get_event / read_stream callers in this process
+            self._written(writes)
             return ts
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _put_back(self, writes: list[PendingWrite]) -> None:
+        """A unit failed before anything was written: its deferred ops open the next
+        one (the patch markers, attributes and data writes taken with it are not
+        sent again, as before the write path was one object)."""
+        self.pending[:0] = [w for w in writes if isinstance(w, DeferredOps)]
+
+    def _written(self, writes: list[PendingWrite]) -> None:
+        """A unit with ``writes`` was written."""
+        self.on_written()
+        self.claimed = False
+        self.unstarted = False
+        if self.runtime.notify is not None and any(isinstance(w, DataWrite) for w in writes):
+            self.runtime.notify()  # get_event / read_stream callers in this process
+
+    async def _unit(self, writes: list[PendingWrite], build: Build, ts: datetime, *,
+                    durable: bool, guarded: bool) -> bool:
+        """One attempt at the unit: the lease of a claimed run, ``writes``, then
+        ``build``'s. Whether the guard held."""
+        async with self.adapter.unit(guard=self.guard if guarded else None,
+                                     durable=durable) as unit:
+            if self.claimed:
+                await self.adapter.write_lease(self.run_id, self.runtime.runner_id,
+                                               ts + self.runtime.config.lease_ttl, now=ts)
+            for write in writes:
+                if isinstance(write, DeferredOps):
+                    unit.ops.extend(write.ops)
+                else:
+                    await write.submit(self.adapter, self.run_id, ts)
+            await build(ts)
+        return bool(unit.held)
+
+    async def _storage_failed(self, exc: StorageError, attempt: int, retries: int, *,
+                              starting: bool) -> None:
+        """Attempt ``attempt`` failed with ``exc``: return (after a backoff) to retry,
+        or raise what the execution ends with."""
+        if starting and (not exc.transient or attempt == retries):
+            # The run row was not written: its start failed, and the caller
+            # decides (a run id or dedup key taken meanwhile is that run).
+            raise Abort("start_failed", exc) from exc
+        if not exc.transient:
+            # Refused for what it is: it would be refused again, here or by the
+            # runner the sweep hands the run to. Raised into the workflow body,
+            # which ends the run with this error (once).
+            self.log.error("boundary write refused by the database; failing the run",
+                           error=str(exc))
+            raise exc
+        if attempt == retries:
+            self.log.error("boundary write failed; giving the run up to the sweep",
+                           error=str(exc), attempts=attempt + 1)
+            raise Abort("storage", exc) from exc
+        self.log.warning("boundary write failed; retrying", error=str(exc),
+                         attempt=attempt + 1)
+        await self.runtime.clock.sleep(min(0.05 * 2**attempt, 2.0))
 
     async def commit_or_defer(self, build: Build, *, may_defer: bool) -> datetime:
         """A unit committed now, or (``may_defer`` and ``fused_boundaries``) built now

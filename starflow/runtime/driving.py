@@ -427,40 +427,20 @@ class Driver:
             LeaseLostError: another runner or the sweep took the run over.
             StarflowError: the error :meth:`stop` was given, for a stopped execution.
         """
-        if outcome.status == "continued":  # the chain's next run is the workers'
-            self.notify_settled()
-            nxt = await self.adapter.get_run(str(outcome.result))
-            if nxt is None:
-                raise RunNotFound(str(outcome.result))
-            if nxt.deadline_at is not None:
-                self.notify_timers()  # a queued run's deadline (the timer loop's)
-            return self.handle_of(nxt)
+        if outcome.status == "continued":
+            return await self._continued(outcome)
         if outcome.status == "success":
-            engine_def = outcome.definition
-            result = outcome.result if engine_def is None else serde.convert(
-                outcome.result, engine_def.return_type, what=f"result of run {run_id}",
-                run_id=run_id)
-            return RunHandle(run_id=run_id, status="success", result=result)
+            return RunHandle(run_id=run_id, status="success",
+                             result=self._result(run_id, outcome))
         if outcome.status == "paused" and outcome.wait is not None:
             wait = outcome.wait
             if wait.deadline is not None or outcome.deadline is not None:
                 self.notify_timers()
             return RunHandle(run_id=run_id, status="paused", waiting_for=wait.event,
                              wake_token=wait.wake_token)
-        if outcome.status == "storage":
-            raise StorageError(
-                f"run {run_id} could not record its progress ({outcome.exception}); it keeps "
-                "its lease until it expires, then the sweep hands it to another runner",
-                run_id=run_id,
-            ) from outcome.exception
         if outcome.status == "error":
             return RunHandle(run_id=run_id, status="error", error=outcome.error)
-        if outcome.status == "stopped":
-            # Stopped by this process's owner (stop()): no takeover happened, and
-            # nothing more is read or written (the row still shows the lease).
-            assert outcome.exception is not None
-            self._stop_errors.add(outcome.exception)
-            raise outcome.exception
+        self._raise_unrecorded(run_id, outcome)
         handle = await self.handle(run_id)
         if outcome.status == "lease_lost" and handle.status != "cancelled":
             raise LeaseLostError(
@@ -468,6 +448,40 @@ class Driver:
                 f"runner or the sweep took it over and it goes on there (now {handle.status})",
                 run_id=run_id)
         return handle
+
+    @staticmethod
+    def _result(run_id: str, outcome: Outcome) -> Any:
+        """A successful execution's result, converted to the workflow's return type."""
+        if outcome.definition is None:
+            return outcome.result
+        return serde.convert(outcome.result, outcome.definition.return_type,
+                             what=f"result of run {run_id}", run_id=run_id)
+
+    async def _continued(self, outcome: Outcome) -> RunHandle[Any]:
+        """The handle of a chain's next run, which is the workers' (``outcome.result``)."""
+        self.notify_settled()
+        nxt = await self.adapter.get_run(str(outcome.result))
+        if nxt is None:
+            raise RunNotFound(str(outcome.result))
+        if nxt.deadline_at is not None:
+            self.notify_timers()  # a queued run's deadline (the timer loop's)
+        return self.handle_of(nxt)
+
+    def _raise_unrecorded(self, run_id: str, outcome: Outcome) -> None:
+        """Raise for an execution whose progress was not recorded: a storage failure,
+        or a stop by this process's owner."""
+        if outcome.status == "storage":
+            raise StorageError(
+                f"run {run_id} could not record its progress ({outcome.exception}); it keeps "
+                "its lease until it expires, then the sweep hands it to another runner",
+                run_id=run_id,
+            ) from outcome.exception
+        if outcome.status == "stopped":
+            # Stopped by this process's owner (stop()): no takeover happened, and
+            # nothing more is read or written (the row still shows the lease).
+            assert outcome.exception is not None
+            self._stop_errors.add(outcome.exception)
+            raise outcome.exception
 
     async def wait_settled(self, seconds: float, event: anyio.Event | None = None,
                            *more: anyio.Event) -> None:
