@@ -146,13 +146,8 @@ class EngineCore:
         self._log = log.bind(run_id=self.run_id, runner_id=self.runtime.runner_id,
                              workspace=self.ctx.workspace_id, workflow=self.definition.name)
         #: Every write of this execution, and what it has pending for its next unit.
-        self.writes = WritePath(self.runtime, self.run_id, on_written=self._phase_written,
-                                log=self._log, claimed=claimed, read_only=read_only)
-
-    def _phase_written(self) -> None:
-        """A unit was written (or deferred): every engine unit records the phase if it
-        changed (see :meth:`_phase`)."""
-        self.journal.last_phase = self.ctx.phase
+        self.writes = WritePath(self.runtime, self.ctx, self.journal, self._log,
+                                claimed=claimed, read_only=read_only)
 
     @property
     def _lease_lost(self) -> bool:

@@ -33,8 +33,10 @@ from ..adapters.base import WorkflowStateAdapter
 from ..adapters.units import Op
 from ..errors import StorageError
 from ..workflow.attributes import ATTRIBUTES_KIND
+from ..workflow.context import WorkflowContext
 from ..workflow.events import DataWrite
 from .execution import Abort, Runtime, lease_guard
+from .replay import Journal
 
 __all__ = ["AttributesWrite", "DeferredOps", "PatchMarker", "PendingWrite", "ReadOnlyWrite",
            "WritePath"]
@@ -93,9 +95,10 @@ class WritePath:
     """The writes of one execution of one run (see the module docstring)."""
 
     runtime: Runtime
-    run_id: str
-    #: Told after each unit written or deferred (the engine notes the phase it recorded).
-    on_written: Callable[[], None]
+    ctx: WorkflowContext
+    #: Each unit written (or deferred) records the phase if it changed: the journal
+    #: notes the phase it recorded.
+    journal: Journal
     log: Any
     #: A worker's claim left the run ``claimed``: the first unit also writes the
     #: lease that moves it to ``running`` (one commit instead of two).
@@ -114,12 +117,10 @@ class WritePath:
     pending: list[PendingWrite] = field(default_factory=list)
 
     def __post_init__(self) -> None:
+        self.run_id = self.ctx.run_id
+        self.adapter: WorkflowStateAdapter = self.runtime.adapter
         # Every unit of this execution carries the same guard: build it once.
         self.guard = lease_guard(self.run_id, self.runtime.runner_id)
-
-    @property
-    def adapter(self) -> WorkflowStateAdapter:
-        return self.runtime.adapter
 
     # -- the buffer ----------------------------------------------------------------
 
@@ -135,16 +136,13 @@ class WritePath:
     @property
     def has_deferred(self) -> bool:
         """Whether ops built already wait for the next unit."""
-        return any(isinstance(w, DeferredOps) for w in self.pending)
+        return DeferredOps in map(type, self.pending)
 
-    def _take(self, kinds: tuple[type[Any], ...] | None = None) -> list[PendingWrite]:
-        """Remove the pending writes (of ``kinds``) and return them in unit order."""
-        if kinds is None:
-            taken, self.pending = self.pending, []
-        else:
-            taken = [w for w in self.pending if isinstance(w, kinds)]
-            self.pending = [w for w in self.pending if not isinstance(w, kinds)]
-        return sorted(taken, key=lambda w: _RANK[type(w)]) if len(taken) > 1 else taken
+    def _take(self, kinds: tuple[type[Any], ...]) -> list[PendingWrite]:
+        """Remove the pending writes of ``kinds`` and return them in unit order."""
+        taken = [w for w in self.pending if isinstance(w, kinds)]
+        self.pending = [w for w in self.pending if not isinstance(w, kinds)]
+        return sorted(taken, key=lambda w: _RANK[type(w)])
 
     # -- units -----------------------------------------------------------------------
 
@@ -160,11 +158,15 @@ class WritePath:
         """
         if self.read_only:
             raise ReadOnlyWrite(self.run_id)
-        writes = self._take()
+        writes, self.pending = self.pending, []  # all of them, in unit order
+        if len(writes) > 1:
+            writes.sort(key=lambda w: _RANK[type(w)])
         # A finished step's deferred writes make the unit durable: its outcome is
         # acknowledged by this unit's flush. A reader waits for data writes: commit
         # them now, not at the next flush.
-        durable = durable or any(isinstance(w, DeferredOps | DataWrite) for w in writes)
+        if writes and not durable:
+            kinds = set(map(type, writes))
+            durable = DeferredOps in kinds or DataWrite in kinds
         starting = self.unstarted
         retries = self.runtime.config.storage_retries
         for attempt in range(retries + 1):
@@ -198,10 +200,10 @@ class WritePath:
 
     def _written(self, writes: list[PendingWrite]) -> None:
         """A unit with ``writes`` was written."""
-        self.on_written()
+        self.journal.last_phase = self.ctx.phase
         self.claimed = False
         self.unstarted = False
-        if self.runtime.notify is not None and any(isinstance(w, DataWrite) for w in writes):
+        if writes and self.runtime.notify is not None and DataWrite in map(type, writes):
             self.runtime.notify()  # get_event / read_stream callers in this process
 
     async def _unit(self, writes: list[PendingWrite], build: Build, ts: datetime, *,
@@ -254,17 +256,19 @@ class WritePath:
         them) or the lease is lost.
         """
         if (self.read_only or not may_defer or not self.runtime.config.fused_boundaries
-                or self.lease_lost or any(isinstance(w, DataWrite) for w in self.pending)):
+                or self.lease_lost or DataWrite in map(type, self.pending)):
             return await self.commit(build)
         ts = self.runtime.clock.now()
-        extras = self._take((PatchMarker, AttributesWrite))
+        kinds = set(map(type, self.pending))
+        extras = (self._take((PatchMarker, AttributesWrite))
+                  if PatchMarker in kinds or AttributesWrite in kinds else [])
         async with self.adapter.collect() as unit:
             for write in extras:
                 assert not isinstance(write, DeferredOps | DataWrite)
                 await write.submit(self.adapter, self.run_id, ts)
             await build(ts)
         self.pending.append(DeferredOps(unit.ops))
-        self.on_written()
+        self.journal.last_phase = self.ctx.phase
         return ts
 
     async def flush(self) -> None:

@@ -116,7 +116,7 @@ def stored_traceparent(input_json: Any) -> str | None:
 
 class BusyScope:
     """One piece of work in flight in this process, counted in :attr:`Driver.busy`
-    from its creation until its ``with`` block exits (or :meth:`close`).
+    from its creation until its ``with`` block exits.
 
     Counted at creation, not at entry, so a loop can count a task before it
     spawns it (``busy = runner.busy_scope(); tg.start_soon(task, busy)``, the task
@@ -134,11 +134,7 @@ class BusyScope:
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
-        self.close()
-
-    def close(self) -> None:
-        """The work is done (a second call changes nothing)."""
-        if self._open:
+        if self._open:  # the work is done (counted off once)
             self._open = False
             self._driver.busy -= 1
 
