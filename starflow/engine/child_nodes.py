@@ -262,7 +262,7 @@ async def child_result_node(engine: EngineCore, child_id: str, return_type: Any)
     # fused_boundaries) it rides with the parent's next unit, like a step's: a crash
     # before that unit reads the same outcome again on replay. A fan-in over N
     # ended children is then one commit, not N.
-    ts = await engine._commit_or_defer(record, in_step=False)
+    ts = await engine.writes.commit_or_defer(record, may_defer=engine._steps_in_flight == 0)
     engine._advance(ts)
     engine.journal.record(NodeRecord(node_id=nid, kind=RESULT_KIND, name=child_id,
                                      status="complete", output=outcome, recorded_at=ts))

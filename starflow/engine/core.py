@@ -189,19 +189,6 @@ class EngineCore:
 
     # -- writes ------------------------------------------------------------------
 
-    async def _commit_or_defer(self, build: Callable[[datetime], Awaitable[None]], *,
-                               in_step: bool = True) -> datetime:
-        """A step's outcome: committed now, or (``fused_boundaries``) held for the next unit.
-
-        Deferred only while no other step of this run is in flight (the count
-        includes the step finishing; ``in_step`` False: the outcome is not a
-        step's, such as a child's result, and no step may be in flight): a step
-        running concurrently may act on the outside world for a long time, and
-        the outcome must not wait for it (see :meth:`WritePath.commit_or_defer`).
-        """
-        alone = self._steps_in_flight <= (1 if in_step else 0)
-        return await self.writes.commit_or_defer(build, may_defer=alone)
-
     def _phase_changed(self) -> bool:
         """Whether :meth:`_phase` has an event to add (checked first on the hot
         boundaries, which then skip awaiting it)."""

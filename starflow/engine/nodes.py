@@ -203,7 +203,9 @@ class EngineNodes(EngineCore):
             if self._phase_changed():
                 await self._phase(ts)
 
-        ts = await self._commit_or_defer(complete)
+        # Held for the next unit only while no other step of this run is in flight
+        # (the count includes this one): see WritePath.commit_or_defer.
+        ts = await self.writes.commit_or_defer(complete, may_defer=self._steps_in_flight <= 1)
         self._advance(ts)
         self.node_status[nid] = "complete"
         self.journal.record(NodeRecord(node_id=nid, kind="step", name=sdef.name, args_hash=h,

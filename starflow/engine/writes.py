@@ -50,11 +50,13 @@ class ReadOnlyWrite(BaseException):
     lets it through."""
 
 
-@dataclass(frozen=True)
 class DeferredOps:
     """Ops built already (collected with ``adapter.collect()``), to open the next unit."""
 
-    ops: list[Op]
+    __slots__ = ("ops",)
+
+    def __init__(self, ops: list[Op]) -> None:
+        self.ops = ops
 
 
 @dataclass(frozen=True)
@@ -250,10 +252,13 @@ class WritePath:
         """A unit committed now, or (``may_defer`` and ``fused_boundaries``) built now
         and held to open the next unit.
 
-        Built now (its timestamp, the phase as it is now, the patch markers and
-        attributes pending), so the history is what separate commits would have
-        written. Committed now when data writes are pending (a reader waits for
-        them) or the lease is lost.
+        A step's outcome may be held only while no other step of the run is in
+        flight (``may_defer``): a step running concurrently may act on the outside
+        world for a long time, and the outcome must not wait for it. Built now (its
+        timestamp, the phase as it is now, the patch markers and attributes
+        pending), so the history is what separate commits would have written.
+        Committed now when data writes are pending (a reader waits for them) or
+        the lease is lost.
         """
         if (self.read_only or not may_defer or not self.runtime.config.fused_boundaries
                 or self.lease_lost or DataWrite in map(type, self.pending)):

@@ -161,7 +161,8 @@ class Runner:
         4. A run that ended: its parent is woken and its children cancelled
            (:meth:`after_end`).
         """
-        run_id, outcome = await self.driver.follow_chain(run_id, outcome)
+        if outcome.status == "continued":
+            run_id, outcome = await self.driver.follow_chain(run_id, outcome)
         handle = await self.driver.conclude(run_id, outcome)
         if outcome.status == "continued":  # the chain goes on in the workers
             return handle
