@@ -12,17 +12,22 @@ from .adapters.base import WorkflowStateAdapter
 from .admin.retention import PruneReport
 from .app import Starflow
 from .clock import Clock, SystemClock
+from .codec import AesGcmCodec, CodecChain, PayloadCodec, ZlibCodec
 from .config import StarflowConfig
 from .errors import (
+    CallerTransactionError,
+    CodecError,
     ConcurrentWaits,
     ConfigError,
     CopyRefused,
     DuplicateRun,
+    ForeignConnection,
     InvalidArgument,
     InvalidWakeToken,
     LeaseLostError,
     NodeNotInHistory,
     NonDeterminismError,
+    NotInTransaction,
     OutsideWorkflow,
     ReservedKeyError,
     ResultTimeout,
@@ -39,6 +44,7 @@ from .errors import (
     StorageError,
     StreamClosed,
     TooManyRuns,
+    TransactionalStartUnsupported,
     UnexpectedSignal,
     UpdateRejected,
     WaitTimeout,
@@ -73,13 +79,18 @@ from .workflow.updates import Message, UpdateRequest, receive, wait_for_message
 from .workflow.waits import now, patched, sleep, wait_for, wait_for_any, wake_token
 
 __all__ = [
+    "AesGcmCodec",
     "BulkResult",
+    "CallerTransactionError",
     "ChildHandle",
     "Clock",
+    "CodecChain",
+    "CodecError",
     "ConcurrentWaits",
     "ConfigError",
     "CopyRefused",
     "DuplicateRun",
+    "ForeignConnection",
     "InvalidArgument",
     "InvalidWakeToken",
     "JobWorker",
@@ -88,7 +99,9 @@ __all__ = [
     "Message",
     "NodeNotInHistory",
     "NonDeterminismError",
+    "NotInTransaction",
     "OutsideWorkflow",
+    "PayloadCodec",
     "PoolLimits",
     "PoolUsage",
     "PruneReport",
@@ -117,6 +130,7 @@ __all__ = [
     "StreamClosed",
     "SystemClock",
     "TooManyRuns",
+    "TransactionalStartUnsupported",
     "UnexpectedSignal",
     "UpdateRejected",
     "UpdateRequest",
@@ -127,6 +141,7 @@ __all__ = [
     "WorkflowFailed",
     "WorkflowStateAdapter",
     "WorkflowTimeout",
+    "ZlibCodec",
     "__version__",
     "close_stream",
     "context",
