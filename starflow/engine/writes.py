@@ -140,6 +140,20 @@ class WritePath:
         """Whether ops built already wait for the next unit."""
         return DeferredOps in map(type, self.pending)
 
+    def _take_all(self, durable: bool) -> tuple[list[PendingWrite], bool]:
+        """Remove every pending write; return them in unit order, and whether the
+        unit they go in must be durable (``durable``, or made so by them)."""
+        writes, self.pending = self.pending, []
+        if len(writes) > 1:
+            writes.sort(key=lambda w: _RANK[type(w)])
+        if writes and not durable:
+            # A finished step's deferred writes make the unit durable: its outcome is
+            # acknowledged by this unit's flush. A reader waits for data writes:
+            # commit them now, not at the next flush.
+            kinds = set(map(type, writes))
+            durable = DeferredOps in kinds or DataWrite in kinds
+        return writes, durable
+
     def _take(self, kinds: tuple[type[Any], ...]) -> list[PendingWrite]:
         """Remove the pending writes of ``kinds`` and return them in unit order."""
         taken = [w for w in self.pending if isinstance(w, kinds)]
@@ -160,15 +174,7 @@ class WritePath:
         """
         if self.read_only:
             raise ReadOnlyWrite(self.run_id)
-        writes, self.pending = self.pending, []  # all of them, in unit order
-        if len(writes) > 1:
-            writes.sort(key=lambda w: _RANK[type(w)])
-        # A finished step's deferred writes make the unit durable: its outcome is
-        # acknowledged by this unit's flush. A reader waits for data writes: commit
-        # them now, not at the next flush.
-        if writes and not durable:
-            kinds = set(map(type, writes))
-            durable = DeferredOps in kinds or DataWrite in kinds
+        writes, durable = self._take_all(durable)
         starting = self.unstarted
         retries = self.runtime.config.storage_retries
         for attempt in range(retries + 1):
