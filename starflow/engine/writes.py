@@ -182,8 +182,7 @@ class WritePath:
                 raise Abort("lease_lost")
             ts = self.runtime.clock.now()
             try:
-                held = await self._unit(writes, build, ts, durable=durable,
-                                        guarded=not starting)
+                await self._unit(writes, build, ts, durable=durable, guarded=not starting)
             except StorageError as exc:
                 await self._storage_failed(exc, attempt, retries, starting=starting)
                 continue
@@ -193,10 +192,6 @@ class WritePath:
                 # which records the failure (a run not started yet is started by it).
                 self._put_back(writes)
                 raise
-            if not held:
-                self.lease_lost = True
-                raise Abort("lease_lost")
-            self._written(writes)
             return ts
         raise AssertionError("unreachable")  # pragma: no cover
 
@@ -206,18 +201,14 @@ class WritePath:
         sent again, as before the write path was one object)."""
         self.pending[:0] = [w for w in writes if isinstance(w, DeferredOps)]
 
-    def _written(self, writes: list[PendingWrite]) -> None:
-        """A unit with ``writes`` was written."""
-        self.journal.last_phase = self.ctx.phase
-        self.claimed = False
-        self.unstarted = False
-        if writes and self.runtime.notify is not None and DataWrite in map(type, writes):
-            self.runtime.notify()  # get_event / read_stream callers in this process
-
     async def _unit(self, writes: list[PendingWrite], build: Build, ts: datetime, *,
-                    durable: bool, guarded: bool) -> bool:
+                    durable: bool, guarded: bool) -> None:
         """One attempt at the unit: the lease of a claimed run, ``writes``, then
-        ``build``'s. Whether the guard held."""
+        ``build``'s.
+
+        Raises:
+            Abort: ``lease_lost``, the guard did not hold (nothing was written).
+        """
         async with self.adapter.unit(guard=self.guard if guarded else None,
                                      durable=durable) as unit:
             if self.claimed:
@@ -229,7 +220,14 @@ class WritePath:
                 else:
                     await write.submit(self.adapter, self.run_id, ts)
             await build(ts)
-        return bool(unit.held)
+        if not unit.held:
+            self.lease_lost = True
+            raise Abort("lease_lost")
+        self.journal.last_phase = self.ctx.phase  # the phase this unit recorded
+        self.claimed = False
+        self.unstarted = False
+        if writes and self.runtime.notify is not None and DataWrite in map(type, writes):
+            self.runtime.notify()  # get_event / read_stream callers in this process
 
     async def _storage_failed(self, exc: StorageError, attempt: int, retries: int, *,
                               starting: bool) -> None:
