@@ -392,7 +392,7 @@ class Engine(EngineNodes):
             return await self._finalize_once(outcome)
         except StorageError as exc:
             # A final write the database refused for what it held (permanent: a
-            # transient failure became _Abort in _commit). Record the failure instead;
+            # transient failure became Abort in WritePath.commit). Record the failure instead;
             # if even that is refused, the run is left to the sweep.
             if outcome.status == "error":
                 return Outcome("storage", exception=exc)
