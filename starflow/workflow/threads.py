@@ -20,6 +20,7 @@ Exception`` in workflow code cannot keep it running.
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import functools
 import inspect
@@ -74,12 +75,18 @@ def call_on_loop(fn: Callable[P, Awaitable[R]], /, *args: P.args, **kwargs: P.kw
     """Run ``fn(*args, **kwargs)`` on the event loop from a workflow's thread; its value.
 
     The loop side is a task in the cancel scope of the body's
-    ``to_thread.run_sync`` call: a stopped body cancels it, and the thread
-    gets :class:`WorkflowThreadStopped`. A stop that came while the thread was
-    running its own code is seen here, before anything is started.
+    ``to_thread.run_sync`` call: a stop of the body cancels it, and the thread
+    gets :class:`WorkflowThreadStopped`. A stop that came while the thread ran
+    its own code is seen here, in the thread, before anything is started: a
+    task added to a scope cancelled earlier would not be cancelled (anyio
+    delivers a cancellation to the tasks a scope holds when it is cancelled).
     """
+    try:
+        anyio.from_thread.check_cancelled()
+    except asyncio.CancelledError:  # starflow runs on anyio's asyncio backend
+        raise WorkflowThreadStopped() from None
+
     async def on_loop() -> R:
-        await anyio.lowlevel.checkpoint_if_cancelled()
         return await fn(*args, **kwargs)
 
     try:
@@ -130,7 +137,8 @@ async def run_body_in_thread(fn: Callable[..., Any], args: tuple[Any, ...],
         await anyio.lowlevel.checkpoint()
         raise StarflowError("a plain def workflow's thread was stopped, but its run was "
                             "not: report this as a starflow bug") from None
-    # A stop while the thread ran its own code to the end: the body was cancelled.
+    # A stop while the thread ran its own code to the end: the body was cancelled (the
+    # shielded wait for the thread restarted its delivery to this task when it ended).
     await anyio.lowlevel.checkpoint_if_cancelled()
     if inspect.isawaitable(result):
         if inspect.iscoroutine(result):
