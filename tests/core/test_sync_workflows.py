@@ -598,3 +598,30 @@ class TestThreads:
                 def method(self) -> None:
                     return None
 
+
+
+class TestSameHistory:
+    async def test_a_paused_async_run_resumes_as_a_plain_def(self, sf: Starflow) -> None:
+        """The same workflow deployed as async def, then as plain def: a run paused
+        under the first replays under the second (same node ids), steps not re-run."""
+        name = unique("swf-redeploy")
+        item = unique("redeploy")
+
+        @workflow(name=name)
+        async def before(x: str) -> str:
+            r = await reserve(x)
+            go = await starflow.wait_for("go")
+            return f"{r} {go}"
+
+        handle = await sf.run(before, item)
+        assert handle.status == "paused"
+
+        @workflow(name=name)  # the new deploy: same name and version, plain def
+        def after(x: str) -> str:
+            r = reserve(x)
+            go = starflow.wait_for("go")
+            return f"{r} {go} (plain)"
+
+        done = await sf.signal(handle.run_id, "go", "now")
+        assert (done.status, done.result) == ("success", f"reserved-{item} now (plain)")
+        assert CALLS[f"reserve:{item}"] == 1
