@@ -625,3 +625,32 @@ class TestSameHistory:
         done = await sf.signal(handle.run_id, "go", "now")
         assert (done.status, done.result) == ("success", f"reserved-{item} now (plain)")
         assert CALLS[f"reserve:{item}"] == 1
+
+
+class TestMoreWaits:
+    async def test_wait_for_any_wake_token_and_session_vars(self, sf: Starflow) -> None:
+        """wait_for_any, a wake token resumed from outside, session vars: each from the
+        thread, each returning its value; replays return the same."""
+        tokens: list[str] = []
+        session = unique("sess")
+
+        @step(name=unique("swf-hand-out"))
+        def hand_out() -> None:
+            tokens.append(starflow.wake_token("paid"))
+
+        @workflow(name=unique("swf-waits"))
+        def flow() -> list[Any]:
+            event, payload = starflow.wait_for_any("approve", "reject")
+            starflow.session_set(session, "decision", event)
+            hand_out()
+            paid = starflow.wait_for("paid")
+            return [event, payload, paid, starflow.session_get(session, "decision")]
+
+        handle = await sf.run(flow)
+        handle = await sf.signal(handle.run_id, "reject", {"why": "too dear"})
+        assert handle.status == "paused" and len(tokens) == 1
+        done = await sf.resume(tokens[0], 42)
+        assert done.result == ["reject", {"why": "too dear"}, 42, "reject"]
+        nodes = [e.node_id for e in await sf.events(handle.run_id)
+                 if e.event_type == "node_complete"]
+        assert nodes[0] == "any:approve|reject#1" and "wait:paid#1" in nodes
