@@ -12,17 +12,22 @@ from .adapters.base import WorkflowStateAdapter
 from .admin.retention import PruneReport
 from .app import Starflow
 from .clock import Clock, SystemClock
+from .codec import AesGcmCodec, CodecChain, PayloadCodec, ZlibCodec
 from .config import StarflowConfig
 from .errors import (
+    CallerTransactionError,
+    CodecError,
     ConcurrentWaits,
     ConfigError,
     CopyRefused,
     DuplicateRun,
+    ForeignConnection,
     InvalidArgument,
     InvalidWakeToken,
     LeaseLostError,
     NodeNotInHistory,
     NonDeterminismError,
+    NotInTransaction,
     OutsideWorkflow,
     ReservedKeyError,
     ResultTimeout,
@@ -39,6 +44,7 @@ from .errors import (
     StorageError,
     StreamClosed,
     TooManyRuns,
+    TransactionalStartUnsupported,
     UnexpectedSignal,
     UpdateRejected,
     WaitTimeout,
@@ -74,13 +80,18 @@ from .workflow.updates import Message, UpdateRequest, receive, wait_for_message
 from .workflow.waits import now, patched, sleep, wait_for, wait_for_any, wake_token
 
 __all__ = [
+    "AesGcmCodec",
     "BulkResult",
+    "CallerTransactionError",
     "ChildHandle",
     "Clock",
+    "CodecChain",
+    "CodecError",
     "ConcurrentWaits",
     "ConfigError",
     "CopyRefused",
     "DuplicateRun",
+    "ForeignConnection",
     "InvalidArgument",
     "InvalidWakeToken",
     "JobWorker",
@@ -89,7 +100,9 @@ __all__ = [
     "Message",
     "NodeNotInHistory",
     "NonDeterminismError",
+    "NotInTransaction",
     "OutsideWorkflow",
+    "PayloadCodec",
     "PoolLimits",
     "PoolUsage",
     "PruneReport",
@@ -118,6 +131,7 @@ __all__ = [
     "StreamClosed",
     "SystemClock",
     "TooManyRuns",
+    "TransactionalStartUnsupported",
     "UnexpectedSignal",
     "UpdateRejected",
     "UpdateRequest",
@@ -128,6 +142,7 @@ __all__ = [
     "WorkflowFailed",
     "WorkflowStateAdapter",
     "WorkflowTimeout",
+    "ZlibCodec",
     "__version__",
     "call",
     "close_stream",

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from datetime import datetime, timedelta
-from typing import Any, TypeVar, overload
+from typing import Any, TypeVar, cast, overload
 
 import msgspec
 
@@ -19,6 +20,7 @@ from .app_ops import StarflowOps, check_session_names
 from .config import int_problem
 from .errors import (
     InvalidArgument,
+    InvalidWakeToken,
     NodeNotInHistory,
     ResultTimeout,
     RunCancelled,
@@ -30,7 +32,7 @@ from .errors import (
     TooManyRuns,
     UpdateRejected,
 )
-from .limits import MAX_DURATION, name_problem, normalize_run_id
+from .limits import MAX_DURATION, WAKE_TOKEN_PREFIX, name_problem
 from .logs import get_logger
 from .records import (
     BULK_STATUSES,
@@ -57,17 +59,30 @@ _log = get_logger("starflow.bulk")
 DEFAULT_BULK_LIMIT = 1000
 #: Runs read per page by a bulk action (its memory bound).
 BULK_PAGE = MAX_PAGE
+_Call = TypeVar("_Call", bound=Callable[..., Awaitable[Any]])
 
 
-def _is_uuid(value: object) -> bool:
-    """Whether ``value`` is a run id (a UUID) rather than a wake token."""
-    if isinstance(value, uuid.UUID):
-        return True
-    try:
-        uuid.UUID(str(value))
-    except ValueError:
-        return False
-    return True
+def _names_run_key(method: _Call) -> _Call:
+    """A ``RunNotFound`` from ``method(self, run_id, ...)`` given a run key names
+    the key, not only the id it derives (``run order-123 not found…``)."""
+
+    @functools.wraps(method)
+    async def call(self: StarflowOps, run_id: Any, /, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await method(self, run_id, *args, **kwargs)
+        except RunNotFound as exc:
+            if exc.run_key is not None or not isinstance(run_id, str):
+                raise
+            try:
+                ref = self.adapter.run_ref(run_id)
+            except InvalidArgument:
+                raise exc from None
+            if ref.key is None or ref.id != exc.run_id:
+                raise
+            raise RunNotFound(ref.id, run_key=ref.key).with_traceback(
+                exc.__traceback__) from None
+
+    return cast(_Call, call)
 
 
 class Starflow(StarflowOps):
@@ -77,10 +92,17 @@ class Starflow(StarflowOps):
     fires the durable timers of the inline runs it paused and drains its own
     warm-tier outbox; with ``maintenance=True`` it also runs the lease sweep,
     every run's timers and session-var GC (see :meth:`open`).
+
+    Every method that takes a ``run_id`` takes the run's *run key* too (the
+    string it was started with, ``sf.options(run_id="order-123")``): any
+    string that is not a UUID is read as a key (see
+    :func:`starflow.limits.run_ref`), and an invalid one raises
+    :class:`~starflow.InvalidArgument` before anything is written.
     """
 
     # -- waking runs ---------------------------------------------------------------
 
+    @_names_run_key
     async def signal(self, run_id: str, event: str, payload: Any = None) -> RunHandle[Any]:
         """Deliver a signal. A run paused on ``event`` wakes: inline runs are driven
         here until they pause again or end, worker runs go back to the queue. A
@@ -95,7 +117,7 @@ class Starflow(StarflowOps):
             RunFinished: the run (the chain's last run) has ended.
             SerializationError: the payload is not JSON-encodable (nothing written).
         """
-        return self._track(await self.runner.signal(normalize_run_id(run_id), event, payload))
+        return self._track(await self.runner.signal(self._run_id(run_id), event, payload))
 
     @overload
     async def update(self, run_id: str, name: str, payload: Any = None, *,
@@ -107,6 +129,7 @@ class Starflow(StarflowOps):
                      timeout: timedelta | float | None = None,
                      update_id: str | None = None) -> Any: ...
 
+    @_names_run_key
     async def update(self, run_id: str, name: str, payload: Any = None, *,
                      timeout: timedelta | float | None = None,
                      update_id: str | None = None, type: Any = Any) -> Any:
@@ -145,7 +168,7 @@ class Starflow(StarflowOps):
             InvalidArgument / SerializationError: bad name, id or payload
                 (nothing written).
         """
-        run_id = normalize_run_id(run_id)
+        run_id = self._run_id(run_id)
         uid = update_id if update_id is not None else str(uuid.uuid4())
         limit = _result_timeout(timeout)
         runner = self.runner
@@ -210,8 +233,9 @@ class Starflow(StarflowOps):
         """Wake the wait a token was issued for, with ``payload``; or, given a run id,
         resume a run an operator paused (:meth:`pause`).
 
-        The two never clash: a run id is a UUID and a wake token never is (it is
-        ``<claims>.<signature>``). A run id takes no ``payload``.
+        The three never clash: a run id is a UUID, a wake token starts with
+        ``sfw1.`` and a run key (``sf.options(run_id="order-123")``) never
+        does. A run id or key takes no ``payload``.
 
         Resuming a run puts it back where it was: at its wait (a signal that came
         while it was paused is delivered now, a timer past due fires), in the queue
@@ -221,20 +245,40 @@ class Starflow(StarflowOps):
         a pause still pending (the run has not reached its next step) is withdrawn.
 
         Raises:
-            InvalidWakeToken: forged, expired, used, or for another wait (nothing written).
+            InvalidWakeToken: forged, expired, used, or for another wait; or text
+                that is neither a token nor the key of a run here (nothing written).
             RunNotFound: no run has that id.
             RunFinished: the run has ended (nothing written).
-            InvalidArgument: a run id with a ``payload``.
+            InvalidArgument: a run id or key with a ``payload``.
         """
-        if _is_uuid(wake_token):
-            if payload is not None:
-                raise InvalidArgument(
-                    f"resume({wake_token!r}, payload=...): a run id resumes a run an operator "
-                    "paused and takes no payload; send data with sf.signal(run_id, event, "
-                    "payload), or pass the wait's wake token", run_id=wake_token)
-            return self._track(await self.runner.resume_run(normalize_run_id(wake_token)))
-        return self._track(await self.runner.resume(wake_token, payload))
+        run_id = await self._resumable_run(wake_token)
+        if run_id is None:
+            return self._track(await self.runner.resume(wake_token, payload))
+        if payload is not None:
+            raise InvalidArgument(
+                f"resume({wake_token!r}, payload=...): a run id resumes a run an operator "
+                "paused and takes no payload; send data with sf.signal(run_id, event, "
+                "payload), or pass the wait's wake token", run_id=run_id)
+        return self._track(await self.runner.resume_run(run_id))
 
+    async def _resumable_run(self, value: object) -> str | None:
+        """The run :meth:`resume` is given (a run id, or the key of a run that
+        exists), or ``None`` for a wake token (or what is meant as one)."""
+        if isinstance(value, str) and value.startswith(WAKE_TOKEN_PREFIX):
+            return None
+        try:
+            ref = self.adapter.run_ref(value)
+        except InvalidArgument:
+            return None  # not a run id nor a key: a malformed token
+        if ref.key is None:
+            return ref.id
+        if await self.adapter.get_run(ref.id) is None:
+            raise InvalidWakeToken(
+                "malformed", f"{ref.key[:60]!r} is not a wake token ({WAKE_TOKEN_PREFIX}…), "
+                f"nor the key of a run in workspace {self.workspace_id}/{self.env}")
+        return ref.id
+
+    @_names_run_key
     async def pause(self, run_id: str) -> RunHandle[Any]:
         """Pause a run: it stops at its next boundary and keeps its state until
         :meth:`resume` (``sf.resume(run_id)``).
@@ -256,8 +300,9 @@ class Starflow(StarflowOps):
             RunNotFound: no run has that id.
             RunFinished: the run has ended (nothing written).
         """
-        return await self.runner.pause(normalize_run_id(run_id))
+        return await self.runner.pause(self._run_id(run_id))
 
+    @_names_run_key
     async def cancel(self, run_id: str, *, force: bool = False) -> RunHandle[Any]:
         """Cancel a run, letting its code clean up.
 
@@ -283,8 +328,9 @@ class Starflow(StarflowOps):
             RunNotFound: no such run.
             RunFinished: the run had already ended.
         """
-        return self._track(await self.runner.cancel(normalize_run_id(run_id), force=force))
+        return self._track(await self.runner.cancel(self._run_id(run_id), force=force))
 
+    @_names_run_key
     async def retry(self, run_id: str) -> RunHandle[Any]:
         """Run a run that ended in ``error`` again from its recorded history.
 
@@ -303,12 +349,13 @@ class Starflow(StarflowOps):
             RunFinished: the run succeeded or was cancelled.
             StarflowError: the run has not ended.
         """
-        return self._track(await self.runner.retry(normalize_run_id(run_id)))
+        return self._track(await self.runner.retry(self._run_id(run_id)))
     # -- queries -------------------------------------------------------------------
 
+    @_names_run_key
     async def get_run(self, run_id: str) -> RunInfo:
         """The ``workflow_runs`` row (read cold)."""
-        run_id = normalize_run_id(run_id)
+        run_id = self._run_id(run_id)
         run = await self.adapter.get_run(run_id)
         if run is None:
             raise RunNotFound(run_id)
@@ -354,7 +401,7 @@ class Starflow(StarflowOps):
                 problems.append(str(exc))
         if parent_run_id is not None:
             try:
-                parent_run_id = normalize_run_id(parent_run_id)
+                parent_run_id = self._run_id(parent_run_id)
             except StarflowError as exc:
                 problems.append(f"parent_run_id: {exc}")
         if problems:
@@ -363,6 +410,7 @@ class Starflow(StarflowOps):
                                             parent_run_id=parent_run_id,
                                             since=since, limit=limit, attributes=encoded)
 
+    @_names_run_key
     async def get_attributes(self, run_id: str) -> dict[str, str | int | bool]:
         """The searchable attributes of one run, key -> value (empty: none set).
 
@@ -373,12 +421,13 @@ class Starflow(StarflowOps):
         Raises:
             RunNotFound: no such run.
         """
-        run_id = normalize_run_id(run_id)
+        run_id = self._run_id(run_id)
         if await self.adapter.get_run(run_id) is None:
             raise RunNotFound(run_id)
         stored = await self.adapter.get_run_attributes(run_id)
         return {key: serde.decode(text.encode()) for key, text in stored.items()}
 
+    @_names_run_key
     async def events(self, run_id: str, *, after_id: int = 0) -> list[RunEvent]:
         """The run's ``workflow_run_events`` rows in order.
 
@@ -390,7 +439,7 @@ class Starflow(StarflowOps):
             RunNotFound: no such run.
             InvalidArgument: ``after_id`` is not an int >= 0.
         """
-        run_id = normalize_run_id(run_id)
+        run_id = self._run_id(run_id)
         if (problem := int_problem("after_id", after_id, 0)) is not None:
             raise InvalidArgument(f"events: {problem}")
         events = await self.adapter.list_events(run_id, after_id=after_id)
@@ -398,6 +447,7 @@ class Starflow(StarflowOps):
             raise RunNotFound(run_id)
         return events
 
+    @_names_run_key
     async def waits(self, run_id: str) -> list[WaitRecord]:
         """What the run is registered to wake on: one :class:`~starflow.records.WaitRecord`
         per open wait (the node, its event, its timer's deadline); empty
@@ -406,7 +456,7 @@ class Starflow(StarflowOps):
         Raises:
             RunNotFound: no such run.
         """
-        run_id = normalize_run_id(run_id)
+        run_id = self._run_id(run_id)
         waits = await self.adapter.list_waits(run_id)
         if not waits and await self.adapter.get_run(run_id) is None:
             raise RunNotFound(run_id)
@@ -450,6 +500,7 @@ class Starflow(StarflowOps):
         queued = await self.adapter.due_run_deadlines(before, limit=limit)
         return min(len(waits) + len(queued), limit)
 
+    @_names_run_key
     async def export_run(self, run_id: str) -> dict[str, Any]:
         """The run's history as JSON-ready builtins, wake tokens redacted: one
         object of the file ``starflow runs export`` writes and ``starflow replay``
@@ -458,7 +509,7 @@ class Starflow(StarflowOps):
         Raises:
             RunNotFound: no such run.
         """
-        return await export_run(self.adapter, normalize_run_id(run_id))
+        return await export_run(self.adapter, self._run_id(run_id))
 
     @property
     def workspace_id(self) -> str:
@@ -477,6 +528,7 @@ class Starflow(StarflowOps):
     @overload
     async def result(self, run_id: str, timeout: timedelta | float | None = None) -> Any: ...
 
+    @_names_run_key
     async def result(self, run_id: RunHandle[Any] | str,
                      timeout: timedelta | float | None = None) -> Any:
         """Wait until the run ends and return its value, decoded to the annotated type.
@@ -498,7 +550,7 @@ class Starflow(StarflowOps):
         if isinstance(run_id, RunHandle):
             run_id = run_id.run_id
         runner = self.runner
-        run_id = normalize_run_id(run_id)
+        run_id = self._run_id(run_id)
         limit = _result_timeout(timeout)
         deadline = None if limit is None else self.clock.now() + timedelta(seconds=limit)
         while True:  # once per run of a continue_as_new chain
@@ -551,6 +603,7 @@ class Starflow(StarflowOps):
     async def get_event(self, run_id: str, key: str, *,
                         timeout: timedelta | float | None = None) -> Any: ...
 
+    @_names_run_key
     async def get_event(self, run_id: str, key: str, *,
                         timeout: timedelta | float | None = None, type: Any = Any) -> Any:
         """The value the run published under ``key`` (``starflow.set_event``), as
@@ -569,7 +622,7 @@ class Starflow(StarflowOps):
             InvalidArgument: a bad key.
             SerializationError: the value does not fit ``type``.
         """
-        run_id = normalize_run_id(run_id)
+        run_id = self._run_id(run_id)
         value = await self._data().get_event(run_id, key, _result_timeout(timeout))
         return serde.convert(value, type, what=f"event {key!r} of run {run_id}",
                              run_id=run_id)
@@ -602,11 +655,12 @@ class Starflow(StarflowOps):
         return self._read_stream(run_id, key, type)
 
     async def _read_stream(self, run_id: str, key: str, type_: Any) -> AsyncIterator[Any]:
-        run_id = normalize_run_id(run_id)
+        run_id = self._run_id(run_id)
         async for value in self._data().read_stream(run_id, key):
             yield serde.convert(value, type_, what=f"stream {key!r} value of run {run_id}",
                                 run_id=run_id)
 
+    @_names_run_key
     async def fork(self, run_id: str, *, from_node: str) -> RunHandle[Any]:
         """A new run of an ended run's workflow, version and arguments whose history
         is the source's without ``from_node`` and what followed it; it runs from there.
@@ -629,7 +683,7 @@ class Starflow(StarflowOps):
                 the nodes it has).
             RunNotFound: no such run.
         """
-        handle = await fork_run(self.runner, normalize_run_id(run_id), from_node)
+        handle = await fork_run(self.runner, self._run_id(run_id), from_node)
         return self._track(handle)
 
 

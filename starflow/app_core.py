@@ -19,12 +19,15 @@ import anyio.lowlevel
 
 from .adapters import adapter_from_url
 from .adapters.base import WorkflowStateAdapter
+from .adapters.coding import CodecAdapter
 from .clock import Clock, SystemClock
+from .codec import PayloadCodec, Payloads
 from .config import StarflowConfig, database_url_from_env, int_problem
 from .errors import (
     ConfigError,
     StarflowError,
     StorageError,
+    TransactionalStartUnsupported,
     WorkflowDefinitionError,
 )
 from .limits import MAX_DURATION, check_name, duration_problem
@@ -64,6 +67,8 @@ class StarflowCore:
         self._runner: Runner | None = None
         self._tg: anyio.abc.TaskGroup | None = None
         self._maintenance: Maintenance | None = None
+        #: The codec given to :meth:`open` (None: values are stored as plain JSON).
+        self.codec: PayloadCodec | None = None
 
     @classmethod
     def open(
@@ -77,6 +82,7 @@ class StarflowCore:
         warm: str | None = None,
         maintenance: bool | None = None,
         adapter: WorkflowStateAdapter | None = None,
+        codec: PayloadCodec | None = None,
     ) -> Self:
         """Describe an application; use the result as an async context manager.
 
@@ -102,10 +108,19 @@ class StarflowCore:
                 ``starflow worker --maintenance`` and ``sf.worker(maintenance=True)``
                 run the full set.
             adapter: A ready state adapter instead of ``url``.
+            codec: A :class:`~starflow.PayloadCodec` (``ZlibCodec``,
+                ``AesGcmCodec``, a ``CodecChain`` of both) applied to every
+                stored user value: arguments, results, signal and update
+                payloads, events, streams, session values (see the codecs guide).
+                Every process that runs or reads these runs needs the same codec.
+
+        Raises:
+            ConfigError: ``config`` or ``codec`` is not valid (nothing opened).
         """
         config = config or StarflowConfig()
         if not isinstance(config, StarflowConfig):
             raise ConfigError(f"config must be a StarflowConfig, got {type(config).__name__}")
+        payloads = Payloads(codec) if codec is not None else None
         workspace_id = workspace_id or os.environ.get("STARFLOW_WORKSPACE") or DEFAULT_WORKSPACE
         env = env or os.environ.get("STARFLOW_ENV") or DEFAULT_ENV
         if adapter is None:
@@ -124,7 +139,12 @@ class StarflowCore:
 
             adapter = mirror(adapter, warm, clock=clock,
                              finished_ttl=config.warm_finished_ttl)
-        return cls(adapter, config=config, clock=clock, maintenance=maintenance)
+        if payloads is not None:
+            # Above the mirror: the outbox and the warm tier get envelopes too.
+            adapter = CodecAdapter(adapter, payloads)
+        app = cls(adapter, config=config, clock=clock, maintenance=maintenance)
+        app.codec = codec
+        return app
 
     # -- lifecycle -----------------------------------------------------------------
 
@@ -179,6 +199,15 @@ class StarflowCore:
     def runner_id(self) -> str:
         return self.runner.runner_id
 
+    def _run_id(self, run_id: Any) -> str:
+        """The run id (canonical UUID text) ``run_id`` names: a UUID or a run key
+        (read in this app's workspace/env by :func:`starflow.limits.run_ref`).
+
+        Raises:
+            InvalidArgument: neither a UUID nor a valid run key (nothing written).
+        """
+        return self.adapter.normalize_run_id(run_id)
+
     # -- starting runs -------------------------------------------------------------
 
     @overload
@@ -197,16 +226,20 @@ class StarflowCore:
         or a workflow name, which takes the newest version registered in this
         process.
 
-        ``sf.options(run_id=i).run(wf, ...)`` (``i`` a UUID string) makes the
-        start idempotent: a second call with the same id and workflow returns
-        the existing run (its new arguments are ignored, with a warning if they
-        differ). ``sf.run(wf, x, run_id=i)`` works too, untyped.
+        ``sf.options(run_id=i).run(wf, ...)`` makes the start idempotent: a
+        second call with the same id and workflow returns the existing run (its
+        new arguments are ignored, with a warning if they differ). ``i`` is a
+        UUID, or a run key of your own (``"order-123"``: the run's id is derived
+        from it, ``RunInfo.run_key`` keeps it, and every call that takes a run
+        id takes the key). ``sf.run(wf, x, run_id=i)`` works too, untyped.
 
         A start for later (``start_at=`` / ``start_after=``) is refused here:
         a worker claims such a run when its time comes, so use :meth:`start`.
 
         Raises:
             RunIdConflict: ``run_id`` names a run of another workflow (nothing written).
+            InvalidArgument: ``run_id`` is neither a UUID nor a valid run key
+                (nothing written).
             WorkflowDefinitionError: the arguments do not bind to the signature.
             SerializationError: an argument cannot be stored (nothing written).
             ConfigError: ``start_at`` / ``start_after`` given (nothing written).
@@ -215,8 +248,10 @@ class StarflowCore:
         start_at = kwargs.pop("start_at", None)
         start_after = kwargs.pop("start_after", None)
         attributes = kwargs.pop("attributes", None)
+        connection = kwargs.pop("connection", None)
         return await self.options(run_id=run_id, start_at=start_at, start_after=start_after,
-                                  attributes=attributes).run(wf, *args, **kwargs)
+                                  attributes=attributes, connection=connection
+                                  ).run(wf, *args, **kwargs)
 
     @overload
     async def start(self, wf: Callable[P, Awaitable[R]], /, *args: P.args, **kwargs: P.kwargs
@@ -242,25 +277,34 @@ class StarflowCore:
         and no worker claims it before then; ``sf.cancel`` ends it before it
         runs.
 
+        In your own database transaction: ``sf.start(wf, x, connection=conn)``
+        (``conn`` an asyncpg connection for PostgreSQL, an aiosqlite one to the
+        app's file for SQLite, with a transaction open) writes the run with your
+        rows: it is queued when you commit, and gone if you roll back (see
+        :meth:`options` and the transactional start guide).
+
         Raises:
             RunIdConflict: ``run_id`` names a run of another workflow (nothing written).
             ConfigError: a bad ``start_at`` / ``start_after`` (nothing written).
+            CallerTransactionError: ``connection=`` cannot take the start (nothing written).
         """
         run_id = kwargs.pop("run_id", None)
         pool = kwargs.pop("pool", None)
         start_at = kwargs.pop("start_at", None)
         start_after = kwargs.pop("start_after", None)
         attributes = kwargs.pop("attributes", None)
+        connection = kwargs.pop("connection", None)
         return await self.options(run_id=run_id, pool=pool, start_at=start_at,
-                                  start_after=start_after, attributes=attributes
-                                  ).start(wf, *args, **kwargs)
+                                  start_after=start_after, attributes=attributes,
+                                  connection=connection).start(wf, *args, **kwargs)
 
     def options(self, *, run_id: str | None = None, pool: str | None = None,
                 priority: int = 0, concurrency_key: str | None = None,
                 dedup_key: str | None = None, debounce: timedelta | None = None,
                 debounce_key: str | None = None, timeout: timedelta | None = None,
                 start_at: datetime | None = None, start_after: timedelta | None = None,
-                attributes: Mapping[str, str | int | bool] | None = None) -> RunOptions:
+                attributes: Mapping[str, str | int | bool] | None = None,
+                connection: object | None = None) -> RunOptions:
         """Start options that type checkers see: ``sf.options(run_id=i).run(wf, x)``.
 
         ``sf.run(wf, x, run_id=i)`` works too, but a type checker cannot check
@@ -272,6 +316,10 @@ class StarflowCore:
         queues guide):
 
         Args:
+            run_id: The run's id (a UUID) or run key (any other string, such as
+                ``"order-123"``: 1-200 printable characters, no leading or
+                trailing whitespace, not starting with ``sfw1.``): an
+                idempotent start (``.run()`` and ``.start()``).
             priority: Claimed before runs of lower priority (FIFO within one).
             concurrency_key: Counted against the pool's ``key_concurrency``.
             dedup_key: Refuse the start while a run with this key is active in
@@ -296,12 +344,22 @@ class StarflowCore:
                 ``list_runs(attributes=)`` finds it and ``get_attributes``
                 reads them back. A later ``set_attributes`` of a key replaces
                 its value. An idempotent start that finds its run writes none.
+            connection: Your own database connection, with a transaction open
+                (``.start()`` only): an asyncpg connection (or a pool's) to the
+                app's PostgreSQL database, or an aiosqlite connection to the app's
+                SQLite file. The run's rows are written in that transaction, so
+                they commit with yours, or roll back with them; workers see the
+                run once you commit. Not with ``debounce``, a warm tier, a
+                ``memory://`` or ``null://`` app, or ``.run()``.
 
         Raises:
             InvalidArgument: a key is not a storable name, or a bad attribute
                 (nothing written).
             ConfigError: another option is invalid (named with its value).
+            TransactionalStartUnsupported: ``connection`` with ``debounce``.
         """
+        if run_id is not None:
+            self._run_id(run_id)  # a UUID or a valid run key, else InvalidArgument now
         for name, key in (("concurrency_key", concurrency_key), ("dedup_key", dedup_key),
                           ("debounce_key", debounce_key)):
             check_name(name, key, optional=True)
@@ -330,10 +388,16 @@ class StarflowCore:
                             "without it")
         if problems:
             raise ConfigError("options: " + "; ".join(problems), run_id=run_id)
+        if connection is not None and debounce is not None:
+            raise TransactionalStartUnsupported(
+                "debounce cannot start a run in your transaction (connection=): it replaces "
+                "a pending run's arguments, a write of its own outside your transaction. "
+                "Start without debounce, or after your commit. Nothing was written")
         return RunOptions(self, run_id=run_id, pool=pool, priority=priority,
                           concurrency_key=concurrency_key, dedup_key=dedup_key,
                           debounce=debounce, debounce_key=debounce_key, timeout=timeout,
-                          start_at=start_at, start_after=start_after, attributes=encoded)
+                          start_at=start_at, start_after=start_after, attributes=encoded,
+                          connection=connection)
 
     def _track(self, handle: RunHandle[R]) -> RunHandle[R]:
         """Have this process fire the timers of an inline run it paused (no maintenance)."""
@@ -351,8 +415,11 @@ class RunOptions:
                  dedup_key: str | None = None, debounce: timedelta | None = None,
                  debounce_key: str | None = None, timeout: timedelta | None = None,
                  start_at: datetime | None = None, start_after: timedelta | None = None,
-                 attributes: Mapping[str, str] | None = None) -> None:
+                 attributes: Mapping[str, str] | None = None,
+                 connection: object | None = None) -> None:
         self._app = app
+        #: The caller's connection a ``.start()`` writes through (#30), or None.
+        self.connection = connection
         #: Checked and encoded (key -> JSON text) by :meth:`StarflowCore.options`.
         self.attributes = attributes
         self.timeout = timeout
@@ -380,6 +447,12 @@ class RunOptions:
     async def run(self, wf: Callable[..., Awaitable[Any]] | str, /, *args: Any, **kwargs: Any
                   ) -> RunHandle[Any]:
         """Like :meth:`Starflow.run`, with these options."""
+        if self.connection is not None:
+            raise TransactionalStartUnsupported(
+                ".run() cannot start a run in your transaction (connection=): it drives the "
+                "run here and waits for its result, which no one can see before you "
+                "commit. Use .start() (workers run it after your commit). Nothing was "
+                "written", run_id=self.run_id)
         if self.pool is not None:
             raise ConfigError("pool= applies to queued runs: use .start(), not .run()")
         flow = [name for name, value in (*self._flow().items(), ("debounce", self.debounce),
@@ -408,6 +481,8 @@ class RunOptions:
 
         Raises:
             DuplicateRun: ``dedup_key`` names an active run of the pool (nothing written).
+            CallerTransactionError: ``connection`` cannot take the start (nothing
+                written; the caller's transaction is as it was).
         """
         check_name("pool", self.pool, optional=True)
         runner = self._app.runner
@@ -416,10 +491,12 @@ class RunOptions:
             start_at = self.start_at
             if self.start_after is not None:
                 start_at = self._app.clock.now() + self.start_after
+            caller = None if self.connection is None else \
+                await runner.adapter.caller_transaction(self.connection)
             return await runner.start(definition, args, kwargs, run_id=self.run_id,
                                       inline=False, pool=self.pool, flow=self._flow(),
                                       timeout=self.timeout, start_at=start_at,
-                                      attributes=self.attributes)
+                                      attributes=self.attributes, caller=caller)
         assert self.debounce_key is not None
         encoded = runner.encode_input(definition, args, kwargs)
         runner.decode_input(definition, encoded)

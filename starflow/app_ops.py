@@ -4,7 +4,7 @@ warm tier, session variables, worker jobs, sweeps and retention."""
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable, Collection
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -20,7 +20,7 @@ from .errors import (
     ScheduleNotFound,
     StarflowError,
 )
-from .limits import check_name, duration_problem, normalize_run_id
+from .limits import check_name, duration_problem, name_problem
 from .records import PoolLimits, PoolUsage, RunInfo, ScheduleRecord
 from .runtime.jobs import JobWorker
 from .runtime.maintenance import Maintenance
@@ -206,13 +206,18 @@ class StarflowOps(StarflowCore):
 
     async def set_pool_limits(self, pool: str, *, concurrency: int | None = None,
                               rate_limit: tuple[int, timedelta] | None = None,
-                              key_concurrency: int | None = None) -> PoolLimits | None:
+                              key_concurrency: int | None = None,
+                              key_rate_limit: tuple[int, timedelta] | None = None,
+                              fair: bool = False,
+                              key_weights: Mapping[str, int] | None = None,
+                              keep_slot: bool = False) -> PoolLimits | None:
         """Store limits every worker of every host obeys when claiming runs of ``pool``.
 
         Enforced inside the claim's transaction (PostgreSQL: with the pool's
         limits row locked; SQLite: in the writer's transaction), never by a
-        check before the claim. Replaces the pool's limits; all ``None``
-        removes them. Runs queued for any pool (no ``pool=``) are not limited.
+        check before the claim. Replaces the pool's limits; all ``None`` (and
+        ``fair`` and ``keep_slot`` false) removes them. Runs queued for any
+        pool (no ``pool=``) are not limited.
 
         Args:
             pool: The pool.
@@ -220,6 +225,22 @@ class StarflowOps(StarflowCore):
             rate_limit: ``(n, period)``: at most ``n`` claims of the pool's runs
                 within any ``period``.
             key_concurrency: Runs with one ``concurrency_key`` executing at once.
+            key_rate_limit: ``(n, period)``: at most ``n`` claims of runs with
+                one ``concurrency_key`` within any ``period`` (runs without a
+                key are not limited by it).
+            fair: Claim round robin across concurrency keys instead of oldest
+                first: within a priority level, the claim takes from the key
+                served least (weighted), so a key with a large backlog cannot
+                starve the others. Runs without a key share one turn.
+            key_weights: With ``fair``: a key's share relative to the others
+                (default 1): ``{"tenant-a": 3}`` serves ``tenant-a`` three
+                times as often as a key of weight 1 while both have runs queued.
+            keep_slot: A run of the pool keeps its concurrency slot (of
+                ``concurrency`` and ``key_concurrency``) while it sleeps or
+                waits, from its first claim until it ends; woken, it is
+                claimed again without waiting for room. Default (false): a
+                paused run releases its slot, and competes for one again when
+                it wakes.
 
         Returns:
             The stored limits, or None when removed.
@@ -233,24 +254,20 @@ class StarflowOps(StarflowCore):
         for name, value in (("concurrency", concurrency), ("key_concurrency", key_concurrency)):
             if value is not None and (problem := int_problem(name, value, 1)) is not None:
                 problems.append(problem)
-        rate: int | None = None
-        period: timedelta | None = None
-        if rate_limit is not None:
-            if (not isinstance(rate_limit, tuple) or len(rate_limit) != 2
-                    or int_problem("n", rate_limit[0], 1) is not None
-                    or not isinstance(rate_limit[1], timedelta)
-                    or rate_limit[1] < timedelta(milliseconds=1)):
-                problems.append("rate_limit must be (n, period): an int n >= 1 and a "
-                                f"timedelta period >= 1 ms: {rate_limit!r}")
-            elif (problem := duration_problem("rate_limit period", rate_limit[1])) is not None:
-                problems.append(problem)
-            else:
-                rate, period = rate_limit
+        rate, period = _rate_limit("rate_limit", rate_limit, problems)
+        key_rate, key_period = _rate_limit("key_rate_limit", key_rate_limit, problems)
+        for name, flag in (("fair", fair), ("keep_slot", keep_slot)):
+            if not isinstance(flag, bool):
+                problems.append(f"{name} must be True or False: {flag!r}")
+        weights = _key_weights(key_weights, fair, problems)
         if problems:
             raise ConfigError("set_pool_limits: " + "; ".join(problems))
         limits = PoolLimits(pool=pool, concurrency=concurrency, rate_limit=rate,
-                            rate_period=period, key_concurrency=key_concurrency)
+                            rate_period=period, key_concurrency=key_concurrency,
+                            key_rate_limit=key_rate, key_rate_period=key_period,
+                            fair=fair, key_weights=weights, keep_slot=keep_slot)
         await self.adapter.set_pool_limits(limits, now=self.clock.now())
+        self.runner.notify_settled()  # in-process workers look for work again
         return await self.adapter.get_pool_limits(pool)
 
     async def pause_pool(self, pool: str) -> PoolLimits:
@@ -326,7 +343,7 @@ class StarflowOps(StarflowCore):
             WarmTierError: the warm tier failed while watching.
         """
         warm = self._require_warm("watch()")
-        async for state in warm.subscribe(normalize_run_id(run_id)):
+        async for state in warm.subscribe(self._run_id(run_id)):
             live = live_run(state)
             if live is None:
                 continue  # a damaged projection: the drift sweep will repair it
@@ -478,3 +495,54 @@ def check_session_names(session_id: object, key: object) -> None:
     """A session variable's id and key: storable names (both indexed)."""
     check_name("session_id", session_id)
     check_name("key", key)
+
+
+#: The most weights one pool stores (``set_pool_limits(key_weights=)``).
+MAX_KEY_WEIGHTS = 10_000
+#: The largest weight of one key.
+MAX_KEY_WEIGHT = 1_000
+
+
+def _rate_limit(param: str, value: object, problems: list[str]
+                ) -> tuple[int | None, timedelta | None]:
+    """``(n, period)`` of a rate limit argument, or its problem appended."""
+    if value is None:
+        return None, None
+    if (not isinstance(value, tuple) or len(value) != 2
+            or int_problem("n", value[0], 1) is not None
+            or not isinstance(value[1], timedelta)
+            or value[1] < timedelta(milliseconds=1)):
+        problems.append(f"{param} must be (n, period): an int n >= 1 and a "
+                        f"timedelta period >= 1 ms: {value!r}")
+        return None, None
+    if (problem := duration_problem(f"{param} period", value[1])) is not None:
+        problems.append(problem)
+        return None, None
+    return value[0], value[1]
+
+
+def _key_weights(value: object, fair: object, problems: list[str]) -> dict[str, int] | None:
+    """The ``key_weights`` to store (None: none), or their problems appended."""
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        problems.append(f"key_weights must be a mapping of concurrency key to weight: {value!r}")
+        return None
+    if fair is not True:
+        problems.append("key_weights needs fair=True (weights share a fair pool's claims)")
+    if len(value) > MAX_KEY_WEIGHTS:
+        problems.append(f"key_weights has {len(value)} keys; the most is {MAX_KEY_WEIGHTS} "
+                        "(keys without a weight weigh 1)")
+        return None
+    weights: dict[str, int] = {}
+    for key, weight in value.items():
+        problem = name_problem("key_weights key", key)
+        if problem is None and (isinstance(weight, bool) or not isinstance(weight, int)
+                                or not 1 <= weight <= MAX_KEY_WEIGHT):
+            problem = (f"key_weights[{key!r}] must be an int from 1 to {MAX_KEY_WEIGHT}: "
+                       f"{weight!r}")
+        if problem is not None:
+            problems.append(problem)
+        else:
+            weights[key] = weight
+    return dict(sorted(weights.items())) or None

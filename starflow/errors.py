@@ -8,6 +8,7 @@ All of them derive from :class:`StarflowError`, carry the ``run_id`` and
     ├── InvalidArgument           a bad argument to a public call (a name too long…)
     ├── WorkflowDefinitionError   a function that is not a valid workflow / step
     ├── SerializationError        a value that cannot be stored as JSON
+    │   └── CodecError            a stored payload the codec cannot decode (missing key…)
     ├── ReservedKeyError          a write to a ``__celestial…`` context key
     ├── NonDeterminismError       replayed code diverged from the recorded history
     ├── WaitTimeout               a ``wait_for`` deadline passed before its signal
@@ -22,6 +23,10 @@ All of them derive from :class:`StarflowError`, carry the ``run_id`` and
     ├── RunFinished               a signal / resume / cancel for an ended run
     ├── RunIdConflict             a start whose run id names a run of another workflow
     ├── DuplicateRun              a start whose dedup key names an active run of the pool
+    ├── CallerTransactionError    a start in the caller's transaction was refused
+    │   ├── NotInTransaction      … the caller's connection has no open transaction
+    │   ├── ForeignConnection     … another driver's connection, or another database
+    │   └── TransactionalStartUnsupported  … with sf.run, debounce, the warm tier…
     ├── ScheduleNotFound          no schedule with that id in this workspace
     ├── InvalidWakeToken          a forged, expired or used wake token
     ├── UpdateRejected            the workflow rejected a ``Starflow.update``
@@ -43,15 +48,19 @@ from __future__ import annotations
 from .driver_errors import is_transient
 
 __all__ = [
+    "CallerTransactionError",
+    "CodecError",
     "ConcurrentWaits",
     "ConfigError",
     "CopyRefused",
     "DuplicateRun",
+    "ForeignConnection",
     "InvalidArgument",
     "InvalidWakeToken",
     "LeaseLostError",
     "NodeNotInHistory",
     "NonDeterminismError",
+    "NotInTransaction",
     "OutsideWorkflow",
     "ReservedKeyError",
     "ResultTimeout",
@@ -69,6 +78,7 @@ __all__ = [
     "StorageError",
     "StreamClosed",
     "TooManyRuns",
+    "TransactionalStartUnsupported",
     "UnexpectedSignal",
     "UpdateRejected",
     "WaitTimeout",
@@ -122,6 +132,12 @@ class WorkflowDefinitionError(StarflowError):
 
 class SerializationError(StarflowError):
     """A value cannot be encoded to, or decoded from, the JSON stored in the database."""
+
+
+class CodecError(SerializationError):
+    """A stored payload cannot be decoded by the codec given to ``Starflow.open``
+    (a key or codec it lacks, a wrong key, altered data), or a process without
+    a codec met an encoded payload. ``run_id`` / ``node_id`` name where it is."""
 
 
 class ReservedKeyError(StarflowError):
@@ -270,14 +286,23 @@ class RunnerKilled(StarflowError):
 
 
 class RunNotFound(StarflowError):
-    """No run with this id exists in the adapter's workspace and environment."""
+    """No run with this id exists in the adapter's workspace and environment.
 
-    def __init__(self, run_id: str) -> None:
+    Attributes:
+        run_key: The run key the caller named the run by (``"order-123"``),
+            whose derived id is ``run_id``; ``None`` when given the id itself.
+    """
+
+    def __init__(self, run_id: str, *, run_key: str | None = None) -> None:
+        named = (f"run {run_key} not found in this workspace/env (a run key; the run it "
+                 f"names here would have id {run_id}): check the key"
+                 if run_key is not None else
+                 f"run {run_id} not found in this workspace/env: check the id")
         super().__init__(
-            f"run {run_id} not found in this workspace/env: check the id, the database URL "
-            "and the workspace_id/env the app was opened with",
+            f"{named}, the database URL and the workspace_id/env the app was opened with",
             run_id=run_id,
         )
+        self.run_key = run_key
 
 
 class RunFinished(StarflowError):
@@ -303,21 +328,25 @@ class RunIdConflict(StarflowError):
     (name); nothing was written.
 
     Attributes:
+        run_key: The run key the start named the run by, else ``None``.
         existing_workflow: The workflow of the run that has this id.
         requested_workflow: The workflow the start asked for.
         status: The existing run's status.
     """
 
     def __init__(self, run_id: str, existing_workflow: str, requested_workflow: str,
-                 status: str) -> None:
+                 status: str, *, run_key: str | None = None) -> None:
+        named = (f"run key {run_key!r} (run {run_id})" if run_key is not None
+                 else f"run_id {run_id}")
         super().__init__(
-            f"run_id {run_id} already names a run of workflow {existing_workflow!r} "
+            f"{named} already names a run of workflow {existing_workflow!r} "
             f"(status {status!r}), so it cannot start workflow {requested_workflow!r}: "
             "passing the same run_id again returns the existing run only for the same "
-            "workflow. Nothing was started; use another run_id for this workflow (derive "
-            "one per workflow, e.g. uuid.uuid5(namespace, f'{workflow}:{key}'))",
+            "workflow. Nothing was started; use another run_id for this workflow (one "
+            "per workflow, e.g. the run key f'{workflow}:{key}')",
             run_id=run_id,
         )
+        self.run_key = run_key
         self.existing_workflow = existing_workflow
         self.requested_workflow = requested_workflow
         self.status = status
@@ -342,6 +371,30 @@ class DuplicateRun(StarflowError):
         )
         self.dedup_key = dedup_key
         self.pool = pool
+
+
+class CallerTransactionError(StarflowError):
+    """A start in the caller's own database transaction
+    (``sf.start(wf, …, connection=conn)``) was refused before anything was
+    written; the caller's transaction is as it was. The subclasses say why."""
+
+
+class NotInTransaction(CallerTransactionError):
+    """The connection passed as ``connection=`` has no open transaction: the run
+    would be committed on its own, not with the caller's rows."""
+
+
+class ForeignConnection(CallerTransactionError):
+    """The connection passed as ``connection=`` is not one this app can write
+    through: another driver's (PostgreSQL takes an asyncpg connection, SQLite an
+    aiosqlite one), or connected to another database than the app's."""
+
+
+class TransactionalStartUnsupported(CallerTransactionError):
+    """``connection=`` was combined with what cannot join a caller's transaction:
+    ``sf.run`` (it waits for a result the uncommitted run cannot have),
+    ``debounce``, the warm tier, a memory or null adapter, or the blocking
+    facade."""
 
 
 class ScheduleNotFound(StarflowError):

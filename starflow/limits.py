@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 from .errors import ConfigError, InvalidArgument
 
@@ -23,13 +23,19 @@ __all__ = [
     "MAX_NAME_LENGTH",
     "MAX_NESTING_DEPTH",
     "MAX_PAYLOAD_BYTES",
+    "MAX_RUN_KEY_LENGTH",
     "MAX_TENANT_LENGTH",
     "MAX_VALUE_DEPTH",
+    "RUN_KEY_NAMESPACE",
+    "WAKE_TOKEN_PREFIX",
+    "RunRef",
     "check_name",
     "check_tenant",
     "duration_problem",
     "name_problem",
     "normalize_run_id",
+    "run_key_problem",
+    "run_ref",
     "storable_text",
     "text_problem",
 ]
@@ -136,20 +142,85 @@ def check_tenant(workspace_id: object, env: object) -> None:
         raise ConfigError("; ".join(problems))
 
 
-def normalize_run_id(run_id: Any) -> str:
-    """A run id as stored: the canonical lowercase UUID text, on every database.
+#: Characters in a run key (``sf.options(run_id="order-123")``): an indexed name.
+MAX_RUN_KEY_LENGTH = MAX_NAME_LENGTH
+#: What every wake token starts with (``sfw1.<kid>.<claims>.<mac>``, see
+#: :mod:`starflow.tokens`): no run key may, so ``sf.resume(x)`` tells them apart.
+WAKE_TOKEN_PREFIX = "sfw1."
+#: The namespace of the run ids derived from run keys (uuid5, with the scope):
+#: fixed forever, or a key would name another run after an upgrade.
+RUN_KEY_NAMESPACE = uuid.UUID("8ac84a28-62af-461f-870a-8b21cfee64e1")
 
-    An id that is not a UUID cannot name a run; it is returned unchanged (as
-    text) so the lookup answers ``RunNotFound`` for it.
+
+class RunRef(NamedTuple):
+    """A run as a caller named it: its id as stored, and the key it was named by.
+
+    Attributes:
+        id: The run id (canonical lowercase UUID text), ``workflow_runs.id``.
+        key: The run key the caller gave (``"order-123"``), or ``None`` when
+            the caller gave the id itself.
+    """
+
+    id: str
+    key: str | None
+
+
+def run_key_problem(key: str) -> str | None:
+    """Why ``key`` (a string that is not a UUID) cannot be a run key, or ``None``."""
+    if not key or key.isspace():
+        return f"a run key must not be empty or only whitespace: {key!r}"
+    if len(key) > MAX_RUN_KEY_LENGTH:
+        return (f"a run key is at most {MAX_RUN_KEY_LENGTH} characters; this one has "
+                f"{len(key)}: {key[:40]!r}…")
+    if key != key.strip():
+        return (f"a run key must not start or end with whitespace (it would name "
+                f"another run than {key.strip()!r}): {key!r}")
+    bad = next((i for i, ch in enumerate(key) if not ch.isprintable()), None)
+    if bad is not None:
+        return (f"a run key must be printable text; it has {key[bad]!r} at index {bad}: "
+                f"{key[:60]!r}")
+    if key.startswith(WAKE_TOKEN_PREFIX):
+        return (f"a run key must not start with {WAKE_TOKEN_PREFIX!r}, which starts "
+                f"every wake token: {key[:60]!r}")
+    return None
+
+
+def run_ref(run_id: Any, *, workspace_id: str, env: str) -> RunRef:
+    """The one reading of a run id a caller passes: a UUID, or a run key.
+
+    A UUID (a :class:`uuid.UUID`, or a string that parses as one, any case) is
+    the run's id, returned canonical (lowercase). Any other string is a *run
+    key*, a name the caller chose (``"order-123"``): it names the run whose id
+    is ``uuid5(RUN_KEY_NAMESPACE, "<workspace_id>\\x1f<env>\\x1f<key>")``,
+    so a key needs no lookup, and the same key in two workspaces or
+    environments names two runs. Every call that takes a run id reads it here.
+
+    Raises:
+        InvalidArgument: not a string, or not a valid key (empty, only
+            whitespace, longer than :data:`MAX_RUN_KEY_LENGTH`, unprintable,
+            padded with whitespace, or starting like a wake token).
     """
     if isinstance(run_id, uuid.UUID):
-        return str(run_id)
+        return RunRef(str(run_id), None)
     if not isinstance(run_id, str):
-        raise InvalidArgument(f"run_id must be a string: {run_id!r}")
+        raise InvalidArgument(f"run_id must be a string (a UUID or a run key): {run_id!r}")
     try:
-        return str(uuid.UUID(run_id))
+        return RunRef(str(uuid.UUID(run_id)), None)
     except ValueError:
-        if text_problem(run_id) is not None or len(run_id) > MAX_NAME_LENGTH:
-            raise InvalidArgument(
-                f"run_id must be a UUID: {run_id[:60]!r}") from None
-        return run_id
+        pass
+    problem = run_key_problem(run_id)
+    if problem is not None:
+        raise InvalidArgument(f"run_id {run_id[:60]!r} is not a UUID nor a valid run key: "
+                              f"{problem}. Nothing was written")
+    derived = uuid.uuid5(RUN_KEY_NAMESPACE, f"{workspace_id}\x1f{env}\x1f{run_id}")
+    return RunRef(str(derived), run_id)
+
+
+def normalize_run_id(run_id: Any, *, workspace_id: str, env: str) -> str:
+    """A run id as stored: the canonical lowercase UUID text, on every database;
+    a run key is read as the id it names (see :func:`run_ref`).
+
+    Raises:
+        InvalidArgument: ``run_id`` is neither a UUID nor a valid run key.
+    """
+    return run_ref(run_id, workspace_id=workspace_id, env=env).id

@@ -179,6 +179,10 @@ class RunInfo(msgspec.Struct, frozen=True, kw_only=True):
     #: Until then its ``status`` is ``queued`` and its ``claim_state``
     #: ``scheduled`` (a debounced run's stays ``queued``): no worker claims it.
     not_before: datetime | None = None
+    #: The run key the run was started with (``sf.options(run_id="order-123")``,
+    #: migration 048): its id is derived from it. ``None`` for a run started
+    #: without one or with a UUID.
+    run_key: str | None = None
 
     def _shown(self) -> list[tuple[str, Any]]:
         """The fields as a repr shows them: a paused run's checkpoint carries its
@@ -460,6 +464,8 @@ class StartOptions(msgspec.Struct, frozen=True, kw_only=True):
     parent_run_id: str | None = None
     detached: bool = False
     deadline_at: datetime | None = None
+    # The caller's run key (sf.options(run_id="order-123"), migration 048).
+    run_key: str | None = None
 
 
 class ScheduleRecord(msgspec.Struct, frozen=True, kw_only=True):
@@ -521,6 +527,16 @@ class PoolLimits(msgspec.Struct, frozen=True, kw_only=True):
         rate_limit: Claims of runs of the pool per ``rate_period``.
         rate_period: The rate limit's sliding window.
         key_concurrency: Runs with one ``concurrency_key`` executing at once.
+        key_rate_limit: Claims of runs with one ``concurrency_key`` per
+            ``key_rate_period``.
+        key_rate_period: The per-key rate limit's sliding window.
+        fair: Claims go round robin across concurrency keys (weighted by
+            ``key_weights``), not oldest first: one key's backlog cannot
+            starve another key's runs.
+        key_weights: Relative shares of the fair claim per key (default 1).
+        keep_slot: A run of the pool keeps its slot (``concurrency``,
+            ``key_concurrency``) from its first claim to its end, while it
+            sleeps or waits too; by default a paused run releases it.
         paused: The pool is paused (``sf.pause_pool``): workers claim none of its
             runs until ``sf.resume_pool``; its running runs go on.
     """
@@ -530,6 +546,11 @@ class PoolLimits(msgspec.Struct, frozen=True, kw_only=True):
     rate_limit: int | None = None
     rate_period: timedelta | None = None
     key_concurrency: int | None = None
+    key_rate_limit: int | None = None
+    key_rate_period: timedelta | None = None
+    fair: bool = False
+    key_weights: dict[str, int] | None = None
+    keep_slot: bool = False
     updated_at: datetime | None = None
     paused: bool = False
 
@@ -537,8 +558,12 @@ class PoolLimits(msgspec.Struct, frozen=True, kw_only=True):
     def limited(self) -> bool:
         """Whether any limit is set or the pool is paused (a pool with neither is
         not stored)."""
-        return self.paused or any(v is not None for v in (
-            self.concurrency, self.rate_limit, self.key_concurrency))
+        return self.paused or self.fair or self.keep_slot or any(v is not None for v in (
+            self.concurrency, self.rate_limit, self.key_concurrency, self.key_rate_limit))
+
+    def weight(self, key: str) -> int:
+        """The fair-claim weight of ``key`` (1 unless ``key_weights`` names it)."""
+        return (self.key_weights or {}).get(key, 1)
 
 
 class QueueStats(msgspec.Struct, frozen=True, kw_only=True):
@@ -566,3 +591,6 @@ class PoolUsage(msgspec.Struct, frozen=True, kw_only=True):
     queued: int
     active: int
     claimed_in_window: int
+    #: Runs of a ``keep_slot`` pool holding a slot while paused or queued again
+    #: (counted against its concurrency besides ``active``).
+    kept: int = 0

@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from .errors import SerializationError
+from .errors import CodecError, SerializationError
 from .limits import MAX_NESTING_DEPTH, MAX_PAYLOAD_BYTES, MAX_VALUE_DEPTH, text_problem
 
 __all__ = ["args_hash", "check_json_depth", "check_storable", "convert", "convert_call",
@@ -322,9 +322,36 @@ def decode(data: bytes | str, *, what: str = "stored value", sort_keys: bool = F
     return msgspec.to_builtins(value, order="deterministic") if sort_keys else value
 
 
+#: The key that marks a stored JSON object as a codec envelope (see :mod:`starflow.codec`).
+ENVELOPE_KEY = "$starflow.codec"
+
+
+def refuse_envelope(value: Any, what: str, run_id: str | None = None,
+                    node_id: str | None = None) -> None:
+    """Raise :class:`CodecError` if ``value`` is a codec envelope: the process
+    that read it has no codec, or one that could not open it (a codec opens
+    envelopes before values get here)."""
+    if isinstance(value, dict) and isinstance(value.get(ENVELOPE_KEY), str):
+        key = value.get("key")
+        how = f"{value[ENVELOPE_KEY]}, key {key}" if isinstance(key, str) \
+            else value[ENVELOPE_KEY]
+        where = f" (node {node_id})" if node_id else ""
+        raise CodecError(
+            f"{what}{where} is encoded ({how}) and this process cannot decode it (no codec, "
+            "or one without that key): open Starflow with the codec that wrote it "
+            "(Starflow.open(..., codec=...); STARFLOW_CODEC=module:attr for the CLI)",
+            run_id=run_id, node_id=node_id)
+
+
 def convert(value: Any, type_: Any, *, what: str = "stored value",
             run_id: str | None = None, node_id: str | None = None) -> Any:
-    """Convert decoded builtins to ``type_`` (``Any`` / missing annotation: unchanged)."""
+    """Convert decoded builtins to ``type_`` (``Any`` / missing annotation: unchanged).
+
+    Raises:
+        CodecError: ``value`` is a codec envelope (this process has no codec).
+        SerializationError: ``value`` does not fit ``type_``.
+    """
+    refuse_envelope(value, what, run_id, node_id)
     if type_ is Any or type_ is None or (type_ is type(None) and value is None):
         return value
     type_ = _stdlib_time_type(type_)
@@ -386,6 +413,7 @@ def convert_call(signature: inspect.Signature, hints: Mapping[str, Any], data: A
     Each value is converted to its parameter's annotation in ``hints``; values
     of unannotated parameters stay as stored.
     """
+    refuse_envelope(data, f"the arguments of {what}")
     data = data or {}
     args = list(data.get("args", []))
     kwargs = dict(data.get("kwargs", {}))

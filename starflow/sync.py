@@ -58,8 +58,9 @@ from .app import DEFAULT_BULK_LIMIT
 from .app import RunOptions as AsyncRunOptions
 from .app import Starflow as AsyncStarflow
 from .clock import Clock
+from .codec import PayloadCodec
 from .config import StarflowConfig
-from .errors import ConfigError, StarflowError
+from .errors import ConfigError, StarflowError, TransactionalStartUnsupported
 from .records import (
     BulkResult,
     PoolLimits,
@@ -112,6 +113,7 @@ class Starflow:
         warm: str | None = None,
         maintenance: bool | None = None,
         adapter: WorkflowStateAdapter | None = None,
+        codec: PayloadCodec | None = None,
     ) -> Starflow:
         """Describe an application; use the result as a context manager.
 
@@ -120,7 +122,7 @@ class Starflow:
         """
         return cls(AsyncStarflow.open(url, workspace_id=workspace_id, env=env, config=config,
                                       clock=clock, warm=warm, maintenance=maintenance,
-                                      adapter=adapter))
+                                      adapter=adapter, codec=codec))
 
     # -- lifecycle -----------------------------------------------------------------
 
@@ -229,6 +231,7 @@ class Starflow:
             ) -> RunHandle[Any]:
         """:meth:`starflow.Starflow.run`: drive a run on the facade's loop until it
         ends or pauses, and return its handle."""
+        _refuse_connection(kwargs.get("connection"))
         return self._call(lambda: self._app.run(wf, *args, **kwargs))
 
     @overload
@@ -241,7 +244,13 @@ class Starflow:
     def start(self, wf: Callable[..., Awaitable[Any]] | str, /, *args: Any, **kwargs: Any
               ) -> RunHandle[Any]:
         """:meth:`starflow.Starflow.start`: queue a run for workers (``start_at=`` /
-        ``start_after=``: for later)."""
+        ``start_after=``: for later).
+
+        Raises:
+            TransactionalStartUnsupported: ``connection=`` (your async driver's
+                connection lives on your event loop, not the facade's).
+        """
+        _refuse_connection(kwargs.get("connection"))
         return self._call(lambda: self._app.start(wf, *args, **kwargs))
 
     def options(self, *, run_id: str | None = None, pool: str | None = None,
@@ -249,8 +258,15 @@ class Starflow:
                 dedup_key: str | None = None, debounce: timedelta | None = None,
                 debounce_key: str | None = None, timeout: timedelta | None = None,
                 start_at: datetime | None = None, start_after: timedelta | None = None,
-                attributes: Mapping[str, str | int | bool] | None = None) -> RunOptions:
-        """:meth:`starflow.Starflow.options`: ``sf.options(run_id=i).start(wf, x)``."""
+                attributes: Mapping[str, str | int | bool] | None = None,
+                connection: object | None = None) -> RunOptions:
+        """:meth:`starflow.Starflow.options`: ``sf.options(run_id=i).start(wf, x)``.
+
+        Raises:
+            TransactionalStartUnsupported: ``connection`` given: a start in your
+                own transaction needs the async API (``starflow.Starflow``).
+        """
+        _refuse_connection(connection)
         return RunOptions(self, self._app.options(
             run_id=run_id, pool=pool, priority=priority, concurrency_key=concurrency_key,
             dedup_key=dedup_key, debounce=debounce, debounce_key=debounce_key,
@@ -294,11 +310,15 @@ class Starflow:
 
     def set_pool_limits(self, pool: str, *, concurrency: int | None = None,
                         rate_limit: tuple[int, timedelta] | None = None,
-                        key_concurrency: int | None = None) -> PoolLimits | None:
+                        key_concurrency: int | None = None,
+                        key_rate_limit: tuple[int, timedelta] | None = None,
+                        fair: bool = False, key_weights: Mapping[str, int] | None = None,
+                        keep_slot: bool = False) -> PoolLimits | None:
         """:meth:`starflow.Starflow.set_pool_limits`."""
         return self._call(lambda: self._app.set_pool_limits(
             pool, concurrency=concurrency, rate_limit=rate_limit,
-            key_concurrency=key_concurrency))
+            key_concurrency=key_concurrency, key_rate_limit=key_rate_limit, fair=fair,
+            key_weights=key_weights, keep_slot=keep_slot))
 
     def pools(self) -> list[PoolUsage]:
         """:meth:`starflow.Starflow.pools`."""
@@ -521,6 +541,15 @@ class Starflow:
                       grace: float, timers: bool, metrics_interval: float) -> Worker:
         return self._app.worker(pool=pool, concurrency=concurrency, maintenance=maintenance,
                                 grace=grace, timers=timers, metrics_interval=metrics_interval)
+
+
+def _refuse_connection(connection: object) -> None:
+    if connection is not None:
+        raise TransactionalStartUnsupported(
+            "starflow.sync cannot start a run in your transaction (connection=): the "
+            "facade runs on its own event loop, and your async driver's connection "
+            "(asyncpg, aiosqlite) belongs to yours. Use the async starflow.Starflow "
+            "there, or start the run after your commit. Nothing was written")
 
 
 class RunOptions:

@@ -20,6 +20,7 @@ from typing import Any
 import msgspec
 
 from .errors import InvalidWakeToken, StarflowError
+from .limits import WAKE_TOKEN_PREFIX
 
 __all__ = ["REDACTED", "Keyring", "WakeClaims", "redact_wake_tokens"]
 
@@ -41,7 +42,8 @@ def redact_wake_tokens(value: Any) -> Any:
         return [redact_wake_tokens(v) for v in value]
     return value
 
-_PREFIX = "sfw1"
+#: ``sfw1``: no run key starts with it (a run key and a token never clash).
+_PREFIX = WAKE_TOKEN_PREFIX.rstrip(".")
 
 
 class WakeClaims(msgspec.Struct, frozen=True):

@@ -15,7 +15,9 @@ import msgspec
 
 from starflow.adapters import adapter_from_url
 from starflow.adapters.base import WorkflowStateAdapter
+from starflow.adapters.coding import CodecAdapter
 from starflow.app import Starflow
+from starflow.codec import PayloadCodec, Payloads
 from starflow.config import StarflowConfig
 from starflow.errors import ConfigError, ResultTimeout, RunnerKilled, StarflowError
 from starflow.logs import get_logger
@@ -98,6 +100,9 @@ class WorkflowEnvironment:
             processes queued; in one process, notifications wake the worker and
             timers anyway, and rare polls keep :meth:`advance` cheap (it wakes
             every sleeper in order). None keeps the config's value.
+        codec: A :class:`~starflow.PayloadCodec`, as ``Starflow.open(codec=...)``:
+            every stored user value is encoded (above ``wrap``, so a wrapper sees
+            the stored form).
 
     Example::
 
@@ -122,8 +127,11 @@ class WorkflowEnvironment:
         patch_time: bool = True,
         clock: FakeClock | None = None,
         poll_interval: timedelta | None = timedelta(hours=1),
+        codec: PayloadCodec | None = None,
     ) -> None:
         self.time_skipping = time_skipping
+        self._payloads = Payloads(codec) if codec is not None else None
+        self.codec = codec
         config = config or StarflowConfig()
         if poll_interval is not None:
             config = msgspec.structs.replace(config, poll_interval=poll_interval)
@@ -170,8 +178,11 @@ class WorkflowEnvironment:
         adapter = _track(self._build_adapter())
         if self._wrap is not None:
             adapter = self._wrap(adapter)
+        if self._payloads is not None:
+            adapter = CodecAdapter(adapter, self._payloads)
         self._adapter = adapter
         self._app = Starflow(adapter, config=self.config, clock=self.clock)
+        self._app.codec = self.codec
         try:
             await self._app.__aenter__()
             if self._patch_time:
@@ -476,7 +487,7 @@ class WorkflowEnvironment:
         """
         if isinstance(run_id, RunHandle):
             run_id = run_id.run_id
-        rid = run_id
+        rid = self.adapter.normalize_run_id(run_id)  # a run id or a run key
 
         async def stuck() -> None:
             run = await self.adapter.get_run(rid)
@@ -533,6 +544,7 @@ class WorkflowEnvironment:
         Raises:
             StarflowError: no engine of this environment is executing the run.
         """
+        run_id = self.adapter.normalize_run_id(run_id)  # a run id or a run key
         if not self.runner.stop(run_id, RunnerKilled(run_id)):
             raise StarflowError(
                 f"run {run_id} is not executing in this environment, so there is no runner "

@@ -92,6 +92,18 @@ class TestSchedulesAndQueues:
         assert "charges run: 5," in out and 1 <= most <= 2
 
 
+class TestFairTenants:
+    """examples/fair_tenants.py: a fair pool serves a small tenant despite a backlog (#30)."""
+
+    def test_output(self, tmp_path: Path) -> None:
+        out = run_example("fair_tenants.py", tmp_path)
+        assert "plain pool: small-co's last run was claim 105 of 105" in out
+        assert "fair pool: small-co's last run was claim 10 of 105" in out
+        assert "first ten claims: " + " ".join(["big-co small-co"] * 5) in out
+        assert "weighted pool, first 20 claims: premium 15, basic 5" in out
+        assert "stored: True {'premium': 3}" in out
+
+
 class TestQuickstart:
     """examples/quickstart.py: pause, signal, durable sleep, result."""
 
@@ -186,6 +198,19 @@ class TestDelayedStart:
         assert "emails sent: ['ada@example.com: your trial ends tomorrow']" in out
 
 
+class TestRunKeys:
+    """examples/run_keys.py: an idempotent start by business key, reached by that key."""
+
+    def test_redelivery_starts_nothing(self, tmp_path: Path) -> None:
+        out = run_example("run_keys.py", tmp_path)
+        assert "same run: True; payment captured 1 time(s)" in out
+        assert "key 'order-A-1001' names run " in out and "(paused)" in out
+        assert "result: {'receipt': 'rcpt-A-1001-1999', 'tracking': 'TRK-77'}" in out
+        assert "refused: the key names a 'fulfil-order' run, not 'refund-order'" in out
+        assert "refund: refunded A-1001" in out
+        assert "bad key: a run key must not start or end with whitespace" in out
+
+
 class TestPydanticOrders:
     """examples/pydantic_orders.py: Pydantic models as values, typed on replay."""
 
@@ -199,6 +224,18 @@ class TestPydanticOrders:
         assert "run is success: Invoice {'quote': {'order':" in out
         assert "'approved_by': 'ada'" in out
         assert "price ran 1 time(s)" in out
+
+
+class TestEncryptedPayloads:
+    """examples/encrypted_payloads.py: ciphertext at rest, a key rotation, envelopes shown."""
+
+    def test_no_plaintext_rotation_and_envelopes(self, tmp_path: Path) -> None:
+        out = run_example("encrypted_payloads.py", tmp_path)
+        assert "run is paused; event: {'card': '4111-1111-1111-1234'" in out
+        assert "card number in the database file: False" in out
+        assert "after rotation: success, {'approved_by': 'ada'" in out
+        assert ("without the codec: input encrypted (zlib, aesgcm, key k1), "
+                "result encrypted (zlib, aesgcm, key k2)") in out
 
 
 class TestSyncSteps:
@@ -231,7 +268,8 @@ class TestSyncWorkflow:
 CHECKED = {"saga.py", "fan_out.py", "long_sleep.py", "quickstart.py", "failure_data.py",
            "pydantic_orders.py", "typed_signal.py", "schedules_and_queues.py",
            "events_and_streams.py", "fork_and_continue.py", "delayed_start.py",
-           "sync_steps.py", "llm_token_stream.py", "sync_workflow.py"}
+           "sync_steps.py", "llm_token_stream.py", "run_keys.py", "encrypted_payloads.py",
+           "sync_workflow.py"}
 
 
 @pytest.mark.parametrize(
@@ -422,3 +460,24 @@ class TestPauseAndResume:
             "run_resumed_by_operator") < events.index("run_resumed")
         assert "pool gpu paused: True ; its run is queued" in out
         assert "pool gpu resumed (no limits left): True" in out
+
+
+class TestTransactionalStart:
+    """examples/transactional_start.py: the order and its run commit, or roll back, together."""
+
+    @pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+    def test_commit_and_rollback(self, kind: str, tmp_path: Path) -> None:
+        url = None
+        if kind == "postgres":
+            from tests.conftest import POSTGRES_URL, require_postgres
+
+            require_postgres()
+            url = POSTGRES_URL
+        out = run_example("transactional_start.py", tmp_path, url)
+        assert out.splitlines() == [
+            "o-1 placed; its run is queued",
+            "o-2 declined: 250000 cents is over the card's limit",
+            "o-2 has a run: False",
+            "orders in the table: ['o-1']",
+            "o-1 fulfilled: parcel for o-1",
+        ]

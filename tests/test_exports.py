@@ -66,13 +66,16 @@ def test_error_classes_are_pinned_and_drawn() -> None:
                     if isinstance(getattr(starflow, name), type)
                     and issubclass(getattr(starflow, name), BaseException))
     assert errors == [
-        "ConcurrentWaits", "ConfigError", "CopyRefused", "DuplicateRun", "InvalidArgument",
+        "CallerTransactionError", "CodecError", "ConcurrentWaits", "ConfigError",
+        "CopyRefused", "DuplicateRun", "ForeignConnection", "InvalidArgument",
         "InvalidWakeToken",
         "LeaseLostError", "NodeNotInHistory",
-        "NonDeterminismError", "OutsideWorkflow", "ReservedKeyError", "ResultTimeout",
+        "NonDeterminismError", "NotInTransaction", "OutsideWorkflow", "ReservedKeyError",
+        "ResultTimeout",
         "RunCancelled", "RunFinished", "RunIdConflict", "RunNotEnded", "RunNotFound",
         "ScheduleNotFound", "SerializationError", "StarflowError", "StepFailed",
-        "StepTimeout", "StorageError", "StreamClosed", "TooManyRuns", "UnexpectedSignal",
+        "StepTimeout", "StorageError", "StreamClosed", "TooManyRuns",
+        "TransactionalStartUnsupported", "UnexpectedSignal",
         "UpdateRejected", "WaitTimeout", "WarmTierError", "WorkflowDefinitionError",
         "WorkflowFailed", "WorkflowTimeout",
     ]

@@ -80,6 +80,7 @@ __all__ = [
     "INSERTABLE_RUN_COLUMNS",
     "JOB_COLUMNS",
     "LIMIT_COLUMNS",
+    "LIMIT_WIDTH",
     "OUTBOX_COLUMNS",
     "POSTGRES",
     "PRUNED_TABLES",
@@ -109,6 +110,7 @@ __all__ = [
     "guard_sql",
     "held_sql",
     "job_record",
+    "limit_args",
     "merge_run_writes",
     "op_sql",
     "outbox_row",
@@ -144,7 +146,7 @@ RUN_COLUMNS = (
     "checkpoint_json, error, claim_state, runner_pool, leased_by, lease_until, last_heartbeat, "
     "claim_attempts, definition_id, input_json, result_json, start_mode, max_claim_attempts, "
     "workflow_version, failure_json, parent_run_id, detached, deadline_at, continued_as, "
-    "phase, not_before"
+    "phase, not_before, run_key"
 )
 JOB_COLUMNS = (
     "id, run_id, node_id, pool, step_name, idempotency_key, input_json, status, attempts, "
@@ -165,7 +167,7 @@ FLOW_RUN_COLUMNS = frozenset({"priority", "concurrency_key", "dedup_key", "debou
 #: Columns an ``InsertRun`` may name (besides id/workspace_id/env).
 INSERTABLE_RUN_COLUMNS = UPDATABLE_RUN_COLUMNS | FLOW_RUN_COLUMNS | {
     "template_id", "started_at", "input_json", "start_mode", "max_claim_attempts",
-    "workflow_version", "parent_run_id", "detached", "deadline_at",
+    "workflow_version", "parent_run_id", "detached", "deadline_at", "run_key",
 }
 #: Columns of ``starflow_schedules`` in the order they are selected.
 SCHEDULE_COLUMNS = (
@@ -187,7 +189,9 @@ SCHEDULE_UPDATABLE = frozenset({
 })
 #: Columns of ``starflow_pool_limits`` in the order they are selected.
 LIMIT_COLUMNS = ("pool, concurrency, rate_limit, rate_period_ms, key_concurrency, updated_at, "
-                 "paused")
+                 "paused, key_rate_limit, key_rate_period_ms, fair, key_weights, keep_slot")
+#: How many columns :data:`LIMIT_COLUMNS` names.
+LIMIT_WIDTH = 12
 #: A run of a pool that counts against its concurrency: claimed or executing.
 ACTIVE_RUN = "status = 'running' AND claim_state IN ('claimed', 'running')"
 #: The order a claim takes queued runs in: highest priority first, FIFO within one.
@@ -241,6 +245,7 @@ def run_info(row: Any, d: Dialect) -> RunInfo:
         continued_as=None if row[26] is None else str(row[26]),
         phase=js(row[27]),
         not_before=ts(row[28]),
+        run_key=row[29],
     )
 
 
@@ -372,10 +377,13 @@ def schedule_insert_args(d: Dialect, schedule: ScheduleRecord) -> tuple[Any, ...
 
 def pool_limits(row: Any, d: Dialect) -> PoolLimits:
     """A :data:`LIMIT_COLUMNS` row."""
+    weights = d.json_out(row[10]) if row[10] is not None else None
     return PoolLimits(pool=row[0], concurrency=row[1], rate_limit=row[2],
                       rate_period=None if row[3] is None else timedelta(milliseconds=row[3]),
                       key_concurrency=row[4], updated_at=d.ts_out(row[5]),
-                      paused=bool(row[6]))
+                      paused=bool(row[6]), key_rate_limit=row[7],
+                      key_rate_period=None if row[8] is None else timedelta(milliseconds=row[8]),
+                      fair=bool(row[9]), key_weights=weights, keep_slot=bool(row[11]))
 
 
 def period_ms(limits: PoolLimits) -> int | None:
@@ -383,6 +391,16 @@ def period_ms(limits: PoolLimits) -> int | None:
     if limits.rate_period is None:
         return None
     return round(limits.rate_period.total_seconds() * 1000)
+
+
+def limit_args(limits: PoolLimits, d: Dialect) -> tuple[Any, ...]:
+    """The values ``Queries.set_pool_limits`` stores after (ws, env, pool)."""
+    key_ms = (None if limits.key_rate_period is None
+              else round(limits.key_rate_period.total_seconds() * 1000))
+    weights = d.json(limits.key_weights) if limits.key_weights else None
+    return (limits.concurrency, limits.rate_limit, period_ms(limits), limits.key_concurrency,
+            limits.key_rate_limit, key_ms, d.flag(limits.fair), weights,
+            d.flag(limits.keep_slot))
 
 
 def swept(rows: Sequence[Any]) -> list[SweepResult]:
@@ -661,7 +679,7 @@ def _static_sql(d: Dialect, kind: type[Op]) -> str:
 
 @functools.lru_cache(maxsize=512)
 def _update_run_sql(d: Dialect, columns: tuple[str, ...]) -> str:
-    sets = ", ".join(f"{c} = {d.p(i)}" for i, c in enumerate(columns, start=1))
+    sets = ", ".join(f"{c} = {d.run_p(i, c)}" for i, c in enumerate(columns, start=1))
     n = len(columns) + 1
     return f"UPDATE workflow_runs SET {sets} WHERE id = {d.p(n)} AND {d.key_tenant(n + 1)}"
 
@@ -669,7 +687,8 @@ def _update_run_sql(d: Dialect, columns: tuple[str, ...]) -> str:
 @functools.lru_cache(maxsize=512)
 def _insert_run_sql(d: Dialect, columns: tuple[str, ...]) -> str:
     names = ", ".join(("id", "workspace_id", "env", *columns))
-    params = ", ".join(d.p(i) for i in range(1, len(columns) + 4))
+    params = ", ".join((d.p(1), d.p(2), d.p(3), *(d.run_p(i, c) for i, c in
+                                                    enumerate(columns, start=4))))
     return f"INSERT INTO workflow_runs ({names}) VALUES ({params})"
 
 

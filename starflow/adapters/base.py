@@ -27,6 +27,7 @@ from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from ..errors import TransactionalStartUnsupported
 from ..failure import RunFailure
 from ..records import (
     ChildWait,
@@ -50,6 +51,7 @@ from ..records import (
     SweepResult,
     WaitRecord,
 )
+from .caller import CallerTransaction
 from .pages import RunPage, RunPageQuery
 from .seam import AdapterSeam, RunContext, RunWatch, UnitScope, WatchWhenWaiting
 from .units import (
@@ -664,6 +666,24 @@ class WorkflowStateAdapter(AdapterSeam):
     async def find_active_dedup(self, pool: str | None, dedup_key: str) -> str | None:
         """The id of the active (queued, running or paused) run with this dedup key."""
 
+    async def caller_transaction(self, connection: object) -> CallerTransaction:
+        """A start written through the caller's own ``connection``, in its open transaction.
+
+        Checks, before anything is written, that ``connection`` is this
+        database's driver's, connected to this database, and in a transaction.
+        Only SQL adapters can: the default refuses.
+
+        Raises:
+            TransactionalStartUnsupported: this adapter has no database to share.
+            ForeignConnection: another driver's connection, or another database.
+            NotInTransaction: the connection has no open transaction.
+        """
+        raise TransactionalStartUnsupported(
+            f"{type(self).__name__} cannot start a run in the caller's transaction "
+            "(connection=): it keeps no database the caller can write to. Open the app "
+            "on sqlite:///… or postgresql://…, or start the run after your commit. "
+            "Nothing was written")
+
     async def rearm_debounced(self, template_id: str, pool: str | None, debounce_key: str,
                               input: Any, not_before: datetime) -> str | None:
         """Replace the input and ``not_before`` of the pending debounced run, if one exists.
@@ -693,7 +713,7 @@ def _flow_values(opts: StartOptions) -> dict[str, Any]:
     if opts.detached:
         values["detached"] = True
     for column in ("concurrency_key", "dedup_key", "debounce_key", "not_before",
-                   "parent_run_id", "deadline_at"):
+                   "parent_run_id", "deadline_at", "run_key"):
         if getattr(opts, column) is not None:
             values[column] = getattr(opts, column)
     return values

@@ -27,6 +27,7 @@ from ..records import (
     WaitRecord,
 )
 from .base import WorkflowStateAdapter
+from .caller import CallerTransaction
 from .pages import RunPage, RunPageQuery
 from .seam import RunWatch
 from .units import (
@@ -185,3 +186,8 @@ class DelegatingAdapter(WorkflowStateAdapter):
 
     async def find_active_dedup(self, pool: str | None, dedup_key: str) -> str | None:
         return await self.inner.find_active_dedup(pool, dedup_key)
+
+    async def caller_transaction(self, connection: object) -> CallerTransaction:
+        # The start's ops are collected through this wrapper, then written by the
+        # inner adapter's database on the caller's connection.
+        return await self.inner.caller_transaction(connection)

@@ -20,7 +20,10 @@ from ..clock import format_ts, parse_ts
 from ..errors import ConfigError
 from .units import JSON_RUN_COLUMNS
 
-__all__ = ["POSTGRES", "SQLITE", "Dialect", "require_uuid", "uuid_or_none"]
+__all__ = ["POSTGRES", "POSTGRES_CALLER", "SQLITE", "Dialect", "require_uuid", "uuid_or_none"]
+
+#: ``workflow_runs`` columns of type uuid on PostgreSQL.
+UUID_RUN_COLUMNS = frozenset({"id", "definition_id", "parent_run_id", "continued_as"})
 
 
 class Dialect:
@@ -55,6 +58,14 @@ class Dialect:
     def many(self, values: Sequence[Any]) -> tuple[Any, ...]:
         """The arguments of :meth:`one_of` for ``values``."""
         raise NotImplementedError
+
+    def run_p(self, n: int, column: str) -> str:
+        """The ``n``-th placeholder, for a value of ``workflow_runs.column``."""
+        return self.p(n)
+
+    def out(self, column: str) -> str:
+        """How a read selects ``workflow_runs.column`` (its name, or a cast of it)."""
+        return column
 
     # -- codecs (Python → database) ---------------------------------------------
 
@@ -180,8 +191,43 @@ class _Postgres(Dialect):
         return value
 
 
+class _PostgresCaller(_Postgres):
+    """PostgreSQL through a connection starflow did not open: the caller's own,
+    in the caller's transaction (``sf.start(..., connection=conn)``).
+
+    Its codecs are the driver's defaults or the caller's own (a caller may map
+    jsonb to its own JSON library), not starflow's: JSON goes in and comes out
+    as text, cast in the statement, and uuids come out as text.
+    """
+
+    name = "postgres-caller"
+
+    def p(self, n: int, cast: str = "") -> str:
+        return f"${n}::text::jsonb" if cast == "jsonb" else super().p(n, cast)
+
+    def run_p(self, n: int, column: str) -> str:
+        return self.p(n, "jsonb" if column in JSON_RUN_COLUMNS else "")
+
+    def out(self, column: str) -> str:
+        return f"{column}::text" if column in JSON_RUN_COLUMNS | UUID_RUN_COLUMNS else column
+
+    def json(self, value: Any, *, null: bool = False, what: str = "value") -> Any:
+        if null and value is None:
+            return None
+        return serde.encode(value, what=what).decode()
+
+    def run_value(self, column: str, value: Any) -> Any:
+        if column in JSON_RUN_COLUMNS:
+            return None if value is None else serde.encode(value, what=column).decode()
+        return super().run_value(column, value)
+
+    def json_out(self, value: Any) -> Any:
+        return serde.decode(value, sort_keys=True) if isinstance(value, str) else value
+
+
 SQLITE: Dialect = _SQLite()
 POSTGRES: Dialect = _Postgres()
+POSTGRES_CALLER: Dialect = _PostgresCaller()
 
 
 def uuid_or_none(value: str) -> str | None:

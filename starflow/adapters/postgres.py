@@ -47,9 +47,10 @@ import hashlib
 import re
 import secrets
 import uuid
+import weakref
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
@@ -58,7 +59,14 @@ import anyio
 
 from .. import serde
 from ..clock import Clock
-from ..errors import ConfigError, SerializationError, StarflowError, StorageError
+from ..errors import (
+    ConfigError,
+    ForeignConnection,
+    NotInTransaction,
+    SerializationError,
+    StarflowError,
+    StorageError,
+)
 from ..logs import get_logger
 from ..migrations import (
     SEED_INDEXES,
@@ -90,11 +98,24 @@ from ..records import (
     WaitRecord,
 )
 from ..urls import normalize_scheme
-from ._flow import Candidate, pick_claims, room_left, scan_size
+from ._flow import (
+    NO_KEY,
+    Candidate,
+    KeyHead,
+    Queued,
+    fair_keys,
+    fair_pick,
+    merge_claims,
+    pick_claims,
+    room_left,
+    scan_size,
+    take_holders,
+)
 from ._sql import (
     ACTIVE_RUN,
     CLAIM_ORDER,
     LIMIT_COLUMNS,
+    LIMIT_WIDTH,
     POSTGRES,
     RUN_COLUMNS,
     announces_run_change,
@@ -112,10 +133,10 @@ from ._sql import (
     guard_sql,
     held_sql,
     job_record,
+    limit_args,
     merge_run_writes,
     op_sql,
     outbox_row,
-    period_ms,
     pool_limits,
     prune_delete_sql,
     prune_select_args,
@@ -137,7 +158,10 @@ from ._sql import (
     wait_record,
 )
 from .base import RunWatch, WorkflowStateAdapter
+from .caller import CallerConnection, CallerTransaction
+from .dialect import POSTGRES_CALLER
 from .pages import RunPage, RunPageQuery, make_page, page_sql
+from .pool_sql import SLOT_KEPT, pool_counts, pool_sql, scope_args
 from .queries import POSTGRES_QUERIES as Q
 from .queries import queue_stats_of
 from .seam import BusyTracking
@@ -169,6 +193,8 @@ if TYPE_CHECKING:
     import asyncpg
 
 __all__ = ["PostgresWorkflowStateAdapter"]
+
+PC = pool_counts(POSTGRES)
 
 
 def _pruned(rows: Sequence[Any], counts: dict[str, int]) -> PrunedBatch:
@@ -383,6 +409,10 @@ class _LimitedRead:
     limits: PoolLimits | None  # the row as read (None: removed)
     version: str | None  # its xmin
     ids: list[str]
+    active: int = 0  # runs of the pool executing (or keeping their slot)
+    recent: int = 0  # claims of the pool within the rate window
+    key_active: dict[str, int] = field(default_factory=dict)
+    key_recent: dict[str, int] = field(default_factory=dict)
 
 
 async def _connect_to_the_end(*args: Any, **kwargs: Any) -> asyncpg.Connection:
@@ -512,6 +542,12 @@ class PostgresWorkflowStateAdapter(BusyTracking, WorkflowStateAdapter):
         # Transaction pooler: the set_config() query each call's transaction
         # starts with ("" when nothing needs setting); decided in open().
         self._tx_settings = ""
+        #: (current_database(), pg_postmaster_start_time()) of the pool's server, once read.
+        self._identity: tuple[Any, ...] | None = None
+        #: Callers' connections found to reach this database (``caller_transaction``),
+        #: each with whether Row Level Security applies to its role.
+        self._callers_checked: weakref.WeakKeyDictionary[Any, bool] = \
+            weakref.WeakKeyDictionary()
 
     # -- connection ----------------------------------------------------------
 
@@ -683,6 +719,56 @@ class PostgresWorkflowStateAdapter(BusyTracking, WorkflowStateAdapter):
                         await pool.release(conn)
         finally:
             self._busy_exit()
+
+    # -- the caller's transaction (#30) ----------------------------------------
+
+    async def caller_transaction(self, connection: object) -> CallerTransaction:
+        import asyncpg
+        from asyncpg.pool import PoolConnectionProxy
+
+        where = _redact(self.url)
+        if not isinstance(connection, asyncpg.Connection | PoolConnectionProxy):
+            raise ForeignConnection(
+                f"connection= must be an asyncpg connection (or a pool's) for this "
+                f"PostgreSQL app ({where}): got {type(connection).__name__}. Nothing was "
+                "written")
+        if connection.is_closed():
+            raise ForeignConnection(f"connection= is closed: pass an open asyncpg "
+                                    f"connection to {where}. Nothing was written")
+        if not connection.is_in_transaction():
+            raise NotInTransaction(
+                "connection= has no open transaction, so the run would not commit with "
+                "your rows: start it inside `async with conn.transaction():`. Nothing was "
+                "written")
+        # A pool's proxy is made anew by each acquire: what is checked is its connection.
+        raw = getattr(connection, "_con", None) or connection
+        rls = self._callers_checked.get(raw)
+        if rls is None:
+            rls = self._callers_checked[raw] = await self._check_caller(connection)
+        caller = _CallerConnection(self, connection, tenant_settings=rls)
+        return CallerTransaction(caller, workspace_id=self.workspace_id, env=self.env)
+
+    async def _check_caller(self, connection: Any) -> bool:
+        """Refuse a connection to another database (or another server's of that name);
+        whether Row Level Security applies to the connection's role."""
+        identity = "SELECT current_database(), pg_postmaster_start_time()"
+        with self._translate("caller_transaction"):
+            row = await connection.fetchrow(
+                f"{identity}, "
+                "COALESCE(row_security_active(to_regclass('workflow_runs')), false)")
+        theirs = (row[0], row[1])
+        if theirs == self._identity:
+            return bool(row[2])
+        async with self._connection("caller_transaction") as conn:
+            ours = await conn.fetchrow(identity)
+        self._identity = (ours[0], ours[1])
+        if theirs != self._identity:
+            raise ForeignConnection(
+                f"connection= reaches database {theirs[0]!r} of a server started at "
+                f"{theirs[1]}, but this app's is {ours[0]!r} of a server started at "
+                f"{ours[1]} ({_redact(self.url)}): pass a connection to the app's "
+                "database. Nothing was written")
+        return bool(row[2])
 
     # -- migrations ----------------------------------------------------------
 
@@ -1038,7 +1124,11 @@ class PostgresWorkflowStateAdapter(BusyTracking, WorkflowStateAdapter):
             if row is None:
                 return None
             self._limited_pools[pool] = pool_limits(row, POSTGRES)
-        if c.after is None and self.versioned_claims:
+        known_limits = self._limited_pools[pool]
+        # A fair pool writes its round robin's state with every claim, and a kept
+        # slot's claim reads apart: both claim under the row lock only.
+        versioned = not (known_limits.fair or known_limits.keep_slot)
+        if c.after is None and self.versioned_claims and versioned:
             for _ in range(VERSIONED_TRIES):
                 got = await self._claim_versioned(conn, c, limit)
                 if got is None:  # removed meanwhile: CLAIM_SQL takes its runs
@@ -1046,42 +1136,113 @@ class PostgresWorkflowStateAdapter(BusyTracking, WorkflowStateAdapter):
                     return None
                 if not isinstance(got, _Stale):
                     return claimed_runs(got, POSTGRES)
+                changed = self._limited_pools[pool]
+                if changed.fair or changed.keep_slot:  # made fair meanwhile: locked claim
+                    break
         async with conn.transaction():
             row = await conn.fetchrow(_LOCK_POOL_LIMITS, *scope)
             if row is None:
                 self._limited_pools.pop(pool, None)
                 return None
             limits = self._limited_pools[pool] = pool_limits(row, POSTGRES)
-            read = await self._limited_read(conn, limits, c, limit)
-            runs = claimed_runs(await self._claim_ids(conn, c, read.ids), POSTGRES)
+            if limits.fair or limits.keep_slot:
+                ids = await self._pick_locked(conn, limits, c, limit)
+            else:
+                ids = (await self._limited_read(conn, limits, c, limit)).ids
+            runs = claimed_runs(await self._claim_ids(conn, c, ids), POSTGRES)
             if c.after is not None and runs:
                 await self._apply_after(conn, c.after(runs))
         return runs
 
     async def _limited_read(self, conn: asyncpg.Connection, limits: PoolLimits,
-                            c: ClaimRuns, limit: int) -> _LimitedRead:
+                            c: ClaimRuns, limit: int, *, recent_more: int = 0,
+                            key_recent_more: Mapping[str, int] | None = None
+                            ) -> _LimitedRead:
         """The pool's counts, its limits row as it is now, and the ids the claim
-        rule (:func:`pick_claims`) takes from the queued candidates under ``limits``."""
+        rule (:func:`pick_claims`) takes from the queued candidates under ``limits``
+        (``*_more``: claims already picked by this claim, of kept slots)."""
         since = c.now - limits.rate_period if limits.rate_period is not None else None
+        key_since = (c.now - limits.key_rate_period
+                     if limits.key_rate_period is not None else None)
         names = list(c.workflows) if c.workflows is not None else None
         keyed = limits.key_concurrency is not None
         args = (self.workspace_id, self.env, c.pool, since, keyed, names, c.now,
                 scan_size(limit, limits))
-        rows = await conn.fetch(_LIMITED_CANDIDATES, *args, False, limits.key_concurrency or 0)
+        rest = (limits.key_concurrency or 0, limits.keep_slot, key_since,
+                limits.key_rate_limit or 0)
+        rows = await conn.fetch(_LIMITED_CANDIDATES, *args, False, *rest)
         head = rows[0]
-        active, recent = int(head[0]), int(head[1])
-        now = None if head[6] is None else pool_limits(tuple(head)[6:13], POSTGRES)
+        active, recent = int(head[0]), int(head[1]) + recent_more
+        now = (None if head[6] is None
+               else pool_limits(tuple(head)[6:6 + LIMIT_WIDTH], POSTGRES))
         key_active: dict[str, int] = {k: int(n) for k, n in (head[2] or {}).items()}
+        key_recent: dict[str, int] = {k: int(n) for k, n in (head["key_recent"] or {}).items()}
+        for k, n in (key_recent_more or {}).items():
+            key_recent[k] = key_recent.get(k, 0) + n
         room = room_left(limits, active, recent)
         if room is not None and room <= 0 and any(r[4] is not None for r in rows):
             # The pool is at its limit: only runs queued for any pool can go, and
             # the pool's own may have filled the candidates; look at those alone.
-            rows = await conn.fetch(_LIMITED_CANDIDATES, *args, True,
-                                    limits.key_concurrency or 0)
+            rows = await conn.fetch(_LIMITED_CANDIDATES, *args, True, *rest)
         cands = [Candidate(str(r[3]), r[4], r[5]) for r in rows if r[3] is not None]
         ids = pick_claims(cands, limits, limit=limit, active=active, claimed_in_window=recent,
-                          key_active=key_active)
-        return _LimitedRead(limits=now, version=head[13], ids=ids)
+                          key_active=key_active, key_recent=key_recent)
+        return _LimitedRead(limits=now, version=head[6 + LIMIT_WIDTH], ids=ids,
+                            active=active, recent=recent, key_active=key_active,
+                            key_recent=key_recent)
+
+    async def _pick_locked(self, conn: asyncpg.Connection, limits: PoolLimits, c: ClaimRuns,
+                           limit: int) -> list[str]:
+        """The ids a claim of a fair or ``keep_slot`` pool takes, under the pool's
+        limits row lock (its round robin's state written in the same transaction)."""
+        pool = c.pool
+        assert pool is not None
+        scope = (self.workspace_id, self.env, pool)
+        sql = pool_sql(POSTGRES, None, limits.keep_slot)
+        args = scope_args(POSTGRES, *scope, c.now, c.workflows)
+        rows = (await conn.fetch(sql.holders, *args, limit)) if limits.keep_slot else []
+        read = await self._limited_read(conn, limits, c, limit)
+        key_recent = dict(read.key_recent)
+        holders, recent = take_holders(
+            [(Queued(str(r[0]), r[1], r[2]), r[3]) for r in rows], limits,
+            recent=read.recent, key_recent=key_recent)
+        rest = limit - len(holders)
+        if not limits.fair:
+            if holders:
+                more = {k: n - read.key_recent.get(k, 0) for k, n in key_recent.items()}
+                read = await self._limited_read(conn, limits, c, rest,
+                                                recent_more=len(holders), key_recent_more=more)
+            return [h.id for h in holders] + read.ids[:rest]
+        room = room_left(limits, read.active, recent)
+        others = [Queued(str(r[0]), r[1], r[2])
+                  for r in await conn.fetch(sql.any_pool, *args, rest)]
+        fair: list[Queued] = []
+        if rest > 0 and (room is None or room > 0):
+            state = await conn.fetch(PC.fair_state, *scope)
+            vtime = float(state[0][0]) if state else 0.0
+            passes = {r[1]: float(r[2]) for r in state if r[1] is not None}
+            heads = [KeyHead(NO_KEY if r[0] is None else r[0], r[1], r[2])
+                     for r in await conn.fetch(sql.heads, *args)]
+            keys = fair_keys(heads, limits, vtime=vtime, passes=passes,
+                             key_active=read.key_active, key_recent=key_recent, limit=rest)
+            queued: dict[str, list[Queued]] = {}
+            named = [k for k in keys if k != NO_KEY]
+            if named:
+                for r in await conn.fetch(sql.keys_runs, *args, named, [rest] * len(named)):
+                    queued.setdefault(r[0], []).append(Queued(str(r[1]), r[2], r[3]))
+            if NO_KEY in keys:
+                queued[NO_KEY] = [Queued(str(r[0]), r[1], r[2])
+                                  for r in await conn.fetch(sql.null_runs, *args, rest)]
+            pick = fair_pick(queued, keys, limits, vtime=vtime, passes=passes,
+                             key_active=read.key_active, key_recent=key_recent, budget=room,
+                             limit=rest)
+            fair = pick.runs
+            if fair:
+                await conn.executemany(PC.set_pass,
+                                       [(*scope, k, p) for k, p in pick.passes.items()])
+                await conn.execute(PC.set_vtime, *scope, pick.vtime)
+                await conn.execute(PC.trim, *scope, pick.vtime)
+        return [h.id for h in holders] + merge_claims(fair, others, rest)
 
     async def _claim_ids(self, conn: asyncpg.Connection, c: ClaimRuns, ids: list[str]
                          ) -> list[asyncpg.Record]:
@@ -1321,9 +1482,10 @@ class PostgresWorkflowStateAdapter(BusyTracking, WorkflowStateAdapter):
         async with self._connection("set_pool_limits") as conn, conn.transaction():
             # The upsert leaves ``paused`` as it is; a row left with neither a
             # limit nor a pause is dropped.
-            await conn.execute(Q.set_pool_limits, *scope, lim.concurrency, lim.rate_limit,
-                               period_ms(lim), lim.key_concurrency, c.now)
+            await conn.execute(Q.set_pool_limits, *scope, *limit_args(lim, POSTGRES), c.now)
             await conn.execute(Q.delete_pool_limits, *scope)
+            if not lim.fair:  # a fair pool starts its round robin afresh
+                await conn.execute(PC.clear, *scope)
 
     async def _set_pool_paused(self, c: SetPoolPaused) -> None:
         scope = (self.workspace_id, self.env, c.pool)
@@ -1350,9 +1512,12 @@ class PostgresWorkflowStateAdapter(BusyTracking, WorkflowStateAdapter):
                 if lim is not None and lim.rate_period is not None:
                     window = int(await conn.fetchval(Q.pool_window, ws, env, pool,
                                                      now - lim.rate_period))
+                kept = 0
+                if lim is not None and lim.keep_slot:
+                    kept = int(await conn.fetchval(PC.pool_kept, ws, env, pool))
                 queued, active = counts.get(pool, (0, 0))
                 out.append(PoolUsage(pool=pool, limits=lim, queued=queued, active=active,
-                                     claimed_in_window=window))
+                                     claimed_in_window=window, kept=kept))
         return out
 
     async def queue_stats(self, now: datetime) -> list[QueueStats]:
@@ -1506,6 +1671,56 @@ class PostgresWorkflowStateAdapter(BusyTracking, WorkflowStateAdapter):
 # ---------------------------------------------------------------------------
 
 
+class _CallerConnection(CallerConnection):
+    """The caller's asyncpg connection (with its own codecs: see ``POSTGRES_CALLER``).
+
+    The tenant settings Row Level Security reads (021) are set on it, for the
+    rest of the caller's transaction (``set_config(..., true)``), before its
+    first statement (in the same round trip when that takes no arguments: the
+    savepoint of the writes).
+    """
+
+    def __init__(self, adapter: PostgresWorkflowStateAdapter, conn: Any, *,
+                 tenant_settings: bool) -> None:
+        super().__init__(POSTGRES_CALLER)
+        self._adapter = adapter
+        self._conn = conn
+        self._settings = (f"SELECT set_config('starflow.workspace_id', "
+                          f"{_literal(adapter.workspace_id)}, true), "
+                          f"set_config('starflow.env', {_literal(adapter.env)}, true)")
+        #: Nothing to set where Row Level Security does not apply to the role.
+        self._settled = not tenant_settings
+
+    def needs_savepoint(self, refusable: bool) -> bool:
+        # A failed statement aborts a PostgreSQL transaction: a start the database
+        # cannot refuse in a way the caller acts on (no run id, no dedup key) needs
+        # no savepoint to stay all-or-nothing. Two round trips fewer.
+        return refusable
+
+    async def execute(self, sql: str, args: Sequence[Any] = ()) -> None:
+        if not self._settled and not args:
+            sql = f"{self._settings}; {sql}"  # simple protocol: several statements
+        elif not self._settled:
+            await self.execute(self._settings)
+        with self._adapter._translate("start in the caller's transaction"):
+            await self._conn.execute(sql, *args)
+        self._settled = True
+
+    async def fetchrow(self, sql: str, args: Sequence[Any] = ()) -> Sequence[Any] | None:
+        if not self._settled:
+            await self.execute(self._settings)
+        with self._adapter._translate("start in the caller's transaction"):
+            row: Sequence[Any] | None = await self._conn.fetchrow(sql, *args)
+            return row
+
+    def announcing(self, op: Op, sql: str, args: tuple[Any, ...]) -> tuple[str, tuple[Any, ...]]:
+        # NOTIFY is transactional: the workers hear of the run at the caller's commit.
+        if announces_work(op):
+            return _notifying(sql, args, [(self._adapter.channel, "")])
+        return sql, args
+
+
+
 def _notifying(sql: str, args: tuple[Any, ...], announce: Sequence[tuple[str, str]]
                ) -> tuple[str, tuple[Any, ...]]:
     """Wrap a write so that, if it touched a row, it also sends each
@@ -1532,6 +1747,14 @@ _LIMITED_CANDIDATES = f"""
 WITH a AS (
     SELECT concurrency_key FROM workflow_runs
     WHERE workspace_id = $1 AND env = $2 AND runner_pool = $3 AND {ACTIVE_RUN}
+    UNION ALL  -- keep_slot ($11): paused runs and runs queued again keep their slot
+    SELECT concurrency_key FROM workflow_runs
+    WHERE $11::bool AND workspace_id = $1 AND env = $2 AND runner_pool = $3 AND {SLOT_KEPT}
+), kr AS (  -- claims per key within the key rate window ($12; NULL: no key rate limit)
+    SELECT concurrency_key AS k, count(*) AS n FROM workflow_runs
+    WHERE $12::timestamptz IS NOT NULL AND workspace_id = $1 AND env = $2
+      AND runner_pool = $3 AND claimed_at > $12 AND concurrency_key IS NOT NULL
+    GROUP BY concurrency_key
 ), counts AS (
     SELECT (SELECT count(*) FROM a) AS active,
            CASE WHEN $4::timestamptz IS NULL THEN 0 ELSE (
@@ -1540,7 +1763,8 @@ WITH a AS (
            CASE WHEN $5 THEN (
                SELECT COALESCE(jsonb_object_agg(k, n), '{{}}'::jsonb) FROM (
                    SELECT concurrency_key AS k, count(*) AS n FROM a
-                   WHERE concurrency_key IS NOT NULL GROUP BY concurrency_key) g) END AS keys
+                   WHERE concurrency_key IS NOT NULL GROUP BY concurrency_key) g) END AS keys,
+           (SELECT COALESCE(jsonb_object_agg(k, n), '{{}}'::jsonb) FROM kr) AS key_recent
 ), lim AS (
     SELECT {LIMIT_COLUMNS}, xmin::text AS version FROM starflow_pool_limits
     WHERE workspace_id = $1 AND env = $2 AND pool = $3
@@ -1554,12 +1778,15 @@ WITH a AS (
            OR concurrency_key NOT IN (SELECT concurrency_key FROM a
                WHERE concurrency_key IS NOT NULL
                GROUP BY concurrency_key HAVING count(*) >= $10::int))
+      AND ($12::timestamptz IS NULL OR runner_pool IS NULL OR concurrency_key IS NULL
+           OR concurrency_key NOT IN (SELECT k FROM kr WHERE n >= $13::int))
+      AND (NOT $11 OR runner_pool IS NULL OR claimed_at IS NULL)  -- holders: apart
     ORDER BY {CLAIM_ORDER}
     LIMIT $8
     FOR UPDATE SKIP LOCKED
 )
 SELECT counts.active, counts.recent, counts.keys,
-       cand.id, cand.runner_pool, cand.concurrency_key, lim.*
+       cand.id, cand.runner_pool, cand.concurrency_key, lim.*, counts.key_recent
 FROM counts LEFT JOIN lim ON true LEFT JOIN cand ON true
 ORDER BY cand.priority DESC, cand.started_at
 """

@@ -218,15 +218,21 @@ class Queries:
         #: (ws, env)
         self.list_pool_limits = (f"SELECT {LIMIT_COLUMNS} FROM starflow_pool_limits "
                                  f"WHERE {t(1)}")
-        #: (ws, env, pool, concurrency, rate_limit, rate_period_ms, key_concurrency, now)
+        #: (ws, env, pool, concurrency, rate_limit, rate_period_ms, key_concurrency,
+        #: key_rate_limit, key_rate_period_ms, fair, key_weights, keep_slot, now)
         self.set_pool_limits = (
             "INSERT INTO starflow_pool_limits (workspace_id, env, pool, concurrency, "
-            "rate_limit, rate_period_ms, key_concurrency, updated_at) "
-            f"VALUES ({', '.join(p(i) for i in range(1, 9))}) "
+            "rate_limit, rate_period_ms, key_concurrency, key_rate_limit, key_rate_period_ms, "
+            "fair, key_weights, keep_slot, updated_at) "
+            f"VALUES ({', '.join(p(i) for i in range(1, 14))}) "
             "ON CONFLICT (workspace_id, env, pool) DO UPDATE SET "
             "concurrency = excluded.concurrency, rate_limit = excluded.rate_limit, "
             "rate_period_ms = excluded.rate_period_ms, "
-            "key_concurrency = excluded.key_concurrency, updated_at = excluded.updated_at")
+            "key_concurrency = excluded.key_concurrency, "
+            "key_rate_limit = excluded.key_rate_limit, "
+            "key_rate_period_ms = excluded.key_rate_period_ms, fair = excluded.fair, "
+            "key_weights = excluded.key_weights, keep_slot = excluded.keep_slot, "
+            "updated_at = excluded.updated_at")
         #: (ws, env, pool, paused, now): pause or resume a pool, its limits kept.
         self.set_pool_paused = (
             "INSERT INTO starflow_pool_limits (workspace_id, env, pool, paused, updated_at) "
@@ -237,6 +243,7 @@ class Queries:
         self.delete_pool_limits = (f"DELETE FROM starflow_pool_limits WHERE {t(1)} "
                                    f"AND pool = {p(3)} AND concurrency IS NULL "
                                    "AND rate_limit IS NULL AND key_concurrency IS NULL "
+                                   "AND key_rate_limit IS NULL AND NOT fair AND NOT keep_slot "
                                    "AND NOT paused")
         #: (ws, env): per pool, runs queued and runs active.
         self.pool_counts = (

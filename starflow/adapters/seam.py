@@ -21,7 +21,7 @@ from typing import Any, Protocol, Self, cast
 import anyio
 
 from ..clock import Clock
-from ..limits import check_tenant
+from ..limits import RunRef, check_tenant, run_ref
 from .units import (
     Command,
     Guard,
@@ -193,6 +193,19 @@ class AdapterSeam(abc.ABC):
         check_tenant(workspace_id, env)
         self.workspace_id = workspace_id
         self.env = env
+
+    def run_ref(self, run_id: Any) -> RunRef:
+        """``run_id`` (a UUID or a run key) read in this adapter's scope: see
+        :func:`starflow.limits.run_ref`.
+
+        Raises:
+            InvalidArgument: neither a UUID nor a valid run key.
+        """
+        return run_ref(run_id, workspace_id=self.workspace_id, env=self.env)
+
+    def normalize_run_id(self, run_id: Any) -> str:
+        """The id (canonical UUID text) ``run_id`` names here, a UUID or a run key."""
+        return self.run_ref(run_id).id
 
     # -- lifecycle -----------------------------------------------------------
 

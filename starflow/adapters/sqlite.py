@@ -20,6 +20,7 @@ import functools
 import sqlite3
 import threading
 import uuid
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -28,7 +29,13 @@ import anyio
 import anyio.lowlevel
 
 from ..clock import format_ts, parse_ts
-from ..errors import ConfigError, StorageError
+from ..errors import (
+    ConfigError,
+    ForeignConnection,
+    NotInTransaction,
+    StorageError,
+    TransactionalStartUnsupported,
+)
 from ..migrations import MigrationPlan, load_migrations
 from ..records import (
     ChildWait,
@@ -52,7 +59,20 @@ from ..records import (
     WaitRecord,
 )
 from ..urls import normalize_scheme
-from ._flow import Candidate, full_keys, pick_claims, room_left, scan_size
+from ._flow import (
+    NO_KEY,
+    Candidate,
+    KeyHead,
+    Queued,
+    fair_keys,
+    fair_pick,
+    full_keys,
+    merge_claims,
+    pick_claims,
+    room_left,
+    scan_size,
+    take_holders,
+)
 from ._sql import (
     CLAIM_ORDER,
     RUN_COLUMNS,
@@ -72,10 +92,10 @@ from ._sql import (
     guarded_event,
     held_sql,
     job_record,
+    limit_args,
     merge_run_writes,
     op_sql,
     outbox_row,
-    period_ms,
     pool_limits,
     prune_delete_sql,
     prune_select_args,
@@ -95,7 +115,9 @@ from ._sql import (
     wait_record,
 )
 from .base import WorkflowStateAdapter
+from .caller import SAVEPOINT, CallerConnection, CallerTransaction
 from .pages import RunPage, RunPageQuery, make_page, page_sql
+from .pool_sql import PoolSql, pool_counts, pool_sql, scope_args
 from .queries import SCHEDULED, queue_stats_of
 from .queries import SQLITE_QUERIES as Q
 from .seam import BusyTracking
@@ -128,6 +150,8 @@ if TYPE_CHECKING:
     import aiosqlite
 
 __all__ = ["LocalWorkflowStateAdapter"]
+
+PC = pool_counts(SQLITE)
 
 T = TypeVar("T")
 #: ``_last_run`` after a run let go of its lease with nobody else writing.
@@ -191,6 +215,11 @@ class LocalWorkflowStateAdapter(BusyTracking, WorkflowStateAdapter):
         # Held by whoever uses the connection: the database thread for a call,
         # the event loop's thread for an inline write or read (see _on_loop).
         self._lock = threading.Lock()
+        #: The database file as SQLite names it (``PRAGMA database_list``), once open.
+        self._file = ""
+        #: Callers' connections found open on that file (``caller_transaction``).
+        self._callers_checked: weakref.WeakKeyDictionary[Any, bool] = \
+            weakref.WeakKeyDictionary()
 
     @property
     def shared(self) -> bool:
@@ -270,6 +299,7 @@ class LocalWorkflowStateAdapter(BusyTracking, WorkflowStateAdapter):
             conn.execute(f"PRAGMA synchronous = {self.synchronous}")
             conn.execute("PRAGMA foreign_keys = ON")
             self.applied_migrations = tuple(self._migrate(conn))
+            self._file = _main_file(conn.execute("PRAGMA database_list").fetchall())
 
         self._sync_mode = self.synchronous
         try:
@@ -288,6 +318,42 @@ class LocalWorkflowStateAdapter(BusyTracking, WorkflowStateAdapter):
     async def migrate(self) -> list[int]:
         """Apply pending migrations; return the versions applied."""
         return await self._call(self._migrate)
+
+    # -- the caller's transaction (#30) ----------------------------------------
+
+    async def caller_transaction(self, connection: object) -> CallerTransaction:
+        import aiosqlite
+
+        if self.path == ":memory:":
+            raise TransactionalStartUnsupported(
+                "a memory:// app's database is private to it: no other connection can "
+                "share its transaction (connection=). Open the app on sqlite:///path.db. "
+                "Nothing was written")
+        if not isinstance(connection, aiosqlite.Connection):
+            raise ForeignConnection(
+                f"connection= must be an aiosqlite connection for this SQLite app "
+                f"({self.path!r}): got {type(connection).__name__}. Nothing was written")
+        caller = _CallerConnection(connection)
+        try:
+            in_transaction = connection.in_transaction
+        except ValueError as exc:  # aiosqlite: no active connection (closed)
+            raise ForeignConnection(f"connection= is closed: {exc}. Nothing was "
+                                    "written") from exc
+        if not in_transaction:
+            raise NotInTransaction(
+                "connection= has no open transaction, so the run would not commit with "
+                "your rows: `await conn.execute('BEGIN')` (or write your rows) first, "
+                "and commit after the start. Nothing was written")
+        if connection not in self._callers_checked:
+            theirs = _main_file(await caller.fetchall("PRAGMA database_list"))
+            if theirs != self._file and not await anyio.to_thread.run_sync(
+                    _same_file, theirs, self._file):
+                raise ForeignConnection(
+                    f"connection= is open on {theirs or 'a private database'!r}, but this "
+                    f"app's database is {self._file!r}: pass a connection to the app's "
+                    "file. Nothing was written")
+            self._callers_checked[connection] = True
+        return CallerTransaction(caller, workspace_id=self.workspace_id, env=self.env)
 
     async def migration_plan(self) -> MigrationPlan:
         """What :meth:`migrate` would do, changing nothing (``starflow migrate
@@ -774,25 +840,84 @@ class LocalWorkflowStateAdapter(BusyTracking, WorkflowStateAdapter):
         key_active: dict[str, int] = {}
         if limits.key_concurrency is not None:
             key_active = {r[0]: int(r[1]) for r in conn.execute(Q.key_active, scope)}
+        if limits.keep_slot:  # paused runs that keep their slot count as active
+            active += int(conn.execute(PC.pool_kept, scope).fetchone()[0])
+            if limits.key_concurrency is not None:
+                for key, count in conn.execute(PC.key_kept, scope):
+                    key_active[key] = key_active.get(key, 0) + int(count)
+        key_recent: dict[str, int] = {}
+        if limits.key_rate_limit is not None and limits.key_rate_period is not None:
+            key_recent = {r[0]: int(r[1]) for r in conn.execute(
+                PC.key_window, (*scope, format_ts(c.now - limits.key_rate_period)))}
+        sql = pool_sql(SQLITE, len(c.workflows or ()), limits.keep_slot)
+        args = scope_args(SQLITE, *scope, c.now, c.workflows)
         room = room_left(limits, active, recent)
-        full = full_keys(limits, key_active)
-        at_limit = room is not None and room <= 0
-        mine = "runner_pool IS NULL" if at_limit else "(runner_pool IS NULL OR runner_pool = ?)"
-        skip = (f" AND (concurrency_key IS NULL OR concurrency_key NOT IN "
-                f"({', '.join('?' for _ in full)}))") if full else ""
-        cands = [Candidate(r[0], r[1], r[2]) for r in conn.execute(
-            "SELECT id, runner_pool, concurrency_key FROM workflow_runs "
-            "WHERE claim_state = 'queued' AND +workspace_id = ? AND +env = ? "
-            f"AND {mine}{only}{skip} AND {claimable(SQLITE, 1)} "
-            f"ORDER BY {CLAIM_ORDER} LIMIT ?",
-            (self.workspace_id, self.env, *(() if at_limit else (c.pool,)),
-             *(c.workflows or ()), *full, ts, scan_size(c.limit, limits)))]
-        ids = pick_claims(cands, limits, limit=c.limit, active=active, claimed_in_window=recent,
-                          key_active=key_active)
+        holders: list[Queued] = []
+        if limits.keep_slot:
+            rows = conn.execute(sql.holders, (*args, c.limit)).fetchall()
+            holders, recent = take_holders([(Queued(r[0], r[1], r[2]), r[3]) for r in rows],
+                                           limits, recent=recent, key_recent=key_recent)
+            room = room_left(limits, active, recent)
+        limit = c.limit - len(holders)
+        if limits.fair:
+            ids = self._fair_pick(conn, limits, c, sql, args, room=room, limit=limit,
+                                  key_active=key_active, key_recent=key_recent)
+        else:
+            full = full_keys(limits, key_active, key_recent)
+            at_limit = room is not None and room <= 0
+            mine = ("runner_pool IS NULL" if at_limit
+                    else "(runner_pool IS NULL OR runner_pool = ?)")
+            skip = (f" AND (concurrency_key IS NULL OR concurrency_key NOT IN "
+                    f"({', '.join('?' for _ in full)}))") if full else ""
+            kept = " AND (runner_pool IS NULL OR claimed_at IS NULL)" if limits.keep_slot else ""
+            cands = [Candidate(r[0], r[1], r[2]) for r in conn.execute(
+                "SELECT id, runner_pool, concurrency_key FROM workflow_runs "
+                "WHERE claim_state = 'queued' AND +workspace_id = ? AND +env = ? "
+                f"AND {mine}{only}{skip}{kept} AND {claimable(SQLITE, 1)} "
+                f"ORDER BY {CLAIM_ORDER} LIMIT ?",
+                (self.workspace_id, self.env, *(() if at_limit else (c.pool,)),
+                 *(c.workflows or ()), *full, ts, scan_size(limit, limits)))]
+            ids = pick_claims(cands, limits, limit=limit, active=active,
+                              claimed_in_window=recent, key_active=key_active,
+                              key_recent=key_recent)
+        ids = [h.id for h in holders] + ids
         if not ids:
             return []
         return conn.execute(claim_ids_sql(SQLITE, len(ids)), (
             c.runner_id, format_ts(c.lease_until), ts, ts, *SQLITE.many(ids))).fetchall()
+
+    def _fair_pick(self, conn: sqlite3.Connection, limits: PoolLimits, c: ClaimRuns,
+                   sql: PoolSql, args: tuple[Any, ...], *, room: int | None, limit: int,
+                   key_active: dict[str, int], key_recent: dict[str, int]) -> list[str]:
+        """The ids a fair claim takes (:func:`~starflow.adapters._flow.fair_pick`),
+        its passes and virtual time written in the same transaction."""
+        assert c.pool is not None
+        scope = (self.workspace_id, self.env, c.pool)
+        others = [Queued(r[0], r[1], r[2])
+                  for r in conn.execute(sql.any_pool, (*args, limit)).fetchall()]
+        fair: list[Queued] = []
+        if limit > 0 and (room is None or room > 0):
+            state = conn.execute(PC.fair_state, scope).fetchall()
+            vtime = float(state[0][0]) if state else 0.0
+            passes = {r[1]: float(r[2]) for r in state if r[1] is not None}
+            heads = [KeyHead(NO_KEY if r[0] is None else r[0], r[1], r[2])
+                     for r in conn.execute(sql.heads, args)]
+            keys = fair_keys(heads, limits, vtime=vtime, passes=passes, key_active=key_active,
+                             key_recent=key_recent, limit=limit)
+            queued: dict[str, list[Queued]] = {}
+            for key in keys:
+                rows = (conn.execute(sql.null_runs, (*args, limit)) if key == NO_KEY
+                        else conn.execute(sql.key_runs, (*args, key, limit)))
+                queued[key] = [Queued(r[0], r[1], r[2]) for r in rows]
+            pick = fair_pick(queued, keys, limits, vtime=vtime, passes=passes,
+                             key_active=key_active, key_recent=key_recent, budget=room,
+                             limit=limit)
+            fair = pick.runs
+            if fair:
+                conn.executemany(PC.set_pass, [(*scope, k, p) for k, p in pick.passes.items()])
+                conn.execute(PC.set_vtime, (*scope, pick.vtime))
+                conn.execute(PC.trim, (*scope, pick.vtime))
+        return merge_claims(fair, others, limit)
 
     async def _expire_old_leases(self, c: SweepLeases) -> list[SweepResult]:
         ts, reason, after = format_ts(c.now), c.reason, c.after
@@ -1036,10 +1161,11 @@ class LocalWorkflowStateAdapter(BusyTracking, WorkflowStateAdapter):
         def store(conn: sqlite3.Connection) -> None:
             # The upsert leaves ``paused`` as it is; a row left with neither a
             # limit nor a pause is dropped.
-            conn.execute(Q.set_pool_limits, (*scope, lim.concurrency, lim.rate_limit,
-                                             period_ms(lim), lim.key_concurrency,
+            conn.execute(Q.set_pool_limits, (*scope, *limit_args(lim, SQLITE),
                                              format_ts(c.now)))
             conn.execute(Q.delete_pool_limits, scope)
+            if not lim.fair:  # a fair pool starts its round robin afresh
+                conn.execute(PC.clear, scope)
 
         await self._write(store)
 
@@ -1072,9 +1198,12 @@ class LocalWorkflowStateAdapter(BusyTracking, WorkflowStateAdapter):
                 if lim is not None and lim.rate_period is not None:
                     window = int(conn.execute(Q.pool_window, (
                         ws, env, pool, format_ts(now - lim.rate_period))).fetchone()[0])
+                kept = 0
+                if lim is not None and lim.keep_slot:
+                    kept = int(conn.execute(PC.pool_kept, (ws, env, pool)).fetchone()[0])
                 queued, active = counts.get(pool, (0, 0))
                 out.append(PoolUsage(pool=pool, limits=lim, queued=queued, active=active,
-                                     claimed_in_window=window))
+                                     claimed_in_window=window, kept=kept))
             return out
 
         return await self._call(usage)
@@ -1135,6 +1264,68 @@ def _pruned(rows: Sequence[Any], counts: dict[str, int]) -> PrunedBatch:
     return PrunedBatch(run_ids=[r[0] for r in rows],
                        cursor=(parse_ts(rows[-1][1]), rows[-1][0]) if rows else None,
                        rows=counts)
+
+
+class _CallerConnection(CallerConnection):
+    """The caller's aiosqlite connection."""
+
+    def __init__(self, conn: aiosqlite.Connection) -> None:
+        super().__init__(SQLITE)
+        self._conn = conn
+
+    async def execute(self, sql: str, args: Sequence[Any] = ()) -> None:
+        try:
+            await self._conn.execute(sql, tuple(args))
+        except sqlite3.Error as exc:
+            raise _storage_error(exc, None) from exc
+
+    async def fetchrow(self, sql: str, args: Sequence[Any] = ()) -> Sequence[Any] | None:
+        try:
+            async with self._conn.execute(sql, tuple(args)) as cursor:
+                row: Sequence[Any] | None = await cursor.fetchone()
+                return row
+        except sqlite3.Error as exc:
+            raise _storage_error(exc, None) from exc
+
+    async def write(self, statements: Sequence[tuple[str, tuple[Any, ...]]], *,
+                    savepoint: bool = True) -> None:
+        # One hop to aiosqlite's thread for the whole savepoint, not one per statement.
+        # (Always a savepoint: a failed statement does not abort a SQLite transaction.)
+        opening = self.savepoint()
+
+        def write(raw: sqlite3.Connection) -> None:
+            raw.execute(opening)
+            try:
+                for sql, args in statements:
+                    raw.execute(sql, args)
+            except sqlite3.Error:
+                raw.execute(f"ROLLBACK TO SAVEPOINT {SAVEPOINT}")
+                raw.execute(f"RELEASE SAVEPOINT {SAVEPOINT}")
+                raise
+            raw.execute(f"RELEASE SAVEPOINT {SAVEPOINT}")
+
+        try:
+            await self._conn._execute(  # type: ignore[no-untyped-call]
+                lambda: write(self._conn._conn))
+        except sqlite3.Error as exc:
+            raise _storage_error(exc, None) from exc
+
+    async def fetchall(self, sql: str) -> list[Any]:
+        try:
+            return list(await self._conn.execute_fetchall(sql))
+        except sqlite3.Error as exc:
+            raise _storage_error(exc, None) from exc
+
+
+def _main_file(rows: Sequence[Any]) -> str:
+    """The main database's file in ``PRAGMA database_list`` rows ("" if private)."""
+    return next((str(r[2] or "") for r in rows if r[1] == "main"), "")
+
+
+def _same_file(a: str, b: str) -> bool:
+    import os
+
+    return bool(a and b) and os.path.realpath(a) == os.path.realpath(b)
 
 
 def _storage_error(exc: sqlite3.Error, run_id: str | None) -> StorageError:

@@ -99,6 +99,9 @@ UPDATABLE_RUN_COLUMNS = frozenset(
         "continued_as",
         "deadline_at",
         "phase",
+        # The time of the run's latest claim: cleared by a retry, so a retried
+        # run does not count as keeping a pool slot (keep_slot) it gave up at its end.
+        "claimed_at",
     }
 )
 #: Columns holding JSON (encoded by the adapter).

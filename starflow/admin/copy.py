@@ -30,6 +30,7 @@ definitions, wake-token keys and worker jobs, ids and timestamps kept.
 from __future__ import annotations
 
 import hashlib
+import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -49,7 +50,7 @@ from ..adapters.copying import (
 )
 from ..clock import Clock, SystemClock, format_ts, monotonic
 from ..errors import ConfigError, CopyRefused, StarflowError, StorageError
-from ..limits import normalize_run_id
+from ..limits import run_key_problem
 from .copy_records import Conflict, CopyOptions, CopyProgress, CopyReport, Mismatch
 
 __all__ = [
@@ -77,7 +78,8 @@ TABLES: tuple[TableSpec, ...] = (
               json=_T({"input_json"}), uuids=_T({"definition_id", "last_run_id"}),
               bools=_T({"paused"})),
     TableSpec("starflow_pool_limits", key=("workspace_id", "env", "pool"), lookup="pool",
-              times=_T({"updated_at"}), bools=_T({"paused"})),
+              times=_T({"updated_at"}), json=_T({"key_weights"}),
+              bools=_T({"paused", "fair", "keep_slot"})),
     TableSpec("workflow_runs", key=("id",), lookup="id", run_column="id",
               times=_T({"started_at", "completed_at", "lease_until", "last_heartbeat",
                         "not_before", "claimed_at", "deadline_at"}),
@@ -120,6 +122,8 @@ NOT_COPIED: dict[str, str] = {
     "sqlite_sequence": "SQLite's id counters (they follow the copied ids)",
     "mirror_outbox": "the warm tier's delivery queue: the target's drift sweep rebuilds "
                      "the warm tier from the copied runs",
+    "starflow_pool_keys": "a fair pool's round-robin bookkeeping (recent service per key): "
+                          "the target's fair pools start their round robin afresh",
     "starflow_role_workspaces": "PostgreSQL role pins name roles of the source database "
                                 "(pin the target's roles with starflow_pin_role)",
 }
@@ -263,10 +267,7 @@ class _Copy:
         """The run ids of a ``--run`` copy (with their children); None: a tenant scope."""
         if self.o.run_id is None:
             return None
-        run_id = normalize_run_id(self.o.run_id)  # as stored (pasted ids may be upper case)
-        found = await self.src.select_in(_RUNS, "id", [run_id])
-        if not found:
-            raise ConfigError(f"--run {self.o.run_id}: no such run in the source",)
+        run_id = await self._run_named(self.o.run_id)
         ids = [run_id]
         if "parent_run_id" in self.src.columns["workflow_runs"]:
             frontier = [run_id]
@@ -275,6 +276,31 @@ class _Copy:
                 frontier = [str(c["id"]) for c in children if str(c["id"]) not in ids]
                 ids.extend(frontier)
         return ids
+
+    async def _run_named(self, given: str) -> str:
+        """The id of the run ``--run`` names: a UUID, or a run key (#30), looked
+        up in every scope of the source (a copy is not bound to one), which must
+        hold one run with that key."""
+        try:
+            run_id: str | None = str(uuid.UUID(given))  # as stored (pasted ids may be upper case)
+        except ValueError:
+            run_id = None
+        if run_id is not None:
+            found = await self.src.select_in(_RUNS, "id", [run_id])
+        else:
+            problem = run_key_problem(given)
+            if problem is not None:
+                raise ConfigError(f"--run {given[:60]!r} is not a UUID nor a valid run key: "
+                                  f"{problem}")
+            found = (await self.src.select_in(_RUNS, "run_key", [given])
+                     if "run_key" in self.src.columns["workflow_runs"] else [])
+            if len(found) > 1:
+                scopes = ", ".join(f"{r['workspace_id']}/{r['env']}: {r['id']}" for r in found)
+                raise ConfigError(f"--run {given!r}: runs of several workspaces have this "
+                                  f"key ({scopes}); pass the run's id instead")
+        if not found:
+            raise ConfigError(f"--run {given}: no such run in the source")
+        return str(found[0]["id"])
 
     # -- comparing and writing ----------------------------------------------------------
 

@@ -15,7 +15,6 @@ import msgspec
 from .. import serde
 from ..adapters.base import WorkflowStateAdapter
 from ..errors import RunNotFound, SerializationError
-from ..limits import normalize_run_id
 from ..records import RunEvent, RunInfo
 from ..tokens import redact_wake_tokens
 
@@ -59,7 +58,7 @@ async def read_history(adapter: WorkflowStateAdapter, run_id: str) -> RunHistory
     Raises:
         RunNotFound: no such run in the adapter's scope.
     """
-    run_id = normalize_run_id(run_id)  # as stored (a pasted id may be upper case)
+    run_id = adapter.normalize_run_id(run_id)  # as stored: a pasted id, or a run key
     run = await adapter.get_run(run_id)
     if run is None:
         raise RunNotFound(run_id)

@@ -18,14 +18,22 @@ from typing import Any, Literal, Protocol
 import anyio.lowlevel
 
 from ..adapters.base import WorkflowStateAdapter
+from ..adapters.coding import open_event, open_run
 from ..adapters.null import NullWorkflowStateAdapter
 from ..adapters.units import Unit
+from ..codec import PayloadCodec, Payloads
 from ..config import StarflowConfig
 from ..engine.child_nodes import RESULT_KIND, child_event
 from ..engine.engine import Engine, Outcome, Runtime
 from ..engine.execution import decode_input
 from ..engine.replay import Journal, node_id
-from ..errors import NonDeterminismError, StarflowError, StorageError, WorkflowDefinitionError
+from ..errors import (
+    CodecError,
+    NonDeterminismError,
+    StarflowError,
+    StorageError,
+    WorkflowDefinitionError,
+)
 from ..tokens import Keyring
 from ..workflow.context import WorkflowContext, current_engine
 from ..workflow.decorators import StepDefinition, WorkflowDefinition, definition_of, registry
@@ -190,6 +198,9 @@ class Replayer:
         workflows: The ``@workflow`` functions to replay with. A history is
             matched by workflow name (and version, when several are given).
             Default: the process's registry, by the run's name and version.
+        codec: The :class:`~starflow.PayloadCodec` the runs were written with
+            (``Starflow.open(codec=...)``), to decode their encoded arguments,
+            results and recorded outputs. Not needed for a source opened with it.
 
     Example::
 
@@ -198,7 +209,9 @@ class Replayer:
         assert all(r.ok for r in results), [r.error for r in results if not r.ok]
     """
 
-    def __init__(self, workflows: Iterable[Callable[..., Any]] = ()) -> None:
+    def __init__(self, workflows: Iterable[Callable[..., Any]] = (), *,
+                 codec: PayloadCodec | None = None) -> None:
+        self._payloads = Payloads(codec) if codec is not None else None
         self._definitions: dict[str, list[WorkflowDefinition]] = {}
         for wf in workflows:
             definition = definition_of(wf)
@@ -232,6 +245,15 @@ class Replayer:
         except WorkflowDefinitionError as exc:
             return ReplayResult(run_id=run.id, workflow=run.template_id, ok=False, error=exc,
                                 outcome="failed")
+        if self._payloads is not None:
+            try:
+                parsed = RunHistory(run=open_run(self._payloads, run),
+                                    events=[open_event(self._payloads, e)
+                                            for e in parsed.events],
+                                    format=parsed.format)
+            except CodecError as exc:
+                return ReplayResult(run_id=run.id, workflow=run.template_id, ok=False,
+                                    error=exc, outcome="failed")
         return await self._replay(parsed, definition)
 
     async def replay_histories(self, histories: Iterable[HistoryLike]) -> list[ReplayResult]:
@@ -300,4 +322,8 @@ class Replayer:
             nde = outcome.exception
         if nde is not None:
             return result(False, "nondeterminism", nde)
+        if isinstance(outcome.exception, CodecError):
+            # A recorded value it could not decode (no codec, a key it lacks): the
+            # replay did not check the code against the history past that point.
+            return result(False, "failed", outcome.exception)
         return result(True, stopped)

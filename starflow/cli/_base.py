@@ -192,35 +192,70 @@ def db_args(parser: argparse.ArgumentParser) -> None:
                              "$STARFLOW_WORKSPACE, else celestial)")
     parser.add_argument("--env", default=None,
                         help="env scope (default: the app's, else $STARFLOW_ENV, else prod)")
+    parser.add_argument("--codec", metavar="MODULE:ATTR", default=None,
+                        help="the payload codec (a PayloadCodec, or a zero-argument factory "
+                             "returning one) to decode encrypted or compressed values with "
+                             "(default: the app's, else $STARFLOW_CODEC; without one they "
+                             "show as 'encrypted')")
 
 
-def load_app_object(spec: str) -> Any:
+def load_app_object(spec: str, flag: str = "--app") -> Any:
     """Import ``module[:attr]``; return the attribute (or None for a bare module)."""
     module_name, _, attr = spec.partition(":")
     if not module_name or (":" in spec and not attr) or ":" in attr:
-        raise CommandError(f"--app must be MODULE or MODULE:ATTR, got {spec!r}", EXIT_USAGE)
+        raise CommandError(f"{flag} must be MODULE or MODULE:ATTR, got {spec!r}", EXIT_USAGE)
     if os.getcwd() not in sys.path and "" not in sys.path:
         sys.path.insert(0, os.getcwd())  # like `python -m`: the app module sits beside you
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
         if exc.name and module_name.startswith(exc.name):
-            raise CommandError(f"--app {spec}: no module named {exc.name!r} (is it on "
+            raise CommandError(f"{flag} {spec}: no module named {exc.name!r} (is it on "
                                "PYTHONPATH, or run from its directory?)", EXIT_USAGE) from exc
-        raise CommandError(f"--app {spec}: importing {module_name!r} failed: {exc}") from exc
+        raise CommandError(f"{flag} {spec}: importing {module_name!r} failed: {exc}") from exc
     except StarflowError as exc:
-        raise CommandError(f"--app {spec}: {exc}") from exc
+        raise CommandError(f"{flag} {spec}: {exc}") from exc
     except Exception as exc:
-        raise CommandError(f"--app {spec}: importing {module_name!r} raised "
+        raise CommandError(f"{flag} {spec}: importing {module_name!r} raised "
                            f"{type(exc).__name__}: {exc}") from exc
     if not attr:
         return None
     obj: Any = module
     for part in attr.split("."):
         if not hasattr(obj, part):
-            raise CommandError(f"--app {spec}: module {module_name!r} has no attribute "
+            raise CommandError(f"{flag} {spec}: module {module_name!r} has no attribute "
                                f"{attr!r}", EXIT_USAGE)
         obj = getattr(obj, part)
+    return obj
+
+
+def load_codec(ns: argparse.Namespace) -> Any:
+    """The codec ``--codec`` (else ``$STARFLOW_CODEC``) names, or None.
+
+    ``MODULE:ATTR`` is a :class:`~starflow.PayloadCodec` or a zero-argument
+    factory that returns one (so keys can come from a secret store).
+    """
+    from ..codec import PayloadCodec
+
+    spec = getattr(ns, "codec", None) or os.environ.get("STARFLOW_CODEC") or None
+    if spec is None:
+        return None
+    flag = "--codec" if getattr(ns, "codec", None) else "STARFLOW_CODEC"
+    if ":" not in spec:
+        raise CommandError(f"{flag} must be MODULE:ATTR, got {spec!r}", EXIT_USAGE)
+    obj = load_app_object(spec, flag)
+    if not isinstance(obj, PayloadCodec) and callable(obj):
+        try:
+            obj = obj()
+        except StarflowError as exc:
+            raise CommandError(f"{flag} {spec}: the factory failed: {exc}") from exc
+        except Exception as exc:
+            raise CommandError(f"{flag} {spec}: the factory raised "
+                               f"{type(exc).__name__}: {exc}") from exc
+    if not isinstance(obj, PayloadCodec):
+        raise CommandError(f"{flag} {spec}: expected a PayloadCodec (encode, decode, name) "
+                           f"or a factory returning one, got {type(obj).__name__}",
+                           EXIT_USAGE)
     return obj
 
 
@@ -278,13 +313,29 @@ async def resolve_app(ns: argparse.Namespace, *, maintenance: bool = False,
     workspace = getattr(ns, "workspace", None)
     env = getattr(ns, "env", None)
     warm = getattr(ns, "warm", None)  # `starflow server --warm URL`
+    app_codec = obj.codec if obj is not None else None
+    if app_codec is not None and getattr(ns, "codec", None):
+        raise CommandError("--codec and an --app opened with a codec: give one of them",
+                           EXIT_USAGE)
+    # The app's codec, else --codec / $STARFLOW_CODEC.
+    codec = app_codec if app_codec is not None else load_codec(ns)
     if obj is not None and db is None and workspace is None and env is None:
         if warm is not None:
             raise CommandError("--warm goes with --db (an app configures its warm tier "
                                "with Starflow.open(warm=...))", EXIT_USAGE)
         # The user's app as configured, with this process's maintenance choice.
-        return Starflow(obj.adapter, config=obj.config, clock=obj.clock,
-                        maintenance=maintenance)
+        adapter = obj.adapter
+        if obj.codec is None and codec is not None:
+            from ..adapters.coding import CodecAdapter
+            from ..codec import Payloads
+
+            try:
+                adapter = CodecAdapter(adapter, Payloads(codec))
+            except StarflowError as exc:
+                raise CommandError(str(exc), EXIT_USAGE) from exc
+        app = Starflow(adapter, config=obj.config, clock=obj.clock, maintenance=maintenance)
+        app.codec = codec
+        return app
     url = db or database_url_from_env()
     if obj is not None and url is None:
         raise CommandError("--workspace/--env need a database: pass --db URL too", EXIT_USAGE)
@@ -305,7 +356,7 @@ async def resolve_app(ns: argparse.Namespace, *, maintenance: bool = False,
     if env is not None:
         kwargs["env"] = env
     try:
-        return Starflow.open(url, maintenance=maintenance, warm=warm, **kwargs)
+        return Starflow.open(url, maintenance=maintenance, warm=warm, codec=codec, **kwargs)
     except StarflowError as exc:
         raise CommandError(str(exc), EXIT_USAGE) from exc
 
@@ -321,11 +372,13 @@ async def open_app(ns: argparse.Namespace, *, maintenance: bool = False,
         except RunNotFound as exc:
             if os.environ.get("STARFLOW_TRACEBACK"):
                 raise
-            raise CommandError(await _run_not_found(sf, exc.run_id or "?", ns)) from exc
+            raise CommandError(await _run_not_found(sf, exc, ns)) from exc
 
 
-async def _scopes_of_run(url: str, run_id: str) -> list[tuple[str, str]]:
-    """The (workspace, env) of every run ``run_id`` in the database (empty if none or unknown)."""
+async def _scopes_of_run(url: str, run_id: str, run_key: str | None = None
+                         ) -> list[tuple[str, str]]:
+    """The (workspace, env) of every run ``run_id`` (or, given a run key, every run
+    with that key) in the database (empty if none or unknown)."""
     from ..adapters.copying import endpoint_for
 
     try:
@@ -334,8 +387,10 @@ async def _scopes_of_run(url: str, run_id: str) -> list[tuple[str, str]]:
     except Exception:  # a URL the lookup cannot read (memory://…): no hint, the error stands
         return []
     try:
-        rows = await end.fetch("SELECT workspace_id, env FROM workflow_runs WHERE id = "
-                               f"{end.dialect.p(1, 'uuid')}", [run_id])
+        rows = await (end.fetch("SELECT workspace_id, env FROM workflow_runs WHERE id = "
+                                f"{end.dialect.p(1, 'uuid')}", [run_id]) if run_key is None
+                      else end.fetch("SELECT workspace_id, env FROM workflow_runs WHERE "
+                                     f"run_key = {end.dialect.p(1)}", [run_key]))
     except Exception:  # not a UUID, a role that cannot see other tenants: no hint
         return []
     finally:
@@ -343,16 +398,19 @@ async def _scopes_of_run(url: str, run_id: str) -> list[tuple[str, str]]:
     return sorted((str(ws), str(env)) for ws, env in rows)
 
 
-async def _run_not_found(sf: Any, run_id: str, ns: argparse.Namespace) -> str:
+async def _run_not_found(sf: Any, exc: RunNotFound, ns: argparse.Namespace) -> str:
     """A RunNotFound that names the scope searched, and where the run is if elsewhere."""
     workspace, env = sf.workspace_id, sf.env
-    message = f"RunNotFound: run {run_id} not found in workspace {workspace!r}, env {env!r}"
+    run_id, key = exc.run_id or "?", exc.run_key
+    message = (f"RunNotFound: run {key if key is not None else run_id} not found in "
+               f"workspace {workspace!r}, env {env!r}")
     url = getattr(ns, "db", None) or database_url_from_env()
-    found = await _scopes_of_run(url, run_id) if url else []
+    found = await _scopes_of_run(url, run_id, key) if url else []
     if found:
         where = "; ".join(f"--workspace {ws} --env {e}" for ws, e in found)
         return f"{message}; it is in another scope: pass {where}"
-    return (f"{message}: check the id and the database, or look in another scope with "
+    what = "the id (here a run key)" if key is not None else "the id"
+    return (f"{message}: check {what} and the database, or look in another scope with "
             "--workspace W --env E (or $STARFLOW_WORKSPACE/$STARFLOW_ENV)")
 
 

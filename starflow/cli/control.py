@@ -23,11 +23,12 @@ from ..errors import (
     ConfigError,
     InvalidArgument,
     InvalidWakeToken,
+    RunNotFound,
     SerializationError,
     TooManyRuns,
     WorkflowDefinitionError,
 )
-from ..limits import normalize_run_id
+from ..limits import run_ref
 from ..records import BulkResult, RunFilter, RunInfo
 from ..serde import check_json_depth
 from ..tokens import redact_wake_tokens
@@ -127,8 +128,9 @@ def _start_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--args", type=_payload, default=None, metavar="JSON",
                         help="the workflow's arguments: a JSON array (positional), or an "
                              "object (keyword arguments)")
-    parser.add_argument("--run-id", default=None, metavar="UUID",
-                        help="an idempotent start: a second start with this id returns the run")
+    parser.add_argument("--run-id", default=None, metavar="ID_OR_KEY",
+                        help="an idempotent start: a second start with this id (a UUID) or "
+                             "run key (any other text, e.g. order-123) returns the run")
     parser.add_argument("--pool", default=None, help="only workers of this pool claim it")
     parser.add_argument("--inline", action="store_true",
                         help="drive the run here until it ends or pauses, instead of queueing "
@@ -452,6 +454,13 @@ async def _runs_pause(ns: argparse.Namespace) -> int:
          args=[app_args, db_args], configure=run_args)
 async def _runs_resume(ns: argparse.Namespace) -> int:
     async with open_app(ns, must_exist=True) as sf, _missing_code_explained(sf):
-        handle = await sf.resume(normalize_run_id(ns.run_id))
+        # a run id or key, never read as a token
+        ref = run_ref(ns.run_id, workspace_id=sf.workspace_id, env=sf.env)
+        try:
+            handle = await sf.resume(ref.id)
+        except RunNotFound as exc:
+            if ref.key is None:
+                raise
+            raise RunNotFound(ref.id, run_key=ref.key) from exc
         await _operator_report(sf, handle, "resumed", ns.json)
     return EXIT_OK

@@ -19,6 +19,7 @@ from ._base import (
     app_args,
     command,
     load_app_object,
+    load_codec,
 )
 from ._format import json_flag, render_table, write, write_json
 
@@ -32,6 +33,9 @@ def _replay_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("file", metavar="FILE",
                         help="an export from `starflow runs export` or `starflow runs "
                              "prune --export` (- for stdin)")
+    parser.add_argument("--codec", metavar="MODULE:ATTR", default=None,
+                        help="the payload codec the runs were written with (default: the "
+                             "--app Starflow's, else $STARFLOW_CODEC)")
     json_flag(parser)
 
 
@@ -85,8 +89,11 @@ async def _replay(ns: argparse.Namespace) -> int:
     except RecursionError:  # the decoder recurses once per level of nesting
         raise CommandError(f"{ns.file}: nested too deep to be a run history export; "
                            "export it with starflow runs export") from None
-    load_app_object(ns.app)  # registers the workflows the replayer looks up
-    replayer = Replayer()
+    app = load_app_object(ns.app)  # registers the workflows the replayer looks up
+    codec = load_codec(ns)
+    if codec is None and app is not None:
+        codec = getattr(app, "codec", None)  # an --app Starflow opened with a codec
+    replayer = Replayer(codec=codec)
     results = []
     statuses: list[str] = []
     for history in _histories(document, ns.file):

@@ -16,6 +16,7 @@ import anyio
 import msgspec
 
 from ..clock import parse_when
+from ..codec import show_encoded
 from ..limits import normalize_run_id
 from ..records import RunEvent, RunInfo
 from ..tokens import redact_wake_tokens
@@ -85,6 +86,7 @@ def run_summary(run: RunInfo) -> dict[str, Any]:
     """The row's key fields, JSON-ready (``runs list --json``)."""
     return {
         "id": run.id,
+        "run_key": run.run_key,  # the key it was started with (#30), else null
         "workflow": run.template_id,
         "version": run.workflow_version,
         "status": run.status,
@@ -113,8 +115,8 @@ def run_detail(run: RunInfo) -> dict[str, Any]:
         "definition_id": run.definition_id,
         "failure": run.failure_json,
         "waiting": _waiting(run),
-        "input": redact_wake_tokens(run.input_json),
-        "result": redact_wake_tokens(run.result_json),
+        "input": redact_wake_tokens(show_encoded(run.input_json)),
+        "result": redact_wake_tokens(show_encoded(run.result_json)),
         "continued_as": run.continued_as,
         "phase": redact_wake_tokens(run.phase),
     }
@@ -124,7 +126,7 @@ def event_json(ev: RunEvent) -> dict[str, Any]:
     """One event, JSON-ready, wake tokens redacted."""
     return {"id": ev.id, "run_id": ev.run_id, "event_type": ev.event_type,
             "node_id": ev.node_id, "created_at": iso(ev.created_at),
-            "payload": redact_wake_tokens(ev.payload_json)}
+            "payload": redact_wake_tokens(show_encoded(ev.payload_json))}
 
 
 def timeline(run: RunInfo, events: Sequence[RunEvent]) -> list[dict[str, Any]]:
@@ -220,7 +222,8 @@ async def _runs_list(ns: argparse.Namespace) -> int:
                     if (ns.template is None or r.template_id == ns.template)
                     and (since is None or (r.started_at is not None and r.started_at >= since))
                     and (ns.parent is None
-                         or r.parent_run_id == normalize_run_id(ns.parent))
+                         or r.parent_run_id == normalize_run_id(
+                             ns.parent, workspace_id=sf.workspace_id, env=sf.env))
                     ][:ns.limit]
         else:
             runs = await sf.list_runs(status=ns.status, template_id=ns.template,
@@ -235,9 +238,12 @@ async def _runs_list(ns: argparse.Namespace) -> int:
                          f"{sf.env!r} (another scope: --workspace/--env, or "
                          "$STARFLOW_WORKSPACE/$STARFLOW_ENV)\n")
         return EXIT_OK
+    keyed = any(r.run_key is not None for r in runs)  # a key column only if one has a key
     write(render_table(
-        ["id", "workflow", "status", "started", "duration", "error"],
-        [(r.id, f"{r.template_id}" + (f" v{r.workflow_version}" if r.workflow_version else ""),
+        ["id", *(["key"] if keyed else []), "workflow", "status", "started", "duration",
+         "error"],
+        [(r.id, *([r.run_key] if keyed else []),
+          f"{r.template_id}" + (f" v{r.workflow_version}" if r.workflow_version else ""),
           r.status + (f" (starts at {iso(r.starts_at)})" if r.starts_at else ""),
           iso(r.started_at),
           _ms(float(r.duration_ms)) if r.duration_ms is not None else None, r.error)
@@ -270,6 +276,7 @@ async def _runs_show(ns: argparse.Namespace) -> int:
     waiting = detail["waiting"]
     fields: list[tuple[str, Any]] = [
         ("run", run.id),
+        ("key", run.run_key),  # the run key it was started with (#30)
         ("workflow", f"{run.template_id} v{run.workflow_version}"
                      if run.workflow_version else run.template_id),
         ("status", run.status),

@@ -70,9 +70,16 @@ def pool_json(usage: PoolUsage) -> dict[str, Any]:
         "rate_period_seconds": lim.rate_period.total_seconds() if lim and lim.rate_period
         else None,
         "key_concurrency": lim.key_concurrency if lim else None,
+        "key_rate_limit": lim.key_rate_limit if lim else None,
+        "key_rate_period_seconds": lim.key_rate_period.total_seconds()
+        if lim and lim.key_rate_period else None,
+        "fair": bool(lim and lim.fair),
+        "key_weights": dict(lim.key_weights) if lim and lim.key_weights else None,
+        "keep_slot": bool(lim and lim.keep_slot),
         "paused": bool(lim and lim.paused),
         "queued": usage.queued,
         "active": usage.active,
+        "kept": usage.kept,
         "claimed_in_window": usage.claimed_in_window,
     }
 
@@ -198,15 +205,30 @@ async def _pools(ns: argparse.Namespace) -> int:
         return f"{used}/{cap}" if cap is not None else str(used)
 
     write(render_table(
-        ["pool", "state", "queued", "executing", "rate", "key concurrency"],
+        ["pool", "state", "queued", "executing", "rate", "key concurrency", "key rate",
+         "claims"],
         [(p.pool, "paused" if p.limits and p.limits.paused else "active", p.queued,
-          limit(p.active, p.limits.concurrency if p.limits else None),
+          limit(p.active, p.limits.concurrency if p.limits else None)
+          + (f" (+{p.kept} kept)" if p.kept else ""),
           (f"{p.claimed_in_window}/{p.limits.rate_limit} per "
            f"{_duration(p.limits.rate_period)}")
           if p.limits and p.limits.rate_limit is not None else None,
-          p.limits.key_concurrency if p.limits else None)
+          p.limits.key_concurrency if p.limits else None,
+          (f"{p.limits.key_rate_limit} per {_duration(p.limits.key_rate_period)}")
+          if p.limits and p.limits.key_rate_limit is not None else None,
+          _claim_policy(p.limits))
          for p in pools]))
     return EXIT_OK
+
+
+def _claim_policy(limits: PoolLimits | None) -> str:
+    """How a pool's claims are ordered and its slots kept (``starflow pools``)."""
+    if limits is None or not limits.fair:
+        policy = "oldest first"
+    else:
+        weights = ", ".join(f"{k}={w}" for k, w in (limits.key_weights or {}).items())
+        policy = "fair" + (f" ({weights})" if weights else "")
+    return policy + ("; paused runs keep their slot" if limits and limits.keep_slot else "")
 
 
 def _pool_arg(parser: argparse.ArgumentParser) -> None:

@@ -144,10 +144,12 @@ async def start_child_node(engine: EngineCore, definition: WorkflowDefinition,
                                             f"child workflow {definition.name!r}")
     engine._guard_suspending()
     await engine._reach_cancel(nid, CHILD_KIND, definition.name)
-    child_id = run_id if run_id is not None else child_id_for(engine.run_id, nid)
+    ref = engine.adapter.run_ref(run_id) if run_id is not None else None
+    child_id = ref.id if ref is not None else child_id_for(engine.run_id, nid)
     existing = await engine.adapter.get_run(child_id)
     if existing is not None and existing.template_id not in (None, definition.name):
-        raise RunIdConflict(child_id, existing.template_id, definition.name, existing.status)
+        raise RunIdConflict(child_id, existing.template_id, definition.name, existing.status,
+                            run_key=existing.run_key)
     runtime = engine.runtime
     timeout = timeout if timeout is not None else definition.timeout
     def_id = (await runtime.definition_id(definition) if runtime.definition_id is not None
@@ -167,7 +169,8 @@ async def start_child_node(engine: EngineCore, definition: WorkflowDefinition,
                 max_claim_attempts=(definition.max_claim_attempts
                                     or runtime.config.max_claim_attempts),
                 parent_run_id=engine.run_id, detached=detached,
-                deadline_at=ts + timeout if timeout is not None else None)
+                deadline_at=ts + timeout if timeout is not None else None,
+                run_key=ref.key if ref is not None else None)
             await engine.adapter.on_run_start(child_id, ctx, options, now=ts)
         await engine.adapter.on_node_complete(engine.run_id, nid, record_payload, now=ts)
         await engine._phase(ts)

@@ -35,6 +35,7 @@ from ..engine.execution import CONTINUED_FROM_EVENT, Outcome, Runtime, decode_in
 from ..engine.heartbeats import Heartbeats
 from ..engine.replay import Journal
 from ..errors import (
+    CodecError,
     LeaseLostError,
     RunFinished,
     RunNotFound,
@@ -327,6 +328,8 @@ class Driver:
         Raises:
             WorkflowDefinitionError: the run's workflow (name and version) is not
                 registered in this process.
+            CodecError: the run's stored values are encoded and this process's
+                codec (if any) cannot decode them.
             StorageError: a read failed.
         """
         definition = await self.resolve(run)
@@ -337,7 +340,10 @@ class Driver:
                               workspace_id=self.adapter.workspace_id, env=self.adapter.env)
         input_error: SerializationError | None = None
         try:
+            serde.refuse_envelope(run.input_json, "arguments", run.id)
             args, kwargs = self.decode_input(definition, run.input_json)
+        except CodecError:
+            raise  # this process cannot decode it (no codec, a key it lacks): not the run's fault
         except SerializationError as exc:
             # Not a lost runner: the engine fails the run with why (a retry with the
             # same code would fail the same way), instead of leaving it claimed for

@@ -20,6 +20,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from .. import observability
+from ..adapters.caller import CallerTransaction
 from ..adapters.units import Guard
 from ..engine.child_nodes import child_of_event
 from ..engine.engine import Engine
@@ -47,19 +48,6 @@ from .waking import Waker
 __all__ = ["RunHandle", "Runner", "new_runner_id"]
 
 
-def _validate_run_id(run_id: str | None) -> str:
-    if run_id is None:
-        return str(uuid.uuid4())
-    try:
-        return str(uuid.UUID(str(run_id)))
-    except ValueError:
-        raise StarflowError(
-            f"run_id must be a UUID (it is workflow_runs.id): {run_id!r}; omit it to get one, "
-            "or derive one with uuid.uuid5(namespace, your_key)",
-            run_id=str(run_id),
-        ) from None
-
-
 class Runner(Waker):
     """Starts, wakes and drives runs for one adapter in this process."""
 
@@ -82,8 +70,16 @@ class Runner(Waker):
                     kwargs: dict[str, Any], *, run_id: str | None, inline: bool,
                     pool: str | None = None, flow: Mapping[str, Any] | None = None,
                     timeout: timedelta | None = None, start_at: datetime | None = None,
-                    attributes: Mapping[str, str] | None = None) -> RunHandle[Any]:
+                    attributes: Mapping[str, str] | None = None,
+                    caller: CallerTransaction | None = None) -> RunHandle[Any]:
         """Record a new run (idempotent on ``run_id``) and, inline, drive it.
+
+        ``caller`` (a queued start only, #30): write the start in the caller's
+        open transaction, and read there what it reads (an earlier start of the
+        same id in that transaction included). Workers can claim the run once
+        the caller commits: PostgreSQL announces it then (``NOTIFY`` is
+        transactional); this process's own workers are not told, and find it
+        through that announcement or their next poll.
 
         ``attributes`` (checked by the caller: key -> JSON text) are written
         with the run's start, in its unit, as ``starflow.set_attributes`` would.
@@ -93,7 +89,9 @@ class Runner(Waker):
         now, or ``start_at`` (a queued run no worker claims before then, #30;
         claim_state ``scheduled`` while that is ahead).
         """
-        rid = _validate_run_id(run_id)
+        # A run key ("order-123") names the run whose id it derives (limits.run_ref).
+        ref = self.adapter.run_ref(run_id) if run_id is not None else None
+        rid = ref.id if ref is not None else str(uuid.uuid4())
         encoded = self.encode_input(definition, args, kwargs)
         # The caller's trace (OpenTelemetry), stored with the input so that every
         # execution and wake of the run, in any process, continues it.
@@ -102,12 +100,14 @@ class Runner(Waker):
         # Converted to the annotations before anything is written: an argument of the
         # wrong type must not leave a run behind that no runner can ever start.
         run_args, run_kwargs = self.decode_input(definition, encoded)
+        assert caller is None or not inline
         if run_id is not None:
-            existing = await self.adapter.get_run(rid)
+            existing = await (self.adapter if caller is None else caller).get_run(rid)
             if existing is not None:
                 return await self._existing(existing, definition, encoded)
-        def_id = await self.definition_id(definition)
         now = self.clock.now()
+        def_id = await self.definition_id(definition) if caller is None else \
+            await self._caller_definition_id(caller, definition, now)
         timeout = timeout if timeout is not None else definition.timeout
         begins = now if start_at is None else max(now, start_at)
         deadline = begins + timeout if timeout is not None else None
@@ -124,8 +124,23 @@ class Runner(Waker):
             start_mode="inline" if inline else "queued",
             max_claim_attempts=definition.max_claim_attempts or self.config.max_claim_attempts,
             deadline_at=deadline,
+            run_key=ref.key if ref is not None else None,
             **(flow or {}),  # #18: priority, concurrency/dedup/debounce keys, not_before
         )
+        if caller is not None:
+            async with self.adapter.collect() as unit:
+                await self.adapter.on_run_start(rid, ctx, options, now=now)
+                if attributes:
+                    await self.adapter.set_attributes(rid, attributes, now=now)
+            try:
+                await caller.write(unit, refusable=run_id is not None
+                                   or options.dedup_key is not None)
+            except StorageError as exc:
+                return await self._start_refused(exc, rid, run_id, options, definition,
+                                                 encoded, caller)
+            self._log.debug("run started in the caller's transaction", run_id=rid,
+                            workflow=definition.name, not_before=options.not_before)
+            return RunHandle(run_id=rid, status="queued")
         # Fused (an inline run): the start is written with the run's first boundary
         # (its first node_start, its pause or its end), one commit instead of two.
         fused = inline and self.config.fused_boundaries and self.adapter.fuses_run_start
@@ -160,16 +175,32 @@ class Runner(Waker):
                                              definition, encoded)
         return await self.settle(rid, outcome)
 
+    async def _caller_definition_id(self, caller: CallerTransaction,
+                                    definition: WorkflowDefinition, now: datetime) -> str:
+        """The definition id of a start in the caller's transaction.
+
+        Known to this runner: that one. Else written in the caller's transaction,
+        and not remembered: if the caller rolls back, the row is gone.
+        """
+        cached = self._definition_ids.get((definition.name, definition.version))
+        if cached is not None:
+            return cached
+        return await caller.definition_id(definition.name, definition.version,
+                                          definition.code_hash, now=now,
+                                          new_id=str(uuid.uuid4()))
+
     async def _start_refused(self, exc: StorageError, rid: str, run_id: str | None,
                              options: StartOptions, definition: WorkflowDefinition,
-                             encoded: dict[str, Any]) -> RunHandle[Any]:
+                             encoded: dict[str, Any],
+                             caller: CallerTransaction | None = None) -> RunHandle[Any]:
         """The database refused a run's start: the run that holds its id or dedup key."""
-        existing = await self.adapter.get_run(rid) if run_id is not None else None
+        reads = self.adapter if caller is None else caller
+        existing = await reads.get_run(rid) if run_id is not None else None
         if existing is not None:  # lost a race to start the same run id
             return await self._existing(existing, definition, encoded)
         if options.dedup_key is not None:  # #18: the unique dedup index refused it
-            active = await self.adapter.find_active_dedup(options.runner_pool,
-                                                          options.dedup_key)
+            active = await reads.find_active_dedup(options.runner_pool,
+                                                   options.dedup_key)
             if active is not None:
                 raise DuplicateRun(active, options.dedup_key, options.runner_pool) from None
         raise exc
@@ -289,7 +320,7 @@ class Runner(Waker):
             record = await self.adapter.get_definition(run.definition_id)
             name = record.name if record is not None else None
         if name is not None and name != definition.name:
-            raise RunIdConflict(run.id, name, definition.name, run.status)
+            raise RunIdConflict(run.id, name, definition.name, run.status, run_key=run.run_key)
         recorded = run.input_json
         if isinstance(recorded, dict):  # the arguments, without the stored trace context
             recorded = {k: v for k, v in recorded.items() if k != "trace"}
@@ -363,10 +394,12 @@ class Runner(Waker):
                 await self.adapter.write_lease(run_id, self.runner_id,
                                                now + self.config.lease_ttl, now=now)
             else:
+                # claimed_at cleared: a run ended gave up its pool slot, and a
+                # retried one queues for a new one (keep_slot pools, #30).
                 await self.adapter.update_run(run_id, "retry", status="queued",
                                               claim_state="queued", error=None, failure_json=None,
                                               completed_at=None, duration_ms=None,
-                                              claim_attempts=0, **extra)
+                                              claim_attempts=0, claimed_at=None, **extra)
         if not unit.held:  # another retry won, or the row changed under us
             return await self.handle(run_id)
         self._log.info("run retried", run_id=run_id, previous_error=run.error,

@@ -10,7 +10,13 @@ import anyio.abc
 from .. import observability
 from ..clock import wait_event
 from ..config import check_concurrency
-from ..errors import ConfigError, StarflowError, StorageError, WorkflowDefinitionError
+from ..errors import (
+    CodecError,
+    ConfigError,
+    StarflowError,
+    StorageError,
+    WorkflowDefinitionError,
+)
 from ..logs import get_logger
 from ..records import RunInfo
 from ..workflow.decorators import registry
@@ -173,9 +179,10 @@ class Worker:
                 raise
             if handle.status == "queued":
                 self.released += 1
-        except WorkflowDefinitionError as exc:
-            # Claimed by name, but this version is not registered here (a rolling
-            # deploy): hand it back so a worker that has it takes it.
+        except (WorkflowDefinitionError, CodecError) as exc:
+            # Claimed by name, but this version is not registered here, or this
+            # process's codec lacks the key the run's values were encrypted with
+            # (a rolling deploy): hand it back so a worker that has it takes it.
             self._log.error("claimed a run this process cannot execute; releasing it",
                             run_id=run.id, workflow=run.template_id,
                             version=run.workflow_version, error=str(exc))

@@ -62,6 +62,15 @@ class PoolRow:
     sampled: bool = False
     #: Paused by an operator (``sf.pause_pool``): no claims of its runs.
     paused: bool = False
+    #: Claims per ``key_rate_period`` (seconds) of runs with one concurrency key.
+    key_rate_limit: int | None = None
+    key_rate_period: float | None = None
+    #: Claims go round robin across concurrency keys, weighted by ``key_weights``.
+    fair: bool = False
+    key_weights: dict[str, int] | None = None
+    #: Paused runs keep their slot; ``kept``: how many hold one now.
+    keep_slot: bool = False
+    kept: int = 0
 
     @property
     def at_concurrency(self) -> bool:
@@ -83,7 +92,13 @@ class PoolRow:
                    if lim and lim.rate_period else None,
                    claimed_in_window=usage.claimed_in_window,
                    key_concurrency=lim.key_concurrency if lim else None,
-                   paused=bool(lim and lim.paused))
+                   paused=bool(lim and lim.paused),
+                   key_rate_limit=lim.key_rate_limit if lim else None,
+                   key_rate_period=lim.key_rate_period.total_seconds()
+                   if lim and lim.key_rate_period else None,
+                   fair=bool(lim and lim.fair),
+                   key_weights=dict(lim.key_weights) if lim and lim.key_weights else None,
+                   keep_slot=bool(lim and lim.keep_slot), kept=usage.kept)
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ input a page answers with a message, nothing written.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import secrets
@@ -17,8 +18,9 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl
 
-from ..adapters.pages import COUNT_CAP, MAX_PAGE, RunCursor, RunPageQuery
+from ..adapters.pages import COUNT_CAP, MAX_PAGE, RunCursor, RunPageQuery, uuid_bounds
 from ..errors import (
+    InvalidArgument,
     InvalidWakeToken,
     RunFinished,
     RunNotFound,
@@ -26,6 +28,7 @@ from ..errors import (
     StarflowError,
     WorkflowDefinitionError,
 )
+from ..limits import normalize_run_id
 from ..records import RUN_STATUSES, RunInfo
 from . import views
 
@@ -159,10 +162,17 @@ class Site:
                     problems.append(f"limit must be from 1 to {MAX_PAGE}: {limit}")
         if problems:
             raise BadInput("; ".join(problems))
+        id_prefix = filters["id"] or None
+        if id_prefix is not None and uuid_bounds(id_prefix) is None:
+            # No run id starts so: a run key, then (#30), naming one run's id; if
+            # not a key either, no run matches, as for any other text.
+            with contextlib.suppress(InvalidArgument):
+                id_prefix = normalize_run_id(
+                    id_prefix, workspace_id=self.sf.workspace_id, env=self.sf.env)
         query = RunPageQuery(
             status=filters["status"] or None, template_id=filters["workflow"] or None,
             pool=filters["pool"] or None, started_from=when["from"],
-            started_before=when["to"], id_prefix=filters["id"] or None, after=after,
+            started_before=when["to"], id_prefix=id_prefix, after=after,
             limit=limit, counts=after is None)
         return query, {k: v for k, v in filters.items() if v}
 

@@ -17,6 +17,7 @@ from typing import Any
 import msgspec
 
 from ..clock import parse_when
+from ..codec import show_encoded
 from ..engine.replay import retried
 from ..records import RunEvent, RunInfo, WaitRecord
 from ..tokens import REDACTED, redact_wake_tokens
@@ -47,8 +48,9 @@ MAX_JSON_CHARS = 200_000
 
 
 def scrub(value: Any) -> Any:
-    """``value`` with every wake token replaced by ``[redacted]``."""
-    value = redact_wake_tokens(value)
+    """``value`` with every wake token replaced by ``[redacted]`` and every codec
+    envelope (a value this process has no codec for) by ``encrypted (…)``."""
+    value = redact_wake_tokens(show_encoded(value))
     if isinstance(value, str):
         return _TOKEN.sub(REDACTED, value)
     if isinstance(value, Mapping):

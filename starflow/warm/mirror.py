@@ -31,6 +31,7 @@ from typing import Any, TypeVar, cast
 import msgspec
 
 from ..adapters.base import WorkflowStateAdapter
+from ..adapters.caller import CallerTransaction
 from ..adapters.delegating import DelegatingAdapter
 from ..adapters.sweep import lost_payload, swept_columns
 from ..adapters.units import (
@@ -52,7 +53,7 @@ from ..adapters.units import (
     UpsertSessionVar,
 )
 from ..clock import Clock, SystemClock, format_ts
-from ..errors import WarmTierError
+from ..errors import TransactionalStartUnsupported, WarmTierError
 from ..logs import get_logger
 from ..records import DueStarts, PrunedBatch, RunInfo, SweepResult
 from . import warm_from_url
@@ -133,6 +134,13 @@ class MirroringWorkflowStateAdapter(DelegatingAdapter):
         self.warm = warm
         self.clock: Clock = clock or SystemClock()
         self._listeners: list[Callable[[], None]] = []
+
+    async def caller_transaction(self, connection: object) -> CallerTransaction:
+        raise TransactionalStartUnsupported(
+            "this app mirrors to a warm tier (Starflow.open(warm=...)), whose outbox rows "
+            "the mirror writes with each unit of its own: a start in your transaction "
+            "(connection=) would skip them. Start it from an app opened without warm=, "
+            "on the same database. Nothing was written")
 
     # -- lifecycle -------------------------------------------------------------
 

@@ -24,7 +24,6 @@ the runtime reads their ids and outcomes) in :mod:`starflow.engine.child_nodes`.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Any, Generic, ParamSpec, TypeVar, overload
@@ -147,8 +146,11 @@ async def start_child(wf: Callable[..., Awaitable[Any]], /, *args: Any,
         kwargs: Its keyword arguments, and these options:
 
     Keyword Args:
-        run_id (str | None): The child's run id (a UUID); by default derived from this run's
-            id and the node, the same on every replay.
+        run_id (str | None): The child's run id (a UUID) or run key (any other
+            string, such as ``"invoice-42"``: the child's id is derived from it
+            and ``RunInfo.run_key`` keeps it, as for ``sf.options(run_id=)``);
+            by default derived from this run's id and the node, the same on
+            every replay.
         pool (str | None): The runner pool whose workers run the child (default: the
             child workflow's ``pool``, else any).
         detached (bool): Not cancelled with the parent (still listed as its child).
@@ -185,10 +187,10 @@ async def start_child(wf: Callable[..., Awaitable[Any]], /, *args: Any,
     if (problem := timeout_problem("timeout", timeout)) is not None:
         problems.append(problem)
     if run_id is not None:
-        try:
-            run_id = str(uuid.UUID(str(run_id)))
-        except ValueError:
-            problems.append(f"run_id must be a UUID: {run_id!r}")
+        try:  # a UUID, or a run key (the engine derives the child's id from it)
+            engine.adapter.run_ref(run_id)
+        except InvalidArgument as exc:
+            problems.append(str(exc))
     if pool is not None and (not isinstance(pool, str) or not pool.strip()):
         problems.append(f"pool must be a non-empty string: {pool!r}")
     if not isinstance(detached, bool):

@@ -18,7 +18,7 @@ import pytest
 
 from starflow import workflow
 from starflow.adapters.postgres import PostgresWorkflowStateAdapter
-from starflow.records import JobSpec, PoolLimits, ScheduleRecord
+from starflow.records import JobSpec, PoolLimits, ScheduleRecord, StartOptions
 from starflow.warm.mirror import mirror
 from starflow.workflow.context import WorkflowContext
 from tests.conftest import POSTGRES_URL, require_postgres
@@ -86,6 +86,13 @@ async def seed(adapter: PostgresWorkflowStateAdapter) -> str:
         input={"args": ["secret"], "kwargs": {}}, cron="0 3 * * *", timezone="UTC",
         overlap="skip", catchup=timedelta(0), pool=None, next_fire_at=T0, due_at=T0), now=T0)
     await adapter.set_pool_limits(PoolLimits(pool="p", concurrency=2), now=T0)
+    # A fair pool's claim writes its round robin's state (starflow_pool_keys).
+    await adapter.set_pool_limits(PoolLimits(pool="fair", fair=True), now=T0)
+    queued = str(uuid.uuid4())
+    await adapter.on_run_start(queued, WorkflowContext(
+        run_id=queued, workflow="wf", workspace_id=adapter.workspace_id), StartOptions(
+        status="queued", claim_state="queued", runner_pool="fair", concurrency_key="t"), now=T0)
+    assert len(await adapter.claim_runs("r", pool="fair", now=T0, lease_until=T0, limit=1)) == 1
     return run_id
 
 

@@ -34,7 +34,7 @@ class TestRunsList:
         result = cli("runs", "list", "--db", seeded.url, "--json")
         runs = json.loads(result.out)
         assert {r["id"] for r in runs} == {*seeded.paused, seeded.done}
-        assert set(runs[0]) == {"id", "workflow", "version", "status", "claim_state",
+        assert set(runs[0]) == {"id", "run_key", "workflow", "version", "status", "claim_state",
                                 "start_mode", "runner_pool", "started_at", "starts_at",
                                 "completed_at", "duration_ms", "error"}
         assert all(r["started_at"].endswith("Z") for r in runs)

@@ -73,8 +73,30 @@ class TestPools:
         assert "0/100 per 1m" in row
         data = json.loads(cli("pools", "--db", url, "--json").out)
         assert data == [{"pool": "payments", "concurrency": 5, "rate_limit": 100,
-                         "rate_period_seconds": 60.0, "key_concurrency": 1, "paused": False,
-                         "queued": 1, "active": 0, "claimed_in_window": 0}]
+                         "rate_period_seconds": 60.0, "key_concurrency": 1,
+                         "key_rate_limit": None, "key_rate_period_seconds": None,
+                         "fair": False, "key_weights": None, "keep_slot": False,
+                         "paused": False, "queued": 1, "active": 0, "kept": 0,
+                         "claimed_in_window": 0}]
+        assert "oldest first" in row
+
+    def test_fair_pool(self, cli: Cli, tmp_path: Path) -> None:
+        """A fair pool's key rate limit, weights and kept slots are shown (#30)."""
+        url = f"sqlite:///{tmp_path / 'f.db'}"
+
+        async def seed() -> None:
+            async with Starflow.open(url, maintenance=False) as sf:
+                await sf.set_pool_limits("tenants", key_rate_limit=(10, timedelta(minutes=1)),
+                                         fair=True, key_weights={"acme": 3}, keep_slot=True)
+
+        anyio.run(seed)
+        row = cli("pools", "--db", url).out.splitlines()[1]
+        assert "10 per 1m" in row
+        assert "fair (acme=3); paused runs keep their slot" in row
+        data = json.loads(cli("pools", "--db", url, "--json").out)[0]
+        assert (data["key_rate_limit"], data["key_rate_period_seconds"]) == (10, 60.0)
+        assert (data["fair"], data["key_weights"], data["keep_slot"]) == (
+            True, {"acme": 3}, True)
 
     def test_pause_and_resume(self, cli: Cli, tmp_path: Path) -> None:
         """`pools pause|resume NAME` (#30): the state is stored and shown; limits kept."""

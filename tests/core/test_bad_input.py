@@ -182,9 +182,9 @@ async def test_wrong_arguments(sf: Starflow, spy: SpyAdapter) -> None:
 
 
 async def test_bad_run_id(sf: Starflow, spy: SpyAdapter) -> None:
-    """A run id that is not a UUID is rejected up front."""
-    with pytest.raises(starflow.StarflowError, match="run_id must be a UUID"):
-        await sf.run(echo, 1, run_id="order-1")
+    """A run id that is neither a UUID nor a valid run key is rejected up front."""
+    with pytest.raises(starflow.InvalidArgument, match="not a UUID nor a valid run key"):
+        await sf.run(echo, 1, run_id=" order-1")
     assert spy.calls == []
 
 

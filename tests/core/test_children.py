@@ -228,7 +228,7 @@ class TestBadInput:
                 elif which == "args":
                     await starflow.start_child(square, "x", "y")
                 elif which == "run_id":
-                    await starflow.start_child(square, 1, run_id="nope")
+                    await starflow.start_child(square, 1, run_id="nope\n")
                 elif which == "detached":
                     await starflow.start_child(square, 1, detached="yes")  # type: ignore[arg-type]
             except (WorkflowDefinitionError, InvalidArgument) as exc:

@@ -270,9 +270,9 @@ class TestNames:
             adapter_from_url(db_url, workspace_id=workspace_id, env=env)
 
     async def test_run_id_with_surrogate(self, sf: Starflow, spy: SpyAdapter) -> None:
-        with pytest.raises(StarflowError, match="run_id must be a UUID"):
+        with pytest.raises(StarflowError, match="not a UUID nor a valid run key"):
             await sf.run(echo, 1, run_id="\ud800")
-        with pytest.raises(InvalidArgument, match="run_id must be a UUID"):
+        with pytest.raises(InvalidArgument, match="not a UUID nor a valid run key"):
             await sf.get_run("\ud800")
         assert spy.units == []
 

@@ -388,3 +388,28 @@ class TestConcurrentQuiesce:
                 (run,) = await env.list_runs()
                 assert run.last_heartbeat == start + td(seconds=2)
                 gate["release"].set()
+
+
+@workflow(name="t_env_keyed")
+async def keyed(n: int) -> int:
+    await wait_for("go")
+    return n
+
+
+class TestRunKeys:
+    """The environment takes run keys (#30) as the app does."""
+
+    async def test_result_and_kill_by_key(self, env_adapter: str) -> None:
+        """result(key) of a run nobody can wake says so (it found the run), and
+        kill_runner(key) names the run by its id."""
+        async with WorkflowEnvironment(adapter=env_adapter) as env:
+            handle = await env.app.options(run_id="order-1").run(keyed, 1)
+            start = time.monotonic()
+            with pytest.raises(ResultTimeout, match=f"run {handle.run_id} cannot make progress"):
+                await env.result("order-1")
+            assert time.monotonic() - start < 5
+            with pytest.raises(starflow.StarflowError,
+                               match=f"run {handle.run_id} is not executing"):
+                await env.kill_runner("order-1")
+            assert (await env.signal("order-1", "go")).status == "success"
+            assert await env.result("order-1") == 1

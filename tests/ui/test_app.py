@@ -5,16 +5,17 @@ from __future__ import annotations
 import re
 from contextlib import closing
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
 
-from starflow import Starflow, StarflowError, step, workflow
+from starflow import AesGcmCodec, Starflow, StarflowError, step, workflow
 from starflow.ui import create_app
 from starflow.ui.app import UI
 
-from .conftest import FIXABLE, approval, client_for, fixable, quick, with_token
+from .conftest import FAST, FIXABLE, approval, client_for, fixable, quick, with_token
 
 TOKEN = "a-test-token-of-some-length"
 #: Released by a test: the step of ``gated`` waits for it, so its run stays executing.
@@ -126,6 +127,23 @@ class TestRunPage:
         assert "cart-1" in html and "&#34;lamp&#34;" in html  # the session var's value
         assert 'data-run-status="paused"' in html
         assert 'data-when="queued running paused"' in html  # signal and cancel offered
+
+    async def test_encrypted_values_show_as_encrypted(self, tmp_path: Path) -> None:
+        """A page opened without the runs' codec shows 'encrypted (aesgcm, key k1)'
+        where the arguments, step outputs and session value are; with it, the values."""
+        url = f"sqlite:///{tmp_path / 'enc.db'}"
+        codec = AesGcmCodec(keys={"k1": bytes(range(32))}, active="k1")
+        async with Starflow.open(url, codec=codec, config=FAST, maintenance=False) as enc:
+            handle = await enc.run(approval, "lamp-S3CRET")
+        async with Starflow.open(url, config=FAST, maintenance=False) as plain, \
+                client_for(create_app(plain)) as client:
+            html = (await client.get(f"/runs/{handle.run_id}")).text
+        assert "S3CRET" not in html and "AQJrM" not in html  # no value, no ciphertext
+        assert html.count("encrypted (aesgcm, key k1)") >= 3  # input, step io, session var
+        async with Starflow.open(url, codec=codec, config=FAST, maintenance=False) as keyed, \
+                client_for(create_app(keyed)) as client:
+            html = (await client.get(f"/runs/{handle.run_id}")).text
+        assert "lamp-S3CRET" in html and "encrypted (" not in html
 
     async def test_children_and_parent_are_linked(self, sf: Starflow) -> None:
         """A parent's page lists its child runs; a child's page links its parent."""
@@ -646,12 +664,13 @@ class TestOpsPoolsAndSchedules:
             worker.stop(0)
         # concurrency 1 holds the second run back: 1 queued, 1 executing, limit reached
         assert cells(html, 'data-pool="pay"') == ["pay", "1", "1", "1 / 1", "1 / 5 per 1m",
-                                                  "1 per key", "Pause…"]
+                                                  "1 per key", "oldest first", "Pause…"]
         pay = html.split('data-pool="pay"')[1].split("</tr>")[0]
         assert '<td class="limit full">1 / 1</td>' in pay
         assert '<td class="limit">1 / 5 per 1m</td>' in pay  # not reached
         assert cells(html, 'data-pool="idle"') == ["idle", "0", "0", "none",
-                                                   "0 / 100 per 1h", "none", "Pause…"]
+                                                   "0 / 100 per 1h", "none", "oldest first",
+                                                   "Pause…"]
         assert "data-pool-any" not in html  # nothing queued or running for any pool
         await sf.start(quick, 3)  # for any pool, with no worker left to claim it
         async with client_for(create_app(sf)) as client:
@@ -660,7 +679,19 @@ class TestOpsPoolsAndSchedules:
                                                     "none"]
         assert "Pause" not in html.split("data-pool-any")[1].split("</tr>")[0]
 
+    async def test_fair_pool_limits(self, sf: Starflow) -> None:
+        """A fair pool (#30): key rate limit, weights and kept slots are shown."""
+        await sf.set_pool_limits("tenants", key_concurrency=2,
+                                 key_rate_limit=(10, timedelta(minutes=1)), fair=True,
+                                 key_weights={"acme": 3, "beta": 2}, keep_slot=True)
+        async with client_for(create_app(sf)) as client:
+            html = (await client.get("/ops")).text
+        assert cells(html, 'data-pool="tenants"') == [
+            "tenants", "0", "0", "none", "none", "2 per key 10 per 1m per key",
+            "fair (acme=3, beta=2) keeps slots", "Pause…"]
+
     async def test_schedules(self, tmp_path: Any) -> None:
+
         """Each schedule with its cron, state (active, paused, late), next tick, last run
         and counters; arguments are folded and scrubbed like a run's input."""
         from starflow.runtime.schedules import ScheduleLoop
@@ -984,8 +1015,33 @@ async def test_on_postgres() -> None:
             await sf.schedule("pg-nightly", quick, 1, cron="0 3 * * *", pool="pg-pool")
             ops = (await client.get("/ops")).text
             assert cells(ops, 'data-pool="pg-pool"') == ["pg-pool", "1", "0", "0 / 2",
-                                                         "0 / 9 per 1h", "none", "Pause…"]
+                                                         "0 / 9 per 1h", "none", "oldest first",
+                                                         "Pause…"]
             assert cells(ops, 'data-schedule="pg-nightly"')[:4] == [
                 "pg-nightly", "ui_quick v1 pool pg-pool", "0 3 * * * UTC overlap skip",
                 "active"]
         assert (await sf.get_run(run_id)).status == "success"
+
+
+class TestRunKeys:
+    """A run started by key (#30): its page by key, the key shown, the id filter."""
+
+    async def test_page_by_key_shows_it_and_acts_on_it(self, sf: Starflow) -> None:
+        run_id = (await sf.options(run_id="order-41").run(approval, "lamp")).run_id
+        other = (await sf.run(quick, 2)).run_id
+        async with client_for(create_app(sf)) as client:
+            html = (await client.get("/runs/order-41")).text
+            assert f'<dd class="mono">{run_id}</dd>' in html
+            assert '<dd class="mono" data-run-key>order-41</dd>' in html
+            assert "<title>Run order-41" in html
+            table = (await client.get("/runs")).text
+            assert '<span class="mono run-key" data-run-key>order-41</span>' in table
+            by_key = (await client.get("/runs", params={"id": "order-41"})).text
+            assert run_id[:8] in by_key and other[:8] not in by_key
+            assert "no runs match" in (await client.get("/runs", params={"id": "order-4"})).text
+            assert (await client.get("/runs/order-404")).status_code == 404
+            sent = await client.post("/runs/order-41/signal", data={
+                "csrf": csrf_of(html), "event": "approve", "payload": '{"ok": true}',
+                "confirmed": "yes"})
+            assert sent.status_code == 303
+        assert (await sf.get_run("order-41")).status == "success"

@@ -245,7 +245,7 @@ async def test_operations_page_pools_and_schedules(sf: Starflow) -> None:
 
             await page.reload()
             assert await cells(page, 'tr[data-pool="pay"]') == [
-                "pay", "1", "1", "1 / 1", "1 / 5 per 1m", "none", "Pause…"]
+                "pay", "1", "1", "1 / 1", "1 / 5 per 1m", "none", "oldest first", "Pause…"]
             full = page.locator('tr[data-pool="pay"] td.limit.full')
             assert await full.inner_text() == "1 / 1"
             assert await full.evaluate("e => getComputedStyle(e).color") == "rgb(179, 38, 30)"
