@@ -2,7 +2,9 @@
 
 Decorated functions keep their signature (wrapt) and, called outside a
 workflow run, are plain async functions. Inside a run, a step call goes
-through the engine, which records it or returns its recorded outcome.
+through the engine, which records it or returns its recorded outcome. A plain
+``def`` workflow's body runs in a worker thread, where a step or workflow call
+returns its value (:mod:`starflow.workflow.threads`).
 """
 
 from __future__ import annotations

@@ -109,6 +109,10 @@ def threadable(fn: F) -> F:
             return call_on_loop(fn, *args, **kwargs)
         return fn(*args, **kwargs)
 
+    # Still a coroutine function for inspect.iscoroutinefunction (Python 3.12+).
+    mark = getattr(inspect, "markcoroutinefunction", None)
+    if mark is not None:
+        mark(either)
     return cast(F, either)
 
 

@@ -654,3 +654,38 @@ class TestMoreWaits:
         nodes = [e.node_id for e in await sf.events(handle.run_id)
                  if e.event_type == "node_complete"]
         assert nodes[0] == "any:approve|reject#1" and "wait:paid#1" in nodes
+
+
+class TestDeadlineBetweenCalls:
+    @pytest.mark.parametrize("then_call", [True, False], ids=["next-call", "returns"])
+    async def test_deadline_while_the_thread_runs_its_own_code(self, then_call: bool) -> None:
+        """The deadline passes while the body runs its own code: it is stopped at its
+        next call (which never starts), or, returning without one, its value is
+        dropped; either way the run ends in WorkflowTimeout and no thread is left."""
+        in_code = threading.Event()
+        go_on = threading.Event()
+        ran: list[str] = []
+
+        @step(name=unique("swf-after"))
+        async def after() -> None:
+            ran.append("after")
+
+        @workflow(name=unique("swf-dl-code"), timeout=timedelta(minutes=5))
+        def flow() -> str:
+            reserve("deadline")  # the run's row is written with its first boundary
+            in_code.set()
+            go_on.wait(10)  # the body's own code while the deadline passes
+            if then_call:
+                after()
+            return "finished"
+
+        async with WorkflowEnvironment(time_skipping=False) as env:
+            handle = await env.start(flow)
+            await anyio.to_thread.run_sync(in_code.wait, 10)
+            await env.advance(timedelta(minutes=6))
+            go_on.set()
+            with pytest.raises(WorkflowFailed) as info:
+                await env.result(handle.run_id, timeout=600)
+            assert info.value.error_type == "WorkflowTimeout"
+            await threads_released(env.runner.runtime.workflow_threads())
+        assert ran == []
