@@ -689,3 +689,49 @@ class TestDeadlineBetweenCalls:
             assert info.value.error_type == "WorkflowTimeout"
             await threads_released(env.runner.runtime.workflow_threads())
         assert ran == []
+
+
+class TestPoolStepsAndMethods:
+    async def test_a_pool_step_pauses_the_thread_and_a_job_worker_runs_it(self) -> None:
+        """A @step(pool=...) from a plain def workflow: the run pauses on the job (no
+        thread held), a job worker runs it, the wake replays the body to its value."""
+        pool = unique("swf-pool")
+
+        @step(name=unique("swf-remote"), pool=pool)
+        def remote(x: int) -> int:
+            return x * 2
+
+        @workflow(name=unique("swf-remote-flow"))
+        def flow() -> int:
+            return starflow.call(remote, 21) + 1
+
+        async with WorkflowEnvironment() as env:
+            handle = await env.run(flow)
+            assert handle.status == "paused"
+            assert env.runner.runtime.workflow_threads().borrowed_tokens == 0
+            jobs = env.app.job_worker(pool)
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(jobs.work_once)
+                await env.quiesce()
+            assert await env.result(handle.run_id) == 43
+
+    async def test_a_method_step_from_a_plain_def_workflow(self, sf: Starflow) -> None:
+        """A step that is a method runs on the instance the workflow calls it on."""
+        class Counter:
+            def __init__(self) -> None:
+                self.total = 0
+
+            @step(name=unique("swf-counter-add"))
+            def add(self, n: int) -> int:
+                self.total += n
+                return self.total
+
+        counter = Counter()
+
+        @workflow(name=unique("swf-method"))
+        def flow() -> int:
+            counter.add(2)
+            return starflow.call(counter.add, 3)
+
+        handle = await sf.run(flow)
+        assert (handle.status, handle.result, counter.total) == ("success", 5, 5)
