@@ -221,7 +221,7 @@ class Replayer:
                           keyring=Keyring({"replay": "starflow-replayer-key"}))
         ctx = WorkflowContext(run_id=run.id, workflow=definition.name,
                               version=definition.version, workspace_id=run.workspace_id,
-                              env=run.env)
+                              env=run.env, run_key=run.run_key)
         journal = Journal.from_events(history.events, started_at=started)
 
         def result(ok: bool, outcome: ReplayOutcome, error: StarflowError | None = None

@@ -356,7 +356,8 @@ class Driver:
         journal = Journal.from_events(events, started_at=run.started_at)
         ctx = WorkflowContext(run_id=run.id, workflow=definition.name,
                               version=definition.version,
-                              workspace_id=self.adapter.workspace_id, env=self.adapter.env)
+                              workspace_id=self.adapter.workspace_id, env=self.adapter.env,
+                              run_key=run.run_key)
         input_error: SerializationError | None = None
         try:
             serde.refuse_envelope(run.input_json, "arguments", run.id)

@@ -224,7 +224,8 @@ class Runner:
         if start_at is not None:
             flow = {**(flow or {}), "not_before": start_at}
         ctx = WorkflowContext(run_id=rid, workflow=definition.name, version=definition.version,
-                              workspace_id=self.adapter.workspace_id, env=self.adapter.env)
+                              workspace_id=self.adapter.workspace_id, env=self.adapter.env,
+                              run_key=ref.key if ref is not None else None)
         options = StartOptions(
             input=stored,
             status="running" if inline else "queued",
