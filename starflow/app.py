@@ -4,21 +4,38 @@ from __future__ import annotations
 
 import functools
 import math
+import os
+import secrets
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping
 from datetime import datetime, timedelta
-from typing import Any, TypeVar, cast, overload
+from typing import Any, ParamSpec, Self, TypeVar, cast, overload
 
+import anyio
+import anyio.lowlevel
 import msgspec
 
 from . import serde
-from .adapters.base import WatchWhenWaiting
+from .adapters import adapter_from_url
+from .adapters.base import WatchWhenWaiting, WorkflowStateAdapter
+from .adapters.coding import CodecAdapter
 from .adapters.pages import MAX_PAGE, RunCursor, RunPage, RunPageQuery
 from .admin.history import export_run
-from .app_core import RunOptions, workflow_definition
-from .app_ops import StarflowOps, check_session_names
-from .config import int_problem
+from .admin.retention import DEFAULT_BATCH_SIZE, PruneReport, prune_runs
+from .app_ops import _key_weights, _rate_limit, check_session_names
+from .app_start import (
+    DEFAULT_ENV,
+    DEFAULT_URL,
+    DEFAULT_WORKSPACE,
+    RunOptions,
+    start_problems,
+    workflow_definition,
+)
+from .clock import Clock, SystemClock
+from .codec import PayloadCodec, Payloads
+from .config import StarflowConfig, check_concurrency, database_url_from_env, int_problem
 from .errors import (
+    ConfigError,
     InvalidArgument,
     InvalidWakeToken,
     NodeNotInHistory,
@@ -27,32 +44,53 @@ from .errors import (
     RunFinished,
     RunNotEnded,
     RunNotFound,
+    ScheduleNotFound,
     StarflowError,
     StorageError,
     TooManyRuns,
+    TransactionalStartUnsupported,
     UpdateRejected,
 )
-from .limits import MAX_DURATION, WAKE_TOKEN_PREFIX, name_problem
+from .limits import MAX_DURATION, WAKE_TOKEN_PREFIX, check_name, duration_problem, name_problem
 from .logs import get_logger
 from .records import (
     BULK_STATUSES,
     MAX_REPORTED,
     RUN_STATUSES,
     BulkResult,
+    PoolLimits,
+    PoolUsage,
     RunEvent,
     RunFilter,
     RunInfo,
+    ScheduleRecord,
     WaitRecord,
 )
 from .runtime.forks import fork_run
-from .runtime.runner import RunHandle
+from .runtime.jobs import JobWorker
+from .runtime.maintenance import Maintenance
+from .runtime.runner import RunHandle, Runner
+from .runtime.schedules import (
+    ScheduleLoop,
+    check_schedule,
+    next_tick,
+    start_scheduled_run,
+    tick_run_id,
+)
+from .runtime.worker import Worker
+from .tokens import Keyring
+from .urls import scheme_of
+from .warm.base import LiveRun, WarmTier, live_run
+from .warm.drainer import OutboxStatus, outbox_status
+from .warm.mirror import find_mirror
 from .workflow.attributes import encode_attributes
+from .workflow.decorators import timeout_problem
 from .workflow.events import DataReader
 
-__all__ = ["DEFAULT_BULK_LIMIT", "RunOptions", "Starflow", "bulk_query",
-           "check_session_names", "workflow_definition"]
+__all__ = ["DEFAULT_BULK_LIMIT", "RunOptions", "Starflow", "bulk_query"]
 
 
+P = ParamSpec("P")
 R = TypeVar("R")
 _log = get_logger("starflow.bulk")
 #: ``cancel_runs``' (``retry_runs``', ``fork_runs``') default cap on the matches.
@@ -67,7 +105,7 @@ def _names_run_key(method: _Call) -> _Call:
     the key, not only the id it derives (``run order-123 not found…``)."""
 
     @functools.wraps(method)
-    async def call(self: StarflowOps, run_id: Any, /, *args: Any, **kwargs: Any) -> Any:
+    async def call(self: Starflow, run_id: Any, /, *args: Any, **kwargs: Any) -> Any:
         try:
             return await method(self, run_id, *args, **kwargs)
         except RunNotFound as exc:
@@ -85,7 +123,7 @@ def _names_run_key(method: _Call) -> _Call:
     return cast(_Call, call)
 
 
-class Starflow(StarflowOps):
+class Starflow:
     """A connection to one workflow database, scoped to (``workspace_id``, ``env``).
 
     Open it with ``async with Starflow.open(url) as sf:``. While open, it
@@ -99,6 +137,802 @@ class Starflow(StarflowOps):
     :func:`starflow.limits.run_ref`), and an invalid one raises
     :class:`~starflow.InvalidArgument` before anything is written.
     """
+
+    def __init__(self, adapter: WorkflowStateAdapter, *, config: StarflowConfig | None = None,
+                 clock: Clock | None = None, maintenance: bool | None = True,
+                 runner_id: str | None = None) -> None:
+        self.adapter = adapter
+        self.config = config or StarflowConfig()
+        self.clock: Clock = clock or SystemClock()
+        self._maintenance_enabled = maintenance
+        self._runner_id = runner_id
+        self._runner: Runner | None = None
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._maintenance: Maintenance | None = None
+        #: The codec given to :meth:`open` (None: values are stored as plain JSON).
+        self.codec: PayloadCodec | None = None
+
+    @classmethod
+    def open(
+        cls,
+        url: str | None = None,
+        *,
+        workspace_id: str | None = None,
+        env: str | None = None,
+        config: StarflowConfig | None = None,
+        clock: Clock | None = None,
+        warm: str | None = None,
+        maintenance: bool | None = None,
+        adapter: WorkflowStateAdapter | None = None,
+        codec: PayloadCodec | None = None,
+    ) -> Self:
+        """Describe an application; use the result as an async context manager.
+
+        Args:
+            url: ``sqlite:///path.db``, ``postgresql://…``, ``memory://`` or
+                ``null://`` (schemes in any case, as RFC 3986 says). Default:
+                ``$STARFLOW_URL``, then ``$STARFLOW_DATABASE_URL``, then
+                ``sqlite:///starflow.db``.
+            workspace_id: Tenant scope of every read and write. Default:
+                ``$STARFLOW_WORKSPACE``, then ``"celestial"`` (the state model's
+                default workspace name).
+            env: Environment scope of every read and write. Default:
+                ``$STARFLOW_ENV``, then ``"prod"``.
+            config: Timing and behaviour (:class:`StarflowConfig`).
+            clock: Time source (``starflow_testing.FakeClock`` in tests).
+            warm: ``"memory://"`` or ``"redis://…"``: mirror state to a warm tier.
+            maintenance: ``True``: also run the server's background loops in this
+                process (the lease sweep, every run's durable timers, session-var
+                GC). ``None`` (the default, which fits a client: a script, a web
+                worker): only the timers of the inline runs this app paused, while
+                it is open, and the drainer of its own warm-tier mirror.
+                ``False``: no background task at all. ``starflow server``,
+                ``starflow worker --maintenance`` and ``sf.worker(maintenance=True)``
+                run the full set.
+            adapter: A ready state adapter instead of ``url``.
+            codec: A :class:`~starflow.PayloadCodec` (``ZlibCodec``,
+                ``AesGcmCodec``, a ``CodecChain`` of both) applied to every
+                stored user value: arguments, results, signal and update
+                payloads, events, streams, session values (see the codecs guide).
+                Every process that runs or reads these runs needs the same codec.
+
+        Raises:
+            ConfigError: ``config`` or ``codec`` is not valid (nothing opened).
+        """
+        config = config or StarflowConfig()
+        if not isinstance(config, StarflowConfig):
+            raise ConfigError(f"config must be a StarflowConfig, got {type(config).__name__}")
+        payloads = Payloads(codec) if codec is not None else None
+        workspace_id = workspace_id or os.environ.get("STARFLOW_WORKSPACE") or DEFAULT_WORKSPACE
+        env = env or os.environ.get("STARFLOW_ENV") or DEFAULT_ENV
+        if adapter is None:
+            url = url or database_url_from_env() or DEFAULT_URL
+            options: dict[str, Any] = {}
+            scheme = scheme_of(url)
+            if scheme in ("sqlite", "memory"):
+                options["inline_commits"] = config.sqlite_inline_commits
+            if scheme in ("sqlite",):
+                options["synchronous"] = config.sqlite_synchronous
+            elif scheme in ("postgresql", "postgres"):
+                options["synchronous_commit"] = config.postgres_synchronous_commit
+            adapter = adapter_from_url(url, workspace_id=workspace_id, env=env, **options)
+        if warm is not None:
+            from .warm.mirror import mirror
+
+            adapter = mirror(adapter, warm, clock=clock,
+                             finished_ttl=config.warm_finished_ttl)
+        if payloads is not None:
+            # Above the mirror: the outbox and the warm tier get envelopes too.
+            adapter = CodecAdapter(adapter, payloads)
+        app = cls(adapter, config=config, clock=clock, maintenance=maintenance)
+        app.codec = codec
+        return app
+
+    # -- lifecycle -----------------------------------------------------------------
+
+    async def __aenter__(self) -> Self:
+        await self.adapter.open()
+        try:
+            keyring = await self._keyring()
+            self._runner = Runner(self.adapter, clock=self.clock, config=self.config,
+                                  keyring=keyring, runner_id=self._runner_id)
+            self._tg = await anyio.create_task_group().__aenter__()
+            await self._tg.start(self._runner.heartbeats.run)
+            # None: a client's share, its inline runs' timers and the outbox drainer
+            # of its own warm-tier mirror (Starflow.open(warm=...)).
+            if self._maintenance_enabled is not False:
+                self._maintenance = Maintenance(self._runner, poll=self._shared_database,
+                                                full=self._maintenance_enabled is True)
+                self._tg.start_soon(self._maintenance.run)
+        except BaseException:
+            await self.adapter.close()
+            raise
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        try:
+            if self._tg is not None:
+                self._tg.cancel_scope.cancel()
+                await self._tg.__aexit__(None, None, None)
+        finally:
+            self._tg = None
+            self._runner = None
+            self._maintenance = None
+            await self.adapter.close()
+
+    @property
+    def _shared_database(self) -> bool:
+        return self.adapter.shared
+
+    async def _keyring(self) -> Keyring:
+        if self.config.wake_keys:
+            return Keyring(self.config.wake_keys)
+        secret = await self.adapter.get_secret("default", now=self.clock.now())
+        return Keyring({"default": secret or secrets.token_hex(32)})
+
+    @property
+    def runner(self) -> Runner:
+        """This process's runner (open the app first)."""
+        if self._runner is None:
+            raise ConfigError("this Starflow is not open: use `async with Starflow.open(...)`")
+        return self._runner
+
+    @property
+    def runner_id(self) -> str:
+        return self.runner.runner_id
+
+    def _run_id(self, run_id: Any) -> str:
+        """The run id (canonical UUID text) ``run_id`` names: a UUID or a run key
+        (read in this app's workspace/env by :func:`starflow.limits.run_ref`).
+
+        Raises:
+            InvalidArgument: neither a UUID nor a valid run key (nothing written).
+        """
+        return self.adapter.normalize_run_id(run_id)
+
+    # -- starting runs -------------------------------------------------------------
+
+    @overload
+    async def run(self, wf: Callable[P, Awaitable[R]], /, *args: P.args, **kwargs: P.kwargs
+                  ) -> RunHandle[R]: ...
+
+    @overload
+    async def run(self, wf: str, /, *args: Any, **kwargs: Any) -> RunHandle[Any]: ...
+
+    async def run(self, wf: Callable[..., Awaitable[Any]] | str, /, *args: Any, **kwargs: Any
+                  ) -> RunHandle[Any]:
+        """Start a run and drive it here until it succeeds, fails or pauses.
+
+        ``wf`` is a ``@workflow`` function, whose own version the run takes
+        (``order_v1`` runs version 1 even when version 2 is registered too),
+        or a workflow name, which takes the newest version registered in this
+        process.
+
+        ``sf.options(run_id=i).run(wf, ...)`` makes the start idempotent: a
+        second call with the same id and workflow returns the existing run (its
+        new arguments are ignored, with a warning if they differ). ``i`` is a
+        UUID, or a run key of your own (``"order-123"``: the run's id is derived
+        from it, ``RunInfo.run_key`` keeps it, and every call that takes a run
+        id takes the key). ``sf.run(wf, x, run_id=i)`` works too, untyped.
+
+        A start for later (``start_at=`` / ``start_after=``) is refused here:
+        a worker claims such a run when its time comes, so use :meth:`start`.
+
+        Raises:
+            RunIdConflict: ``run_id`` names a run of another workflow (nothing written).
+            InvalidArgument: ``run_id`` is neither a UUID nor a valid run key
+                (nothing written).
+            WorkflowDefinitionError: the arguments do not bind to the signature.
+            SerializationError: an argument cannot be stored (nothing written).
+            ConfigError: ``start_at`` / ``start_after`` given (nothing written).
+        """
+        run_id = kwargs.pop("run_id", None)
+        start_at = kwargs.pop("start_at", None)
+        start_after = kwargs.pop("start_after", None)
+        attributes = kwargs.pop("attributes", None)
+        connection = kwargs.pop("connection", None)
+        return await self.options(run_id=run_id, start_at=start_at, start_after=start_after,
+                                  attributes=attributes, connection=connection
+                                  ).run(wf, *args, **kwargs)
+
+    @overload
+    async def start(self, wf: Callable[P, Awaitable[R]], /, *args: P.args, **kwargs: P.kwargs
+                    ) -> RunHandle[R]: ...
+
+    @overload
+    async def start(self, wf: str, /, *args: Any, **kwargs: Any) -> RunHandle[Any]: ...
+
+    async def start(self, wf: Callable[..., Awaitable[Any]] | str, /, *args: Any,
+                    **kwargs: Any) -> RunHandle[Any]:
+        """Queue a run for workers (``claim_state`` queued); returns at once.
+
+        ``wf`` is a ``@workflow`` function (its version) or a name (the newest
+        registered version), as for :meth:`run`.
+
+        Options through :meth:`options`: ``sf.options(run_id=i, pool="gpu").start(wf, x)``
+        (an idempotent start, as for :meth:`run`; only workers of that pool claim
+        it). ``run_id=`` / ``pool=`` as keywords here work too, untyped.
+
+        A start for later: ``sf.start(wf, x, start_after=timedelta(hours=1))`` or
+        ``start_at=<aware datetime>`` (or through :meth:`options`). The run is
+        written now (status ``queued``, ``RunInfo.not_before`` its start time)
+        and no worker claims it before then; ``sf.cancel`` ends it before it
+        runs.
+
+        In your own database transaction: ``sf.start(wf, x, connection=conn)``
+        (``conn`` an asyncpg connection for PostgreSQL, an aiosqlite one to the
+        app's file for SQLite, with a transaction open) writes the run with your
+        rows: it is queued when you commit, and gone if you roll back (see
+        :meth:`options` and the transactional start guide).
+
+        Raises:
+            RunIdConflict: ``run_id`` names a run of another workflow (nothing written).
+            ConfigError: a bad ``start_at`` / ``start_after`` (nothing written).
+            CallerTransactionError: ``connection=`` cannot take the start (nothing written).
+        """
+        run_id = kwargs.pop("run_id", None)
+        pool = kwargs.pop("pool", None)
+        start_at = kwargs.pop("start_at", None)
+        start_after = kwargs.pop("start_after", None)
+        attributes = kwargs.pop("attributes", None)
+        connection = kwargs.pop("connection", None)
+        return await self.options(run_id=run_id, pool=pool, start_at=start_at,
+                                  start_after=start_after, attributes=attributes,
+                                  connection=connection).start(wf, *args, **kwargs)
+
+    def options(self, *, run_id: str | None = None, pool: str | None = None,
+                priority: int = 0, concurrency_key: str | None = None,
+                dedup_key: str | None = None, debounce: timedelta | None = None,
+                debounce_key: str | None = None, timeout: timedelta | None = None,
+                start_at: datetime | None = None, start_after: timedelta | None = None,
+                attributes: Mapping[str, str | int | bool] | None = None,
+                connection: object | None = None) -> RunOptions:
+        """Start options that type checkers see: ``sf.options(run_id=i).run(wf, x)``.
+
+        ``sf.run(wf, x, run_id=i)`` works too, but a type checker cannot check
+        ``run_id=`` / ``pool=`` there (they share the call with the workflow's
+        own keyword arguments), and a workflow parameter with one of those names
+        needs ``options``.
+
+        Flow control (queued starts, ``.start()``, only; see the schedules and
+        queues guide):
+
+        Args:
+            run_id: The run's id (a UUID) or run key (any other string, such as
+                ``"order-123"``: 1-200 printable characters, no leading or
+                trailing whitespace, not starting with ``sfw1.``): an
+                idempotent start (``.run()`` and ``.start()``).
+            priority: Claimed before runs of lower priority (FIFO within one).
+            concurrency_key: Counted against the pool's ``key_concurrency``.
+            dedup_key: Refuse the start while a run with this key is active in
+                the pool (:class:`~starflow.DuplicateRun` names it).
+            debounce: Delay the start by this much; a later start with the same
+                ``debounce_key`` (same workflow and pool) before it is claimed
+                replaces its arguments and restarts the delay.
+            debounce_key: The key debounced starts share (with ``debounce``).
+            timeout: The run's deadline from its start (overrides the workflow's
+                ``@workflow(timeout=)``): past it the run ends in ``error`` with
+                ``WorkflowFailed.error_type == "WorkflowTimeout"`` (``.run()`` and
+                ``.start()``). For a start for later, from its start time.
+            start_at: Start the run no earlier than this timezone-aware time
+                (``.start()`` only): written now, claimed by a worker then. A
+                time already past starts it at once.
+            start_after: Start the run no earlier than this long after the
+                ``.start()`` call (a timedelta of zero or more). One of
+                ``start_at`` and ``start_after``, at most 100 years ahead.
+            attributes: Searchable attributes of the run, written with its
+                start (``.run()`` and ``.start()``): the same as the workflow
+                calling ``starflow.set_attributes(**attributes)`` first, so
+                ``list_runs(attributes=)`` finds it and ``get_attributes``
+                reads them back. A later ``set_attributes`` of a key replaces
+                its value. An idempotent start that finds its run writes none.
+            connection: Your own database connection, with a transaction open
+                (``.start()`` only): an asyncpg connection (or a pool's) to the
+                app's PostgreSQL database, or an aiosqlite connection to the app's
+                SQLite file. The run's rows are written in that transaction, so
+                they commit with yours, or roll back with them; workers see the
+                run once you commit. Not with ``debounce``, a warm tier, a
+                ``memory://`` or ``null://`` app, or ``.run()``.
+
+        Raises:
+            InvalidArgument: a key is not a storable name, or a bad attribute
+                (nothing written).
+            ConfigError: another option is invalid (named with its value).
+            TransactionalStartUnsupported: ``connection`` with ``debounce``.
+        """
+        if run_id is not None:
+            self._run_id(run_id)  # a UUID or a valid run key, else InvalidArgument now
+        for name, key in (("concurrency_key", concurrency_key), ("dedup_key", dedup_key),
+                          ("debounce_key", debounce_key)):
+            check_name(name, key, optional=True)
+        encoded = None if attributes is None else encode_attributes(
+            attributes, what="options(attributes=)", run_id=run_id)
+        problems = []
+        if (problem := int_problem("priority", priority, -(2**31))) is not None or \
+                priority >= 2**31:
+            problems.append(problem or f"priority must be an int below 2**31: {priority!r}")
+        if debounce is not None and (not isinstance(debounce, timedelta)
+                                     or debounce <= timedelta(0)):
+            problems.append(f"debounce must be a positive timedelta: {debounce!r}")
+        elif debounce is not None and (problem := duration_problem("debounce", debounce)):
+            problems.append(problem)
+        if (debounce is None) != (debounce_key is None):
+            problems.append("debounce and debounce_key go together: "
+                            f"debounce={debounce!r}, debounce_key={debounce_key!r}")
+        if debounce is not None and run_id is not None:
+            problems.append("debounce replaces a pending run's arguments, so it takes no "
+                            f"run_id: {run_id!r}")
+        if (problem := timeout_problem("timeout", timeout)) is not None:
+            problems.append(problem)
+        problems += start_problems(start_at, start_after, self.clock.now())
+        if debounce is not None and (start_at, start_after) != (None, None):
+            problems.append("debounce sets its own start time: pass start_at/start_after "
+                            "without it")
+        if problems:
+            raise ConfigError("options: " + "; ".join(problems), run_id=run_id)
+        if connection is not None and debounce is not None:
+            raise TransactionalStartUnsupported(
+                "debounce cannot start a run in your transaction (connection=): it replaces "
+                "a pending run's arguments, a write of its own outside your transaction. "
+                "Start without debounce, or after your commit. Nothing was written")
+        return RunOptions(self, run_id=run_id, pool=pool, priority=priority,
+                          concurrency_key=concurrency_key, dedup_key=dedup_key,
+                          debounce=debounce, debounce_key=debounce_key, timeout=timeout,
+                          start_at=start_at, start_after=start_after, attributes=encoded,
+                          connection=connection)
+
+    def _track(self, handle: RunHandle[R]) -> RunHandle[R]:
+        """Have this process fire the timers of an inline run it paused (no maintenance)."""
+        if self._maintenance is not None and self._maintenance.inline_timers is not None:
+            self._maintenance.inline_timers.track(handle.run_id, handle.status)
+        return handle
+
+    # -- schedules (#18) ----------------------------------------------------------
+
+    async def schedule(self, schedule_id: str, wf: Callable[..., Awaitable[Any]] | str, /,
+                       *args: Any, cron: str, timezone: str = "UTC", overlap: str = "skip",
+                       catchup: timedelta = timedelta(0), pool: str | None = None,
+                       **kwargs: Any) -> ScheduleRecord:
+        """Create or update the cron schedule ``schedule_id``: each tick queues a run.
+
+        Every server maintenance loop on the database (``starflow server``, a
+        worker with ``maintenance=True``, ``Starflow.open(maintenance=True)``)
+        fires due ticks; each tick starts exactly one run (its id derived from
+        the schedule and the tick time) however many loops run. Writing a
+        schedule again with the same cron and time zone keeps its cursor, so
+        calling this at every process start still catches up on ticks missed
+        while nothing ran.
+
+        Args:
+            schedule_id: The schedule's name in this workspace.
+            wf: The workflow (or its name); ``args`` / ``kwargs`` its arguments
+                for every run.
+            cron: A five-field cron expression (``"*/5 * * * *"``), read in ``timezone``.
+            timezone: An IANA zone; DST follows its rules (see the guide).
+            overlap: While the previous run is active: ``"skip"`` the tick,
+                ``"buffer_one"`` (start it once the run ends; later ticks skip),
+                or ``"allow"`` (start anyway).
+            catchup: After downtime, missed ticks this recent still start, oldest
+                first; older ones are skipped and counted. A tick less than 30 s
+                late is always on time.
+            pool: The pool runs are queued for (default: the workflow's).
+
+        Raises:
+            InvalidArgument: ``schedule_id`` or ``pool`` is not a storable name.
+            ConfigError: a bad cron, time zone or option (named; nothing written),
+                or cronsim is not installed.
+            WorkflowDefinitionError: ``wf`` is not a workflow, or the arguments do
+                not bind to it.
+            SerializationError: an argument cannot be stored (nothing written).
+        """
+        now = self.clock.now()
+        check_schedule(schedule_id, cron, timezone, overlap, catchup, pool, now=now)
+        definition = workflow_definition(wf)
+        encoded = Runner.encode_input(definition, args, kwargs)
+        Runner.decode_input(definition, encoded)  # arguments that fit their annotations
+        first = next_tick(cron, timezone, now)
+        record = ScheduleRecord(
+            id=schedule_id, workflow=definition.name, workflow_version=definition.version,
+            definition_id=await self.runner.definition_id(definition), input=encoded,
+            cron=cron, timezone=timezone, overlap=overlap, catchup=catchup, pool=pool,
+            next_fire_at=first, due_at=first)
+        stored = await self.adapter.upsert_schedule(record, now=now)
+        self._schedules_changed()
+        return stored
+
+    async def schedules(self) -> list[ScheduleRecord]:
+        """Every schedule of this workspace, by id."""
+        return await self.adapter.list_schedules()
+
+    async def get_schedule(self, schedule_id: str) -> ScheduleRecord:
+        """One schedule.
+
+        Raises:
+            ScheduleNotFound: there is none with this id.
+        """
+        check_name("schedule_id", schedule_id)
+        record = await self.adapter.get_schedule(schedule_id)
+        if record is None:
+            raise ScheduleNotFound(schedule_id)
+        return record
+
+    async def pause_schedule(self, schedule_id: str) -> ScheduleRecord:
+        """Stop firing ticks until :meth:`resume_schedule` (ticks meanwhile never start).
+
+        Ticks that fell due before the pause and no maintenance loop has handled
+        yet are handled first, as a loop would have: started (queued) within the
+        catch-up window, else counted in ``skipped_missed`` (or
+        ``skipped_overlap``), so pausing never drops a due tick uncounted.
+
+        Raises:
+            ScheduleNotFound: there is none with this id.
+            StorageError: a due tick's run could not be started (nothing paused).
+        """
+        loop = ScheduleLoop(self.runner, poll=False)
+        for _ in range(100):
+            record = await self.get_schedule(schedule_id)
+            if record.paused:
+                return record
+            now = self.clock.now()
+            if record.pending_tick is not None or (
+                    record.next_fire_at is not None and record.next_fire_at <= now):
+                # Due before the pause: decide it (of a loop racing us, one decides
+                # each tick, by the row's revision), then read the row again.
+                await loop.advance(record)
+                continue
+            if await self.adapter.update_schedule(record.id, record.revision,
+                                                  {"paused": True}, now=now):
+                self._schedules_changed()
+                return await self.get_schedule(schedule_id)
+            await anyio.lowlevel.checkpoint()
+        raise StarflowError(f"schedule {schedule_id!r} changed under 100 attempts to pause "
+                            "it; try again")
+
+    async def resume_schedule(self, schedule_id: str) -> ScheduleRecord:
+        """Fire ticks again, from the next one after now (paused ticks do not catch up).
+
+        A tick that waited for the previous run (``overlap="buffer_one"``) when the
+        schedule was paused does not start: it is counted in ``skipped_overlap``.
+        """
+        def values(rec: ScheduleRecord, now: datetime) -> dict[str, Any]:
+            nxt = next_tick(rec.cron, rec.timezone, now)
+            dropped = 1 if rec.buffered_tick is not None else 0
+            return {"paused": False, "next_fire_at": nxt, "buffered_tick": None,
+                    "skipped_overlap": rec.skipped_overlap + dropped,
+                    "due_at": now if rec.pending_tick is not None else nxt}
+
+        return await self._update_schedule(schedule_id, values)
+
+    async def delete_schedule(self, schedule_id: str) -> None:
+        """Delete a schedule; runs it started are kept.
+
+        Raises:
+            ScheduleNotFound: there is none with this id.
+        """
+        check_name("schedule_id", schedule_id)
+        if not await self.adapter.delete_schedule(schedule_id):
+            raise ScheduleNotFound(schedule_id)
+        self._schedules_changed()
+
+    async def trigger_schedule(self, schedule_id: str) -> RunHandle[Any]:
+        """Queue a run of the schedule now, outside its cron (overlap is not consulted).
+
+        The run becomes the schedule's last run, which later ticks' ``overlap`` sees.
+        """
+        now = self.clock.now()
+        record = await self.get_schedule(schedule_id)
+        adapter = self.adapter
+        run_id = tick_run_id(adapter.workspace_id, adapter.env, record.id, now, kind="trigger")
+        await start_scheduled_run(self.runner, record, run_id)
+        await self._update_schedule(schedule_id, lambda rec, now: {"last_run_id": run_id})
+        return await self.runner.handle(run_id)
+
+    async def _update_schedule(
+            self, schedule_id: str,
+            values: Callable[[ScheduleRecord, datetime], dict[str, Any]]) -> ScheduleRecord:
+        """Read, change and compare-and-set a schedule, again if a loop wrote it meanwhile."""
+        for _ in range(100):
+            record = await self.get_schedule(schedule_id)
+            now = self.clock.now()
+            change = values(record, now)
+            if await self.adapter.update_schedule(record.id, record.revision, change, now=now):
+                self._schedules_changed()
+                return await self.get_schedule(schedule_id)
+            await anyio.lowlevel.checkpoint()
+        raise StarflowError(f"schedule {schedule_id!r} changed under 100 attempts to update "
+                            "it; try again")
+
+    def _schedules_changed(self) -> None:
+        if self._maintenance is not None and self._maintenance.schedules is not None:
+            self._maintenance.schedules.notify()
+
+    # -- pool limits (#18) --------------------------------------------------------
+
+    async def set_pool_limits(self, pool: str, *, concurrency: int | None = None,
+                              rate_limit: tuple[int, timedelta] | None = None,
+                              key_concurrency: int | None = None,
+                              key_rate_limit: tuple[int, timedelta] | None = None,
+                              fair: bool = False,
+                              key_weights: Mapping[str, int] | None = None,
+                              keep_slot: bool = False) -> PoolLimits | None:
+        """Store limits every worker of every host obeys when claiming runs of ``pool``.
+
+        Enforced inside the claim's transaction (PostgreSQL: with the pool's
+        limits row locked; SQLite: in the writer's transaction), never by a
+        check before the claim. Replaces the pool's limits; all ``None`` (and
+        ``fair`` and ``keep_slot`` false) removes them. Runs queued for any
+        pool (no ``pool=``) are not limited.
+
+        Args:
+            pool: The pool.
+            concurrency: Runs of the pool executing at once, across all workers.
+            rate_limit: ``(n, period)``: at most ``n`` claims of the pool's runs
+                within any ``period``.
+            key_concurrency: Runs with one ``concurrency_key`` executing at once.
+            key_rate_limit: ``(n, period)``: at most ``n`` claims of runs with
+                one ``concurrency_key`` within any ``period`` (runs without a
+                key are not limited by it).
+            fair: Claim round robin across concurrency keys instead of oldest
+                first: within a priority level, the claim takes from the key
+                served least (weighted), so a key with a large backlog cannot
+                starve the others. Runs without a key share one turn.
+            key_weights: With ``fair``: a key's share relative to the others
+                (default 1): ``{"tenant-a": 3}`` serves ``tenant-a`` three
+                times as often as a key of weight 1 while both have runs queued.
+            keep_slot: A run of the pool keeps its concurrency slot (of
+                ``concurrency`` and ``key_concurrency``) while it sleeps or
+                waits, from its first claim until it ends; woken, it is
+                claimed again without waiting for room. Default (false): a
+                paused run releases its slot, and competes for one again when
+                it wakes.
+
+        Returns:
+            The stored limits, or None when removed.
+
+        Raises:
+            InvalidArgument: ``pool`` is not a storable name (nothing written).
+            ConfigError: a limit is invalid (named with its value; nothing written).
+        """
+        check_name("pool", pool)
+        problems = []
+        for name, value in (("concurrency", concurrency), ("key_concurrency", key_concurrency)):
+            if value is not None and (problem := int_problem(name, value, 1)) is not None:
+                problems.append(problem)
+        rate, period = _rate_limit("rate_limit", rate_limit, problems)
+        key_rate, key_period = _rate_limit("key_rate_limit", key_rate_limit, problems)
+        for name, flag in (("fair", fair), ("keep_slot", keep_slot)):
+            if not isinstance(flag, bool):
+                problems.append(f"{name} must be True or False: {flag!r}")
+        weights = _key_weights(key_weights, fair, problems)
+        if problems:
+            raise ConfigError("set_pool_limits: " + "; ".join(problems))
+        limits = PoolLimits(pool=pool, concurrency=concurrency, rate_limit=rate,
+                            rate_period=period, key_concurrency=key_concurrency,
+                            key_rate_limit=key_rate, key_rate_period=key_period,
+                            fair=fair, key_weights=weights, keep_slot=keep_slot)
+        await self.adapter.set_pool_limits(limits, now=self.clock.now())
+        self.runner.notify_settled()  # in-process workers look for work again
+        return await self.adapter.get_pool_limits(pool)
+
+    async def pause_pool(self, pool: str) -> PoolLimits:
+        """Pause ``pool``: no worker claims its queued runs until :meth:`resume_pool`.
+
+        Stored with the pool's limits (which are kept) and enforced inside every
+        claim's transaction, like them. Runs of the pool already claimed or
+        executing go on to their end; runs queued for any pool (no ``pool=``)
+        are still claimed by the pool's workers. Pausing a paused pool changes
+        nothing but its ``updated_at`` (idempotent).
+
+        Returns:
+            The pool's stored limits, ``paused`` set.
+
+        Raises:
+            InvalidArgument: ``pool`` is not a storable name (nothing written).
+        """
+        check_name("pool", pool)
+        await self.adapter.set_pool_paused(pool, True, now=self.clock.now())
+        limits = await self.adapter.get_pool_limits(pool)
+        assert limits is not None
+        return limits
+
+    async def resume_pool(self, pool: str) -> PoolLimits | None:
+        """Resume a pool paused by :meth:`pause_pool`: its queued runs are claimed again.
+
+        Resuming a pool that is not paused writes nothing and returns its limits.
+
+        Returns:
+            The pool's stored limits (``paused`` false), or None if it has none.
+
+        Raises:
+            InvalidArgument: ``pool`` is not a storable name (nothing written).
+        """
+        check_name("pool", pool)
+        current = await self.adapter.get_pool_limits(pool)
+        if current is None or not current.paused:
+            return current
+        await self.adapter.set_pool_paused(pool, False, now=self.clock.now())
+        self.runner.notify_settled()  # in-process workers look for work again
+        return await self.adapter.get_pool_limits(pool)
+
+    async def pools(self) -> list[PoolUsage]:
+        """Every pool with limits or with queued or executing runs: limits and current use."""
+        return await self.adapter.pool_usage(self.clock.now())
+
+    # -- the warm tier (live views: a hint, never the authority) --------------------
+
+    @property
+    def warm(self) -> WarmTier | None:
+        """The warm tier this app mirrors to (``Starflow.open(warm=...)``), if any."""
+        mirror = find_mirror(self.adapter)
+        return mirror.warm if mirror is not None else None
+
+    def _require_warm(self, what: str) -> WarmTier:
+        warm = self.warm
+        if warm is None:
+            raise ConfigError(
+                f"{what} reads the warm tier, and this Starflow has none: open it with "
+                "Starflow.open(..., warm='memory://') or warm='redis://localhost:6379/0'")
+        return warm
+
+    async def watch(self, run_id: str) -> AsyncIterator[LiveRun]:
+        """Live status of a run, pushed from the warm tier, until it ends.
+
+        Yields the current state, then a new :class:`~starflow.warm.LiveRun` after
+        each change (changes may be coalesced; the last state is always seen), and
+        stops after a terminal status. It may lag cold by a second or two: to act
+        on a run's state (resume, bill, audit) read :meth:`get_run`.
+
+        Raises:
+            ConfigError: no warm tier is configured.
+            WarmTierError: the warm tier failed while watching.
+        """
+        warm = self._require_warm("watch()")
+        async for state in warm.subscribe(self._run_id(run_id)):
+            live = live_run(state)
+            if live is None:
+                continue  # a damaged projection: the drift sweep will repair it
+            yield live
+            if live.is_terminal:
+                return
+
+    async def live_runs(self) -> list[LiveRun]:
+        """Runs not yet ended, from the warm tier (newest first; up to ~2 s stale)."""
+        warm = self._require_warm("live_runs()")
+        runs = [r for r in map(live_run, await warm.live_runs()) if r is not None]
+        return sorted(runs, key=lambda r: (r.started_at is not None, r.started_at, r.id),
+                      reverse=True)
+
+    async def outbox_status(self) -> OutboxStatus:
+        """The mirror outbox's lag gauge (pending rows by age, ok / warn / page) and,
+        when this process drains it, the drainer's counters."""
+        drainer = self._maintenance.drainer if self._maintenance is not None else None
+        warm = self.warm
+        return await outbox_status(self.adapter, self.clock.now(), drainer,
+                                   warm=warm.url if warm is not None else None)
+
+    # -- session variables ---------------------------------------------------------
+
+    async def session_get(self, session_id: str, key: str) -> Any:
+        """Read a session variable from outside a workflow (``None`` if absent or expired).
+
+        Inside a workflow use :func:`starflow.session_get`, which is recorded.
+        """
+        check_session_names(session_id, key)
+        return await self.adapter.session_get(session_id, key, now=self.clock.now())
+
+    async def session_set(self, session_id: str, key: str, value: Any, *,
+                          keep_until: datetime | None = None) -> None:
+        """Write a session variable from outside a workflow.
+
+        Written here it belongs to no run: it lives until ``keep_until`` (then
+        maintenance deletes it), or, without one, until overwritten.
+
+        Raises:
+            StarflowError: ``keep_until`` is naive.
+            SerializationError: the value is not JSON-encodable (nothing written).
+        """
+        from . import serde
+
+        check_session_names(session_id, key)
+        if keep_until is not None and (not isinstance(keep_until, datetime)
+                                       or keep_until.tzinfo is None):
+            raise InvalidArgument(f"keep_until must be timezone-aware: {keep_until!r}")
+        encoded = serde.to_builtins(value, what=f"session var {session_id}/{key}")
+        async with self.adapter.unit():
+            await self.adapter.session_set(session_id, key, encoded, now=self.clock.now(),
+                                           keep_until=keep_until)
+
+    # -- worker jobs -----------------------------------------------------------------
+
+    def job_worker(self, pool: str, concurrency: int = 4, *,
+                   worker_id: str | None = None) -> JobWorker:
+        """A job worker for ``@step(pool=...)`` steps of ``pool``; ``await jw.run()``.
+
+        Args:
+            pool: The pool served.
+            concurrency: Jobs run at once.
+            worker_id: Identity recorded as the jobs' ``leased_by``.
+        """
+        if isinstance(pool, str) and pool:  # JobWorker names an empty or missing pool
+            check_name("pool", pool)
+        return JobWorker(self.runner, pool=pool, concurrency=concurrency, worker_id=worker_id)
+
+    async def sweep(self) -> int:
+        """Run one lease-sweep pass now; returns how many runs it requeued or abandoned."""
+        return await self.runner.sweep()
+
+    async def prune(self, older_than: timedelta | None = None, *,
+                    statuses: Collection[str] | None = None, workflow: str | None = None,
+                    export_dir: str | os.PathLike[str] | None = None, dry_run: bool = False,
+                    batch_size: int = DEFAULT_BATCH_SIZE) -> PruneReport:
+        """Delete ended runs (success, error, cancelled) that ended more than
+        ``older_than`` ago, with their events, waits, signals, outbox rows,
+        worker jobs and session vars (those not kept past now). Active runs, and
+        runs whose parent or a child is still active, are never deleted.
+
+        Args:
+            older_than: Age since a run ended; default ``config.retention``.
+            statuses: Only these ended statuses (default: all three).
+            workflow: Only runs of this workflow.
+            export_dir: First write each run's history there (JSON lines in the
+                format of ``starflow runs export``; ``starflow replay`` reads
+                it); a run is deleted only once its export is on disk.
+            dry_run: Delete nothing; the report counts and lists the runs.
+            batch_size: Runs per transaction.
+
+        Raises:
+            InvalidArgument: a bad argument, or neither ``older_than`` nor
+                ``config.retention`` is set (nothing is deleted).
+        """
+        age = older_than if older_than is not None else self.config.retention
+        if age is None:
+            raise InvalidArgument("prune needs older_than= (e.g. timedelta(days=30)) or "
+                              "StarflowConfig(retention=...)")
+        return await prune_runs(self.adapter, now=self.clock.now(), older_than=age,
+                                statuses=statuses, workflow=workflow, export_dir=export_dir,
+                                dry_run=dry_run, batch_size=batch_size)
+
+    async def stuck_runs(self, limit: int = 1000) -> list[RunInfo]:
+        """Queued runs no worker has claimed for ``config.stuck_after``, oldest first:
+        no worker serves their pool (or none runs at all). The lease sweep warns
+        about them; ``starflow runs list --stuck`` lists them."""
+        return await self.runner.stuck_runs(limit)
+
+    def worker(self, pool: str | None = None, concurrency: int = 16,
+               maintenance: bool = False, grace: float = 30.0, timers: bool = True,
+               metrics_interval: float = 15.0) -> Worker:
+        """A worker that claims runs queued for ``pool``; ``await worker.run()``.
+
+        Args:
+            pool: Claim runs queued for this pool (and runs queued for any pool).
+            concurrency: Most runs driven at once.
+            maintenance: Also run the lease sweep, every run's durable timers,
+                cron schedules and session-var GC (unless this app already runs
+                them, ``Starflow.open(maintenance=True)``).
+            grace: Seconds ``worker.stop()`` waits for active runs to finish or
+                reach a step boundary before cancelling and releasing them.
+            timers: Fire every run's due timers (sleeps, ``wait_for`` timeouts,
+                deadlines of queued runs) in this worker, as every worker does by
+                default; each timer fires once however many workers run. False
+                leaves them to another process (``starflow server``, a worker
+                with ``maintenance=True``); the worker then warns at start.
+            metrics_interval: With Prometheus metrics enabled, seconds between two
+                reads of the queue per pool (one query) for the queue gauges
+                (``starflow_queue_depth``, ``starflow_queue_oldest_age_seconds``,
+                ``starflow_runs_running``).
+        """
+        check_concurrency(concurrency)  # before the maintenance loops are built
+        check_name("pool", pool, optional=True)
+        mt = None
+        if (maintenance or timers) and (self._maintenance is None
+                                        or not self._maintenance.full):
+            client = self._maintenance
+            mt = Maintenance(self.runner, poll=self._shared_database, drain=client is None,
+                             firing=client.firing if client is not None else None,
+                             timers_only=not maintenance)
+        fires = mt is not None or (self._maintenance is not None and self._maintenance.full)
+        return Worker(self.runner, pool=pool, concurrency=concurrency, maintenance=mt,
+                      grace=grace, fires_timers=fires, metrics_interval=metrics_interval)
 
     # -- waking runs ---------------------------------------------------------------
 

@@ -44,7 +44,7 @@ LAYERS: dict[str, str] = {
     "starflow": "face",
     "starflow.__main__": "face",
     "starflow.app": "face",
-    "starflow.app_core": "face",
+    "starflow.app_start": "face",
     "starflow.app_ops": "face",
     "starflow.sync": "face",
     "starflow.cli": "face",
