@@ -108,6 +108,7 @@ LAYERS: dict[str, str] = {
     "starflow.workflow.decorators": "workflow",
     "starflow.workflow.progress": "workflow",
     "starflow.workflow.session": "workflow",
+    "starflow.workflow.threads": "workflow",
     "starflow.workflow.waits": "workflow",
     "starflow.workflow.updates": "workflow",
     "starflow.workflow.logger": "workflow",

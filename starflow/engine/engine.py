@@ -36,6 +36,7 @@ from ..workflow.context import (
     WorkflowContext,
     current_engine,
 )
+from ..workflow.threads import run_body_in_thread
 from . import requeue
 from .execution import (
     CONTINUED_FROM_EVENT,
@@ -179,7 +180,12 @@ class Engine(EngineNodes):
             try:
                 if self.input_error is not None:
                     raise self.input_error
-                value = await self.definition.fn(*self.args, **self.kwargs)
+                if self.definition.threaded:
+                    value = await run_body_in_thread(
+                        self.definition.fn, self.args, self.kwargs,
+                        limiter=self.runtime.workflow_threads())
+                else:
+                    value = await self.definition.fn(*self.args, **self.kwargs)
             except BaseException as exc:
                 suspend = find_unwinding(exc, Suspend)
                 abort = find_unwinding(exc, Abort)

@@ -182,3 +182,32 @@ class TestExportFormat:
             load_history({"format": "other/9", "run": {"id": "x", "template_id": None,
                           "workspace_id": "w", "env": "e", "status": "success",
                           "started_at": None}, "events": []})
+
+
+class TestPlainDefWorkflows:
+    """The replayer runs a plain ``def`` workflow's body in a thread, like the runtime."""
+
+    async def test_a_plain_def_rewrite_of_the_same_steps_replays_cleanly(self) -> None:
+        histories, _ = await _record(original, 1)
+
+        def rewritten(x: int) -> int:
+            return step_c(step_a(x))  # type: ignore[arg-type,return-value]
+
+        new = _redefine("t_rep_flow", rewritten)
+        _ran.clear()
+        [result] = await Replayer(workflows=[new]).replay_histories(histories)
+        assert result.ok and result.outcome == "success"
+        assert _ran == []
+
+    async def test_a_plain_def_that_diverges_is_flagged(self) -> None:
+        histories, _ = await _record(original, 1)
+
+        def skips_a(x: int) -> int:
+            return step_c(x)  # type: ignore[return-value]
+
+        new = _redefine("t_rep_flow", skips_a)
+        _ran.clear()
+        [result] = await Replayer(workflows=[new]).replay_histories(histories)
+        assert result.outcome == "nondeterminism"
+        assert isinstance(result.error, NonDeterminismError)
+        assert _ran == []
