@@ -2,27 +2,25 @@
 
 from __future__ import annotations
 
-import functools
-import math
 import os
 import secrets
-import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping
 from datetime import datetime, timedelta
-from typing import Any, ParamSpec, Self, TypeVar, cast, overload
+from typing import Any, ParamSpec, Self, TypeVar, overload
 
 import anyio
 import anyio.lowlevel
-import msgspec
 
 from . import serde
 from .adapters import adapter_from_url
-from .adapters.base import WatchWhenWaiting, WorkflowStateAdapter
+from .adapters.base import WorkflowStateAdapter
 from .adapters.coding import CodecAdapter
-from .adapters.pages import MAX_PAGE, RunCursor, RunPage, RunPageQuery
+from .adapters.pages import RunPage, RunPageQuery
 from .admin.history import export_run
 from .admin.retention import DEFAULT_BATCH_SIZE, PruneReport, prune_runs
+from .app_bulk import DEFAULT_BULK_LIMIT, run_bulk
 from .app_ops import _key_weights, _rate_limit, check_session_names
+from .app_runs import Runs, check_due_timers, check_list_runs, names_run_key, result_timeout
 from .app_start import (
     DEFAULT_ENV,
     DEFAULT_URL,
@@ -37,26 +35,13 @@ from .config import StarflowConfig, check_concurrency, database_url_from_env, in
 from .errors import (
     ConfigError,
     InvalidArgument,
-    InvalidWakeToken,
-    NodeNotInHistory,
-    ResultTimeout,
-    RunCancelled,
-    RunFinished,
-    RunNotEnded,
     RunNotFound,
     ScheduleNotFound,
     StarflowError,
-    StorageError,
-    TooManyRuns,
     TransactionalStartUnsupported,
-    UpdateRejected,
 )
-from .limits import MAX_DURATION, WAKE_TOKEN_PREFIX, check_name, duration_problem, name_problem
-from .logs import get_logger
+from .limits import check_name, duration_problem
 from .records import (
-    BULK_STATUSES,
-    MAX_REPORTED,
-    RUN_STATUSES,
     BulkResult,
     PoolLimits,
     PoolUsage,
@@ -87,40 +72,11 @@ from .workflow.attributes import encode_attributes
 from .workflow.decorators import timeout_problem
 from .workflow.events import DataReader
 
-__all__ = ["DEFAULT_BULK_LIMIT", "RunOptions", "Starflow", "bulk_query"]
+__all__ = ["RunOptions", "Starflow"]
 
 
 P = ParamSpec("P")
 R = TypeVar("R")
-_log = get_logger("starflow.bulk")
-#: ``cancel_runs``' (``retry_runs``', ``fork_runs``') default cap on the matches.
-DEFAULT_BULK_LIMIT = 1000
-#: Runs read per page by a bulk action (its memory bound).
-BULK_PAGE = MAX_PAGE
-_Call = TypeVar("_Call", bound=Callable[..., Awaitable[Any]])
-
-
-def _names_run_key(method: _Call) -> _Call:
-    """A ``RunNotFound`` from ``method(self, run_id, ...)`` given a run key names
-    the key, not only the id it derives (``run order-123 not found…``)."""
-
-    @functools.wraps(method)
-    async def call(self: Starflow, run_id: Any, /, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return await method(self, run_id, *args, **kwargs)
-        except RunNotFound as exc:
-            if exc.run_key is not None or not isinstance(run_id, str):
-                raise
-            try:
-                ref = self.adapter.run_ref(run_id)
-            except InvalidArgument:
-                raise exc from None
-            if ref.key is None or ref.id != exc.run_id:
-                raise
-            raise RunNotFound(ref.id, run_key=ref.key).with_traceback(
-                exc.__traceback__) from None
-
-    return cast(_Call, call)
 
 
 class Starflow:
@@ -151,6 +107,8 @@ class Starflow:
         self._maintenance: Maintenance | None = None
         #: The codec given to :meth:`open` (None: values are stored as plain JSON).
         self.codec: PayloadCodec | None = None
+        # The bodies of the larger methods, by composition (the methods stay here).
+        self._runs = Runs(self)
 
     @classmethod
     def open(
@@ -936,7 +894,7 @@ class Starflow:
 
     # -- waking runs ---------------------------------------------------------------
 
-    @_names_run_key
+    @names_run_key
     async def signal(self, run_id: str, event: str, payload: Any = None) -> RunHandle[Any]:
         """Deliver a signal. A run paused on ``event`` wakes: inline runs are driven
         here until they pause again or end, worker runs go back to the queue. A
@@ -963,7 +921,7 @@ class Starflow:
                      timeout: timedelta | float | None = None,
                      update_id: str | None = None) -> Any: ...
 
-    @_names_run_key
+    @names_run_key
     async def update(self, run_id: str, name: str, payload: Any = None, *,
                      timeout: timedelta | float | None = None,
                      update_id: str | None = None, type: Any = Any) -> Any:
@@ -1002,66 +960,7 @@ class Starflow:
             InvalidArgument / SerializationError: bad name, id or payload
                 (nothing written).
         """
-        run_id = self._run_id(run_id)
-        uid = update_id if update_id is not None else str(uuid.uuid4())
-        limit = _result_timeout(timeout)
-        runner = self.runner
-        deadline = None if limit is None else self.clock.now() + timedelta(seconds=limit)
-        answer = None
-        while True:  # again if the run continued as new before the request was queued
-            chain = await runner.chain(run_id)
-            if update_id is not None:  # a retry: answered by a run of the chain?
-                for run in chain:
-                    answer = await runner.update_answer(run.id, uid)
-                    if answer is not None:
-                        run_id = run.id
-                        break
-            if answer is not None:
-                break
-            run_id = chain[-1].id
-            try:
-                handle = await runner.request_update(run_id, name, payload, uid)
-            except RunFinished:
-                current = await self.adapter.get_run(run_id)
-                if current is not None and current.continued_as is not None:
-                    continue
-                raise
-            if handle is not None:
-                self._track(handle)
-            break
-        poll = self.config.poll_interval.total_seconds()
-        async with WatchWhenWaiting(self.adapter, run_id) as watch:
-            while answer is None:
-                # Taken before the read: a change after it (in this process, or
-                # announced by another once watching) wakes us; poll_interval is
-                # the fallback. The watch starts only if the first read must wait.
-                settled = runner.settled
-                changed = watch.arm()
-                answer = await runner.update_answer(run_id, uid)
-                if answer is not None:
-                    break
-                run = await self.get_run(run_id)
-                if run.is_terminal:
-                    answer = await runner.update_answer(run_id, uid)  # answered, then ended
-                    if answer is None:
-                        raise RunFinished(run_id, run.status, "update")
-                    break
-                now = self.clock.now()
-                if deadline is not None and now >= deadline:
-                    raise ResultTimeout(
-                        f"run {run_id} did not answer update {name!r} (id {uid}) within "
-                        f"{limit:g} s; the request stays queued: call update again with "
-                        f"update_id={uid!r} to wait for its answer", run_id=run_id)
-                if await watch.start():
-                    continue  # announcements reach us from now on: read again first
-                wait = poll if deadline is None else min(poll, (deadline - now).total_seconds())
-                await runner.wait_settled(wait, settled, *changed)
-        node_id, output = answer
-        if "rejected" in output:
-            raise UpdateRejected(run_id, name, uid, str(output["rejected"]), node_id=node_id)
-        return serde.convert(output.get("reply"), type,
-                             what=f"answer to update {name!r} of run {run_id}",
-                             run_id=run_id, node_id=node_id)
+        return await self._runs.update(run_id, name, payload, timeout, update_id, type)
 
     async def resume(self, wake_token: str, payload: Any = None) -> RunHandle[Any]:
         """Wake the wait a token was issued for, with ``payload``; or, given a run id,
@@ -1085,7 +984,7 @@ class Starflow:
             RunFinished: the run has ended (nothing written).
             InvalidArgument: a run id or key with a ``payload``.
         """
-        run_id = await self._resumable_run(wake_token)
+        run_id = await self._runs.resumable_run(wake_token)
         if run_id is None:
             return self._track(await self.runner.resume(wake_token, payload))
         if payload is not None:
@@ -1095,24 +994,7 @@ class Starflow:
                 "payload), or pass the wait's wake token", run_id=run_id)
         return self._track(await self.runner.resume_run(run_id))
 
-    async def _resumable_run(self, value: object) -> str | None:
-        """The run :meth:`resume` is given (a run id, or the key of a run that
-        exists), or ``None`` for a wake token (or what is meant as one)."""
-        if isinstance(value, str) and value.startswith(WAKE_TOKEN_PREFIX):
-            return None
-        try:
-            ref = self.adapter.run_ref(value)
-        except InvalidArgument:
-            return None  # not a run id nor a key: a malformed token
-        if ref.key is None:
-            return ref.id
-        if await self.adapter.get_run(ref.id) is None:
-            raise InvalidWakeToken(
-                "malformed", f"{ref.key[:60]!r} is not a wake token ({WAKE_TOKEN_PREFIX}…), "
-                f"nor the key of a run in workspace {self.workspace_id}/{self.env}")
-        return ref.id
-
-    @_names_run_key
+    @names_run_key
     async def pause(self, run_id: str) -> RunHandle[Any]:
         """Pause a run: it stops at its next boundary and keeps its state until
         :meth:`resume` (``sf.resume(run_id)``).
@@ -1136,7 +1018,7 @@ class Starflow:
         """
         return await self.runner.pause(self._run_id(run_id))
 
-    @_names_run_key
+    @names_run_key
     async def cancel(self, run_id: str, *, force: bool = False) -> RunHandle[Any]:
         """Cancel a run, letting its code clean up.
 
@@ -1164,7 +1046,7 @@ class Starflow:
         """
         return self._track(await self.runner.cancel(self._run_id(run_id), force=force))
 
-    @_names_run_key
+    @names_run_key
     async def retry(self, run_id: str) -> RunHandle[Any]:
         """Run a run that ended in ``error`` again from its recorded history.
 
@@ -1186,14 +1068,10 @@ class Starflow:
         return self._track(await self.runner.retry(self._run_id(run_id)))
     # -- queries -------------------------------------------------------------------
 
-    @_names_run_key
+    @names_run_key
     async def get_run(self, run_id: str) -> RunInfo:
         """The ``workflow_runs`` row (read cold)."""
-        run_id = self._run_id(run_id)
-        run = await self.adapter.get_run(run_id)
-        if run is None:
-            raise RunNotFound(run_id)
-        return run
+        return await self._runs.get(self._run_id(run_id))
 
     async def list_runs(self, status: str | None = None, template_id: str | None = None,
                         limit: int = 50, since: datetime | None = None,
@@ -1216,35 +1094,13 @@ class Starflow:
         Raises:
             StarflowError: a filter is invalid (named with its value).
         """
-        problems = []
-        if status is not None and status not in RUN_STATUSES:
-            problems.append(f"status must be one of {', '.join(RUN_STATUSES)}: {status!r}")
-        if (problem := int_problem("limit", limit, 1)) is not None:
-            problems.append(problem)
-        elif limit > MAX_LIST_LIMIT:
-            problems.append(f"limit must be at most {MAX_LIST_LIMIT}: {limit!r}")
-        if (problem := name_problem("template_id", template_id, optional=True)) is not None:
-            problems.append(problem)
-        if since is not None and (not isinstance(since, datetime) or since.tzinfo is None):
-            problems.append(f"since must be timezone-aware: {since!r}")
-        encoded: dict[str, str] | None = None
-        if attributes is not None:
-            try:
-                encoded = encode_attributes(attributes, what="attributes")
-            except InvalidArgument as exc:
-                problems.append(str(exc))
-        if parent_run_id is not None:
-            try:
-                parent_run_id = self._run_id(parent_run_id)
-            except StarflowError as exc:
-                problems.append(f"parent_run_id: {exc}")
-        if problems:
-            raise InvalidArgument("list_runs: " + "; ".join(problems))
+        encoded, parent = check_list_runs(self.adapter, status, template_id, limit, since,
+                                          attributes, parent_run_id)
         return await self.adapter.list_runs(status=status, template_id=template_id,
-                                            parent_run_id=parent_run_id,
-                                            since=since, limit=limit, attributes=encoded)
+                                            parent_run_id=parent, since=since, limit=limit,
+                                            attributes=encoded)
 
-    @_names_run_key
+    @names_run_key
     async def get_attributes(self, run_id: str) -> dict[str, str | int | bool]:
         """The searchable attributes of one run, key -> value (empty: none set).
 
@@ -1261,7 +1117,7 @@ class Starflow:
         stored = await self.adapter.get_run_attributes(run_id)
         return {key: serde.decode(text.encode()) for key, text in stored.items()}
 
-    @_names_run_key
+    @names_run_key
     async def events(self, run_id: str, *, after_id: int = 0) -> list[RunEvent]:
         """The run's ``workflow_run_events`` rows in order.
 
@@ -1281,7 +1137,7 @@ class Starflow:
             raise RunNotFound(run_id)
         return events
 
-    @_names_run_key
+    @names_run_key
     async def waits(self, run_id: str) -> list[WaitRecord]:
         """What the run is registered to wake on: one :class:`~starflow.records.WaitRecord`
         per open wait (the node, its event, its timer's deadline); empty
@@ -1321,20 +1177,12 @@ class Starflow:
         Raises:
             InvalidArgument: ``before`` is naive, or ``limit`` is not an int >= 1.
         """
-        problems = []
-        if not isinstance(before, datetime) or before.tzinfo is None:
-            problems.append(f"before must be a timezone-aware datetime: {before!r}")
-        if (problem := int_problem("limit", limit, 1)) is not None:
-            problems.append(problem)
-        elif limit > MAX_LIST_LIMIT:
-            problems.append(f"limit must be at most {MAX_LIST_LIMIT}: {limit!r}")
-        if problems:
-            raise InvalidArgument("count_due_timers: " + "; ".join(problems))
+        check_due_timers(before, limit)
         waits = await self.adapter.due_waits(before, limit=limit)
         queued = await self.adapter.due_run_deadlines(before, limit=limit)
         return min(len(waits) + len(queued), limit)
 
-    @_names_run_key
+    @names_run_key
     async def export_run(self, run_id: str) -> dict[str, Any]:
         """The run's history as JSON-ready builtins, wake tokens redacted: one
         object of the file ``starflow runs export`` writes and ``starflow replay``
@@ -1362,7 +1210,7 @@ class Starflow:
     @overload
     async def result(self, run_id: str, timeout: timedelta | float | None = None) -> Any: ...
 
-    @_names_run_key
+    @names_run_key
     async def result(self, run_id: RunHandle[Any] | str,
                      timeout: timedelta | float | None = None) -> Any:
         """Wait until the run ends and return its value, decoded to the annotated type.
@@ -1381,46 +1229,7 @@ class Starflow:
             RunCancelled: the run was cancelled (a ``WorkflowFailed``).
             ResultTimeout: ``timeout`` passed first (the run goes on).
         """
-        if isinstance(run_id, RunHandle):
-            run_id = run_id.run_id
-        runner = self.runner
-        run_id = self._run_id(run_id)
-        limit = _result_timeout(timeout)
-        deadline = None if limit is None else self.clock.now() + timedelta(seconds=limit)
-        while True:  # once per run of a continue_as_new chain
-            run = await self._await_end(run_id, deadline, limit)
-            if run.continued_as is None:
-                return runner.decode_result(run)
-            run_id = run.continued_as
-
-    async def _await_end(self, run_id: str, deadline: datetime | None,
-                         limit: float | None) -> RunInfo:
-        """The run's row once it ended with ``success`` (else its error, raised)."""
-        runner = self.runner
-        poll = self.config.poll_interval.total_seconds()
-        async with WatchWhenWaiting(self.adapter, run_id) as watch:
-            while True:
-                # Taken before the read: a change after it (in this process, or
-                # announced by another once watching) wakes us; poll_interval is
-                # the fallback. The watch starts only if the first read must wait.
-                settled = runner.settled
-                changed = watch.arm()
-                run = await self.get_run(run_id)
-                if run.status == "success":
-                    return run
-                if run.status == "cancelled":
-                    raise RunCancelled(run_id, run.error)
-                if run.status == "error":
-                    raise runner.failure(run)
-                now = self.clock.now()
-                if deadline is not None and now >= deadline:
-                    raise ResultTimeout(
-                        f"run {run_id} is still {run.status} after {limit:g} s; it goes on",
-                        run_id=run_id)
-                if await watch.start():
-                    continue  # announcements reach us from now on: read again first
-                wait = poll if deadline is None else min(poll, (deadline - now).total_seconds())
-                await runner.wait_settled(wait, settled, *changed)
+        return await self._runs.result(run_id, timeout)
 
     # -- events and streams (#17) -------------------------------------------------------
 
@@ -1437,7 +1246,7 @@ class Starflow:
     async def get_event(self, run_id: str, key: str, *,
                         timeout: timedelta | float | None = None) -> Any: ...
 
-    @_names_run_key
+    @names_run_key
     async def get_event(self, run_id: str, key: str, *,
                         timeout: timedelta | float | None = None, type: Any = Any) -> Any:
         """The value the run published under ``key`` (``starflow.set_event``), as
@@ -1457,7 +1266,7 @@ class Starflow:
             SerializationError: the value does not fit ``type``.
         """
         run_id = self._run_id(run_id)
-        value = await self._data().get_event(run_id, key, _result_timeout(timeout))
+        value = await self._data().get_event(run_id, key, result_timeout(timeout))
         return serde.convert(value, type, what=f"event {key!r} of run {run_id}",
                              run_id=run_id)
 
@@ -1494,7 +1303,7 @@ class Starflow:
             yield serde.convert(value, type_, what=f"stream {key!r} value of run {run_id}",
                                 run_id=run_id)
 
-    @_names_run_key
+    @names_run_key
     async def fork(self, run_id: str, *, from_node: str) -> RunHandle[Any]:
         """A new run of an ended run's workflow, version and arguments whose history
         is the source's without ``from_node`` and what followed it; it runs from there.
@@ -1553,7 +1362,7 @@ class Starflow:
         async def act(run: RunInfo) -> str | None:
             await self.cancel(run.id, force=force)
             return None
-        return await self._bulk("cancel", filter, dry_run, limit, act)
+        return await run_bulk(self.adapter, "cancel", filter, dry_run, limit, act)
 
     async def retry_runs(self, filter: RunFilter, *, dry_run: bool = False,
                          limit: int | None = DEFAULT_BULK_LIMIT) -> BulkResult:
@@ -1572,7 +1381,7 @@ class Starflow:
         async def act(run: RunInfo) -> str | None:
             await self.retry(run.id)
             return None
-        return await self._bulk("retry", filter, dry_run, limit, act)
+        return await run_bulk(self.adapter, "retry", filter, dry_run, limit, act)
 
     async def fork_runs(self, filter: RunFilter, *, from_node: str, dry_run: bool = False,
                         limit: int | None = DEFAULT_BULK_LIMIT) -> BulkResult:
@@ -1601,146 +1410,5 @@ class Starflow:
             handle = await self.fork(run.id, from_node=from_node)
             made.add(handle.run_id)
             return handle.run_id
-        return await self._bulk("fork", filter, dry_run, limit, act, skip_ids=made)
+        return await run_bulk(self.adapter, "fork", filter, dry_run, limit, act, skip_ids=made)
 
-    async def _bulk(self, action: str, run_filter: RunFilter, dry_run: bool,
-                    limit: int | None, act: Callable[[RunInfo], Awaitable[str | None]],
-                    skip_ids: set[str] | None = None) -> BulkResult:
-        """Count the matches (up to ``limit + 1``), then act on each, page by page."""
-        query = bulk_query(action, run_filter, limit)
-        if dry_run or limit is not None:
-            # Counted before anything is written: past the cap, nothing is.
-            counted = 0
-            async for _ in self._matches(query, None if dry_run or limit is None
-                                         else limit + 1):
-                counted += 1
-            if dry_run:
-                return BulkResult(action=action, dry_run=True, matched=counted)
-            if limit is not None and counted > limit:
-                raise TooManyRuns(action, limit)
-        matched = acted = skipped_count = failed_count = 0
-        skipped: dict[str, str] = {}
-        failed: dict[str, str] = {}
-        forks: dict[str, str] = {}
-        async for run in self._matches(query, None):
-            if skip_ids is not None and run.id in skip_ids:
-                continue  # made by this call: not a match
-            matched += 1
-            reason: str | None = None
-            try:
-                made = await act(run)
-            except (RunFinished, RunNotEnded, RunNotFound, NodeNotInHistory) as exc:
-                reason = str(exc)  # it moved on since the match, or lacks the node
-            except StorageError:
-                raise
-            except StarflowError as exc:
-                now = await self.adapter.get_run(run.id)
-                if now is not None and now.status not in BULK_STATUSES[action]:
-                    reason = f"{now.status}: {exc}"  # it moved on since the match
-                else:
-                    _log.warning("bulk action failed for a run", action=action,
-                                 run_id=run.id, error=str(exc))
-                    failed_count += 1
-                    if len(failed) < MAX_REPORTED:
-                        failed[run.id] = f"{type(exc).__name__}: {exc}"
-                    continue
-            else:
-                acted += 1
-                if made is not None and len(forks) < MAX_REPORTED:
-                    forks[run.id] = made
-                continue
-            skipped_count += 1
-            if len(skipped) < MAX_REPORTED:
-                skipped[run.id] = reason
-        _log.info("bulk action done", action=action, matched=matched, acted=acted,
-                  skipped=skipped_count, failed=failed_count)
-        return BulkResult(action=action, dry_run=False, matched=matched, acted=acted,
-                          skipped=skipped, skipped_count=skipped_count, failed=failed,
-                          failed_count=failed_count, forks=forks)
-
-    async def _matches(self, query: RunPageQuery, most: int | None) -> AsyncIterator[RunInfo]:
-        """The runs ``query`` matches, newest first, one page at a time (at most
-        ``most`` of them)."""
-        after: RunCursor | None = None
-        seen = 0
-        while True:
-            page = await self.adapter.list_runs_page(
-                msgspec.structs.replace(query, after=after))
-            for run in page.runs:
-                yield run
-                seen += 1
-                if most is not None and seen >= most:
-                    return
-            if page.next is None:
-                return
-            after = page.next
-
-
-
-def bulk_query(action: str, run_filter: RunFilter, limit: int | None) -> RunPageQuery:
-    """The page query of a bulk action's filter.
-
-    Raises:
-        InvalidArgument: every problem of the filter and limit, named with its value.
-    """
-    what = f"{action}_runs"
-    if not isinstance(run_filter, RunFilter):
-        raise InvalidArgument(f"{what}: the filter must be a starflow.RunFilter, got "
-                              f"{type(run_filter).__name__}")
-    problems: list[str] = []
-    applies = BULK_STATUSES[action]
-    f = run_filter
-    if f.empty and not f.all:
-        problems.append("the filter has no criterion: give status, template_id, since, "
-                        "until, attributes or pool, or RunFilter(all=True) to act on every "
-                        f"{' / '.join(applies)} run")
-    if f.status is not None and f.status not in applies:
-        if f.status in RUN_STATUSES:
-            problems.append(f"status {f.status!r}: {action} applies only to "
-                            f"{', '.join(applies)} runs")
-        else:
-            problems.append(f"status must be one of {', '.join(applies)}: {f.status!r}")
-    if limit is not None and (problem := int_problem("limit", limit, 1)) is not None:
-        problems.append(problem + " (or None for no cap)")
-    for key in ("template_id", "pool"):
-        if (problem := name_problem(key, getattr(f, key), optional=True)) is not None:
-            problems.append(problem)
-    for key in ("since", "until"):
-        value = getattr(f, key)
-        if value is not None and (not isinstance(value, datetime) or value.tzinfo is None):
-            problems.append(f"{key} must be a timezone-aware datetime: {value!r}")
-    encoded: dict[str, str] | None = None
-    if f.attributes:
-        try:
-            encoded = encode_attributes(f.attributes, what="attributes")
-        except InvalidArgument as exc:
-            problems.append(str(exc))
-    if problems:
-        raise InvalidArgument(f"{what}: " + "; ".join(problems) + "; nothing was written")
-    return RunPageQuery(status=f.status, statuses=applies, template_id=f.template_id,
-                        pool=f.pool, started_from=f.since, started_before=f.until,
-                        attributes=encoded, limit=BULK_PAGE)
-
-
-#: The largest ``list_runs(limit=)``: a 32-bit count, which both databases'
-#: LIMIT takes (past 2**63 SQLite raised a raw OverflowError).
-MAX_LIST_LIMIT = 2**31 - 1
-
-
-def _result_timeout(timeout: object) -> float | None:
-    """``Starflow.result``'s timeout in seconds: None, or a finite number >= 0 (a
-    timedelta or seconds) no longer than :data:`~starflow.limits.MAX_DURATION`."""
-    if timeout is None:
-        return None
-    if isinstance(timeout, timedelta):
-        seconds = timeout.total_seconds()
-    elif isinstance(timeout, int | float) and not isinstance(timeout, bool):
-        seconds = float(timeout)
-    else:
-        raise InvalidArgument(f"result timeout must be a timedelta or seconds: {timeout!r}")
-    longest = MAX_DURATION.total_seconds()
-    if not math.isfinite(seconds) or seconds < 0 or seconds > longest:
-        raise InvalidArgument(
-            f"result timeout must be between 0 and {longest:.0f} seconds (100 years): "
-            f"{timeout!r}")
-    return seconds

@@ -44,6 +44,8 @@ LAYERS: dict[str, str] = {
     "starflow": "face",
     "starflow.__main__": "face",
     "starflow.app": "face",
+    "starflow.app_bulk": "face",
+    "starflow.app_runs": "face",
     "starflow.app_start": "face",
     "starflow.app_ops": "face",
     "starflow.sync": "face",
