@@ -12,35 +12,28 @@ import anyio
 import anyio.lowlevel
 
 from . import serde
-from .adapters import adapter_from_url
 from .adapters.base import WorkflowStateAdapter
-from .adapters.coding import CodecAdapter
 from .adapters.pages import RunPage, RunPageQuery
 from .admin.history import export_run
 from .admin.retention import DEFAULT_BATCH_SIZE, PruneReport, prune_runs
 from .app_bulk import DEFAULT_BULK_LIMIT, run_bulk
-from .app_ops import _key_weights, _rate_limit, check_session_names
+from .app_ops import Operations, check_session_names, pool_limits
 from .app_runs import Runs, check_due_timers, check_list_runs, names_run_key, result_timeout
 from .app_start import (
-    DEFAULT_ENV,
-    DEFAULT_URL,
-    DEFAULT_WORKSPACE,
     RunOptions,
-    start_problems,
-    workflow_definition,
+    check_options,
+    open_adapter,
 )
 from .clock import Clock, SystemClock
-from .codec import PayloadCodec, Payloads
-from .config import StarflowConfig, check_concurrency, database_url_from_env, int_problem
+from .codec import PayloadCodec
+from .config import StarflowConfig, int_problem
 from .errors import (
     ConfigError,
     InvalidArgument,
     RunNotFound,
     ScheduleNotFound,
-    StarflowError,
-    TransactionalStartUnsupported,
 )
-from .limits import check_name, duration_problem
+from .limits import check_name
 from .records import (
     BulkResult,
     PoolLimits,
@@ -55,21 +48,11 @@ from .runtime.forks import fork_run
 from .runtime.jobs import JobWorker
 from .runtime.maintenance import Maintenance
 from .runtime.runner import RunHandle, Runner
-from .runtime.schedules import (
-    ScheduleLoop,
-    check_schedule,
-    next_tick,
-    start_scheduled_run,
-    tick_run_id,
-)
 from .runtime.worker import Worker
 from .tokens import Keyring
-from .urls import scheme_of
 from .warm.base import LiveRun, WarmTier, live_run
 from .warm.drainer import OutboxStatus, outbox_status
 from .warm.mirror import find_mirror
-from .workflow.attributes import encode_attributes
-from .workflow.decorators import timeout_problem
 from .workflow.events import DataReader
 
 __all__ = ["RunOptions", "Starflow"]
@@ -109,6 +92,7 @@ class Starflow:
         self.codec: PayloadCodec | None = None
         # The bodies of the larger methods, by composition (the methods stay here).
         self._runs = Runs(self)
+        self._ops = Operations(self)
 
     @classmethod
     def open(
@@ -158,30 +142,8 @@ class Starflow:
             ConfigError: ``config`` or ``codec`` is not valid (nothing opened).
         """
         config = config or StarflowConfig()
-        if not isinstance(config, StarflowConfig):
-            raise ConfigError(f"config must be a StarflowConfig, got {type(config).__name__}")
-        payloads = Payloads(codec) if codec is not None else None
-        workspace_id = workspace_id or os.environ.get("STARFLOW_WORKSPACE") or DEFAULT_WORKSPACE
-        env = env or os.environ.get("STARFLOW_ENV") or DEFAULT_ENV
-        if adapter is None:
-            url = url or database_url_from_env() or DEFAULT_URL
-            options: dict[str, Any] = {}
-            scheme = scheme_of(url)
-            if scheme in ("sqlite", "memory"):
-                options["inline_commits"] = config.sqlite_inline_commits
-            if scheme in ("sqlite",):
-                options["synchronous"] = config.sqlite_synchronous
-            elif scheme in ("postgresql", "postgres"):
-                options["synchronous_commit"] = config.postgres_synchronous_commit
-            adapter = adapter_from_url(url, workspace_id=workspace_id, env=env, **options)
-        if warm is not None:
-            from .warm.mirror import mirror
-
-            adapter = mirror(adapter, warm, clock=clock,
-                             finished_ttl=config.warm_finished_ttl)
-        if payloads is not None:
-            # Above the mirror: the outbox and the warm tier get envelopes too.
-            adapter = CodecAdapter(adapter, payloads)
+        adapter = open_adapter(url, workspace_id=workspace_id, env=env, config=config,
+                               clock=clock, warm=warm, adapter=adapter, codec=codec)
         app = cls(adapter, config=config, clock=clock, maintenance=maintenance)
         app.codec = codec
         return app
@@ -400,39 +362,11 @@ class Starflow:
         """
         if run_id is not None:
             self._run_id(run_id)  # a UUID or a valid run key, else InvalidArgument now
-        for name, key in (("concurrency_key", concurrency_key), ("dedup_key", dedup_key),
-                          ("debounce_key", debounce_key)):
-            check_name(name, key, optional=True)
-        encoded = None if attributes is None else encode_attributes(
-            attributes, what="options(attributes=)", run_id=run_id)
-        problems = []
-        if (problem := int_problem("priority", priority, -(2**31))) is not None or \
-                priority >= 2**31:
-            problems.append(problem or f"priority must be an int below 2**31: {priority!r}")
-        if debounce is not None and (not isinstance(debounce, timedelta)
-                                     or debounce <= timedelta(0)):
-            problems.append(f"debounce must be a positive timedelta: {debounce!r}")
-        elif debounce is not None and (problem := duration_problem("debounce", debounce)):
-            problems.append(problem)
-        if (debounce is None) != (debounce_key is None):
-            problems.append("debounce and debounce_key go together: "
-                            f"debounce={debounce!r}, debounce_key={debounce_key!r}")
-        if debounce is not None and run_id is not None:
-            problems.append("debounce replaces a pending run's arguments, so it takes no "
-                            f"run_id: {run_id!r}")
-        if (problem := timeout_problem("timeout", timeout)) is not None:
-            problems.append(problem)
-        problems += start_problems(start_at, start_after, self.clock.now())
-        if debounce is not None and (start_at, start_after) != (None, None):
-            problems.append("debounce sets its own start time: pass start_at/start_after "
-                            "without it")
-        if problems:
-            raise ConfigError("options: " + "; ".join(problems), run_id=run_id)
-        if connection is not None and debounce is not None:
-            raise TransactionalStartUnsupported(
-                "debounce cannot start a run in your transaction (connection=): it replaces "
-                "a pending run's arguments, a write of its own outside your transaction. "
-                "Start without debounce, or after your commit. Nothing was written")
+        encoded = check_options(self.clock, run_id=run_id, priority=priority,
+                                concurrency_key=concurrency_key, dedup_key=dedup_key,
+                                debounce=debounce, debounce_key=debounce_key, timeout=timeout,
+                                start_at=start_at, start_after=start_after, attributes=attributes,
+                                connection=connection)
         return RunOptions(self, run_id=run_id, pool=pool, priority=priority,
                           concurrency_key=concurrency_key, dedup_key=dedup_key,
                           debounce=debounce, debounce_key=debounce_key, timeout=timeout,
@@ -483,20 +417,9 @@ class Starflow:
                 not bind to it.
             SerializationError: an argument cannot be stored (nothing written).
         """
-        now = self.clock.now()
-        check_schedule(schedule_id, cron, timezone, overlap, catchup, pool, now=now)
-        definition = workflow_definition(wf)
-        encoded = Runner.encode_input(definition, args, kwargs)
-        Runner.decode_input(definition, encoded)  # arguments that fit their annotations
-        first = next_tick(cron, timezone, now)
-        record = ScheduleRecord(
-            id=schedule_id, workflow=definition.name, workflow_version=definition.version,
-            definition_id=await self.runner.definition_id(definition), input=encoded,
-            cron=cron, timezone=timezone, overlap=overlap, catchup=catchup, pool=pool,
-            next_fire_at=first, due_at=first)
-        stored = await self.adapter.upsert_schedule(record, now=now)
-        self._schedules_changed()
-        return stored
+        return await self._ops.schedule(schedule_id, wf, args, kwargs, cron=cron,
+                                        timezone=timezone, overlap=overlap, catchup=catchup,
+                                        pool=pool)
 
     async def schedules(self) -> list[ScheduleRecord]:
         """Every schedule of this workspace, by id."""
@@ -508,11 +431,7 @@ class Starflow:
         Raises:
             ScheduleNotFound: there is none with this id.
         """
-        check_name("schedule_id", schedule_id)
-        record = await self.adapter.get_schedule(schedule_id)
-        if record is None:
-            raise ScheduleNotFound(schedule_id)
-        return record
+        return await self._ops.get_schedule(schedule_id)
 
     async def pause_schedule(self, schedule_id: str) -> ScheduleRecord:
         """Stop firing ticks until :meth:`resume_schedule` (ticks meanwhile never start).
@@ -526,25 +445,7 @@ class Starflow:
             ScheduleNotFound: there is none with this id.
             StorageError: a due tick's run could not be started (nothing paused).
         """
-        loop = ScheduleLoop(self.runner, poll=False)
-        for _ in range(100):
-            record = await self.get_schedule(schedule_id)
-            if record.paused:
-                return record
-            now = self.clock.now()
-            if record.pending_tick is not None or (
-                    record.next_fire_at is not None and record.next_fire_at <= now):
-                # Due before the pause: decide it (of a loop racing us, one decides
-                # each tick, by the row's revision), then read the row again.
-                await loop.advance(record)
-                continue
-            if await self.adapter.update_schedule(record.id, record.revision,
-                                                  {"paused": True}, now=now):
-                self._schedules_changed()
-                return await self.get_schedule(schedule_id)
-            await anyio.lowlevel.checkpoint()
-        raise StarflowError(f"schedule {schedule_id!r} changed under 100 attempts to pause "
-                            "it; try again")
+        return await self._ops.pause_schedule(schedule_id)
 
     async def resume_schedule(self, schedule_id: str) -> ScheduleRecord:
         """Fire ticks again, from the next one after now (paused ticks do not catch up).
@@ -552,14 +453,7 @@ class Starflow:
         A tick that waited for the previous run (``overlap="buffer_one"``) when the
         schedule was paused does not start: it is counted in ``skipped_overlap``.
         """
-        def values(rec: ScheduleRecord, now: datetime) -> dict[str, Any]:
-            nxt = next_tick(rec.cron, rec.timezone, now)
-            dropped = 1 if rec.buffered_tick is not None else 0
-            return {"paused": False, "next_fire_at": nxt, "buffered_tick": None,
-                    "skipped_overlap": rec.skipped_overlap + dropped,
-                    "due_at": now if rec.pending_tick is not None else nxt}
-
-        return await self._update_schedule(schedule_id, values)
+        return await self._ops.resume_schedule(schedule_id)
 
     async def delete_schedule(self, schedule_id: str) -> None:
         """Delete a schedule; runs it started are kept.
@@ -570,39 +464,14 @@ class Starflow:
         check_name("schedule_id", schedule_id)
         if not await self.adapter.delete_schedule(schedule_id):
             raise ScheduleNotFound(schedule_id)
-        self._schedules_changed()
+        self._ops.schedules_changed()
 
     async def trigger_schedule(self, schedule_id: str) -> RunHandle[Any]:
         """Queue a run of the schedule now, outside its cron (overlap is not consulted).
 
         The run becomes the schedule's last run, which later ticks' ``overlap`` sees.
         """
-        now = self.clock.now()
-        record = await self.get_schedule(schedule_id)
-        adapter = self.adapter
-        run_id = tick_run_id(adapter.workspace_id, adapter.env, record.id, now, kind="trigger")
-        await start_scheduled_run(self.runner, record, run_id)
-        await self._update_schedule(schedule_id, lambda rec, now: {"last_run_id": run_id})
-        return await self.runner.handle(run_id)
-
-    async def _update_schedule(
-            self, schedule_id: str,
-            values: Callable[[ScheduleRecord, datetime], dict[str, Any]]) -> ScheduleRecord:
-        """Read, change and compare-and-set a schedule, again if a loop wrote it meanwhile."""
-        for _ in range(100):
-            record = await self.get_schedule(schedule_id)
-            now = self.clock.now()
-            change = values(record, now)
-            if await self.adapter.update_schedule(record.id, record.revision, change, now=now):
-                self._schedules_changed()
-                return await self.get_schedule(schedule_id)
-            await anyio.lowlevel.checkpoint()
-        raise StarflowError(f"schedule {schedule_id!r} changed under 100 attempts to update "
-                            "it; try again")
-
-    def _schedules_changed(self) -> None:
-        if self._maintenance is not None and self._maintenance.schedules is not None:
-            self._maintenance.schedules.notify()
+        return await self._ops.trigger_schedule(schedule_id)
 
     # -- pool limits (#18) --------------------------------------------------------
 
@@ -651,23 +520,9 @@ class Starflow:
             InvalidArgument: ``pool`` is not a storable name (nothing written).
             ConfigError: a limit is invalid (named with its value; nothing written).
         """
-        check_name("pool", pool)
-        problems = []
-        for name, value in (("concurrency", concurrency), ("key_concurrency", key_concurrency)):
-            if value is not None and (problem := int_problem(name, value, 1)) is not None:
-                problems.append(problem)
-        rate, period = _rate_limit("rate_limit", rate_limit, problems)
-        key_rate, key_period = _rate_limit("key_rate_limit", key_rate_limit, problems)
-        for name, flag in (("fair", fair), ("keep_slot", keep_slot)):
-            if not isinstance(flag, bool):
-                problems.append(f"{name} must be True or False: {flag!r}")
-        weights = _key_weights(key_weights, fair, problems)
-        if problems:
-            raise ConfigError("set_pool_limits: " + "; ".join(problems))
-        limits = PoolLimits(pool=pool, concurrency=concurrency, rate_limit=rate,
-                            rate_period=period, key_concurrency=key_concurrency,
-                            key_rate_limit=key_rate, key_rate_period=key_period,
-                            fair=fair, key_weights=weights, keep_slot=keep_slot)
+        limits = pool_limits(pool, concurrency=concurrency, rate_limit=rate_limit,
+                             key_concurrency=key_concurrency, key_rate_limit=key_rate_limit,
+                             fair=fair, key_weights=key_weights, keep_slot=keep_slot)
         await self.adapter.set_pool_limits(limits, now=self.clock.now())
         self.runner.notify_settled()  # in-process workers look for work again
         return await self.adapter.get_pool_limits(pool)
@@ -879,18 +734,7 @@ class Starflow:
                 (``starflow_queue_depth``, ``starflow_queue_oldest_age_seconds``,
                 ``starflow_runs_running``).
         """
-        check_concurrency(concurrency)  # before the maintenance loops are built
-        check_name("pool", pool, optional=True)
-        mt = None
-        if (maintenance or timers) and (self._maintenance is None
-                                        or not self._maintenance.full):
-            client = self._maintenance
-            mt = Maintenance(self.runner, poll=self._shared_database, drain=client is None,
-                             firing=client.firing if client is not None else None,
-                             timers_only=not maintenance)
-        fires = mt is not None or (self._maintenance is not None and self._maintenance.full)
-        return Worker(self.runner, pool=pool, concurrency=concurrency, maintenance=mt,
-                      grace=grace, fires_timers=fires, metrics_interval=metrics_interval)
+        return self._ops.worker(pool, concurrency, maintenance, grace, timers, metrics_interval)
 
     # -- waking runs ---------------------------------------------------------------
 

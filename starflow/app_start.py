@@ -1,17 +1,24 @@
-"""Starting runs for :class:`~starflow.Starflow`: its start options
-(:class:`RunOptions`, made by :meth:`Starflow.options <starflow.Starflow.options>`),
-the checks of a start, and the defaults :meth:`Starflow.open
-<starflow.Starflow.open>` falls back on."""
+"""Opening and starting runs for :class:`~starflow.Starflow`: the adapter
+``open`` builds and its defaults, the checks of ``options``, and the start
+options it returns (:class:`RunOptions`).
+
+Also :class:`AppParts`, what the helpers of ``Starflow`` (here,
+:mod:`starflow.app_ops`, :mod:`starflow.app_runs`) see of the app they serve.
+"""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime, timedelta
 from typing import Any, ParamSpec, Protocol, TypeVar, overload
 
+from .adapters import adapter_from_url
 from .adapters.base import WorkflowStateAdapter
+from .adapters.coding import CodecAdapter
 from .clock import Clock
-from .config import StarflowConfig
+from .codec import PayloadCodec, Payloads
+from .config import StarflowConfig, database_url_from_env, int_problem
 from .errors import (
     ConfigError,
     StarflowError,
@@ -22,10 +29,12 @@ from .errors import (
 from .limits import MAX_DURATION, check_name, duration_problem
 from .runtime.maintenance import Maintenance
 from .runtime.runner import RunHandle, Runner
-from .workflow.decorators import WorkflowDefinition, definition_of, registry
+from .urls import scheme_of
+from .workflow.attributes import encode_attributes
+from .workflow.decorators import WorkflowDefinition, definition_of, registry, timeout_problem
 
 __all__ = ["DEFAULT_ENV", "DEFAULT_URL", "DEFAULT_WORKSPACE", "AppParts", "RunOptions",
-           "start_problems", "workflow_definition"]
+           "check_options", "open_adapter", "start_problems", "workflow_definition"]
 
 
 P = ParamSpec("P")
@@ -165,6 +174,102 @@ class RunOptions:
         raise StarflowError(f"debounce_key {self.debounce_key!r}: the pending run changed "
                             "under 5 attempts to replace it; try again")
 
+
+
+def open_adapter(url: str | None, *, workspace_id: str | None, env: str | None,
+                 config: StarflowConfig, clock: Clock | None, warm: str | None,
+                 adapter: WorkflowStateAdapter | None,
+                 codec: PayloadCodec | None) -> WorkflowStateAdapter:
+    """The adapter :meth:`Starflow.open <starflow.Starflow.open>` gives the app: the
+    given one or one for ``url`` (or the environment's), under the warm-tier mirror
+    and the codec when asked for.
+
+    Raises:
+        ConfigError: ``config`` or ``codec`` is not valid (nothing opened).
+    """
+    if not isinstance(config, StarflowConfig):
+        raise ConfigError(f"config must be a StarflowConfig, got {type(config).__name__}")
+    payloads = Payloads(codec) if codec is not None else None
+    workspace_id = workspace_id or os.environ.get("STARFLOW_WORKSPACE") or DEFAULT_WORKSPACE
+    env = env or os.environ.get("STARFLOW_ENV") or DEFAULT_ENV
+    if adapter is None:
+        url = url or database_url_from_env() or DEFAULT_URL
+        options: dict[str, Any] = {}
+        scheme = scheme_of(url)
+        if scheme in ("sqlite", "memory"):
+            options["inline_commits"] = config.sqlite_inline_commits
+        if scheme in ("sqlite",):
+            options["synchronous"] = config.sqlite_synchronous
+        elif scheme in ("postgresql", "postgres"):
+            options["synchronous_commit"] = config.postgres_synchronous_commit
+        adapter = adapter_from_url(url, workspace_id=workspace_id, env=env, **options)
+    if warm is not None:
+        from .warm.mirror import mirror
+
+        adapter = mirror(adapter, warm, clock=clock,
+                         finished_ttl=config.warm_finished_ttl)
+    if payloads is not None:
+        # Above the mirror: the outbox and the warm tier get envelopes too.
+        adapter = CodecAdapter(adapter, payloads)
+    return adapter
+
+
+def check_options(clock: Clock, *, run_id: str | None, priority: int,
+                  concurrency_key: str | None, dedup_key: str | None,
+                  debounce: timedelta | None, debounce_key: str | None,
+                  timeout: timedelta | None, start_at: datetime | None,
+                  start_after: timedelta | None,
+                  attributes: Mapping[str, str | int | bool] | None,
+                  connection: object | None) -> dict[str, str] | None:
+    """:meth:`Starflow.options <starflow.Starflow.options>`' checks (``run_id``
+    itself is checked first, by the app); returns the attributes encoded.
+
+    Raises:
+        InvalidArgument: a key is not a storable name, or a bad attribute.
+        ConfigError: every other invalid option, named with its value.
+        TransactionalStartUnsupported: ``connection`` with ``debounce``.
+    """
+    for name, key in (("concurrency_key", concurrency_key), ("dedup_key", dedup_key),
+                      ("debounce_key", debounce_key)):
+        check_name(name, key, optional=True)
+    encoded = None if attributes is None else encode_attributes(
+        attributes, what="options(attributes=)", run_id=run_id)
+    problems = []
+    if (problem := int_problem("priority", priority, -(2**31))) is not None or \
+            priority >= 2**31:
+        problems.append(problem or f"priority must be an int below 2**31: {priority!r}")
+    problems += _debounce_problems(debounce, debounce_key, run_id)
+    if (problem := timeout_problem("timeout", timeout)) is not None:
+        problems.append(problem)
+    problems += start_problems(start_at, start_after, clock.now())
+    if debounce is not None and (start_at, start_after) != (None, None):
+        problems.append("debounce sets its own start time: pass start_at/start_after "
+                        "without it")
+    if problems:
+        raise ConfigError("options: " + "; ".join(problems), run_id=run_id)
+    if connection is not None and debounce is not None:
+        raise TransactionalStartUnsupported(
+            "debounce cannot start a run in your transaction (connection=): it replaces "
+            "a pending run's arguments, a write of its own outside your transaction. "
+            "Start without debounce, or after your commit. Nothing was written")
+    return encoded
+
+
+def _debounce_problems(debounce: object, debounce_key: object, run_id: object) -> list[str]:
+    """What is wrong with ``debounce`` / ``debounce_key``, each named with its value."""
+    problems = []
+    if debounce is not None and (not isinstance(debounce, timedelta)
+                                 or debounce <= timedelta(0)):
+        problems.append(f"debounce must be a positive timedelta: {debounce!r}")
+    elif debounce is not None and (problem := duration_problem("debounce", debounce)):
+        problems.append(problem)
+    if (debounce is None) != (debounce_key is None):
+        problems.append("debounce and debounce_key go together: "
+                        f"debounce={debounce!r}, debounce_key={debounce_key!r}")
+    if debounce is not None and run_id is not None:
+        problems.append("debounce replaces a pending run's arguments, so it takes no "
+                        f"run_id: {run_id!r}")
+    return problems
 
 
 def start_problems(start_at: object, start_after: object, now: datetime) -> list[str]:
