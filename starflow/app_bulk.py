@@ -5,6 +5,7 @@ then act on each run, page by page."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
 from datetime import datetime
 
 import msgspec
@@ -52,45 +53,61 @@ async def run_bulk(adapter: WorkflowStateAdapter, action: str, run_filter: RunFi
             return BulkResult(action=action, dry_run=True, matched=counted)
         if limit is not None and counted > limit:
             raise TooManyRuns(action, limit)
-    matched = acted = skipped_count = failed_count = 0
-    skipped: dict[str, str] = {}
-    failed: dict[str, str] = {}
-    forks: dict[str, str] = {}
+    tally = _Tally()
     async for run in matches(adapter, query, None):
         if skip_ids is not None and run.id in skip_ids:
             continue  # made by this call: not a match
-        matched += 1
-        reason: str | None = None
-        try:
-            made = await act(run)
-        except (RunFinished, RunNotEnded, RunNotFound, NodeNotInHistory) as exc:
-            reason = str(exc)  # it moved on since the match, or lacks the node
-        except StorageError:
-            raise
-        except StarflowError as exc:
-            now = await adapter.get_run(run.id)
-            if now is not None and now.status not in BULK_STATUSES[action]:
-                reason = f"{now.status}: {exc}"  # it moved on since the match
-            else:
-                _log.warning("bulk action failed for a run", action=action,
-                             run_id=run.id, error=str(exc))
-                failed_count += 1
-                if len(failed) < MAX_REPORTED:
-                    failed[run.id] = f"{type(exc).__name__}: {exc}"
-                continue
+        tally.matched += 1
+        await _act_on(adapter, action, run, act, tally)
+    _log.info("bulk action done", action=action, matched=tally.matched, acted=tally.acted,
+              skipped=tally.skipped_count, failed=tally.failed_count)
+    return BulkResult(action=action, dry_run=False, matched=tally.matched, acted=tally.acted,
+                      skipped=tally.skipped, skipped_count=tally.skipped_count,
+                      failed=tally.failed, failed_count=tally.failed_count, forks=tally.forks)
+
+
+@dataclass
+class _Tally:
+    """What a bulk action did so far (the lists hold up to ``MAX_REPORTED`` runs)."""
+
+    matched: int = 0
+    acted: int = 0
+    skipped_count: int = 0
+    failed_count: int = 0
+    skipped: dict[str, str] = field(default_factory=dict)
+    failed: dict[str, str] = field(default_factory=dict)
+    forks: dict[str, str] = field(default_factory=dict)
+
+
+async def _act_on(adapter: WorkflowStateAdapter, action: str, run: RunInfo,
+                  act: Callable[[RunInfo], Awaitable[str | None]], tally: _Tally) -> None:
+    """Act on one matched run: acted, skipped (it moved on since the match, or
+    lacks the node) or failed, counted in ``tally``."""
+    try:
+        made = await act(run)
+    except (RunFinished, RunNotEnded, RunNotFound, NodeNotInHistory) as exc:
+        reason = str(exc)  # it moved on since the match, or lacks the node
+    except StorageError:
+        raise
+    except StarflowError as exc:
+        now = await adapter.get_run(run.id)
+        if now is not None and now.status not in BULK_STATUSES[action]:
+            reason = f"{now.status}: {exc}"  # it moved on since the match
         else:
-            acted += 1
-            if made is not None and len(forks) < MAX_REPORTED:
-                forks[run.id] = made
-            continue
-        skipped_count += 1
-        if len(skipped) < MAX_REPORTED:
-            skipped[run.id] = reason
-    _log.info("bulk action done", action=action, matched=matched, acted=acted,
-              skipped=skipped_count, failed=failed_count)
-    return BulkResult(action=action, dry_run=False, matched=matched, acted=acted,
-                      skipped=skipped, skipped_count=skipped_count, failed=failed,
-                      failed_count=failed_count, forks=forks)
+            _log.warning("bulk action failed for a run", action=action,
+                         run_id=run.id, error=str(exc))
+            tally.failed_count += 1
+            if len(tally.failed) < MAX_REPORTED:
+                tally.failed[run.id] = f"{type(exc).__name__}: {exc}"
+            return
+    else:
+        tally.acted += 1
+        if made is not None and len(tally.forks) < MAX_REPORTED:
+            tally.forks[run.id] = made
+        return
+    tally.skipped_count += 1
+    if len(tally.skipped) < MAX_REPORTED:
+        tally.skipped[run.id] = reason
 
 
 async def matches(adapter: WorkflowStateAdapter, query: RunPageQuery, most: int | None
