@@ -1,4 +1,11 @@
-"""``Starflow``: the application object users open, run workflows with and query."""
+"""``Starflow``: the application object users open, run workflows with and query.
+
+One class, every method defined on it (its MRO is ``Starflow, object``). Where
+a body is large the method calls a helper it holds or a function of
+:mod:`starflow.app_start` (opening, start options), :mod:`starflow.app_ops`
+(schedules, workers, pool limits), :mod:`starflow.app_runs` (updates, results,
+resume, query checks) or :mod:`starflow.app_bulk` (bulk actions).
+"""
 
 from __future__ import annotations
 
@@ -9,7 +16,6 @@ from datetime import datetime, timedelta
 from typing import Any, ParamSpec, Self, TypeVar, overload
 
 import anyio
-import anyio.lowlevel
 
 from . import serde
 from .adapters.base import WorkflowStateAdapter
@@ -19,20 +25,11 @@ from .admin.retention import DEFAULT_BATCH_SIZE, PruneReport, prune_runs
 from .app_bulk import DEFAULT_BULK_LIMIT, run_bulk
 from .app_ops import Operations, check_session_names, pool_limits
 from .app_runs import Runs, check_due_timers, check_list_runs, names_run_key, result_timeout
-from .app_start import (
-    RunOptions,
-    check_options,
-    open_adapter,
-)
+from .app_start import RunOptions, check_options, open_adapter
 from .clock import Clock, SystemClock
 from .codec import PayloadCodec
 from .config import StarflowConfig, int_problem
-from .errors import (
-    ConfigError,
-    InvalidArgument,
-    RunNotFound,
-    ScheduleNotFound,
-)
+from .errors import ConfigError, InvalidArgument, RunNotFound, ScheduleNotFound
 from .limits import check_name
 from .records import (
     BulkResult,

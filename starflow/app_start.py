@@ -175,7 +175,6 @@ class RunOptions:
                             "under 5 attempts to replace it; try again")
 
 
-
 def open_adapter(url: str | None, *, workspace_id: str | None, env: str | None,
                  config: StarflowConfig, clock: Clock | None, warm: str | None,
                  adapter: WorkflowStateAdapter | None,
