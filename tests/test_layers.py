@@ -100,6 +100,7 @@ LAYERS: dict[str, str] = {
     "starflow.engine.heartbeats": "engine",
     "starflow.engine.replay": "engine",
     "starflow.engine.requeue": "engine",
+    "starflow.engine.writes": "engine",
     # workflow: what workflow code calls (decorators, context, waits, ...)
     "starflow.workflow": "workflow",
     "starflow.workflow.attributes": "workflow",

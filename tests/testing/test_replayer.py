@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -95,6 +96,30 @@ class TestReplayer:
         assert isinstance(result.error, NonDeterminismError)
         assert "step:t_rep_c#1" in str(result.error)
         assert _ran == []  # no handler ran: not a, not the new b
+
+    async def test_flags_a_divergence_the_workflow_code_catches(self) -> None:
+        """The replay reports the first divergence it met even when the code catches
+        it and goes on to end as the history did."""
+        histories, _ = await _record(original, 1)
+
+        @step(name="t_rep_b2")
+        async def step_b(x: int) -> int:
+            _ran.append("b")
+            return x
+
+        async def catching(x: int) -> int:
+            y = await step_a(x)
+            with contextlib.suppress(NonDeterminismError):  # the run still ends as recorded
+                y = await step_b(y)
+            return await step_c(y)
+
+        new = _redefine("t_rep_flow", catching)
+        _ran.clear()
+        [result] = await Replayer(workflows=[new]).replay_histories(histories)
+        assert (result.ok, result.outcome) == (False, "nondeterminism")
+        assert isinstance(result.error, NonDeterminismError)
+        assert "step:t_rep_b2#1" in str(result.error)
+        assert _ran == []
 
     async def test_passes_a_change_inside_a_step_body(self) -> None:
         """Changing what a step does (not which steps run) replays cleanly."""
