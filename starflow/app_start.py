@@ -193,15 +193,8 @@ def open_adapter(url: str | None, *, workspace_id: str | None, env: str | None,
     env = env or os.environ.get("STARFLOW_ENV") or DEFAULT_ENV
     if adapter is None:
         url = url or database_url_from_env() or DEFAULT_URL
-        options: dict[str, Any] = {}
-        scheme = scheme_of(url)
-        if scheme in ("sqlite", "memory"):
-            options["inline_commits"] = config.sqlite_inline_commits
-        if scheme in ("sqlite",):
-            options["synchronous"] = config.sqlite_synchronous
-        elif scheme in ("postgresql", "postgres"):
-            options["synchronous_commit"] = config.postgres_synchronous_commit
-        adapter = adapter_from_url(url, workspace_id=workspace_id, env=env, **options)
+        adapter = adapter_from_url(url, workspace_id=workspace_id, env=env,
+                                   **_url_options(url, config))
     if warm is not None:
         from .warm.mirror import mirror
 
@@ -211,6 +204,19 @@ def open_adapter(url: str | None, *, workspace_id: str | None, env: str | None,
         # Above the mirror: the outbox and the warm tier get envelopes too.
         adapter = CodecAdapter(adapter, payloads)
     return adapter
+
+
+def _url_options(url: str, config: StarflowConfig) -> dict[str, Any]:
+    """The adapter options ``config`` sets for the database ``url`` names."""
+    options: dict[str, Any] = {}
+    scheme = scheme_of(url)
+    if scheme in ("sqlite", "memory"):
+        options["inline_commits"] = config.sqlite_inline_commits
+    if scheme in ("sqlite",):
+        options["synchronous"] = config.sqlite_synchronous
+    elif scheme in ("postgresql", "postgres"):
+        options["synchronous_commit"] = config.postgres_synchronous_commit
+    return options
 
 
 def check_options(clock: Clock, *, run_id: str | None, priority: int,
