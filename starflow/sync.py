@@ -54,9 +54,9 @@ from anyio.from_thread import BlockingPortal, start_blocking_portal
 from .adapters.base import WorkflowStateAdapter
 from .adapters.pages import RunPage, RunPageQuery
 from .admin.retention import DEFAULT_BATCH_SIZE, PruneReport
-from .app import DEFAULT_BULK_LIMIT
 from .app import RunOptions as AsyncRunOptions
 from .app import Starflow as AsyncStarflow
+from .app_bulk import DEFAULT_BULK_LIMIT
 from .clock import Clock
 from .codec import PayloadCodec
 from .config import StarflowConfig

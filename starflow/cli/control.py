@@ -17,7 +17,7 @@ from typing import Any
 
 import msgspec
 
-from ..app import DEFAULT_BULK_LIMIT
+from ..app_bulk import DEFAULT_BULK_LIMIT
 from ..clock import parse_when
 from ..errors import (
     ConfigError,
