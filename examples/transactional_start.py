@@ -46,7 +46,7 @@ class Shop:
     @classmethod
     async def connect(cls) -> Shop:
         if POSTGRES:
-            import asyncpg
+            import asyncpg  # type: ignore[import-untyped]
 
             conn = await asyncpg.connect(URL)
             await conn.execute("CREATE TABLE IF NOT EXISTS shop_orders "

@@ -1,6 +1,6 @@
 """starflow: durable execution for Python.
 
-Write workflows as ``async def`` functions decorated with :func:`workflow`;
+Write workflows as ``async def`` (or plain ``def``) functions decorated with :func:`workflow`;
 mark the calls worth recording with :func:`step`; pause durably with
 :func:`wait_for` and :func:`sleep`. Open a database with :class:`Starflow`.
 """
@@ -75,6 +75,7 @@ from .workflow.events import close_stream, set_event, write_stream
 from .workflow.logger import logger
 from .workflow.progress import progress
 from .workflow.session import session_get, session_set
+from .workflow.threads import call
 from .workflow.updates import Message, UpdateRequest, receive, wait_for_message
 from .workflow.waits import now, patched, sleep, wait_for, wait_for_any, wake_token
 
@@ -143,6 +144,7 @@ __all__ = [
     "WorkflowTimeout",
     "ZlibCodec",
     "__version__",
+    "call",
     "close_stream",
     "context",
     "continue_as_new",

@@ -1,91 +1,65 @@
-"""``Starflow``: the application object users open, run workflows with and query."""
+"""``Starflow``: the application object users open, run workflows with and query.
+
+One class, every method defined on it (its MRO is ``Starflow, object``). Where
+a body is large the method calls a helper it holds or a function of
+:mod:`starflow.app_start` (opening, start options), :mod:`starflow.app_ops`
+(schedules, workers, pool limits), :mod:`starflow.app_runs` (updates, results,
+resume, query checks) or :mod:`starflow.app_bulk` (bulk actions).
+"""
 
 from __future__ import annotations
 
-import functools
-import math
-import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+import os
+import secrets
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping
 from datetime import datetime, timedelta
-from typing import Any, TypeVar, cast, overload
+from typing import Any, ParamSpec, Self, TypeVar, overload
 
-import msgspec
+import anyio
 
 from . import serde
-from .adapters.base import WatchWhenWaiting
-from .adapters.pages import MAX_PAGE, RunCursor, RunPage, RunPageQuery
+from .adapters.base import WorkflowStateAdapter
+from .adapters.pages import RunPage, RunPageQuery
 from .admin.history import export_run
-from .app_core import RunOptions, workflow_definition
-from .app_ops import StarflowOps, check_session_names
-from .config import int_problem
-from .errors import (
-    InvalidArgument,
-    InvalidWakeToken,
-    NodeNotInHistory,
-    ResultTimeout,
-    RunCancelled,
-    RunFinished,
-    RunNotEnded,
-    RunNotFound,
-    StarflowError,
-    StorageError,
-    TooManyRuns,
-    UpdateRejected,
-)
-from .limits import MAX_DURATION, WAKE_TOKEN_PREFIX, name_problem
-from .logs import get_logger
+from .admin.retention import DEFAULT_BATCH_SIZE, PruneReport, prune_runs
+from .app_bulk import DEFAULT_BULK_LIMIT, run_bulk
+from .app_ops import Operations, check_session_names, pool_limits
+from .app_runs import Runs, check_due_timers, check_list_runs, names_run_key, result_timeout
+from .app_start import RunOptions, check_options, open_adapter
+from .clock import Clock, SystemClock
+from .codec import PayloadCodec
+from .config import StarflowConfig, int_problem
+from .errors import ConfigError, InvalidArgument, RunNotFound, ScheduleNotFound
+from .limits import check_name
 from .records import (
-    BULK_STATUSES,
-    MAX_REPORTED,
-    RUN_STATUSES,
     BulkResult,
+    PoolLimits,
+    PoolUsage,
     RunEvent,
     RunFilter,
     RunInfo,
+    ScheduleRecord,
     WaitRecord,
 )
 from .runtime.forks import fork_run
-from .runtime.runner import RunHandle
-from .workflow.attributes import encode_attributes
+from .runtime.jobs import JobWorker
+from .runtime.maintenance import Maintenance
+from .runtime.runner import RunHandle, Runner
+from .runtime.worker import Worker
+from .tokens import Keyring
+from .warm.base import LiveRun, WarmTier, live_run
+from .warm.drainer import OutboxStatus, outbox_status
+from .warm.mirror import find_mirror
 from .workflow.events import DataReader
 
-__all__ = ["DEFAULT_BULK_LIMIT", "RunOptions", "Starflow", "bulk_query",
-           "check_session_names", "workflow_definition"]
+__all__ = ["RunOptions", "Starflow"]
 
 
+P = ParamSpec("P")
 R = TypeVar("R")
-_log = get_logger("starflow.bulk")
-#: ``cancel_runs``' (``retry_runs``', ``fork_runs``') default cap on the matches.
-DEFAULT_BULK_LIMIT = 1000
-#: Runs read per page by a bulk action (its memory bound).
-BULK_PAGE = MAX_PAGE
-_Call = TypeVar("_Call", bound=Callable[..., Awaitable[Any]])
 
 
-def _names_run_key(method: _Call) -> _Call:
-    """A ``RunNotFound`` from ``method(self, run_id, ...)`` given a run key names
-    the key, not only the id it derives (``run order-123 not found…``)."""
-
-    @functools.wraps(method)
-    async def call(self: StarflowOps, run_id: Any, /, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return await method(self, run_id, *args, **kwargs)
-        except RunNotFound as exc:
-            if exc.run_key is not None or not isinstance(run_id, str):
-                raise
-            try:
-                ref = self.adapter.run_ref(run_id)
-            except InvalidArgument:
-                raise exc from None
-            if ref.key is None or ref.id != exc.run_id:
-                raise
-            raise RunNotFound(ref.id, run_key=ref.key).with_traceback(
-                exc.__traceback__) from None
-
-    return cast(_Call, call)
-
-
-class Starflow(StarflowOps):
+class Starflow:
     """A connection to one workflow database, scoped to (``workspace_id``, ``env``).
 
     Open it with ``async with Starflow.open(url) as sf:``. While open, it
@@ -100,9 +74,668 @@ class Starflow(StarflowOps):
     :class:`~starflow.InvalidArgument` before anything is written.
     """
 
+    def __init__(self, adapter: WorkflowStateAdapter, *, config: StarflowConfig | None = None,
+                 clock: Clock | None = None, maintenance: bool | None = True,
+                 runner_id: str | None = None) -> None:
+        self.adapter = adapter
+        self.config = config or StarflowConfig()
+        self.clock: Clock = clock or SystemClock()
+        self._maintenance_enabled = maintenance
+        self._runner_id = runner_id
+        self._runner: Runner | None = None
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._maintenance: Maintenance | None = None
+        #: The codec given to :meth:`open` (None: values are stored as plain JSON).
+        self.codec: PayloadCodec | None = None
+        # The bodies of the larger methods, by composition (the methods stay here).
+        self._runs = Runs(self)
+        self._ops = Operations(self)
+
+    @classmethod
+    def open(
+        cls,
+        url: str | None = None,
+        *,
+        workspace_id: str | None = None,
+        env: str | None = None,
+        config: StarflowConfig | None = None,
+        clock: Clock | None = None,
+        warm: str | None = None,
+        maintenance: bool | None = None,
+        adapter: WorkflowStateAdapter | None = None,
+        codec: PayloadCodec | None = None,
+    ) -> Self:
+        """Describe an application; use the result as an async context manager.
+
+        Args:
+            url: ``sqlite:///path.db``, ``postgresql://…``, ``memory://`` or
+                ``null://`` (schemes in any case, as RFC 3986 says). Default:
+                ``$STARFLOW_URL``, then ``$STARFLOW_DATABASE_URL``, then
+                ``sqlite:///starflow.db``.
+            workspace_id: Tenant scope of every read and write. Default:
+                ``$STARFLOW_WORKSPACE``, then ``"celestial"`` (the state model's
+                default workspace name).
+            env: Environment scope of every read and write. Default:
+                ``$STARFLOW_ENV``, then ``"prod"``.
+            config: Timing and behaviour (:class:`StarflowConfig`).
+            clock: Time source (``starflow_testing.FakeClock`` in tests).
+            warm: ``"memory://"`` or ``"redis://…"``: mirror state to a warm tier.
+            maintenance: ``True``: also run the server's background loops in this
+                process (the lease sweep, every run's durable timers, session-var
+                GC). ``None`` (the default, which fits a client: a script, a web
+                worker): only the timers of the inline runs this app paused, while
+                it is open, and the drainer of its own warm-tier mirror.
+                ``False``: no background task at all. ``starflow server``,
+                ``starflow worker --maintenance`` and ``sf.worker(maintenance=True)``
+                run the full set.
+            adapter: A ready state adapter instead of ``url``.
+            codec: A :class:`~starflow.PayloadCodec` (``ZlibCodec``,
+                ``AesGcmCodec``, a ``CodecChain`` of both) applied to every
+                stored user value: arguments, results, signal and update
+                payloads, events, streams, session values (see the codecs guide).
+                Every process that runs or reads these runs needs the same codec.
+
+        Raises:
+            ConfigError: ``config`` or ``codec`` is not valid (nothing opened).
+        """
+        config = config or StarflowConfig()
+        adapter = open_adapter(url, workspace_id=workspace_id, env=env, config=config,
+                               clock=clock, warm=warm, adapter=adapter, codec=codec)
+        app = cls(adapter, config=config, clock=clock, maintenance=maintenance)
+        app.codec = codec
+        return app
+
+    # -- lifecycle -----------------------------------------------------------------
+
+    async def __aenter__(self) -> Self:
+        await self.adapter.open()
+        try:
+            keyring = await self._keyring()
+            self._runner = Runner(self.adapter, clock=self.clock, config=self.config,
+                                  keyring=keyring, runner_id=self._runner_id)
+            self._tg = await anyio.create_task_group().__aenter__()
+            await self._tg.start(self._runner.heartbeats.run)
+            # None: a client's share, its inline runs' timers and the outbox drainer
+            # of its own warm-tier mirror (Starflow.open(warm=...)).
+            if self._maintenance_enabled is not False:
+                self._maintenance = Maintenance(self._runner, poll=self._shared_database,
+                                                full=self._maintenance_enabled is True)
+                self._tg.start_soon(self._maintenance.run)
+        except BaseException:
+            await self.adapter.close()
+            raise
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        try:
+            if self._tg is not None:
+                self._tg.cancel_scope.cancel()
+                await self._tg.__aexit__(None, None, None)
+        finally:
+            self._tg = None
+            self._runner = None
+            self._maintenance = None
+            await self.adapter.close()
+
+    @property
+    def _shared_database(self) -> bool:
+        return self.adapter.shared
+
+    async def _keyring(self) -> Keyring:
+        if self.config.wake_keys:
+            return Keyring(self.config.wake_keys)
+        secret = await self.adapter.get_secret("default", now=self.clock.now())
+        return Keyring({"default": secret or secrets.token_hex(32)})
+
+    @property
+    def runner(self) -> Runner:
+        """This process's runner (open the app first)."""
+        if self._runner is None:
+            raise ConfigError("this Starflow is not open: use `async with Starflow.open(...)`")
+        return self._runner
+
+    @property
+    def runner_id(self) -> str:
+        return self.runner.runner_id
+
+    def _run_id(self, run_id: Any) -> str:
+        """The run id (canonical UUID text) ``run_id`` names: a UUID or a run key
+        (read in this app's workspace/env by :func:`starflow.limits.run_ref`).
+
+        Raises:
+            InvalidArgument: neither a UUID nor a valid run key (nothing written).
+        """
+        return self.adapter.normalize_run_id(run_id)
+
+    # -- starting runs -------------------------------------------------------------
+
+    @overload
+    async def run(self, wf: Callable[P, Awaitable[R]], /, *args: P.args, **kwargs: P.kwargs
+                  ) -> RunHandle[R]: ...
+
+    @overload
+    async def run(self, wf: str, /, *args: Any, **kwargs: Any) -> RunHandle[Any]: ...
+
+    async def run(self, wf: Callable[..., Awaitable[Any]] | str, /, *args: Any, **kwargs: Any
+                  ) -> RunHandle[Any]:
+        """Start a run and drive it here until it succeeds, fails or pauses.
+
+        ``wf`` is a ``@workflow`` function, whose own version the run takes
+        (``order_v1`` runs version 1 even when version 2 is registered too),
+        or a workflow name, which takes the newest version registered in this
+        process.
+
+        ``sf.options(run_id=i).run(wf, ...)`` makes the start idempotent: a
+        second call with the same id and workflow returns the existing run (its
+        new arguments are ignored, with a warning if they differ). ``i`` is a
+        UUID, or a run key of your own (``"order-123"``: the run's id is derived
+        from it, ``RunInfo.run_key`` keeps it, and every call that takes a run
+        id takes the key). ``sf.run(wf, x, run_id=i)`` works too, untyped.
+
+        A start for later (``start_at=`` / ``start_after=``) is refused here:
+        a worker claims such a run when its time comes, so use :meth:`start`.
+
+        Raises:
+            RunIdConflict: ``run_id`` names a run of another workflow (nothing written).
+            InvalidArgument: ``run_id`` is neither a UUID nor a valid run key
+                (nothing written).
+            WorkflowDefinitionError: the arguments do not bind to the signature.
+            SerializationError: an argument cannot be stored (nothing written).
+            ConfigError: ``start_at`` / ``start_after`` given (nothing written).
+        """
+        run_id = kwargs.pop("run_id", None)
+        start_at = kwargs.pop("start_at", None)
+        start_after = kwargs.pop("start_after", None)
+        attributes = kwargs.pop("attributes", None)
+        connection = kwargs.pop("connection", None)
+        return await self.options(run_id=run_id, start_at=start_at, start_after=start_after,
+                                  attributes=attributes, connection=connection
+                                  ).run(wf, *args, **kwargs)
+
+    @overload
+    async def start(self, wf: Callable[P, Awaitable[R]], /, *args: P.args, **kwargs: P.kwargs
+                    ) -> RunHandle[R]: ...
+
+    @overload
+    async def start(self, wf: str, /, *args: Any, **kwargs: Any) -> RunHandle[Any]: ...
+
+    async def start(self, wf: Callable[..., Awaitable[Any]] | str, /, *args: Any,
+                    **kwargs: Any) -> RunHandle[Any]:
+        """Queue a run for workers (``claim_state`` queued); returns at once.
+
+        ``wf`` is a ``@workflow`` function (its version) or a name (the newest
+        registered version), as for :meth:`run`.
+
+        Options through :meth:`options`: ``sf.options(run_id=i, pool="gpu").start(wf, x)``
+        (an idempotent start, as for :meth:`run`; only workers of that pool claim
+        it). ``run_id=`` / ``pool=`` as keywords here work too, untyped.
+
+        A start for later: ``sf.start(wf, x, start_after=timedelta(hours=1))`` or
+        ``start_at=<aware datetime>`` (or through :meth:`options`). The run is
+        written now (status ``queued``, ``RunInfo.not_before`` its start time)
+        and no worker claims it before then; ``sf.cancel`` ends it before it
+        runs.
+
+        In your own database transaction: ``sf.start(wf, x, connection=conn)``
+        (``conn`` an asyncpg connection for PostgreSQL, an aiosqlite one to the
+        app's file for SQLite, with a transaction open) writes the run with your
+        rows: it is queued when you commit, and gone if you roll back (see
+        :meth:`options` and the transactional start guide).
+
+        Raises:
+            RunIdConflict: ``run_id`` names a run of another workflow (nothing written).
+            ConfigError: a bad ``start_at`` / ``start_after`` (nothing written).
+            CallerTransactionError: ``connection=`` cannot take the start (nothing written).
+        """
+        run_id = kwargs.pop("run_id", None)
+        pool = kwargs.pop("pool", None)
+        start_at = kwargs.pop("start_at", None)
+        start_after = kwargs.pop("start_after", None)
+        attributes = kwargs.pop("attributes", None)
+        connection = kwargs.pop("connection", None)
+        return await self.options(run_id=run_id, pool=pool, start_at=start_at,
+                                  start_after=start_after, attributes=attributes,
+                                  connection=connection).start(wf, *args, **kwargs)
+
+    def options(self, *, run_id: str | None = None, pool: str | None = None,
+                priority: int = 0, concurrency_key: str | None = None,
+                dedup_key: str | None = None, debounce: timedelta | None = None,
+                debounce_key: str | None = None, timeout: timedelta | None = None,
+                start_at: datetime | None = None, start_after: timedelta | None = None,
+                attributes: Mapping[str, str | int | bool] | None = None,
+                connection: object | None = None) -> RunOptions:
+        """Start options that type checkers see: ``sf.options(run_id=i).run(wf, x)``.
+
+        ``sf.run(wf, x, run_id=i)`` works too, but a type checker cannot check
+        ``run_id=`` / ``pool=`` there (they share the call with the workflow's
+        own keyword arguments), and a workflow parameter with one of those names
+        needs ``options``.
+
+        Flow control (queued starts, ``.start()``, only; see the schedules and
+        queues guide):
+
+        Args:
+            run_id: The run's id (a UUID) or run key (any other string, such as
+                ``"order-123"``: 1-200 printable characters, no leading or
+                trailing whitespace, not starting with ``sfw1.``): an
+                idempotent start (``.run()`` and ``.start()``).
+            priority: Claimed before runs of lower priority (FIFO within one).
+            concurrency_key: Counted against the pool's ``key_concurrency``.
+            dedup_key: Refuse the start while a run with this key is active in
+                the pool (:class:`~starflow.DuplicateRun` names it).
+            debounce: Delay the start by this much; a later start with the same
+                ``debounce_key`` (same workflow and pool) before it is claimed
+                replaces its arguments and restarts the delay.
+            debounce_key: The key debounced starts share (with ``debounce``).
+            timeout: The run's deadline from its start (overrides the workflow's
+                ``@workflow(timeout=)``): past it the run ends in ``error`` with
+                ``WorkflowFailed.error_type == "WorkflowTimeout"`` (``.run()`` and
+                ``.start()``). For a start for later, from its start time.
+            start_at: Start the run no earlier than this timezone-aware time
+                (``.start()`` only): written now, claimed by a worker then. A
+                time already past starts it at once.
+            start_after: Start the run no earlier than this long after the
+                ``.start()`` call (a timedelta of zero or more). One of
+                ``start_at`` and ``start_after``, at most 100 years ahead.
+            attributes: Searchable attributes of the run, written with its
+                start (``.run()`` and ``.start()``): the same as the workflow
+                calling ``starflow.set_attributes(**attributes)`` first, so
+                ``list_runs(attributes=)`` finds it and ``get_attributes``
+                reads them back. A later ``set_attributes`` of a key replaces
+                its value. An idempotent start that finds its run writes none.
+            connection: Your own database connection, with a transaction open
+                (``.start()`` only): an asyncpg connection (or a pool's) to the
+                app's PostgreSQL database, or an aiosqlite connection to the app's
+                SQLite file. The run's rows are written in that transaction, so
+                they commit with yours, or roll back with them; workers see the
+                run once you commit. Not with ``debounce``, a warm tier, a
+                ``memory://`` or ``null://`` app, or ``.run()``.
+
+        Raises:
+            InvalidArgument: a key is not a storable name, or a bad attribute
+                (nothing written).
+            ConfigError: another option is invalid (named with its value).
+            TransactionalStartUnsupported: ``connection`` with ``debounce``.
+        """
+        if run_id is not None:
+            self._run_id(run_id)  # a UUID or a valid run key, else InvalidArgument now
+        encoded = check_options(self.clock, run_id=run_id, priority=priority,
+                                concurrency_key=concurrency_key, dedup_key=dedup_key,
+                                debounce=debounce, debounce_key=debounce_key, timeout=timeout,
+                                start_at=start_at, start_after=start_after, attributes=attributes,
+                                connection=connection)
+        return RunOptions(self, run_id=run_id, pool=pool, priority=priority,
+                          concurrency_key=concurrency_key, dedup_key=dedup_key,
+                          debounce=debounce, debounce_key=debounce_key, timeout=timeout,
+                          start_at=start_at, start_after=start_after, attributes=encoded,
+                          connection=connection)
+
+    def _track(self, handle: RunHandle[R]) -> RunHandle[R]:
+        """Have this process fire the timers of an inline run it paused (no maintenance)."""
+        if self._maintenance is not None and self._maintenance.inline_timers is not None:
+            self._maintenance.inline_timers.track(handle.run_id, handle.status)
+        return handle
+
+    # -- schedules (#18) ----------------------------------------------------------
+
+    async def schedule(self, schedule_id: str, wf: Callable[..., Awaitable[Any]] | str, /,
+                       *args: Any, cron: str, timezone: str = "UTC", overlap: str = "skip",
+                       catchup: timedelta = timedelta(0), pool: str | None = None,
+                       **kwargs: Any) -> ScheduleRecord:
+        """Create or update the cron schedule ``schedule_id``: each tick queues a run.
+
+        Every server maintenance loop on the database (``starflow server``, a
+        worker with ``maintenance=True``, ``Starflow.open(maintenance=True)``)
+        fires due ticks; each tick starts exactly one run (its id derived from
+        the schedule and the tick time) however many loops run. Writing a
+        schedule again with the same cron and time zone keeps its cursor, so
+        calling this at every process start still catches up on ticks missed
+        while nothing ran.
+
+        Args:
+            schedule_id: The schedule's name in this workspace.
+            wf: The workflow (or its name); ``args`` / ``kwargs`` its arguments
+                for every run.
+            cron: A five-field cron expression (``"*/5 * * * *"``), read in ``timezone``.
+            timezone: An IANA zone; DST follows its rules (see the guide).
+            overlap: While the previous run is active: ``"skip"`` the tick,
+                ``"buffer_one"`` (start it once the run ends; later ticks skip),
+                or ``"allow"`` (start anyway).
+            catchup: After downtime, missed ticks this recent still start, oldest
+                first; older ones are skipped and counted. A tick less than 30 s
+                late is always on time.
+            pool: The pool runs are queued for (default: the workflow's).
+
+        Raises:
+            InvalidArgument: ``schedule_id`` or ``pool`` is not a storable name.
+            ConfigError: a bad cron, time zone or option (named; nothing written),
+                or cronsim is not installed.
+            WorkflowDefinitionError: ``wf`` is not a workflow, or the arguments do
+                not bind to it.
+            SerializationError: an argument cannot be stored (nothing written).
+        """
+        return await self._ops.schedule(schedule_id, wf, args, kwargs, cron=cron,
+                                        timezone=timezone, overlap=overlap, catchup=catchup,
+                                        pool=pool)
+
+    async def schedules(self) -> list[ScheduleRecord]:
+        """Every schedule of this workspace, by id."""
+        return await self.adapter.list_schedules()
+
+    async def get_schedule(self, schedule_id: str) -> ScheduleRecord:
+        """One schedule.
+
+        Raises:
+            ScheduleNotFound: there is none with this id.
+        """
+        return await self._ops.get_schedule(schedule_id)
+
+    async def pause_schedule(self, schedule_id: str) -> ScheduleRecord:
+        """Stop firing ticks until :meth:`resume_schedule` (ticks meanwhile never start).
+
+        Ticks that fell due before the pause and no maintenance loop has handled
+        yet are handled first, as a loop would have: started (queued) within the
+        catch-up window, else counted in ``skipped_missed`` (or
+        ``skipped_overlap``), so pausing never drops a due tick uncounted.
+
+        Raises:
+            ScheduleNotFound: there is none with this id.
+            StorageError: a due tick's run could not be started (nothing paused).
+        """
+        return await self._ops.pause_schedule(schedule_id)
+
+    async def resume_schedule(self, schedule_id: str) -> ScheduleRecord:
+        """Fire ticks again, from the next one after now (paused ticks do not catch up).
+
+        A tick that waited for the previous run (``overlap="buffer_one"``) when the
+        schedule was paused does not start: it is counted in ``skipped_overlap``.
+        """
+        return await self._ops.resume_schedule(schedule_id)
+
+    async def delete_schedule(self, schedule_id: str) -> None:
+        """Delete a schedule; runs it started are kept.
+
+        Raises:
+            ScheduleNotFound: there is none with this id.
+        """
+        check_name("schedule_id", schedule_id)
+        if not await self.adapter.delete_schedule(schedule_id):
+            raise ScheduleNotFound(schedule_id)
+        self._ops.schedules_changed()
+
+    async def trigger_schedule(self, schedule_id: str) -> RunHandle[Any]:
+        """Queue a run of the schedule now, outside its cron (overlap is not consulted).
+
+        The run becomes the schedule's last run, which later ticks' ``overlap`` sees.
+        """
+        return await self._ops.trigger_schedule(schedule_id)
+
+    # -- pool limits (#18) --------------------------------------------------------
+
+    async def set_pool_limits(self, pool: str, *, concurrency: int | None = None,
+                              rate_limit: tuple[int, timedelta] | None = None,
+                              key_concurrency: int | None = None,
+                              key_rate_limit: tuple[int, timedelta] | None = None,
+                              fair: bool = False,
+                              key_weights: Mapping[str, int] | None = None,
+                              keep_slot: bool = False) -> PoolLimits | None:
+        """Store limits every worker of every host obeys when claiming runs of ``pool``.
+
+        Enforced inside the claim's transaction (PostgreSQL: with the pool's
+        limits row locked; SQLite: in the writer's transaction), never by a
+        check before the claim. Replaces the pool's limits; all ``None`` (and
+        ``fair`` and ``keep_slot`` false) removes them. Runs queued for any
+        pool (no ``pool=``) are not limited.
+
+        Args:
+            pool: The pool.
+            concurrency: Runs of the pool executing at once, across all workers.
+            rate_limit: ``(n, period)``: at most ``n`` claims of the pool's runs
+                within any ``period``.
+            key_concurrency: Runs with one ``concurrency_key`` executing at once.
+            key_rate_limit: ``(n, period)``: at most ``n`` claims of runs with
+                one ``concurrency_key`` within any ``period`` (runs without a
+                key are not limited by it).
+            fair: Claim round robin across concurrency keys instead of oldest
+                first: within a priority level, the claim takes from the key
+                served least (weighted), so a key with a large backlog cannot
+                starve the others. Runs without a key share one turn.
+            key_weights: With ``fair``: a key's share relative to the others
+                (default 1): ``{"tenant-a": 3}`` serves ``tenant-a`` three
+                times as often as a key of weight 1 while both have runs queued.
+            keep_slot: A run of the pool keeps its concurrency slot (of
+                ``concurrency`` and ``key_concurrency``) while it sleeps or
+                waits, from its first claim until it ends; woken, it is
+                claimed again without waiting for room. Default (false): a
+                paused run releases its slot, and competes for one again when
+                it wakes.
+
+        Returns:
+            The stored limits, or None when removed.
+
+        Raises:
+            InvalidArgument: ``pool`` is not a storable name (nothing written).
+            ConfigError: a limit is invalid (named with its value; nothing written).
+        """
+        limits = pool_limits(pool, concurrency=concurrency, rate_limit=rate_limit,
+                             key_concurrency=key_concurrency, key_rate_limit=key_rate_limit,
+                             fair=fair, key_weights=key_weights, keep_slot=keep_slot)
+        await self.adapter.set_pool_limits(limits, now=self.clock.now())
+        self.runner.notify_settled()  # in-process workers look for work again
+        return await self.adapter.get_pool_limits(pool)
+
+    async def pause_pool(self, pool: str) -> PoolLimits:
+        """Pause ``pool``: no worker claims its queued runs until :meth:`resume_pool`.
+
+        Stored with the pool's limits (which are kept) and enforced inside every
+        claim's transaction, like them. Runs of the pool already claimed or
+        executing go on to their end; runs queued for any pool (no ``pool=``)
+        are still claimed by the pool's workers. Pausing a paused pool changes
+        nothing but its ``updated_at`` (idempotent).
+
+        Returns:
+            The pool's stored limits, ``paused`` set.
+
+        Raises:
+            InvalidArgument: ``pool`` is not a storable name (nothing written).
+        """
+        check_name("pool", pool)
+        await self.adapter.set_pool_paused(pool, True, now=self.clock.now())
+        limits = await self.adapter.get_pool_limits(pool)
+        assert limits is not None
+        return limits
+
+    async def resume_pool(self, pool: str) -> PoolLimits | None:
+        """Resume a pool paused by :meth:`pause_pool`: its queued runs are claimed again.
+
+        Resuming a pool that is not paused writes nothing and returns its limits.
+
+        Returns:
+            The pool's stored limits (``paused`` false), or None if it has none.
+
+        Raises:
+            InvalidArgument: ``pool`` is not a storable name (nothing written).
+        """
+        check_name("pool", pool)
+        current = await self.adapter.get_pool_limits(pool)
+        if current is None or not current.paused:
+            return current
+        await self.adapter.set_pool_paused(pool, False, now=self.clock.now())
+        self.runner.notify_settled()  # in-process workers look for work again
+        return await self.adapter.get_pool_limits(pool)
+
+    async def pools(self) -> list[PoolUsage]:
+        """Every pool with limits or with queued or executing runs: limits and current use."""
+        return await self.adapter.pool_usage(self.clock.now())
+
+    # -- the warm tier (live views: a hint, never the authority) --------------------
+
+    @property
+    def warm(self) -> WarmTier | None:
+        """The warm tier this app mirrors to (``Starflow.open(warm=...)``), if any."""
+        mirror = find_mirror(self.adapter)
+        return mirror.warm if mirror is not None else None
+
+    def _require_warm(self, what: str) -> WarmTier:
+        warm = self.warm
+        if warm is None:
+            raise ConfigError(
+                f"{what} reads the warm tier, and this Starflow has none: open it with "
+                "Starflow.open(..., warm='memory://') or warm='redis://localhost:6379/0'")
+        return warm
+
+    async def watch(self, run_id: str) -> AsyncIterator[LiveRun]:
+        """Live status of a run, pushed from the warm tier, until it ends.
+
+        Yields the current state, then a new :class:`~starflow.warm.LiveRun` after
+        each change (changes may be coalesced; the last state is always seen), and
+        stops after a terminal status. It may lag cold by a second or two: to act
+        on a run's state (resume, bill, audit) read :meth:`get_run`.
+
+        Raises:
+            ConfigError: no warm tier is configured.
+            WarmTierError: the warm tier failed while watching.
+        """
+        warm = self._require_warm("watch()")
+        async for state in warm.subscribe(self._run_id(run_id)):
+            live = live_run(state)
+            if live is None:
+                continue  # a damaged projection: the drift sweep will repair it
+            yield live
+            if live.is_terminal:
+                return
+
+    async def live_runs(self) -> list[LiveRun]:
+        """Runs not yet ended, from the warm tier (newest first; up to ~2 s stale)."""
+        warm = self._require_warm("live_runs()")
+        runs = [r for r in map(live_run, await warm.live_runs()) if r is not None]
+        return sorted(runs, key=lambda r: (r.started_at is not None, r.started_at, r.id),
+                      reverse=True)
+
+    async def outbox_status(self) -> OutboxStatus:
+        """The mirror outbox's lag gauge (pending rows by age, ok / warn / page) and,
+        when this process drains it, the drainer's counters."""
+        drainer = self._maintenance.drainer if self._maintenance is not None else None
+        warm = self.warm
+        return await outbox_status(self.adapter, self.clock.now(), drainer,
+                                   warm=warm.url if warm is not None else None)
+
+    # -- session variables ---------------------------------------------------------
+
+    async def session_get(self, session_id: str, key: str) -> Any:
+        """Read a session variable from outside a workflow (``None`` if absent or expired).
+
+        Inside a workflow use :func:`starflow.session_get`, which is recorded.
+        """
+        check_session_names(session_id, key)
+        return await self.adapter.session_get(session_id, key, now=self.clock.now())
+
+    async def session_set(self, session_id: str, key: str, value: Any, *,
+                          keep_until: datetime | None = None) -> None:
+        """Write a session variable from outside a workflow.
+
+        Written here it belongs to no run: it lives until ``keep_until`` (then
+        maintenance deletes it), or, without one, until overwritten.
+
+        Raises:
+            StarflowError: ``keep_until`` is naive.
+            SerializationError: the value is not JSON-encodable (nothing written).
+        """
+        from . import serde
+
+        check_session_names(session_id, key)
+        if keep_until is not None and (not isinstance(keep_until, datetime)
+                                       or keep_until.tzinfo is None):
+            raise InvalidArgument(f"keep_until must be timezone-aware: {keep_until!r}")
+        encoded = serde.to_builtins(value, what=f"session var {session_id}/{key}")
+        async with self.adapter.unit():
+            await self.adapter.session_set(session_id, key, encoded, now=self.clock.now(),
+                                           keep_until=keep_until)
+
+    # -- worker jobs -----------------------------------------------------------------
+
+    def job_worker(self, pool: str, concurrency: int = 4, *,
+                   worker_id: str | None = None) -> JobWorker:
+        """A job worker for ``@step(pool=...)`` steps of ``pool``; ``await jw.run()``.
+
+        Args:
+            pool: The pool served.
+            concurrency: Jobs run at once.
+            worker_id: Identity recorded as the jobs' ``leased_by``.
+        """
+        if isinstance(pool, str) and pool:  # JobWorker names an empty or missing pool
+            check_name("pool", pool)
+        return JobWorker(self.runner, pool=pool, concurrency=concurrency, worker_id=worker_id)
+
+    async def sweep(self) -> int:
+        """Run one lease-sweep pass now; returns how many runs it requeued or abandoned."""
+        return await self.runner.sweep()
+
+    async def prune(self, older_than: timedelta | None = None, *,
+                    statuses: Collection[str] | None = None, workflow: str | None = None,
+                    export_dir: str | os.PathLike[str] | None = None, dry_run: bool = False,
+                    batch_size: int = DEFAULT_BATCH_SIZE) -> PruneReport:
+        """Delete ended runs (success, error, cancelled) that ended more than
+        ``older_than`` ago, with their events, waits, signals, outbox rows,
+        worker jobs and session vars (those not kept past now). Active runs, and
+        runs whose parent or a child is still active, are never deleted.
+
+        Args:
+            older_than: Age since a run ended; default ``config.retention``.
+            statuses: Only these ended statuses (default: all three).
+            workflow: Only runs of this workflow.
+            export_dir: First write each run's history there (JSON lines in the
+                format of ``starflow runs export``; ``starflow replay`` reads
+                it); a run is deleted only once its export is on disk.
+            dry_run: Delete nothing; the report counts and lists the runs.
+            batch_size: Runs per transaction.
+
+        Raises:
+            InvalidArgument: a bad argument, or neither ``older_than`` nor
+                ``config.retention`` is set (nothing is deleted).
+        """
+        age = older_than if older_than is not None else self.config.retention
+        if age is None:
+            raise InvalidArgument("prune needs older_than= (e.g. timedelta(days=30)) or "
+                              "StarflowConfig(retention=...)")
+        return await prune_runs(self.adapter, now=self.clock.now(), older_than=age,
+                                statuses=statuses, workflow=workflow, export_dir=export_dir,
+                                dry_run=dry_run, batch_size=batch_size)
+
+    async def stuck_runs(self, limit: int = 1000) -> list[RunInfo]:
+        """Queued runs no worker has claimed for ``config.stuck_after``, oldest first:
+        no worker serves their pool (or none runs at all). The lease sweep warns
+        about them; ``starflow runs list --stuck`` lists them."""
+        return await self.runner.stuck_runs(limit)
+
+    def worker(self, pool: str | None = None, concurrency: int = 16,
+               maintenance: bool = False, grace: float = 30.0, timers: bool = True,
+               metrics_interval: float = 15.0) -> Worker:
+        """A worker that claims runs queued for ``pool``; ``await worker.run()``.
+
+        Args:
+            pool: Claim runs queued for this pool (and runs queued for any pool).
+            concurrency: Most runs driven at once.
+            maintenance: Also run the lease sweep, every run's durable timers,
+                cron schedules and session-var GC (unless this app already runs
+                them, ``Starflow.open(maintenance=True)``).
+            grace: Seconds ``worker.stop()`` waits for active runs to finish or
+                reach a step boundary before cancelling and releasing them.
+            timers: Fire every run's due timers (sleeps, ``wait_for`` timeouts,
+                deadlines of queued runs) in this worker, as every worker does by
+                default; each timer fires once however many workers run. False
+                leaves them to another process (``starflow server``, a worker
+                with ``maintenance=True``); the worker then warns at start.
+            metrics_interval: With Prometheus metrics enabled, seconds between two
+                reads of the queue per pool (one query) for the queue gauges
+                (``starflow_queue_depth``, ``starflow_queue_oldest_age_seconds``,
+                ``starflow_runs_running``).
+        """
+        return self._ops.worker(pool, concurrency, maintenance, grace, timers, metrics_interval)
+
     # -- waking runs ---------------------------------------------------------------
 
-    @_names_run_key
+    @names_run_key
     async def signal(self, run_id: str, event: str, payload: Any = None) -> RunHandle[Any]:
         """Deliver a signal. A run paused on ``event`` wakes: inline runs are driven
         here until they pause again or end, worker runs go back to the queue. A
@@ -129,7 +762,7 @@ class Starflow(StarflowOps):
                      timeout: timedelta | float | None = None,
                      update_id: str | None = None) -> Any: ...
 
-    @_names_run_key
+    @names_run_key
     async def update(self, run_id: str, name: str, payload: Any = None, *,
                      timeout: timedelta | float | None = None,
                      update_id: str | None = None, type: Any = Any) -> Any:
@@ -168,66 +801,7 @@ class Starflow(StarflowOps):
             InvalidArgument / SerializationError: bad name, id or payload
                 (nothing written).
         """
-        run_id = self._run_id(run_id)
-        uid = update_id if update_id is not None else str(uuid.uuid4())
-        limit = _result_timeout(timeout)
-        runner = self.runner
-        deadline = None if limit is None else self.clock.now() + timedelta(seconds=limit)
-        answer = None
-        while True:  # again if the run continued as new before the request was queued
-            chain = await runner.chain(run_id)
-            if update_id is not None:  # a retry: answered by a run of the chain?
-                for run in chain:
-                    answer = await runner.update_answer(run.id, uid)
-                    if answer is not None:
-                        run_id = run.id
-                        break
-            if answer is not None:
-                break
-            run_id = chain[-1].id
-            try:
-                handle = await runner.request_update(run_id, name, payload, uid)
-            except RunFinished:
-                current = await self.adapter.get_run(run_id)
-                if current is not None and current.continued_as is not None:
-                    continue
-                raise
-            if handle is not None:
-                self._track(handle)
-            break
-        poll = self.config.poll_interval.total_seconds()
-        async with WatchWhenWaiting(self.adapter, run_id) as watch:
-            while answer is None:
-                # Taken before the read: a change after it (in this process, or
-                # announced by another once watching) wakes us; poll_interval is
-                # the fallback. The watch starts only if the first read must wait.
-                settled = runner.settled
-                changed = watch.arm()
-                answer = await runner.update_answer(run_id, uid)
-                if answer is not None:
-                    break
-                run = await self.get_run(run_id)
-                if run.is_terminal:
-                    answer = await runner.update_answer(run_id, uid)  # answered, then ended
-                    if answer is None:
-                        raise RunFinished(run_id, run.status, "update")
-                    break
-                now = self.clock.now()
-                if deadline is not None and now >= deadline:
-                    raise ResultTimeout(
-                        f"run {run_id} did not answer update {name!r} (id {uid}) within "
-                        f"{limit:g} s; the request stays queued: call update again with "
-                        f"update_id={uid!r} to wait for its answer", run_id=run_id)
-                if await watch.start():
-                    continue  # announcements reach us from now on: read again first
-                wait = poll if deadline is None else min(poll, (deadline - now).total_seconds())
-                await runner.wait_settled(wait, settled, *changed)
-        node_id, output = answer
-        if "rejected" in output:
-            raise UpdateRejected(run_id, name, uid, str(output["rejected"]), node_id=node_id)
-        return serde.convert(output.get("reply"), type,
-                             what=f"answer to update {name!r} of run {run_id}",
-                             run_id=run_id, node_id=node_id)
+        return await self._runs.update(run_id, name, payload, timeout, update_id, type)
 
     async def resume(self, wake_token: str, payload: Any = None) -> RunHandle[Any]:
         """Wake the wait a token was issued for, with ``payload``; or, given a run id,
@@ -251,7 +825,7 @@ class Starflow(StarflowOps):
             RunFinished: the run has ended (nothing written).
             InvalidArgument: a run id or key with a ``payload``.
         """
-        run_id = await self._resumable_run(wake_token)
+        run_id = await self._runs.resumable_run(wake_token)
         if run_id is None:
             return self._track(await self.runner.resume(wake_token, payload))
         if payload is not None:
@@ -261,24 +835,7 @@ class Starflow(StarflowOps):
                 "payload), or pass the wait's wake token", run_id=run_id)
         return self._track(await self.runner.resume_run(run_id))
 
-    async def _resumable_run(self, value: object) -> str | None:
-        """The run :meth:`resume` is given (a run id, or the key of a run that
-        exists), or ``None`` for a wake token (or what is meant as one)."""
-        if isinstance(value, str) and value.startswith(WAKE_TOKEN_PREFIX):
-            return None
-        try:
-            ref = self.adapter.run_ref(value)
-        except InvalidArgument:
-            return None  # not a run id nor a key: a malformed token
-        if ref.key is None:
-            return ref.id
-        if await self.adapter.get_run(ref.id) is None:
-            raise InvalidWakeToken(
-                "malformed", f"{ref.key[:60]!r} is not a wake token ({WAKE_TOKEN_PREFIX}…), "
-                f"nor the key of a run in workspace {self.workspace_id}/{self.env}")
-        return ref.id
-
-    @_names_run_key
+    @names_run_key
     async def pause(self, run_id: str) -> RunHandle[Any]:
         """Pause a run: it stops at its next boundary and keeps its state until
         :meth:`resume` (``sf.resume(run_id)``).
@@ -302,7 +859,7 @@ class Starflow(StarflowOps):
         """
         return await self.runner.pause(self._run_id(run_id))
 
-    @_names_run_key
+    @names_run_key
     async def cancel(self, run_id: str, *, force: bool = False) -> RunHandle[Any]:
         """Cancel a run, letting its code clean up.
 
@@ -330,7 +887,7 @@ class Starflow(StarflowOps):
         """
         return self._track(await self.runner.cancel(self._run_id(run_id), force=force))
 
-    @_names_run_key
+    @names_run_key
     async def retry(self, run_id: str) -> RunHandle[Any]:
         """Run a run that ended in ``error`` again from its recorded history.
 
@@ -352,14 +909,10 @@ class Starflow(StarflowOps):
         return self._track(await self.runner.retry(self._run_id(run_id)))
     # -- queries -------------------------------------------------------------------
 
-    @_names_run_key
+    @names_run_key
     async def get_run(self, run_id: str) -> RunInfo:
         """The ``workflow_runs`` row (read cold)."""
-        run_id = self._run_id(run_id)
-        run = await self.adapter.get_run(run_id)
-        if run is None:
-            raise RunNotFound(run_id)
-        return run
+        return await self._runs.get(self._run_id(run_id))
 
     async def list_runs(self, status: str | None = None, template_id: str | None = None,
                         limit: int = 50, since: datetime | None = None,
@@ -382,35 +935,13 @@ class Starflow(StarflowOps):
         Raises:
             StarflowError: a filter is invalid (named with its value).
         """
-        problems = []
-        if status is not None and status not in RUN_STATUSES:
-            problems.append(f"status must be one of {', '.join(RUN_STATUSES)}: {status!r}")
-        if (problem := int_problem("limit", limit, 1)) is not None:
-            problems.append(problem)
-        elif limit > MAX_LIST_LIMIT:
-            problems.append(f"limit must be at most {MAX_LIST_LIMIT}: {limit!r}")
-        if (problem := name_problem("template_id", template_id, optional=True)) is not None:
-            problems.append(problem)
-        if since is not None and (not isinstance(since, datetime) or since.tzinfo is None):
-            problems.append(f"since must be timezone-aware: {since!r}")
-        encoded: dict[str, str] | None = None
-        if attributes is not None:
-            try:
-                encoded = encode_attributes(attributes, what="attributes")
-            except InvalidArgument as exc:
-                problems.append(str(exc))
-        if parent_run_id is not None:
-            try:
-                parent_run_id = self._run_id(parent_run_id)
-            except StarflowError as exc:
-                problems.append(f"parent_run_id: {exc}")
-        if problems:
-            raise InvalidArgument("list_runs: " + "; ".join(problems))
+        encoded, parent = check_list_runs(self.adapter, status, template_id, limit, since,
+                                          attributes, parent_run_id)
         return await self.adapter.list_runs(status=status, template_id=template_id,
-                                            parent_run_id=parent_run_id,
-                                            since=since, limit=limit, attributes=encoded)
+                                            parent_run_id=parent, since=since, limit=limit,
+                                            attributes=encoded)
 
-    @_names_run_key
+    @names_run_key
     async def get_attributes(self, run_id: str) -> dict[str, str | int | bool]:
         """The searchable attributes of one run, key -> value (empty: none set).
 
@@ -427,7 +958,7 @@ class Starflow(StarflowOps):
         stored = await self.adapter.get_run_attributes(run_id)
         return {key: serde.decode(text.encode()) for key, text in stored.items()}
 
-    @_names_run_key
+    @names_run_key
     async def events(self, run_id: str, *, after_id: int = 0) -> list[RunEvent]:
         """The run's ``workflow_run_events`` rows in order.
 
@@ -447,7 +978,7 @@ class Starflow(StarflowOps):
             raise RunNotFound(run_id)
         return events
 
-    @_names_run_key
+    @names_run_key
     async def waits(self, run_id: str) -> list[WaitRecord]:
         """What the run is registered to wake on: one :class:`~starflow.records.WaitRecord`
         per open wait (the node, its event, its timer's deadline); empty
@@ -487,20 +1018,12 @@ class Starflow(StarflowOps):
         Raises:
             InvalidArgument: ``before`` is naive, or ``limit`` is not an int >= 1.
         """
-        problems = []
-        if not isinstance(before, datetime) or before.tzinfo is None:
-            problems.append(f"before must be a timezone-aware datetime: {before!r}")
-        if (problem := int_problem("limit", limit, 1)) is not None:
-            problems.append(problem)
-        elif limit > MAX_LIST_LIMIT:
-            problems.append(f"limit must be at most {MAX_LIST_LIMIT}: {limit!r}")
-        if problems:
-            raise InvalidArgument("count_due_timers: " + "; ".join(problems))
+        check_due_timers(before, limit)
         waits = await self.adapter.due_waits(before, limit=limit)
         queued = await self.adapter.due_run_deadlines(before, limit=limit)
         return min(len(waits) + len(queued), limit)
 
-    @_names_run_key
+    @names_run_key
     async def export_run(self, run_id: str) -> dict[str, Any]:
         """The run's history as JSON-ready builtins, wake tokens redacted: one
         object of the file ``starflow runs export`` writes and ``starflow replay``
@@ -528,7 +1051,7 @@ class Starflow(StarflowOps):
     @overload
     async def result(self, run_id: str, timeout: timedelta | float | None = None) -> Any: ...
 
-    @_names_run_key
+    @names_run_key
     async def result(self, run_id: RunHandle[Any] | str,
                      timeout: timedelta | float | None = None) -> Any:
         """Wait until the run ends and return its value, decoded to the annotated type.
@@ -547,46 +1070,7 @@ class Starflow(StarflowOps):
             RunCancelled: the run was cancelled (a ``WorkflowFailed``).
             ResultTimeout: ``timeout`` passed first (the run goes on).
         """
-        if isinstance(run_id, RunHandle):
-            run_id = run_id.run_id
-        runner = self.runner
-        run_id = self._run_id(run_id)
-        limit = _result_timeout(timeout)
-        deadline = None if limit is None else self.clock.now() + timedelta(seconds=limit)
-        while True:  # once per run of a continue_as_new chain
-            run = await self._await_end(run_id, deadline, limit)
-            if run.continued_as is None:
-                return runner.decode_result(run)
-            run_id = run.continued_as
-
-    async def _await_end(self, run_id: str, deadline: datetime | None,
-                         limit: float | None) -> RunInfo:
-        """The run's row once it ended with ``success`` (else its error, raised)."""
-        runner = self.runner
-        poll = self.config.poll_interval.total_seconds()
-        async with WatchWhenWaiting(self.adapter, run_id) as watch:
-            while True:
-                # Taken before the read: a change after it (in this process, or
-                # announced by another once watching) wakes us; poll_interval is
-                # the fallback. The watch starts only if the first read must wait.
-                settled = runner.settled
-                changed = watch.arm()
-                run = await self.get_run(run_id)
-                if run.status == "success":
-                    return run
-                if run.status == "cancelled":
-                    raise RunCancelled(run_id, run.error)
-                if run.status == "error":
-                    raise runner.failure(run)
-                now = self.clock.now()
-                if deadline is not None and now >= deadline:
-                    raise ResultTimeout(
-                        f"run {run_id} is still {run.status} after {limit:g} s; it goes on",
-                        run_id=run_id)
-                if await watch.start():
-                    continue  # announcements reach us from now on: read again first
-                wait = poll if deadline is None else min(poll, (deadline - now).total_seconds())
-                await runner.wait_settled(wait, settled, *changed)
+        return await self._runs.result(run_id, timeout)
 
     # -- events and streams (#17) -------------------------------------------------------
 
@@ -603,7 +1087,7 @@ class Starflow(StarflowOps):
     async def get_event(self, run_id: str, key: str, *,
                         timeout: timedelta | float | None = None) -> Any: ...
 
-    @_names_run_key
+    @names_run_key
     async def get_event(self, run_id: str, key: str, *,
                         timeout: timedelta | float | None = None, type: Any = Any) -> Any:
         """The value the run published under ``key`` (``starflow.set_event``), as
@@ -623,7 +1107,7 @@ class Starflow(StarflowOps):
             SerializationError: the value does not fit ``type``.
         """
         run_id = self._run_id(run_id)
-        value = await self._data().get_event(run_id, key, _result_timeout(timeout))
+        value = await self._data().get_event(run_id, key, result_timeout(timeout))
         return serde.convert(value, type, what=f"event {key!r} of run {run_id}",
                              run_id=run_id)
 
@@ -660,7 +1144,7 @@ class Starflow(StarflowOps):
             yield serde.convert(value, type_, what=f"stream {key!r} value of run {run_id}",
                                 run_id=run_id)
 
-    @_names_run_key
+    @names_run_key
     async def fork(self, run_id: str, *, from_node: str) -> RunHandle[Any]:
         """A new run of an ended run's workflow, version and arguments whose history
         is the source's without ``from_node`` and what followed it; it runs from there.
@@ -719,7 +1203,7 @@ class Starflow(StarflowOps):
         async def act(run: RunInfo) -> str | None:
             await self.cancel(run.id, force=force)
             return None
-        return await self._bulk("cancel", filter, dry_run, limit, act)
+        return await run_bulk(self.adapter, "cancel", filter, dry_run, limit, act)
 
     async def retry_runs(self, filter: RunFilter, *, dry_run: bool = False,
                          limit: int | None = DEFAULT_BULK_LIMIT) -> BulkResult:
@@ -738,7 +1222,7 @@ class Starflow(StarflowOps):
         async def act(run: RunInfo) -> str | None:
             await self.retry(run.id)
             return None
-        return await self._bulk("retry", filter, dry_run, limit, act)
+        return await run_bulk(self.adapter, "retry", filter, dry_run, limit, act)
 
     async def fork_runs(self, filter: RunFilter, *, from_node: str, dry_run: bool = False,
                         limit: int | None = DEFAULT_BULK_LIMIT) -> BulkResult:
@@ -767,146 +1251,5 @@ class Starflow(StarflowOps):
             handle = await self.fork(run.id, from_node=from_node)
             made.add(handle.run_id)
             return handle.run_id
-        return await self._bulk("fork", filter, dry_run, limit, act, skip_ids=made)
+        return await run_bulk(self.adapter, "fork", filter, dry_run, limit, act, skip_ids=made)
 
-    async def _bulk(self, action: str, run_filter: RunFilter, dry_run: bool,
-                    limit: int | None, act: Callable[[RunInfo], Awaitable[str | None]],
-                    skip_ids: set[str] | None = None) -> BulkResult:
-        """Count the matches (up to ``limit + 1``), then act on each, page by page."""
-        query = bulk_query(action, run_filter, limit)
-        if dry_run or limit is not None:
-            # Counted before anything is written: past the cap, nothing is.
-            counted = 0
-            async for _ in self._matches(query, None if dry_run or limit is None
-                                         else limit + 1):
-                counted += 1
-            if dry_run:
-                return BulkResult(action=action, dry_run=True, matched=counted)
-            if limit is not None and counted > limit:
-                raise TooManyRuns(action, limit)
-        matched = acted = skipped_count = failed_count = 0
-        skipped: dict[str, str] = {}
-        failed: dict[str, str] = {}
-        forks: dict[str, str] = {}
-        async for run in self._matches(query, None):
-            if skip_ids is not None and run.id in skip_ids:
-                continue  # made by this call: not a match
-            matched += 1
-            reason: str | None = None
-            try:
-                made = await act(run)
-            except (RunFinished, RunNotEnded, RunNotFound, NodeNotInHistory) as exc:
-                reason = str(exc)  # it moved on since the match, or lacks the node
-            except StorageError:
-                raise
-            except StarflowError as exc:
-                now = await self.adapter.get_run(run.id)
-                if now is not None and now.status not in BULK_STATUSES[action]:
-                    reason = f"{now.status}: {exc}"  # it moved on since the match
-                else:
-                    _log.warning("bulk action failed for a run", action=action,
-                                 run_id=run.id, error=str(exc))
-                    failed_count += 1
-                    if len(failed) < MAX_REPORTED:
-                        failed[run.id] = f"{type(exc).__name__}: {exc}"
-                    continue
-            else:
-                acted += 1
-                if made is not None and len(forks) < MAX_REPORTED:
-                    forks[run.id] = made
-                continue
-            skipped_count += 1
-            if len(skipped) < MAX_REPORTED:
-                skipped[run.id] = reason
-        _log.info("bulk action done", action=action, matched=matched, acted=acted,
-                  skipped=skipped_count, failed=failed_count)
-        return BulkResult(action=action, dry_run=False, matched=matched, acted=acted,
-                          skipped=skipped, skipped_count=skipped_count, failed=failed,
-                          failed_count=failed_count, forks=forks)
-
-    async def _matches(self, query: RunPageQuery, most: int | None) -> AsyncIterator[RunInfo]:
-        """The runs ``query`` matches, newest first, one page at a time (at most
-        ``most`` of them)."""
-        after: RunCursor | None = None
-        seen = 0
-        while True:
-            page = await self.adapter.list_runs_page(
-                msgspec.structs.replace(query, after=after))
-            for run in page.runs:
-                yield run
-                seen += 1
-                if most is not None and seen >= most:
-                    return
-            if page.next is None:
-                return
-            after = page.next
-
-
-
-def bulk_query(action: str, run_filter: RunFilter, limit: int | None) -> RunPageQuery:
-    """The page query of a bulk action's filter.
-
-    Raises:
-        InvalidArgument: every problem of the filter and limit, named with its value.
-    """
-    what = f"{action}_runs"
-    if not isinstance(run_filter, RunFilter):
-        raise InvalidArgument(f"{what}: the filter must be a starflow.RunFilter, got "
-                              f"{type(run_filter).__name__}")
-    problems: list[str] = []
-    applies = BULK_STATUSES[action]
-    f = run_filter
-    if f.empty and not f.all:
-        problems.append("the filter has no criterion: give status, template_id, since, "
-                        "until, attributes or pool, or RunFilter(all=True) to act on every "
-                        f"{' / '.join(applies)} run")
-    if f.status is not None and f.status not in applies:
-        if f.status in RUN_STATUSES:
-            problems.append(f"status {f.status!r}: {action} applies only to "
-                            f"{', '.join(applies)} runs")
-        else:
-            problems.append(f"status must be one of {', '.join(applies)}: {f.status!r}")
-    if limit is not None and (problem := int_problem("limit", limit, 1)) is not None:
-        problems.append(problem + " (or None for no cap)")
-    for key in ("template_id", "pool"):
-        if (problem := name_problem(key, getattr(f, key), optional=True)) is not None:
-            problems.append(problem)
-    for key in ("since", "until"):
-        value = getattr(f, key)
-        if value is not None and (not isinstance(value, datetime) or value.tzinfo is None):
-            problems.append(f"{key} must be a timezone-aware datetime: {value!r}")
-    encoded: dict[str, str] | None = None
-    if f.attributes:
-        try:
-            encoded = encode_attributes(f.attributes, what="attributes")
-        except InvalidArgument as exc:
-            problems.append(str(exc))
-    if problems:
-        raise InvalidArgument(f"{what}: " + "; ".join(problems) + "; nothing was written")
-    return RunPageQuery(status=f.status, statuses=applies, template_id=f.template_id,
-                        pool=f.pool, started_from=f.since, started_before=f.until,
-                        attributes=encoded, limit=BULK_PAGE)
-
-
-#: The largest ``list_runs(limit=)``: a 32-bit count, which both databases'
-#: LIMIT takes (past 2**63 SQLite raised a raw OverflowError).
-MAX_LIST_LIMIT = 2**31 - 1
-
-
-def _result_timeout(timeout: object) -> float | None:
-    """``Starflow.result``'s timeout in seconds: None, or a finite number >= 0 (a
-    timedelta or seconds) no longer than :data:`~starflow.limits.MAX_DURATION`."""
-    if timeout is None:
-        return None
-    if isinstance(timeout, timedelta):
-        seconds = timeout.total_seconds()
-    elif isinstance(timeout, int | float) and not isinstance(timeout, bool):
-        seconds = float(timeout)
-    else:
-        raise InvalidArgument(f"result timeout must be a timedelta or seconds: {timeout!r}")
-    longest = MAX_DURATION.total_seconds()
-    if not math.isfinite(seconds) or seconds < 0 or seconds > longest:
-        raise InvalidArgument(
-            f"result timeout must be between 0 and {longest:.0f} seconds (100 years): "
-            f"{timeout!r}")
-    return seconds

@@ -80,6 +80,11 @@ class StarflowConfig(msgspec.Struct, frozen=True, kw_only=True):
         sync_step_threads: How many plain ``def`` steps (run in worker threads)
             may run at once in this application (40, anyio's default thread
             count); more wait for a free thread. Async steps do not count.
+        sync_workflow_threads: How many plain ``def`` workflows may execute at once
+            in this application, each in a worker thread (40); more wait for a
+            free thread. A run paused at a durable wait holds none. Counted apart
+            from ``sync_step_threads``, so a workflow's thread never takes the
+            one its plain steps need.
     """
 
     lease_ttl: timedelta = timedelta(seconds=30)
@@ -104,6 +109,7 @@ class StarflowConfig(msgspec.Struct, frozen=True, kw_only=True):
     retention: timedelta | None = None
     prune_interval: timedelta = timedelta(hours=1)
     sync_step_threads: int = 40
+    sync_workflow_threads: int = 40
 
     def __post_init__(self) -> None:
         problems: list[str] = []
@@ -152,7 +158,7 @@ class StarflowConfig(msgspec.Struct, frozen=True, kw_only=True):
             problems.append(f"sqlite_inline_commits must be True or False, got "
                             f"{self.sqlite_inline_commits!r}")
         for name, least in (("max_claim_attempts", 1), ("storage_retries", 0),
-                            ("sync_step_threads", 1)):
+                            ("sync_step_threads", 1), ("sync_workflow_threads", 1)):
             problem = int_problem(name, getattr(self, name), least)
             if problem is not None:
                 problems.append(problem)

@@ -10,8 +10,8 @@ start, signal and wait on runs without ``asyncio.run`` plumbing::
         sf.signal(handle.run_id, "approval", {"ok": True})
         print(sf.result(handle, timeout=60))
 
-Workflows stay ``async def`` (steps may be plain ``def``: they run in worker
-threads). The facade runs an ordinary
+Workflows and steps may be ``async def`` or plain ``def`` (plain ones run in
+worker threads). The facade runs an ordinary
 :class:`starflow.Starflow` on a private event loop in a thread of its own
 (anyio's blocking portal), and every method hands its call to that loop and
 waits for the answer. One facade can be shared by many threads (a web
@@ -54,9 +54,9 @@ from anyio.from_thread import BlockingPortal, start_blocking_portal
 from .adapters.base import WorkflowStateAdapter
 from .adapters.pages import RunPage, RunPageQuery
 from .admin.retention import DEFAULT_BATCH_SIZE, PruneReport
-from .app import DEFAULT_BULK_LIMIT
 from .app import RunOptions as AsyncRunOptions
 from .app import Starflow as AsyncStarflow
+from .app_bulk import DEFAULT_BULK_LIMIT
 from .clock import Clock
 from .codec import PayloadCodec
 from .config import StarflowConfig

@@ -249,11 +249,27 @@ class TestSyncSteps:
         assert "charged: ['o-fast', 'o-slow']; fetch_rate attempts: 3" in out
 
 
+class TestSyncWorkflow:
+    """examples/sync_workflow.py: a plain def workflow, paused, replayed, cancelled."""
+
+    def test_replayed_steps_do_not_run_again(self, tmp_path: Path) -> None:
+        out = run_example("sync_workflow.py", tmp_path)
+        assert "lamp: paused (waiting for approve)" in out
+        assert ("lamp: {'by': 'ada', 'cents': 1250, 'label': 'label for lamp', "
+                "'reservation': 'R-lamp'}") in out
+        assert "desk: cancelled" in out
+        # One reserve per run (the signal replayed it), price retried once, the
+        # compensation ran for the cancelled run.
+        assert ("calls: ['reserve lamp', 'price lamp', 'price lamp', 'reserve desk', "
+                "'price desk', 'price desk', 'release R-desk']") in out
+
+
 #: Examples whose output a class above checks.
 CHECKED = {"saga.py", "fan_out.py", "long_sleep.py", "quickstart.py", "failure_data.py",
            "pydantic_orders.py", "typed_signal.py", "schedules_and_queues.py",
            "events_and_streams.py", "fork_and_continue.py", "delayed_start.py",
-           "sync_steps.py", "llm_token_stream.py", "run_keys.py", "encrypted_payloads.py"}
+           "sync_steps.py", "llm_token_stream.py", "run_keys.py", "encrypted_payloads.py",
+           "sync_workflow.py"}
 
 
 @pytest.mark.parametrize(

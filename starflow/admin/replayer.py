@@ -10,7 +10,7 @@ would hit when it resumes a paused run with changed code.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, Protocol
@@ -23,10 +23,10 @@ from ..adapters.null import NullWorkflowStateAdapter
 from ..adapters.units import Unit
 from ..codec import PayloadCodec, Payloads
 from ..config import StarflowConfig
-from ..engine.child_nodes import RESULT_KIND, child_event
 from ..engine.engine import Engine, Outcome, Runtime
 from ..engine.execution import decode_input
-from ..engine.replay import Journal, node_id
+from ..engine.replay import Journal
+from ..engine.writes import ReadOnlyWrite
 from ..errors import (
     CodecError,
     NonDeterminismError,
@@ -36,7 +36,7 @@ from ..errors import (
 )
 from ..tokens import Keyring
 from ..workflow.context import WorkflowContext, current_engine
-from ..workflow.decorators import StepDefinition, WorkflowDefinition, definition_of, registry
+from ..workflow.decorators import WorkflowDefinition, definition_of, registry
 from .history import RunHistory, load_history, read_history
 
 __all__ = ["ReplayResult", "Replayer"]
@@ -115,75 +115,8 @@ class _ReadOnlyAdapter(NullWorkflowStateAdapter):
         raise StorageError("the replayer is read-only: nothing is written during a replay")
 
 
-class _ReplayEngine(Engine):
-    """An engine that never writes: any write means the replay left the history."""
-
-    nondeterminism: NonDeterminismError | None = None
-
-    async def _commit(self, build: Callable[[datetime], Awaitable[None]], *,
-                      durable: bool = True, guard: Any = None) -> datetime:
-        raise _Frontier()
-
-    async def run_step(self, sdef: StepDefinition, fn: Callable[..., Awaitable[Any]],
-                       args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        try:
-            return await super().run_step(sdef, fn, args, kwargs)
-        except NonDeterminismError as exc:
-            self.nondeterminism = self.nondeterminism or exc
-            raise
-
-    async def wait(self, event: str | None, timeout: Any, type_: Any, *,
-                   kind: str | None = None, node_name: str | None = None) -> Any:
-        try:
-            return await super().wait(event, timeout, type_, kind=kind, node_name=node_name)
-        except NonDeterminismError as exc:
-            self.nondeterminism = self.nondeterminism or exc
-            raise
-
-    async def wait_any(self, events: tuple[str, ...], timeout: Any, types: Any
-                       ) -> tuple[str, Any]:
-        try:
-            return await super().wait_any(events, timeout, types)
-        except NonDeterminismError as exc:
-            self.nondeterminism = self.nondeterminism or exc
-            raise
-
-    async def start_child(self, definition: WorkflowDefinition, args: tuple[Any, ...],
-                          kwargs: dict[str, Any], *, run_id: str | None, pool: str | None,
-                          detached: bool, timeout: timedelta | None = None) -> str:
-        try:
-            return await super().start_child(definition, args, kwargs, run_id=run_id,
-                                             pool=pool, detached=detached, timeout=timeout)
-        except NonDeterminismError as exc:
-            self.nondeterminism = self.nondeterminism or exc
-            raise
-
-    async def child_result(self, child_run_id: str, return_type: Any) -> Any:
-        """A result the history holds is replayed; one it does not is where the run
-        is paused (awaiting that child): the replay stops there, reading nothing."""
-        nid = node_id(RESULT_KIND, child_run_id,
-                      self._counters.get((RESULT_KIND, child_run_id), 0) + 1)
-        rec = self.journal.get(nid)
-        if rec is None or not rec.finished:
-            self._guard_suspending()
-            self._next_id(RESULT_KIND, child_run_id)
-            if rec is not None:
-                self.journal.consume(nid)
-            else:
-                await self.journal.reach_frontier(self.run_id, nid,
-                                                  f"result of child {child_run_id}")
-            self._suspend(nid, child_event(child_run_id), None, self.runtime.clock.now())
-        return await super().child_result(child_run_id, return_type)
-
-    async def answer_update(self, name: str, update_id: str, outcome: dict[str, Any]) -> None:
-        try:
-            await super().answer_update(name, update_id, outcome)
-        except NonDeterminismError as exc:
-            self.nondeterminism = self.nondeterminism or exc
-            raise
-
-
-def _contains(exc: BaseException, kind: type[BaseException]) -> bool:
+def _contains(exc: BaseException,
+              kind: type[BaseException] | tuple[type[BaseException], ...]) -> bool:
     if isinstance(exc, kind):
         return True
     if isinstance(exc, BaseExceptionGroup):
@@ -288,7 +221,7 @@ class Replayer:
                           keyring=Keyring({"replay": "starflow-replayer-key"}))
         ctx = WorkflowContext(run_id=run.id, workflow=definition.name,
                               version=definition.version, workspace_id=run.workspace_id,
-                              env=run.env)
+                              env=run.env, run_key=run.run_key)
         journal = Journal.from_events(history.events, started_at=started)
 
         def result(ok: bool, outcome: ReplayOutcome, error: StarflowError | None = None
@@ -300,14 +233,14 @@ class Replayer:
             args, kwargs = decode_input(definition, run.input_json)
         except StarflowError as exc:
             return result(False, "failed", exc)
-        engine = _ReplayEngine(runtime=runtime, definition=definition, ctx=ctx,
-                               journal=journal, args=args, kwargs=kwargs,
-                               started_at=clock.now())
+        # Read-only: a write means the code went past the history (its frontier).
+        engine = Engine(runtime=runtime, definition=definition, ctx=ctx, journal=journal,
+                        args=args, kwargs=kwargs, started_at=clock.now(), read_only=True)
         token = current_engine.set(engine)
         try:
             outcome: Outcome = await engine._body()
         except BaseException as exc:
-            if not _contains(exc, _Frontier):
+            if not _contains(exc, (_Frontier, ReadOnlyWrite)):
                 raise
             outcome = Outcome("paused")
             stopped: ReplayOutcome = "frontier"
@@ -317,7 +250,8 @@ class Replayer:
                 "success" if outcome.status in ("success", "continued") else "error")
         finally:
             current_engine.reset(token)
-        nde = engine.nondeterminism
+        # The first divergence met, even one the workflow code caught.
+        nde = engine.journal.divergence
         if nde is None and isinstance(outcome.exception, NonDeterminismError):
             nde = outcome.exception
         if nde is not None:

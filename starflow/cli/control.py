@@ -17,7 +17,7 @@ from typing import Any
 
 import msgspec
 
-from ..app import DEFAULT_BULK_LIMIT
+from ..app_bulk import DEFAULT_BULK_LIMIT
 from ..clock import parse_when
 from ..errors import (
     ConfigError,
@@ -28,6 +28,7 @@ from ..errors import (
     TooManyRuns,
     WorkflowDefinitionError,
 )
+from ..limits import run_ref
 from ..records import BulkResult, RunFilter, RunInfo
 from ..serde import check_json_depth
 from ..tokens import redact_wake_tokens
@@ -453,7 +454,8 @@ async def _runs_pause(ns: argparse.Namespace) -> int:
          args=[app_args, db_args], configure=run_args)
 async def _runs_resume(ns: argparse.Namespace) -> int:
     async with open_app(ns, must_exist=True) as sf, _missing_code_explained(sf):
-        ref = sf.adapter.run_ref(ns.run_id)  # a run id or key, never read as a token
+        # a run id or key, never read as a token
+        ref = run_ref(ns.run_id, workspace_id=sf.workspace_id, env=sf.env)
         try:
             handle = await sf.resume(ref.id)
         except RunNotFound as exc:

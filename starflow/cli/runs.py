@@ -17,6 +17,7 @@ import msgspec
 
 from ..clock import parse_when
 from ..codec import show_encoded
+from ..limits import normalize_run_id
 from ..records import RunEvent, RunInfo
 from ..tokens import redact_wake_tokens
 from ..workflow.context import checkpoint_wait
@@ -221,7 +222,8 @@ async def _runs_list(ns: argparse.Namespace) -> int:
                     if (ns.template is None or r.template_id == ns.template)
                     and (since is None or (r.started_at is not None and r.started_at >= since))
                     and (ns.parent is None
-                         or r.parent_run_id == sf.adapter.normalize_run_id(ns.parent))
+                         or r.parent_run_id == normalize_run_id(
+                             ns.parent, workspace_id=sf.workspace_id, env=sf.env))
                     ][:ns.limit]
         else:
             runs = await sf.list_runs(status=ns.status, template_id=ns.template,

@@ -30,7 +30,7 @@ from ..records import RunInfo, StartOptions
 from ..workflow.context import WorkflowContext
 from ..workflow.decorators import WorkflowDefinition
 from .core import EngineCore
-from .replay import CHILD_START_KIND, RESULT_KIND, NodeRecord, check_recorded
+from .replay import CHILD_START_KIND, RESULT_KIND, NodeRecord
 
 __all__ = [
     "CHILD_EVENT_PREFIX",
@@ -130,7 +130,8 @@ async def start_child_node(engine: EngineCore, definition: WorkflowDefinition,
     engine.has_children = True
     rec = engine.journal.get(nid)
     if rec is not None and rec.finished:
-        check_recorded(engine.run_id, rec, CHILD_KIND, definition.name, h, encoded)
+        engine.journal.check_recorded(engine.run_id, rec, CHILD_KIND, definition.name, h,
+                                      encoded)
         engine.journal.consume(nid)
         engine._advance(rec.recorded_at)
         if rec.status == "error":
@@ -175,7 +176,7 @@ async def start_child_node(engine: EngineCore, definition: WorkflowDefinition,
         await engine.adapter.on_node_complete(engine.run_id, nid, record_payload, now=ts)
         await engine._phase(ts)
 
-    ts = await engine._commit(record)
+    ts = await engine.writes.commit(record)
     engine._advance(ts)
     engine.journal.record(NodeRecord(node_id=nid, kind=CHILD_KIND, name=definition.name,
                                      args_hash=h, status="complete", output=output,
@@ -233,6 +234,9 @@ async def child_result_node(engine: EngineCore, child_id: str, return_type: Any)
         engine.journal.consume(nid)
     else:
         await engine.journal.reach_frontier(engine.run_id, nid, f"result of child {child_id}")
+    if engine.writes.read_only:
+        # A replay reads nothing beyond its history: the run was paused here.
+        engine._suspend(nid, child_event(child_id), None, engine.runtime.clock.now())
     engine._guard_suspending()
     await engine._reach_cancel(nid, RESULT_KIND, child_id)
     # A child that continued as new is awaited through its chain: the run the
@@ -261,7 +265,7 @@ async def child_result_node(engine: EngineCore, child_id: str, return_type: Any)
     # fused_boundaries) it rides with the parent's next unit, like a step's: a crash
     # before that unit reads the same outcome again on replay. A fan-in over N
     # ended children is then one commit, not N.
-    ts = await engine._commit_or_defer(record, in_step=False)
+    ts = await engine.writes.commit_or_defer(record, may_defer=engine._steps_in_flight == 0)
     engine._advance(ts)
     engine.journal.record(NodeRecord(node_id=nid, kind=RESULT_KIND, name=child_id,
                                      status="complete", output=outcome, recorded_at=ts))

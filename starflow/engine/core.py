@@ -2,7 +2,8 @@
 
 :class:`EngineCore` holds what an execution knows (its journal, counters,
 cancel state) and the primitives every operation uses: the deterministic
-clock, the one write path (:meth:`EngineCore._commit`), node ids, patches,
+clock, the one write path (:attr:`EngineCore.writes`, a
+:class:`~starflow.engine.writes.WritePath`), node ids, patches,
 attributes, wake tokens, the suspension at a durable wait
 (:meth:`EngineCore._suspend`) and the delivery of a cooperative cancel at a
 node (a request, its delivery, the cleanup that follows). :mod:`starflow.engine.nodes` builds the
@@ -14,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Awaitable, Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, NoReturn, TypeVar
 
@@ -23,7 +24,6 @@ from anyio.abc import TaskGroup
 
 from .. import serde
 from ..adapters.base import WorkflowStateAdapter
-from ..adapters.units import Guard, Op
 from ..clock import Clock, format_ts
 from ..errors import (
     ConcurrentWaits,
@@ -31,7 +31,6 @@ from ..errors import (
     RunCancelled,
     SerializationError,
     StarflowError,
-    StorageError,
     StreamClosed,
     WaitTimeout,
     WorkflowDefinitionError,
@@ -46,9 +45,10 @@ from ..workflow.context import CANCEL_EVENT, WAIT_KEY, CheckpointWait, WorkflowC
 from ..workflow.decorators import WorkflowDefinition
 from ..workflow.events import EVENT_KIND, STREAM_KIND, DataWrite
 from ..workflow.waits import wait_events
-from .execution import Abort, ContinueAsNew, PendingWait, Runtime, Suspend, lease_guard
+from .execution import ContinueAsNew, PendingWait, Runtime, Suspend
 from .replay import Journal, NodeRecord, node_id
 from .step_data import StepWrites, hosting_writers
+from .writes import AttributesWrite, PatchMarker, WritePath
 
 __all__ = ["EngineCore", "log"]
 
@@ -82,7 +82,6 @@ class EngineCore:
     #: The wait this execution is suspending on (set when it suspends).
     _pending_wait: PendingWait = field(init=False, repr=False)
     _body_scope: anyio.CancelScope | None = None
-    _lease_lost: bool = False
     #: Set by :meth:`kill` with an error: the owner stopped this execution.
     _stop_error: StarflowError | None = None
     _body_done: bool = False
@@ -101,13 +100,6 @@ class EngineCore:
     node_status: dict[str, str] = field(default_factory=dict)
     #: ``patched()`` answers of this execution, by change id.
     _patches: dict[str, bool] = field(default_factory=dict)
-    #: Patch markers decided but not yet written (they ride on the next unit).
-    _markers: list[tuple[str, str]] = field(default_factory=list)
-    #: ``set_attributes`` calls not yet written (they ride on the next unit too).
-    _attributes: list[tuple[str, dict[str, str]]] = field(default_factory=list)
-    #: ``set_event`` / ``write_stream`` / ``close_stream`` calls not yet written
-    #: (with the next unit, which they make durable).
-    _data: list[DataWrite] = field(default_factory=list)
     #: Per stream key, the last ``seq`` the workflow wrote (or replayed): a starting
     #: step's slots. Replaced, never changed in place, so a step keeps the one it
     #: started with at no cost.
@@ -126,25 +118,18 @@ class EngineCore:
     should_yield: Callable[[], bool] | None = None
     #: A worker's claim left the run ``claimed``: the first boundary unit also
     #: writes the lease that moves it to ``running`` (one commit instead of two).
-    claimed: bool = False
+    claimed: InitVar[bool] = False
+    #: Write nothing (a replay): every unit raises
+    #: :class:`~starflow.engine.writes.ReadOnlyWrite`.
+    read_only: InitVar[bool] = False
     #: The run's recorded input could not be decoded for this code: the body
     #: raises it instead of running, so the run fails with it (lease-guarded).
     input_error: StarflowError | None = None
     #: The W3C ``traceparent`` stored with the run at its start, continued by
     #: this execution's ``starflow.run`` span (OpenTelemetry only).
     traceparent: str | None = None
-    #: Writes of a finished step not committed yet (``StarflowConfig.fused_boundaries``):
-    #: they open the run's next unit, so they are durable before anything that
-    #: follows the step (its next step, a pause, the run's end) is.
-    _deferred: list[Op] = field(default_factory=list)
     #: Steps of this execution between their ``node_start`` and their outcome.
     _steps_in_flight: int = 0
-    #: The run's start (``on_run_start`` and its lease) is among the deferred
-    #: writes: the run row does not exist yet, so the first unit is unguarded
-    #: (it creates the row, leased by this runner) and is not retried: if it
-    #: fails, the execution ends ``start_failed`` and the caller decides (a
-    #: run id or dedup key taken meanwhile is the existing run).
-    unstarted: bool = False
     #: The run that started this one as a child (its end wakes that run).
     parent_run_id: str | None = None
     #: The run's deadline (``@workflow(timeout=)``): past it the run ends in error.
@@ -155,13 +140,19 @@ class EngineCore:
     continuation: bool = False
     _timed_out: bool = False
 
-    def __post_init__(self) -> None:
+    def __post_init__(self, claimed: bool, read_only: bool) -> None:
         self._last_time = self.started_at
         self.journal.replaying = bool(self.journal.nodes)
         self._log = log.bind(run_id=self.run_id, runner_id=self.runtime.runner_id,
                              workspace=self.ctx.workspace_id, workflow=self.definition.name)
-        # Every boundary of this execution carries the same guard: build it once.
-        self._lease_guard = lease_guard(self.run_id, self.runtime.runner_id)
+        #: Every write of this execution, and what it has pending for its next unit.
+        self.writes = WritePath(self.runtime, self.ctx, self.journal, self._log,
+                                claimed=claimed, read_only=read_only)
+
+    @property
+    def _lease_lost(self) -> bool:
+        """This runner may write nothing more (killed, cancelled or taken over)."""
+        return self.writes.lease_lost
 
     @property
     def run_id(self) -> str:
@@ -181,10 +172,6 @@ class EngineCore:
         """Whether the workflow code is replaying recorded history (nodes lie ahead)."""
         return self.journal.replaying and bool(self.journal.unconsumed())
 
-    @property
-    def _guard(self) -> Guard:
-        return self._lease_guard
-
     # -- time --------------------------------------------------------------------
 
     def now(self) -> datetime:
@@ -201,145 +188,6 @@ class EngineCore:
             self._last_time = ts
 
     # -- writes ------------------------------------------------------------------
-
-    async def _commit(self, build: Callable[[datetime], Awaitable[None]], *,
-                      durable: bool = True, guard: Guard | None = None) -> datetime:
-        """Write one unit guarded by this runner's lease; retry storage failures.
-
-        Returns the timestamp the unit was written with.
-        """
-        clock = self.runtime.clock
-        retries = self.runtime.config.storage_retries
-        # Patch markers decided since the last boundary commit with this one, before
-        # its own writes: the history then shows the marker ahead of the new path.
-        # (Each list is swapped for a new one only when it holds something: most
-        # units have no markers, attributes or data writes.)
-        markers = self._markers
-        if markers:
-            self._markers = []
-        attributes = self._attributes
-        if attributes:
-            self._attributes = []
-        data = self._data
-        if data:
-            self._data = []
-        # A finished step's deferred writes go first (they happened first), and make
-        # the unit durable: its outcome is acknowledged by this unit's flush. A reader
-        # waits for data writes: commit them now, not at the next flush.
-        deferred = self._deferred
-        if deferred:
-            self._deferred = []
-        durable = durable or bool(deferred) or bool(data)
-        starting = self.unstarted
-        for attempt in range(retries + 1):
-            if self._lease_lost:  # killed, cancelled or taken over: write nothing more
-                raise Abort("lease_lost")
-            ts = clock.now()
-            try:
-                async with self.adapter.unit(guard=None if starting else guard or self._guard,
-                                             durable=durable) as unit:
-                    if self.claimed:
-                        await self.adapter.write_lease(
-                            self.run_id, self.runtime.runner_id,
-                            ts + self.runtime.config.lease_ttl, now=ts)
-                    if deferred:
-                        unit.ops.extend(deferred)
-                    if markers or attributes:
-                        await self._extras(markers, attributes, ts)
-                    for write in data:
-                        await write.submit(self.adapter, self.run_id, ts)
-                    await build(ts)
-            except StorageError as exc:
-                if starting and (not exc.transient or attempt == retries):
-                    # The run row was not written: its start failed, and the caller
-                    # decides (a run id or dedup key taken meanwhile is that run).
-                    raise Abort("start_failed", exc) from exc
-                if not exc.transient:
-                    # Refused for what it is: it would be refused again, here or by the
-                    # runner the sweep hands the run to. Raised into the workflow body,
-                    # which ends the run with this error (once).
-                    self._log.error("boundary write refused by the database; failing the "
-                                    "run", error=str(exc))
-                    raise
-                if attempt == retries:
-                    self._log.error("boundary write failed; giving the run up to the sweep",
-                                    error=str(exc), attempts=attempt + 1)
-                    raise Abort("storage", exc) from exc
-                self._log.warning("boundary write failed; retrying", error=str(exc),
-                                  attempt=attempt + 1)
-                await clock.sleep(min(0.05 * 2**attempt, 2.0))
-                continue
-            except Exception:
-                # Refused before anything was written (an unstorable phase, a bad
-                # argument): the deferred writes go with whatever the run writes next,
-                # which records the failure (a run not started yet is started by it).
-                if deferred:
-                    self._deferred[:0] = deferred
-                raise
-            if not unit.held:
-                self._lease_lost = True
-                raise Abort("lease_lost")
-            # Every engine unit records the phase if it changed (see _phase).
-            self.journal.last_phase = self.ctx.phase
-            self.claimed = False
-            self.unstarted = False
-            if data and self.runtime.notify is not None:
-                self.runtime.notify()  # get_event / read_stream callers in this process
-            return ts
-        raise AssertionError("unreachable")  # pragma: no cover
-
-    async def _extras(self, markers: list[tuple[str, str]],
-                      attributes: list[tuple[str, dict[str, str]]], ts: datetime) -> None:
-        """Patch markers and ``set_attributes`` calls decided since the last unit."""
-        for marker_id, change_id in markers:
-            await self.adapter.on_node_complete(
-                self.run_id, marker_id,
-                {"output": True, "kind": "patch", "name": change_id}, now=ts)
-        for attrs_id, values in attributes:
-            await self.adapter.on_node_complete(
-                self.run_id, attrs_id,
-                {"output": values, "kind": ATTRIBUTES_KIND}, now=ts)
-            await self.adapter.set_attributes(self.run_id, values, now=ts)
-
-    def defer(self, ops: list[Op]) -> None:
-        """Writes to open this execution's next unit (the run's start, collected by the
-        runner with :meth:`~starflow.adapters.base.WorkflowStateAdapter.collect`)."""
-        self._deferred.extend(ops)
-
-    async def _commit_or_defer(self, build: Callable[[datetime], Awaitable[None]], *,
-                               in_step: bool = True) -> datetime:
-        """A step's outcome: committed now, or (``fused_boundaries``) held for the next unit.
-
-        Deferred only while no other step of this run is in flight (the count
-        includes the step finishing; ``in_step`` False: the outcome is not a
-        step's, such as a child's result, and no step may be in flight): a step
-        running concurrently may act on the outside world for a long time, and
-        the outcome must not wait for it. The writes are built now (their
-        timestamp, the phase as it is now), so the history is what separate
-        commits would have written.
-        """
-        if (not self.runtime.config.fused_boundaries
-                or self._steps_in_flight > (1 if in_step else 0)
-                or self._lease_lost or self._data):
-            return await self._commit(build)
-        ts = self.runtime.clock.now()
-        markers, attributes = self._markers, self._attributes
-        async with self.adapter.collect() as unit:
-            if markers or attributes:
-                self._markers, self._attributes = [], []
-                await self._extras(markers, attributes, ts)
-            await build(ts)
-        self._deferred.extend(unit.ops)
-        self.journal.last_phase = self.ctx.phase
-        return ts
-
-    async def _flush_deferred(self) -> None:
-        """Commit a finished step's deferred writes on their own (before a release)."""
-        if self._deferred:
-            async def nothing(ts: datetime) -> None:
-                return None
-
-            await self._commit(nothing)
 
     def _phase_changed(self) -> bool:
         """Whether :meth:`_phase` has an event to add (checked first on the hot
@@ -386,7 +234,7 @@ class EngineCore:
         if known is None:
             known, marker = self.journal.decide_patch(change_id)
             if marker is not None:
-                self._markers.append((marker, change_id))
+                self.writes.add(PatchMarker(marker, change_id))
             self._patches[change_id] = known
             self._log.debug("patch decided", change_id=change_id, patched=known)
         return known
@@ -401,7 +249,7 @@ class EngineCore:
             return
         self.journal.record(NodeRecord(node_id=nid, kind=ATTRIBUTES_KIND, status="complete",
                                        output=values))
-        self._attributes.append((nid, values))
+        self.writes.add(AttributesWrite(nid, values))
 
     def _recorded_or_skipped(self, nid: str, what: str) -> bool:
         """Whether a recorded-only node (attributes, event, stream) needs no write:
@@ -430,7 +278,7 @@ class EngineCore:
             return
         self.journal.record(NodeRecord(node_id=nid, kind=EVENT_KIND, name=key,
                                        status="complete", output=value))
-        self._data.append(DataWrite(node_id=nid, kind=EVENT_KIND, key=key, value=value))
+        self.writes.add(DataWrite(node_id=nid, kind=EVENT_KIND, key=key, value=value))
 
     def write_stream(self, key: str, value: Any, *, closed: bool = False) -> None:
         """``starflow.write_stream`` / ``close_stream``: record node
@@ -460,7 +308,7 @@ class EngineCore:
         output = {"seq": seq, "closed": closed}
         self.journal.record(NodeRecord(node_id=nid, kind=STREAM_KIND, name=key,
                                        status="complete", output=output))
-        self._data.append(DataWrite(node_id=nid, kind=STREAM_KIND, key=key, value=value,
+        self.writes.add(DataWrite(node_id=nid, kind=STREAM_KIND, key=key, value=value,
                                     seq=seq, closed=closed))
 
     def _writes_of(self, step: str) -> StepWrites:
@@ -489,7 +337,7 @@ class EngineCore:
                 await write.submit(self.adapter, self.run_id, ts)
 
         async with self._step_writes_lock:
-            await self._commit(build)
+            await self.writes.commit(build)
         if self.runtime.notify is not None:
             self.runtime.notify()
 
@@ -753,7 +601,7 @@ class EngineCore:
                                              now=ts)
             await self._phase(ts)
 
-        ts = await self._commit(record)
+        ts = await self.writes.commit(record)
         self._advance(ts)
         self.node_status[nid] = "error"
         self.journal.record(NodeRecord(node_id=nid, kind=kind, name=name, status="error",

@@ -36,6 +36,7 @@ from ..workflow.context import (
     WorkflowContext,
     current_engine,
 )
+from ..workflow.threads import run_body_in_thread
 from . import requeue
 from .execution import (
     CONTINUED_FROM_EVENT,
@@ -68,11 +69,11 @@ class Engine(EngineNodes):
         fail for it; if it lasts past the TTL, the sweep treats this runner as lost.
         """
         cfg = self.runtime.config
-        if self.unstarted:
+        if self.writes.unstarted:
             return True  # no row yet: the first unit writes the lease with it
         ts = self.runtime.clock.now()
         try:
-            async with self.adapter.unit(guard=self._guard) as unit:
+            async with self.adapter.unit(guard=self.writes.guard) as unit:
                 await self.adapter.refresh_lease(self.run_id, ts + cfg.lease_ttl, now=ts)
         except StarflowError as exc:
             self._log.warning("lease refresh failed", error=str(exc))
@@ -145,7 +146,7 @@ class Engine(EngineNodes):
         """
         if error is not None:
             self._stop_error = error
-        self._lease_lost = True
+        self.writes.lease_lost = True
         if self._body_scope is not None:
             self._body_scope.cancel()
 
@@ -179,7 +180,12 @@ class Engine(EngineNodes):
             try:
                 if self.input_error is not None:
                     raise self.input_error
-                value = await self.definition.fn(*self.args, **self.kwargs)
+                if self.definition.threaded:
+                    value = await run_body_in_thread(
+                        self.definition.fn, self.args, self.kwargs,
+                        limiter=self.runtime.workflow_threads())
+                else:
+                    value = await self.definition.fn(*self.args, **self.kwargs)
             except BaseException as exc:
                 suspend = find_unwinding(exc, Suspend)
                 abort = find_unwinding(exc, Abort)
@@ -351,7 +357,7 @@ class Engine(EngineNodes):
         ts = self.runtime.clock.now()
         try:
             try:
-                await self._flush_deferred()  # the steps already done stay done
+                await self.writes.flush()  # the steps already done stay done
             except Abort:
                 return
             if self.pause_requested:
@@ -392,7 +398,7 @@ class Engine(EngineNodes):
             return await self._finalize_once(outcome)
         except StorageError as exc:
             # A final write the database refused for what it held (permanent: a
-            # transient failure became _Abort in _commit). Record the failure instead;
+            # transient failure became Abort in WritePath.commit). Record the failure instead;
             # if even that is refused, the run is left to the sweep.
             if outcome.status == "error":
                 return Outcome("storage", exception=exc)
@@ -405,8 +411,8 @@ class Engine(EngineNodes):
     async def _continue(self, encoded: dict[str, Any]) -> Outcome:
         """End the run as ``success`` continued as a new run with ``encoded`` input,
         in one unit (``starflow.continue_as_new``)."""
-        if self.unstarted:
-            await self._flush_deferred()  # the run row it reads (a fused start not written yet)
+        if self.writes.unstarted:
+            await self.writes.flush()  # the run row it reads (a fused start not written yet)
         run = await self.adapter.get_run(self.run_id)
         if run is None:  # pragma: no cover - the lease guard fails the unit anyway
             raise Abort("lease_lost")
@@ -437,14 +443,14 @@ class Engine(EngineNodes):
                                             {"run_id": new_id}, now=ts,
                                             method="continue_as_new")
             await self.adapter.on_run_start(new_id, ctx, options, now=ts)
-            if inline:  # this runner drives the chain on (Driver.settle)
+            if inline:  # this runner drives the chain on (Driver.follow_chain)
                 await self.adapter.write_lease(new_id, self.runtime.runner_id,
                                                ts + self.runtime.config.lease_ttl, now=ts)
             await self.adapter.record_event(new_id, CONTINUED_FROM_EVENT, None,
                                             {"run_id": self.run_id}, now=ts,
                                             method="continue_as_new")
 
-        await self._commit(continued)
+        await self.writes.commit(continued)
         return Outcome("continued", result=new_id, definition=self.definition)
 
     async def _finalize_once(self, outcome: Outcome) -> Outcome:
@@ -466,7 +472,7 @@ class Engine(EngineNodes):
                             self.run_id, self.ctx, self._duration_ms(ts), now=ts, result=result)
                         await self.adapter.clear_lease(self.run_id)
 
-                    await self._commit(complete)
+                    await self.writes.commit(complete)
                     return Outcome("success", result=result, definition=self.definition)
             if outcome.status == "error":
                 # Whatever the exception said, the run's error must be recorded.
@@ -481,7 +487,7 @@ class Engine(EngineNodes):
                                                     failure=cause)
                     await self.adapter.clear_lease(self.run_id)
 
-                await self._commit(failed)
+                await self.writes.commit(failed)
                 # One line per failed run, at error level, whatever the host's level
                 # for the rest of starflow: what failed, where, and the cause's type.
                 self._log.error(
@@ -503,7 +509,7 @@ class Engine(EngineNodes):
                                                     {"cleanup": "done"}, now=ts,
                                                     method="cancel")
 
-                await self._commit(cancelled)
+                await self.writes.commit(cancelled)
                 return outcome
             if outcome.status == "paused":
                 wait = outcome.wait
@@ -535,7 +541,7 @@ class Engine(EngineNodes):
                         await self.adapter.insert_job(job, now=ts)
                     await self.adapter.clear_lease(self.run_id)
 
-                await self._commit(pause)
+                await self.writes.commit(pause)
                 return outcome
             return outcome
         except Abort as abort:

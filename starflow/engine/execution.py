@@ -60,6 +60,8 @@ class Runtime:
     #: what a child run's row records.
     definition_id: Callable[[WorkflowDefinition], Awaitable[str]] | None = None
     _step_threads: anyio.CapacityLimiter | None = field(default=None, init=False, repr=False)
+    _workflow_threads: anyio.CapacityLimiter | None = field(default=None, init=False,
+                                                            repr=False)
 
     def step_threads(self) -> anyio.CapacityLimiter:
         """The limiter of plain ``def`` steps' worker threads: at most
@@ -68,6 +70,15 @@ class Runtime:
         if self._step_threads is None:
             self._step_threads = anyio.CapacityLimiter(self.config.sync_step_threads)
         return self._step_threads
+
+    def workflow_threads(self) -> anyio.CapacityLimiter:
+        """The limiter of plain ``def`` workflows' threads: at most
+        ``config.sync_workflow_threads`` bodies at once for this application. Apart
+        from the steps' limiter, so a workflow thread waiting on a plain step
+        never holds the thread that step needs."""
+        if self._workflow_threads is None:
+            self._workflow_threads = anyio.CapacityLimiter(self.config.sync_workflow_threads)
+        return self._workflow_threads
 
 
 def decode_input(definition: WorkflowDefinition, data: Any

@@ -31,7 +31,6 @@ from .execution import Abort, timed_attempt
 from .replay import (
     DIVERGENCE_FIX,
     NodeRecord,
-    check_recorded,
     replay_variables,
     variables_diff,
     variables_snapshot,
@@ -68,7 +67,7 @@ class EngineNodes(EngineCore):
             await self._phase(ts)
             await self.adapter.on_node_retry(self.run_id, nid, retry, now=ts)
 
-        await self._commit(retried, durable=False)
+        await self.writes.commit(retried, durable=False)
         await self.runtime.clock.sleep(delay)
 
     async def run_step(self, sdef: StepDefinition, fn: Callable[..., Awaitable[Any]],
@@ -86,7 +85,7 @@ class EngineNodes(EngineCore):
             run_id=self.run_id, node_id=nid)
         rec = self.journal.get(nid)
         if rec is not None:
-            check_recorded(self.run_id, rec, "step", sdef.name, h, encoded)
+            self.journal.check_recorded(self.run_id, rec, "step", sdef.name, h, encoded)
             self.journal.consume(nid)
             if rec.finished and rec.variables:
                 replay_variables(self.ctx.variables, rec.variables)
@@ -109,7 +108,7 @@ class EngineNodes(EngineCore):
         self._guard_suspending()
         await self._reach_cancel(nid, "step", sdef.name)
         if self.pause_requested or (self.should_yield is not None and self.should_yield()):
-            await self._flush_deferred()  # the steps before this one stay done
+            await self.writes.flush()  # the steps before this one stay done
             raise Abort("released")  # (paused by an operator: _release parks it instead)
         if sdef.pool is not None:
             self._dispatch(sdef, nid, h, encoded)
@@ -121,7 +120,7 @@ class EngineNodes(EngineCore):
                 self.run_id, nid,
                 {"kind": "step", "name": sdef.name, "args_hash": h, "input": encoded}, now=ts)
 
-        await self._commit(start, durable=False)
+        await self.writes.commit(start, durable=False)
         self.node_status[nid] = "running"
         self._steps_in_flight += 1
         writes = self._step_writes[nid] = StepWrites(nid, self._stream_slots,
@@ -181,7 +180,7 @@ class EngineNodes(EngineCore):
                     await self.adapter.on_node_error(self.run_id, nid, failure, now=ts)
                     await self._phase(ts)
 
-                ts = await self._commit(failed)
+                ts = await self.writes.commit(failed)
                 self._advance(ts)
                 self.node_status[nid] = "error"
                 self.journal.record(NodeRecord(node_id=nid, kind="step", name=sdef.name,
@@ -204,7 +203,9 @@ class EngineNodes(EngineCore):
             if self._phase_changed():
                 await self._phase(ts)
 
-        ts = await self._commit_or_defer(complete)
+        # Held for the next unit only while no other step of this run is in flight
+        # (the count includes this one): see WritePath.commit_or_defer.
+        ts = await self.writes.commit_or_defer(complete, may_defer=self._steps_in_flight <= 1)
         self._advance(ts)
         self.node_status[nid] = "complete"
         self.journal.record(NodeRecord(node_id=nid, kind="step", name=sdef.name, args_hash=h,
@@ -333,7 +334,7 @@ class EngineNodes(EngineCore):
                 self.run_id, nid, {"output": output, "via": "signal"}, now=ts)
             await self._phase(ts)
 
-        ts = await self._commit(deliver)
+        ts = await self.writes.commit(deliver)
         self._advance(ts)
         self.journal.record(NodeRecord(node_id=nid, kind=kind, name=name, status="complete",
                                        output=output, recorded_at=ts))
@@ -370,7 +371,7 @@ class EngineNodes(EngineCore):
                 await self.adapter.record_event(self.run_id, "signal_rejected", nid, reason,
                                                 now=ts, method="reject_signal")
 
-            ts = await self._commit(reject)
+            ts = await self.writes.commit(reject)
             self._advance(ts)
             self._log.warning("early signal rejected: its payload does not match the wait's "
                               "type; the run waits for another", node_id=nid, signal=event,
@@ -425,10 +426,10 @@ class EngineNodes(EngineCore):
             self.journal.consume(nid)
             recorded = rec.output.get("update_id") if isinstance(rec.output, dict) else None
             if recorded != update_id:
-                raise NonDeterminismError(
+                raise self.journal.diverged(NonDeterminismError(
                     f"run {self.run_id}: {nid} was recorded as the answer to update "
                     f"{recorded!r}, but the code now answers {update_id!r}. {DIVERGENCE_FIX}",
-                    run_id=self.run_id, node_id=nid, recorded=str(recorded), current=update_id)
+                    run_id=self.run_id, node_id=nid, recorded=str(recorded), current=update_id))
             self._advance(rec.recorded_at)
             return
         await self.journal.reach_frontier(self.run_id, nid, f"reply to update {name!r}")
@@ -440,7 +441,7 @@ class EngineNodes(EngineCore):
                 self.run_id, nid, {"output": output, "kind": "reply", "name": name}, now=ts)
             await self._phase(ts)
 
-        ts = await self._commit(record)
+        ts = await self.writes.commit(record)
         self._advance(ts)
         self.journal.record(NodeRecord(node_id=nid, kind="reply", name=name,
                                        status="complete", output=output, recorded_at=ts))
@@ -451,10 +452,10 @@ class EngineNodes(EngineCore):
                     types: Mapping[str, Any]) -> tuple[str, Any]:
         event = output.get("event") if isinstance(output, dict) else None
         if event not in events:
-            raise NonDeterminismError(
+            raise self.journal.diverged(NonDeterminismError(
                 f"run {self.run_id}: {nid} was recorded with {output!r}, not one of the "
                 f"events {', '.join(map(repr, events))}. {DIVERGENCE_FIX}",
-                run_id=self.run_id, node_id=nid, recorded=repr(output), current=nid)
+                run_id=self.run_id, node_id=nid, recorded=repr(output), current=nid))
         assert isinstance(output, dict)
         payload = serde.convert(output.get("payload"), types.get(event, Any),
                                 what=f"payload of {event!r} at {nid}", run_id=self.run_id,

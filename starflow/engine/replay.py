@@ -91,6 +91,9 @@ class Journal:
     #: replayed them all, its time is at least ``retried_at`` (:meth:`time_floor`).
     before_retry: frozenset[str] = frozenset()
     _past_retry: bool = False
+    #: The first divergence from the history this execution met, even if the
+    #: workflow code caught it (the replayer reports it).
+    divergence: NonDeterminismError | None = None
 
     @classmethod
     def from_events(cls, events: Iterable[RunEvent], started_at: datetime | None = None
@@ -200,6 +203,21 @@ class Journal:
                                output=True))
         return True, nid
 
+    def diverged(self, exc: NonDeterminismError) -> NonDeterminismError:
+        """Note ``exc`` (the first one is :attr:`divergence`) and return it, to raise."""
+        if self.divergence is None:
+            self.divergence = exc
+        return exc
+
+    def check_recorded(self, run_id: str, rec: NodeRecord, kind: str, name: str,
+                       h: str | None, encoded: Any = None) -> None:
+        """:func:`check_recorded`, its divergence noted (:meth:`diverged`)."""
+        try:
+            check_recorded(run_id, rec, kind, name, h, encoded)
+        except NonDeterminismError as exc:
+            self.diverged(exc)
+            raise
+
     async def reach_frontier(self, run_id: str, nid: str, what: str) -> None:
         """A new node may run only once every recorded node has been replayed.
 
@@ -219,12 +237,12 @@ class Journal:
                 self.replaying = False
                 return
             if stalls >= 3:
-                raise NonDeterminismError(
+                raise self.diverged(NonDeterminismError(
                     f"run {run_id}: the code reached new node {nid} ({what}) while the "
                     f"history still holds {', '.join(pending[:5])} not reached by this replay; "
                     f"the workflow code changed under a running or paused run. {DIVERGENCE_FIX}",
                     run_id=run_id, node_id=nid, recorded=pending[0], current=nid,
-                )
+                ))
             await anyio.lowlevel.cancel_shielded_checkpoint()
             now_seen = len(self.consumed)
             stalls = 0 if now_seen != seen else stalls + 1

@@ -1,12 +1,15 @@
-"""Driving runs in this process: build an engine, execute it, settle its outcome.
+"""Driving runs in this process: build an engine, execute it, conclude its outcome.
 
-The first of the runner's three parts (:mod:`starflow.runtime.runner` assembles them):
-:class:`Driver` owns this process's runner identity, its executing engines and
-the notifications other loops wait on; it resolves a run's workflow definition,
-reads what an execution needs, executes it and turns the outcome into a
-:class:`RunHandle`. It hands runs back to the queue through
-:mod:`starflow.engine.requeue`. Waking a paused run is :mod:`starflow.runtime.waking`'s job;
-the lifecycle API (start, retry, cancel, sweep) is :mod:`starflow.runtime.runner`'s.
+One of the two parts :class:`~starflow.runtime.runner.Runner` is composed of
+(the other is :mod:`starflow.runtime.waking`): :class:`Driver` owns this
+process's runner identity, its executing engines, the count of work in flight
+(:meth:`Driver.busy_scope`) and the notifications other loops wait on; it
+resolves a run's workflow definition, reads what an execution needs, executes
+it (:meth:`Driver.execute` returns the engine's :class:`~starflow.engine.execution.Outcome`),
+drives an inline ``continue_as_new`` chain on (:meth:`Driver.follow_chain`) and
+turns an outcome into a :class:`RunHandle` (:meth:`Driver.conclude`). It calls
+nothing above it: what follows a pause or an end is the runner's settle
+pipeline. It hands runs back to the queue through :mod:`starflow.engine.requeue`.
 
 The owner of the process may stop an execution on purpose (:meth:`Driver.stop`):
 ``starflow_testing`` simulates a SIGKILL through it, and that is the one seam
@@ -20,6 +23,7 @@ import socket
 import uuid
 import weakref
 from collections.abc import Callable
+from types import TracebackType
 from typing import Any, Generic, TypeVar
 
 import anyio
@@ -50,7 +54,7 @@ from ..tokens import REDACTED, Keyring
 from ..workflow.context import WorkflowContext, checkpoint_wait
 from ..workflow.decorators import WorkflowDefinition, registry
 
-__all__ = ["ACTIVE_STATUSES", "Driver", "RunHandle", "new_runner_id"]
+__all__ = ["ACTIVE_STATUSES", "BusyScope", "Driver", "RunHandle", "new_runner_id"]
 
 log = get_logger("starflow.runner")
 
@@ -111,6 +115,31 @@ def stored_traceparent(input_json: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
+class BusyScope:
+    """One piece of work in flight in this process, counted in :attr:`Driver.busy`
+    from its creation until its ``with`` block exits.
+
+    Counted at creation, not at entry, so a loop can count a task before it
+    spawns it (``busy = runner.busy_scope(); tg.start_soon(task, busy)``, the task
+    doing ``with busy:``): there is no moment between the two at which the
+    process looks idle (``starflow_testing`` advances time when it is).
+    """
+
+    def __init__(self, driver: Driver) -> None:
+        self._driver = driver
+        self._open = True
+        driver.busy += 1
+
+    def __enter__(self) -> BusyScope:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if self._open:  # the work is done (counted off once)
+            self._open = False
+            self._driver.busy -= 1
+
+
 class Driver:
     """Drives runs for one adapter in this process (see the module docstring)."""
 
@@ -130,14 +159,22 @@ class Driver:
                                notify_timers=self.notify_timers,
                                definition_id=self.definition_id)
         self.engines: dict[str, Engine] = {}
+        #: Work in flight in this process (executions, timer wakes, sweeps, schedule
+        #: ticks): changed only through :meth:`busy_scope`.
         self.busy = 0
         self._settled = anyio.Event()
         self.timers_changed = anyio.Event()
         self._definition_ids: dict[tuple[str, int], str] = {}
         self._definition_rows: dict[str, DefinitionRecord] = {}
-        self._log = log.bind(runner_id=self.runner_id, workspace=adapter.workspace_id)
+        #: This runner's logger (runner id and workspace bound), shared by its parts.
+        self.log = self._log = log.bind(runner_id=self.runner_id,
+                                        workspace=adapter.workspace_id)
         #: The errors raised for executions stopped with :meth:`stop`.
         self._stop_errors: weakref.WeakSet[BaseException] = weakref.WeakSet()
+
+    def busy_scope(self) -> BusyScope:
+        """Count a piece of work in :attr:`busy` until the returned scope exits."""
+        return BusyScope(self)
 
     # -- notifications -------------------------------------------------------------
 
@@ -165,6 +202,10 @@ class Driver:
                 definition.name, definition.version, definition.code_hash, now=self.clock.now())
             self._definition_ids[key] = cached
         return cached
+
+    def known_definition_id(self, definition: WorkflowDefinition) -> str | None:
+        """The definition id this runner has written or read already, if any."""
+        return self._definition_ids.get((definition.name, definition.version))
 
     @staticmethod
     def encode_input(definition: WorkflowDefinition, args: tuple[Any, ...],
@@ -248,7 +289,7 @@ class Driver:
         return RunHandle(run_id=run.id, status=run.status, result=result, error=run.error,
                          waiting_for=waiting_for, wake_token=token)
 
-    async def _unfinished(self, run_id: str, action: str) -> RunInfo:
+    async def unfinished(self, run_id: str, action: str) -> RunInfo:
         """The run row, if the run exists and has not ended (else a clear error)."""
         run = await self.adapter.get_run(run_id)
         if run is None:
@@ -276,7 +317,7 @@ class Driver:
             runs.append(run)
         return runs
 
-    async def _current(self, run_id: str, action: str) -> RunInfo:
+    async def current(self, run_id: str, action: str) -> RunInfo:
         """The chain's current run (the run itself, or the last one it continued
         as), if it has not ended (else a clear error naming that run)."""
         run = (await self.chain(run_id))[-1]
@@ -286,38 +327,16 @@ class Driver:
 
     # -- driving -------------------------------------------------------------------
 
-    async def _execute(self, engine: Engine) -> Outcome:
-        self.busy += 1
-        self.engines[engine.run_id] = engine
-        try:
-            return await engine.execute()
-        finally:
-            self.engines.pop(engine.run_id, None)
-            self.busy -= 1
-            self.notify_settled()
-
-    async def drive(self, run: RunInfo, *, should_yield: Callable[[], bool] | None = None
-                    ) -> RunHandle[Any]:
-        """Replay a run this runner holds the lease of, until it pauses or ends.
-
-        A run a worker just claimed (``claim_state`` claimed) moves to running
-        with the engine's first boundary unit, guarded by the lease; if the
-        lease is gone already (a cancel, or the sweep after a long stall) that
-        unit writes nothing and no step runs. ``should_yield`` is asked before
-        each new step: True hands the run back to the queue there.
-
-        Raises:
-            WorkflowDefinitionError: the run's workflow (name and version) is not
-                registered in this process; nothing was written.
-            StorageError: reading the run's definition or history failed; nothing
-                was written (see :meth:`hand_back`).
-        """
-        return await self.drive_engine(await self.prepare(run, should_yield=should_yield))
-
-    async def drive_engine(self, engine: Engine) -> RunHandle[Any]:
-        """Execute an engine built by :meth:`prepare` and settle its outcome."""
-        outcome = await self._execute(engine)
-        return await self.settle(engine.run_id, outcome)
+    async def execute(self, engine: Engine) -> Outcome:
+        """Execute an engine built by :meth:`prepare` (or by the runner's start) in
+        this process: counted busy, listed in :attr:`engines` while it runs."""
+        with self.busy_scope():
+            self.engines[engine.run_id] = engine
+            try:
+                return await engine.execute()
+            finally:
+                self.engines.pop(engine.run_id, None)
+                self.notify_settled()
 
     async def prepare(self, run: RunInfo, *, should_yield: Callable[[], bool] | None = None
                       ) -> Engine:
@@ -337,7 +356,8 @@ class Driver:
         journal = Journal.from_events(events, started_at=run.started_at)
         ctx = WorkflowContext(run_id=run.id, workflow=definition.name,
                               version=definition.version,
-                              workspace_id=self.adapter.workspace_id, env=self.adapter.env)
+                              workspace_id=self.adapter.workspace_id, env=self.adapter.env,
+                              run_key=run.run_key)
         input_error: SerializationError | None = None
         try:
             serde.refuse_envelope(run.input_json, "arguments", run.id)
@@ -389,52 +409,45 @@ class Driver:
             self.notify_timers()  # queued again: its deadline is the timer loop's
         return held
 
-    async def settle(self, run_id: str, outcome: Outcome) -> RunHandle[Any]:
-        """Turn an execution's outcome into a handle.
+    async def follow_chain(self, run_id: str, outcome: Outcome) -> tuple[str, Outcome]:
+        """An execution that continued as new (``continue_as_new``) whose next run is
+        inline and leased to this runner: execute that run, and its next, here.
+
+        A loop, not a recursion: a chain may be long. Returns the id and the
+        outcome of the last run executed here: the one to settle. Its status is
+        ``continued`` only when the chain goes on elsewhere (its next run, in
+        ``outcome.result``, is for the workers).
+        """
+        while outcome.status == "continued":
+            nxt = await self.adapter.get_run(str(outcome.result))
+            if nxt is None or nxt.start_mode != "inline" or nxt.leased_by != self.runner_id:
+                break
+            run_id, outcome = nxt.id, await self.execute(await self.prepare(nxt))
+        return run_id, outcome
+
+    async def conclude(self, run_id: str, outcome: Outcome) -> RunHandle[Any]:
+        """Turn the outcome of ``run_id``'s execution into a handle (reads the row only
+        when the outcome does not say where the run stands).
 
         Raises:
             StorageError: the execution could not record its progress.
             LeaseLostError: another runner or the sweep took the run over.
             StarflowError: the error :meth:`stop` was given, for a stopped execution.
         """
-        while outcome.status == "continued":
-            # continue_as_new: an inline chain is driven on here, one run after the
-            # other (a loop, not a recursion: a chain may be long); a queued one's
-            # next run is for the workers.
-            run_id = str(outcome.result)
-            nxt = await self.adapter.get_run(run_id)
-            if nxt is None or nxt.start_mode != "inline" or nxt.leased_by != self.runner_id:
-                self.notify_settled()
-                if nxt is not None and nxt.deadline_at is not None:
-                    self.notify_timers()  # a queued run's deadline (the timer loop's)
-                return await self.handle(run_id)
-            outcome = await self._execute(await self.prepare(nxt))
+        if outcome.status == "continued":
+            return await self._continued(outcome)
         if outcome.status == "success":
-            engine_def = outcome.definition
-            result = outcome.result if engine_def is None else serde.convert(
-                outcome.result, engine_def.return_type, what=f"result of run {run_id}",
-                run_id=run_id)
-            return RunHandle(run_id=run_id, status="success", result=result)
+            return RunHandle(run_id=run_id, status="success",
+                             result=self._result(run_id, outcome))
         if outcome.status == "paused" and outcome.wait is not None:
             wait = outcome.wait
             if wait.deadline is not None or outcome.deadline is not None:
                 self.notify_timers()
             return RunHandle(run_id=run_id, status="paused", waiting_for=wait.event,
                              wake_token=wait.wake_token)
-        if outcome.status == "storage":
-            raise StorageError(
-                f"run {run_id} could not record its progress ({outcome.exception}); it keeps "
-                "its lease until it expires, then the sweep hands it to another runner",
-                run_id=run_id,
-            ) from outcome.exception
         if outcome.status == "error":
             return RunHandle(run_id=run_id, status="error", error=outcome.error)
-        if outcome.status == "stopped":
-            # Stopped by this process's owner (stop()): no takeover happened, and
-            # nothing more is read or written (the row still shows the lease).
-            assert outcome.exception is not None
-            self._stop_errors.add(outcome.exception)
-            raise outcome.exception
+        self._raise_unrecorded(run_id, outcome)
         handle = await self.handle(run_id)
         if outcome.status == "lease_lost" and handle.status != "cancelled":
             raise LeaseLostError(
@@ -442,6 +455,40 @@ class Driver:
                 f"runner or the sweep took it over and it goes on there (now {handle.status})",
                 run_id=run_id)
         return handle
+
+    @staticmethod
+    def _result(run_id: str, outcome: Outcome) -> Any:
+        """A successful execution's result, converted to the workflow's return type."""
+        if outcome.definition is None:
+            return outcome.result
+        return serde.convert(outcome.result, outcome.definition.return_type,
+                             what=f"result of run {run_id}", run_id=run_id)
+
+    async def _continued(self, outcome: Outcome) -> RunHandle[Any]:
+        """The handle of a chain's next run, which is the workers' (``outcome.result``)."""
+        self.notify_settled()
+        nxt = await self.adapter.get_run(str(outcome.result))
+        if nxt is None:
+            raise RunNotFound(str(outcome.result))
+        if nxt.deadline_at is not None:
+            self.notify_timers()  # a queued run's deadline (the timer loop's)
+        return self.handle_of(nxt)
+
+    def _raise_unrecorded(self, run_id: str, outcome: Outcome) -> None:
+        """Raise for an execution whose progress was not recorded: a storage failure,
+        or a stop by this process's owner."""
+        if outcome.status == "storage":
+            raise StorageError(
+                f"run {run_id} could not record its progress ({outcome.exception}); it keeps "
+                "its lease until it expires, then the sweep hands it to another runner",
+                run_id=run_id,
+            ) from outcome.exception
+        if outcome.status == "stopped":
+            # Stopped by this process's owner (stop()): no takeover happened, and
+            # nothing more is read or written (the row still shows the lease).
+            assert outcome.exception is not None
+            self._stop_errors.add(outcome.exception)
+            raise outcome.exception
 
     async def wait_settled(self, seconds: float, event: anyio.Event | None = None,
                            *more: anyio.Event) -> None:

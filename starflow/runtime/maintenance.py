@@ -27,6 +27,7 @@ from ..logs import get_logger
 from ..records import RunInfo, WaitRecord
 from ..warm.drainer import OutboxDrainer
 from ..warm.mirror import find_mirror
+from .driving import BusyScope
 from .runner import Runner
 from .schedules import ScheduleLoop
 
@@ -107,11 +108,10 @@ class Maintenance:
                 tg.start_soon(self.drainer.run)
 
     async def sweep_once(self) -> int:
-        self.runner.busy += 1
         try:
-            return await self.runner.sweep()
+            with self.runner.busy_scope():
+                return await self.runner.sweep()
         finally:
-            self.runner.busy -= 1
             self.sweeps += 1
 
     async def _sweep_loop(self, sweep_now: bool = True) -> None:
@@ -156,42 +156,37 @@ class Maintenance:
             if key in self.firing:
                 continue
             self.firing.add(key)
-            self.runner.busy += 1
             started += 1
-            tg.start_soon(self._fire, wait, key)
+            tg.start_soon(self._fire, wait, key, self.runner.busy_scope())
         for run in await self.runner.due_run_deadlines():
             key = (run.id, DEADLINE_KEY)
             if key in self.firing:
                 continue
             self.firing.add(key)
-            self.runner.busy += 1
             started += 1
-            tg.start_soon(self._time_out, run, key)
+            tg.start_soon(self._time_out, run, key, self.runner.busy_scope())
         return started
 
-    async def _time_out(self, run: RunInfo, key: tuple[str, str]) -> None:
+    async def _time_out(self, run: RunInfo, key: tuple[str, str], busy: BusyScope) -> None:
         try:
-            await self.runner.time_out(run)
+            with busy:
+                await self.runner.time_out(run)
         except StarflowError as exc:
             log.error("ending a queued run past its deadline failed", run_id=run.id,
                       error=str(exc))
         finally:
             self.firing.discard(key)
-            self.runner.busy -= 1
             self.runner.notify_timers()
 
-    async def _fire(self, wait: object, key: tuple[str, str]) -> None:
-        from ..records import WaitRecord
-
-        assert isinstance(wait, WaitRecord)
+    async def _fire(self, wait: WaitRecord, key: tuple[str, str], busy: BusyScope) -> None:
         try:
-            await self.runner.fire_timer(wait)
+            with busy:
+                await self.runner.fire_timer(wait)
         except StarflowError as exc:
             log.error("timer wake failed", run_id=wait.run_id, node_id=wait.node_id,
                       error=str(exc))
         finally:
             self.firing.discard(key)
-            self.runner.busy -= 1
             self.runner.notify_timers()
 
     async def _timer_loop(self) -> None:
@@ -324,22 +319,21 @@ class InlineTimers:
                 if wait.deadline <= now:
                     if key not in self._firing:
                         self._firing.add(key)
-                        self.runner.busy += 1
-                        tg.start_soon(self._fire, wait, key)
+                        tg.start_soon(self._fire, wait, key, self.runner.busy_scope())
                 elif nearest is None or wait.deadline < nearest:
                     nearest = wait.deadline
         return nearest
 
-    async def _fire(self, wait: WaitRecord, key: tuple[str, str]) -> None:
+    async def _fire(self, wait: WaitRecord, key: tuple[str, str], busy: BusyScope) -> None:
         try:
-            handle = await self.runner.fire_timer(wait)
+            with busy:
+                handle = await self.runner.fire_timer(wait)
         except StarflowError as exc:
             log.error("timer wake failed", run_id=wait.run_id, node_id=wait.node_id,
                       error=str(exc))
             handle = None
         finally:
             self._firing.discard(key)
-            self.runner.busy -= 1
             self.runner.notify_timers()
         self._runs.discard(wait.run_id)
         if handle is not None:

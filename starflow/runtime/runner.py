@@ -2,26 +2,37 @@
 
 Shared by the application API (``sf.run``, ``sf.signal``, ``sf.resume``), the
 maintenance loops (timers, sweep) and workers (claims). :class:`Runner` is
-assembled from three parts, one job each:
+composed of two parts, one job each, and adds the run lifecycle (start,
+failure, retry, cancel, pause, sweep):
 
-- :mod:`starflow.runtime.driving` (:class:`~starflow.runtime.driving.Driver`): the runner's
-  identity, its executing engines and notifications; building, executing and
-  settling an execution; handing a run back (:mod:`starflow.engine.requeue`);
-- :mod:`starflow.runtime.waking` (:class:`~starflow.runtime.waking.Waker`): signals, wake
-  tokens and timers, the only place a paused run becomes running again;
-- this module: the run lifecycle (start, failure, retry, cancel, sweep).
+- :attr:`Runner.driver` (:class:`~starflow.runtime.driving.Driver`): the runner's
+  identity, its executing engines, the work in flight and the notifications;
+  building and executing an execution (its :class:`~starflow.engine.execution.Outcome`),
+  turning an outcome into a handle; handing a run back (:mod:`starflow.engine.requeue`);
+- :attr:`Runner.waker` (:class:`~starflow.runtime.waking.Waker`): signals, wake
+  tokens and timers, the only place a paused run becomes running again.
+
+Every execution this process drives is settled by one pipeline,
+:meth:`Runner.settle`: follow an inline ``continue_as_new`` chain, conclude
+the last run's outcome as a handle, then what follows a pause (the waker) or
+an end (wake the parent, cancel the children).
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
+import anyio
+
 from .. import observability
+from ..adapters.base import WorkflowStateAdapter
 from ..adapters.caller import CallerTransaction
 from ..adapters.units import Guard
+from ..clock import Clock
+from ..config import StarflowConfig
 from ..engine.child_nodes import child_of_event
 from ..engine.engine import Engine
 from ..engine.execution import Outcome
@@ -39,17 +50,116 @@ from ..errors import (
 )
 from ..failure import CANCELLED_TYPE, RunFailure, run_failure
 from ..limits import storable_text
-from ..records import HELD, RunInfo, StartOptions, WaitRecord
+from ..records import HELD, TERMINAL_STATUSES, RunInfo, StartOptions, WaitRecord
+from ..tokens import Keyring
 from ..workflow.context import CANCEL_EVENT, PAUSE_EVENT, WorkflowContext, checkpoint_wait
 from ..workflow.decorators import WorkflowDefinition
-from .driving import ACTIVE_STATUSES, RunHandle, new_runner_id
+from .driving import ACTIVE_STATUSES, Driver, RunHandle, new_runner_id
 from .waking import Waker
 
 __all__ = ["RunHandle", "Runner", "new_runner_id"]
 
 
-class Runner(Waker):
-    """Starts, wakes and drives runs for one adapter in this process."""
+class Runner:
+    """Starts, wakes and drives runs for one adapter in this process.
+
+    Composed of a :class:`~starflow.runtime.driving.Driver` (:attr:`driver`) and a
+    :class:`~starflow.runtime.waking.Waker` (:attr:`waker`); the loops that share
+    the runner (workers, maintenance, schedules, the application) reach their
+    state and operations through it: the attributes set in ``__init__`` are the
+    driver's and the waker's own objects and bound methods.
+    """
+
+    def __init__(self, adapter: WorkflowStateAdapter, *, clock: Clock,
+                 config: StarflowConfig, keyring: Keyring, runner_id: str | None = None
+                 ) -> None:
+        driver = self.driver = Driver(adapter, clock=clock, config=config, keyring=keyring,
+                                      runner_id=runner_id)
+        waker = self.waker = Waker(driver, drive=self.drive)
+        self.adapter, self.clock, self.config, self.keyring = adapter, clock, config, keyring
+        self.runner_id, self.runtime = driver.runner_id, driver.runtime
+        self.heartbeats, self.engines = driver.heartbeats, driver.engines
+        self._log = driver.log
+        # The driver's operations.
+        self.busy_scope, self.notify_settled = driver.busy_scope, driver.notify_settled
+        self.notify_timers, self.wait_settled = driver.notify_timers, driver.wait_settled
+        self.wait_for_work, self.definition_id = driver.wait_for_work, driver.definition_id
+        self.decode_result, self.resolve = driver.decode_result, driver.resolve
+        self.handle, self.handle_of, self.chain = driver.handle, driver.handle_of, driver.chain
+        self.prepare, self.hand_back = driver.prepare, driver.hand_back
+        self.release, self.stop, self.stopped = driver.release, driver.stop, driver.stopped
+        # The waker's.
+        self.signal, self.resume, self.deliver = waker.signal, waker.resume, waker.deliver
+        self.request_update, self.update_answer = waker.request_update, waker.update_answer
+        self.check_signal_name, self.wake = waker.check_signal_name, waker.wake
+        self.wake_parent, self.due_timers = waker.wake_parent, waker.due_timers
+
+    encode_input = staticmethod(Driver.encode_input)
+    decode_input = staticmethod(Driver.decode_input)
+
+    @property
+    def busy(self) -> int:
+        """Work in flight in this process (see :meth:`Driver.busy_scope`)."""
+        return self.driver.busy
+
+    @property
+    def settled(self) -> anyio.Event:
+        """Set when a run changes in this process (replaced after each change)."""
+        return self.driver.settled
+
+    @property
+    def timers_changed(self) -> anyio.Event:
+        """Set when a deadline was registered in this process (replaced each time)."""
+        return self.driver.timers_changed
+
+    # -- driving and settling --------------------------------------------------------
+
+    async def drive(self, run: RunInfo, *, should_yield: Callable[[], bool] | None = None
+                    ) -> RunHandle[Any]:
+        """Replay a run this runner holds the lease of, until it pauses or ends.
+
+        A run a worker just claimed (``claim_state`` claimed) moves to running
+        with the engine's first boundary unit, guarded by the lease; if the
+        lease is gone already (a cancel, or the sweep after a long stall) that
+        unit writes nothing and no step runs. ``should_yield`` is asked before
+        each new step: True hands the run back to the queue there.
+
+        Raises:
+            WorkflowDefinitionError: the run's workflow (name and version) is not
+                registered in this process; nothing was written.
+            StorageError: reading the run's definition or history failed; nothing
+                was written (see :meth:`Driver.hand_back`).
+        """
+        return await self.drive_engine(await self.driver.prepare(run, should_yield=should_yield))
+
+    async def drive_engine(self, engine: Engine) -> RunHandle[Any]:
+        """Execute an engine built by :meth:`Driver.prepare` and settle its outcome."""
+        return await self.settle(engine.run_id, await self.driver.execute(engine))
+
+    async def settle(self, run_id: str, outcome: Outcome) -> RunHandle[Any]:
+        """The one settle pipeline: what follows every execution this process drives.
+
+        1. An inline ``continue_as_new`` chain is executed on here; from then on
+           the run settled is the chain's last run executed here, with its outcome.
+        2. The outcome becomes a handle (:meth:`Driver.conclude`; it raises for
+           a storage failure, a takeover or a stop).
+        3. A run that paused: what was asked of it while it ran reaches its wait
+           (:meth:`Waker.after_pause`; a run woken there is driven, and so settled,
+           by this pipeline again).
+        4. A run that ended: its parent is woken and its children cancelled
+           (:meth:`after_end`).
+        """
+        if outcome.status == "continued":
+            run_id, outcome = await self.driver.follow_chain(run_id, outcome)
+        handle = await self.driver.conclude(run_id, outcome)
+        if outcome.status == "continued":  # the chain goes on in the workers
+            return handle
+        if handle.status == "paused":
+            return await self.waker.after_pause(handle)
+        if handle.status in TERMINAL_STATUSES:
+            await self.after_end(run_id, outcome.parent_run_id, outcome.has_children,
+                                 chained=outcome.continuation)
+        return handle
 
     @staticmethod
     def failure(run: RunInfo) -> WorkflowFailed:
@@ -114,7 +224,8 @@ class Runner(Waker):
         if start_at is not None:
             flow = {**(flow or {}), "not_before": start_at}
         ctx = WorkflowContext(run_id=rid, workflow=definition.name, version=definition.version,
-                              workspace_id=self.adapter.workspace_id, env=self.adapter.env)
+                              workspace_id=self.adapter.workspace_id, env=self.adapter.env,
+                              run_key=ref.key if ref is not None else None)
         options = StartOptions(
             input=stored,
             status="running" if inline else "queued",
@@ -166,9 +277,8 @@ class Runner(Waker):
                         args=run_args, kwargs=run_kwargs, started_at=now,
                         traceparent=traceparent, deadline=deadline)
         if fused:
-            engine.unstarted = True
-            engine.defer(unit.ops)
-        outcome = await self._execute(engine)
+            engine.writes.defer_start(unit.ops)
+        outcome = await self.driver.execute(engine)
         if outcome.status == "start_failed":
             assert isinstance(outcome.exception, StorageError)
             return await self._start_refused(outcome.exception, rid, run_id, options,
@@ -182,7 +292,7 @@ class Runner(Waker):
         Known to this runner: that one. Else written in the caller's transaction,
         and not remembered: if the caller rolls back, the row is gone.
         """
-        cached = self._definition_ids.get((definition.name, definition.version))
+        cached = self.driver.known_definition_id(definition)
         if cached is not None:
             return cached
         return await caller.definition_id(definition.name, definition.version,
@@ -206,15 +316,6 @@ class Runner(Waker):
         raise exc
 
     # -- child runs and deadlines (#17) ---------------------------------------------
-
-    async def settle(self, run_id: str, outcome: Outcome) -> RunHandle[Any]:
-        """:meth:`Waker.settle`, then, for a run that ended, wake its parent (if it
-        awaits this run) and cancel its attached children that are still active."""
-        handle = await super().settle(run_id, outcome)
-        if handle.status in ("success", "error", "cancelled"):
-            await self.after_end(run_id, outcome.parent_run_id, outcome.has_children,
-                                 chained=outcome.continuation)
-        return handle
 
     async def after_end(self, run_id: str, parent_run_id: str | None,
                         has_children: bool = True, *, chained: bool = True) -> None:
@@ -257,13 +358,13 @@ class Runner(Waker):
         return done
 
     async def fire_timer(self, wait: WaitRecord) -> RunHandle[Any] | None:
-        """:meth:`Waker.fire_timer`, or the run's deadline (it comes first: the pause
-        registered the earlier of the two)."""
+        """The run's deadline (it comes first: the pause registered the earlier of the
+        two), else :meth:`Waker.fire_timer`."""
         run = await self.adapter.get_run(wait.run_id)
         if (run is not None and run.status == "paused" and run.deadline_at is not None
                 and run.deadline_at <= self.clock.now()):
             return await self.time_out(run)
-        return await super().fire_timer(wait)
+        return await self.waker.fire_timer(wait)
 
     async def due_run_deadlines(self, limit: int = 100) -> list[RunInfo]:
         """Queued runs past their deadline (the timer loop ends them: :meth:`time_out`)."""
@@ -440,7 +541,7 @@ class Runner(Waker):
         """Cancel a run: see :meth:`starflow.Starflow.cancel`."""
         if force:
             return await self._force_cancel(run_id)
-        run = await self._unfinished(run_id, "cancel")
+        run = await self.driver.unfinished(run_id, "cancel")
         if (run.status == "queued" or run.claim_state == "claimed") and not any(
                 e.node_id is not None for e in await self.adapter.list_events(run_id)):
             # Queued or claimed, and no workflow code ever ran: there is no cleanup
@@ -467,7 +568,7 @@ class Runner(Waker):
         # The parent's own wait gets the cancel first (so its await of a child raises
         # RunCancelled for itself, not for the child); then its attached children are
         # cancelled, recursively (#17).
-        woke = await self.deliver_cancel(run_id)
+        woke = await self.waker.deliver_cancel(run_id)
         await self.cancel_children(run_id)
         if woke is not None:
             return woke
@@ -480,7 +581,7 @@ class Runner(Waker):
 
     async def _force_cancel(self, run_id: str) -> RunHandle[Any]:
         """End the run now, running none of its code (``cancel(force=True)``)."""
-        run = await self._unfinished(run_id, "cancel")
+        run = await self.driver.unfinished(run_id, "cancel")
         now = self.clock.now()
         async with self.adapter.unit(guard=Guard(run_id=run_id, status_in=ACTIVE_STATUSES)
                                      ) as unit:
@@ -515,7 +616,7 @@ class Runner(Waker):
     async def pause(self, run_id: str) -> RunHandle[Any]:
         """Pause a run: see :meth:`starflow.Starflow.pause`."""
         for _ in range(5):
-            run = await self._unfinished(run_id, "pause")
+            run = await self.driver.unfinished(run_id, "pause")
             if run.claim_state == HELD:
                 return self.handle_of(run)  # paused already: nothing written
             now = self.clock.now()
@@ -555,7 +656,7 @@ class Runner(Waker):
 
     async def resume_run(self, run_id: str) -> RunHandle[Any]:
         """Resume a run an operator paused: see :meth:`starflow.Starflow.resume`."""
-        run = await self._unfinished(run_id, "resume")
+        run = await self.driver.unfinished(run_id, "resume")
         now = self.clock.now()
         if run.claim_state != HELD:
             # Not parked: a pause still pending (its engine has not reached a step
@@ -574,7 +675,7 @@ class Runner(Waker):
             return await self.handle(run_id)
         waiting = checkpoint_wait(run.checkpoint_json) is not None
         inline = (not waiting and run.start_mode == "inline"
-                  and await self._drives_here(run))
+                  and await self.waker.drives_here(run))
         if inline:
             await self.resolve(run)  # driven here: fail before writing without its code
         guard = Guard(run_id=run_id, status_in=("paused",), held=True)
@@ -609,7 +710,7 @@ class Runner(Waker):
         """A resumed run at a wait: deliver what came while it was paused (a cancel,
         its child's end, a signal) or fire its timer if it is past due."""
         handle = await self.handle(run_id)
-        woke = await self.deliver_cancel(run_id)
+        woke = await self.waker.deliver_cancel(run_id)
         child_id = child_of_event(handle.waiting_for)
         if woke is None and child_id is not None:
             woke = await self.wake_parent(run_id, child_id)

@@ -225,13 +225,10 @@ class ScheduleLoop:
                     self.failures += 1
                     log.error("schedule tick failed", schedule=rec.id, error=str(exc))
 
-        self.runner.busy += 1
-        try:
+        with self.runner.busy_scope():
             async with anyio.create_task_group() as tg:
                 for rec in due:
                     tg.start_soon(advance, rec)
-        finally:
-            self.runner.busy -= 1
         return len(due)
 
     async def advance(self, rec: ScheduleRecord) -> None:

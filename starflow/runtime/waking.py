@@ -1,10 +1,14 @@
 """Waking paused runs: signals, wake tokens and timers.
 
-The second of the runner's three parts (:mod:`starflow.runtime.runner` assembles them):
-:class:`Waker` is the only place a paused run becomes running again. One unit
-records the wake (the wait's payload, or its failure), and either this runner's
-lease (an inline run, driven here) or the queue (a worker run). Settling an
-execution that paused delivers a signal that raced the pause.
+One of the two parts :class:`~starflow.runtime.runner.Runner` is composed of
+(the other is :mod:`starflow.runtime.driving`): :class:`Waker` is the only
+place a paused run becomes running again. One unit records the wake (the
+wait's payload, or its failure), and either this runner's lease (an inline
+run, driven here through the ``drive`` it is given: the runner's whole settle
+pipeline) or the queue (a worker run). :meth:`Waker.after_pause` is the
+pipeline's step for an execution that paused: what was asked of the run while
+it executed (a cancel, an operator pause, a signal or a child's end that raced
+the pause) reaches the wait it paused on.
 """
 
 from __future__ import annotations
@@ -18,7 +22,6 @@ import msgspec
 from .. import serde
 from ..adapters.units import Guard
 from ..engine.child_nodes import chain_end, child_of_event, child_outcome
-from ..engine.execution import Outcome
 from ..engine.requeue import PAUSED_EVENT
 from ..errors import (
     InvalidWakeToken,
@@ -73,46 +76,58 @@ def _check_payload(run_id: str, wait: CheckpointWait, encoded: Any, what: str,
                       run_id=run_id, node_id=wait.node_id)
 
 
-class Waker(Driver):
-    """Wakes paused runs of one adapter in this process (see the module docstring)."""
+class Waker:
+    """Wakes paused runs of one adapter in this process (see the module docstring).
 
-    async def _drives_here(self, run: RunInfo) -> bool:
+    Args:
+        driver: This process's driver (identity, definitions, handles, notifications).
+        drive: Drives a run this runner now holds the lease of to its settled
+            handle (the runner's ``drive``): an inline run is driven on after its wake.
+    """
+
+    def __init__(self, driver: Driver,
+                 drive: Callable[[RunInfo], Awaitable[RunHandle[Any]]]) -> None:
+        self.driver = driver
+        self.adapter = driver.adapter
+        self.clock = driver.clock
+        self.config = driver.config
+        self.keyring = driver.keyring
+        self.runner_id = driver.runner_id
+        self._log = driver.log
+        self._drive = drive
+
+    async def drives_here(self, run: RunInfo) -> bool:
         """The ``drive`` of :meth:`wake`: False only for an inline run whose workflow's
         code this process lacks (the workers, which have it, drive it then)."""
         if run.start_mode != "inline":
             return True
         try:
-            await self.resolve(run)
+            await self.driver.resolve(run)
         except WorkflowDefinitionError:
             return False
         return True
 
-    async def settle(self, run_id: str, outcome: Outcome) -> RunHandle[Any]:
-        """:meth:`Driver.settle`, then deliver a signal that raced a pause.
+    async def after_pause(self, handle: RunHandle[Any]) -> RunHandle[Any]:
+        """What reaches the wait an execution just paused on (``handle``: paused).
 
-        A signal that arrived after ``wait_for`` looked at the inbox but before
-        the pause committed would otherwise sit there.
+        Asked while the run executed, too late for it to see: a cancel (its
+        wait fails with ``RunCancelled``), an operator pause (the run is held
+        at the wait), the end of the child it waits on, or a signal that
+        arrived after ``wait_for`` looked at the inbox but before the pause
+        committed. Returns the handle of the woken run, or ``handle``.
         """
-        handle = await super().settle(run_id, outcome)
-        if handle.status == "paused":
-            # A cancel requested while the execution ran reaches the wait it paused on.
-            woke = await self.deliver_cancel(run_id)
-            if woke is not None:
-                return woke
-            # A pause requested while the execution ran parks it at the wait it reached.
-            if await self.park_at_wait(run_id):
-                return await self.handle(run_id)
-        child_id = child_of_event(handle.waiting_for) if handle.status == "paused" else None
+        run_id = handle.run_id
+        woke = await self.deliver_cancel(run_id)
+        if woke is not None:
+            return woke
+        if await self.park_at_wait(run_id):
+            return await self.driver.handle(run_id)
+        child_id = child_of_event(handle.waiting_for)
         if child_id is not None:
-            # The child may have ended while this run was pausing on it.
             woke = await self.wake_parent(run_id, child_id)
-            if woke is not None:
-                return woke
-        elif handle.status == "paused" and handle.waiting_for is not None:
+        elif handle.waiting_for is not None:
             woke = await self.deliver(run_id, handle.waiting_for)
-            if woke is not None:
-                return woke
-        return handle
+        return woke if woke is not None else handle
 
     async def wake_parent(self, parent_run_id: str, child_run_id: str, *,
                           chained: bool = True) -> RunHandle[Any] | None:
@@ -146,7 +161,7 @@ class Waker(Driver):
             outcome = child_outcome(child) if child is not None else None
             if outcome is None:
                 return None
-            drive = await self._drives_here(run)  # else a process with the parent's code
+            drive = await self.drives_here(run)  # else a process with the parent's code
             handle = await self.wake(run, wait.node_id, via="child", output=outcome,
                                      drive=drive)
             if handle is not None:
@@ -195,7 +210,7 @@ class Waker(Driver):
 
             # In a process without the workflow's code (the CLI without --app) the
             # cleanup runs where the code is (the workers).
-            drive = await self._drives_here(run)
+            drive = await self.drives_here(run)
             handle = await self.wake(run, wait.node_id, via="cancel",
                                      error=cancelled_error(wait.node_id), signal_id=signal.id,
                                      also=fail_jobs if wait.job_id is not None else None,
@@ -223,7 +238,7 @@ class Waker(Driver):
         inline = run.start_mode == "inline" and drive
         if inline:
             # Driven here: fail before writing if this process lacks the run's version.
-            await self.resolve(run)
+            await self.driver.resolve(run)
         now = self.clock.now()
         # A run paused by an operator is not woken (its signal stays queued), except
         # by a cancel, which ends the pause too.
@@ -261,16 +276,16 @@ class Waker(Driver):
             return None
         self._log.debug("run resumed", run_id=run.id, node_id=node_id, via=via)
         if not inline:
-            self.notify_settled()
+            self.driver.notify_settled()
             if run.deadline_at is not None:
-                self.notify_timers()  # queued again: the timer loop's deadline
+                self.driver.notify_timers()  # queued again: the timer loop's deadline
             return RunHandle(run_id=run.id, status="queued")
         # The unit above held, so the row is what it wrote: no need to read it back.
         fresh = msgspec.structs.replace(
             run, status="running", claim_state="running", checkpoint_json=None,
             leased_by=self.runner_id, lease_until=now + self.config.lease_ttl,
             last_heartbeat=now)
-        return await self.drive(fresh)
+        return await self._drive(fresh)
 
     async def deliver(self, run_id: str, event: str) -> RunHandle[Any] | None:
         """Wake the run if it is paused on ``event`` and a signal for it is queued.
@@ -379,7 +394,7 @@ class Waker(Driver):
                 await self._reject(run, node_id, signal_id, event, exc)
                 return None
             return True
-        if run.start_mode == "inline" and await self._drives_here(run):
+        if run.start_mode == "inline" and await self.drives_here(run):
             return True  # driven here: the engine converts it (the code is here)
         handle = await self._hand_over(run, wait, "signal")
         return handle if handle is not None else False  # None: another wake won
@@ -411,9 +426,9 @@ class Waker(Driver):
         self._log.info("payload handed to a worker unchecked: this process cannot load "
                        "the wait's type", run_id=run.id, node_id=node_id, via=via,
                        payload_type=wait.type_for(wait.event or ""))
-        self.notify_settled()
+        self.driver.notify_settled()
         if run.deadline_at is not None:
-            self.notify_timers()
+            self.driver.notify_timers()
         return RunHandle(run_id=run.id, status="queued")
 
     async def _reject(self, run: RunInfo, node_id: str, signal_id: int, event: str,
@@ -437,7 +452,7 @@ class Waker(Driver):
         check_event(event, "signal", run_id=run_id)
         encoded = serde.to_builtins(payload, what=f"payload of signal {event!r}", run_id=run_id)
         while True:  # again if the run continued as new meanwhile
-            run = await self._current(run_id, "signal")
+            run = await self.driver.current(run_id, "signal")
             run_id = run.id
             wait = checkpoint_wait(run.checkpoint_json)
             if wait is not None and wait.node_id is not None and (
@@ -455,7 +470,7 @@ class Waker(Driver):
                 raise RunFinished(run_id, ended.status if ended else "gone", "signal")
         self._log.debug("signal queued", run_id=run_id, signal=event)
         handle = await self.deliver(run_id, event)
-        return handle if handle is not None else await self.handle(run_id)
+        return handle if handle is not None else await self.driver.handle(run_id)
 
     async def request_update(self, run_id: str, name: str, payload: Any,
                              update_id: str) -> RunHandle[Any] | None:
@@ -466,7 +481,7 @@ class Waker(Driver):
         check_event(name, "update", run_id=run_id)
         check_update_id(update_id, run_id=run_id)
         encoded = serde.to_builtins(payload, what=f"payload of update {name!r}", run_id=run_id)
-        run = await self._unfinished(run_id, "update")
+        run = await self.driver.unfinished(run_id, "update")
         now = self.clock.now()
         # The marker and the guard make a second call with this id queue nothing (the
         # guard locks the run row, so two concurrent calls cannot both pass it).
@@ -541,7 +556,7 @@ class Waker(Driver):
             _check_payload(run.id, wait, encoded, f"resume payload for {claims.n}")
             if (wait.payload_type and wait.event is not None
                     and serde.loaded_type(wait.payload_type) is None
-                    and not (run.start_mode == "inline" and await self._drives_here(run))):
+                    and not (run.start_mode == "inline" and await self.drives_here(run))):
                 handed = await self._hand_over(run, wait, "token", encoded, enqueue=True)
                 if handed is None:
                     raise InvalidWakeToken("already_used",
@@ -580,7 +595,7 @@ class Waker(Driver):
                 run_id=run.id, node_id=node_id)
         self._log.debug("early wake kept for the next wait", run_id=run.id, node_id=node_id)
         handle = await self.deliver(run.id, event)
-        return handle if handle is not None else await self.handle(run.id)
+        return handle if handle is not None else await self.driver.handle(run.id)
 
     async def fire_timer(self, wait: WaitRecord) -> RunHandle[Any] | None:
         """Fire one due wait: a sleep completes, a wait_for times out."""
@@ -590,7 +605,7 @@ class Waker(Driver):
         # A maintenance process without the workflow's code (`starflow server`
         # without --app) hands the woken run to the workers instead.
         return await self.wake(run, wait.node_id, via="timer", timed_out=wait.event is not None,
-                               drive=await self._drives_here(run))
+                               drive=await self.drives_here(run))
 
     async def due_timers(self) -> list[WaitRecord]:
         return await self.adapter.due_waits(self.clock.now())

@@ -20,6 +20,7 @@ from ..errors import (
 from ..logs import get_logger
 from ..records import RunInfo
 from ..workflow.decorators import registry
+from .driving import BusyScope
 from .maintenance import Maintenance
 from .runner import Runner
 
@@ -139,9 +140,9 @@ class Worker:
             workflows=registry.names())
         for run in claimed:
             self.active += 1
-            runner.busy += 1
+            busy = runner.busy_scope()  # counted now: the process is not idle meanwhile
             self._driving.add(run.id)
-            tg.start_soon(self._drive, run)
+            tg.start_soon(self._drive, run, busy)
         return len(claimed)
 
     async def queue_due_starts(self, now: datetime) -> None:
@@ -159,7 +160,12 @@ class Worker:
         self._starts_due_at = recheck if due.next_start is None else min(due.next_start,
                                                                          recheck)
 
-    async def _drive(self, run: RunInfo) -> None:
+    async def _drive(self, run: RunInfo, busy: BusyScope) -> None:
+        """Drive a claimed run; ``busy`` (counted at the claim) ends with it."""
+        with busy:
+            await self._drive_claimed(run)
+
+    async def _drive_claimed(self, run: RunInfo) -> None:
         runner = self.runner
         try:
             await self._stop_stale_engine(run.id)
@@ -204,7 +210,6 @@ class Worker:
         finally:
             self._driving.discard(run.id)
             self.active -= 1
-            runner.busy -= 1
             self.completed += 1
             runner.notify_settled()
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from ..app import DEFAULT_BULK_LIMIT
+from ..app_bulk import DEFAULT_BULK_LIMIT
 from ..errors import (
     InvalidArgument,
     InvalidWakeToken,

@@ -28,6 +28,7 @@ from ..errors import (
     StarflowError,
     WorkflowDefinitionError,
 )
+from ..limits import normalize_run_id
 from ..records import RUN_STATUSES, RunInfo
 from . import views
 
@@ -166,7 +167,8 @@ class Site:
             # No run id starts so: a run key, then (#30), naming one run's id; if
             # not a key either, no run matches, as for any other text.
             with contextlib.suppress(InvalidArgument):
-                id_prefix = self.sf.adapter.normalize_run_id(id_prefix)
+                id_prefix = normalize_run_id(
+                    id_prefix, workspace_id=self.sf.workspace_id, env=self.sf.env)
         query = RunPageQuery(
             status=filters["status"] or None, template_id=filters["workflow"] or None,
             pool=filters["pool"] or None, started_from=when["from"],

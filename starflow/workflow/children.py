@@ -32,6 +32,7 @@ from ..errors import InvalidArgument
 from ..limits import check_name
 from .context import running_engine
 from .decorators import WorkflowDefinition, definition_of, timeout_problem
+from .threads import threadable
 
 __all__ = ["ChildHandle", "start_child"]
 
@@ -59,6 +60,7 @@ class ChildHandle(Generic[R]):
     def __repr__(self) -> str:
         return f"ChildHandle(run_id={self.run_id!r}, workflow={self.workflow!r})"
 
+    @threadable
     async def result(self) -> R:
         """Wait durably for the child to end and return its result.
 
@@ -121,6 +123,7 @@ async def start_child(wf: Callable[[A1, A2, A3, A4], Awaitable[R]], a1: A1, a2: 
                       ) -> ChildHandle[R]: ...
 
 
+@threadable
 async def start_child(wf: Callable[..., Awaitable[Any]], /, *args: Any,
                       **kwargs: Any) -> ChildHandle[Any]:
     """Start a child run of workflow ``wf`` from inside a workflow; wait for it later.

@@ -221,6 +221,9 @@ class WorkflowContext(msgspec.Struct, kw_only=True):
         version: The workflow definition's version.
         workspace_id: Tenant scope.
         env: Environment scope.
+        run_key: The run key the run was started with (``run_id="order-123"``),
+            or ``None`` for a run started without one (#30). Not part of the
+            checkpoint: read from the run's row each time the run executes.
         variables: User variables. ``variables["phase"]`` (or ``ctx.phase``) is
             recorded as ``phase`` events when it changes. Keys starting with
             ``__celestial`` are reserved for the engine.
@@ -232,6 +235,7 @@ class WorkflowContext(msgspec.Struct, kw_only=True):
     workspace_id: str = "celestial"
     env: str = "prod"
     variables: dict[str, Any] = msgspec.field(default_factory=Variables)
+    run_key: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.variables, Variables):

@@ -2,7 +2,9 @@
 
 Decorated functions keep their signature (wrapt) and, called outside a
 workflow run, are plain async functions. Inside a run, a step call goes
-through the engine, which records it or returns its recorded outcome.
+through the engine, which records it or returns its recorded outcome. A plain
+``def`` workflow's body runs in a worker thread, where a step or workflow call
+returns its value (:mod:`starflow.workflow.threads`).
 """
 
 from __future__ import annotations
@@ -23,11 +25,13 @@ from ..config import int_problem
 from ..errors import WorkflowDefinitionError
 from ..limits import duration_problem, name_problem
 from .context import current_engine, current_node
+from .threads import call_on_loop, in_workflow_thread, run_body_in_thread
 
 __all__ = [
     "RetryPolicy",
     "StepDecorator",
     "StepDefinition",
+    "WorkflowDecorator",
     "WorkflowDefinition",
     "registry",
     "step",
@@ -181,7 +185,8 @@ class StepDefinition(_Annotated):
 class WorkflowDefinition(_Annotated):
     """A ``@workflow`` function and its options."""
 
-    fn: Callable[..., Awaitable[Any]]
+    #: The decorated function: a coroutine function, or a plain ``def`` if ``threaded``.
+    fn: Callable[..., Any]
     name: str
     version: int
     max_claim_attempts: int | None
@@ -192,6 +197,9 @@ class WorkflowDefinition(_Annotated):
     timeout: timedelta | None = None
     #: The signal names its runs take (``@workflow(signals=)``); None: not declared.
     signals: tuple[str, ...] | None = None
+    #: A plain ``def`` workflow: its body runs in a worker thread (see
+    #: :mod:`starflow.workflow.threads`).
+    threaded: bool = False
     _hints: dict[str, Any] | None = field(default=None, repr=False)
     _arity: int | None = field(default=None, repr=False)
 
@@ -266,13 +274,6 @@ def _problems_for(fn: object, kind: str) -> list[str]:
     elif inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
         problems.append(f"@{kind} cannot decorate a generator function ({label}): its "
                         "outcome is what it returns; return a list instead of yielding")
-    elif kind == "workflow" and not inspect.iscoroutinefunction(fn):
-        problems.append(
-            f"@workflow functions must be `async def` ({label}): a workflow pauses at "
-            "durable waits (`await starflow.wait_for(...)`, `await starflow.sleep(...)`) and "
-            "is replayed step by step on the event loop, which a plain def cannot do; write "
-            "`async def` and `await` its steps. Steps may be plain `def` functions: "
-            "@step runs them in a worker thread")
     return problems
 
 
@@ -352,14 +353,26 @@ def _fail(kind: str, fn: object, problems: list[str]) -> None:
     )
 
 
+class WorkflowDecorator(Protocol):
+    """What ``@workflow(...)`` with options returns: the decorator, for ``async def`` and
+    plain ``def`` functions alike (both become ``Callable[P, Awaitable[R]]``)."""
+
+    @overload
+    def __call__(self, fn: Callable[P, Awaitable[R]], /) -> Callable[P, Awaitable[R]]: ...
+    @overload
+    def __call__(self, fn: Callable[P, R], /) -> Callable[P, Awaitable[R]]: ...
+
+
 @overload
 def workflow(fn: Callable[P, Awaitable[R]], /) -> Callable[P, Awaitable[R]]: ...
+@overload
+def workflow(fn: Callable[P, R], /) -> Callable[P, Awaitable[R]]: ...
 @overload
 def workflow(
     *, name: str | None = None, version: int = 1, max_claim_attempts: int | None = None,
     pool: str | None = None, timeout: timedelta | None = None,
     signals: tuple[str, ...] | list[str] | None = None,
-) -> Callable[[Callable[P, Awaitable[R]]], Callable[P, Awaitable[R]]]: ...
+) -> WorkflowDecorator: ...
 
 
 def workflow(
@@ -373,7 +386,15 @@ def workflow(
     timeout: timedelta | None = None,
     signals: tuple[str, ...] | list[str] | None = None,
 ) -> Any:
-    """Declare an ``async def`` function as a durable workflow.
+    """Declare a function (``async def`` or plain ``def``) as a durable workflow.
+
+    A plain ``def`` workflow runs in a worker thread (at most
+    ``StarflowConfig.sync_workflow_threads`` at once per application), recorded
+    and replayed exactly as the ``async def`` form: there, calling a step, a
+    child workflow or a wait (``starflow.sleep(...)``, ``starflow.wait_for(...)``)
+    returns its value instead of an awaitable (:func:`starflow.call` does the
+    same and tells type checkers the value's type). A durable wait unwinds the
+    thread, so a paused run holds none.
 
     A workflow is a module-level function (or a ``@staticmethod``, with
     ``@staticmethod`` written above ``@workflow``), not a method: a run is stored
@@ -406,7 +427,7 @@ def workflow(
     waits for it durably (see :func:`starflow.start_child`).
     """
 
-    def decorate(func: Callable[..., Awaitable[Any]]) -> Any:
+    def decorate(func: Callable[..., Any]) -> Any:
         problems = _wrong_order_problems(func, "workflow") or _problems_for(func, "workflow")
         this = _method_parameter(func) if not problems else None
         if this is not None:
@@ -450,17 +471,26 @@ def workflow(
             signature=inspect.signature(func),
             timeout=timeout,
             signals=declared,
+            threaded=not inspect.iscoroutinefunction(func),
         )
         registry.add(definition)
 
-        async def wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+        async def call(wrapped: Any, args: Any, kwargs: Any) -> Any:
             engine = current_engine.get()
             if engine is None or current_node.get() is not None:
+                if definition.threaded:
+                    return await run_body_in_thread(wrapped, tuple(args), dict(kwargs),
+                                                    limiter=None)
                 return await wrapped(*args, **kwargs)
             # Awaited inside a workflow: a child run, waited for durably (#17).
             child_id = await engine.start_child(definition, tuple(args), dict(kwargs),
                                                 run_id=None, pool=None, detached=False)
             return await engine.child_result(child_id, definition.return_type)
+
+        def wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+            if in_workflow_thread():  # called from a plain def workflow: its value
+                return call_on_loop(call, wrapped, args, kwargs)
+            return call(wrapped, args, kwargs)
 
         wrapped = _WorkflowFunction(func, wrapper)
         wrapped._self_starflow_definition = definition
@@ -562,13 +592,18 @@ def step(
         if pool is not None:
             registry.add_step(definition)
 
-        async def wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+        async def call(wrapped: Any, args: Any, kwargs: Any) -> Any:
             engine = current_engine.get()
             if engine is None or current_node.get() is not None:
                 if threaded:
                     return await in_thread(wrapped, *args, **kwargs)
                 return await wrapped(*args, **kwargs)
             return await engine.run_step(definition, wrapped, args, kwargs)
+
+        def wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+            if in_workflow_thread():  # called from a plain def workflow: its value
+                return call_on_loop(call, wrapped, args, kwargs)
+            return call(wrapped, args, kwargs)
 
         wrapped = _StepFunction(func, wrapper)
         wrapped._self_starflow_definition = definition

@@ -18,6 +18,7 @@ from ..errors import StarflowError
 from ..limits import check_name
 from .context import running_engine
 from .decorators import step
+from .threads import threadable
 
 __all__ = ["session_get", "session_set"]
 
@@ -35,7 +36,7 @@ async def _check_names(wrapped: Any, instance: Any, args: tuple[Any, ...],
 
 
 def _checks_names(fn: F) -> F:
-    return cast(F, wrapt.FunctionWrapper(fn, _check_names))
+    return threadable(cast(F, wrapt.FunctionWrapper(fn, _check_names)))
 
 
 @_checks_names
@@ -65,7 +66,7 @@ async def _check_keep_until(wrapped: Any, instance: Any, args: tuple[Any, ...],
 
 
 def _checks_keep_until(fn: F) -> F:
-    return cast(F, wrapt.FunctionWrapper(fn, _check_keep_until))
+    return threadable(cast(F, wrapt.FunctionWrapper(fn, _check_keep_until)))
 
 
 @_checks_keep_until

@@ -29,6 +29,7 @@ from .. import serde
 from ..errors import InvalidArgument, SerializationError, StarflowError
 from ..limits import check_name
 from .context import RunningEngine, check_event, running_engine
+from .threads import threadable
 from .waits import ANY_SEPARATOR
 
 __all__ = [
@@ -87,10 +88,12 @@ class UpdateRequest(Generic[T]):
     def __repr__(self) -> str:
         return f"UpdateRequest({self.name!r}, update_id={self.update_id!r})"
 
+    @threadable
     async def reply(self, value: Any = None) -> None:
         """Answer the caller with ``value`` (recorded; the caller's ``update`` returns it)."""
         await self._answer({"reply": value})
 
+    @threadable
     async def reject(self, reason: str) -> None:
         """Refuse the request: the caller's ``update`` raises :class:`~starflow.UpdateRejected`."""
         if not isinstance(reason, str):
@@ -152,6 +155,7 @@ async def receive(name: str, *names: str, timeout: timedelta | None = None,
                   type: type[T]) -> UpdateRequest[T]: ...
 
 
+@threadable
 async def receive(name: str, *names: str, timeout: timedelta | None = None,
                   type: Any = Any) -> UpdateRequest[Any]:
     """Wait durably for the next update named ``name`` (or any of ``names`` too);
@@ -193,6 +197,7 @@ async def receive(name: str, *names: str, timeout: timedelta | None = None,
             return request
 
 
+@threadable
 async def wait_for_message(*, signals: Iterable[str] = (), updates: Iterable[str] = (),
                            timeout: timedelta | None = None,
                            types: Mapping[str, Any] | None = None) -> Message:

@@ -21,6 +21,7 @@ from ..records import SignalRecord
 # names stay importable here, where the wake-token guide first documented them.
 from ..tokens import REDACTED, redact_wake_tokens
 from .context import check_event, running_engine
+from .threads import threadable
 
 __all__ = [
     "ANY_KIND",
@@ -52,6 +53,7 @@ async def wait_for(event: str, *, timeout: timedelta | None = None) -> Any: ...
 async def wait_for(event: str, *, timeout: timedelta | None = None, type: type[T]) -> T: ...
 
 
+@threadable
 async def wait_for(event: str, *, timeout: timedelta | None = None, type: Any = Any) -> Any:
     """Wait durably for a signal named ``event`` and return its payload.
 
@@ -73,6 +75,7 @@ async def wait_for(event: str, *, timeout: timedelta | None = None, type: Any = 
     return await running_engine("wait_for").wait(event, timeout, type)
 
 
+@threadable
 async def wait_for_any(*events: str, timeout: timedelta | None = None,
                        types: Mapping[str, Any] | None = None) -> tuple[str, Any]:
     """Wait durably for the first of several signals; return ``(event, payload)``.
@@ -147,6 +150,7 @@ async def first_signal(adapter: WorkflowStateAdapter, run_id: str,
     return min(found, key=lambda s: s.id) if found else None
 
 
+@threadable
 async def sleep(duration: timedelta) -> None:
     """Sleep durably: the run pauses, and a timer wakes it after ``duration``.
 

@@ -386,9 +386,11 @@ def _index_names(plan: Any) -> set[str]:
 #: The partial indexes of queued runs a claim may read. With the plan test's few queued
 #: rows the planner may take 044's (queue metrics: keyed by workspace, env, pool) and
 #: sort the handful it finds; with a backlog (100,000 queued of 300,000, measured) it
-#: takes 027's priority order, 0.2-0.5 ms, with or without 044's index.
+#: takes 027's priority order, 0.2-0.5 ms, with or without 044's index. 049's index of
+#: queued runs by pool and concurrency key (fair pools) serves the same rows, in
+#: priority order within a key, and the planner may take it as well.
 CLAIM_INDEXES = {"idx_workflow_runs_claim_pool", "idx_workflow_runs_claim_priority",
-                 "idx_workflow_runs_queue_stats"}
+                 "idx_workflow_runs_queue_stats", "idx_workflow_runs_queued_key"}
 
 
 @pytest.mark.slow  # EXPLAIN on filled tables

@@ -34,6 +34,18 @@ def _forget_cli_workflows(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(registry, "_by_key", kept)
 
 
+@pytest.fixture(autouse=True)
+def _restore_cli_app_switches() -> Iterator[None]:
+    """The tests here flip cli_app's module-level switches (BODY_BUG, STEP_BUG);
+    put them back so a later test module sees cli_app as imported."""
+    body, step = dict(cli_app.BODY_BUG), dict(cli_app.STEP_BUG)
+    yield
+    cli_app.BODY_BUG.clear()
+    cli_app.BODY_BUG.update(body)
+    cli_app.STEP_BUG.clear()
+    cli_app.STEP_BUG.update(step)
+
+
 @pytest.fixture
 def unregistered(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """This process has not imported the tests' workflows (like a bare `starflow` call)."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from pathlib import Path
 
 import anyio
@@ -35,6 +36,24 @@ async def crossproc(item: str) -> dict[str, str]:
     return {"reserve": r, "ship": s}
 
 
+@step(name="crossproc-pack")
+def pack(item: str) -> str:
+    """A plain step that blocks while ``STARFLOW_TEST_HANG`` is set (the process is
+    killed there)."""
+    with LOG.open("a") as f:
+        f.write(f"pack:{item}:{os.getpid()}\n")
+    if os.environ.get("STARFLOW_TEST_HANG"):
+        time.sleep(60)
+    return f"packed-{item}"
+
+
+@workflow(name="crossproc-sync")
+def crossproc_sync(item: str) -> dict[str, str]:
+    """A plain ``def`` workflow: its first step finishes, its second is where the
+    process dies."""
+    return {"reserve": reserve(item), "pack": pack(item)}
+
+
 async def work_until(sf: Starflow, run_id: str, statuses: set[str]) -> str:
     """Run a worker in this process until the run reaches one of ``statuses``."""
     worker = sf.worker(concurrency=4)
@@ -59,6 +78,9 @@ async def main(argv: list[str]) -> None:
             # Queued for workers; this process's worker drives it to the wait.
             handle = await sf.start(crossproc, argv[3])
             print(handle.run_id, await work_until(sf, handle.run_id, {"paused"}))
+        elif action == "start-sync":  # argv[3] is the run id; the test kills it inside
+            handle = await sf.options(run_id=argv[3]).run(crossproc_sync, argv[4])
+            print(handle.run_id, handle.status)
         elif action == "signal-and-work":
             handle = await sf.signal(argv[3], "approve", {"by": argv[4]})
             assert handle.status == "queued", handle  # worker runs go back to the queue

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 import starflow
-import starflow.app
+import starflow.app_bulk
 from starflow import (
     InvalidArgument,
     RunFilter,
@@ -237,7 +237,7 @@ class TestDryRunAndCap:
     async def test_pages_across_more_runs_than_a_page(
             self, app: Starflow, pspy: PageSpy, monkeypatch: pytest.MonkeyPatch) -> None:
         """Matches are read a page at a time (never more rows than a page), all reached."""
-        monkeypatch.setattr(starflow.app, "BULK_PAGE", 2)
+        monkeypatch.setattr(starflow.app_bulk, "BULK_PAGE", 2)
         for i in range(7):
             await app.run(waits, i)
         pspy.pages.clear()

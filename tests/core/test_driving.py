@@ -8,7 +8,9 @@ from pathlib import Path
 import anyio
 import pytest
 
-from starflow import StarflowError, step, workflow
+import starflow
+from starflow import Starflow, StarflowError, step, wait_for, workflow
+from starflow.records import HELD
 from starflow.workflow.context import WAIT_KEY, CheckpointWait, checkpoint_wait
 from starflow_testing import WorkflowEnvironment
 from tests.conftest import require_postgres
@@ -104,3 +106,65 @@ def test_no_kill_simulation_in_the_product() -> None:
     naming = sorted(str(path.relative_to(root)) for path in root.rglob("*.py")
                     if "RunnerKilled" in _names(ast.parse(path.read_text())))
     assert naming == ["errors.py"]
+
+
+_chain_app: dict[str, Starflow] = {}
+
+
+@workflow(name="driving-chain-child")
+async def chain_child() -> str:
+    return str(await wait_for("never"))
+
+
+@workflow(name="driving-chain-with-child")
+async def chain_with_child(n: int) -> str:
+    """Continues as new ``n`` times; the last run starts an attached child and ends."""
+    if n > 0:
+        starflow.continue_as_new(n - 1)
+    await starflow.start_child(chain_child)
+    return "last run done"
+
+
+@step(name="driving-pause-me")
+async def pause_me() -> None:
+    app = _chain_app["app"]
+    [me] = await app.list_runs(status="running", template_id="driving-chain-pauses")
+    await app.pause(me.id)  # an operator pause while the run executes
+
+
+@workflow(name="driving-chain-pauses")
+async def chain_pauses(n: int) -> str:
+    """Continues as new ``n`` times; the last run is paused by an operator while it
+    executes, then reaches a wait."""
+    if n > 0:
+        starflow.continue_as_new(n - 1)
+    await pause_me()
+    return str(await wait_for("go"))
+
+
+class TestInlineChainSettles:
+    """An inline ``continue_as_new`` chain is settled as its last run: that run's end
+    cancels its children, and what was asked of it while it ran reaches it."""
+
+    @pytest.mark.parametrize("links", [0, 2])
+    async def test_the_last_runs_children_are_cancelled(self, sf: Starflow,
+                                                        links: int) -> None:
+        handle = await sf.run(chain_with_child, links)
+        assert (handle.status, handle.result) == ("success", "last run done")
+        last = await sf.get_run(handle.run_id)
+        assert last.continued_as is None and last.parent_run_id is None
+        [kid] = await sf.list_runs(parent_run_id=handle.run_id)
+        assert kid.status == "cancelled"  # the last run's end cancelled its child
+
+    @pytest.mark.parametrize("links", [0, 1])
+    async def test_a_pause_requested_while_the_last_run_ran_parks_it(
+            self, sf: Starflow, links: int) -> None:
+        _chain_app["app"] = sf
+        handle = await sf.run(chain_pauses, links)
+        assert (handle.status, handle.waiting_for) == ("paused", "go")
+        last = await sf.get_run(handle.run_id)
+        assert last.claim_state == HELD  # parked at its wait by the pending pause
+        # Held: a signal stays queued until an operator resumes the run.
+        assert (await sf.signal(handle.run_id, "go", 1)).status == "paused"
+        done = await sf.resume(handle.run_id)
+        assert (done.status, done.result) == ("success", "1")

@@ -143,6 +143,50 @@ class TestStart:
             assert handle.run_id == derived(sf.workspace_id, key)
 
 
+SEEN_KEYS: list[str | None] = []
+
+
+@workflow(name="run-keys-self")
+async def knows_its_key() -> str | None:
+    SEEN_KEYS.append(starflow.context().run_key)
+    await wait_for("go")
+    SEEN_KEYS.append(starflow.context().run_key)
+    return starflow.context().run_key
+
+
+class TestWorkflowSeesItsKey:
+    """``starflow.context().run_key``: the key the run was started with, on its
+    first execution and when it is woken and replayed."""
+
+    async def test_key_before_and_after_a_wake(self, sf: Starflow) -> None:
+        SEEN_KEYS.clear()
+        await sf.options(run_id="invoice-5").run(knows_its_key)
+        done = await sf.signal("invoice-5", "go")
+        assert done.status == "success"
+        assert await sf.result("invoice-5") == "invoice-5"
+        # first execution, then the replay after the wake (up to the wait, then past it)
+        assert SEEN_KEYS == ["invoice-5", "invoice-5", "invoice-5"]
+
+    async def test_no_key_is_none(self, sf: Starflow) -> None:
+        SEEN_KEYS.clear()
+        handle = await sf.run(knows_its_key)
+        await sf.signal(handle.run_id, "go")
+        assert await sf.result(handle.run_id) is None
+        assert set(SEEN_KEYS) == {None}
+
+    async def test_queued_run_claimed_by_a_worker(self, sf: Starflow) -> None:
+        SEEN_KEYS.clear()
+        await sf.options(run_id="invoice-6").start(knows_its_key)
+        async with anyio.create_task_group() as tg:
+            assert await sf.worker().claim_once(tg) == 1  # runs it to its wait
+        assert (await sf.get_run("invoice-6")).status == "paused"
+        await sf.signal("invoice-6", "go")  # back to the queue: a worker's run
+        async with anyio.create_task_group() as tg:
+            assert await sf.worker().claim_once(tg) == 1  # replays it to its end
+        assert await sf.result("invoice-6") == "invoice-6"
+        assert set(SEEN_KEYS) == {"invoice-6"}
+
+
 class TestValidation:
     """A bad key is refused with a clear error before anything is written."""
 

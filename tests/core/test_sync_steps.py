@@ -1,5 +1,5 @@
-"""Plain ``def`` steps run in a worker thread, recorded like async steps; sync workflows
-are refused at decoration time."""
+"""Plain ``def`` steps run in a worker thread, recorded like async steps (plain ``def``
+workflows: tests/core/test_sync_workflows.py)."""
 
 from __future__ import annotations
 
@@ -25,7 +25,6 @@ from starflow import (
     wait_for,
     workflow,
 )
-from starflow.workflow.decorators import registry
 from starflow_testing import WorkflowEnvironment
 from tests.conftest import require_postgres
 
@@ -253,18 +252,7 @@ class TestThreadLimit:
                 StarflowConfig(sync_step_threads=bad)  # type: ignore[arg-type]
 
 
-class TestSyncWorkflowRefused:
-    def test_a_plain_def_workflow_is_refused_with_what_to_do(self) -> None:
-        name = unique("sync-wf")
-
-        def flow() -> None:
-            return None
-
-        with pytest.raises(WorkflowDefinitionError,
-                           match=r"must be `async def`.*Steps may be plain `def`"):
-            workflow(name=name)(flow)  # type: ignore[arg-type]
-        assert registry.get(name) is None  # nothing registered
-
+class TestSyncDefinitions:
     def test_generator_steps_refused(self) -> None:
         def gen() -> Any:
             yield 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -96,6 +97,30 @@ class TestReplayer:
         assert "step:t_rep_c#1" in str(result.error)
         assert _ran == []  # no handler ran: not a, not the new b
 
+    async def test_flags_a_divergence_the_workflow_code_catches(self) -> None:
+        """The replay reports the first divergence it met even when the code catches
+        it and goes on to end as the history did."""
+        histories, _ = await _record(original, 1)
+
+        @step(name="t_rep_b2")
+        async def step_b(x: int) -> int:
+            _ran.append("b")
+            return x
+
+        async def catching(x: int) -> int:
+            y = await step_a(x)
+            with contextlib.suppress(NonDeterminismError):  # the run still ends as recorded
+                y = await step_b(y)
+            return await step_c(y)
+
+        new = _redefine("t_rep_flow", catching)
+        _ran.clear()
+        [result] = await Replayer(workflows=[new]).replay_histories(histories)
+        assert (result.ok, result.outcome) == (False, "nondeterminism")
+        assert isinstance(result.error, NonDeterminismError)
+        assert "step:t_rep_b2#1" in str(result.error)
+        assert _ran == []
+
     async def test_passes_a_change_inside_a_step_body(self) -> None:
         """Changing what a step does (not which steps run) replays cleanly."""
         histories, _ = await _record(original, 1)
@@ -182,3 +207,32 @@ class TestExportFormat:
             load_history({"format": "other/9", "run": {"id": "x", "template_id": None,
                           "workspace_id": "w", "env": "e", "status": "success",
                           "started_at": None}, "events": []})
+
+
+class TestPlainDefWorkflows:
+    """The replayer runs a plain ``def`` workflow's body in a thread, like the runtime."""
+
+    async def test_a_plain_def_rewrite_of_the_same_steps_replays_cleanly(self) -> None:
+        histories, _ = await _record(original, 1)
+
+        def rewritten(x: int) -> int:
+            return step_c(step_a(x))  # type: ignore[arg-type,return-value]
+
+        new = _redefine("t_rep_flow", rewritten)
+        _ran.clear()
+        [result] = await Replayer(workflows=[new]).replay_histories(histories)
+        assert result.ok and result.outcome == "success"
+        assert _ran == []
+
+    async def test_a_plain_def_that_diverges_is_flagged(self) -> None:
+        histories, _ = await _record(original, 1)
+
+        def skips_a(x: int) -> int:
+            return step_c(x)  # type: ignore[return-value]
+
+        new = _redefine("t_rep_flow", skips_a)
+        _ran.clear()
+        [result] = await Replayer(workflows=[new]).replay_histories(histories)
+        assert result.outcome == "nondeterminism"
+        assert isinstance(result.error, NonDeterminismError)
+        assert _ran == []

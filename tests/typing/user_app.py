@@ -113,3 +113,27 @@ async def refund_order(order_id: str) -> Receipt:
     assert_type(receipt, Receipt)
     assert_type(await fee(250), int)
     return receipt
+
+
+# A plain ``def`` workflow (run in a worker thread): starflow.call gives each value's type.
+@workflow(name="typed-sync-order")
+def sync_order(order_id: str) -> Receipt:
+    receipt = starflow.call(charge, order_id, 1999)
+    assert_type(receipt, Receipt)
+    assert_type(starflow.call(fee, 250), int)
+    approval = starflow.call(wait_for, "approval", timeout=timedelta(days=2))
+    assert_type(approval, Any)
+    typed_approval = starflow.call(wait_for, "approval", type=Receipt)
+    assert_type(typed_approval, Receipt)
+    starflow.call(sleep, timedelta(hours=1))
+    child = starflow.call(starflow.start_child, refund_order, order_id)
+    assert_type(child, starflow.ChildHandle[Receipt])
+    assert_type(starflow.call(child.result), Receipt)
+    assert_type(starflow.call(refund_order, order_id), Receipt)
+    return receipt
+
+
+async def run_sync_order(sf: Starflow) -> None:
+    handle = await sf.run(sync_order, "o-1")
+    assert_type(handle, RunHandle[Receipt])
+    assert_type(await sync_order("o-2"), Receipt)  # a child run, from an async workflow

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from starflow import Starflow, start_child, step, workflow
+from starflow import Starflow, call, start_child, step, workflow
 from starflow import sync as sfsync
 
 
@@ -55,3 +55,18 @@ async def uses_sync_steps() -> None:
     label: str = await sync_named(1)  # error: the sync step returns an int
     total: int = sync_fee(1)  # error: a sync step's call is awaitable, not its result
     _ = (label, total)
+
+
+@workflow(name="typed-sync-workflow-errors")
+def sync_workflow(x: int) -> str:
+    call(sync_fee, "one")  # error: a str where the step takes an int
+    label: str = call(sync_fee, 1)  # error: the step returns an int
+    call(wf, 1, 2)  # error: too many arguments for the child workflow
+    call(sync_fee, 1)  # fine
+    return label
+
+
+async def runs_sync_workflow(sf: Starflow) -> None:
+    await sf.run(sync_workflow, "one")  # error: a str where the plain def workflow takes an int
+    count: int = await sf.result(await sf.run(sync_workflow, 1))  # error: it returns a str
+    _ = count

@@ -1015,7 +1015,8 @@ async def test_on_postgres() -> None:
             await sf.schedule("pg-nightly", quick, 1, cron="0 3 * * *", pool="pg-pool")
             ops = (await client.get("/ops")).text
             assert cells(ops, 'data-pool="pg-pool"') == ["pg-pool", "1", "0", "0 / 2",
-                                                         "0 / 9 per 1h", "none", "Pause…"]
+                                                         "0 / 9 per 1h", "none", "oldest first",
+                                                         "Pause…"]
             assert cells(ops, 'data-schedule="pg-nightly"')[:4] == [
                 "pg-nightly", "ui_quick v1 pool pg-pool", "0 3 * * * UTC overlap skip",
                 "active"]
