@@ -64,7 +64,7 @@ def prune_select_sql(d: Dialect, statuses: int, workflow: bool, ids: int | None,
                  f"AND COALESCE(k.status, '') NOT IN ({ended}))")
     # Each later link read by a scalar lookup by primary key, from the candidate's
     # own successor on (as joins, PostgreSQL scanned the runs table: it cannot
-    # tell how few rows the walk yields; see child_waits in adapters.queries).
+    # tell how few rows the walk yields; see child_waits in sql/queries.py).
     where.append(
         "(r.continued_as IS NULL OR NOT EXISTS (WITH RECURSIVE later(id) AS ("
         "SELECT r.continued_as UNION SELECT (SELECT n.continued_as FROM workflow_runs n "
