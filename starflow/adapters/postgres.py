@@ -76,13 +76,8 @@ from ..migrations import (
 from ..records import DueStarts, PoolLimits, RunInfo, SweepResult
 from ..urls import normalize_scheme
 from ._flow import (
-    NO_KEY,
     Candidate,
-    KeyHead,
     Queued,
-    fair_keys,
-    fair_pick,
-    merge_claims,
     pick_claims,
     room_left,
     scan_size,
@@ -90,7 +85,7 @@ from ._flow import (
 )
 from .base import RunWatch
 from .caller import CallerConnection, CallerTransaction
-from .sql.adapter import After, Count, MakeScript, One, Rows, Script, SqlAdapter, Walk
+from .sql.adapter import After, Count, Each, MakeScript, One, Rows, Script, SqlAdapter, Walk
 from .sql.dialect import POSTGRES_CALLER
 from .sql.pools import SLOT_KEPT, pool_counts, pool_sql, scope_args
 from .sql.queries import POSTGRES_QUERIES as Q
@@ -885,6 +880,8 @@ class PostgresWorkflowStateAdapter(SqlAdapter):
                 case Count(sql, args):
                     status: str = await conn.execute(sql, *args)
                     walk.sent = int(status.rsplit(" ", 1)[-1])
+                case Each(sql, rows):
+                    await conn.executemany(sql, rows)
                 case After(ops):
                     await self._apply_after(conn, ops)
         return walk.value
@@ -1033,35 +1030,10 @@ class PostgresWorkflowStateAdapter(SqlAdapter):
                                                 recent_more=len(holders), key_recent_more=more)
             return [h.id for h in holders] + read.ids[:rest]
         room = room_left(limits, read.active, recent)
-        others = [Queued(str(r[0]), r[1], r[2])
-                  for r in await conn.fetch(sql.any_pool, *args, rest)]
-        fair: list[Queued] = []
-        if rest > 0 and (room is None or room > 0):
-            state = await conn.fetch(PC.fair_state, *scope)
-            vtime = float(state[0][0]) if state else 0.0
-            passes = {r[1]: float(r[2]) for r in state if r[1] is not None}
-            heads = [KeyHead(NO_KEY if r[0] is None else r[0], r[1], r[2])
-                     for r in await conn.fetch(sql.heads, *args)]
-            keys = fair_keys(heads, limits, vtime=vtime, passes=passes,
-                             key_active=read.key_active, key_recent=key_recent, limit=rest)
-            queued: dict[str, list[Queued]] = {}
-            named = [k for k in keys if k != NO_KEY]
-            if named:
-                for r in await conn.fetch(sql.keys_runs, *args, named, [rest] * len(named)):
-                    queued.setdefault(r[0], []).append(Queued(str(r[1]), r[2], r[3]))
-            if NO_KEY in keys:
-                queued[NO_KEY] = [Queued(str(r[0]), r[1], r[2])
-                                  for r in await conn.fetch(sql.null_runs, *args, rest)]
-            pick = fair_pick(queued, keys, limits, vtime=vtime, passes=passes,
-                             key_active=read.key_active, key_recent=key_recent, budget=room,
-                             limit=rest)
-            fair = pick.runs
-            if fair:
-                await conn.executemany(PC.set_pass,
-                                       [(*scope, k, p) for k, p in pick.passes.items()])
-                await conn.execute(PC.set_vtime, *scope, pick.vtime)
-                await conn.execute(PC.trim, *scope, pick.vtime)
-        return [h.id for h in holders] + merge_claims(fair, others, rest)
+        fair = await self._drive(conn, self._fair_round(
+            limits, sql, args, pool, room=room, limit=rest, key_active=read.key_active,
+            key_recent=key_recent))
+        return [h.id for h in holders] + fair
 
     async def _claim_ids(self, conn: asyncpg.Connection, c: ClaimRuns, ids: list[str]
                          ) -> list[asyncpg.Record]:

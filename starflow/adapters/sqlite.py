@@ -39,22 +39,17 @@ from ..migrations import MigrationPlan, load_migrations
 from ..records import DueStarts, PoolLimits, RunInfo, SweepResult
 from ..urls import normalize_scheme
 from ._flow import (
-    NO_KEY,
     Candidate,
-    KeyHead,
     Queued,
-    fair_keys,
-    fair_pick,
     full_keys,
-    merge_claims,
     pick_claims,
     room_left,
     scan_size,
     take_holders,
 )
 from .caller import SAVEPOINT, CallerConnection, CallerTransaction
-from .sql.adapter import After, Count, MakeScript, One, Rows, SqlAdapter, Walk
-from .sql.pools import PoolSql, pool_counts, pool_sql, scope_args
+from .sql.adapter import After, Count, Each, MakeScript, One, Rows, SqlAdapter, Walk
+from .sql.pools import pool_counts, pool_sql, scope_args
 from .sql.queries import SCHEDULED
 from .sql.queries import SQLITE_QUERIES as Q
 from .sql.shared import (
@@ -631,6 +626,8 @@ class LocalWorkflowStateAdapter(SqlAdapter):
                     walk.sent = conn.execute(sql, args).fetchone()
                 case Count(sql, args):
                     walk.sent = conn.execute(sql, args).rowcount
+                case Each(sql, rows):
+                    conn.executemany(sql, rows)
                 case After(ops):
                     for op in ops:
                         self._apply_op(conn, op)
@@ -718,8 +715,10 @@ class LocalWorkflowStateAdapter(SqlAdapter):
             room = room_left(limits, active, recent)
         limit = c.limit - len(holders)
         if limits.fair:
-            ids = self._fair_pick(conn, limits, c, sql, args, room=room, limit=limit,
-                                  key_active=key_active, key_recent=key_recent)
+            pool = scope[2]
+            ids = self._drive(conn, lambda: self._fair_round(
+                limits, sql, args, pool, room=room, limit=limit, key_active=key_active,
+                key_recent=key_recent))
         else:
             full = full_keys(limits, key_active, key_recent)
             at_limit = room is not None and room <= 0
@@ -743,39 +742,6 @@ class LocalWorkflowStateAdapter(SqlAdapter):
             return []
         return conn.execute(claim_ids_sql(SQLITE, len(ids)), (
             c.runner_id, format_ts(c.lease_until), ts, ts, *SQLITE.many(ids))).fetchall()
-
-    def _fair_pick(self, conn: sqlite3.Connection, limits: PoolLimits, c: ClaimRuns,
-                   sql: PoolSql, args: tuple[Any, ...], *, room: int | None, limit: int,
-                   key_active: dict[str, int], key_recent: dict[str, int]) -> list[str]:
-        """The ids a fair claim takes (:func:`~starflow.adapters._flow.fair_pick`),
-        its passes and virtual time written in the same transaction."""
-        assert c.pool is not None
-        scope = (self.workspace_id, self.env, c.pool)
-        others = [Queued(r[0], r[1], r[2])
-                  for r in conn.execute(sql.any_pool, (*args, limit)).fetchall()]
-        fair: list[Queued] = []
-        if limit > 0 and (room is None or room > 0):
-            state = conn.execute(PC.fair_state, scope).fetchall()
-            vtime = float(state[0][0]) if state else 0.0
-            passes = {r[1]: float(r[2]) for r in state if r[1] is not None}
-            heads = [KeyHead(NO_KEY if r[0] is None else r[0], r[1], r[2])
-                     for r in conn.execute(sql.heads, args)]
-            keys = fair_keys(heads, limits, vtime=vtime, passes=passes, key_active=key_active,
-                             key_recent=key_recent, limit=limit)
-            queued: dict[str, list[Queued]] = {}
-            for key in keys:
-                rows = (conn.execute(sql.null_runs, (*args, limit)) if key == NO_KEY
-                        else conn.execute(sql.key_runs, (*args, key, limit)))
-                queued[key] = [Queued(r[0], r[1], r[2]) for r in rows]
-            pick = fair_pick(queued, keys, limits, vtime=vtime, passes=passes,
-                             key_active=key_active, key_recent=key_recent, budget=room,
-                             limit=limit)
-            fair = pick.runs
-            if fair:
-                conn.executemany(PC.set_pass, [(*scope, k, p) for k, p in pick.passes.items()])
-                conn.execute(PC.set_vtime, (*scope, pick.vtime))
-                conn.execute(PC.trim, (*scope, pick.vtime))
-        return merge_claims(fair, others, limit)
 
     async def _expire_old_leases(self, c: SweepLeases) -> list[SweepResult]:
         ts, reason, after = format_ts(c.now), c.reason, c.after

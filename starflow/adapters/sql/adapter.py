@@ -1,19 +1,23 @@
 """``SqlAdapter``: the port's reads and commands, written once for both SQL databases.
 
 A read or a command is a *script*: a generator that yields statements
-(:class:`Rows`, :class:`One`, :class:`Count`, :class:`After`) and is sent back
-what each returned. It never touches a driver, so the same script runs on
-aiosqlite's thread (synchronously, inside SQLite's single writer, retried
-by its group commit) and on an asyncpg connection (awaited). A dialect
-(:mod:`starflow.adapters.sqlite`, :mod:`starflow.adapters.postgres`) supplies
-only the two hooks that run a script, :meth:`SqlAdapter._run_read` and
-:meth:`SqlAdapter._run_write`, plus what genuinely differs: connecting, the unit
-write path, claims, sweeps, definitions, secrets, retention batches and
-notification.
+(:class:`Rows`, :class:`One`, :class:`Count`, :class:`Each`, :class:`After`)
+and is sent back what each returned. It never touches a driver, so the same
+script runs on aiosqlite's thread (synchronously, inside SQLite's single
+writer, whose group commit may run it again) and on an asyncpg connection
+(awaited). A dialect (:mod:`starflow.adapters.sqlite`,
+:mod:`starflow.adapters.postgres`) supplies only the two hooks that run a
+script, :meth:`SqlAdapter._run_read` and :meth:`SqlAdapter._run_write`, plus
+what genuinely differs: connecting and pooling, the unit write path, the claim
+of runs (a fair pool's round robin is a shared script,
+:meth:`SqlAdapter._fair_round`, that each claim runs inside its own
+transaction), the lease sweep and due starts, error mapping, migrations, the
+caller's transaction and notification.
 
-Adding a read touches at most three files: its statement in
-:mod:`.queries`, its method here, and its declaration on the port
-(:mod:`starflow.adapters.base`).
+A new read touches, on the SQL side, its statement in :mod:`.queries` and its
+method here; the port declares it in :mod:`starflow.adapters.base` (and the
+null and delegating adapters, which implement every port method, answer or
+forward it).
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ from ...records import (
     StreamItem,
     WaitRecord,
 )
+from .._flow import NO_KEY, KeyHead, Queued, fair_keys, fair_pick, merge_claims
 from ..base import WorkflowStateAdapter
 from ..pages import RunPage, RunPageQuery, make_page, page_sql
 from ..seam import BusyTracking
@@ -69,7 +74,7 @@ from ..units import (
     UpsertSchedule,
 )
 from .dialect import Dialect
-from .pools import PoolCounts
+from .pools import PoolCounts, PoolSql
 from .queries import Queries, queue_stats_of
 from .shared import (
     claimed_jobs,
@@ -93,8 +98,8 @@ from .shared import (
     wait_record,
 )
 
-__all__ = ["After", "Count", "MakeScript", "One", "Rows", "Script", "SqlAdapter", "Statement",
-           "Walk"]
+__all__ = ["After", "Count", "Each", "MakeScript", "One", "Rows", "Script", "SqlAdapter",
+           "Statement", "Walk"]
 
 T = TypeVar("T")
 
@@ -126,6 +131,14 @@ class Count(_Sql):
 
 
 @dataclass(frozen=True, slots=True)
+class Each:
+    """Run ``sql`` once for each argument tuple of ``rows`` (one batch); returns None."""
+
+    sql: str
+    rows: list[tuple[Any, ...]]
+
+
+@dataclass(frozen=True, slots=True)
 class After:
     """Write ``ops`` (a command's follow-up, e.g. the mirror's outbox rows) in
     the script's own transaction; returns None."""
@@ -133,7 +146,7 @@ class After:
     ops: list[Op]
 
 
-Statement: TypeAlias = Rows | One | Count | After
+Statement: TypeAlias = Rows | One | Count | Each | After
 #: A read or a command: yields statements, is sent each one's result, returns ``T``.
 Script: TypeAlias = Generator[Statement, Any, T]
 #: Makes a fresh script: a dialect may run one again from the start (SQLite
@@ -508,6 +521,49 @@ class SqlAdapter(BusyTracking, WorkflowStateAdapter, CommandHandler):
 
         rows, counts = await self._run_write(c.method, prune)
         return _pruned(self.d, rows, counts)
+
+    # -- fair pools (#30) ----------------------------------------------------------
+
+    def _fair_round(self, limits: PoolLimits, sql: PoolSql, args: tuple[Any, ...], pool: str,
+                    *, room: int | None, limit: int, key_active: Mapping[str, int],
+                    key_recent: Mapping[str, int]) -> Script[list[str]]:
+        """The ids a fair claim takes (:func:`~starflow.adapters._flow.fair_pick`
+        over each key's first runs, merged with runs queued for any pool), its
+        passes and virtual time written in the same transaction: a script a
+        dialect runs inside its claim's transaction, under its pool lock."""
+        scope = (*self._scope, pool)
+        others = [Queued(str(r[0]), r[1], r[2])
+                  for r in (yield Rows(sql.any_pool, (*args, limit)))]
+        fair: list[Queued] = []
+        if limit > 0 and (room is None or room > 0):
+            state = yield Rows(self.PC.fair_state, scope)
+            vtime = float(state[0][0]) if state else 0.0
+            passes = {r[1]: float(r[2]) for r in state if r[1] is not None}
+            heads = [KeyHead(NO_KEY if r[0] is None else r[0], r[1], r[2])
+                     for r in (yield Rows(sql.heads, args))]
+            keys = fair_keys(heads, limits, vtime=vtime, passes=passes, key_active=key_active,
+                             key_recent=key_recent, limit=limit)
+            queued: dict[str, list[Queued]] = {}
+            named = [k for k in keys if k != NO_KEY]
+            if named and sql.keys_runs:  # PostgreSQL: every key's first runs at once
+                for r in (yield Rows(sql.keys_runs, (*args, named, [limit] * len(named)))):
+                    queued.setdefault(r[0], []).append(Queued(str(r[1]), r[2], r[3]))
+            else:
+                for key in named:
+                    queued[key] = [Queued(str(r[0]), r[1], r[2])
+                                   for r in (yield Rows(sql.key_runs, (*args, key, limit)))]
+            if NO_KEY in keys:
+                queued[NO_KEY] = [Queued(str(r[0]), r[1], r[2])
+                                  for r in (yield Rows(sql.null_runs, (*args, limit)))]
+            pick = fair_pick(queued, keys, limits, vtime=vtime, passes=passes,
+                             key_active=key_active, key_recent=key_recent, budget=room,
+                             limit=limit)
+            fair = pick.runs
+            if fair:
+                yield Each(self.PC.set_pass, [(*scope, k, p) for k, p in pick.passes.items()])
+                yield Count(self.PC.set_vtime, (*scope, pick.vtime))
+                yield Count(self.PC.trim, (*scope, pick.vtime))
+        return merge_claims(fair, others, limit)
 
     # -- schedules and flow control (#18) ----------------------------------------
 
