@@ -429,18 +429,9 @@ class PostgresWorkflowStateAdapter(SqlAdapter):
     #: the start stays its own statement, the first ``node_start`` its own.
     fuses_run_start = False
 
-    def __init__(
-        self,
-        url: str,
-        *,
-        workspace_id: str = "celestial",
-        env: str = "prod",
-        synchronous_commit: str = "on",
-        min_size: int = 1,
-        max_size: int = 10,
-        pooler: str | None = None,
-        listen_url: str | None = None,
-    ) -> None:
+    def __init__(self, url: str, *, workspace_id: str = "celestial", env: str = "prod",
+                 synchronous_commit: str = "on", min_size: int = 1, max_size: int = 10,
+                 pooler: str | None = None, listen_url: str | None = None) -> None:
         super().__init__(workspace_id=workspace_id, env=env)
         url, self.pooler, self.listen_url = _pooler_options(normalize_scheme(url), pooler,
                                                             listen_url)

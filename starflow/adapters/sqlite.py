@@ -17,6 +17,7 @@ reads. None of them ever waits there for another process's lock.
 from __future__ import annotations
 
 import functools
+import re
 import sqlite3
 import threading
 import weakref
@@ -93,6 +94,35 @@ __all__ = ["LocalWorkflowStateAdapter"]
 
 PC = pool_counts(SQLITE)
 
+
+@functools.lru_cache(maxsize=512)
+def _numbered(sql: str) -> bool:
+    return re.search(r"\?\d", sql) is not None
+
+
+def _bind(sql: str, args: Any) -> Any:
+    """The parameters of ``sql`` as sqlite3 binds them.
+
+    sqlite3 binds ``?NNN`` placeholders (the statements of ``sql/pools.py``
+    repeat arguments) by name: given a sequence it warns since Python 3.12 and
+    refuses from 3.14, so a sequence becomes the mapping ``{"1": first, ...}``.
+    """
+    if isinstance(args, (tuple, list)) and _numbered(sql):
+        return {str(i): value for i, value in enumerate(args, 1)}
+    return args
+
+
+class _Connection(sqlite3.Connection):
+    """A connection that binds numbered placeholders on every Python (:func:`_bind`)."""
+
+    def execute(self, sql: str, parameters: Any = (), /) -> sqlite3.Cursor:
+        return super().execute(sql, _bind(sql, parameters))
+
+    def executemany(self, sql: str, parameters: Any, /) -> sqlite3.Cursor:
+        if _numbered(sql):
+            parameters = (_bind(sql, row) for row in parameters)
+        return super().executemany(sql, parameters)
+
 T = TypeVar("T")
 #: ``_last_run`` after a run let go of its lease with nobody else writing.
 _NOBODY = ""
@@ -131,16 +161,9 @@ class LocalWorkflowStateAdapter(SqlAdapter):
     Q = Q
     PC = PC
 
-    def __init__(
-        self,
-        path: str,
-        *,
-        workspace_id: str = "celestial",
-        env: str = "prod",
-        synchronous: str = "FULL",
-        busy_timeout_ms: int = 10_000,
-        inline_commits: bool = True,
-    ) -> None:
+    def __init__(self, path: str, *, workspace_id: str = "celestial", env: str = "prod",
+                 synchronous: str = "FULL", busy_timeout_ms: int = 10_000,
+                 inline_commits: bool = True) -> None:
         super().__init__(workspace_id=workspace_id, env=env)
         if synchronous.upper() not in {"OFF", "NORMAL", "FULL", "EXTRA"}:
             raise ConfigError(f"synchronous must be OFF, NORMAL, FULL or EXTRA: {synchronous!r}")
@@ -225,7 +248,7 @@ class LocalWorkflowStateAdapter(SqlAdapter):
         # check_same_thread=False: inline writes use the connection from the
         # event loop's thread, never at the same time as the database thread.
         connection = aiosqlite.connect(self.path, isolation_level=None,
-                                       check_same_thread=False)
+                                       check_same_thread=False, factory=_Connection)
         try:
             self._db = await connection
         except sqlite3.Error as exc:
