@@ -22,14 +22,14 @@ builds a :class:`Command` and submits it to the sibling seam
 
 from __future__ import annotations
 
-import abc
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from ..errors import TransactionalStartUnsupported
 from ..failure import RunFailure
 from ..records import (
+    RUN_STATUSES,
     ChildWait,
     DefinitionRecord,
     DueStarts,
@@ -97,6 +97,7 @@ from .units import (
 )
 
 __all__ = [
+    "READS",
     "ClaimJobs",
     "ClaimRuns",
     "Command",
@@ -118,12 +119,29 @@ __all__ = [
 ]
 
 
+_Read = TypeVar("_Read", bound=Callable[..., Awaitable[Any]])
+_READS: list[str] = []
+
+
+def read(method: _Read) -> _Read:
+    """Mark a read of the port. Its body is what an adapter that stores nothing
+    answers (:class:`~starflow.adapters.null.NullWorkflowStateAdapter`); an
+    adapter that stores overrides every read (``tests/adapters/test_reads.py``
+    checks), and :class:`~starflow.adapters.delegating.DelegatingAdapter`
+    forwards every read to its inner adapter. So a new read is written in three
+    files: here, its SQL in ``sql/queries.py`` and its method in ``sql/adapter.py``.
+    """
+    _READS.append(method.__name__)
+    return method
+
+
 class WorkflowStateAdapter(AdapterSeam):
     """Port to the cold tier, bound to one (``workspace_id``, ``env``).
 
-    Subclasses implement :meth:`execute` and the abstract reads; every
-    lifecycle method of the state model is concrete and goes through
-    :meth:`execute`, so an adapter cannot skip a boundary.
+    Subclasses implement :meth:`execute` and override the reads (marked
+    :func:`read`; their bodies here answer "nothing stored"); every lifecycle
+    method of the state model is concrete and goes through :meth:`execute`, so
+    an adapter cannot skip a boundary.
     """
 
     # -- the state model's write boundaries ----------------------------------
@@ -339,10 +357,11 @@ class WorkflowStateAdapter(AdapterSeam):
                              updated_at=now)
         )
 
-    @abc.abstractmethod
+    @read
     async def session_get(self, session_id: str, key: str, *, now: datetime | None = None
                           ) -> Any:
         """SELECT from workflow_session_vars (``None`` if absent or expired)."""
+        return None
 
     # -- starflow's additions to the write path ------------------------------
 
@@ -407,11 +426,12 @@ class WorkflowStateAdapter(AdapterSeam):
 
     # -- reads and read-modify-writes ----------------------------------------
 
-    @abc.abstractmethod
+    @read
     async def get_run(self, run_id: str) -> RunInfo | None:
         """The run row, or None if it does not exist in this scope."""
+        return None
 
-    @abc.abstractmethod
+    @read
     async def list_runs(self, *, status: str | None = None, template_id: str | None = None,
                         since: datetime | None = None, limit: int = 50,
                         attributes: Mapping[str, str] | None = None,
@@ -419,74 +439,90 @@ class WorkflowStateAdapter(AdapterSeam):
         """Runs in scope, newest first; ``attributes`` (key -> JSON text of the value)
         keeps the runs that have every one of them; ``parent_run_id`` the children
         of that run (child runs, #17)."""
+        return []
 
-    @abc.abstractmethod
+    @read
     async def list_queued_runs(self, limit: int) -> list[QueuedRun]:
         """The ``limit`` newest runs with status ``queued``, newest first, each with
         the time of its newest event: one query (the stuck-run check reads it)."""
+        return []
 
-    @abc.abstractmethod
+    @read
     async def list_runs_page(self, query: RunPageQuery) -> RunPage:
         """One page of runs in scope, newest first, by keyset (see ``adapters.pages``).
 
         Raises:
             StarflowError: the query is invalid (every problem named; nothing read).
         """
+        query.check()
+        return RunPage(runs=[], counts=dict.fromkeys(RUN_STATUSES, 0) if query.counts else None)
 
-    @abc.abstractmethod
+    @read
     async def list_events(self, run_id: str, *, after_id: int = 0) -> list[RunEvent]:
         """The run's events in order (one query; the journal is rebuilt from it)."""
+        return []
 
-    @abc.abstractmethod
+    @read
     async def list_waits(self, run_id: str) -> list[WaitRecord]:
         """The run's registered wakes."""
+        return []
 
-    @abc.abstractmethod
+    @read
     async def get_run_attributes(self, run_id: str) -> dict[str, str]:
         """The run's searchable attributes, key -> the JSON text of its value
         (empty for a run without any, or no such run)."""
+        return {}
 
-    @abc.abstractmethod
+    @read
     async def get_event_value(self, run_id: str, key: str) -> EventValue | None:
         """The run's durable event ``key``, if it was set."""
+        return None
 
-    @abc.abstractmethod
+    @read
     async def list_event_values(self, run_id: str) -> list[EventValue]:
         """Every durable event of the run, by key."""
+        return []
 
-    @abc.abstractmethod
+    @read
     async def read_stream(self, run_id: str, key: str, *, after_seq: int = 0,
                           after_sub: int = 0, limit: int = 500) -> list[StreamItem]:
         """Items of the run's stream ``key`` after ``(after_seq, after_sub)``, in
         ``(seq, sub)`` order (at most ``limit``)."""
+        return []
 
-    @abc.abstractmethod
+    @read
     async def list_stream_items(self, run_id: str) -> list[StreamItem]:
         """Every stream item of the run, by key then seq."""
+        return []
 
-    @abc.abstractmethod
+    @read
     async def due_waits(self, now: datetime, *, limit: int = 100) -> list[WaitRecord]:
         """Wakes whose deadline is at or before ``now``, earliest first."""
+        return []
 
-    @abc.abstractmethod
+    @read
     async def next_deadline(self) -> datetime | None:
         """The earliest timer in scope, if any: a wait's deadline, or the deadline
         of a queued run (see :meth:`due_run_deadlines`)."""
+        return None
 
-    @abc.abstractmethod
+    @read
     async def find_signal(self, run_id: str, event: str) -> SignalRecord | None:
         """The oldest undelivered signal for ``event``."""
+        return None
 
-    @abc.abstractmethod
+    @read
     async def due_run_deadlines(self, now: datetime, *, limit: int = 100) -> list[RunInfo]:
         """Queued runs whose deadline (``deadline_at``) is at or before ``now``,
         earliest first (the timer loop ends them with ``WorkflowTimeout``)."""
+        return []
 
-    @abc.abstractmethod
+    @read
     async def child_waits(self, *, after: str | None, limit: int = 1000) -> list[ChildWait]:
         """One keyset batch of the runs paused on a child run, by run id after
         ``after`` (``None``: from the first): ``limit`` rows at most, and fewer
         only for the last batch."""
+        return []
 
     async def claim_runs(self, runner_id: str, *, pool: str | None, now: datetime,
                          lease_until: datetime, limit: int = 1,
@@ -536,9 +572,10 @@ class WorkflowStateAdapter(AdapterSeam):
         return await self.perform(EnsureDefinition(name=name, version=version,
                                                    code_hash=code_hash, now=now))
 
-    @abc.abstractmethod
+    @read
     async def get_definition(self, definition_id: str) -> DefinitionRecord | None:
         """A definition row by id."""
+        return None
 
     async def expire_session_vars(self, now: datetime) -> int:
         """Delete session vars whose ``keep_until`` has passed; return how many."""
@@ -568,20 +605,23 @@ class WorkflowStateAdapter(AdapterSeam):
         return await self.perform(HeartbeatJob(job_id=job_id, worker_id=worker_id, now=now,
                                                lease_until=lease_until))
 
-    @abc.abstractmethod
+    @read
     async def get_job(self, job_id: str) -> JobRecord | None:
         """A job row by id, in scope."""
+        return None
 
-    @abc.abstractmethod
+    @read
     async def list_jobs(self, *, run_id: str | None = None, status: str | None = None,
                         limit: int = 100) -> list[JobRecord]:
         """Jobs in scope, oldest first, optionally for one run or in one status."""
+        return []
 
     # -- the mirror outbox (read by the drainer) -------------------------------
 
-    @abc.abstractmethod
+    @read
     async def pending_outbox(self, *, limit: int = 500) -> list[OutboxRow]:
         """Unapplied ``mirror_outbox`` rows in scope, in ``id`` order (oldest first)."""
+        return []
 
     async def mark_outbox_applied(self, ids: Sequence[int], *, now: datetime) -> int:
         """Set ``applied_at = now`` on these rows (in scope, still unapplied); return how many."""
@@ -591,9 +631,10 @@ class WorkflowStateAdapter(AdapterSeam):
         """Delete rows in scope applied before ``applied_before``; return how many."""
         return await self.perform(PruneOutbox(applied_before=applied_before))
 
-    @abc.abstractmethod
+    @read
     async def outbox_lag(self, now: datetime, edges: Sequence[float] = ()) -> OutboxLag:
         """Count unapplied rows in scope, and how many are older than each edge (seconds)."""
+        return OutboxLag(pending=0, oldest_created_at=None, older_than=tuple(0 for _ in edges))
 
 
     # -- schedules and flow control (#18) ------------------------------------
@@ -609,13 +650,15 @@ class WorkflowStateAdapter(AdapterSeam):
         """
         return await self.perform(UpsertSchedule(schedule=schedule, now=now))
 
-    @abc.abstractmethod
+    @read
     async def get_schedule(self, schedule_id: str) -> ScheduleRecord | None:
         """The schedule with this id, if any."""
+        return None
 
-    @abc.abstractmethod
+    @read
     async def list_schedules(self) -> list[ScheduleRecord]:
         """Every schedule in scope, by id."""
+        return []
 
     async def delete_schedule(self, schedule_id: str) -> bool:
         """Delete a schedule; False if there was none. Its runs are kept."""
@@ -631,13 +674,15 @@ class WorkflowStateAdapter(AdapterSeam):
         return await self.perform(UpdateSchedule(schedule_id=schedule_id, revision=revision,
                                                  values=dict(values), now=now))
 
-    @abc.abstractmethod
+    @read
     async def due_schedules(self, now: datetime, *, limit: int = 100) -> list[ScheduleRecord]:
         """Schedules not paused whose ``due_at <= now``, earliest first."""
+        return []
 
-    @abc.abstractmethod
+    @read
     async def next_schedule_due(self) -> datetime | None:
         """The earliest ``due_at`` of a schedule not paused, if any."""
+        return None
 
     async def set_pool_limits(self, limits: PoolLimits, *, now: datetime) -> None:
         """Store a pool's limits (replacing them); limits with none set delete the row."""
@@ -648,23 +693,27 @@ class WorkflowStateAdapter(AdapterSeam):
         not claimed (``sf.pause_pool``)."""
         await self.perform(SetPoolPaused(pool=pool, paused=paused, now=now))
 
-    @abc.abstractmethod
+    @read
     async def get_pool_limits(self, pool: str) -> PoolLimits | None:
         """A pool's stored limits, if any."""
+        return None
 
-    @abc.abstractmethod
+    @read
     async def pool_usage(self, now: datetime) -> list[PoolUsage]:
         """Every pool with limits or with queued or executing runs: limits and current use."""
+        return []
 
-    @abc.abstractmethod
+    @read
     async def queue_stats(self, now: datetime) -> list[QueueStats]:
         """Per pool: queued runs claimable at ``now``, when the oldest of them was
         queued, and runs executing (the queue metrics). One statement, served by
         the partial indexes of queued and of executing runs."""
+        return []
 
-    @abc.abstractmethod
+    @read
     async def find_active_dedup(self, pool: str | None, dedup_key: str) -> str | None:
         """The id of the active (queued, running or paused) run with this dedup key."""
+        return None
 
     async def caller_transaction(self, connection: object) -> CallerTransaction:
         """A start written through the caller's own ``connection``, in its open transaction.
@@ -722,3 +771,7 @@ def _flow_values(opts: StartOptions) -> dict[str, Any]:
 def ops_of(units: Sequence[Unit]) -> list[str]:
     """Flatten the boundary method names of several units (for tests and logs)."""
     return [m for u in units for m in u.methods]
+
+
+#: The names of the port's reads (every method marked :func:`read`).
+READS: tuple[str, ...] = tuple(_READS)
