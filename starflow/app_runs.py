@@ -122,11 +122,15 @@ class Runs:
             run_id = chain[-1].id
             try:
                 handle = await runner.request_update(run_id, name, payload, uid)
-            except RunFinished:
+            except RunFinished as exc:
                 current = await app.adapter.get_run(run_id)
                 if current is not None and current.continued_as is not None:
                     continue
-                raise
+                if not retry:
+                    raise
+                # A retry of a request the run may have taken before it ended.
+                raise RunFinished(run_id, exc.status, "update", await self._unanswered(
+                    runner, [run.id for run in chain], name, uid)) from None
             if handle is not None:
                 app._track(handle)
             return run_id, None
@@ -151,7 +155,8 @@ class Runs:
                 if run.is_terminal:
                     answer = await runner.update_answer(run_id, uid)  # answered, then ended
                     if answer is None:
-                        raise RunFinished(run_id, run.status, "update")
+                        raise RunFinished(run_id, run.status, "update", await self._unanswered(
+                            runner, [run_id], name, uid))
                     return answer
                 now = app.clock.now()
                 if deadline is not None and now >= deadline:
@@ -163,6 +168,21 @@ class Runs:
                     continue  # announcements reach us from now on: read again first
                 wait = poll if deadline is None else min(poll, (deadline - now).total_seconds())
                 await runner.wait_settled(wait, settled, *changed)
+
+    @staticmethod
+    async def _unanswered(runner: Runner, run_ids: list[str], name: str, uid: str) -> str:
+        """Why the ended runs ``run_ids`` (a chain) never answered update ``name`` (id ``uid``)."""
+        for run_id in run_ids:
+            node = await runner.update_receipt(run_id, uid)
+            if node is not None:
+                break
+        else:
+            return f"it ended before it received update {name!r} (id {uid})"
+        return (f"the workflow (run {run_id}) received update {name!r} (id {uid}) at {node} "
+                "but returned without answering it: answer each request with "
+                "`await request.reply(value)` "
+                "or `await request.reject(reason)` (for a `wait_for_message` result, "
+                "`message.update.reply(...)`) before the workflow returns")
 
     # -- result ----------------------------------------------------------------------
 

@@ -20,7 +20,7 @@ All of them derive from :class:`StarflowError`, carry the ``run_id`` and
     ├── LeaseLostError            another runner (or a cancel) took the run
     ├── RunnerKilled              a test harness killed the run's runner (simulated SIGKILL)
     ├── RunNotFound               no run with that id in this workspace
-    ├── RunFinished               a signal / resume / cancel for an ended run
+    ├── RunFinished               a signal / resume / cancel / update for an ended run
     ├── RunIdConflict             a start whose run id names a run of another workflow
     ├── DuplicateRun              a start whose dedup key names an active run of the pool
     ├── CallerTransactionError    a start in the caller's transaction was refused
@@ -306,7 +306,7 @@ class RunNotFound(StarflowError):
 
 
 class RunFinished(StarflowError):
-    """A signal, resume or cancel reached a run that has already ended.
+    """A signal, resume, cancel or update reached a run that has already ended.
 
     Attributes:
         status: The run's final status.

@@ -91,6 +91,7 @@ class Runner:
         # The waker's.
         self.signal, self.resume, self.deliver = waker.signal, waker.resume, waker.deliver
         self.request_update, self.update_answer = waker.request_update, waker.update_answer
+        self.update_receipt = waker.update_receipt
         self.check_signal_name, self.wake = waker.check_signal_name, waker.wake
         self.wake_parent, self.due_timers = waker.wake_parent, waker.due_timers
 

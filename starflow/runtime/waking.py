@@ -35,7 +35,7 @@ from ..limits import storable_text
 from ..records import HELD, RunEvent, RunInfo, WaitRecord
 from ..workflow.context import CANCEL_EVENT, PAUSE_EVENT, CheckpointWait, checkpoint_wait
 from ..workflow.decorators import registry
-from ..workflow.updates import check_update_id, update_event, update_marker
+from ..workflow.updates import UPDATE_PREFIX, check_update_id, update_event, update_marker
 from ..workflow.waits import ANY_KIND, check_event, first_signal, wait_events
 from .driving import ACTIVE_STATUSES, Driver, RunHandle
 
@@ -509,6 +509,22 @@ class Waker:
                 output = body.get("output")
                 if isinstance(output, dict) and output.get("update_id") == update_id:
                     return event.node_id, output
+        return None
+
+    async def update_receipt(self, run_id: str, update_id: str) -> str | None:
+        """The node that received update ``update_id`` (a ``receive`` or
+        ``wait_for_message`` wait), or None if the run never took it."""
+        for event in await self.adapter.list_events(run_id):
+            if event.event_type != "node_complete" or event.node_id is None:
+                continue
+            body = event.payload_json if isinstance(event.payload_json, dict) else {}
+            output = body.get("output")
+            if not isinstance(output, dict):
+                continue
+            request = output.get("payload")
+            if (str(output.get("event", "")).startswith(UPDATE_PREFIX)
+                    and isinstance(request, dict) and request.get("id") == update_id):
+                return event.node_id
         return None
 
     async def resume(self, token: str, payload: Any) -> RunHandle[Any]:

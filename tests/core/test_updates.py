@@ -19,6 +19,7 @@ from starflow import (
     receive,
     step,
     wait_for,
+    wait_for_message,
     workflow,
 )
 
@@ -127,6 +128,42 @@ async def test_update_to_an_ended_run_or_with_bad_input(sf: Starflow) -> None:
         with pytest.raises(InvalidArgument):
             await sf.update(cart.run_id, name, 1, update_id=uid)
     assert await sf.runner.adapter.find_signal(cart.run_id, "__starflow.update:ok") is None
+
+
+class TestUnanswered:
+    """An update the run ended without answering says whether it was received."""
+
+    async def test_received_then_returned_without_a_reply(self, sf: Starflow) -> None:
+        @workflow(name=unique("forgets-to-reply"))
+        async def forgetful() -> str:
+            message = await wait_for_message(signals=["stop"], updates=["greet"])
+            return message.name  # the request is never answered
+
+        handle = await sf.run(forgetful)
+        with pytest.raises(RunFinished) as info:
+            await sf.update(handle.run_id, "greet", "x", update_id="u-1")
+        text = str(info.value)
+        assert info.value.run_id == handle.run_id and info.value.status == "success"
+        assert "received update 'greet' (id u-1) at any:stop|" in text
+        assert "request.reply(value)" in text and "message.update.reply" in text
+        # Asked again with the same id: the same explanation, nothing queued.
+        with pytest.raises(RunFinished, match=r"received update 'greet' \(id u-1\)"):
+            await sf.update(handle.run_id, "greet", "x", update_id="u-1")
+
+    async def test_ended_before_it_was_received(self, sf: Starflow) -> None:
+        @workflow(name=unique("never-receives"))
+        async def deaf() -> str:
+            await wait_for("stop")
+            return "stopped"
+
+        handle = await sf.run(deaf)
+        with pytest.raises(ResultTimeout):  # queued; nobody receives it
+            await sf.update(handle.run_id, "greet", "x", update_id="u-2", timeout=0.05)
+        await sf.signal(handle.run_id, "stop", None)
+        assert await sf.result(handle.run_id, timeout=5) == "stopped"
+        with pytest.raises(RunFinished, match="ended before it received update 'greet' "
+                                              r"\(id u-2\)"):
+            await sf.update(handle.run_id, "greet", "x", update_id="u-2")
 
 
 async def test_timeout_keeps_the_request(sf: Starflow) -> None:
