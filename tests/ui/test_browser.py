@@ -12,6 +12,7 @@ import os
 import shutil
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import anyio
@@ -201,7 +202,6 @@ async def test_operations_page_pools_and_schedules(sf: Starflow) -> None:
     """The operations page before anything exists (empty states), then with pool
     limits in use and schedules in every state: the values rendered, a reached limit
     in red, hostile names shown as text and never run, a last run one click away."""
-    from datetime import timedelta
 
     executable = chromium_path()
     from playwright.async_api import async_playwright
@@ -325,3 +325,56 @@ async def test_retry_and_fork_a_failed_run(sf: Starflow) -> None:
     assert (await sf.get_run(failed)).result_json == "packed vase, labelled vase"
     assert (await sf.get_run(first_fork)).status == "error"
     assert (FIXABLE["pack"], FIXABLE["label"]) == (2, 3)
+
+
+@workflow(name="ui_browser_timed_approval")
+async def timed_approval() -> object:
+    return await wait_for("approve", timeout=timedelta(hours=1))
+
+
+@pytest.mark.timeout(90)
+async def test_overdue_timers_banner(tmp_path: Any) -> None:
+    """With no maintenance running, a timer overdue past the slack shows a red
+    banner on the operations page that says what to start; once a plain worker
+    has fired it, the banner is gone."""
+    from starflow_testing import FakeClock
+
+    executable = chromium_path()
+    from playwright.async_api import async_playwright
+
+    clock = FakeClock(datetime(2030, 1, 1, tzinfo=UTC))
+    async with Starflow.open(f"sqlite:///{tmp_path / 'timers.db'}", clock=clock,
+                             maintenance=False) as sf:
+        paused = await sf.run(timed_approval)
+        assert paused.status == "paused"
+        await clock.advance(timedelta(hours=1, seconds=40))  # 40 s past the timeout
+        app = create_app(sf, token=TOKEN, poll_interval=0.1)
+        async with serve(app) as base, async_playwright() as pw:
+            browser = await pw.chromium.launch(executable_path=executable, headless=True,
+                                               args=["--no-sandbox", "--disable-gpu"])
+            try:
+                page = await browser.new_page()
+                page.set_default_timeout(10_000)
+                await page.goto(f"{base}/?token={TOKEN}")
+                await page.goto(f"{base}/ops")
+                banner = page.locator("#timers-overdue")
+                assert await banner.is_visible()
+                text = " ".join((await banner.inner_text()).split())
+                assert text.startswith("1 timer overdue, no maintenance running")
+                assert "starflow worker" in text and "starflow server" in text
+                assert await banner.evaluate("e => getComputedStyle(e).color") == \
+                    "rgb(179, 38, 30)"
+
+                worker = sf.worker()  # a plain worker fires timers
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(worker.run)
+                    with anyio.fail_after(10):
+                        while await status_of(sf, paused.run_id) == "paused":  # noqa: ASYNC110
+                            await anyio.sleep(0.02)
+                    await worker.drain()
+                assert await status_of(sf, paused.run_id) == "error"  # its WaitTimeout
+                await page.reload()
+                await page.wait_for_selector("#pools")
+                assert await page.locator("#timers-overdue").count() == 0
+            finally:
+                await browser.close()
