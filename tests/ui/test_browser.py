@@ -88,6 +88,23 @@ async def serve(app: Any) -> AsyncIterator[str]:
             server.should_exit = True
 
 
+@asynccontextmanager
+async def signed_in(executable: str, base: str) -> AsyncIterator[Any]:
+    """A page of a headless Chromium, signed in to the app served at ``base``."""
+    from playwright.async_api import async_playwright
+
+    async with async_playwright() as pw:
+        browser = await pw.chromium.launch(executable_path=executable, headless=True,
+                                           args=["--no-sandbox", "--disable-gpu"])
+        try:
+            page = await browser.new_page()
+            page.set_default_timeout(10_000)
+            await page.goto(f"{base}/?token={TOKEN}")
+            yield page
+        finally:
+            await browser.close()
+
+
 async def status_of(sf: Starflow, run_id: str) -> str:
     return (await sf.get_run(run_id)).status
 
@@ -204,20 +221,14 @@ async def test_operations_page_pools_and_schedules(sf: Starflow) -> None:
     in red, hostile names shown as text and never run, a last run one click away."""
 
     executable = chromium_path()
-    from playwright.async_api import async_playwright
 
     hostile = '<img src=x onerror="window.__xss=1">'
     GATE["slot"] = anyio.Event()
     worker = sf.worker(pool="pay", concurrency=4)
     app = create_app(sf, token=TOKEN, poll_interval=0.1)
     async with anyio.create_task_group() as tg, serve(app) as base, \
-            async_playwright() as pw:
-        browser = await pw.chromium.launch(executable_path=executable, headless=True,
-                                           args=["--no-sandbox", "--disable-gpu"])
+            signed_in(executable, base) as page:
         try:
-            page = await browser.new_page()
-            page.set_default_timeout(10_000)
-            await page.goto(f"{base}/?token={TOKEN}")
             await page.click("nav a:has-text('Operations')")
             await page.wait_for_url("**/ops")
             assert "no pool has limits, queued or executing runs" in \
@@ -268,7 +279,6 @@ async def test_operations_page_pools_and_schedules(sf: Starflow) -> None:
             await page.wait_for_url(f"**/runs/{last}")
             await page.wait_for_selector('[data-run-status="success"]')
         finally:
-            await browser.close()
             GATE["slot"].set()
             worker.stop(0)
 
@@ -279,48 +289,39 @@ async def test_retry_and_fork_a_failed_run(sf: Starflow) -> None:
     new run), then, the bug fixed, retry it: the failed step runs again, the step
     before it does not; the database agrees."""
     executable = chromium_path()
-    from playwright.async_api import async_playwright
 
     FIXABLE.update(fixed=False, pack=0, label=0)
     failed = (await sf.run(fixable, "vase")).run_id
     app = create_app(sf, token=TOKEN, poll_interval=0.1)
-    async with serve(app) as base, async_playwright() as pw:
-        browser = await pw.chromium.launch(executable_path=executable, headless=True,
-                                           args=["--no-sandbox", "--disable-gpu"])
-        try:
-            page = await browser.new_page()
-            page.set_default_timeout(10_000)
-            await page.goto(f"{base}/?token={TOKEN}")
-            await page.goto(f"{base}/runs/{failed}")
-            await page.wait_for_selector('[data-run-status="error"]')
-            assert await page.locator("#fork-form").is_visible()
-            assert await page.input_value("#fork-form select[name=from_node]") == \
-                "step:label#1"  # the failed node comes chosen
-            # Still broken: a fork from the first step runs both steps again, and fails.
-            await page.select_option("#fork-form select[name=from_node]", "step:pack#1")
-            await page.click("#fork-form button[type=submit]")
-            await page.wait_for_selector("#confirm")
-            assert "from step:pack#1?" in await page.inner_text(".question")
-            await page.click("#confirm")
-            await page.wait_for_selector("text=Forked:")
-            first_fork = page.url.split("/runs/")[1].split("?")[0]
-            assert first_fork != failed
-            await page.wait_for_selector('[data-run-status="error"]')
-            assert (FIXABLE["pack"], FIXABLE["label"]) == (2, 2)
+    async with serve(app) as base, signed_in(executable, base) as page:
+        await page.goto(f"{base}/runs/{failed}")
+        await page.wait_for_selector('[data-run-status="error"]')
+        assert await page.locator("#fork-form").is_visible()
+        assert await page.input_value("#fork-form select[name=from_node]") == \
+            "step:label#1"  # the failed node comes chosen
+        # Still broken: a fork from the first step runs both steps again, and fails.
+        await page.select_option("#fork-form select[name=from_node]", "step:pack#1")
+        await page.click("#fork-form button[type=submit]")
+        await page.wait_for_selector("#confirm")
+        assert "from step:pack#1?" in await page.inner_text(".question")
+        await page.click("#confirm")
+        await page.wait_for_selector("text=Forked:")
+        first_fork = page.url.split("/runs/")[1].split("?")[0]
+        assert first_fork != failed
+        await page.wait_for_selector('[data-run-status="error"]')
+        assert (FIXABLE["pack"], FIXABLE["label"]) == (2, 2)
 
-            FIXABLE["fixed"] = True
-            await page.goto(f"{base}/runs/{failed}")
-            await page.click("button:has-text('Retry run')")
-            await page.wait_for_selector("#confirm")
-            assert "step:label#1 and what follows it run again" in \
-                await page.inner_text(".question")
-            await page.click("#confirm")
-            await page.wait_for_selector("text=Run retried.")
-            await page.wait_for_selector('[data-run-status="success"]')
-            assert await page.locator("text=labelled vase").count() >= 1
-            assert await page.locator("#fork-form").is_visible()  # an ended run forks too
-        finally:
-            await browser.close()
+        FIXABLE["fixed"] = True
+        await page.goto(f"{base}/runs/{failed}")
+        await page.click("button:has-text('Retry run')")
+        await page.wait_for_selector("#confirm")
+        assert "step:label#1 and what follows it run again" in \
+            await page.inner_text(".question")
+        await page.click("#confirm")
+        await page.wait_for_selector("text=Run retried.")
+        await page.wait_for_selector('[data-run-status="success"]')
+        assert await page.locator("text=labelled vase").count() >= 1
+        assert await page.locator("#fork-form").is_visible()  # an ended run forks too
 
     assert (await sf.get_run(failed)).result_json == "packed vase, labelled vase"
     assert (await sf.get_run(first_fork)).status == "error"
@@ -340,7 +341,6 @@ async def test_overdue_timers_banner(tmp_path: Any) -> None:
     from starflow_testing import FakeClock
 
     executable = chromium_path()
-    from playwright.async_api import async_playwright
 
     clock = FakeClock(datetime(2030, 1, 1, tzinfo=UTC))
     async with Starflow.open(f"sqlite:///{tmp_path / 'timers.db'}", clock=clock,
@@ -349,32 +349,24 @@ async def test_overdue_timers_banner(tmp_path: Any) -> None:
         assert paused.status == "paused"
         await clock.advance(timedelta(hours=1, seconds=40))  # 40 s past the timeout
         app = create_app(sf, token=TOKEN, poll_interval=0.1)
-        async with serve(app) as base, async_playwright() as pw:
-            browser = await pw.chromium.launch(executable_path=executable, headless=True,
-                                               args=["--no-sandbox", "--disable-gpu"])
-            try:
-                page = await browser.new_page()
-                page.set_default_timeout(10_000)
-                await page.goto(f"{base}/?token={TOKEN}")
-                await page.goto(f"{base}/ops")
-                banner = page.locator("#timers-overdue")
-                assert await banner.is_visible()
-                text = " ".join((await banner.inner_text()).split())
-                assert text.startswith("1 timer overdue, no maintenance running")
-                assert "starflow worker" in text and "starflow server" in text
-                assert await banner.evaluate("e => getComputedStyle(e).color") == \
-                    "rgb(179, 38, 30)"
+        async with serve(app) as base, signed_in(executable, base) as page:
+            await page.goto(f"{base}/ops")
+            banner = page.locator("#timers-overdue")
+            assert await banner.is_visible()
+            text = " ".join((await banner.inner_text()).split())
+            assert text.startswith("1 timer overdue, no maintenance running")
+            assert "starflow worker" in text and "starflow server" in text
+            assert await banner.evaluate("e => getComputedStyle(e).color") == \
+                "rgb(179, 38, 30)"
 
-                worker = sf.worker()  # a plain worker fires timers
-                async with anyio.create_task_group() as tg:
-                    tg.start_soon(worker.run)
-                    with anyio.fail_after(10):
-                        while await status_of(sf, paused.run_id) == "paused":  # noqa: ASYNC110
-                            await anyio.sleep(0.02)
-                    await worker.drain()
-                assert await status_of(sf, paused.run_id) == "error"  # its WaitTimeout
-                await page.reload()
-                await page.wait_for_selector("#pools")
-                assert await page.locator("#timers-overdue").count() == 0
-            finally:
-                await browser.close()
+            worker = sf.worker()  # a plain worker fires timers
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(worker.run)
+                with anyio.fail_after(10):
+                    while await status_of(sf, paused.run_id) == "paused":  # noqa: ASYNC110
+                        await anyio.sleep(0.02)
+                await worker.drain()
+            assert await status_of(sf, paused.run_id) == "error"  # its WaitTimeout
+            await page.reload()
+            await page.wait_for_selector("#pools")
+            assert await page.locator("#timers-overdue").count() == 0
