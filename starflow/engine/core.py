@@ -20,7 +20,6 @@ from datetime import datetime, timedelta
 from typing import Any, NoReturn, TypeVar
 
 import anyio
-import anyio.lowlevel
 from anyio.abc import TaskGroup
 
 from .. import serde
@@ -131,11 +130,6 @@ class EngineCore:
     traceparent: str | None = None
     #: Steps of this execution between their ``node_start`` and their outcome.
     _steps_in_flight: int = 0
-    #: Set when no step is in flight any more (see :meth:`_hold_for_steps`).
-    _steps_idle: anyio.Event | None = None
-    #: Workflow time at which a wait held for other branches' steps was reached:
-    #: its deadline counts from there, not from when the steps let it pause.
-    _reached: dict[str, datetime] = field(default_factory=dict)
     #: The run that started this one as a child (its end wakes that run).
     parent_run_id: str | None = None
     #: The run's deadline (``@workflow(timeout=)``): past it the run ends in error.
@@ -463,38 +457,6 @@ class EngineCore:
         if self.wait_conflict is None:
             self.wait_conflict = exc
         return exc
-
-    async def _hold_for_steps(self, nid: str, kind: str, name: str | None) -> None:
-        """A durable wait reached while steps of other branches run (a task group,
-        ``asyncio.gather``) pauses the run only once those steps have ended, each
-        recorded: pausing at once would cancel them, to run again after the wake,
-        and a branch would reach its next wait only then, its timer starting late.
-        So each branch reaches its next wait in this execution, where the rules of
-        :meth:`_entering_wait` apply (another untimed wait pauses in turn; a timed
-        one fails the run with :class:`ConcurrentWaits`). The wait's deadline
-        counts from when it was reached; a signal that came meanwhile is found
-        in the inbox by the caller, so the run need not pause at all."""
-        # The other branches first run up to their next starflow call.
-        for _ in range(3):
-            await anyio.lowlevel.checkpoint()
-        if not self._steps_in_flight:
-            self._guard_suspending()
-            return
-        self._reached[nid] = self.now()
-        while self._steps_in_flight and not self._suspending:
-            if self._steps_idle is None or self._steps_idle.is_set():
-                self._steps_idle = anyio.Event()
-            await self._steps_idle.wait()
-            # The branch whose step ended goes on to its next starflow call first.
-            for _ in range(3):
-                await anyio.lowlevel.checkpoint()
-        self._guard_suspending()
-        await self._reach_cancel(nid, kind, name)
-
-    def _step_ended(self) -> None:
-        self._steps_in_flight -= 1
-        if not self._steps_in_flight and self._steps_idle is not None:
-            self._steps_idle.set()
 
     async def _settle_waits(self) -> None:
         """Before the pause is written: let the waits other branches are still

@@ -120,21 +120,18 @@ class EngineNodes(EngineCore):
                 self.run_id, nid,
                 {"kind": "step", "name": sdef.name, "args_hash": h, "input": encoded}, now=ts)
 
-        # In flight from here: a wait of another branch holds its pause for it.
+        await self.writes.commit(start, durable=False)
+        self.node_status[nid] = "running"
         self._steps_in_flight += 1
+        writes = self._step_writes[nid] = StepWrites(nid, self._stream_slots,
+                                                     self._commit_step_writes,
+                                                     self._writer_group)
         try:
-            await self.writes.commit(start, durable=False)
-            self.node_status[nid] = "running"
-            writes = self._step_writes[nid] = StepWrites(nid, self._stream_slots,
-                                                         self._commit_step_writes,
-                                                         self._writer_group)
-            try:
-                return await self._step_body(sdef, fn, args, kwargs, nid, h, writes)
-            finally:
-                writes.close()
-                del self._step_writes[nid]
+            return await self._step_body(sdef, fn, args, kwargs, nid, h, writes)
         finally:
-            self._step_ended()
+            writes.close()
+            del self._step_writes[nid]
+            self._steps_in_flight -= 1
 
     async def _step_body(self, sdef: StepDefinition, fn: Callable[..., Awaitable[Any]],
                          args: tuple[Any, ...], kwargs: dict[str, Any], nid: str,
@@ -316,7 +313,6 @@ class EngineNodes(EngineCore):
                                  run_id=self.run_id, node_id=nid)
         if event is None and timeout is not None and timeout <= timedelta(0):
             return None  # sleep(0) does not pause (a recorded one above replays as before)
-        await self._hold_for_steps(nid, kind, event)
         if event is not None:
             signal = await self.adapter.find_signal(self.run_id, event)
             if signal is not None and not await self._accepts(nid, event, signal, type_):
@@ -349,8 +345,7 @@ class EngineNodes(EngineCore):
         expiry (a day past the deadline, else the token lifetime)."""
         self.check_wait_duration(nid, timeout)
         try:
-            reached = self._reached.pop(nid, None) or self.now()
-            deadline = reached + timeout if timeout is not None else None
+            deadline = self.now() + timeout if timeout is not None else None
             expiry = deadline + timedelta(days=1) if deadline is not None else (
                 self.runtime.clock.now() + self.runtime.config.wake_token_ttl)
         except OverflowError:
@@ -408,7 +403,6 @@ class EngineNodes(EngineCore):
                                       f"any of {', '.join(map(repr, events))} was signalled")
         if done is not None:
             return self._any_result(nid, done.output, events, types)
-        await self._hold_for_steps(nid, ANY_KIND, name)
         while True:  # the oldest queued signal whose payload fits its event's type
             signal = await first_signal(self.adapter, self.run_id, events)
             if signal is None:

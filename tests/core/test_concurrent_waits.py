@@ -5,17 +5,13 @@ run at once with ConcurrentWaits instead of hanging."""
 from __future__ import annotations
 
 import asyncio
-import uuid
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 import anyio
 import pytest
 
 import starflow
 from starflow import ConcurrentWaits, RunHandle, Starflow, WorkflowFailed, wait_for, workflow
-from starflow_testing import FakeClock
-
-START = datetime(2030, 1, 1, tzinfo=UTC)
 
 
 @workflow(name="concurrent-waits-tg")
@@ -111,162 +107,6 @@ class TestTimedWaitsInBranches:
     def test_error_names_the_nodes(self) -> None:
         exc = ConcurrentWaits("x", run_id="r", node_ids=("sleep#1", "sleep#2"))
         assert exc.node_ids == ("sleep#1", "sleep#2") and exc.node_id == "sleep#2"
-
-
-#: How often each step of the branch tests ran (a step re-run after a wake counts twice).
-RAN: dict[str, int] = {}
-#: Released by a test: the step in the other branch runs until then.
-BRANCH_GATE: dict[str, anyio.Event] = {}
-
-
-@starflow.step(name="concurrent-branch-work")
-async def branch_work(label: str) -> str:
-    RAN[label] = RAN.get(label, 0) + 1
-    gate = BRANCH_GATE.get(label)
-    if gate is not None:
-        await gate.wait()
-    return f"worked {label}"
-
-
-@workflow(name="concurrent-step-then-sleep")
-async def step_then_sleep(in_gather: bool) -> object:
-    async def waits() -> object:
-        return await wait_for("a")
-
-    async def works() -> str:
-        done = await branch_work("timed")
-        await starflow.sleep(timedelta(minutes=5))
-        return done
-
-    if in_gather:
-        return list(await asyncio.gather(waits(), works()))
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(waits)
-        tg.start_soon(works)
-    return "never"
-
-
-@workflow(name="concurrent-step-then-wait")
-async def step_then_wait(label: str) -> list[object]:
-    got: dict[str, object] = {}
-
-    async def waits() -> None:
-        got["a"] = await wait_for("a")
-
-    async def works() -> None:
-        done = await branch_work(label)
-        got["b"] = [done, await wait_for("b")]
-
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(waits)
-        tg.start_soon(works)
-    return [got["a"], got["b"]]
-
-
-@workflow(name="concurrent-sleep-beside-a-step")
-async def sleep_beside_a_step() -> list[object]:
-    async def sleeps() -> str:
-        await starflow.sleep(timedelta(hours=1))
-        return "slept"
-
-    return list(await asyncio.gather(sleeps(), branch_work("beside")))
-
-
-class TestAWaitBesideARunningStep:
-    """A wait reached while another branch runs a step pauses the run only once the
-    step has ended and been recorded: the step is not cancelled and run again after
-    the wake, and the branch's next wait is reached in the same execution."""
-
-    @pytest.mark.parametrize("in_gather", [True, False], ids=["gather", "task_group"])
-    async def test_a_timed_wait_after_the_step_is_refused_at_once(
-            self, sf: Starflow, in_gather: bool) -> None:
-        """Before: the run paused at wait:a, the step was cancelled, and the sleep
-        started only after the signal, minutes or days late."""
-        RAN.pop("timed", None)
-        with anyio.fail_after(20):
-            handle = await sf.run(step_then_sleep, in_gather)
-        assert handle.status == "error", handle
-        with pytest.raises(WorkflowFailed) as info:
-            await sf.result(handle.run_id)
-        assert info.value.error_type == "ConcurrentWaits"
-        assert "wait:a#1" in (info.value.error_message or "")
-        assert "sleep#1" in (info.value.error_message or "")
-        assert RAN["timed"] == 1
-        assert await sf.adapter.list_waits(handle.run_id) == []
-
-    async def test_the_step_runs_once_and_both_waits_are_delivered(self, sf: Starflow
-                                                                    ) -> None:
-        label = f"untimed-{uuid.uuid4().hex[:6]}"
-        with anyio.fail_after(20):
-            handle = await sf.run(step_then_wait, label)
-            assert handle.status == "paused"
-            events = await sf.events(handle.run_id)
-            assert any(e.event_type == "node_complete" and e.node_id ==
-                       "step:concurrent-branch-work#1" for e in events)
-            handle = await sf.signal(handle.run_id, "a", 1)
-            handle = await sf.signal(handle.run_id, "b", 2)
-        assert (handle.status, handle.result) == ("success", [1, [f"worked {label}", 2]])
-        assert RAN[label] == 1  # not run again after either wake
-
-    async def test_the_deadline_counts_from_when_the_wait_was_reached(
-            self, db_url: str, workspace_id: str) -> None:
-        """The step beside the sleep takes 10 minutes of (fake) time: the sleep's
-        deadline is an hour after it was reached, not after the step ended."""
-        clock = FakeClock(START)
-        BRANCH_GATE["beside"] = anyio.Event()
-        try:
-            async with Starflow.open(db_url, workspace_id=workspace_id, clock=clock,
-                                     maintenance=False) as sf, anyio.create_task_group() as tg:
-                async def release() -> None:
-                    while RAN.get("beside", 0) == 0:  # noqa: ASYNC110 - a flag set by the step
-                        await anyio.sleep(0.01)
-                    await clock.advance(timedelta(minutes=10))
-                    BRANCH_GATE["beside"].set()
-
-                RAN.pop("beside", None)
-                tg.start_soon(release)
-                with anyio.fail_after(20):
-                    handle = await sf.run(sleep_beside_a_step)
-                assert handle.status == "paused"
-                (wait,) = await sf.adapter.list_waits(handle.run_id)
-                assert wait.node_id == "sleep#1"
-                assert wait.deadline == START + timedelta(hours=1)
-                done = [e for e in await sf.events(handle.run_id)
-                        if e.node_id == "step:concurrent-branch-work#1"
-                        and e.event_type == "node_complete"]
-                assert done and done[0].created_at >= START + timedelta(minutes=10)
-        finally:
-            BRANCH_GATE.pop("beside", None)
-
-    async def test_a_signal_sent_while_the_step_runs_needs_no_pause(self, sf: Starflow
-                                                                    ) -> None:
-        label = f"gated-{uuid.uuid4().hex[:6]}"
-        BRANCH_GATE[label] = anyio.Event()
-        try:
-            async with anyio.create_task_group() as tg:
-                outcome: list[RunHandle[object]] = []
-
-                async def run() -> None:
-                    outcome.append(await sf.run(step_then_wait, label))
-
-                tg.start_soon(run)
-                with anyio.fail_after(20):
-                    while RAN.get(label, 0) == 0:  # noqa: ASYNC110 - a flag set by the step
-                        await anyio.sleep(0.01)
-                    runs = await sf.list_runs(template_id="concurrent-step-then-wait")
-                    run_id = next(r.id for r in runs if r.input_json == {
-                        "args": [label], "kwargs": {}})
-                    await sf.signal(run_id, "a", "early")  # the run is running: queued
-                    BRANCH_GATE[label].set()
-            (handle,) = outcome
-            assert handle.status == "paused"  # at wait:b, after the step: never at wait:a
-            pauses = [e.payload_json for e in await sf.events(handle.run_id)
-                      if e.event_type == "run_paused"]
-            assert [p["node_id"] for p in pauses] == ["wait:b#1"]
-            handle = await sf.signal(handle.run_id, "b", 2)
-            assert handle.result == ["early", [f"worked {label}", 2]]
-        finally:
-            BRANCH_GATE.pop(label, None)
 
 
 class TestRunHandleRepr:
